@@ -1,0 +1,4 @@
+#ifndef KIOSK_CZLIB_SHIM_H
+#define KIOSK_CZLIB_SHIM_H
+#include <zlib.h>
+#endif

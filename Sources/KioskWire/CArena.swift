@@ -1,0 +1,90 @@
+import CProtobufC
+
+/// Owns every C allocation made while a Swift message is turned into a protoc-c
+/// struct for packing, and frees them all at once.
+///
+/// An arena lives only inside ``WireMessage/withCMessage(_:)``: nothing it hands
+/// out may be kept after that call returns.
+public final class CArena {
+    private var blocks: [UnsafeMutableRawPointer] = []
+
+    init() {}
+
+    deinit {
+        for block in blocks { block.deallocate() }
+    }
+
+    /// Allocates zeroed memory for `count` values of `T`.
+    public func allocate<T>(_ type: T.Type, count: Int = 1) -> UnsafeMutablePointer<T> {
+        let bytes = MemoryLayout<T>.stride * max(count, 1)
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: MemoryLayout<T>.alignment)
+        raw.initializeMemory(as: UInt8.self, repeating: 0, count: bytes)
+        blocks.append(raw)
+        return raw.bindMemory(to: T.self, capacity: max(count, 1))
+    }
+
+    /// A NUL-terminated copy of `string`.
+    ///
+    /// A Swift string holding U+0000 is cut at that point, as C strings are.
+    public func cString(_ string: String) -> UnsafeMutablePointer<CChar>? {
+        var utf8 = Array(string.utf8)
+        utf8.append(0)
+        let out = allocate(CChar.self, count: utf8.count)
+        utf8.withUnsafeBytes { src in
+            UnsafeMutableRawPointer(out).copyMemory(from: src.baseAddress!, byteCount: src.count)
+        }
+        return out
+    }
+
+    /// A protobuf-c `bytes` value holding a copy of `bytes`.
+    public func binary(_ bytes: [UInt8]) -> ProtobufCBinaryData {
+        guard !bytes.isEmpty else { return ProtobufCBinaryData(len: 0, data: nil) }
+        let out = allocate(UInt8.self, count: bytes.count)
+        out.initialize(from: bytes, count: bytes.count)
+        return ProtobufCBinaryData(len: bytes.count, data: out)
+    }
+
+    /// A protobuf-c repeated message field: the count and an array of pointers to
+    /// filled C structs, one per element.
+    public func messages<M: WireMessage>(_ elements: [M]) -> (Int, UnsafeMutablePointer<UnsafeMutablePointer<M.CStruct>?>?) {
+        guard !elements.isEmpty else { return (0, nil) }
+        let array = allocate(UnsafeMutablePointer<M.CStruct>?.self, count: elements.count)
+        for (i, element) in elements.enumerated() {
+            array[i] = element.makeCStruct(in: self)
+        }
+        return (elements.count, array)
+    }
+}
+
+/// Helpers for reading fields out of an unpacked protoc-c struct.
+public enum CField {
+    /// A Swift string from a protobuf-c string field; invalid UTF-8 throws.
+    public static func string(_ pointer: UnsafePointer<CChar>?, field: String) throws(WireError) -> String {
+        guard let pointer else { return "" }
+        guard let string = String(validatingCString: pointer) else {
+            throw WireError(.malformedMessage, "field \(field) is not valid UTF-8")
+        }
+        return string
+    }
+
+    /// A copy of a protobuf-c `bytes` field.
+    public static func bytes(_ data: ProtobufCBinaryData) -> [UInt8] {
+        guard data.len > 0, let base = data.data else { return [] }
+        return Array(UnsafeBufferPointer(start: base, count: data.len))
+    }
+
+    /// The elements of a protobuf-c repeated message field, converted one by one.
+    public static func messages<M: WireMessage>(
+        _ count: Int, _ array: UnsafeMutablePointer<UnsafeMutablePointer<M.CStruct>?>?, as type: M.Type, field: String
+    ) throws(WireError) -> [M] {
+        guard count > 0 else { return [] }
+        guard let array else { throw WireError(.malformedMessage, "field \(field) has no elements") }
+        var out: [M] = []
+        out.reserveCapacity(count)
+        for i in 0..<count {
+            guard let element = array[i] else { throw WireError(.malformedMessage, "field \(field) has a null element") }
+            out.append(try M(cStruct: element.pointee))
+        }
+        return out
+    }
+}

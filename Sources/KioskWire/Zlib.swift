@@ -1,0 +1,81 @@
+import CZlib
+import NIOCore
+
+/// zlib-format (RFC 1950) compression of whole messages, for MESSAGE frames
+/// flagged COMPRESSED.
+public enum Zlib {
+    /// Compresses `input` into a zlib stream.
+    /// - Parameter level: 0 (none) to 9 (best); -1 is zlib's default (6).
+    public static func compress(_ input: ByteBuffer, level: Int32 = -1, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
+        let bound = Int(compressBound(uLong(input.readableBytes)))
+        var output = allocator.buffer(capacity: bound)
+        input.withUnsafeReadableBytes { source in
+            var placeholder: UInt8 = 0
+            output.writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { destination in
+                var destinationLength = uLongf(destination.count)
+                let status = withUnsafeMutablePointer(to: &placeholder) { fallback in
+                    compress2(
+                        destination.baseAddress!.assumingMemoryBound(to: Bytef.self), &destinationLength,
+                        source.baseAddress?.assumingMemoryBound(to: Bytef.self) ?? UnsafePointer(fallback), uLong(source.count), level)
+                }
+                // compressBound guarantees room; Z_MEM_ERROR is an out-of-memory condition.
+                precondition(status == Z_OK, "zlib compress2 failed with status \(status)")
+                return Int(destinationLength)
+            }
+        }
+        return output
+    }
+
+    /// Inflates a zlib stream, refusing output larger than `limit` bytes.
+    ///
+    /// - Throws: ``WireError`` `decompressionFailed` for a corrupt or truncated
+    ///   stream, `decompressedTooLarge` past `limit`.
+    public static func decompress(_ input: ByteBuffer, limit: Int, allocator: ByteBufferAllocator = ByteBufferAllocator()) throws(WireError) -> ByteBuffer {
+        var stream = z_stream()
+        guard inflateInit_(&stream, zlibVersion(), Int32(MemoryLayout<z_stream>.size)) == Z_OK else {
+            throw WireError(.decompressionFailed, "zlib could not start inflating")
+        }
+        defer { inflateEnd(&stream) }
+        var output = allocator.buffer(capacity: min(max(input.readableBytes * 4, 256), limit + 1))
+        let result: Result<Void, WireError> = input.withUnsafeReadableBytes { source in
+            var placeholder: UInt8 = 0
+            return withUnsafeMutablePointer(to: &placeholder) { fallback in
+                stream.next_in = UnsafeMutablePointer(mutating: source.baseAddress?.assumingMemoryBound(to: Bytef.self)) ?? fallback
+                stream.avail_in = uInt(source.count)
+                while true {
+                    if output.readableBytes > limit {
+                        return .failure(WireError(.decompressedTooLarge, "compressed message inflates beyond the limit of \(limit) bytes"))
+                    }
+                    let chunk = min(max(output.capacity - output.writerIndex, 16 * 1024), limit + 1 - output.readableBytes)
+                    var status: Int32 = Z_OK
+                    output.writeWithUnsafeMutableBytes(minimumWritableBytes: max(chunk, 1)) { destination in
+                        stream.next_out = destination.baseAddress!.assumingMemoryBound(to: Bytef.self)
+                        stream.avail_out = uInt(max(chunk, 1))
+                        status = inflate(&stream, Z_NO_FLUSH)
+                        return max(chunk, 1) - Int(stream.avail_out)
+                    }
+                    switch status {
+                    case Z_STREAM_END:
+                        if stream.avail_in != 0 {
+                            return .failure(WireError(.decompressionFailed, "bytes follow the end of the zlib stream"))
+                        }
+                        if output.readableBytes > limit {
+                            return .failure(WireError(.decompressedTooLarge, "compressed message inflates beyond the limit of \(limit) bytes"))
+                        }
+                        return .success(())
+                    case Z_OK:
+                        continue
+                    case Z_BUF_ERROR where stream.avail_in == 0:
+                        return .failure(WireError(.decompressionFailed, "zlib stream is truncated"))
+                    case Z_BUF_ERROR:
+                        continue
+                    default:
+                        return .failure(WireError(.decompressionFailed, "zlib stream is corrupt (status \(status))"))
+                    }
+                }
+            }
+        }
+        try result.get()
+        return output
+    }
+}
