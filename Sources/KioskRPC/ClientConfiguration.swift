@@ -1,0 +1,57 @@
+import KioskWire
+import NIOCore
+
+/// Configuration of an ``RPCClient``.
+public struct ClientConfiguration: Sendable {
+    /// Time allowed for one TCP connection attempt.
+    public var connectTimeout: Duration
+    /// Attempts and delays when connecting, and when reconnecting after a connection is lost.
+    public var backoff: ConnectionBackoff
+    /// Keepalive PINGs that detect a server that stopped answering; nil turns them off.
+    public var keepalive: Keepalive?
+    /// Largest response message accepted.
+    public var maximumMessageSize: Int
+    /// Timeout for calls whose ``CallOptions`` set none; nil means no deadline.
+    public var defaultTimeout: Duration?
+    /// Adds handlers in front of Kiosk's framing on each connection (the seam
+    /// for TLS: a `NIOSSLClientHandler` goes here).
+    public var transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)?
+
+    /// 5 s connect timeout, ``ConnectionBackoff/defaults``, keepalive every 30 s
+    /// with a 10 s timeout, 4 MiB messages, no default deadline, no TLS.
+    public static var defaults: ClientConfiguration { ClientConfiguration() }
+
+    /// Creates a configuration; see ``defaults``.
+    public init(
+        connectTimeout: Duration = .seconds(5),
+        backoff: ConnectionBackoff = .defaults,
+        keepalive: Keepalive? = Keepalive(interval: .seconds(30), timeout: .seconds(10)),
+        maximumMessageSize: Int = Frame.defaultMaximumPayloadSize,
+        defaultTimeout: Duration? = nil,
+        transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil
+    ) {
+        self.connectTimeout = connectTimeout
+        self.backoff = backoff
+        self.keepalive = keepalive
+        self.maximumMessageSize = maximumMessageSize
+        self.defaultTimeout = defaultTimeout
+        self.transportConfigurator = transportConfigurator
+    }
+}
+
+/// Options of one call.
+public struct CallOptions: Sendable {
+    /// The call's deadline, from when it starts; sent to the server as `timeout_ms`.
+    public var timeout: Duration?
+    /// Request metadata, e.g. `authorization: Bearer <token>`.
+    public var metadata: Metadata
+    /// Compress the request with zlib, and ask for compressed responses.
+    public var compress: Bool
+
+    /// Creates call options.
+    public init(timeout: Duration? = nil, metadata: Metadata = Metadata(), compress: Bool = false) {
+        self.timeout = timeout
+        self.metadata = metadata
+        self.compress = compress
+    }
+}

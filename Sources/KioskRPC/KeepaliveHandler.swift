@@ -1,0 +1,103 @@
+import KioskWire
+import NIOCore
+
+/// Thrown into the pipeline when the peer stops answering PINGs.
+struct KeepaliveTimeoutError: Error, CustomStringConvertible {
+    var timeout: Duration
+    var description: String { "peer did not answer PING within \(timeout)" }
+}
+
+/// Answers the peer's PINGs with PONGs and, when configured, pings the peer
+/// and closes the connection if it stops answering.
+///
+/// PING and PONG frames stop here; every other frame passes through.
+final class KeepaliveHandler: ChannelDuplexHandler {
+    typealias InboundIn = Frame
+    typealias InboundOut = Frame
+    typealias OutboundIn = Frame
+    typealias OutboundOut = Frame
+
+    private let configuration: Keepalive?
+    private var state = KeepaliveState()
+    private var intervalTask: RepeatedTask?
+    private var timeoutTask: Scheduled<Void>?
+
+    init(configuration: Keepalive?) {
+        self.configuration = configuration
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { start(context: context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context: context)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        stop()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        stop()
+    }
+
+    private func start(context: ChannelHandlerContext) {
+        guard let configuration, intervalTask == nil else { return }
+        let interval = TimeAmount(configuration.interval)
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        intervalTask = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
+            let (handler, context) = loopBound.value
+            handler.intervalElapsed(context: context)
+        }
+    }
+
+    private func stop() {
+        intervalTask?.cancel()
+        intervalTask = nil
+        timeoutTask?.cancel()
+        timeoutTask = nil
+    }
+
+    private func intervalElapsed(context: ChannelHandlerContext) {
+        guard let configuration, case .sendPing(let opaque) = state.intervalElapsed() else { return }
+        let frame = Frame(type: .ping, callID: 0, message: Ping(opaque: opaque), allocator: context.channel.allocator)
+        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        timeoutTask = context.eventLoop.scheduleTask(in: TimeAmount(configuration.timeout)) {
+            let (handler, context) = loopBound.value
+            guard handler.state.timeoutElapsed(opaque: opaque) == .peerUnresponsive else { return }
+            handler.stop()
+            context.fireErrorCaught(KeepaliveTimeoutError(timeout: configuration.timeout))
+            context.close(promise: nil)
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.type {
+        case .ping:
+            var pong = frame
+            pong.type = .pong
+            pong.flags = []
+            context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
+        case .pong:
+            if let ping = try? frame.decode(Ping.self), state.pongReceived(opaque: ping.opaque) {
+                timeoutTask?.cancel()
+                timeoutTask = nil
+            }
+        default:
+            context.fireChannelRead(data)
+        }
+    }
+}
+
+extension TimeAmount {
+    /// A NIO time amount from a Swift duration.
+    init(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+}

@@ -1,0 +1,222 @@
+import KioskWire
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// A Kiosk RPC client: one TCP connection to one server, multiplexing any
+/// number of concurrent calls.
+///
+/// The connection is made on the first call and made again, with exponential
+/// backoff and jitter, after it is lost or the server sends GOAWAY. A call that
+/// cannot get a connection throws an ``RPCError`` with code UNAVAILABLE and
+/// ``RPCError/Source/connect``; one that fails on the server throws the
+/// server's status with ``RPCError/Source/remote``.
+///
+/// ```swift
+/// let client = RPCClient(host: "127.0.0.1", port: 7301)
+/// let health = try await client.unary("/kiosk.rpc.v1.Health/Check",
+///                                     request: HealthCheckRequest(), response: HealthCheckResponse.self)
+/// ```
+public final class RPCClient: Sendable {
+    private enum State {
+        case idle
+        case connecting(Task<ClientConnection, Error>)
+        case ready(ClientConnection)
+        case closed
+    }
+
+    /// The server's host.
+    public let host: String
+    /// The server's port.
+    public let port: Int
+    /// The client's configuration.
+    public let configuration: ClientConfiguration
+    private let group: EventLoopGroup
+    private let logger: Logger
+    private let state = NIOLockedValueBox(State.idle)
+
+    /// Creates a client; no connection is made until the first call.
+    public init(
+        host: String, port: Int, configuration: ClientConfiguration = .defaults,
+        group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "kiosk.rpc.client", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) {
+        self.host = host
+        self.port = port
+        self.configuration = configuration
+        self.group = group
+        self.logger = logger
+    }
+
+    private var target: String { "\(host):\(port)" }
+
+    // MARK: Calls
+
+    /// Makes a unary call: one request, one response.
+    /// - Throws: ``RPCError``: the server's status, a deadline, a cancellation or a connection failure.
+    public func unary<Request: WireMessage, Response: WireMessage>(
+        _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions()
+    ) async throws -> Response {
+        var responses = serverStreaming(method, request: request, response: response, options: options).makeAsyncIterator()
+        guard let first = try await responses.next() else {
+            throw RPCError(.internal, "server ended unary call \(method) with OK but sent no response", source: .remote)
+        }
+        guard try await responses.next() == nil else {
+            throw RPCError(.internal, "server sent more than one response to unary call \(method)", source: .remote)
+        }
+        return first
+    }
+
+    /// Makes a server-streaming call: one request, a sequence of responses.
+    ///
+    /// The call starts when iteration starts. Breaking out of the loop, or
+    /// cancelling the iterating task, sends CANCEL. Responses are granted back
+    /// to the server's flow-control window as they are consumed, so a slow
+    /// reader holds the server to about one window of buffered bytes.
+    public func serverStreaming<Request: WireMessage, Response: WireMessage>(
+        _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions()
+    ) -> ResponseStream<Response> {
+        ResponseStream(client: self, method: method, request: request, options: options)
+    }
+
+    /// Opens a call on the current connection, connecting first if needed.
+    func startCall(method: String, request: some WireMessage, options: CallOptions) async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec) {
+        if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
+        let connection = try await self.connection()
+        let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
+        let (payload, flags) = codec.encode(request, compress: options.compress)
+        let timeout = options.timeout ?? configuration.defaultTimeout
+        let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: ClientCall.Received.self)
+        let call = ClientCall(method: method, connection: connection.handler, continuation: continuation)
+        continuation.onTermination = { reason in
+            if case .cancelled = reason { call.cancel() }
+        }
+        let handler = connection.handler
+        handler.eventLoop.execute {
+            handler.value.open(call, headers: headers, request: payload, flags: flags, timeout: timeout)
+        }
+        return (stream, call, codec)
+    }
+
+    // MARK: Connection
+
+    /// Closes the connection; calls in flight fail with UNAVAILABLE and later calls throw.
+    public func close() async {
+        let previous = state.withLockedValue { state -> State in
+            defer { state = .closed }
+            return state
+        }
+        switch previous {
+        case .ready(let connection):
+            try? await connection.channel.close()
+        case .connecting(let task):
+            if let connection = try? await task.value { try? await connection.channel.close() }
+        case .idle, .closed:
+            break
+        }
+    }
+
+    private enum Next {
+        case use(ClientConnection)
+        case await(Task<ClientConnection, Error>)
+    }
+
+    private func connection() async throws -> ClientConnection {
+        let next: Next = try state.withLockedValue { state in
+            switch state {
+            case .ready(let connection):
+                return .use(connection)
+            case .connecting(let task):
+                return .await(task)
+            case .idle:
+                let task = Task { try await self.connectWithBackoff() }
+                state = .connecting(task)
+                return .await(task)
+            case .closed:
+                throw RPCError(.unavailable, "client for \(target) is closed", source: .local)
+            }
+        }
+        switch next {
+        case .use(let connection):
+            return connection
+        case .await(let task):
+            return try await task.value
+        }
+    }
+
+    private func connectWithBackoff() async throws -> ClientConnection {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                let connection = try await connectOnce()
+                let usable = state.withLockedValue { state -> Bool in
+                    guard case .connecting = state else { return false }
+                    state = .ready(connection)
+                    return true
+                }
+                if !usable {
+                    try? await connection.channel.close()
+                    throw RPCError(.unavailable, "client for \(target) is closed", source: .local)
+                }
+                return connection
+            } catch let error as RPCError {
+                throw error
+            } catch {
+                logger.debug("connection attempt \(attempt) to \(target) failed: \(error)")
+                if attempt >= max(configuration.backoff.maximumAttempts, 1) {
+                    state.withLockedValue { state in
+                        if case .connecting = state { state = .idle }
+                    }
+                    throw RPCError(.unavailable, "cannot connect to \(target) after \(attempt) attempt(s): \(error)", source: .connect)
+                }
+                try? await Task.sleep(for: configuration.backoff.delay(afterAttempt: attempt))
+            }
+        }
+    }
+
+    private func connectOnce() async throws -> ClientConnection {
+        let configuration = self.configuration
+        let target = self.target
+        let logger = self.logger
+        let state = self.state
+        let installed = NIOLockedValueBox<NIOLoopBound<ClientConnectionHandler>?>(nil)
+        let bootstrap = ClientBootstrap(group: group)
+            .connectTimeout(TimeAmount(configuration.connectTimeout))
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
+                return transport.flatMapThrowing {
+                    let channelID = ObjectIdentifier(channel)
+                    let handler = ClientConnectionHandler(target: target, logger: logger) {
+                        // Stop routing new calls here; the next call reconnects.
+                        state.withLockedValue { state in
+                            if case .ready(let current) = state, ObjectIdentifier(current.channel) == channelID { state = .idle }
+                        }
+                    }
+                    try channel.pipeline.syncOperations.addHandlers([
+                        PrefaceHandler(),
+                        ByteToMessageHandler(FrameDecoder(expectPreface: false, maximumPayloadSize: configuration.maximumMessageSize)),
+                        MessageToByteHandler(FrameEncoder()),
+                        KeepaliveHandler(configuration: configuration.keepalive),
+                        handler,
+                    ])
+                    installed.withLockedValue { $0 = NIOLoopBound(handler, eventLoop: channel.eventLoop) }
+                }
+            }
+        let channel = try await bootstrap.connect(host: host, port: port).get()
+        guard let handler = installed.withLockedValue({ $0 }) else {
+            try? await channel.close()
+            throw RPCError(.internal, "connection to \(target) was set up without its handler", source: .connect)
+        }
+        return ClientConnection(channel: channel, handler: handler)
+    }
+}
+
+/// A connected channel and its connection handler.
+struct ClientConnection: Sendable {
+    let channel: Channel
+    let handler: NIOLoopBound<ClientConnectionHandler>
+}

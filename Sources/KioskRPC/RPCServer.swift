@@ -1,0 +1,143 @@
+import KioskWire
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// A Kiosk RPC server: listens on TCP, speaks the Kiosk wire protocol and
+/// dispatches calls to the methods of its services.
+///
+/// ```swift
+/// let server = RPCServer(configuration: .defaults, services: [MyService()])
+/// try await server.start()
+/// print(server.port)
+/// …
+/// await server.shutdown()
+/// ```
+public final class RPCServer: Sendable {
+    private struct Connection {
+        var channel: Channel
+        var handler: NIOLoopBound<ServerConnectionHandler>
+    }
+
+    private struct State {
+        var listener: Channel?
+        var connections: [ObjectIdentifier: Connection] = [:]
+        var shuttingDown = false
+    }
+
+    /// The server's configuration.
+    public let configuration: ServerConfiguration
+    private let router: RPCRouter
+    private let group: EventLoopGroup
+    private let logger: Logger
+    private let state = NIOLockedValueBox(State())
+
+    /// Creates a server; ``start()`` binds it.
+    /// - Parameters:
+    ///   - services: the services to serve; the Health service is always added.
+    ///   - group: the event loops for the listener and connections.
+    ///   - logger: where connection events go; silent by default.
+    public init(
+        configuration: ServerConfiguration = .defaults,
+        services: [any RPCService],
+        group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "kiosk.rpc.server", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) {
+        self.configuration = configuration
+        self.group = group
+        self.logger = logger
+        var router = RPCRouter()
+        for service in services { router.add(service) }
+        let health = HealthService(knownServices: router.serviceNames, isServing: { [state] in !state.withLockedValue { $0.shuttingDown } })
+        router.add(health)
+        self.router = router
+    }
+
+    /// The port the server listens on, once started.
+    public var port: Int? {
+        state.withLockedValue { $0.listener?.localAddress?.port }
+    }
+
+    /// Binds the listener.
+    /// - Throws: the bind error (e.g. address in use).
+    public func start() async throws {
+        let configuration = self.configuration
+        let router = self.router
+        let logger = self.logger
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.maxMessagesPerRead, value: 16)
+            .childChannelInitializer { [self] channel in
+                let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
+                return transport.flatMapThrowing {
+                    let handler = ServerConnectionHandler(router: router, maximumMessageSize: configuration.maximumMessageSize, logger: logger)
+                    try channel.pipeline.syncOperations.addHandlers([
+                        ByteToMessageHandler(FrameDecoder(expectPreface: true, maximumPayloadSize: configuration.maximumMessageSize)),
+                        MessageToByteHandler(FrameEncoder()),
+                        KeepaliveHandler(configuration: configuration.keepalive),
+                        handler,
+                    ])
+                    self.register(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop))
+                }
+            }
+        let listener = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
+        state.withLockedValue { $0.listener = listener }
+        logger.info("listening on \(configuration.host):\(listener.localAddress?.port ?? 0)")
+    }
+
+    private func register(channel: Channel, handler: NIOLoopBound<ServerConnectionHandler>) {
+        let key = ObjectIdentifier(channel)
+        let draining = state.withLockedValue { state in
+            state.connections[key] = Connection(channel: channel, handler: handler)
+            return state.shuttingDown
+        }
+        channel.closeFuture.whenComplete { [state] _ in
+            _ = state.withLockedValue { $0.connections.removeValue(forKey: key) }
+        }
+        if draining {
+            // Accepted during a shutdown: tell the client at once.
+            handler.value.beginGracefulShutdown()
+        }
+    }
+
+    /// Shuts down gracefully: sends GOAWAY on every connection, lets in-flight
+    /// calls finish for up to `gracePeriod` (refusing new ones with UNAVAILABLE),
+    /// ends what is left with UNAVAILABLE, then closes the listener.
+    public func shutdown(gracePeriod: Duration? = nil) async {
+        let grace = gracePeriod ?? configuration.shutdownGracePeriod
+        let connections = state.withLockedValue { state in
+            state.shuttingDown = true
+            return Array(state.connections.values)
+        }
+        for connection in connections {
+            connection.handler.eventLoop.execute { connection.handler.value.beginGracefulShutdown() }
+        }
+        let closed = EventLoopFuture.andAllComplete(connections.map(\.channel.closeFuture), on: group.any())
+        let graceOver = group.any().scheduleTask(in: TimeAmount(grace)) {}
+        // Wait for every connection to drain, or for the grace period to end.
+        let eitherPromise = group.any().makePromise(of: Void.self)
+        closed.cascade(to: eitherPromise)
+        graceOver.futureResult.cascade(to: eitherPromise)
+        try? await eitherPromise.futureResult.get()
+        graceOver.cancel()
+
+        let (listener, remaining) = state.withLockedValue { state in
+            (state.listener, Array(state.connections.values))
+        }
+        for connection in remaining {
+            connection.handler.eventLoop.execute { connection.handler.value.forceShutdown() }
+        }
+        try? await EventLoopFuture.andAllComplete(remaining.map(\.channel.closeFuture), on: group.any()).get()
+        try? await listener?.close()
+        logger.info("server shut down")
+    }
+
+    /// Waits until the listener is closed.
+    public func waitUntilClosed() async {
+        guard let listener = state.withLockedValue({ $0.listener }) else { return }
+        try? await listener.closeFuture.get()
+    }
+}

@@ -1,0 +1,44 @@
+import KioskWire
+import NIOCore
+
+/// Configuration of an ``RPCServer``.
+public struct ServerConfiguration: Sendable {
+    /// Address to listen on; Kiosk's services default to loopback.
+    public var host: String
+    /// Port to listen on; 0 picks an ephemeral port (read it back from ``RPCServer/port``).
+    public var port: Int
+    /// Largest MESSAGE payload accepted, compressed or inflated. A frame
+    /// announcing more is answered with GOAWAY(8) and a close.
+    public var maximumMessageSize: Int
+    /// Keepalive PINGs the server sends to find clients that vanished; nil turns them off.
+    public var keepalive: Keepalive?
+    /// Time given to in-flight calls to finish in a graceful shutdown.
+    public var shutdownGracePeriod: Duration
+    /// Adds handlers in front of Kiosk's framing on each accepted connection
+    /// (the seam for TLS: a `NIOSSLServerHandler` goes here).
+    public var transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)?
+
+    /// 127.0.0.1, ephemeral port, 4 MiB messages, keepalive every 60 s with a 20 s
+    /// timeout, 10 s shutdown grace, no TLS.
+    public static var defaults: ServerConfiguration {
+        ServerConfiguration(
+            host: "127.0.0.1", port: 0, maximumMessageSize: Frame.defaultMaximumPayloadSize,
+            keepalive: Keepalive(interval: .seconds(60), timeout: .seconds(20)),
+            shutdownGracePeriod: .seconds(10), transportConfigurator: nil)
+    }
+
+    /// Creates a configuration; see ``defaults``.
+    public init(
+        host: String = "127.0.0.1", port: Int = 0, maximumMessageSize: Int = Frame.defaultMaximumPayloadSize,
+        keepalive: Keepalive? = Keepalive(interval: .seconds(60), timeout: .seconds(20)),
+        shutdownGracePeriod: Duration = .seconds(10),
+        transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil
+    ) {
+        self.host = host
+        self.port = port
+        self.maximumMessageSize = maximumMessageSize
+        self.keepalive = keepalive
+        self.shutdownGracePeriod = shutdownGracePeriod
+        self.transportConfigurator = transportConfigurator
+    }
+}
