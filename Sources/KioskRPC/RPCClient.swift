@@ -126,11 +126,11 @@ public final class RPCClient: Sendable {
     private func connection() async throws -> ClientConnection {
         let next: Next = try state.withLockedValue { state in
             switch state {
-            case .ready(let connection):
+            case .ready(let connection) where !connection.isRetired:
                 return .use(connection)
             case .connecting(let task):
                 return .await(task)
-            case .idle:
+            case .idle, .ready:
                 let task = Task { try await self.connectWithBackoff() }
                 state = .connecting(task)
                 return .await(task)
@@ -182,7 +182,7 @@ public final class RPCClient: Sendable {
         let target = self.target
         let logger = self.logger
         let state = self.state
-        let installed = NIOLockedValueBox<NIOLoopBound<ClientConnectionHandler>?>(nil)
+        let installed = NIOLockedValueBox<ClientConnection?>(nil)
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -190,8 +190,10 @@ public final class RPCClient: Sendable {
                 let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
                 return transport.flatMapThrowing {
                     let channelID = ObjectIdentifier(channel)
+                    let retired = NIOLockedValueBox(false)
                     let handler = ClientConnectionHandler(target: target, logger: logger) {
                         // Stop routing new calls here; the next call reconnects.
+                        retired.withLockedValue { $0 = true }
                         state.withLockedValue { state in
                             if case .ready(let current) = state, ObjectIdentifier(current.channel) == channelID { state = .idle }
                         }
@@ -203,15 +205,16 @@ public final class RPCClient: Sendable {
                         KeepaliveHandler(configuration: configuration.keepalive),
                         handler,
                     ])
-                    installed.withLockedValue { $0 = NIOLoopBound(handler, eventLoop: channel.eventLoop) }
+                    let connection = ClientConnection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), retired: retired)
+                    installed.withLockedValue { $0 = connection }
                 }
             }
         let channel = try await bootstrap.connect(host: host, port: port).get()
-        guard let handler = installed.withLockedValue({ $0 }) else {
+        guard let connection = installed.withLockedValue({ $0 }) else {
             try? await channel.close()
             throw RPCError(.internal, "connection to \(target) was set up without its handler", source: .connect)
         }
-        return ClientConnection(channel: channel, handler: handler)
+        return connection
     }
 }
 
@@ -219,4 +222,8 @@ public final class RPCClient: Sendable {
 struct ClientConnection: Sendable {
     let channel: Channel
     let handler: NIOLoopBound<ClientConnectionHandler>
+    /// Set once the connection takes no new calls (GOAWAY received, or closed).
+    let retired: NIOLockedValueBox<Bool>
+
+    var isRetired: Bool { retired.withLockedValue { $0 } }
 }

@@ -108,13 +108,7 @@ public final class RPCServer: Sendable {
     /// ends what is left with UNAVAILABLE, then closes the listener.
     public func shutdown(gracePeriod: Duration? = nil) async {
         let grace = gracePeriod ?? configuration.shutdownGracePeriod
-        let connections = state.withLockedValue { state in
-            state.shuttingDown = true
-            return Array(state.connections.values)
-        }
-        for connection in connections {
-            connection.handler.eventLoop.execute { connection.handler.value.beginGracefulShutdown() }
-        }
+        let connections = startDraining()
         let closed = EventLoopFuture.andAllComplete(connections.map(\.channel.closeFuture), on: group.any())
         let graceOver = group.any().scheduleTask(in: TimeAmount(grace)) {}
         // Wait for every connection to drain, or for the grace period to end.
@@ -133,6 +127,25 @@ public final class RPCServer: Sendable {
         try? await EventLoopFuture.andAllComplete(remaining.map(\.channel.closeFuture), on: group.any()).get()
         try? await listener?.close()
         logger.info("server shut down")
+    }
+
+    /// Starts a graceful shutdown without waiting for it: from now on Health
+    /// answers NOT_SERVING, every connection gets GOAWAY, and calls opened
+    /// after it are refused with UNAVAILABLE. ``shutdown(gracePeriod:)`` finishes it.
+    public func beginShutdown() {
+        startDraining()
+    }
+
+    @discardableResult
+    private func startDraining() -> [Connection] {
+        let connections = state.withLockedValue { state in
+            state.shuttingDown = true
+            return Array(state.connections.values)
+        }
+        for connection in connections {
+            connection.handler.eventLoop.execute { connection.handler.value.beginGracefulShutdown() }
+        }
+        return connections
     }
 
     /// Waits until the listener is closed.

@@ -1,0 +1,238 @@
+import KioskRPC
+import KioskWire
+import NIOCore
+import NIOPosix
+import Testing
+
+/// Calls through the client against a real server on 127.0.0.1.
+@Suite(.timeLimit(.minutes(1))) struct CallTests {
+    let echo = TestService.prefix + "Echo"
+
+    @Test func unaryCall() async throws {
+        try await withServer { _, client in
+            let reply = try await client.unary(echo, request: Ping(opaque: 42), response: Ping.self)
+            #expect(reply == Ping(opaque: 42))
+        }
+    }
+
+    @Test func serverStreamingCall() async throws {
+        try await withServer { _, client in
+            var received: [UInt64] = []
+            for try await ping in client.serverStreaming(TestService.prefix + "Count", request: Ping(opaque: 500), response: Ping.self) {
+                received.append(ping.opaque)
+            }
+            #expect(received == Array(0..<500))
+            // An empty stream ends at once.
+            var none = 0
+            for try await _ in client.serverStreaming(TestService.prefix + "Count", request: Ping(opaque: 0), response: Ping.self) { none += 1 }
+            #expect(none == 0)
+        }
+    }
+
+    @Test func thousandCallsInFlightOnOneConnection() async throws {
+        let calls = 1_000
+        let probe = Probe(gatherTarget: calls)
+        try await withServer(probe: probe) { _, client in
+            // Gather answers only once all 1,000 calls are in the server at the same time.
+            try await withThrowingTaskGroup(of: (UInt64, UInt64).self) { group in
+                for i in 0..<UInt64(calls) {
+                    group.addTask {
+                        let reply = try await client.unary(TestService.prefix + "Gather", request: Ping(opaque: i), response: Ping.self)
+                        return (i, reply.opaque)
+                    }
+                }
+                var answered = 0
+                for try await (sent, got) in group {
+                    #expect(sent == got)
+                    answered += 1
+                }
+                #expect(answered == calls)
+            }
+        }
+    }
+
+    @Test func deadlineExceeded() async throws {
+        let probe = Probe()
+        try await withServer(probe: probe) { _, client in
+            let error = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 1), response: Ping.self,
+                                       options: CallOptions(timeout: .milliseconds(100)))
+            }
+            #expect(error?.code == .deadlineExceeded)
+            // The handler was cancelled on the server, not left running.
+            await probe.wait(for: .cancelled(1))
+        }
+    }
+
+    @Test func cancelledTaskSendsCancelToTheHandler() async throws {
+        let probe = Probe()
+        try await withServer(probe: probe) { _, client in
+            let task = Task {
+                try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 2), response: Ping.self)
+            }
+            await probe.wait(for: .started(2))
+            task.cancel()
+            await probe.wait(for: .cancelled(2))
+            let error = await #expect(throws: RPCError.self) { try await task.value }
+            #expect(error?.code == .cancelled)
+            #expect(error?.source == .local)
+        }
+    }
+
+    @Test func unknownMethod() async throws {
+        try await withServer { _, client in
+            let error = await #expect(throws: RPCError.self) {
+                try await client.unary("/kiosk.test.v1.Test/Nope", request: Ping(opaque: 1), response: Ping.self)
+            }
+            #expect(error?.code == .unimplemented)
+            #expect(error?.source == .remote)
+        }
+    }
+
+    @Test func handlerErrorsMapToStatusCodes() async throws {
+        try await withServer { _, client in
+            let denied = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "Fail", request: Ping(opaque: 0), response: Ping.self)
+            }
+            #expect(denied?.code == .permissionDenied)
+            #expect(denied?.message == "payments are not allowed")
+            #expect(denied?.metadata["reason"] == "restricted")
+            let unknown = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "Fail", request: Ping(opaque: 1), response: Ping.self)
+            }
+            #expect(unknown?.code == .unknown)
+            #expect(unknown?.message.contains("failed on purpose") == true)
+        }
+    }
+
+    @Test func metadataAndDeadlineReachTheHandler() async throws {
+        try await withServer { _, client in
+            var metadata = Metadata()
+            metadata.add("authorization", "Bearer s3cr3t")
+            metadata.add("idempotency-key", "k-1")
+            let seen = try await client.unary(TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self,
+                                              options: CallOptions(timeout: .seconds(30), metadata: metadata))
+            #expect(seen.method == TestService.prefix + "Whoami")
+            #expect(seen.metadata.bearerToken == "s3cr3t")
+            #expect(seen.metadata["idempotency-key"] == "k-1")
+            #expect(seen.timeoutMs == 1, "the handler saw a deadline")
+        }
+    }
+
+    @Test func compressedCallsRoundTrip() async throws {
+        try await withServer { _, client in
+            let reply = try await client.unary(TestService.prefix + "Blob", request: MetadataEntry(key: "b", value: "100000"),
+                                               response: MetadataEntry.self, options: CallOptions(compress: true))
+            #expect(reply.value.utf8.count == 600_000)
+        }
+    }
+
+    @Test func oversizedResponseFailsTheCallOnly() async throws {
+        // 6 MB of response is above the 4 MiB limit unless compressed below it.
+        try await withServer { _, client in
+            let error = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "Blob", request: MetadataEntry(key: "b", value: "1000000"), response: MetadataEntry.self)
+            }
+            #expect(error?.code == .resourceExhausted || error?.code == .unavailable || error?.code == .internal)
+            let reply = try await client.unary(echo, request: Ping(opaque: 5), response: Ping.self)
+            #expect(reply.opaque == 5)
+        }
+    }
+
+    @Test func slowReaderKeepsServerBufferBoundedAndOtherCallsFlow() async throws {
+        let probe = Probe()
+        try await withServer(probe: probe) { _, client in
+            var flood = client.serverStreaming(TestService.prefix + "Flood", request: Ping(opaque: 200), response: MetadataEntry.self)
+                .makeAsyncIterator()
+            // Read one message, then stop reading.
+            _ = try await flood.next()
+            // The handler gets 16 messages of 64 KiB (+ 9 bytes of framing) out before the
+            // 1 MiB window is spent; then its send waits.
+            let windowMessages = (OutboundFlowWindow.initialSize + 65_545 - 1) / 65_545
+            #expect(windowMessages == 16)
+            // A unary call on the same connection still completes.
+            let reply = try await client.unary(echo, request: Ping(opaque: 9), response: Ping.self)
+            #expect(reply.opaque == 9)
+            // Wait (bounded by the suite's time limit) until the window is spent; never beyond it.
+            while probe.sent.withLockedValue({ $0 }) < windowMessages { await Task.yield() }
+            let again = try await client.unary(echo, request: Ping(opaque: 10), response: Ping.self)
+            #expect(again.opaque == 10)
+            #expect(probe.sent.withLockedValue { $0 } == windowMessages, "server sent past the window")
+            // Reading on reopens the window: everything arrives.
+            var received = 1
+            while try await flood.next() != nil { received += 1 }
+            #expect(received == 200)
+        }
+    }
+
+    @Test func droppedStreamCancelsTheHandler() async throws {
+        let probe = Probe()
+        try await withServer(probe: probe) { _, client in
+            do {
+                var flood = client.serverStreaming(TestService.prefix + "Flood", request: Ping(opaque: 1_000), response: MetadataEntry.self)
+                    .makeAsyncIterator()
+                _ = try await flood.next()
+            }
+            // The iterator is gone: CANCEL reached the handler, whose send failed.
+            await probe.wait(for: .cancelled(1_000))
+        }
+    }
+
+    @Test func gracefulShutdownLetsInFlightCallsFinish() async throws {
+        let probe = Probe()
+        let server = RPCServer(configuration: ServerConfiguration(shutdownGracePeriod: .seconds(30)), services: [TestService(probe: probe)])
+        try await server.start()
+        let port = try #require(server.port)
+        let client = RPCClient(host: "127.0.0.1", port: port)
+        let held = Task { try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 3), response: Ping.self) }
+        await probe.wait(for: .started(3))
+
+        server.beginShutdown()
+        // A new call is refused with UNAVAILABLE while the old one drains.
+        let late = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: .init(
+            initial: .milliseconds(10), maximum: .milliseconds(10), multiplier: 1, jitter: 0, maximumAttempts: 1)))
+        let refused = await #expect(throws: RPCError.self) {
+            try await late.unary(TestService.prefix + "Echo", request: Ping(opaque: 4), response: Ping.self)
+        }
+        #expect(refused?.code == .unavailable)
+
+        let shutdown = Task { await server.shutdown() }
+        probe.release()
+        #expect(try await held.value == Ping(opaque: 3))
+        await shutdown.value
+        // The listener is closed now.
+        let gone = await #expect(throws: RPCError.self) {
+            try await late.unary(TestService.prefix + "Echo", request: Ping(opaque: 5), response: Ping.self)
+        }
+        #expect(gone?.isConnectFailure == true)
+        await client.close()
+        await late.close()
+    }
+
+    @Test func shutdownPastGraceEndsCallsWithUnavailable() async throws {
+        let probe = Probe()
+        let server = RPCServer(services: [TestService(probe: probe)])
+        try await server.start()
+        let client = RPCClient(host: "127.0.0.1", port: try #require(server.port))
+        let held = Task { try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 6), response: Ping.self) }
+        await probe.wait(for: .started(6))
+        await server.shutdown(gracePeriod: .milliseconds(50))
+        let error = await #expect(throws: RPCError.self) { try await held.value }
+        #expect(error?.code == .unavailable)
+        await probe.wait(for: .cancelled(6))
+        await client.close()
+    }
+
+    @Test func healthService() async throws {
+        try await withServer { _, client in
+            for service in ["", "kiosk.rpc.v1.Health", "kiosk.test.v1.Test"] {
+                let reply = try await client.unary(healthCheck, request: HealthCheckRequest(service: service), response: HealthCheckResponse.self)
+                #expect(reply.status == .serving)
+            }
+            let error = await #expect(throws: RPCError.self) {
+                try await client.unary(healthCheck, request: HealthCheckRequest(service: "no.Such"), response: HealthCheckResponse.self)
+            }
+            #expect(error?.code == .notFound)
+        }
+    }
+}

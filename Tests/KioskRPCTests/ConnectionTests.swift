@@ -1,0 +1,74 @@
+import KioskRPC
+import KioskWire
+import NIOCore
+import NIOPosix
+import Testing
+
+/// Connecting, reconnecting and noticing a dead peer.
+@Suite(.timeLimit(.minutes(1))) struct ConnectionTests {
+    static let quickBackoff = ConnectionBackoff(
+        initial: .milliseconds(5), maximum: .milliseconds(20), multiplier: 2, jitter: 0.2, maximumAttempts: 3)
+
+    @Test func connectFailureIsDistinguishableAndReconnectWorks() async throws {
+        // A port with nothing listening: bind one, note it, close it.
+        let probeServer = RPCServer(services: [])
+        try await probeServer.start()
+        let port = try #require(probeServer.port)
+        await probeServer.shutdown()
+
+        let client = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: Self.quickBackoff))
+        let error = await #expect(throws: RPCError.self) {
+            try await client.unary(healthCheck, request: HealthCheckRequest(), response: HealthCheckResponse.self)
+        }
+        #expect(error?.code == .unavailable)
+        #expect(error?.isConnectFailure == true)
+        #expect(error?.message.contains("after 3 attempt(s)") == true)
+
+        // A server comes up on that port: the same client connects.
+        let server = RPCServer(configuration: ServerConfiguration(port: port), services: [TestService(probe: Probe())])
+        try await server.start()
+        let reply = try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
+        #expect(reply.opaque == 1)
+
+        // It goes away: in-flight and new calls fail; it comes back: the client reconnects.
+        await server.shutdown()
+        let down = await #expect(throws: RPCError.self) {
+            try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 2), response: Ping.self)
+        }
+        #expect(down?.code == .unavailable)
+        let again = RPCServer(configuration: ServerConfiguration(port: port), services: [TestService(probe: Probe())])
+        try await again.start()
+        #expect(try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 3), response: Ping.self).opaque == 3)
+        await client.close()
+        await again.shutdown()
+    }
+
+    @Test func unresponsivePeerIsDetectedByKeepalive() async throws {
+        // A "server" that accepts and reads but never answers anything, PINGs included.
+        let silent = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in channel.eventLoop.makeSucceededVoidFuture() }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = try #require(silent.localAddress?.port)
+        let client = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
+            backoff: Self.quickBackoff, keepalive: Keepalive(interval: .milliseconds(50), timeout: .milliseconds(100))))
+        let error = await #expect(throws: RPCError.self) {
+            try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
+        }
+        #expect(error?.code == .unavailable)
+        #expect(error?.source == .connection)
+        #expect(error?.message.contains("stopped answering") == true)
+        await client.close()
+        try await silent.close()
+    }
+
+    @Test func closedClientRefusesCalls() async throws {
+        try await withServer { _, client in
+            _ = try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
+            await client.close()
+            let error = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 2), response: Ping.self)
+            }
+            #expect(error?.code == .unavailable)
+        }
+    }
+}
