@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what Kiosk needs to build on Debian: libprotobuf-c, protoc-c and zlib
+# headers (the Swift toolchain itself must already be on PATH). Idempotent:
+# does nothing when everything is there.
+set -euo pipefail
+
+missing=()
+pkg-config --exists libprotobuf-c 2>/dev/null || missing+=(libprotobuf-c-dev)
+command -v protoc-c >/dev/null 2>&1 || missing+=(protobuf-c-compiler)
+pkg-config --exists zlib 2>/dev/null || missing+=(zlib1g-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y "${missing[@]}" || { $sudo apt-get update && $sudo apt-get install -y "${missing[@]}"; }
+fi
+
+command -v swift >/dev/null 2>&1 || { echo "setup: the Swift toolchain is not on PATH (https://swift.org/install)" >&2; exit 1; }
