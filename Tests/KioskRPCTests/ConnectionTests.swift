@@ -61,6 +61,21 @@ import Testing
         try await silent.close()
     }
 
+    @Test func serverDropsClientsThatStopAnsweringPings() async throws {
+        let probe = Probe()
+        let configuration = ServerConfiguration(keepalive: Keepalive(interval: .milliseconds(50), timeout: .milliseconds(100)))
+        try await withServer(probe: probe, configuration: configuration) { server, _ in
+            try await RawPeer.with(port: try #require(server.port)) { peer in
+                try await peer.send(Frame.preface)
+                try await peer.send(.headers(1, TestService.prefix + "Hold"), .request(1, Ping(opaque: 8)))
+                // This peer reads but never answers the server's PINGs.
+                #expect(try await peer.readUntilClosed())
+            }
+            // The held call's handler was cancelled with the connection.
+            await probe.wait(for: .cancelled(8))
+        }
+    }
+
     @Test func closedClientRefusesCalls() async throws {
         try await withServer { _, client in
             _ = try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
