@@ -19,6 +19,17 @@ struct MessageCodec: Sendable {
         return (compressed, .compressed)
     }
 
+    /// The payload and flags of a MESSAGE frame carrying `message`, refusing one
+    /// the peer would reject as over its size limit.
+    /// - Throws: ``RPCError`` RESOURCE_EXHAUSTED.
+    func encodeWithinLimit(_ message: some WireMessage, compress: Bool, what: String) throws(RPCError) -> (ByteBuffer, FrameFlags) {
+        let (payload, flags) = encode(message, compress: compress)
+        guard payload.readableBytes <= maximumMessageSize else {
+            throw RPCError(.resourceExhausted, "\(what) of \(payload.readableBytes) bytes exceeds the message size limit of \(maximumMessageSize) bytes", source: .local)
+        }
+        return (payload, flags)
+    }
+
     /// Decodes a MESSAGE payload as `M`, inflating it first when flagged.
     func decode<M: WireMessage>(_ type: M.Type, payload: ByteBuffer, flags: FrameFlags) throws(WireError) -> M {
         if flags.contains(.compressed) {

@@ -85,7 +85,7 @@ public final class RPCClient: Sendable {
         if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
         let connection = try await self.connection()
         let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
-        let (payload, flags) = codec.encode(request, compress: options.compress)
+        let (payload, flags) = try codec.encodeWithinLimit(request, compress: options.compress, what: "request to \(method)")
         let timeout = options.timeout ?? configuration.defaultTimeout
         let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: ClientCall.Received.self)

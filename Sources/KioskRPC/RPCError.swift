@@ -53,7 +53,8 @@ extension RPCError {
     /// The status a server sends for an error thrown by a handler.
     static func from(handlerError error: any Error) -> RPCError {
         switch error {
-        case let error as RPCError:
+        case var error as RPCError:
+            error.source = .remote
             return error
         case let error as any RPCErrorConvertible:
             return error.rpcError

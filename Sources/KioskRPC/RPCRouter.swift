@@ -20,7 +20,7 @@ public struct ServerStreamWriter<Response: WireMessage>: Sendable {
     /// Sends one response message; waits for the client's window when it is spent.
     /// - Throws: `CancellationError` once the call has ended (cancelled, deadline, connection lost).
     public func send(_ response: Response) async throws {
-        let (payload, flags) = codec.encode(response, compress: call.compressResponses)
+        let (payload, flags) = try codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
         try await call.send(payload: payload, flags: flags)
     }
 }
@@ -58,7 +58,7 @@ public struct RPCRouter: Sendable {
         methods[method] = Method(kind: .unary) { payload, flags, call, codec in
             let request = try codec.decode(Request.self, payload: payload, flags: flags)
             let response = try await handler(request, call.context)
-            let (bytes, outFlags) = codec.encode(response, compress: call.compressResponses)
+            let (bytes, outFlags) = try codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
             call.complete(withResponse: bytes, flags: outFlags)
         }
     }

@@ -133,7 +133,16 @@ import Testing
             let error = await #expect(throws: RPCError.self) {
                 try await client.unary(TestService.prefix + "Blob", request: MetadataEntry(key: "b", value: "1000000"), response: MetadataEntry.self)
             }
-            #expect(error?.code == .resourceExhausted || error?.code == .unavailable || error?.code == .internal)
+            #expect(error?.code == .resourceExhausted)
+            #expect(error?.source == .remote)
+            #expect(error?.message.contains("exceeds the message size limit") == true)
+            // The client refuses to send what the server would refuse, before sending.
+            let tooBig = MetadataEntry(key: "b", binaryValue: Array(repeating: 1, count: 5 << 20))
+            let refused = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "Blob", request: tooBig, response: MetadataEntry.self)
+            }
+            #expect(refused?.code == .resourceExhausted)
+            #expect(refused?.source == .local)
             let reply = try await client.unary(echo, request: Ping(opaque: 5), response: Ping.self)
             #expect(reply.opaque == 5)
         }
