@@ -7,10 +7,16 @@ let package = Package(
     products: [
         .library(name: "KioskWire", targets: ["KioskWire"]),
         .library(name: "KioskRPC", targets: ["KioskRPC"]),
+        .library(name: "KioskAPI", targets: ["KioskAPI"]),
+        .library(name: "KioskStore", targets: ["KioskStore"]),
+        .executable(name: "kiosk-store", targets: ["kiosk-store"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // System libraries: the project's chosen codecs.
@@ -46,6 +52,45 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // What the services and the SDK share: the store and receipt messages,
+        // receipt signing and verification, key handling.
+        .target(
+            name: "KioskAPI",
+            dependencies: [
+                "KioskWire", "KioskProto",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The store service as an embeddable library.
+        .target(
+            name: "KioskStore",
+            dependencies: [
+                "KioskAPI", "KioskRPC", "KioskWire",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "kiosk-store",
+            dependencies: [
+                "KioskStore", "KioskAPI", "KioskRPC",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "KioskAPITests",
+            dependencies: ["KioskAPI", "KioskWire", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .testTarget(
+            name: "KioskStoreTests",
+            dependencies: [
+                "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "kiosk-store",
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .testTarget(

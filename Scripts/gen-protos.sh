@@ -19,3 +19,8 @@ for f in $(cd "$tmp" && find . -name '*.pb-c.c' | sed 's|^\./||' | LC_ALL=C sort
   mkdir -p "$out/$(dirname "$f")"; cp "$tmp/$f" "$out/$f"
 done
 echo "gen-protos: regenerated $(echo "$protos" | wc -w) proto file(s) into $out"
+# Swift value types for the service messages (the kiosk.rpc.v1 envelope types
+# in KioskWire are written by hand).
+python3 Scripts/gen-swift-messages.py Protos/kiosk/receipt/v1/receipt.proto ReceiptV1 Sources/KioskAPI/Generated/ReceiptV1.swift
+python3 Scripts/gen-swift-messages.py Protos/kiosk/store/v1/store.proto StoreV1 Sources/KioskAPI/Generated/StoreV1.swift
+echo "gen-protos: regenerated the Swift message types in Sources/KioskAPI/Generated"

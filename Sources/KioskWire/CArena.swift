@@ -44,6 +44,16 @@ public final class CArena {
         return ProtobufCBinaryData(len: bytes.count, data: out)
     }
 
+    /// A protobuf-c repeated string field: the count and an array of C strings.
+    public func strings(_ elements: [String]) -> (Int, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) {
+        guard !elements.isEmpty else { return (0, nil) }
+        let array = allocate(UnsafeMutablePointer<CChar>?.self, count: elements.count)
+        for (i, element) in elements.enumerated() {
+            array[i] = cString(element)
+        }
+        return (elements.count, array)
+    }
+
     /// A protobuf-c repeated message field: the count and an array of pointers to
     /// filled C structs, one per element.
     public func messages<M: WireMessage>(_ elements: [M]) -> (Int, UnsafeMutablePointer<UnsafeMutablePointer<M.CStruct>?>?) {
@@ -71,6 +81,24 @@ public enum CField {
     public static func bytes(_ data: ProtobufCBinaryData) -> [UInt8] {
         guard data.len > 0, let base = data.data else { return [] }
         return Array(UnsafeBufferPointer(start: base, count: data.len))
+    }
+
+    /// A Swift value from a protobuf-c message field; nil when the field is absent.
+    public static func message<M: WireMessage>(_ pointer: UnsafeMutablePointer<M.CStruct>?, as type: M.Type) throws(WireError) -> M? {
+        guard let pointer else { return nil }
+        return try M(cStruct: pointer.pointee)
+    }
+
+    /// The elements of a protobuf-c repeated string field.
+    public static func strings(
+        _ count: Int, _ array: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?, field: String
+    ) throws(WireError) -> [String] {
+        guard count > 0 else { return [] }
+        guard let array else { throw WireError(.malformedMessage, "field \(field) has no elements") }
+        var out: [String] = []
+        out.reserveCapacity(count)
+        for i in 0..<count { out.append(try string(array[i], field: field)) }
+        return out
     }
 
     /// The elements of a protobuf-c repeated message field, converted one by one.

@@ -36,8 +36,8 @@ public protocol WireMessage: Sendable {
 }
 
 extension WireMessage {
-    /// Builds this message's C struct inside `arena`.
-    func makeCStruct(in arena: CArena) -> UnsafeMutablePointer<CStruct> {
+    /// Builds this message's C struct inside `arena` (for a message-typed field of another message).
+    public func makeCStruct(in arena: CArena) -> UnsafeMutablePointer<CStruct> {
         let c = arena.allocate(CStruct.self)
         Self.cInit(c)
         fill(&c.pointee, arena: arena)

@@ -1,0 +1,209 @@
+import Foundation
+import KioskAPI
+
+/// A product the store sells.
+public struct CatalogProduct: Hashable, Sendable {
+    /// The product id, e.g. `credits.5`.
+    public var id: String
+    /// Consumable, non-consumable or a kind of subscription.
+    public var type: ReceiptV1.ProductType
+    /// The display title.
+    public var title: String
+    /// The display description.
+    public var description: String
+    /// The price as a decimal string, e.g. "0.99".
+    public var price: String
+    /// The ISO 4217 currency code, e.g. "USD".
+    public var currency: String
+    /// Credits granted per unit, for consumables; 0 otherwise.
+    public var credits: UInt64
+    /// The largest quantity one purchase may ask for.
+    public var maxQuantity: UInt32
+    /// True when the content service hosts the product's file.
+    public var hostedContent: Bool
+    /// The subscription period, for subscriptions.
+    public var subscriptionPeriod: SubscriptionPeriod?
+
+    /// The product as sent on the wire.
+    public var message: StoreV1.Product {
+        StoreV1.Product(
+            id: id, type: type, title: title, description: description, price: price, currency: currency,
+            creditsPerUnit: credits, maxQuantity: maxQuantity, hostedContent: hostedContent,
+            subscriptionPeriod: subscriptionPeriod?.description ?? "")
+    }
+
+    /// True for products bought once and owned: non-consumables and subscriptions.
+    public var isRestorable: Bool { type != .consumable }
+}
+
+/// Why a catalog was refused: names the file, the product and the field.
+public struct CatalogError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The catalog file.
+    public var file: String
+    /// The product id (or its position, when it has no id); nil for file-level problems.
+    public var product: String?
+    /// The field; nil when the problem is not one field's.
+    public var field: String?
+    /// What is wrong.
+    public var problem: String
+
+    public var description: String {
+        var where_ = file
+        if let product { where_ += ": product \(product)" }
+        if let field { where_ += ", field \"\(field)\"" }
+        return "\(where_): \(problem)"
+    }
+}
+
+/// The store's catalog, loaded from a JSON file.
+///
+/// ```json
+/// {
+///   "bundle_id": "com.example.monkeys",
+///   "products": [
+///     { "id": "credits.5", "type": "consumable", "title": "5 Credits", "description": "A handful",
+///       "price": "0.99", "currency": "USD", "credits": 5, "max_quantity": 10 },
+///     { "id": "filter.sepia", "type": "non-consumable", "title": "Sepia", "description": "A filter",
+///       "price": "2.99", "currency": "USD" },
+///     { "id": "pro.monthly", "type": "auto-renewable-subscription", "title": "Pro", "description": "Monthly",
+///       "price": "4.99", "currency": "USD", "subscription_period": "P1M" }
+///   ]
+/// }
+/// ```
+public struct Catalog: Sendable {
+    /// The app's bundle id, written into every receipt.
+    public var bundleID: String
+    /// The products, in file order.
+    public var products: [CatalogProduct]
+    private var byID: [String: CatalogProduct]
+
+    /// Creates a catalog from products; ids must be unique.
+    public init(bundleID: String, products: [CatalogProduct]) {
+        self.bundleID = bundleID
+        self.products = products
+        self.byID = Dictionary(products.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// The product with `id`, if the catalog has it.
+    public func product(_ id: String) -> CatalogProduct? { byID[id] }
+
+    /// Loads and validates a catalog file.
+    /// - Throws: ``CatalogError`` naming the file, product and field at fault.
+    public static func load(path: String) throws(CatalogError) -> Catalog {
+        let file = (path as NSString).lastPathComponent
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CatalogError(file: path, problem: "cannot read the file")
+        }
+        return try parse(data, file: file)
+    }
+
+    static let productTypes: [String: ReceiptV1.ProductType] = [
+        "consumable": .consumable,
+        "non-consumable": .nonConsumable,
+        "non-renewing-subscription": .nonRenewingSubscription,
+        "auto-renewable-subscription": .autoRenewableSubscription,
+    ]
+    static let productFields: Set<String> = [
+        "id", "type", "title", "description", "price", "currency", "credits", "max_quantity", "hosted_content",
+        "subscription_period",
+    ]
+
+    /// Parses and validates catalog JSON.
+    public static func parse(_ data: Data, file: String) throws(CatalogError) -> Catalog {
+        func fail(_ product: String?, _ field: String?, _ problem: String) -> CatalogError {
+            CatalogError(file: file, product: product, field: field, problem: problem)
+        }
+        guard case .object(let root)? = JSONValue.parse(data) else {
+            throw fail(nil, nil, "is not a JSON object")
+        }
+        for key in root.keys where key != "bundle_id" && key != "products" {
+            throw fail(nil, key, "unknown field (expected \"bundle_id\" and \"products\")")
+        }
+        var bundleID = "com.example.kiosk"
+        if let value = root["bundle_id"] {
+            guard case .string(let text) = value, !text.isEmpty else { throw fail(nil, "bundle_id", "must be a non-empty string") }
+            bundleID = text
+        }
+        guard case .array(let entries)? = root["products"] else { throw fail(nil, "products", "must be an array of products") }
+        var products: [CatalogProduct] = []
+        var seen: Set<String> = []
+        for (index, entry) in entries.enumerated() {
+            guard case .object(let object) = entry else { throw fail("#\(index + 1)", nil, "must be a JSON object") }
+            guard case .string(let id)? = object["id"], !id.isEmpty else { throw fail("#\(index + 1)", "id", "is required (a non-empty string)") }
+            let name = "\"\(id)\""
+            guard id.count <= 128, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
+                throw fail(name, "id", "may hold only ASCII letters, digits, '.', '_' and '-' (at most 128)")
+            }
+            guard seen.insert(id).inserted else { throw fail(name, "id", "appears twice") }
+            for key in object.keys where !productFields.contains(key) {
+                throw fail(name, key, "unknown field")
+            }
+            func string(_ field: String, required: Bool = true) throws(CatalogError) -> String? {
+                guard let value = object[field] else {
+                    if required { throw fail(name, field, "is required") }
+                    return nil
+                }
+                guard case .string(let text) = value else { throw fail(name, field, "must be a string") }
+                return text
+            }
+            func integer(_ field: String) throws(CatalogError) -> Int? {
+                guard let value = object[field] else { return nil }
+                guard case .number(let number) = value, let int = Int(exactly: number) else {
+                    throw fail(name, field, "must be a whole number")
+                }
+                return int
+            }
+            guard let typeName = try string("type"), let type = productTypes[typeName] else {
+                throw fail(name, "type", "must be one of \(productTypes.keys.sorted().joined(separator: ", "))")
+            }
+            guard let title = try string("title"), !title.isEmpty else { throw fail(name, "title", "must not be empty") }
+            let description = try string("description", required: false) ?? ""
+            guard let price = try string("price"), isDecimal(price) else {
+                throw fail(name, "price", "must be a decimal string such as \"0.99\"")
+            }
+            guard let currency = try string("currency"), currency.count == 3, currency.allSatisfy({ $0.isASCII && $0.isUppercase }) else {
+                throw fail(name, "currency", "must be an ISO 4217 code such as \"USD\"")
+            }
+            let credits = try integer("credits")
+            if type == .consumable {
+                guard let credits, credits > 0, credits <= 1_000_000_000 else {
+                    throw fail(name, "credits", "is required for a consumable: the credits one unit grants (1 or more)")
+                }
+            } else if credits != nil {
+                throw fail(name, "credits", "applies to consumables only")
+            }
+            let maxQuantity = try integer("max_quantity") ?? (type == .consumable ? 10 : 1)
+            guard maxQuantity >= 1, maxQuantity <= 10_000 else { throw fail(name, "max_quantity", "must be between 1 and 10000") }
+            if type != .consumable, maxQuantity != 1 { throw fail(name, "max_quantity", "must be 1 for a product bought once") }
+            var hosted = false
+            if let value = object["hosted_content"] {
+                guard case .bool(let flag) = value else { throw fail(name, "hosted_content", "must be true or false") }
+                hosted = flag
+            }
+            let periodText = try string("subscription_period", required: false)
+            var period: SubscriptionPeriod?
+            if type == .autoRenewableSubscription || type == .nonRenewingSubscription {
+                guard let periodText, let parsed = SubscriptionPeriod(iso8601: periodText) else {
+                    throw fail(name, "subscription_period", "is required for a subscription: an ISO 8601 period such as \"P1M\"")
+                }
+                period = parsed
+            } else if periodText != nil {
+                throw fail(name, "subscription_period", "applies to subscriptions only")
+            }
+            products.append(CatalogProduct(
+                id: id, type: type, title: title, description: description, price: price, currency: currency,
+                credits: UInt64(credits ?? 0), maxQuantity: UInt32(maxQuantity), hostedContent: hosted, subscriptionPeriod: period))
+        }
+        return Catalog(bundleID: bundleID, products: products)
+    }
+
+    private static func isDecimal(_ text: String) -> Bool {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count <= 2, let whole = parts.first, !whole.isEmpty, whole.count <= 12,
+              whole.allSatisfy({ $0.isASCII && $0.isNumber }) else { return false }
+        if parts.count == 2 {
+            return (1...4).contains(parts[1].count) && parts[1].allSatisfy { $0.isASCII && $0.isNumber }
+        }
+        return true
+    }
+}

@@ -1,0 +1,75 @@
+import Crypto
+import Foundation
+import KioskAPI
+import NIOConcurrencyHelpers
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The store's Ed25519 signing keys: private keys in `keys/` of the data dir
+/// (one file each, mode 0600), public keys in the ledger. The newest key signs;
+/// every key keeps verifying what it signed.
+final class KeyStore: Sendable {
+    private let directory: String
+    private let ledger: Ledger
+    private let cache = NIOLockedValueBox<ReceiptSigningKey?>(nil)
+
+    /// Opens the key store, generating the first key when there is none.
+    init(dataDirectory: String, ledger: Ledger, nowMs: Int64) throws {
+        self.directory = (dataDirectory as NSString).appendingPathComponent("keys")
+        self.ledger = ledger
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        if try ledger.publicKeys().isEmpty {
+            _ = try rotate(nowMs: nowMs)
+        }
+    }
+
+    /// The key that signs new receipts: the newest one.
+    func activeKey() throws -> ReceiptSigningKey {
+        guard let newest = try ledger.publicKeys().last else {
+            throw StoreError(.internal, "the ledger has no signing key")
+        }
+        if let cached = cache.withLockedValue({ $0 }), cached.id == newest.id { return cached }
+        let key = try load(newest)
+        cache.withLockedValue { $0 = key }
+        return key
+    }
+
+    /// Adds a new signing key; it signs from now on.
+    func rotate(nowMs: Int64) throws -> ReceiptPublicKey {
+        let signingKey = ReceiptSigningKey(privateKey: Curve25519.Signing.PrivateKey(), notBeforeMs: nowMs)
+        try writePrivateKey(signingKey)
+        try ledger.addPublicKey(signingKey.publicKey)
+        return signingKey.publicKey
+    }
+
+    private func path(for id: String) -> String {
+        (directory as NSString).appendingPathComponent("\(id).ed25519")
+    }
+
+    private func load(_ publicKey: ReceiptPublicKey) throws -> ReceiptSigningKey {
+        let file = path(for: publicKey.id)
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw StoreError(.internal, "private key file \(file) for signing key \(publicKey.id) is missing")
+        }
+        let privateKey = try Curve25519.Signing.PrivateKey(rawRepresentation: data)
+        let key = ReceiptSigningKey(privateKey: privateKey, notBeforeMs: publicKey.notBeforeMs)
+        guard key.id == publicKey.id else {
+            throw StoreError(.internal, "private key file \(file) does not match signing key \(publicKey.id)")
+        }
+        return key
+    }
+
+    /// Writes the raw private key to a new file with mode 0600, durably.
+    private func writePrivateKey(_ key: ReceiptSigningKey) throws {
+        let file = path(for: key.id)
+        let fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard fd >= 0 else { throw StoreError(.internal, "cannot create private key file \(file): errno \(errno)") }
+        defer { close(fd) }
+        let bytes = Array(key.privateKey.rawRepresentation)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == bytes.count, fsync(fd) == 0 else {
+            throw StoreError(.internal, "cannot write private key file \(file): errno \(errno)")
+        }
+    }
+}

@@ -1,0 +1,40 @@
+import Foundation
+import KioskAPI
+
+/// Configuration of a ``Store``.
+public struct StoreConfiguration: Sendable {
+    /// Directory holding the ledger (`ledger.sqlite`) and the signing keys (`keys/`).
+    public var dataDirectory: String
+    /// The products sold.
+    public var catalog: Catalog
+    /// Sandbox or production: written into every receipt.
+    public var environment: ReceiptV1.Environment
+    /// Takes the payments.
+    public var paymentProcessor: any PaymentProcessor
+    /// How long idempotency keys are kept (at least 7 days).
+    public var idempotencyRetention: Duration
+    /// How often a `WatchRevocations` stream looks for revocations made by
+    /// another process (the `kiosk-store refund` command); in-process refunds
+    /// are delivered at once.
+    public var revocationPollInterval: Duration
+    /// The time, in milliseconds since 1970; replaceable in tests.
+    public var clock: @Sendable () -> Int64
+
+    /// Creates a configuration: sandbox, simulated payments, 7-day idempotency keys,
+    /// revocations polled every 200 ms.
+    public init(
+        dataDirectory: String, catalog: Catalog, environment: ReceiptV1.Environment = .sandbox,
+        paymentProcessor: any PaymentProcessor = SimulatedPaymentProcessor(),
+        idempotencyRetention: Duration = .seconds(7 * 24 * 3600),
+        revocationPollInterval: Duration = .milliseconds(200),
+        clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+    ) {
+        self.dataDirectory = dataDirectory
+        self.catalog = catalog
+        self.environment = environment
+        self.paymentProcessor = paymentProcessor
+        self.idempotencyRetention = idempotencyRetention
+        self.revocationPollInterval = revocationPollInterval
+        self.clock = clock
+    }
+}
