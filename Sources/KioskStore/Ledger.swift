@@ -368,7 +368,7 @@ public final class Ledger: Sendable {
     /// The public signing keys, oldest first.
     public func publicKeys() throws -> [ReceiptPublicKey] {
         try pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY not_before_ms, id").map { row in
+            try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY not_before_ms, rowid").map { row in
                 ReceiptPublicKey(id: row["id"], rawRepresentation: Array(row["public_key"] as Data), notBeforeMs: row["not_before_ms"])
             }
         }

@@ -1,0 +1,82 @@
+import Crypto
+import KioskAPI
+import KioskWire
+import Testing
+
+@Suite struct ReceiptTests {
+    let key = ReceiptSigningKey(privateKey: Curve25519.Signing.PrivateKey(), notBeforeMs: 1)
+    let now: Int64 = 1_800_000_000_000
+
+    func payload(environment: ReceiptV1.Environment = .production, expires: Int64 = 0) -> ReceiptV1.ReceiptPayload {
+        ReceiptV1.ReceiptPayload(
+            transactionID: "tx_1", originalTransactionID: "tx_1", productID: "book.swift", productType: .nonConsumable, quantity: 1,
+            purchaseDateMs: now - 1000, expiresDateMs: expires, accountID: "acct_1", bundleID: "com.example", environment: environment)
+    }
+
+    @Test func signedReceiptVerifiesOffline() throws {
+        let receipt = try key.sign(payload()).serializedBytes()
+        let verifier = ReceiptVerifier(keys: [key.publicKey], environment: .production)
+        let check = verifier.verify(receipt, nowMs: now)
+        #expect(check.status == .valid)
+        #expect(check.payload?.keyID == key.id)
+        #expect(check.payload?.productID == "book.swift")
+    }
+
+    @Test func signatureCoversThePrefixedPayload() throws {
+        let signed = try key.sign(payload())
+        let raw = try Curve25519.Signing.PublicKey(rawRepresentation: key.publicKey.rawRepresentation)
+        #expect(raw.isValidSignature(signed.signature, for: Array("KIOSK-RECEIPT-V1\n".utf8) + signed.payload))
+        #expect(!raw.isValidSignature(signed.signature, for: signed.payload))
+    }
+
+    @Test func keyIDIsDerivedFromThePublicKey() {
+        #expect(key.id.hasPrefix("ed25519-"))
+        #expect(key.id.count == "ed25519-".count + 16)
+        #expect(ReceiptPublicKey.keyID(for: key.publicKey.rawRepresentation) == key.id)
+    }
+
+    @Test func environmentMatrix() throws {
+        let sandboxReceipt = try key.sign(payload(environment: .sandbox)).serializedBytes()
+        let productionReceipt = try key.sign(payload(environment: .production)).serializedBytes()
+        let production = ReceiptVerifier(keys: [key.publicKey], environment: .production)
+        let productionAcceptingSandbox = ReceiptVerifier(keys: [key.publicKey], environment: .production, acceptSandbox: true)
+        let sandbox = ReceiptVerifier(keys: [key.publicKey], environment: .sandbox)
+        #expect(production.verify(sandboxReceipt, nowMs: now).status == .sandboxReceiptInProduction)
+        #expect(productionAcceptingSandbox.verify(sandboxReceipt, nowMs: now).status == .valid)
+        #expect(sandbox.verify(productionReceipt, nowMs: now).status == .productionReceiptInSandbox)
+        #expect(sandbox.verify(sandboxReceipt, nowMs: now).status == .valid)
+        // A verifier without the other environment's key still names the environment.
+        let stranger = ReceiptVerifier(keys: [], environment: .production)
+        #expect(stranger.verify(sandboxReceipt, nowMs: now).status == .sandboxReceiptInProduction)
+        #expect(stranger.verify(productionReceipt, nowMs: now).status == .notAuthentic)
+    }
+
+    @Test func expiredSubscriptionIs21006() throws {
+        let verifier = ReceiptVerifier(keys: [key.publicKey], environment: .production)
+        let live = try key.sign(payload(expires: now + 1)).serializedBytes()
+        let expired = try key.sign(payload(expires: now)).serializedBytes()
+        #expect(verifier.verify(live, nowMs: now).status == .valid)
+        #expect(verifier.verify(expired, nowMs: now).status == .subscriptionExpired)
+    }
+
+    @Test func signatureOfAnotherKeyIsNotAuthentic() throws {
+        let other = ReceiptSigningKey(privateKey: Curve25519.Signing.PrivateKey(), notBeforeMs: 1)
+        var forged = try other.sign(payload())
+        forged.keyID = key.id  // claims the trusted key
+        let verifier = ReceiptVerifier(keys: [key.publicKey], environment: .production)
+        #expect(verifier.verify(try forged.serializedBytes(), nowMs: now).status == .notAuthentic)
+    }
+
+    @Test func generatedMessagesRoundTrip() throws {
+        let response = StoreV1.VerifyReceiptResponse(status: 21006, message: "subscription expired ⌛", receipt: payload(expires: 5),
+                                                     revocationDateMs: -1, revocationReason: "")
+        #expect(try StoreV1.VerifyReceiptResponse(serializedBytes: response.serializedBytes()) == response)
+        let list = StoreV1.ListProductsResponse(
+            products: [StoreV1.Product(id: "a", type: .consumable, title: "Ä", price: "0.99", currency: "EUR", creditsPerUnit: .max, maxQuantity: 10, hostedContent: true)],
+            invalidProductIDs: ["x", "", "ü"])
+        #expect(try StoreV1.ListProductsResponse(serializedBytes: list.serializedBytes()) == list)
+        #expect(try StoreV1.GetAccountRequest(serializedBytes: []) == StoreV1.GetAccountRequest())
+        #expect(ReceiptStatus(rawValue: 21007) == .sandboxReceiptInProduction)
+        #expect(ReceiptStatus.notAuthentic.description == "21003 (not_authentic)")
+    }
+}

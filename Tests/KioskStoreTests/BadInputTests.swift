@@ -1,0 +1,127 @@
+import Foundation
+import KioskAPI
+import KioskRPC
+@testable import KioskStore
+import KioskWire
+import Testing
+
+@Suite(.timeLimit(.minutes(1))) struct BadInputTests {
+    @Test func missingOrWrongTokenIsUnauthenticated() async throws {
+        try await StoreFixture.with { store in
+            for token in [nil, "", "kiosk_not_a_real_token"] as [String?] {
+                let error = await #expect(throws: RPCError.self) {
+                    try await store.call("GetAccount", StoreV1.GetAccountRequest(), as: StoreV1.Account.self, token: token)
+                }
+                #expect(error?.code == .unauthenticated)
+            }
+            let error = await #expect(throws: RPCError.self) { try await store.buy("credits.5", token: "nope") }
+            #expect(error?.code == .unauthenticated)
+            #expect(error?.message.contains("bearer token") == true)
+        }
+    }
+
+    @Test func badPurchaseRequestsAreInvalidArguments() async throws {
+        try await StoreFixture.with { store in
+            let token = try store.newAccount()
+            let cases: [(StoreV1.PurchaseRequest, String)] = [
+                (StoreV1.PurchaseRequest(productID: "", quantity: 1, paymentMethod: goodCard), "product_id is required"),
+                (StoreV1.PurchaseRequest(productID: "credits.5", quantity: 1, paymentMethod: ""), "payment_method is required"),
+                (StoreV1.PurchaseRequest(productID: "credits.5", quantity: 0, paymentMethod: goodCard), "quantity 0 is outside 1…10"),
+                (StoreV1.PurchaseRequest(productID: "credits.5", quantity: 11, paymentMethod: goodCard), "quantity 11 is outside"),
+                (StoreV1.PurchaseRequest(productID: "credits.5", quantity: .max, paymentMethod: goodCard), "quantity 4294967295"),
+                (StoreV1.PurchaseRequest(productID: "filter.sepia", quantity: 2, paymentMethod: goodCard), "outside 1…1"),
+            ]
+            for (request, message) in cases {
+                let error = await #expect(throws: RPCError.self) {
+                    try await store.call("Purchase", request, as: StoreV1.PurchaseResponse.self, token: token)
+                }
+                #expect(error?.code == .invalidArgument)
+                #expect(error?.message.contains(message) == true, "\(error?.message ?? "") should say \(message)")
+            }
+            let emptyKey = await #expect(throws: RPCError.self) { try await store.buy("credits.5", token: token, key: "") }
+            #expect(emptyKey?.code == .invalidArgument)
+            #expect(try await store.balance(token) == 0)
+        }
+    }
+
+    @Test func badSpendsAreRefused() async throws {
+        try await StoreFixture.with { store in
+            let token = try store.newAccount()
+            for amount in [Int64(0), -1, .min] {
+                let error = await #expect(throws: RPCError.self) {
+                    try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: amount), as: StoreV1.SpendCreditsResponse.self, token: token)
+                }
+                #expect(error?.code == .invalidArgument)
+            }
+            let error = await #expect(throws: RPCError.self) {
+                try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: .max), as: StoreV1.SpendCreditsResponse.self, token: token)
+            }
+            #expect(error?.code == .failedPrecondition)
+        }
+    }
+
+    @Test func unknownFieldsAreIgnoredAsProtobufRequires() async throws {
+        try await StoreFixture.with { store in
+            let token = try store.newAccount()
+            // A Product has the PurchaseRequest's fields 1–3 (id, type → quantity, title → payment method) and
+            // seven more the store does not know: they are skipped, the purchase goes through.
+            let request = StoreV1.Product(id: "credits.5", type: ReceiptV1.ProductType(rawValue: 2), title: goodCard, description: "x",
+                                          price: "1", currency: "ZZZ", creditsPerUnit: 99, maxQuantity: 7, hostedContent: true,
+                                          subscriptionPeriod: "P1D")
+            let response = try await store.call("Purchase", request, as: StoreV1.PurchaseResponse.self, token: token)
+            #expect(response.transaction?.state == .purchased)
+            #expect(response.transaction?.quantity == 2)
+        }
+    }
+
+    @Test func undecodableRequestIsInvalidArgumentAndStoreKeepsServing() async throws {
+        try await StoreFixture.with { store in
+            let token = try store.newAccount()
+            // A varint where PurchaseRequest has a string: the payload is not a PurchaseRequest.
+            let error = await #expect(throws: RPCError.self) {
+                try await store.call("Purchase", StoreV1.FinishResponse(alreadyFinished: true), as: StoreV1.PurchaseResponse.self, token: token)
+            }
+            #expect(error?.code == .invalidArgument)
+            #expect(error?.message.contains("not a valid") == true)
+            #expect(try await store.balance(token) == 0)
+            #expect(try await store.buy("credits.5", token: token).transaction?.state == .purchased)
+        }
+    }
+
+    @Test func badCatalogsNameFileProductAndField() throws {
+        let cases: [(String, String)] = [
+            ("[]", "catalog.json: is not a JSON object"),
+            (#"{"products": 3}"#, #"catalog.json, field "products": must be an array"#),
+            (#"{"products": [{"type": "consumable"}]}"#, #"product #1, field "id": is required"#),
+            (#"{"products": [{"id": "a b", "type": "consumable"}]}"#, #"product "a b", field "id""#),
+            (#"{"products": [{"id": "c", "type": "gift", "title": "C", "price": "1", "currency": "USD"}]}"#, #"product "c", field "type""#),
+            (#"{"products": [{"id": "c", "type": "consumable", "title": "C", "price": "1.999999", "currency": "USD", "credits": 1}]}"#, #"product "c", field "price""#),
+            (#"{"products": [{"id": "c", "type": "consumable", "title": "C", "price": "1", "currency": "usd", "credits": 1}]}"#, #"field "currency""#),
+            (#"{"products": [{"id": "c", "type": "consumable", "title": "C", "price": "1", "currency": "USD"}]}"#, #"product "c", field "credits": is required"#),
+            (#"{"products": [{"id": "c", "type": "consumable", "title": "C", "price": "1", "currency": "USD", "credits": true}]}"#, #"field "credits": must be a whole number"#),
+            (#"{"products": [{"id": "s", "type": "auto-renewable-subscription", "title": "S", "price": "1", "currency": "USD"}]}"#, #"product "s", field "subscription_period""#),
+            (#"{"products": [{"id": "n", "type": "non-consumable", "title": "N", "price": "1", "currency": "USD", "max_quantity": 5}]}"#, #"field "max_quantity": must be 1"#),
+            (#"{"products": [{"id": "n", "type": "non-consumable", "title": "N", "price": "1", "currency": "USD", "prise": "2"}]}"#, #"product "n", field "prise": unknown field"#),
+            (#"{"products": [{"id": "d", "type": "non-consumable", "title": "D", "price": "1", "currency": "USD"}, {"id": "d", "type": "non-consumable", "title": "D", "price": "1", "currency": "USD"}]}"#, #"field "id": appears twice"#),
+        ]
+        for (json, expected) in cases {
+            let error = #expect(throws: CatalogError.self) { try Catalog.parse(Data(json.utf8), file: "catalog.json") }
+            #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should contain \(expected)")
+        }
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scripts/examples/catalog.json").path
+        let catalog = try Catalog.load(path: example)
+        #expect(catalog.products.count == 6)
+        #expect(catalog.product("credits.5")?.credits == 5)
+        #expect(catalog.product("season.pass")?.subscriptionPeriod == SubscriptionPeriod(iso8601: "P3M"))
+    }
+
+    @Test func ledgerCannotChangeEnvironment() async throws {
+        let directory = temporaryDirectory()
+        _ = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .sandbox))
+        #expect(throws: StoreError.self) {
+            try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .production))
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
