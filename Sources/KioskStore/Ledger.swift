@@ -365,10 +365,10 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// The public signing keys, oldest first.
+    /// The public signing keys, in the order they were added (the last one signs).
     public func publicKeys() throws -> [ReceiptPublicKey] {
         try pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY not_before_ms, rowid").map { row in
+            try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY rowid").map { row in
                 ReceiptPublicKey(id: row["id"], rawRepresentation: Array(row["public_key"] as Data), notBeforeMs: row["not_before_ms"])
             }
         }

@@ -1,0 +1,78 @@
+import Foundation
+import KioskAPI
+import KioskRPC
+@testable import KioskStore
+import KioskWire
+import Testing
+
+/// The `kiosk-store` admin commands, run as processes on the data dir of a live store.
+@Suite(.timeLimit(.minutes(1))) struct CommandLineTests {
+    @Test func adminCommandsWorkOnTheDataDirOfARunningStore() async throws {
+        try await StoreFixture.with { store in
+            let dir = store.dataDirectory
+            // account create --payments-disabled, then set-payments on.
+            let created = try await StoreProcess.run(["account", "create", "--data-dir", dir, "--payments-disabled"])
+            let lines = created.split(separator: "\n")
+            let accountID = try #require(lines.first?.split(separator: " ").last.map(String.init))
+            let token = try #require(lines.dropFirst().first?.split(separator: " ").last.map(String.init))
+            #expect(accountID.hasPrefix("acct_") && token.hasPrefix("kiosk_"))
+            #expect(try await store.buy("credits.5", token: token).transaction?.errorCode == 4)
+            _ = try await StoreProcess.run(["account", "set-payments", accountID, "on", "--data-dir", dir])
+            #expect(try await store.buy("credits.5", token: token).transaction?.state == .purchased)
+
+            // approve: an ask-to-buy purchase approved from the command line.
+            let deferred = try #require(try await store.buy("filter.sepia", method: "test-ask", token: token).transaction)
+            let approved = try await StoreProcess.run(["approve", deferred.transactionID, "--data-dir", dir, "--catalog", StoreProcess.exampleCatalog])
+            #expect(approved.contains("PURCHASED"))
+            let restored = try await store.restore(token: token)
+            #expect(restored.map(\.transactionID) == [deferred.transactionID])
+
+            // refund from another process reaches a WatchRevocations stream of the running store.
+            var metadata = Metadata()
+            metadata.add("authorization", "Bearer \(token)")
+            var feed = store.client.serverStreaming(
+                "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(),
+                response: StoreV1.Revocation.self, options: CallOptions(metadata: metadata)
+            ).makeAsyncIterator()
+            _ = try await StoreProcess.run(["refund", deferred.transactionID, "--reason", "customer request", "--data-dir", dir])
+            let revocation = try #require(try await feed.next())
+            #expect(revocation.transactionID == deferred.transactionID)
+            #expect(revocation.reason == "customer request")
+
+            // keys rotate, keys export.
+            let rotated = try await StoreProcess.run(["keys", "rotate", "--data-dir", dir])
+            let exported = try await StoreProcess.run(["keys", "export", "--data-dir", dir])
+            let keys = try JSONSerialization.jsonObject(with: Data(exported.utf8)) as? [String: Any]
+            let entries = try #require(keys?["keys"] as? [[String: Any]])
+            #expect(entries.count == 2)
+            #expect(rotated.contains(try #require(entries.last?["key_id"] as? String)))
+            // The running store signs with the rotated key, and still verifies the old receipt.
+            let fresh = try #require(try await store.buy("credits.5", token: token).transaction)
+            #expect(try ReceiptV1.SignedReceipt(serializedBytes: fresh.signedReceipt).keyID == entries.last?["key_id"] as? String)
+            #expect(try await store.verify(fresh.signedReceipt, token: token).status == 0)
+        }
+    }
+
+    @Test func badCatalogStopsStartUpWithAClearMessage() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let catalog = directory + "/catalog.json"
+        try Data(#"{"products": [{"id": "gold", "type": "consumable", "title": "Gold", "price": "free", "currency": "USD", "credits": 1}]}"#.utf8)
+            .write(to: URL(fileURLWithPath: catalog))
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: StoreProcess.binary)
+        process.arguments = ["serve", "--data-dir", directory, "--catalog", catalog, "--port", "0"]
+        let errors = Pipe()
+        process.standardError = errors
+        try process.run()
+        let message = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                let data = errors.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                continuation.resume(returning: String(decoding: data, as: UTF8.self))
+            }
+        }
+        #expect(process.terminationStatus != 0)
+        #expect(message.contains(#"catalog.json: product "gold", field "price""#), "\(message)")
+    }
+}
