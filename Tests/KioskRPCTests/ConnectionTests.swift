@@ -63,11 +63,15 @@ import Testing
 
     @Test func serverDropsClientsThatStopAnsweringPings() async throws {
         let probe = Probe()
-        let configuration = ServerConfiguration(keepalive: Keepalive(interval: .milliseconds(50), timeout: .milliseconds(100)))
+        let configuration = ServerConfiguration(keepalive: Keepalive(interval: .milliseconds(300), timeout: .milliseconds(300)))
         try await withServer(probe: probe, configuration: configuration) { server, _ in
             try await RawPeer.with(port: try #require(server.port)) { peer in
-                try await peer.send(Frame.preface)
-                try await peer.send(.headers(1, TestService.prefix + "Hold"), .request(1, Ping(opaque: 8)))
+                // One write, so the call is open well before the first PING is due.
+                var opening = ByteBuffer(bytes: Frame.preface)
+                Frame.headers(1, TestService.prefix + "Hold").write(to: &opening)
+                Frame.request(1, Ping(opaque: 8)).write(to: &opening)
+                try await peer.send(Array(opening.readableBytesView))
+                await probe.wait(for: .started(8))
                 // This peer reads but never answers the server's PINGs.
                 #expect(try await peer.readUntilClosed())
             }
