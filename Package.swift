@@ -10,6 +10,8 @@ let package = Package(
         .library(name: "KioskAPI", targets: ["KioskAPI"]),
         .library(name: "KioskStore", targets: ["KioskStore"]),
         .executable(name: "kiosk-store", targets: ["kiosk-store"]),
+        .library(name: "KioskContent", targets: ["KioskContent"]),
+        .executable(name: "kiosk-content", targets: ["kiosk-content"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -80,6 +82,33 @@ let package = Package(
                 "KioskStore", "KioskAPI", "KioskRPC",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The content service as an embeddable library.
+        .target(
+            name: "KioskContent",
+            dependencies: [
+                "KioskAPI", "KioskRPC", "KioskWire",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "kiosk-content",
+            dependencies: [
+                "KioskContent", "KioskAPI", "KioskRPC",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "KioskContentTests",
+            dependencies: [
+                "KioskContent", "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "kiosk-content", "kiosk-store",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .testTarget(

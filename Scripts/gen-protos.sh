@@ -23,4 +23,5 @@ echo "gen-protos: regenerated $(echo "$protos" | wc -w) proto file(s) into $out"
 # in KioskWire are written by hand).
 python3 Scripts/gen-swift-messages.py Protos/kiosk/receipt/v1/receipt.proto ReceiptV1 Sources/KioskAPI/Generated/ReceiptV1.swift
 python3 Scripts/gen-swift-messages.py Protos/kiosk/store/v1/store.proto StoreV1 Sources/KioskAPI/Generated/StoreV1.swift
+python3 Scripts/gen-swift-messages.py Protos/kiosk/content/v1/content.proto ContentV1 Sources/KioskAPI/Generated/ContentV1.swift
 echo "gen-protos: regenerated the Swift message types in Sources/KioskAPI/Generated"

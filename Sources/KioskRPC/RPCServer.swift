@@ -32,6 +32,7 @@ public final class RPCServer: Sendable {
     private let group: EventLoopGroup
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
+    private let shutdownFlag = ShutdownFlag()
 
     /// Creates a server; ``start()`` binds it.
     /// - Parameters:
@@ -65,6 +66,7 @@ public final class RPCServer: Sendable {
         let configuration = self.configuration
         let router = self.router
         let logger = self.logger
+        let shutdownFlag = self.shutdownFlag
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -73,7 +75,8 @@ public final class RPCServer: Sendable {
             .childChannelInitializer { [self] channel in
                 let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
                 return transport.flatMapThrowing {
-                    let handler = ServerConnectionHandler(router: router, maximumMessageSize: configuration.maximumMessageSize, logger: logger)
+                    let handler = ServerConnectionHandler(
+                        router: router, maximumMessageSize: configuration.maximumMessageSize, logger: logger, shutdown: shutdownFlag)
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(FrameDecoder(expectPreface: true, maximumPayloadSize: configuration.maximumMessageSize)),
                         MessageToByteHandler(FrameEncoder()),
@@ -138,6 +141,7 @@ public final class RPCServer: Sendable {
 
     @discardableResult
     private func startDraining() -> [Connection] {
+        shutdownFlag.set()
         let connections = state.withLockedValue { state in
             state.shuttingDown = true
             return Array(state.connections.values)

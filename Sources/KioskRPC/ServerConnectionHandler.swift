@@ -26,7 +26,10 @@ final class ServerConnectionHandler: ChannelInboundHandler {
     private var highestCallID: UInt32 = 0
     private var state = State.active
 
-    init(router: RPCRouter, maximumMessageSize: Int, logger: Logger) {
+    private let shutdown: ShutdownFlag
+
+    init(router: RPCRouter, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag) {
+        self.shutdown = shutdown
         self.router = router
         self.maximumMessageSize = maximumMessageSize
         self.logger = logger
@@ -104,7 +107,7 @@ final class ServerConnectionHandler: ChannelInboundHandler {
         let serverContext = ServerContext(
             method: headers.method, metadata: headers.metadata,
             deadline: headers.timeoutMs > 0 ? .now + .milliseconds(Int(headers.timeoutMs)) : nil,
-            callID: frame.callID, remoteAddress: remoteAddress, logger: callLogger)
+            callID: frame.callID, remoteAddress: remoteAddress, logger: callLogger, shutdown: shutdown)
         let call = ServerCall(
             id: frame.callID, context: serverContext, method: method,
             connection: NIOLoopBound(self, eventLoop: context.eventLoop), initialWindow: OutboundFlowWindow.initialSize)

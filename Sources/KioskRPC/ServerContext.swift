@@ -1,5 +1,6 @@
 import KioskWire
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// What a handler knows about the call it serves.
@@ -19,4 +20,17 @@ public struct ServerContext: Sendable {
     public var remoteAddress: String
     /// A logger with the call's method and id attached.
     public var logger: Logger
+    let shutdown: ShutdownFlag
+
+    /// True once the server has begun a graceful shutdown. A long-lived stream
+    /// (a feed that would never end by itself) should check it and finish, so
+    /// the shutdown does not wait out its whole grace period.
+    public var isShuttingDown: Bool { shutdown.isSet }
+}
+
+/// A flag set once, when a server begins shutting down.
+final class ShutdownFlag: Sendable {
+    private let value = NIOLockedValueBox(false)
+    var isSet: Bool { value.withLockedValue { $0 } }
+    func set() { value.withLockedValue { $0 = true } }
 }

@@ -24,6 +24,23 @@ public struct CatalogProduct: Hashable, Sendable {
     /// The subscription period, for subscriptions.
     public var subscriptionPeriod: SubscriptionPeriod?
 
+    /// Creates a product.
+    public init(
+        id: String, type: ReceiptV1.ProductType, title: String, description: String = "", price: String, currency: String,
+        credits: UInt64 = 0, maxQuantity: UInt32 = 1, hostedContent: Bool = false, subscriptionPeriod: SubscriptionPeriod? = nil
+    ) {
+        self.id = id
+        self.type = type
+        self.title = title
+        self.description = description
+        self.price = price
+        self.currency = currency
+        self.credits = credits
+        self.maxQuantity = maxQuantity
+        self.hostedContent = hostedContent
+        self.subscriptionPeriod = subscriptionPeriod
+    }
+
     /// The product as sent on the wire.
     public var message: StoreV1.Product {
         StoreV1.Product(

@@ -17,16 +17,20 @@ public struct StoreConfiguration: Sendable {
     /// another process (the `kiosk-store refund` command); in-process refunds
     /// are delivered at once.
     public var revocationPollInterval: Duration
+    /// How often an idle `WatchRevocations` stream sends a heartbeat (a
+    /// revocation with an empty transaction id), so watchers know the store is there.
+    public var revocationHeartbeat: Duration
     /// The time, in milliseconds since 1970; replaceable in tests.
     public var clock: @Sendable () -> Int64
 
     /// Creates a configuration: sandbox, simulated payments, 7-day idempotency keys,
-    /// revocations polled every 200 ms.
+    /// revocations polled every 200 ms, heartbeats every second.
     public init(
         dataDirectory: String, catalog: Catalog, environment: ReceiptV1.Environment = .sandbox,
         paymentProcessor: any PaymentProcessor = SimulatedPaymentProcessor(),
         idempotencyRetention: Duration = .seconds(7 * 24 * 3600),
         revocationPollInterval: Duration = .milliseconds(200),
+        revocationHeartbeat: Duration = .seconds(1),
         clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
     ) {
         self.dataDirectory = dataDirectory
@@ -35,6 +39,7 @@ public struct StoreConfiguration: Sendable {
         self.paymentProcessor = paymentProcessor
         self.idempotencyRetention = idempotencyRetention
         self.revocationPollInterval = revocationPollInterval
+        self.revocationHeartbeat = revocationHeartbeat
         self.clock = clock
     }
 }

@@ -69,13 +69,22 @@ public struct StoreService: RPCService {
         router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self) { request, writer, context in
             _ = try await store.authenticate(token: context.metadata.bearerToken)
             var cursor = request.since
-            while !Task.isCancelled {
+            var lastHeartbeat: ContinuousClock.Instant?
+            let heartbeat = store.configuration.revocationHeartbeat
+            // Ends when the server shuts down, so a graceful shutdown need not wait for it.
+            while !Task.isCancelled, !context.isShuttingDown {
                 let batch = try await store.ledger.revocations(after: cursor)
                 for revocation in batch {
                     try await writer.send(revocation.message)
                     cursor = revocation.cursor
                 }
-                if batch.isEmpty { try await store.waitForRevocations() }
+                guard batch.isEmpty else { continue }
+                // Caught up: say so (an empty transaction id), at once and then about every `heartbeat`.
+                if lastHeartbeat.map({ $0.duration(to: .now) >= heartbeat }) ?? true {
+                    try await writer.send(StoreV1.Revocation(cursor: cursor))
+                    lastHeartbeat = .now
+                }
+                try await store.waitForRevocations()
             }
         }
     }

@@ -26,6 +26,24 @@ public enum Zlib {
         return output
     }
 
+    /// The CRC-32 (zlib's, as in gzip and PNG) of `bytes`.
+    public static func crc32(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return 0 }
+        var crc = CZlib.crc32(0, nil, 0)
+        var offset = 0
+        while offset < bytes.count {
+            let length = min(bytes.count - offset, Int(UInt32.max))
+            crc = CZlib.crc32(crc, base.advanced(by: offset).assumingMemoryBound(to: Bytef.self), uInt(length))
+            offset += length
+        }
+        return UInt32(truncatingIfNeeded: crc)
+    }
+
+    /// The CRC-32 of `bytes`.
+    public static func crc32(_ bytes: [UInt8]) -> UInt32 {
+        bytes.withUnsafeBytes { crc32($0) }
+    }
+
     /// Inflates a zlib stream, refusing output larger than `limit` bytes.
     ///
     /// - Throws: ``WireError`` `decompressionFailed` for a corrupt or truncated

@@ -35,7 +35,7 @@ import Testing
                 response: StoreV1.Revocation.self, options: CallOptions(metadata: metadata)
             ).makeAsyncIterator()
             _ = try await StoreProcess.run(["refund", deferred.transactionID, "--reason", "customer request", "--data-dir", dir])
-            let revocation = try #require(try await feed.next())
+            let revocation = try #require(try await nextRevocation(&feed))
             #expect(revocation.transactionID == deferred.transactionID)
             #expect(revocation.reason == "customer request")
 

@@ -78,7 +78,7 @@ import Testing
                 response: StoreV1.Revocation.self, options: CallOptions(metadata: metadata)
             ).makeAsyncIterator()
             let refundTask = Task { try await store.store.refund(transactionID: transaction.transactionID, reason: "customer request") }
-            let revocation = try #require(try await feed.next())
+            let revocation = try #require(try await nextRevocation(&feed))
             #expect(revocation.transactionID == transaction.transactionID)
             #expect(revocation.reason == "customer request")
             #expect(revocation.cursor == 1)

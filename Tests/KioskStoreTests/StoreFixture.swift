@@ -105,3 +105,11 @@ struct StoreFixture {
         return out
     }
 }
+
+/// The next real revocation of a `WatchRevocations` stream, skipping heartbeats.
+func nextRevocation(_ feed: inout ResponseStream<StoreV1.Revocation>.AsyncIterator) async throws -> StoreV1.Revocation? {
+    while let revocation = try await feed.next() {
+        if !revocation.transactionID.isEmpty { return revocation }
+    }
+    return nil
+}

@@ -825,7 +825,9 @@ extension StoreV1.WatchRevocationsRequest: WireMessage {
 }
 
 extension StoreV1 {
-    /// `kiosk.store.v1.Revocation`.
+    /// A revoked (refunded) transaction. A Revocation with an empty transaction_id
+    /// is a heartbeat: the stream is live and caught up to `cursor`; the store sends
+    /// one when the backlog is delivered and then about every second.
     public struct Revocation: Hashable, Sendable {
         /// `cursor` (field 1).
         public var cursor: UInt64

@@ -373,6 +373,11 @@ struct  Kiosk__Store__V1__WatchRevocationsRequest
     , 0 }
 
 
+/*
+ * A revoked (refunded) transaction. A Revocation with an empty transaction_id
+ * is a heartbeat: the stream is live and caught up to `cursor`; the store sends
+ * one when the backlog is delivered and then about every second.
+ */
 struct  Kiosk__Store__V1__Revocation
 {
   ProtobufCMessage base;

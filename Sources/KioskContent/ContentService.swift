@@ -1,0 +1,92 @@
+import KioskAPI
+import KioskRPC
+import KioskWire
+
+/// The content service's RPC service, `kiosk.content.v1.Content`.
+public struct ContentService: RPCService {
+    /// The service name.
+    public static let name = "kiosk.content.v1.Content"
+    public var serviceName: String { Self.name }
+
+    let library: ContentLibrary
+    let gate: ReceiptGate
+    let limiter: DownloadLimiter
+
+    static func method(_ name: String) -> String { "/\(Self.name)/\(name)" }
+
+    public func register(in router: inout RPCRouter) {
+        let library = self.library
+        let gate = self.gate
+        let limiter = self.limiter
+        router.registerUnary(Self.method("ListContent"), request: ContentV1.ListContentRequest.self, response: ContentV1.ListContentResponse.self) { _, _ in
+            ContentV1.ListContentResponse(items: library.items.map { item in
+                ContentV1.ContentItem(
+                    productID: item.entry.productID, contentVersion: item.entry.version, originalSize: item.originalSize,
+                    compressedSize: item.compressedSize, sha256: item.sha256, title: item.entry.title, chunkSize: item.chunkSize)
+            })
+        }
+        router.registerUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self) { request, context in
+            _ = try library.item(request.productID)
+            let decision = try await gate.authorize(receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken)
+            return ContentV1.AuthorizeResponse(status: decision.status.rawValue, allowed: decision.allowed, refusal: decision.refusal, reason: decision.reason)
+        }
+        router.registerServerStreaming(Self.method("Download"), request: ContentV1.DownloadRequest.self, response: ContentV1.DownloadPart.self) { request, writer, context in
+            let item = try library.item(request.productID)
+            guard request.resumeOffset <= item.originalSize else {
+                throw RPCError(.outOfRange, "resume_offset \(request.resumeOffset) is past the end of \(request.productID) (\(item.originalSize) bytes)")
+            }
+            let decision = try await gate.authorize(receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken)
+            guard decision.allowed else {
+                var metadata = Metadata()
+                metadata.add("kiosk-receipt-status", String(decision.status.rawValue))
+                metadata.add("kiosk-refusal", decision.refusal)
+                throw RPCError(decision.callCode, "download refused (\(decision.status.rawValue) \(decision.refusal)): \(decision.reason)", metadata: metadata)
+            }
+            // The receipt names the account; it matched the caller's.
+            let account = (try? ReceiptV1.SignedReceipt(serializedBytes: request.signedReceipt))
+                .flatMap { try? ReceiptV1.ReceiptPayload(serializedBytes: $0.payload) }?.accountID ?? "?"
+            if let refusal = limiter.acquire(account: account) {
+                throw RPCError(.resourceExhausted, refusal)
+            }
+            defer { limiter.release(account: account) }
+            let first = item.chunks.isEmpty ? 0 : Int(request.resumeOffset / UInt64(item.chunkSize))
+            let start = min(first, item.chunks.count)
+            try await writer.send(ContentV1.DownloadPart(header: ContentV1.DownloadHeader(
+                contentVersion: item.entry.version, totalSize: item.originalSize, chunkSize: item.chunkSize, sha256: item.sha256,
+                chunkCount: UInt32(item.chunks.count), startOffset: UInt64(start) * UInt64(item.chunkSize))))
+            for index in start..<item.chunks.count {
+                let chunk = item.chunks[index]
+                try await writer.send(ContentV1.DownloadPart(chunk: ContentV1.DownloadChunk(
+                    index: UInt32(index), offset: UInt64(index) * UInt64(item.chunkSize), originalLength: chunk.originalLength,
+                    compressed: chunk.compressed, crc32: chunk.crc32, data: try item.storedBytes(of: index))))
+            }
+        }
+        router.registerUnary(Self.method("Stats"), request: ContentV1.StatsRequest.self, response: ContentV1.StatsResponse.self) { _, _ in
+            let stats = gate.stats
+            return ContentV1.StatsResponse(
+                cacheHits: stats.cacheHits, cacheMisses: stats.cacheMisses, cacheEntries: UInt64(stats.cacheEntries),
+                cacheCapacity: UInt64(stats.cacheCapacity), activeDownloads: UInt32(limiter.active),
+                revocationsKnown: UInt64(stats.revocationsKnown), keysKnown: UInt32(stats.keysKnown),
+                storeSilenceMs: stats.storeSilenceMs, revocationCursor: stats.revocationCursor)
+        }
+    }
+}
+
+/// The prepared hosted products.
+struct ContentLibrary: Sendable {
+    let items: [PreparedContent]
+    private let byID: [String: PreparedContent]
+
+    init(items: [PreparedContent]) {
+        self.items = items
+        self.byID = Dictionary(items.map { ($0.entry.productID, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// The hosted product `id`; NOT_FOUND for anything not in the manifest.
+    func item(_ id: String) throws -> PreparedContent {
+        guard let item = byID[id] else {
+            throw RPCError(.notFound, "product \(id.debugDescription) is not hosted here")
+        }
+        return item
+    }
+}

@@ -1,0 +1,244 @@
+import Crypto
+import KioskAPI
+import KioskRPC
+import KioskWire
+import Logging
+import NIOConcurrencyHelpers
+
+/// Whether a receipt opens a product's content, and why not.
+public struct AccessDecision: Hashable, Sendable {
+    /// The receipt's verification status.
+    public var status: ReceiptStatus
+    /// For a valid receipt that is still refused: `revoked`, `wrong_account`,
+    /// `wrong_product`. Empty when allowed; the status's name otherwise.
+    public var refusal: String
+    /// A readable reason.
+    public var reason: String
+
+    /// True when the download would be served.
+    public var allowed: Bool { status == .valid && refusal.isEmpty }
+
+    static let granted = AccessDecision(status: .valid, refusal: "", reason: "allowed")
+
+    static func refused(_ status: ReceiptStatus, _ reason: String) -> AccessDecision {
+        AccessDecision(status: status, refusal: status.name, reason: reason)
+    }
+
+    /// The call status a refused download ends with.
+    var callCode: StatusCode {
+        switch status {
+        case .malformed: .invalidArgument
+        case .serverUnavailable: .unavailable
+        case .sandboxReceiptInProduction, .productionReceiptInSandbox: .failedPrecondition
+        default: .permissionDenied
+        }
+    }
+}
+
+/// Counters the `Stats` method reports.
+public struct GateStats: Hashable, Sendable {
+    public var cacheHits: UInt64
+    public var cacheMisses: UInt64
+    public var cacheEntries: Int
+    public var cacheCapacity: Int
+    public var revocationsKnown: Int
+    public var keysKnown: Int
+    public var storeSilenceMs: Int64
+    public var revocationCursor: UInt64
+}
+
+/// Decides access offline: Ed25519 signatures against the store's keys, the
+/// caller's account, the product, the environment, and the revocations fed by
+/// the store, with a cache of verified receipts. Only a caller's first token
+/// and an unknown key id cost a store round trip.
+final class ReceiptGate: Sendable {
+    private struct State {
+        var verifier: ReceiptVerifier
+        var keysKnown = 0
+        var revoked: Set<String> = []
+        var cursor: UInt64 = 0
+        var lastHeardMs: Int64?
+        var cache: VerifiedReceiptCache
+        var tokens: [[UInt8]: (accountID: String, atMs: Int64)] = [:]
+        var lastKeyRefreshMs: Int64?
+    }
+
+    private let configuration: ContentConfiguration
+    private let link: StoreLink
+    private let logger: Logger
+    private let state: NIOLockedValueBox<State>
+
+    init(configuration: ContentConfiguration, link: StoreLink, logger: Logger) {
+        self.configuration = configuration
+        self.link = link
+        self.logger = logger
+        self.state = NIOLockedValueBox(State(
+            verifier: ReceiptVerifier(keys: [], environment: configuration.environment, acceptSandbox: configuration.acceptSandbox),
+            cache: VerifiedReceiptCache(capacity: configuration.cacheSize)))
+    }
+
+    private var now: Int64 { configuration.clock() }
+    private var stalenessMs: Int64 { milliseconds(configuration.maximumStaleness) }
+
+    // MARK: Deciding
+
+    /// Decides whether `receipt` opens `productID` for the holder of `token`.
+    /// - Throws: ``RPCError`` UNAUTHENTICATED for a missing or unknown token.
+    func authorize(receipt: [UInt8], productID: String, token: String?) async throws -> AccessDecision {
+        guard let token, !token.isEmpty else {
+            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <token>\" (the buyer's store token)")
+        }
+        let nowMs = now
+        if let stale = staleness(nowMs: nowMs) { return stale }
+        let account: String
+        switch try await accountID(token: token, nowMs: nowMs) {
+        case .account(let id): account = id
+        case .refused(let decision): return decision
+        }
+
+        let key = Array(SHA256.hash(data: receipt))
+        var payload = state.withLockedValue { $0.cache.lookup(key) }
+        if payload == nil {
+            var check = state.withLockedValue { $0.verifier }.verify(receipt, nowMs: nowMs)
+            if check.status == .notAuthentic, await refreshKeysIfUnknown(receipt) {
+                check = state.withLockedValue { $0.verifier }.verify(receipt, nowMs: nowMs)
+            }
+            guard check.status == .valid, let verified = check.payload else {
+                return .refused(check.status, check.message)
+            }
+            state.withLockedValue { state in
+                if !state.revoked.contains(verified.transactionID) { state.cache.insert(key, verified) }
+            }
+            payload = verified
+        }
+        guard let payload else { return .refused(.malformed, "receipt could not be read") }
+        if payload.expiresDateMs > 0, payload.expiresDateMs <= nowMs {
+            return .refused(.subscriptionExpired, "subscription expired")
+        }
+        if state.withLockedValue({ $0.revoked.contains(payload.transactionID) }) {
+            return AccessDecision(status: .valid, refusal: "revoked", reason: "the purchase was refunded or revoked")
+        }
+        guard payload.accountID == account else {
+            return AccessDecision(status: .valid, refusal: "wrong_account", reason: "the receipt belongs to another account")
+        }
+        guard payload.productID == productID else {
+            return AccessDecision(status: .valid, refusal: "wrong_product",
+                                  reason: "the receipt is for \(payload.productID), not \(productID)")
+        }
+        return .granted
+    }
+
+    private func staleness(nowMs: Int64) -> AccessDecision? {
+        let lastHeard = state.withLockedValue { $0.lastHeardMs }
+        guard let lastHeard else {
+            return .refused(.serverUnavailable, "the store has not been reached yet; its keys and revocations are unknown")
+        }
+        let silence = nowMs - lastHeard
+        guard silence <= stalenessMs else {
+            return .refused(.serverUnavailable, "the store has been unreachable for \(silence / 1000) s (limit \(stalenessMs / 1000) s)")
+        }
+        return nil
+    }
+
+    private enum AccountLookup {
+        case account(String)
+        case refused(AccessDecision)
+    }
+
+    private func accountID(token: String, nowMs: Int64) async throws -> AccountLookup {
+        let tokenHash = Array(SHA256.hash(data: Array(token.utf8)))
+        let lifetime = milliseconds(configuration.tokenCacheLifetime)
+        let cached = state.withLockedValue { $0.tokens[tokenHash] }
+        if let cached, nowMs - cached.atMs <= lifetime { return .account(cached.accountID) }
+        do {
+            let id = try await link.accountID(forCallerToken: token)
+            state.withLockedValue { state in
+                if state.tokens.count >= 100_000 { state.tokens.removeAll() }
+                state.tokens[tokenHash] = (id, nowMs)
+            }
+            return .account(id)
+        } catch let error as RPCError where error.code == .unauthenticated && error.source == .remote {
+            throw RPCError(.unauthenticated, "the store does not know this bearer token")
+        } catch {
+            // Store unreachable: an expired answer still serves within the staleness bound.
+            if let cached { return .account(cached.accountID) }
+            return .refused(.refused(.serverUnavailable, "the store cannot be reached to check the caller's token: \(error)"))
+        }
+    }
+
+    /// Fetches the store's keys again when the receipt names a key not known
+    /// yet (a rotation), at most once a second.
+    private func refreshKeysIfUnknown(_ receipt: [UInt8]) async -> Bool {
+        guard let signed = try? ReceiptV1.SignedReceipt(serializedBytes: receipt), !signed.keyID.isEmpty else { return false }
+        let nowMs = now
+        let due = state.withLockedValue { state -> Bool in
+            guard !state.verifier.knows(keyID: signed.keyID), state.lastKeyRefreshMs.map({ nowMs - $0 >= 1000 }) ?? true else { return false }
+            state.lastKeyRefreshMs = nowMs
+            return true
+        }
+        guard due, let keys = try? await link.publicKeys() else { return false }
+        install(keys: keys)
+        return state.withLockedValue { $0.verifier.knows(keyID: signed.keyID) }
+    }
+
+    // MARK: Following the store
+
+    func install(keys: [ReceiptPublicKey]) {
+        let verifier = ReceiptVerifier(keys: keys, environment: configuration.environment, acceptSandbox: configuration.acceptSandbox)
+        let nowMs = now
+        state.withLockedValue { state in
+            state.verifier = verifier
+            state.keysKnown = keys.count
+            state.lastHeardMs = nowMs
+        }
+    }
+
+    func apply(_ revocation: StoreV1.Revocation) {
+        let nowMs = now
+        state.withLockedValue { state in
+            state.lastHeardMs = nowMs
+            state.cursor = max(state.cursor, revocation.cursor)
+            guard !revocation.transactionID.isEmpty else { return }  // a heartbeat
+            state.revoked.insert(revocation.transactionID)
+            state.cache.evict(transactionID: revocation.transactionID)
+        }
+    }
+
+    /// Keeps keys and revocations current until cancelled: fetches the keys,
+    /// follows `WatchRevocations` from the last cursor, and starts again after
+    /// any failure (the RPC client reconnects with backoff).
+    func followStore() async {
+        var failures = 0
+        while !Task.isCancelled {
+            do {
+                install(keys: try await link.publicKeys())
+                failures = 0
+                let cursor = state.withLockedValue { $0.cursor }
+                for try await revocation in link.revocations(since: cursor) {
+                    apply(revocation)
+                }
+            } catch {
+                if Task.isCancelled { return }
+                failures += 1
+                if failures == 1 { logger.warning("lost the store: \(error)") }
+            }
+            let delay = min(50 * (1 << min(failures, 4)), 1000)
+            try? await Task.sleep(for: .milliseconds(delay))
+        }
+    }
+
+    var stats: GateStats {
+        let nowMs = now
+        return state.withLockedValue { state in
+            GateStats(
+                cacheHits: state.cache.hits, cacheMisses: state.cache.misses, cacheEntries: state.cache.count,
+                cacheCapacity: state.cache.capacity, revocationsKnown: state.revoked.count, keysKnown: state.keysKnown,
+                storeSilenceMs: state.lastHeardMs.map { nowMs - $0 } ?? 0, revocationCursor: state.cursor)
+        }
+    }
+}
+
+func milliseconds(_ duration: Duration) -> Int64 {
+    let (seconds, attoseconds) = duration.components
+    return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+}

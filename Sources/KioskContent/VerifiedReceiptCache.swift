@@ -1,0 +1,90 @@
+import KioskAPI
+
+/// A bounded least-recently-used cache of verified receipts, keyed by the
+/// SHA-256 of the receipt bytes. Capacity 0 turns it off.
+struct VerifiedReceiptCache {
+    private struct Node {
+        var key: [UInt8]
+        var payload: ReceiptV1.ReceiptPayload
+        var previous: Int?
+        var next: Int?
+    }
+
+    let capacity: Int
+    private var nodes: [Node] = []
+    private var index: [[UInt8]: Int] = [:]
+    private var head: Int?  // most recent
+    private var tail: Int?  // least recent
+    private var free: [Int] = []
+    private(set) var hits: UInt64 = 0
+    private(set) var misses: UInt64 = 0
+
+    init(capacity: Int) {
+        self.capacity = max(capacity, 0)
+    }
+
+    var count: Int { index.count }
+
+    /// The payload verified for `key`, counting a hit or a miss.
+    mutating func lookup(_ key: [UInt8]) -> ReceiptV1.ReceiptPayload? {
+        guard let slot = index[key] else {
+            misses += 1
+            return nil
+        }
+        hits += 1
+        moveToFront(slot)
+        return nodes[slot].payload
+    }
+
+    mutating func insert(_ key: [UInt8], _ payload: ReceiptV1.ReceiptPayload) {
+        guard capacity > 0 else { return }
+        if let slot = index[key] {
+            nodes[slot].payload = payload
+            moveToFront(slot)
+            return
+        }
+        if index.count >= capacity, let last = tail { remove(slot: last) }
+        let node = Node(key: key, payload: payload, previous: nil, next: head)
+        let slot: Int
+        if let reused = free.popLast() {
+            nodes[reused] = node
+            slot = reused
+        } else {
+            nodes.append(node)
+            slot = nodes.count - 1
+        }
+        if let head { nodes[head].previous = slot }
+        head = slot
+        if tail == nil { tail = slot }
+        index[key] = slot
+    }
+
+    /// Evicts every entry for `transactionID`.
+    mutating func evict(transactionID: String) {
+        let slots = index.values.filter { nodes[$0].payload.transactionID == transactionID }
+        for slot in slots { remove(slot: slot) }
+    }
+
+    private mutating func unlink(_ slot: Int) {
+        let node = nodes[slot]
+        if let previous = node.previous { nodes[previous].next = node.next } else { head = node.next }
+        if let next = node.next { nodes[next].previous = node.previous } else { tail = node.previous }
+        nodes[slot].previous = nil
+        nodes[slot].next = nil
+    }
+
+    private mutating func moveToFront(_ slot: Int) {
+        guard head != slot else { return }
+        unlink(slot)
+        nodes[slot].next = head
+        if let head { nodes[head].previous = slot }
+        head = slot
+        if tail == nil { tail = slot }
+    }
+
+    private mutating func remove(slot: Int) {
+        unlink(slot)
+        index.removeValue(forKey: nodes[slot].key)
+        free.append(slot)
+    }
+}

@@ -1,0 +1,72 @@
+import ArgumentParser
+import Foundation
+import KioskAPI
+import KioskContent
+import KioskRPC
+import Logging
+
+@main
+struct KioskContentCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kiosk-content",
+        abstract: "The Kiosk content service: verifies receipts and streams paid product files.",
+        subcommands: [Serve.self])
+}
+
+extension ReceiptV1.Environment: ExpressibleByArgument {
+    public init?(argument: String) { self.init(name: argument) }
+}
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Serve the content directory on TCP.")
+
+    @Option(help: "Address to listen on.") var host = "127.0.0.1"
+    @Option(help: "Port to listen on; 0 picks a free one.") var port = 7302
+    @Option(name: .customLong("content-dir"), help: "Directory with manifest.json and the hosted files.") var contentDir: String
+    @Option(name: .customLong("prepared-dir"), help: "Where prepared chunks are kept (default: <content-dir>/.kiosk-prepared).") var preparedDir: String?
+    @Option(help: "The store, host:port.") var store = "127.0.0.1:7301"
+    @Option(name: .customLong("store-token"), help: "A store account token for the key and revocation feeds (or KIOSK_STORE_TOKEN).") var storeToken: String?
+    @Option(help: "sandbox or production.") var environment: ReceiptV1.Environment = .sandbox
+    @Flag(name: .customLong("accept-sandbox"), help: "A production service that also serves sandbox receipts.") var acceptSandbox = false
+    @Option(name: .customLong("cache-size"), help: "Verified receipts kept (0 turns the cache off).") var cacheSize = 10_000
+    @Option(name: .customLong("max-staleness"), help: "Seconds to keep serving on the last known keys and revocations while the store is unreachable.") var maxStaleness = 300
+    @Option(name: .customLong("max-downloads-per-account"), help: "Concurrent downloads per account.") var maxDownloadsPerAccount = 4
+    @Option(name: .customLong("max-downloads"), help: "Concurrent downloads in total.") var maxDownloads = 64
+    @Option(name: .customLong("chunk-size-kib"), help: "KiB of original file per chunk.") var chunkSizeKiB = 256
+    @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+
+    func run() async throws {
+        let level = Logger.Level(rawValue: logLevel) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "kiosk-content")
+        let parts = store.split(separator: ":")
+        guard parts.count == 2, let storePort = Int(parts[1]) else { throw ValidationError("--store must be host:port") }
+        guard let token = storeToken ?? ProcessInfo.processInfo.environment["KIOSK_STORE_TOKEN"], !token.isEmpty else {
+            throw ValidationError("a store token is needed: --store-token or KIOSK_STORE_TOKEN (kiosk-store account create)")
+        }
+        guard (1...16_384).contains(chunkSizeKiB) else { throw ValidationError("--chunk-size-kib must be 1…16384") }
+        let configuration = ContentConfiguration(
+            contentDirectory: contentDir, preparedDirectory: preparedDir, storeHost: String(parts[0]), storePort: storePort,
+            storeToken: token, environment: environment, acceptSandbox: acceptSandbox, cacheSize: cacheSize,
+            maximumStaleness: .seconds(maxStaleness), chunkSize: UInt32(chunkSizeKiB * 1024),
+            maximumDownloadsPerAccount: maxDownloadsPerAccount, maximumDownloads: maxDownloads)
+        let server: ContentServer
+        do {
+            server = try ContentServer(configuration: configuration, server: ServerConfiguration(host: host, port: port), logger: logger)
+        } catch let error as ManifestError {
+            FileHandle.standardError.write(Data("kiosk-content: bad manifest: \(error.message)\n".utf8))
+            throw ExitCode(2)
+        }
+        try await server.start()
+        let banner = "kiosk-content listening on \(host):\(server.port ?? port) (\(environment.name), \(server.items.count) products)\n"
+        FileHandle.standardOutput.write(Data(banner.utf8))
+        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
+        await signals.wait()
+        logger.info("shutting down; cache hits \(server.stats.cacheHits), misses \(server.stats.cacheMisses)")
+        await server.shutdown()
+    }
+}

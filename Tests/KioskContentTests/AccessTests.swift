@@ -1,0 +1,150 @@
+import Foundation
+import KioskAPI
+@testable import KioskContent
+import KioskRPC
+import KioskStore
+import KioskWire
+import Testing
+
+@Suite(.timeLimit(.minutes(1))) struct AccessTests {
+    @Test func refusalsCarryTheVerificationStatus() async throws {
+        try await ContentFixture.with(files: ["book.swift": proseBytes(10_000), "file.one": [1]]) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+
+            var signed = try ReceiptV1.SignedReceipt(serializedBytes: receipt)
+            signed.payload[signed.payload.count / 2] ^= 0x04
+            let tampered = try await fixture.authorize(signed.serializedBytes(), product: "book.swift", token: token)
+            #expect(tampered.status == 21003 && !tampered.allowed)
+
+            let malformed = try await fixture.authorize(Array(receipt.prefix(20)), product: "book.swift", token: token)
+            #expect(malformed.status == 21002 && !malformed.allowed)
+
+            let stranger = try fixture.newAccount()
+            let copied = try await fixture.authorize(receipt, product: "book.swift", token: stranger)
+            #expect(copied.status == 0 && !copied.allowed && copied.refusal == "wrong_account")
+
+            let otherProduct = try await fixture.authorize(receipt, product: "file.one", token: token)
+            #expect(otherProduct.refusal == "wrong_product" && !otherProduct.allowed)
+
+            // A refused download ends with a call status and the verification status in metadata.
+            let error = await #expect(throws: RPCError.self) {
+                _ = try await fixture.download("book.swift", receipt: signed.serializedBytes(), token: token)
+            }
+            #expect(error?.code == .permissionDenied)
+            #expect(error?.metadata["kiosk-receipt-status"] == "21003")
+            let copiedDownload = await #expect(throws: RPCError.self) {
+                _ = try await fixture.download("book.swift", receipt: receipt, token: stranger)
+            }
+            #expect(copiedDownload?.metadata["kiosk-refusal"] == "wrong_account")
+            // No token at all, or one the store does not know: UNAUTHENTICATED.
+            for bad in [nil, "kiosk_forged"] as [String?] {
+                let unauthenticated = await #expect(throws: RPCError.self) {
+                    _ = try await fixture.authorize(receipt, product: "book.swift", token: bad)
+                }
+                #expect(unauthenticated?.code == .unauthenticated)
+            }
+        }
+    }
+
+    @Test func sandboxReceiptAtProductionIs21007UnlessAccepted() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1, 2, 3]], environment: .production) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt  // the fixture's store is a sandbox store
+            let answer = try await fixture.authorize(receipt, product: "book.swift", token: token)
+            #expect(answer.status == 21007 && !answer.allowed)
+            let error = await #expect(throws: RPCError.self) { _ = try await fixture.download("book.swift", receipt: receipt, token: token) }
+            #expect(error?.code == .failedPrecondition)
+            #expect(error?.metadata["kiosk-receipt-status"] == "21007")
+        }
+        try await ContentFixture.with(files: ["book.swift": [1, 2, 3]], environment: .production, acceptSandbox: true) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+        }
+    }
+
+    @Test func pathLikeOrUnknownProductIDsAreNotFound() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1]]) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            for product in ["../../etc/passwd", "/etc/passwd", "files/book.swift.bin", "manifest.json", "", "book.swift/.."] {
+                let error = await #expect(throws: RPCError.self) {
+                    _ = try await fixture.download(product, receipt: receipt, token: token)
+                }
+                #expect(error?.code == .notFound, "\(product)")
+                let authorize = await #expect(throws: RPCError.self) {
+                    _ = try await fixture.authorize(receipt, product: product, token: token)
+                }
+                #expect(authorize?.code == .notFound)
+            }
+        }
+    }
+
+    @Test func badManifestsAreRefusedAtLoad() throws {
+        let outside = temporaryDirectory("outside")
+        try Data("secret".utf8).write(to: URL(fileURLWithPath: outside + "/secret.txt"))
+        defer { try? FileManager.default.removeItem(atPath: outside) }
+        let cases: [(String, String)] = [
+            (#"{"products": [{"product_id": "a", "file": "../secret.txt", "version": "1"}]}"#, "without '..'"),
+            (#"{"products": [{"product_id": "a", "file": "\#(outside)/secret.txt", "version": "1"}]}"#, "without '..'"),
+            (#"{"products": [{"product_id": "a", "file": "link.txt", "version": "1"}]}"#, "leads outside the content directory"),
+            (#"{"products": [{"product_id": "a", "file": "missing.bin", "version": "1"}]}"#, "does not exist"),
+            (#"{"products": [{"product_id": "a", "file": "files", "version": "1"}]}"#, "not a readable regular file"),
+            (#"{"products": [{"product_id": "a", "file": "files/x.bin"}]}"#, #"field "version""#),
+            (#"{"products": [{"product_id": "../a", "file": "files/x.bin", "version": "1"}]}"#, #"field "product_id""#),
+            (#"{"items": []}"#, "not a manifest"),
+        ]
+        for (manifest, expected) in cases {
+            let directory = temporaryDirectory("manifest")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try FileManager.default.createDirectory(atPath: directory + "/files", withIntermediateDirectories: true)
+            try Data([1]).write(to: URL(fileURLWithPath: directory + "/files/x.bin"))
+            try FileManager.default.createSymbolicLink(atPath: directory + "/link.txt", withDestinationPath: outside + "/secret.txt")
+            try Data(manifest.utf8).write(to: URL(fileURLWithPath: directory + "/manifest.json"))
+            let error = #expect(throws: ManifestError.self) { try Manifest.load(contentDirectory: directory) }
+            #expect(error?.message.contains(expected) == true, "\(error?.message ?? "") should contain \(expected)")
+        }
+        // A symlink that stays inside the directory is fine.
+        let directory = temporaryDirectory("manifest")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try Data([1]).write(to: URL(fileURLWithPath: directory + "/real.bin"))
+        try FileManager.default.createSymbolicLink(atPath: directory + "/alias.bin", withDestinationPath: directory + "/real.bin")
+        try Data(#"{"products": [{"product_id": "a", "file": "alias.bin", "version": "1"}]}"#.utf8).write(to: URL(fileURLWithPath: directory + "/manifest.json"))
+        #expect(try Manifest.load(contentDirectory: directory).entries.count == 1)
+    }
+
+    @Test func verifiedReceiptsAreCachedAndRevocationEvictsThem() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1, 2]], cacheSize: 2) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            let before = fixture.content.stats
+            for _ in 0..<5 { #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed) }
+            let after = fixture.content.stats
+            #expect(after.cacheMisses - before.cacheMisses == 1)
+            #expect(after.cacheHits - before.cacheHits == 4)
+            #expect(after.cacheEntries == 1)
+            // The Stats method says the same.
+            let stats = try await fixture.contentClient.unary(
+                "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self)
+            #expect(stats.cacheHits == after.cacheHits && stats.cacheCapacity == 2)
+            // Bounded: three receipts in a cache of two.
+            for product in ["book.swift", "book.swift"] {
+                let other = try fixture.newAccount()
+                _ = try await fixture.authorize(try await fixture.buy(product, token: other).signedReceipt, product: product, token: other)
+            }
+            #expect(fixture.content.stats.cacheEntries == 2)
+        }
+    }
+
+    @Test func cacheSizeZeroTurnsCachingOff() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1]], cacheSize: 0) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            for _ in 0..<3 { #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed) }
+            #expect(fixture.content.stats.cacheHits == 0)
+            #expect(fixture.content.stats.cacheEntries == 0)
+        }
+    }
+}

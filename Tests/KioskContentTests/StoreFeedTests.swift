@@ -1,0 +1,94 @@
+import Foundation
+import KioskAPI
+@testable import KioskContent
+import KioskRPC
+import KioskStore
+import KioskWire
+import Testing
+
+/// The content service and its store: refunds, rotation, outages.
+@Suite(.timeLimit(.minutes(1))) struct StoreFeedTests {
+    /// Authorizes until `done` says so, at most `attempts` times; returns the elapsed time.
+    func until(
+        _ fixture: ContentFixture, receipt: [UInt8], token: String, attempts: Int = 500,
+        _ done: (ContentV1.AuthorizeResponse) -> Bool
+    ) async throws -> Duration {
+        let start = ContinuousClock.now
+        for _ in 0..<attempts {
+            if done(try await fixture.authorize(receipt, product: "book.swift", token: token)) { return start.duration(to: .now) }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("condition not reached after \(attempts) attempts")
+        return start.duration(to: .now)
+    }
+
+    @Test func refundFromTheCommandLineIsRefusedWithinOneSecond() async throws {
+        try await ContentFixture.with(files: ["book.swift": proseBytes(1000)]) { fixture in
+            let token = try fixture.newAccount()
+            let transaction = try await fixture.buy("book.swift", token: token)
+            #expect(try await fixture.authorize(transaction.signedReceipt, product: "book.swift", token: token).allowed)
+            // `kiosk-store refund`, a separate process on the running store's data dir.
+            let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+            let binary = URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk-store").path
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: binary)
+            process.arguments = ["refund", transaction.transactionID, "--reason", "customer request", "--data-dir", fixture.storeDirectory]
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            await withCheckedContinuation { continuation in
+                DispatchQueue.global().async { process.waitUntilExit(); continuation.resume() }
+            }
+            #expect(process.terminationStatus == 0)
+            let elapsed = try await until(fixture, receipt: transaction.signedReceipt, token: token) { !$0.allowed }
+            #expect(elapsed < .seconds(1), "refused \(elapsed) after the refund")
+            let answer = try await fixture.authorize(transaction.signedReceipt, product: "book.swift", token: token)
+            #expect(answer.refusal == "revoked")
+            let error = await #expect(throws: RPCError.self) {
+                _ = try await fixture.download("book.swift", receipt: transaction.signedReceipt, token: token)
+            }
+            #expect(error?.metadata["kiosk-refusal"] == "revoked")
+            #expect(fixture.content.stats.revocationsKnown == 1)
+        }
+    }
+
+    @Test func rotatedKeyIsFetchedOnFirstSight() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1]]) { fixture in
+            _ = try fixture.store.store.rotateKeys()
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+            #expect(fixture.content.stats.keysKnown == 2)
+        }
+    }
+
+    @Test func storeOutageServesWithinTheStalenessBoundThen21005ThenRecovers() async throws {
+        try await ContentFixture.with(files: ["book.swift": proseBytes(300_000)], maximumStaleness: .seconds(60)) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+            let port = try #require(fixture.store.port)
+
+            await fixture.store.shutdown()
+            // Within the bound: served on the last known keys and revocations.
+            fixture.advanceClock(by: .seconds(59))
+            #expect(try await fixture.download("book.swift", receipt: receipt, token: token).bytes == proseBytes(300_000))
+            // Past it: 21005.
+            fixture.advanceClock(by: .seconds(2))
+            let stale = try await fixture.authorize(receipt, product: "book.swift", token: token)
+            #expect(stale.status == 21005 && !stale.allowed)
+            let error = await #expect(throws: RPCError.self) { _ = try await fixture.download("book.swift", receipt: receipt, token: token) }
+            #expect(error?.code == .unavailable)
+            #expect(error?.metadata["kiosk-receipt-status"] == "21005")
+
+            // The store comes back on the same port and data dir: the content service recovers by itself.
+            let revived = try StoreServer(
+                store: StoreConfiguration(dataDirectory: fixture.storeDirectory, catalog: hostedCatalog, environment: .sandbox,
+                                          revocationHeartbeat: .milliseconds(100)),
+                server: ServerConfiguration(port: port))
+            try await revived.start()
+            _ = try await until(fixture, receipt: receipt, token: token) { $0.allowed }
+            #expect(try await fixture.download("book.swift", receipt: receipt, token: token).bytes.count == 300_000)
+            await revived.shutdown()
+        }
+    }
+}
