@@ -1,13 +1,15 @@
 import Dispatch
 import Foundation
 
-/// Waits for one of a set of POSIX signals.
-final class SignalWaiter: @unchecked Sendable {
+/// Waits for one of a set of POSIX signals (e.g. SIGINT, SIGTERM), so a
+/// service executable can shut its server down gracefully.
+public final class SignalWaiter: @unchecked Sendable {
     private var sources: [DispatchSourceSignal] = []
     private let stream: AsyncStream<Int32>
     private let continuation: AsyncStream<Int32>.Continuation
 
-    init(signals: [Int32]) {
+    /// Starts catching `signals` (their default action is turned off).
+    public init(signals: [Int32]) {
         (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
         for number in signals {
             signal(number, SIG_IGN)
@@ -18,7 +20,8 @@ final class SignalWaiter: @unchecked Sendable {
         }
     }
 
-    func wait() async {
+    /// Returns once one of the signals arrived.
+    public func wait() async {
         for await _ in stream { return }
     }
 }

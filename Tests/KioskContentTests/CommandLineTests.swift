@@ -1,0 +1,44 @@
+import Foundation
+import Testing
+
+/// `kiosk-content` as a process.
+@Suite(.timeLimit(.minutes(1))) struct ContentCommandLineTests {
+    static var binary: String {
+        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk-content").path
+    }
+
+    func run(_ arguments: [String]) async throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.binary)
+        process.arguments = arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let text = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                let data = errors.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                continuation.resume(returning: String(decoding: data, as: UTF8.self))
+            }
+        }
+        return (process.terminationStatus, text)
+    }
+
+    @Test func badManifestStopsStartUpWithAClearMessage() async throws {
+        let directory = temporaryDirectory("cli")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try Data(#"{"products": [{"product_id": "book.swift", "file": "../../etc/passwd", "version": "1"}]}"#.utf8)
+            .write(to: URL(fileURLWithPath: directory + "/manifest.json"))
+        let (status, message) = try await run(["serve", "--content-dir", directory, "--store-token", "t", "--port", "0"])
+        #expect(status != 0)
+        #expect(message.contains(#"product "book.swift", field "file": must be a path inside the content directory"#), "\(message)")
+    }
+
+    @Test func missingStoreTokenIsExplained() async throws {
+        let (status, message) = try await run(["serve", "--content-dir", "/nonexistent", "--port", "0"])
+        #expect(status != 0)
+        #expect(message.contains("store token"), "\(message)")
+    }
+}
