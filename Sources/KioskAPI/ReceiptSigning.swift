@@ -55,9 +55,6 @@ public struct ReceiptPublicKey: Hashable, Sendable {
     /// The id of a public key: "ed25519-" and the first 8 bytes of its SHA-256, in hex.
     public static func keyID(for rawPublicKey: [UInt8]) -> String {
         let digest = SHA256.hash(data: rawPublicKey)
-        return "ed25519-" + digest.prefix(8).map { byte in
-            let hex = String(byte, radix: 16)
-            return hex.count == 1 ? "0" + hex : hex
-        }.joined()
+        return "ed25519-" + digest.prefix(8).hexString
     }
 }

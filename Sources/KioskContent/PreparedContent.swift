@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KioskAPI
 import KioskWire
 import NIOCore
 #if canImport(Glibc)
@@ -153,12 +154,7 @@ public final class PreparedContent: Sendable {
         return (UInt64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
     }
 
-    static func hex(_ bytes: [UInt8]) -> String {
-        bytes.map { byte in
-            let digits = String(byte, radix: 16)
-            return digits.count == 1 ? "0" + digits : digits
-        }.joined()
-    }
+    static func hex(_ bytes: [UInt8]) -> String { bytes.hexString }
 
     static func bytes(hex: String) -> [UInt8] {
         var out: [UInt8] = []

@@ -418,12 +418,7 @@ public final class Store: Sendable {
 
     static func hash(_ text: String) -> [UInt8] { Array(SHA256.hash(data: Array(text.utf8))) }
 
-    static func hex(_ bytes: [UInt8]) -> String {
-        bytes.map { byte in
-            let digits = String(byte, radix: 16)
-            return digits.count == 1 ? "0" + digits : digits
-        }.joined()
-    }
+    static func hex(_ bytes: [UInt8]) -> String { bytes.hexString }
 
     static func randomHex(bytes: Int) -> String {
         var generator = SystemRandomNumberGenerator()

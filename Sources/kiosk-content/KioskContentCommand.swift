@@ -36,12 +36,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
 
     func run() async throws {
-        let level = Logger.Level(rawValue: logLevel) ?? .info
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        bootstrapStandardErrorLogging(level: logLevel)
         let logger = Logger(label: "kiosk-content")
         let parts = store.split(separator: ":")
         guard parts.count == 2, let storePort = Int(parts[1]) else { throw ValidationError("--store must be host:port") }

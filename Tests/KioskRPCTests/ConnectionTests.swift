@@ -63,7 +63,7 @@ import Testing
 
     @Test func serverDropsClientsThatStopAnsweringPings() async throws {
         let probe = Probe()
-        let configuration = ServerConfiguration(keepalive: Keepalive(interval: .milliseconds(300), timeout: .milliseconds(300)))
+        let configuration = ServerConfiguration(keepalive: Keepalive(interval: .seconds(1), timeout: .milliseconds(500)))
         try await withServer(probe: probe, configuration: configuration) { server, _ in
             try await RawPeer.with(port: try #require(server.port)) { peer in
                 // One write, so the call is open well before the first PING is due.
