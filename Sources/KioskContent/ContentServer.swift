@@ -1,3 +1,4 @@
+import Dispatch
 import KioskRPC
 import Logging
 import NIOConcurrencyHelpers
@@ -9,23 +10,19 @@ public final class ContentServer: Sendable {
     public let configuration: ContentConfiguration
     /// The RPC server.
     public let server: RPCServer
-    let library: ContentLibrary
+    let library = ContentLibrary()
     let gate: ReceiptGate
+    let manifest: Manifest
+    private let logger: Logger
     private let follower = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
-    /// Loads the manifest and prepares every file (reusing earlier
-    /// preparations); throws ``ManifestError`` for a bad manifest.
+    /// Loads and checks the manifest; throws ``ManifestError`` for a bad one.
+    /// The files are prepared by ``prepare()`` (or ``start()``).
     public init(configuration: ContentConfiguration, server: ServerConfiguration = .defaults,
                 logger: Logger = Logger(label: "kiosk.content", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
         self.configuration = configuration
-        let manifest = try Manifest.load(contentDirectory: configuration.contentDirectory)
-        var items: [PreparedContent] = []
-        for entry in manifest.entries {
-            let item = try PreparedContent.prepare(entry, in: configuration.preparedDirectory, chunkSize: configuration.chunkSize)
-            logger.info("\(item.reused ? "reused" : "prepared") \(entry.productID): \(item.originalSize) bytes in \(item.chunks.count) chunks, \(item.compressedSize) stored")
-            items.append(item)
-        }
-        self.library = ContentLibrary(items: items)
+        self.manifest = try Manifest.load(contentDirectory: configuration.contentDirectory)
+        self.logger = logger
         let link = StoreLink(host: configuration.storeHost, port: configuration.storePort, token: configuration.storeToken)
         self.gate = ReceiptGate(configuration: configuration, link: link, logger: logger)
         let service = ContentService(
@@ -34,11 +31,34 @@ public final class ContentServer: Sendable {
         self.server = RPCServer(configuration: server, services: [service], logger: logger)
     }
 
+    /// Prepares every file of the manifest (reusing earlier preparations), on a
+    /// thread of its own: compressing is blocking work that must not hold up
+    /// Swift's cooperative threads. Idempotent.
+    public func prepare() async throws {
+        if !library.items.isEmpty || manifest.entries.isEmpty { return }
+        let manifest = self.manifest
+        let configuration = self.configuration
+        let logger = self.logger
+        let items: [PreparedContent] = try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global(qos: .utility).async {
+                continuation.resume(with: Result {
+                    try manifest.entries.map { entry in
+                        let item = try PreparedContent.prepare(entry, in: configuration.preparedDirectory, chunkSize: configuration.chunkSize)
+                        logger.info("\(item.reused ? "reused" : "prepared") \(entry.productID): \(item.originalSize) bytes in \(item.chunks.count) chunks, \(item.compressedSize) stored")
+                        return item
+                    }
+                })
+            }
+        }
+        library.install(items)
+    }
+
     /// The prepared products (for tools and tests).
     public var items: [PreparedContent] { library.items }
 
-    /// Starts following the store and listening.
+    /// Prepares the files, starts following the store and listens.
     public func start() async throws {
+        try await prepare()
         let gate = self.gate
         follower.withLockedValue { $0 = Task { await gate.followStore() } }
         try await server.start()

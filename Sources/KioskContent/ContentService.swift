@@ -1,6 +1,7 @@
 import KioskAPI
 import KioskRPC
 import KioskWire
+import NIOConcurrencyHelpers
 
 /// The content service's RPC service, `kiosk.content.v1.Content`.
 public struct ContentService: RPCService {
@@ -72,19 +73,20 @@ public struct ContentService: RPCService {
     }
 }
 
-/// The prepared hosted products.
-struct ContentLibrary: Sendable {
-    let items: [PreparedContent]
-    private let byID: [String: PreparedContent]
+/// The prepared hosted products, filled once preparation is done.
+final class ContentLibrary: Sendable {
+    private let state = NIOLockedValueBox<(items: [PreparedContent], byID: [String: PreparedContent])>(([], [:]))
 
-    init(items: [PreparedContent]) {
-        self.items = items
-        self.byID = Dictionary(items.map { ($0.entry.productID, $0) }, uniquingKeysWith: { first, _ in first })
+    var items: [PreparedContent] { state.withLockedValue { $0.items } }
+
+    func install(_ items: [PreparedContent]) {
+        let byID = Dictionary(items.map { ($0.entry.productID, $0) }, uniquingKeysWith: { first, _ in first })
+        state.withLockedValue { $0 = (items, byID) }
     }
 
     /// The hosted product `id`; NOT_FOUND for anything not in the manifest.
     func item(_ id: String) throws -> PreparedContent {
-        guard let item = byID[id] else {
+        guard let item = state.withLockedValue({ $0.byID[id] }) else {
             throw RPCError(.notFound, "product \(id.debugDescription) is not hosted here")
         }
         return item

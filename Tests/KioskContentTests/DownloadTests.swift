@@ -84,22 +84,24 @@ import Testing
     @Test func restartReusesPreparedChunksAndAChangedFileIsPreparedAgain() async throws {
         let directory = try makeContentDirectory(files: ["book.swift": proseBytes(2 << 20), "file.one": [1]])
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        func open() throws -> ContentServer {
-            try ContentServer(configuration: ContentConfiguration(contentDirectory: directory, storePort: 1, storeToken: "unused"))
+        func open() async throws -> ContentServer {
+            let server = try ContentServer(configuration: ContentConfiguration(contentDirectory: directory, storePort: 1, storeToken: "unused"))
+            try await server.prepare()
+            return server
         }
-        let first = try open()
+        let first = try await open()
         #expect(first.items.allSatisfy { !$0.reused })
         let chunksFile = try #require(FileManager.default.subpaths(atPath: directory + "/.kiosk-prepared")?
             .first { $0.hasSuffix("chunks.bin") })
         let stamp = try FileManager.default.attributesOfItem(atPath: directory + "/.kiosk-prepared/" + chunksFile)[.modificationDate] as? Date
-        let second = try open()
+        let second = try await open()
         #expect(second.items.allSatisfy { $0.reused }, "nothing recompressed on restart")
         #expect(second.items.map(\.sha256) == first.items.map(\.sha256))
         let again = try FileManager.default.attributesOfItem(atPath: directory + "/.kiosk-prepared/" + chunksFile)[.modificationDate] as? Date
         #expect(stamp == again, "prepared files untouched")
         // Change one file: that one is prepared again, the other reused.
         try Data(proseBytes(3 << 20)).write(to: URL(fileURLWithPath: directory + "/files/book.swift.bin"))
-        let third = try open()
+        let third = try await open()
         let book = try #require(third.items.first { $0.entry.productID == "book.swift" })
         #expect(!book.reused)
         #expect(book.originalSize == 3 << 20)

@@ -10,11 +10,9 @@ import Testing
         initial: .milliseconds(5), maximum: .milliseconds(20), multiplier: 2, jitter: 0.2, maximumAttempts: 3)
 
     @Test func connectFailureIsDistinguishableAndReconnectWorks() async throws {
-        // A port with nothing listening: bind one, note it, close it.
-        let probeServer = RPCServer(services: [])
-        try await probeServer.start()
-        let port = try #require(probeServer.port)
-        await probeServer.shutdown()
+        // A port with nothing listening: bound (so no other test's server gets it) but not listening.
+        let reserved = try ReservedPort()
+        let port = reserved.port
 
         let client = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: Self.quickBackoff))
         let error = await #expect(throws: RPCError.self) {
@@ -25,6 +23,7 @@ import Testing
         #expect(error?.message.contains("after 3 attempt(s)") == true)
 
         // A server comes up on that port: the same client connects.
+        reserved.release()
         let server = RPCServer(configuration: ServerConfiguration(port: port), services: [TestService(probe: Probe())])
         try await server.start()
         let reply = try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
@@ -91,3 +90,4 @@ import Testing
         }
     }
 }
+

@@ -199,10 +199,17 @@ struct RawPeer {
                     try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                 }
             }
-        return try await channel.executeThenClose { inbound, outbound in
-            var peer = RawPeer(inbound: inbound.makeAsyncIterator(), outbound: outbound)
-            return try await body(&peer)
+        var result: R?
+        do {
+            try await channel.executeThenClose { inbound, outbound in
+                var peer = RawPeer(inbound: inbound.makeAsyncIterator(), outbound: outbound)
+                result = try await body(&peer)
+            }
+        } catch let error as ChannelError where error == .ioOnClosedChannel && result != nil {
+            // The server closed first; closing our side found nothing left to close.
         }
+        guard let result else { throw ChannelError.ioOnClosedChannel }
+        return result
     }
 
     func send(_ bytes: [UInt8]) async throws {
@@ -235,7 +242,11 @@ struct RawPeer {
 
     /// True once the server has closed the connection (any bytes before it are skipped).
     mutating func readUntilClosed() async throws -> Bool {
-        while try await inbound.next() != nil {}
+        do {
+            while try await inbound.next() != nil {}
+        } catch let error as ChannelError where error == .ioOnClosedChannel {
+            // Closed under us: that is what we were waiting for.
+        }
         return true
     }
 }
