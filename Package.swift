@@ -12,6 +12,9 @@ let package = Package(
         .executable(name: "kiosk-store", targets: ["kiosk-store"]),
         .library(name: "KioskContent", targets: ["KioskContent"]),
         .executable(name: "kiosk-content", targets: ["kiosk-content"]),
+        .library(name: "Kiosk", targets: ["Kiosk"]),
+        .library(name: "KioskTesting", targets: ["KioskTesting"]),
+        .executable(name: "kiosk", targets: ["kiosk"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -102,6 +105,38 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        // The client SDK: `import Kiosk`.
+        .target(
+            name: "Kiosk",
+            dependencies: [
+                "KioskAPI", "KioskRPC", "KioskWire",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
+        // An in-process store and content service for other tools' tests.
+        .target(
+            name: "KioskTesting",
+            dependencies: ["Kiosk", "KioskStore", "KioskContent", "KioskAPI", "KioskRPC",
+                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
+        ),
+        .executableTarget(
+            name: "kiosk",
+            dependencies: [
+                "Kiosk",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(
+            name: "KioskTests",
+            dependencies: ["Kiosk", "KioskTesting", "KioskStore", "KioskAPI", "kiosk",
+                           .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .testTarget(
+            name: "KioskTestingTests",
+            dependencies: ["KioskTesting", "Kiosk"]
         ),
         .testTarget(
             name: "KioskContentTests",

@@ -381,6 +381,17 @@ public final class Ledger: Sendable {
         }
     }
 
+    /// Removes every transaction, credit movement, revocation and idempotency
+    /// key, and sets every balance to 0; accounts and keys stay. For tests.
+    public func clearTransactions() throws {
+        try pool.write { db in
+            try db.execute(sql: """
+                DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations;
+                DELETE FROM idempotency_keys; UPDATE accounts SET credit_balance = 0;
+                """)
+        }
+    }
+
     /// Removes idempotency keys older than `cutoffMs`; returns how many.
     @discardableResult
     public func pruneIdempotencyKeys(olderThanMs cutoffMs: Int64) throws -> Int {

@@ -148,6 +148,7 @@ public final class Store: Sendable {
                 if let record { try Self.insertPurchase(record, db) }
                 try Self.remember(response, account: account.id, key: idempotencyKey, operation: "purchase", hash: requestHash, nowMs: nowMs, db)
             }
+            await configuration.purchaseCommitted?(response)
             return response
         }
     }

@@ -1,0 +1,350 @@
+import Foundation
+import KioskAPI
+import KioskRPC
+import KioskWire
+import NIOConcurrencyHelpers
+
+/// The Kiosk SDK: buy, restore, verify and download, with the feel of StoreKit 2.
+///
+/// ```swift
+/// let kiosk = try KioskClient(configuration: KioskConfiguration(token: token, stateDirectory: stateDir))
+/// Task {
+///     for await transaction in kiosk.transactionUpdates {   // approved, queued or unfinished purchases
+///         deliver(transaction)
+///         try await kiosk.finish(transaction)
+///     }
+/// }
+/// let products = try await kiosk.products(for: ["credits.5"]).products
+/// switch try await kiosk.purchase(products[0], quantity: 4, paymentMethod: "test-card:4242424242424242") {
+/// case .success(let transaction): deliver(transaction); try await kiosk.finish(transaction)
+/// case .pending: break          // ask to buy, or queued offline: comes on transactionUpdates
+/// case .userCancelled: break
+/// }
+/// ```
+///
+/// Every payment is journaled in the state directory, with its idempotency
+/// key, before it is sent. A payment the store could not be reached for stays
+/// queued and is sent again (with backoff) until the store answers; after a
+/// crash the journal is replayed with the same keys, so no payment is lost and
+/// none is charged twice.
+public final class KioskClient: Sendable {
+    /// The configuration.
+    public let configuration: KioskConfiguration
+    let store: RPCClient
+    let content: RPCClient
+    private let journal: PaymentJournal
+    private let updates = TransactionBroadcast()
+    private let state = NIOLockedValueBox(SyncState())
+    private let wakeRequested = NIOLockedValueBox(false)
+
+    private struct SyncState {
+        var delivered: Set<String> = []
+        var inFlight: Set<String> = []
+        var background: Task<Void, Never>?
+        var closed = false
+    }
+
+    /// Creates a client and starts its background work: sending queued
+    /// payments and looking for transactions to deliver on ``transactionUpdates``.
+    /// Call ``close()`` when done: the background work keeps the client alive.
+    /// - Throws: ``KioskError`` when the state directory cannot be used.
+    public init(configuration: KioskConfiguration) throws {
+        self.configuration = configuration
+        let rpc = ClientConfiguration(
+            connectTimeout: .seconds(3),
+            backoff: ConnectionBackoff(initial: .milliseconds(50), maximum: .seconds(1), multiplier: 2, jitter: 0.2, maximumAttempts: 2),
+            defaultTimeout: configuration.callTimeout)
+        store = RPCClient(host: configuration.storeHost, port: configuration.storePort, configuration: rpc)
+        content = RPCClient(host: configuration.contentHost, port: configuration.contentPort, configuration: rpc)
+        do {
+            journal = try PaymentJournal(stateDirectory: configuration.stateDirectory)
+        } catch {
+            throw KioskError(.unknown, "cannot use the state directory \(configuration.stateDirectory): \(error)")
+        }
+        let task = Task { await self.synchronize() }
+        state.withLockedValue { $0.background = task }
+    }
+
+    /// Stops the background work and closes the connections. Queued payments stay in the journal.
+    public func close() async {
+        let task = state.withLockedValue { state -> Task<Void, Never>? in
+            state.closed = true
+            return state.background
+        }
+        task?.cancel()
+        signal()
+        await task?.value
+        updates.finish()
+        await store.close()
+        await content.close()
+    }
+
+    // MARK: Calls
+
+    func options(idempotencyKey: String? = nil, timeout: Duration? = nil) -> CallOptions {
+        var metadata = Metadata()
+        metadata.add("authorization", "Bearer \(configuration.token)")
+        if let idempotencyKey { metadata.add("idempotency-key", idempotencyKey) }
+        return CallOptions(timeout: timeout ?? configuration.callTimeout, metadata: metadata)
+    }
+
+    private func storeCall<Request: WireMessage, Response: WireMessage>(
+        _ method: String, _ request: Request, _ response: Response.Type, idempotencyKey: String? = nil, doing what: String
+    ) async throws -> Response {
+        do {
+            return try await store.unary("/kiosk.store.v1.Store/\(method)", request: request, response: response,
+                                         options: options(idempotencyKey: idempotencyKey))
+        } catch {
+            throw KioskError.from(error, doing: what)
+        }
+    }
+
+    // MARK: Products
+
+    /// The products with `ids`, and the ids the store does not sell.
+    public func products(for ids: [String]) async throws -> ProductsResult {
+        let response = try await storeCall("ListProducts", StoreV1.ListProductsRequest(productIDs: ids), StoreV1.ListProductsResponse.self,
+                                           doing: "listing products")
+        return ProductsResult(products: response.products.map(Product.init), invalidIdentifiers: response.invalidProductIDs)
+    }
+
+    /// True when the account may make payments (StoreKit's `canMakePayments`).
+    public var canMakePayments: Bool {
+        get async throws { try await account().paymentsAllowed }
+    }
+
+    /// The account's credit balance.
+    public var creditBalance: UInt64 {
+        get async throws { try await account().creditBalance }
+    }
+
+    private func account() async throws -> StoreV1.Account {
+        try await storeCall("GetAccount", StoreV1.GetAccountRequest(), StoreV1.Account.self, doing: "reading the account")
+    }
+
+    /// Spends credits; returns the new balance. The key makes a retry safe.
+    /// - Throws: ``KioskError`` `insufficientCredits` when the balance is too low.
+    public func spendCredits(_ amount: Int64, idempotencyKey: String = UUID().uuidString) async throws -> UInt64 {
+        try await storeCall("SpendCredits", StoreV1.SpendCreditsRequest(amount: amount), StoreV1.SpendCreditsResponse.self,
+                            idempotencyKey: idempotencyKey, doing: "spending credits").balance
+    }
+
+    // MARK: Purchasing
+
+    /// Buys `quantity` of `product`.
+    ///
+    /// - Returns: `.success` (deliver, then ``finish(_:)``), `.pending` (ask to
+    ///   buy, or the store could not be reached and the payment is queued; the
+    ///   transaction arrives on ``transactionUpdates``) or `.userCancelled`.
+    /// - Throws: ``KioskError``: `paymentNotAllowed`, `productUnavailable`,
+    ///   `paymentInvalid`, `invalidRequest`, `notAuthenticated`, `unknown`.
+    public func purchase(_ product: Product, quantity: UInt32 = 1, paymentMethod: String) async throws -> PurchaseResult {
+        try await purchase(productID: product.id, quantity: quantity, paymentMethod: paymentMethod)
+    }
+
+    /// Buys `quantity` of the product with `productID`; see ``purchase(_:quantity:paymentMethod:)``.
+    public func purchase(productID: String, quantity: UInt32 = 1, paymentMethod: String) async throws -> PurchaseResult {
+        let entry = JournalEntry(key: UUID().uuidString, productID: productID, quantity: quantity, paymentMethod: paymentMethod,
+                                 createdMs: Date().milliseconds)
+        try journal.record(entry)
+        state.withLockedValue { _ = $0.inFlight.insert(entry.key) }
+        defer { state.withLockedValue { _ = $0.inFlight.remove(entry.key) } }
+        let response: StoreV1.PurchaseResponse
+        do {
+            response = try await send(entry)
+        } catch let error as KioskError where error.isConnectivity {
+            // Kept in the journal; the background work sends it when the store is back.
+            signal()
+            return .pending
+        } catch {
+            journal.remove(entry.key)
+            throw error
+        }
+        journal.remove(entry.key)
+        return try result(of: response)
+    }
+
+    private func send(_ entry: JournalEntry) async throws -> StoreV1.PurchaseResponse {
+        try await storeCall(
+            "Purchase", StoreV1.PurchaseRequest(productID: entry.productID, quantity: entry.quantity, paymentMethod: entry.paymentMethod),
+            StoreV1.PurchaseResponse.self, idempotencyKey: entry.key, doing: "purchasing \(entry.productID)")
+    }
+
+    private func result(of response: StoreV1.PurchaseResponse) throws -> PurchaseResult {
+        guard let message = response.transaction else { throw KioskError(.unknown, "the store answered without a transaction") }
+        switch message.state {
+        case .purchased:
+            let transaction = Transaction(message)
+            state.withLockedValue { _ = $0.delivered.insert(transaction.id) }
+            return .success(transaction)
+        case .deferred:
+            return .pending
+        case .failed:
+            switch message.errorCode {
+            case 2: return .userCancelled
+            case 3: throw KioskError(.paymentInvalid, message.errorMessage)
+            case 4: throw KioskError(.paymentNotAllowed, message.errorMessage)
+            case 5: throw KioskError(.productUnavailable, message.errorMessage)
+            default: throw KioskError(.unknown, message.errorMessage)
+            }
+        default:
+            throw KioskError(.unknown, "the store answered with transaction state \(message.state.rawValue)")
+        }
+    }
+
+    /// Payments queued in the journal, not yet answered by the store.
+    public var queuedPaymentCount: Int { journal.entries().count }
+
+    // MARK: Transactions
+
+    /// Transactions the app has not handled yet: every unfinished transaction
+    /// once at start, approved ask-to-buy purchases, and queued payments once
+    /// the store took them. Deliver each, then ``finish(_:)`` it.
+    public var transactionUpdates: AsyncStream<Transaction> { updates.subscribe() }
+
+    /// The account's purchased transactions not finished yet.
+    public var unfinishedTransactions: [Transaction] {
+        get async throws {
+            try await storeCall("Unfinished", StoreV1.UnfinishedRequest(), StoreV1.UnfinishedResponse.self,
+                                doing: "reading unfinished transactions").transactions.map(Transaction.init)
+        }
+    }
+
+    /// Marks a transaction finished (the app delivered it); idempotent.
+    public func finish(_ transaction: Transaction) async throws {
+        try await finish(transactionID: transaction.id)
+    }
+
+    /// Marks the transaction with `transactionID` finished; idempotent.
+    public func finish(transactionID: String) async throws {
+        _ = try await storeCall("Finish", StoreV1.FinishRequest(transactionID: transactionID), StoreV1.FinishResponse.self,
+                                doing: "finishing \(transactionID)")
+    }
+
+    /// Every restorable transaction of the account (non-consumables and
+    /// subscriptions, not revoked), with its original transaction id; then the
+    /// sequence ends, or throws a ``KioskError``.
+    public func restore() -> AsyncThrowingStream<Transaction, Error> {
+        let stream = store.serverStreaming("/kiosk.store.v1.Store/Restore", request: StoreV1.RestoreRequest(),
+                                           response: StoreV1.Transaction.self, options: options())
+        return AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    for try await message in stream { continuation.yield(Transaction(message)) }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: KioskError.from(error, doing: "restoring purchases"))
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    /// The non-consumables and live subscriptions the account owns, without revoked ones.
+    public var currentEntitlements: [Transaction] {
+        get async throws {
+            var out: [Transaction] = []
+            for try await transaction in restore() where transaction.isActive() { out.append(transaction) }
+            return out
+        }
+    }
+
+    /// Asks the store whether a receipt is real.
+    public func verify(receipt: [UInt8]) async throws -> VerificationResult {
+        let response = try await storeCall("VerifyReceipt", StoreV1.VerifyReceiptRequest(signedReceipt: receipt),
+                                           StoreV1.VerifyReceiptResponse.self, doing: "verifying a receipt")
+        return VerificationResult(
+            status: response.status, message: response.message, transactionID: response.receipt?.transactionID,
+            productID: response.receipt?.productID, accountID: response.receipt?.accountID,
+            revocationDate: response.revocationDateMs > 0 ? Date(milliseconds: response.revocationDateMs) : nil,
+            revocationReason: response.revocationReason.isEmpty ? nil : response.revocationReason)
+    }
+
+    // MARK: Hosted content
+
+    /// The content service's products, joined with the store's prices.
+    public func hostedProducts() async throws -> [HostedProduct] {
+        let listed: ContentV1.ListContentResponse
+        do {
+            listed = try await content.unary("/kiosk.content.v1.Content/ListContent", request: ContentV1.ListContentRequest(),
+                                             response: ContentV1.ListContentResponse.self, options: options())
+        } catch {
+            throw KioskError.from(error, doing: "listing hosted content")
+        }
+        let products = try await self.products(for: listed.items.map(\.productID)).products
+        let byID = Dictionary(products.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        return listed.items.map { item in
+            HostedProduct(productID: item.productID, product: byID[item.productID], contentVersion: item.contentVersion,
+                          size: item.originalSize, downloadSize: item.compressedSize, sha256: item.sha256, title: item.title)
+        }
+    }
+
+    /// Starts downloading the hosted file of `productID` bought in `transaction`
+    /// into `directory`; follow ``KioskDownload/events``. A download broken
+    /// earlier (even by a crash) resumes from its last complete chunk.
+    public func download(productID: String, transaction: Transaction, to directory: URL) -> KioskDownload {
+        KioskDownload(client: self, productID: productID, receipt: transaction.signedReceipt, directory: directory)
+    }
+
+    // MARK: Background work
+
+    /// Asks the background work to look at the journal now.
+    private func signal() {
+        wakeRequested.withLockedValue { $0 = true }
+    }
+
+    /// Sleeps for `duration`, waking early (within 50 ms) after ``signal()``.
+    private func nap(_ duration: Duration) async {
+        let end = ContinuousClock.now + duration
+        while ContinuousClock.now < end, !Task.isCancelled {
+            if wakeRequested.withLockedValue({ flag in defer { flag = false }; return flag }) { return }
+            try? await Task.sleep(for: min(.milliseconds(50), ContinuousClock.now.duration(to: end)))
+        }
+    }
+
+    private func deliver(_ message: StoreV1.Transaction) {
+        guard message.state == .purchased, !message.finished else { return }
+        let isNew = state.withLockedValue { $0.delivered.insert(message.transactionID).inserted }
+        if isNew { updates.yield(Transaction(message)) }
+    }
+
+    /// Sends queued payments and looks for transactions to deliver, until closed.
+    private func synchronize() async {
+        var delay = configuration.retryInitialDelay
+        while !Task.isCancelled, !state.withLockedValue({ $0.closed }) {
+            var reachable = true
+            let busy = state.withLockedValue { $0.inFlight }
+            for entry in journal.entries() where !busy.contains(entry.key) {
+                do {
+                    let response = try await send(entry)
+                    journal.remove(entry.key)
+                    if let transaction = response.transaction { deliver(transaction) }
+                } catch let error as KioskError where error.isConnectivity {
+                    reachable = false
+                    break
+                } catch {
+                    // A definitive refusal (e.g. the product left the catalog): nothing to send any more.
+                    journal.remove(entry.key)
+                }
+            }
+            if reachable {
+                do {
+                    for message in try await storeCall("Unfinished", StoreV1.UnfinishedRequest(), StoreV1.UnfinishedResponse.self,
+                                                       doing: "reading unfinished transactions").transactions {
+                        deliver(message)
+                    }
+                } catch {
+                    reachable = false
+                }
+            }
+            if Task.isCancelled { return }
+            if reachable {
+                delay = configuration.retryInitialDelay
+                await nap(configuration.updatePollInterval)
+            } else {
+                await nap(delay)
+                delay = min(delay * 2, configuration.retryMaximumDelay)
+            }
+        }
+    }
+}

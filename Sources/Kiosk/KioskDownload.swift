@@ -1,0 +1,314 @@
+import Crypto
+import Foundation
+import KioskAPI
+import KioskRPC
+import KioskWire
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The state of a download, as StoreKit's `SKDownload` states.
+public enum DownloadState: Hashable, Sendable {
+    /// Not started yet.
+    case waiting
+    /// Bytes are arriving.
+    case active
+    /// Stopped by ``KioskDownload/pause()``; ``KioskDownload/resume()`` goes on.
+    case paused
+    /// Done: the file is in place at `path`, its SHA-256 checked.
+    case finished(path: String)
+    /// Stopped by an error; what was downloaded is kept for a later resume.
+    case failed(KioskError)
+    /// Stopped by ``KioskDownload/cancel()``; the partial file is removed.
+    case cancelled
+}
+
+/// One step of a download.
+public struct DownloadEvent: Hashable, Sendable {
+    /// The state.
+    public var state: DownloadState
+    /// Bytes of the file downloaded so far.
+    public var bytesDone: UInt64
+    /// Size of the file (0 until the header arrived).
+    public var totalBytes: UInt64
+    /// `bytesDone / totalBytes`, 0…1.
+    public var progress: Double { totalBytes == 0 ? (isFinished ? 1 : 0) : Double(bytesDone) / Double(totalBytes) }
+    /// Time left at the current rate, when there is a rate.
+    public var estimatedTimeRemaining: Duration?
+
+    var isFinished: Bool {
+        if case .finished = state { return true }
+        return false
+    }
+}
+
+/// What is remembered beside a partial download, so it resumes after a restart.
+private struct PartialState: Codable, Hashable {
+    var productID: String
+    var version: String
+    var sha256: String
+    var totalSize: UInt64
+    var chunkSize: UInt32
+    var bytesDone: UInt64
+}
+
+/// A download of a hosted product's file: events, pause, resume, cancel.
+///
+/// The file is written to a hidden temporary name in the destination
+/// directory, checked against the SHA-256 the content service announced, then
+/// renamed into place (atomic on one file system). After each complete chunk
+/// the progress is saved beside it, so a broken download — even one broken by
+/// a crash — resumes from its last complete chunk with the same receipt.
+public final class KioskDownload: Sendable {
+    /// The product.
+    public let productID: String
+    /// Where the finished file goes.
+    public let destination: URL
+    /// The download's events, from `waiting` to `finished`, `failed` or `cancelled`.
+    public let events: AsyncStream<DownloadEvent>
+
+    private let continuation: AsyncStream<DownloadEvent>.Continuation
+    private let client: KioskClient
+    private let receipt: [UInt8]
+    private let partialURL: URL
+    private let stateURL: URL
+    private let state = NIOLockedValueBox<(task: Task<Void, Never>?, last: DownloadEvent, done: Bool)>(
+        (nil, DownloadEvent(state: .waiting, bytesDone: 0, totalBytes: 0), false))
+    private let outcome = NIOLockedValueBox<[CheckedContinuation<URL, Error>]>([])
+
+    init(client: KioskClient, productID: String, receipt: [UInt8], directory: URL) {
+        self.client = client
+        self.productID = productID
+        self.receipt = receipt
+        // Product ids hold only letters, digits, '.', '_' and '-'; keep them off hidden names.
+        let name = productID.hasPrefix(".") || productID.isEmpty ? "product-" + productID : productID
+        self.destination = directory.appendingPathComponent(name)
+        self.partialURL = directory.appendingPathComponent(".\(name).kiosk-partial")
+        self.stateURL = directory.appendingPathComponent(".\(name).kiosk-partial.json")
+        (events, continuation) = AsyncStream.makeStream(of: DownloadEvent.self)
+        continuation.yield(DownloadEvent(state: .waiting, bytesDone: 0, totalBytes: 0))
+        start()
+    }
+
+    /// Stops fetching and keeps what was downloaded; ``resume()`` goes on from there.
+    public func pause() {
+        let task = state.withLockedValue { state -> Task<Void, Never>? in
+            guard !state.done, let task = state.task else { return nil }
+            state.task = nil
+            return task
+        }
+        guard let task else { return }
+        task.cancel()
+        Task {
+            await task.value
+            emit(.paused)
+        }
+    }
+
+    /// Goes on after ``pause()`` or a failure, from the last complete chunk.
+    public func resume() {
+        let paused = state.withLockedValue { !$0.done && $0.task == nil }
+        if paused { start() }
+    }
+
+    /// Stops and removes the partial file.
+    public func cancel() {
+        let task = state.withLockedValue { state -> Task<Void, Never>? in
+            defer { state.task = nil }
+            return state.task
+        }
+        Task {
+            task?.cancel()
+            await task?.value
+            try? FileManager.default.removeItem(at: partialURL)
+            try? FileManager.default.removeItem(at: stateURL)
+            finishAll(.cancelled, result: .failure(KioskError(.downloadFailed, "the download was cancelled")))
+        }
+    }
+
+    /// Waits until the download finishes; returns the file's location.
+    /// - Throws: ``KioskError`` when it fails or is cancelled.
+    public func result() async throws -> URL {
+        try await withCheckedThrowingContinuation { continuation in
+            let finished = state.withLockedValue { state -> DownloadEvent? in state.done ? state.last : nil }
+            if let finished {
+                switch finished.state {
+                case .finished(let path): continuation.resume(returning: URL(fileURLWithPath: path))
+                case .failed(let error): continuation.resume(throwing: error)
+                default: continuation.resume(throwing: KioskError(.downloadFailed, "the download was cancelled"))
+                }
+            } else {
+                outcome.withLockedValue { $0.append(continuation) }
+            }
+        }
+    }
+
+    // MARK: Running
+
+    private func start() {
+        let task = Task { await run() }
+        state.withLockedValue { $0.task = task }
+    }
+
+    private func emit(_ downloadState: DownloadState, bytesDone: UInt64? = nil, total: UInt64? = nil, remaining: Duration? = nil) {
+        let event = state.withLockedValue { state -> DownloadEvent? in
+            guard !state.done else { return nil }
+            state.last = DownloadEvent(state: downloadState, bytesDone: bytesDone ?? state.last.bytesDone,
+                                       totalBytes: total ?? state.last.totalBytes, estimatedTimeRemaining: remaining)
+            return state.last
+        }
+        if let event { continuation.yield(event) }
+    }
+
+    private func finishAll(_ downloadState: DownloadState, result: Result<URL, KioskError>) {
+        emit(downloadState)
+        let first = state.withLockedValue { state -> Bool in
+            defer { state.done = true }
+            return !state.done
+        }
+        let waiters: [CheckedContinuation<URL, Error>] =
+            first ? outcome.withLockedValue { waiters in defer { waiters.removeAll() }; return waiters } : []
+        continuation.finish()
+        for waiter in waiters { waiter.resume(with: result.mapError { $0 as Error }) }
+    }
+
+    private func run() async {
+        do {
+            let url = try await fetch()
+            finishAll(.finished(path: url.path), result: .success(url))
+        } catch is CancellationError {
+            // Paused or cancelled: the caller emits the state.
+        } catch let error as KioskError {
+            state.withLockedValue { $0.task = nil }
+            emit(.failed(error))
+            // A failed download may be resumed; `result()` waiters learn of the failure now.
+            let waiters = outcome.withLockedValue { waiters in defer { waiters.removeAll() }; return waiters }
+            for waiter in waiters { waiter.resume(throwing: error) }
+        } catch {
+            let failure = KioskError(.downloadFailed, "\(error)")
+            state.withLockedValue { $0.task = nil }
+            emit(.failed(failure))
+            let waiters = outcome.withLockedValue { waiters in defer { waiters.removeAll() }; return waiters }
+            for waiter in waiters { waiter.resume(throwing: failure) }
+        }
+    }
+
+    private func savedState() -> PartialState? {
+        guard let data = try? Data(contentsOf: stateURL), let saved = try? JSONDecoder().decode(PartialState.self, from: data),
+              saved.productID == productID,
+              let size = (try? FileManager.default.attributesOfItem(atPath: partialURL.path))?[.size] as? NSNumber,
+              size.uint64Value >= saved.bytesDone else { return nil }
+        return saved
+    }
+
+    private func fetch() async throws -> URL {
+        try FileManager.default.createDirectory(at: destination.deletingLastPathComponent(), withIntermediateDirectories: true)
+        var saved = savedState()
+        var offset = saved?.bytesDone ?? 0
+        if saved == nil {
+            try? FileManager.default.removeItem(at: partialURL)
+        }
+        let stream = client.content.serverStreaming(
+            "/kiosk.content.v1.Content/Download",
+            request: ContentV1.DownloadRequest(signedReceipt: receipt, productID: productID, resumeOffset: offset),
+            response: ContentV1.DownloadPart.self, options: client.options(timeout: .seconds(3600)))
+        var file: FileHandle?
+        defer { try? file?.close() }
+        let started = ContinuousClock.now
+        var fetched: UInt64 = 0
+        do {
+            for try await part in stream {
+                try Task.checkCancellation()
+                if let header = part.header {
+                    let sha = header.sha256.hexString
+                    if let previous = saved, previous.version != header.contentVersion || previous.sha256 != sha {
+                        // The file changed since the partial download: start over.
+                        throw RestartFromScratch()
+                    }
+                    guard header.startOffset == offset else {
+                        throw KioskError(.downloadFailed, "the content service resumed at \(header.startOffset), not \(offset)")
+                    }
+                    saved = PartialState(productID: productID, version: header.contentVersion, sha256: sha,
+                                         totalSize: header.totalSize, chunkSize: header.chunkSize, bytesDone: offset)
+                    if !FileManager.default.fileExists(atPath: partialURL.path) {
+                        FileManager.default.createFile(atPath: partialURL.path, contents: nil)
+                    }
+                    file = try FileHandle(forWritingTo: partialURL)
+                    try file?.truncate(atOffset: offset)
+                    emit(.active, bytesDone: offset, total: header.totalSize)
+                }
+                guard let chunk = part.chunk else { continue }
+                guard let handle = file, var progress = saved, chunk.offset == offset else {
+                    throw KioskError(.downloadFailed, "chunk \(chunk.index) arrived out of order")
+                }
+                let original: [UInt8]
+                if chunk.compressed {
+                    do {
+                        original = Array(try Zlib.decompress(ByteBuffer(bytes: chunk.data), limit: Int(chunk.originalLength)).readableBytesView)
+                    } catch {
+                        throw KioskError(.downloadFailed, "chunk \(chunk.index) does not inflate: \(error)")
+                    }
+                } else {
+                    original = chunk.data
+                }
+                guard original.count == Int(chunk.originalLength), Zlib.crc32(original) == chunk.crc32 else {
+                    throw KioskError(.downloadFailed, "chunk \(chunk.index) is damaged (length or CRC-32)")
+                }
+                try handle.seek(toOffset: chunk.offset)
+                try handle.write(contentsOf: original)
+                offset += UInt64(original.count)
+                fetched += UInt64(original.count)
+                progress.bytesDone = offset
+                saved = progress
+                try JSONEncoder().encode(progress).write(to: stateURL, options: .atomic)
+                let elapsed = started.duration(to: .now)
+                let rate = Double(fetched) / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
+                let remaining = rate > 0 ? Duration.milliseconds(Int64(Double(progress.totalSize - offset) / rate * 1000)) : nil
+                emit(.active, bytesDone: offset, total: progress.totalSize, remaining: remaining)
+            }
+        } catch is RestartFromScratch {
+            try? file?.close()
+            file = nil
+            try? FileManager.default.removeItem(at: partialURL)
+            try? FileManager.default.removeItem(at: stateURL)
+            return try await fetch()
+        } catch let error as RPCError {
+            if Task.isCancelled { throw CancellationError() }
+            switch error.code {
+            case .permissionDenied, .failedPrecondition, .invalidArgument, .unauthenticated:
+                throw KioskError(error.code == .unauthenticated ? .notAuthenticated : .downloadRefused, error.message)
+            case .notFound:
+                throw KioskError(.notFound, error.message)
+            default:
+                throw KioskError.from(error, doing: "downloading \(productID)")
+            }
+        }
+        try Task.checkCancellation()
+        guard let done = saved, done.bytesDone == done.totalSize else {
+            throw KioskError(.downloadFailed, "the download of \(productID) ended early; resume it")
+        }
+        try file?.synchronize()
+        try file?.close()
+        file = nil
+        // Check the whole file against the announced SHA-256, then move it into place.
+        guard try Self.sha256(of: partialURL) == done.sha256 else {
+            try? FileManager.default.removeItem(at: partialURL)
+            try? FileManager.default.removeItem(at: stateURL)
+            throw KioskError(.downloadFailed, "the downloaded file's SHA-256 does not match; it was removed")
+        }
+        guard rename(partialURL.path, destination.path) == 0 else {
+            throw KioskError(.downloadFailed, "cannot move the file to \(destination.path): errno \(errno)")
+        }
+        try? FileManager.default.removeItem(at: stateURL)
+        return destination
+    }
+
+    private struct RestartFromScratch: Error {}
+
+    private static func sha256(of url: URL) throws -> String {
+        let handle = try FileHandle(forReadingFrom: url)
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty { hasher.update(data: data) }
+        return Array(hasher.finalize()).hexString
+    }
+}

@@ -1,0 +1,234 @@
+import Foundation
+import Kiosk
+import KioskAPI
+import KioskContent
+import KioskRPC
+import KioskStore
+import NIOConcurrencyHelpers
+
+/// A store and a content service running in-process on 127.0.0.1 (ephemeral
+/// ports) for tests, with the knobs a test needs, like StoreKitTest's
+/// `SKTestSession`.
+///
+/// ```swift
+/// let session = try await KioskTestSession.start()
+/// let account = try session.makeAccount()
+/// let kiosk = try session.makeClient(account: account)
+/// session.failNextPayment()
+/// …
+/// await kiosk.close()
+/// await session.shutdown()
+/// ```
+public final class KioskTestSession: Sendable {
+    /// An account of the test store.
+    public struct Account: Hashable, Sendable {
+        /// The account id.
+        public var id: String
+        /// Its bearer token.
+        public var token: String
+    }
+
+    /// The catalog sold.
+    public let catalog: Catalog
+    /// The payment processor (charges counted, next outcomes settable).
+    public let payments: TestPaymentProcessor
+    /// The store's data directory.
+    public let storeDirectory: String
+    /// The content directory (manifest and files).
+    public let contentDirectory: String
+    /// The store's port.
+    public let storePort: Int
+    /// The content service's port.
+    public let contentPort: Int
+    /// The content service.
+    public let content: ContentServer
+    private let root: String
+    private let storeServer: NIOLockedValueBox<StoreServer?>
+    private let holdAnswers: NIOLockedValueBox<Int>
+
+    /// A sample catalog: `credits.5`, `credits.10`, the photo filter
+    /// `filter.sepia`, the hosted book `book.swift` and the subscription `pro.monthly`.
+    public static let sampleCatalog = Catalog(bundleID: "com.example.monkeys", products: [
+        CatalogProduct(id: "credits.5", type: .consumable, title: "5 Monkey Credits", description: "A handful of credits",
+                       price: "0.99", currency: "USD", credits: 5, maxQuantity: 10),
+        CatalogProduct(id: "credits.10", type: .consumable, title: "10 Monkey Credits", description: "A bag of credits",
+                       price: "1.79", currency: "USD", credits: 10, maxQuantity: 10),
+        CatalogProduct(id: "filter.sepia", type: .nonConsumable, title: "Sepia Filter", description: "Old photos, new look",
+                       price: "2.99", currency: "USD"),
+        CatalogProduct(id: "book.swift", type: .nonConsumable, title: "The Swift Book", description: "Hosted by the content service",
+                       price: "9.99", currency: "USD", hostedContent: true),
+        CatalogProduct(id: "pro.monthly", type: .autoRenewableSubscription, title: "Pro", description: "Everything, monthly",
+                       price: "4.99", currency: "USD", subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M")),
+    ])
+
+    /// The sample hosted file of `book.swift`: 1 MiB of generated text.
+    public static var sampleContent: [String: [UInt8]] {
+        let line = Array("Chapter after chapter of The Swift Book, generated for Kiosk's samples.\n".utf8)
+        var book: [UInt8] = []
+        while book.count < 1 << 20 { book += line }
+        return ["book.swift": Array(book.prefix(1 << 20))]
+    }
+
+    private init(catalog: Catalog, payments: TestPaymentProcessor, root: String, storeServer: StoreServer, content: ContentServer,
+                 storePort: Int, contentPort: Int, holdAnswers: NIOLockedValueBox<Int>) {
+        self.holdAnswers = holdAnswers
+        self.catalog = catalog
+        self.payments = payments
+        self.root = root
+        self.storeDirectory = root + "/store"
+        self.contentDirectory = root + "/content"
+        self.storeServer = NIOLockedValueBox(storeServer)
+        self.content = content
+        self.storePort = storePort
+        self.contentPort = contentPort
+    }
+
+    /// Starts a store with `catalog` and a content service hosting `content`
+    /// (product id → file bytes), in a fresh temporary directory.
+    public static func start(
+        catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent, environment: ReceiptV1.Environment = .sandbox
+    ) async throws -> KioskTestSession {
+        let root = NSTemporaryDirectory() + "kiosk-test-session-" + UUID().uuidString
+        let contentDirectory = root + "/content"
+        try FileManager.default.createDirectory(atPath: contentDirectory + "/files", withIntermediateDirectories: true)
+        var entries: [String] = []
+        for (product, bytes) in content.sorted(by: { $0.key < $1.key }) {
+            try Data(bytes).write(to: URL(fileURLWithPath: "\(contentDirectory)/files/\(product)"))
+            entries.append(#"{"product_id": "\#(product)", "file": "files/\#(product)", "version": "1.0"}"#)
+        }
+        try Data(#"{"products": [\#(entries.joined(separator: ", "))]}"#.utf8)
+            .write(to: URL(fileURLWithPath: contentDirectory + "/manifest.json"))
+
+        let payments = TestPaymentProcessor()
+        let holdAnswers = NIOLockedValueBox(0)
+        let store = try StoreServer(store: storeConfiguration(root: root, catalog: catalog, environment: environment, payments: payments, hold: holdAnswers))
+        try await store.start()
+        let storePort = store.port ?? 0
+        let serviceToken = try store.store.createAccount().token
+        let contentServer = try ContentServer(configuration: ContentConfiguration(
+            contentDirectory: contentDirectory, storePort: storePort, storeToken: serviceToken, environment: environment))
+        try await contentServer.start()
+        return KioskTestSession(catalog: catalog, payments: payments, root: root, storeServer: store, content: contentServer,
+                                storePort: storePort, contentPort: contentServer.port ?? 0, holdAnswers: holdAnswers)
+    }
+
+    private static func storeConfiguration(
+        root: String, catalog: Catalog, environment: ReceiptV1.Environment, payments: TestPaymentProcessor, hold: NIOLockedValueBox<Int>
+    ) -> StoreConfiguration {
+        var configuration = StoreConfiguration(
+            dataDirectory: root + "/store", catalog: catalog, environment: environment, paymentProcessor: payments,
+            revocationPollInterval: .milliseconds(50), revocationHeartbeat: .milliseconds(200))
+        configuration.purchaseCommitted = { _ in
+            let held = hold.withLockedValue { count -> Bool in
+                guard count > 0 else { return false }
+                count -= 1
+                return true
+            }
+            // Committed, but the answer never leaves: wait until the call is cancelled.
+            if held { while !Task.isCancelled { try? await Task.sleep(for: .milliseconds(20)) } }
+        }
+        return configuration
+    }
+
+    /// The running store.
+    public var store: Store {
+        get throws {
+            guard let server = storeServer.withLockedValue({ $0 }) else { throw KioskError(.cannotConnect, "the test store is stopped") }
+            return server.store
+        }
+    }
+
+    // MARK: Accounts and clients
+
+    /// Creates an account.
+    public func makeAccount(paymentsAllowed: Bool = true) throws -> Account {
+        let (id, token) = try store.createAccount(paymentsAllowed: paymentsAllowed)
+        return Account(id: id, token: token)
+    }
+
+    /// A client for `account`, with its own state directory unless one is given.
+    public func makeClient(account: Account, stateDirectory: String? = nil, callTimeout: Duration = .seconds(5)) throws -> KioskClient {
+        let state = stateDirectory ?? root + "/clients/" + UUID().uuidString
+        return try KioskClient(configuration: configuration(account: account, stateDirectory: state, callTimeout: callTimeout))
+    }
+
+    /// The client configuration for `account` against this session's services.
+    public func configuration(account: Account, stateDirectory: String, callTimeout: Duration = .seconds(5)) -> KioskConfiguration {
+        KioskConfiguration(
+            storePort: storePort, contentPort: contentPort, token: account.token, bundleID: catalog.bundleID,
+            stateDirectory: stateDirectory, callTimeout: callTimeout, retryInitialDelay: .milliseconds(50),
+            retryMaximumDelay: .milliseconds(500), updatePollInterval: .milliseconds(200))
+    }
+
+    // MARK: Knobs
+
+    /// Allows or forbids an account's payments.
+    public func setPaymentsAllowed(_ account: Account, _ allowed: Bool) throws {
+        try store.setPaymentsAllowed(accountID: account.id, allowed)
+    }
+
+    /// The next payment is declined (`card_declined` unless another reason is given).
+    public func failNextPayment(reason: String = "card_declined", message: String = "declined by the test session") {
+        payments.overrideNextPayment(.declined(reason: reason, message: message))
+    }
+
+    /// The next payment is cancelled by the user.
+    public func cancelNextPayment() { payments.overrideNextPayment(.cancelled) }
+
+    /// The next payment waits for approval (ask to buy).
+    public func deferNextPayment() { payments.overrideNextPayment(.deferred) }
+
+    /// The next purchase is committed, but its answer never reaches the client
+    /// (as if the connection dropped after the store committed).
+    public func holdNextAnswer() { holdAnswers.withLockedValue { $0 += 1 } }
+
+    /// Approves a deferred transaction.
+    public func approve(transactionID: String) async throws {
+        _ = try await store.approve(transactionID: transactionID)
+    }
+
+    /// Refunds a purchased transaction.
+    public func refund(transactionID: String, reason: String = "refunded by the test session") async throws {
+        _ = try await store.refund(transactionID: transactionID, reason: reason)
+    }
+
+    /// Removes every transaction, credit movement, revocation and idempotency key.
+    public func clearTransactions() throws {
+        try store.ledger.clearTransactions()
+    }
+
+    /// The deferred transactions of an account, newest last.
+    public func deferredTransactions(of account: Account) throws -> [String] {
+        try store.ledger.transactions(accountID: account.id).filter { $0.state == .deferred }.map(\.id)
+    }
+
+    // MARK: Outages
+
+    /// Stops the store (the content service keeps running); ``startStore()`` brings it back.
+    public func stopStore() async {
+        let server = storeServer.withLockedValue { server in defer { server = nil }; return server }
+        await server?.shutdown()
+    }
+
+    /// Starts the store again on the same port and data directory.
+    public func startStore() async throws {
+        guard storeServer.withLockedValue({ $0 }) == nil else { return }
+        let hold = holdAnswers
+        let server = try StoreServer(
+            store: Self.storeConfiguration(root: root, catalog: catalog, environment: try ledgerEnvironment(), payments: payments, hold: hold),
+            server: ServerConfiguration(port: storePort))
+        try await server.start()
+        storeServer.withLockedValue { $0 = server }
+    }
+
+    private func ledgerEnvironment() throws -> ReceiptV1.Environment {
+        try Ledger(directory: storeDirectory).environment() ?? .sandbox
+    }
+
+    /// Stops both services and removes the temporary directory.
+    public func shutdown() async {
+        await content.shutdown()
+        await stopStore()
+        try? FileManager.default.removeItem(atPath: root)
+    }
+}

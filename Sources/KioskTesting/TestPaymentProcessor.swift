@@ -1,0 +1,40 @@
+import KioskStore
+import NIOConcurrencyHelpers
+
+/// The simulated payment processor, plus knobs: make the next payments fail or
+/// defer, and count the charges actually made (by payment id).
+public final class TestPaymentProcessor: PaymentProcessor {
+    private let simulated = SimulatedPaymentProcessor()
+    private let state = NIOLockedValueBox<(overrides: [PaymentOutcome], charges: [String: Int])>(([], [:]))
+
+    /// Creates the processor.
+    public init() {}
+
+    /// The next payment (whatever its method) has this outcome instead.
+    public func overrideNextPayment(_ outcome: PaymentOutcome) {
+        state.withLockedValue { $0.overrides.append(outcome) }
+    }
+
+    /// How many times each payment id was charged (a correct store: once each).
+    public var charges: [String: Int] { state.withLockedValue { $0.charges } }
+
+    /// The number of charges made.
+    public var chargeCount: Int { state.withLockedValue { $0.charges.values.reduce(0, +) } }
+
+    public func charge(_ request: PaymentRequest) async -> PaymentOutcome {
+        let override = state.withLockedValue { state in state.overrides.isEmpty ? nil : state.overrides.removeFirst() }
+        let outcome: PaymentOutcome
+        if let override { outcome = override } else { outcome = await simulated.charge(request) }
+        if case .succeeded = outcome { record(request) }
+        return outcome
+    }
+
+    public func approve(_ request: PaymentRequest) async -> PaymentOutcome {
+        record(request)
+        return .succeeded(reference: "test_" + request.paymentID)
+    }
+
+    private func record(_ request: PaymentRequest) {
+        state.withLockedValue { $0.charges[request.paymentID, default: 0] += 1 }
+    }
+}

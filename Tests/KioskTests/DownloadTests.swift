@@ -1,0 +1,93 @@
+import Crypto
+import Foundation
+import Kiosk
+import KioskTesting
+import Testing
+
+@Suite(.timeLimit(.minutes(2))) struct SDKDownloadTests {
+    @Test func hostedProductDownloadsWithEventsAndChecksum() async throws {
+        try await withSession { session in
+            let kiosk = try session.makeClient(account: try session.makeAccount())
+            let hosted = try await kiosk.hostedProducts()
+            let book = try #require(hosted.first { $0.productID == "book.swift" })
+            #expect(book.product?.displayPrice == "9.99 USD")
+            #expect(book.size == 1 << 20)
+            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
+                Issue.record("expected success"); return
+            }
+            let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let download = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
+            var states: [DownloadEvent] = []
+            for await event in download.events { states.append(event) }
+            #expect(states.first?.state == .waiting)
+            #expect(states.contains { $0.state == .active && $0.progress > 0 && $0.progress < 1 })
+            let last = try #require(states.last)
+            #expect(last.state == .finished(path: directory.appendingPathComponent("book.swift").path))
+            #expect(last.progress == 1 && last.bytesDone == 1 << 20)
+            let file = try await download.result()
+            let bytes = try Data(contentsOf: file)
+            #expect(Array(SHA256.hash(data: bytes)) == book.sha256)
+            #expect([UInt8](bytes) == KioskTestSession.sampleContent["book.swift"])
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["book.swift"], "no temporary files left")
+            try await kiosk.finish(transaction)
+            await kiosk.close()
+        }
+    }
+
+    @Test func interruptedDownloadResumesAfterTheProcessRestarts() async throws {
+        try await withSession { session in
+            let account = try session.makeAccount()
+            let first = try session.makeClient(account: account)
+            guard case .success(let transaction) = try await first.purchase(productID: "book.swift", paymentMethod: card) else {
+                Issue.record("expected success"); return
+            }
+            let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            // Paused after the first complete chunk, then the "process" goes away.
+            let interrupted = first.download(productID: "book.swift", transaction: transaction, to: directory)
+            for await event in interrupted.events {
+                if event.state == .active, event.bytesDone > 0 {
+                    interrupted.pause()
+                }
+                if event.state == .paused { break }
+            }
+            await first.close()
+            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("book.swift").path))
+
+            let second = try session.makeClient(account: account)
+            let resumed = second.download(productID: "book.swift", transaction: transaction, to: directory)
+            var firstActive: DownloadEvent?
+            for await event in resumed.events where event.state == .active && firstActive == nil { firstActive = event }
+            #expect((firstActive?.bytesDone ?? 0) >= 256 * 1024, "resumed from the last complete chunk, not from 0")
+            let file = try await resumed.result()
+            #expect([UInt8](try Data(contentsOf: file)) == KioskTestSession.sampleContent["book.swift"])
+            await second.close()
+        }
+    }
+
+    @Test func refusedAndCancelledDownloads() async throws {
+        try await withSession { session in
+            let kiosk = try session.makeClient(account: try session.makeAccount())
+            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
+                Issue.record("expected success"); return
+            }
+            let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            // Another account's client cannot use this transaction's receipt.
+            let thief = try session.makeClient(account: try session.makeAccount())
+            let refused = await #expect(throws: KioskError.self) {
+                try await thief.download(productID: "book.swift", transaction: transaction, to: directory).result()
+            }
+            #expect(refused?.code == .downloadRefused)
+            // Cancelled: no file, no partial.
+            let cancelled = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
+            cancelled.cancel()
+            await #expect(throws: KioskError.self) { try await cancelled.result() }
+            let leftovers = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+            #expect(leftovers.isEmpty)
+            await kiosk.close()
+            await thief.close()
+        }
+    }
+}
