@@ -195,6 +195,33 @@ public final class KioskClient: Sendable {
     /// Payments queued in the journal, not yet answered by the store.
     public var queuedPaymentCount: Int { journal.entries().count }
 
+    /// Sends the queued payments now (the background work does this too, with
+    /// backoff); returns how many are still queued. Their transactions arrive on
+    /// ``transactionUpdates``.
+    @discardableResult
+    public func sendQueuedPayments() async -> Int {
+        _ = await replayJournal()
+        return journal.entries().count
+    }
+
+    /// Sends every queued payment not in flight; false when the store could not be reached.
+    private func replayJournal() async -> Bool {
+        let busy = state.withLockedValue { $0.inFlight }
+        for entry in journal.entries() where !busy.contains(entry.key) {
+            do {
+                let response = try await send(entry)
+                journal.remove(entry.key)
+                if let transaction = response.transaction { deliver(transaction) }
+            } catch let error as KioskError where error.isConnectivity {
+                return false
+            } catch {
+                // A definitive refusal (e.g. the product left the catalog): nothing to send any more.
+                journal.remove(entry.key)
+            }
+        }
+        return true
+    }
+
     // MARK: Transactions
 
     /// Transactions the app has not handled yet: every unfinished transaction
@@ -312,21 +339,7 @@ public final class KioskClient: Sendable {
     private func synchronize() async {
         var delay = configuration.retryInitialDelay
         while !Task.isCancelled, !state.withLockedValue({ $0.closed }) {
-            var reachable = true
-            let busy = state.withLockedValue { $0.inFlight }
-            for entry in journal.entries() where !busy.contains(entry.key) {
-                do {
-                    let response = try await send(entry)
-                    journal.remove(entry.key)
-                    if let transaction = response.transaction { deliver(transaction) }
-                } catch let error as KioskError where error.isConnectivity {
-                    reachable = false
-                    break
-                } catch {
-                    // A definitive refusal (e.g. the product left the catalog): nothing to send any more.
-                    journal.remove(entry.key)
-                }
-            }
+            var reachable = await replayJournal()
             if reachable {
                 do {
                     for message in try await storeCall("Unfinished", StoreV1.UnfinishedRequest(), StoreV1.UnfinishedResponse.self,

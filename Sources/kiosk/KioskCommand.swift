@@ -1,0 +1,322 @@
+import ArgumentParser
+import Foundation
+import Kiosk
+
+@main
+struct KioskCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kiosk",
+        abstract: "Buy, restore, verify and download from a Kiosk store.",
+        discussion: """
+            Exit codes: 0 done, 1 refused (payment declined or not allowed, product unavailable, \
+            insufficient credits, download refused, receipt not valid), 3 the store or content \
+            service cannot be reached (a purchase stays queued and is sent on a later run), \
+            4 any other error, 64 bad usage.
+            """,
+        subcommands: [Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
+                      Unfinished.self, Finish.self, Verify.self, Download.self])
+}
+
+/// Options every command takes; flags win over the environment.
+struct Connection: ParsableArguments {
+    @Option(help: "The store, host:port (or KIOSK_STORE).") var store: String?
+    @Option(help: "The content service, host:port (or KIOSK_CONTENT).") var content: String?
+    @Option(help: "The account's bearer token (or KIOSK_TOKEN).") var token: String?
+    @Option(name: .customLong("state-dir"), help: "Where queued payments and receipts are kept (or KIOSK_STATE_DIR; default ~/.kiosk).")
+    var stateDir: String?
+    @Flag(help: "Print JSON for scripts.") var json = false
+
+    var stateDirectory: String {
+        stateDir ?? env("KIOSK_STATE_DIR") ?? (NSHomeDirectory() as NSString).appendingPathComponent(".kiosk")
+    }
+
+    private func env(_ name: String) -> String? {
+        ProcessInfo.processInfo.environment[name].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    private func address(_ flag: String?, _ variable: String, default port: Int) throws -> (String, Int) {
+        let text = flag ?? env(variable) ?? "127.0.0.1:\(port)"
+        let parts = text.split(separator: ":")
+        guard parts.count == 2, let number = Int(parts[1]) else { throw ValidationError("\(text) is not host:port") }
+        return (String(parts[0]), number)
+    }
+
+    func client() throws -> KioskClient {
+        guard let token = token ?? env("KIOSK_TOKEN") else {
+            throw ValidationError("an account token is needed: --token or KIOSK_TOKEN (kiosk-store account create)")
+        }
+        let (storeHost, storePort) = try address(store, "KIOSK_STORE", default: 7301)
+        let (contentHost, contentPort) = try address(content, "KIOSK_CONTENT", default: 7302)
+        return try KioskClient(configuration: KioskConfiguration(
+            storeHost: storeHost, storePort: storePort, contentHost: contentHost, contentPort: contentPort, token: token,
+            stateDirectory: stateDirectory))
+    }
+
+    /// Runs `body` with a client, prints its errors and exits with the documented codes.
+    func run(_ body: (KioskClient) async throws -> Void) async throws {
+        let kiosk = try client()
+        do {
+            await kiosk.sendQueuedPayments()
+            try await body(kiosk)
+            await kiosk.close()
+        } catch let error as KioskError {
+            await kiosk.close()
+            fail(error)
+        } catch let exit as ExitCode {
+            await kiosk.close()
+            throw exit
+        } catch {
+            await kiosk.close()
+            fail(KioskError(.unknown, "\(error)"))
+        }
+    }
+
+    func fail(_ error: KioskError) -> Never {
+        if json {
+            print(jsonObject(["error": error.code.description, "code": error.code.rawValue, "message": error.message]))
+        } else {
+            FileHandle.standardError.write(Data("kiosk: \(error.message)\n".utf8))
+        }
+        switch error.code {
+        case .cannotConnect: Foundation.exit(3)
+        case .paymentInvalid, .paymentNotAllowed, .productUnavailable, .insufficientCredits, .downloadRefused, .paymentCancelled,
+             .notAuthenticated, .invalidRequest, .notFound:
+            Foundation.exit(1)
+        default: Foundation.exit(4)
+        }
+    }
+
+    func emit(_ object: [String: Any], text: String) {
+        print(json ? jsonObject(object) : text)
+    }
+}
+
+func jsonObject(_ object: Any) -> String {
+    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
+    return String(decoding: data, as: UTF8.self)
+}
+
+func describe(_ transaction: Transaction) -> [String: Any] {
+    var object: [String: Any] = [
+        "transaction_id": transaction.id, "original_transaction_id": transaction.originalID, "product_id": transaction.productID,
+        "product_type": transaction.productType.rawValue, "quantity": Int(transaction.purchasedQuantity),
+        "purchase_date": ISO8601DateFormatter().string(from: transaction.purchaseDate), "finished": transaction.isFinished,
+        "environment": transaction.environment,
+    ]
+    if let expiry = transaction.expirationDate { object["expiration_date"] = ISO8601DateFormatter().string(from: expiry) }
+    if let revoked = transaction.revocationDate { object["revocation_date"] = ISO8601DateFormatter().string(from: revoked) }
+    return object
+}
+
+func line(_ transaction: Transaction) -> String {
+    var text = "\(transaction.id)  \(transaction.productID) ×\(transaction.purchasedQuantity)  original \(transaction.originalID)"
+    if let expiry = transaction.expirationDate { text += "  expires \(ISO8601DateFormatter().string(from: expiry))" }
+    if transaction.revocationDate != nil { text += "  REVOKED" }
+    return text
+}
+
+/// Keeps the receipt of a transaction in the state directory; returns its path.
+func saveReceipt(_ transaction: Transaction, in stateDirectory: String) throws -> String {
+    let directory = (stateDirectory as NSString).appendingPathComponent("receipts")
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let path = (directory as NSString).appendingPathComponent("\(transaction.id).receipt")
+    try Data(transaction.signedReceipt).write(to: URL(fileURLWithPath: path), options: .atomic)
+    return path
+}
+
+struct Products: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List products and prices (all, or the ids given).")
+    @OptionGroup var connection: Connection
+    @Argument(help: "Product ids; none lists the whole catalog.") var ids: [String] = []
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let result = try await kiosk.products(for: ids)
+            connection.emit(
+                ["products": result.products.map { ["id": $0.id, "type": $0.type.rawValue, "title": $0.displayName,
+                                                    "price": "\($0.price)", "currency": $0.currencyCode, "display_price": $0.displayPrice] },
+                 "invalid_product_ids": result.invalidIdentifiers],
+                text: (result.products.map { "\($0.id)  \($0.displayPrice)  \($0.type.rawValue)  \($0.displayName)" }
+                       + result.invalidIdentifiers.map { "\($0)  (not sold)" }).joined(separator: "\n"))
+        }
+    }
+}
+
+struct Buy: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Buy a product.")
+    @OptionGroup var connection: Connection
+    @Argument(help: "The product id.") var product: String
+    @Option(help: "Units to buy.") var quantity: UInt32 = 1
+    @Option(name: .customLong("payment-method"), help: "E.g. test-card:4242424242424242, test-cancel, test-ask.")
+    var paymentMethod = "test-card:4242424242424242"
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            switch try await kiosk.purchase(productID: product, quantity: quantity, paymentMethod: paymentMethod) {
+            case .success(let transaction):
+                let receipt = try saveReceipt(transaction, in: connection.stateDirectory)
+                var object = describe(transaction)
+                object["state"] = "purchased"
+                object["receipt_file"] = receipt
+                connection.emit(object, text: "purchased \(product) ×\(quantity): transaction \(transaction.id)\nreceipt \(receipt)")
+            case .pending:
+                let queued = kiosk.queuedPaymentCount > 0
+                connection.emit(["state": queued ? "queued" : "pending"],
+                                text: queued ? "queued: the store cannot be reached; it is sent on a later run"
+                                             : "pending: waiting for approval (ask to buy)")
+                if queued { throw ExitCode(3) }
+            case .userCancelled:
+                connection.emit(["state": "cancelled"], text: "cancelled")
+                throw ExitCode(1)
+            }
+        }
+    }
+}
+
+struct Restore: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Restore purchases (non-consumables and subscriptions).")
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            var restored: [Transaction] = []
+            for try await transaction in kiosk.restore() {
+                restored.append(transaction)
+                _ = try saveReceipt(transaction, in: connection.stateDirectory)
+            }
+            connection.emit(["transactions": restored.map(describe)],
+                            text: restored.isEmpty ? "nothing to restore" : restored.map(line).joined(separator: "\n"))
+        }
+    }
+}
+
+struct Entitlements: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "What the account owns now: non-consumables and live subscriptions.")
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let owned = try await kiosk.currentEntitlements
+            connection.emit(["entitlements": owned.map(describe)],
+                            text: owned.isEmpty ? "no entitlements" : owned.map(line).joined(separator: "\n"))
+        }
+    }
+}
+
+struct Balance: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The account's credit balance.")
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let balance = try await kiosk.creditBalance
+            connection.emit(["balance": balance], text: "\(balance) credits")
+        }
+    }
+}
+
+struct Spend: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Spend credits.")
+    @OptionGroup var connection: Connection
+    @Argument(help: "Credits to spend.") var amount: Int64
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let balance = try await kiosk.spendCredits(amount)
+            connection.emit(["balance": balance, "spent": amount], text: "spent \(amount); \(balance) credits left")
+        }
+    }
+}
+
+struct Unfinished: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Transactions not finished yet.")
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let open = try await kiosk.unfinishedTransactions
+            connection.emit(["transactions": open.map(describe)],
+                            text: open.isEmpty ? "no unfinished transactions" : open.map(line).joined(separator: "\n"))
+        }
+    }
+}
+
+struct Finish: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Finish a transaction (the product was delivered).")
+    @OptionGroup var connection: Connection
+    @Argument(help: "The transaction id.") var transaction: String
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            try await kiosk.finish(transactionID: transaction)
+            connection.emit(["finished": transaction], text: "finished \(transaction)")
+        }
+    }
+}
+
+struct Verify: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Ask the store whether a receipt file is real.")
+    @OptionGroup var connection: Connection
+    @Argument(help: "A receipt file (as saved by buy or restore).") var file: String
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw KioskError(.notFound, "cannot read \(file)")
+            }
+            let result = try await kiosk.verify(receipt: [UInt8](data))
+            var object: [String: Any] = ["status": Int(result.status), "valid": result.isValid, "message": result.message]
+            if let id = result.transactionID { object["transaction_id"] = id }
+            if let product = result.productID { object["product_id"] = product }
+            if let reason = result.revocationReason { object["revocation_reason"] = reason }
+            connection.emit(object, text: "status \(result.status): \(result.message)"
+                            + (result.transactionID.map { " (transaction \($0), \(result.productID ?? "?"))" } ?? ""))
+            if !result.isValid { throw ExitCode(1) }
+        }
+    }
+}
+
+struct Download: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Download a bought hosted product, then finish its transaction.")
+    @OptionGroup var connection: Connection
+    @Argument(help: "The product id.") var product: String
+    @Option(help: "Directory for the file.") var out = "."
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            var owned: Transaction?
+            for try await transaction in kiosk.restore() where transaction.productID == product && transaction.isActive() {
+                owned = transaction
+            }
+            if owned == nil {
+                owned = try await kiosk.unfinishedTransactions.first { $0.productID == product }
+            }
+            guard let transaction = owned else {
+                throw KioskError(.downloadRefused, "this account has not bought \(product)")
+            }
+            let download = kiosk.download(productID: product, transaction: transaction, to: URL(fileURLWithPath: out))
+            let terminal = isatty(STDOUT_FILENO) == 1 && !connection.json
+            var lastPercent = -1
+            for await event in download.events {
+                let percent = Int(event.progress * 100)
+                switch event.state {
+                case .active where terminal:
+                    let width = 30
+                    let filled = Int(event.progress * Double(width))
+                    let eta = event.estimatedTimeRemaining.map { " ETA \($0.components.seconds)s" } ?? ""
+                    FileHandle.standardOutput.write(Data("\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(percent)% \(event.bytesDone)/\(event.totalBytes) bytes\(eta)   ".utf8))
+                case .active where !connection.json && percent / 25 != lastPercent / 25:
+                    print("downloading \(product): \(percent)% (\(event.bytesDone)/\(event.totalBytes) bytes)")
+                    lastPercent = percent
+                default:
+                    break
+                }
+            }
+            if terminal { print("") }
+            let file = try await download.result()
+            try await kiosk.finish(transaction)
+            connection.emit(["product_id": product, "file": file.path, "transaction_id": transaction.id, "finished": true],
+                            text: "downloaded \(product) to \(file.path); transaction \(transaction.id) finished")
+        }
+    }
+}

@@ -1,0 +1,37 @@
+import Foundation
+import Kiosk
+import KioskTesting
+import Testing
+
+@Suite(.timeLimit(.minutes(1))) struct KioskTestSessionTests {
+    @Test func knobsDoWhatTheySay() async throws {
+        let session = try await KioskTestSession.start()
+        let account = try session.makeAccount()
+        let kiosk = try session.makeClient(account: account)
+
+        session.failNextPayment()
+        await #expect(throws: KioskError.self) { try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") }
+        session.cancelNextPayment()
+        #expect(try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") == .userCancelled)
+        session.deferNextPayment()
+        #expect(try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") == .pending)
+        #expect(try session.deferredTransactions(of: account).count == 1)
+
+        try session.setPaymentsAllowed(account, false)
+        #expect(try await kiosk.canMakePayments == false)
+        try session.setPaymentsAllowed(account, true)
+
+        guard case .success(let bought) = try await kiosk.purchase(productID: "credits.10", paymentMethod: "test-card:4242424242424242") else {
+            Issue.record("expected success"); return
+        }
+        #expect(session.payments.chargeCount == 1)
+        try await session.refund(transactionID: bought.id)
+        #expect(try await kiosk.verify(receipt: bought.signedReceipt).revocationDate != nil)
+        try session.clearTransactions()
+        #expect(try await kiosk.creditBalance == 0)
+        #expect(try await kiosk.unfinishedTransactions.isEmpty)
+        #expect(try await kiosk.hostedProducts().map(\.productID) == ["book.swift"])
+        await kiosk.close()
+        await session.shutdown()
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import Kiosk
+import KioskTesting
+import Testing
+
+/// The `kiosk` command line against KioskTesting servers.
+@Suite(.timeLimit(.minutes(1))) struct KioskCommandLineTests {
+    static var binary: String {
+        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk").path
+    }
+
+    struct Run {
+        var status: Int32
+        var output: String
+        var errors: String
+    }
+
+    func kiosk(_ arguments: [String], session: KioskTestSession, token: String, state: String, storePort: Int? = nil) async throws -> Run {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.binary)
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["KIOSK_STORE"] = "127.0.0.1:\(storePort ?? session.storePort)"
+        environment["KIOSK_CONTENT"] = "127.0.0.1:\(session.contentPort)"
+        environment["KIOSK_TOKEN"] = token
+        environment["KIOSK_STATE_DIR"] = state
+        process.environment = environment
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        return await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                let out = output.fileHandleForReading.readDataToEndOfFile()
+                let err = errors.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                continuation.resume(returning: Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self),
+                                                   errors: String(decoding: err, as: UTF8.self)))
+            }
+        }
+    }
+
+    @Test func buyDownloadBalanceAndExitCodes() async throws {
+        let session = try await KioskTestSession.start()
+        let account = try session.makeAccount()
+        let state = NSTemporaryDirectory() + "kiosk-cli-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: state) }
+
+        let bought = try await kiosk(["buy", "credits.5", "--quantity", "4"], session: session, token: account.token, state: state)
+        #expect(bought.status == 0, "\(bought.errors)")
+        #expect(bought.output.contains("purchased credits.5 ×4"))
+        let balance = try await kiosk(["balance", "--json"], session: session, token: account.token, state: state)
+        #expect(balance.status == 0)
+        let object = try JSONSerialization.jsonObject(with: Data(balance.output.utf8)) as? [String: Any]
+        #expect((object?["balance"] as? Int) == 20)
+
+        // Buy and download the book: the file lands in --out, checked, and the transaction is finished.
+        let book = try await kiosk(["buy", "book.swift", "--json"], session: session, token: account.token, state: state)
+        #expect(book.status == 0)
+        let receiptFile = try #require((try JSONSerialization.jsonObject(with: Data(book.output.utf8)) as? [String: Any])?["receipt_file"] as? String)
+        let out = state + "/downloads"
+        let download = try await kiosk(["download", "book.swift", "--out", out], session: session, token: account.token, state: state)
+        #expect(download.status == 0, "\(download.errors)")
+        #expect(download.output.contains("downloaded book.swift"))
+        #expect(download.output.contains("downloading book.swift: "), "a plain line per step when not a terminal")
+        #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: out + "/book.swift"))) == KioskTestSession.sampleContent["book.swift"])
+
+        // verify FILE: 0, exit 0.
+        let verify = try await kiosk(["verify", receiptFile], session: session, token: account.token, state: state)
+        #expect(verify.status == 0)
+        #expect(verify.output.contains("status 0"))
+
+        // Refusals exit 1; a store that cannot be reached exits 3.
+        let declined = try await kiosk(["buy", "credits.5", "--payment-method", "test-card:4000000000000002"], session: session, token: account.token, state: state)
+        #expect(declined.status == 1)
+        #expect(declined.errors.contains("declined"))
+        let tooMuch = try await kiosk(["spend", "1000", "--json"], session: session, token: account.token, state: state)
+        #expect(tooMuch.status == 1)
+        #expect(tooMuch.output.contains("insufficientCredits"))
+        let offline = try await kiosk(["balance"], session: session, token: account.token, state: state, storePort: 1)
+        #expect(offline.status == 3)
+        let queued = try await kiosk(["buy", "credits.10"], session: session, token: account.token, state: state, storePort: 1)
+        #expect(queued.status == 3)
+        #expect(queued.output.contains("queued"))
+        // The next run against the store sends the queued payment: 20 + 10.
+        let later = try await kiosk(["balance", "--json"], session: session, token: account.token, state: state)
+        #expect((try JSONSerialization.jsonObject(with: Data(later.output.utf8)) as? [String: Any])?["balance"] as? Int == 30)
+        #expect(session.payments.chargeCount == 3)
+        let usage = try await kiosk(["buy"], session: session, token: account.token, state: state)
+        #expect(usage.status == 64)
+        await session.shutdown()
+    }
+}
