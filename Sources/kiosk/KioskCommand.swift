@@ -296,7 +296,7 @@ struct Download: AsyncParsableCommand {
             }
             let download = kiosk.download(productID: product, transaction: transaction, to: URL(fileURLWithPath: out))
             let terminal = isatty(STDOUT_FILENO) == 1 && !connection.json
-            var lastPercent = -1
+            var lastPercent = -100
             for await event in download.events {
                 let percent = Int(event.progress * 100)
                 switch event.state {
