@@ -96,7 +96,7 @@ public final class Store: Sendable {
             throw StoreError.invalid("quantity \(quantity) is outside 1…\(maxQuantity) for product \(productID)")
         }
         let requestHash = Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)")
-        return try await locks.withLock(account.id) {
+        let response = try await locks.withLock(account.id) {
             if let replay = try await replayed(StoreV1.PurchaseResponse.self, account: account.id, key: idempotencyKey, operation: "purchase", hash: requestHash) {
                 var response = replay
                 response.replayed = true
@@ -148,9 +148,10 @@ public final class Store: Sendable {
                 if let record { try Self.insertPurchase(record, db) }
                 try Self.remember(response, account: account.id, key: idempotencyKey, operation: "purchase", hash: requestHash, nowMs: nowMs, db)
             }
-            await configuration.purchaseCommitted?(response)
             return response
         }
+        if !response.replayed { await configuration.purchaseCommitted?(response) }
+        return response
     }
 
     /// A FAILED transaction: reported, not recorded (nothing was charged).

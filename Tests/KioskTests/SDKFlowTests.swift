@@ -151,14 +151,16 @@ func next(_ updates: AsyncStream<Transaction>) async -> Transaction? {
     @Test func lostAnswerIsReplayedWithTheSameKeyAndChargedOnce() async throws {
         try await withSession { session in
             let account = try session.makeAccount()
-            let kiosk = try session.makeClient(account: account, callTimeout: .milliseconds(500))
+            let kiosk = try session.makeClient(account: account, callTimeout: .seconds(1))
             let updates = kiosk.transactionUpdates
             session.holdNextAnswer()  // the store commits, the answer is lost on the way
             #expect(try await kiosk.purchase(productID: "credits.5", quantity: 2, paymentMethod: card) == .pending)
             let replayed = await next(updates)
             #expect(replayed?.purchasedQuantity == 2)
             #expect(session.payments.chargeCount == 1)
-            #expect(try await kiosk.creditBalance == 10)
+            let checker = try session.makeClient(account: account)
+            #expect(try await checker.creditBalance == 10)
+            await checker.close()
             #expect(try session.store.ledger.transactions(accountID: account.id).count == 1)
             await kiosk.close()
         }
