@@ -156,8 +156,14 @@ public final class KioskClient: Sendable {
             // Kept in the journal; the background work sends it when the store is back.
             signal()
             return .pending
-        } catch {
+        } catch let error as KioskError where error.isDefinitiveRefusal {
             journal.remove(entry.key)
+            throw error
+        } catch {
+            // Cancelled, or an answer that does not say whether the store took the payment: it
+            // stays queued, and the background work learns the outcome with the same key.
+            signal()
+            if Task.isCancelled { throw CancellationError() }
             throw error
         }
         journal.remove(entry.key)
@@ -212,11 +218,12 @@ public final class KioskClient: Sendable {
                 let response = try await send(entry)
                 journal.remove(entry.key)
                 if let transaction = response.transaction { deliver(transaction) }
-            } catch let error as KioskError where error.isConnectivity {
-                return false
-            } catch {
-                // A definitive refusal (e.g. the product left the catalog): nothing to send any more.
+            } catch let error as KioskError where error.isDefinitiveRefusal {
+                // The store refused it outright (e.g. the product's limits changed): nothing to send any more.
                 journal.remove(entry.key)
+            } catch {
+                // Unreachable, cancelled, or an unclear answer: keep it for the next attempt.
+                return false
             }
         }
         return true

@@ -87,4 +87,7 @@ public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
 
     /// True when the request may not have reached the store (safe to retry with the same idempotency key).
     var isConnectivity: Bool { code == .cannotConnect }
+
+    /// True when the store answered that it will never do this request, so a queued payment can be dropped.
+    var isDefinitiveRefusal: Bool { code == .invalidRequest || code == .notAuthenticated || code == .notFound }
 }

@@ -72,6 +72,7 @@ public struct ProductsResult: Hashable, Sendable {
 
 /// A hosted product: the content service's entry joined with the store's product.
 public struct HostedProduct: Hashable, Sendable, Identifiable {
+    /// The product id.
     public var id: String { product?.id ?? productID }
     /// The product id.
     public var productID: String

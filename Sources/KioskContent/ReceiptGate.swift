@@ -37,13 +37,21 @@ public struct AccessDecision: Hashable, Sendable {
 
 /// Counters the `Stats` method reports.
 public struct GateStats: Hashable, Sendable {
+    /// Checks answered from the verified-receipt cache.
     public var cacheHits: UInt64
+    /// Checks that verified a signature.
     public var cacheMisses: UInt64
+    /// Receipts in the cache now.
     public var cacheEntries: Int
+    /// The cache's size limit.
     public var cacheCapacity: Int
+    /// Revoked transactions known.
     public var revocationsKnown: Int
+    /// Store signing keys known.
     public var keysKnown: Int
+    /// Milliseconds since the store was last heard from; 0 if never.
     public var storeSilenceMs: Int64
+    /// The revocation feed's cursor.
     public var revocationCursor: UInt64
 }
 

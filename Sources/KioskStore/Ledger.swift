@@ -4,28 +4,47 @@ import KioskAPI
 
 /// One row of the `transactions` table.
 public struct TransactionRecord: Hashable, Sendable {
+    /// The id.
     public var id: String
+    /// The original transaction id (a renewal keeps its first purchase's).
     public var originalID: String
+    /// The account.
     public var accountID: String
+    /// The product.
     public var productID: String
+    /// The product's kind.
     public var productType: ReceiptV1.ProductType
+    /// Units bought.
     public var quantity: UInt32
+    /// PURCHASED, FAILED or DEFERRED.
     public var state: StoreV1.TransactionState
+    /// Purchase (or approval) time, milliseconds since 1970.
     public var purchaseMs: Int64
+    /// Subscription expiry, milliseconds since 1970; 0 = none.
     public var expiresMs: Int64
+    /// Unit price, decimal string.
     public var price: String
+    /// ISO 4217 currency code.
     public var currency: String
+    /// The payment method used.
     public var paymentMethod: String
     /// The payment's stable id; unique, so one payment is recorded (and charged) once.
     public var paymentID: String?
+    /// FAILED: StoreKit error code.
     public var errorCode: UInt32
+    /// FAILED: machine-readable reason.
     public var errorReason: String
+    /// FAILED: readable message.
     public var errorMessage: String
     /// The encoded `SignedReceipt`, for PURCHASED transactions.
     public var receipt: [UInt8]?
+    /// True once the app finished it.
     public var finished: Bool
+    /// Revocation (refund) time, milliseconds since 1970; 0 = not revoked.
     public var revokedMs: Int64
+    /// Why it was revoked.
     public var revocationReason: String
+    /// Sandbox or production.
     public var environment: ReceiptV1.Environment
     /// Credits this transaction added to the balance.
     public var credits: UInt64
@@ -113,8 +132,11 @@ public struct TransactionRecord: Hashable, Sendable {
 
 /// An account row.
 public struct AccountRecord: Hashable, Sendable {
+    /// The id.
     public var id: String
+    /// False when payments are disabled (restrictions).
     public var paymentsAllowed: Bool
+    /// Credits held.
     public var creditBalance: UInt64
 
     init(row: Row) {
@@ -126,11 +148,17 @@ public struct AccountRecord: Hashable, Sendable {
 
 /// A revocation row: a refunded or revoked transaction.
 public struct RevocationRecord: Hashable, Sendable {
+    /// The revocation's position in the feed.
     public var cursor: UInt64
+    /// The revoked transaction.
     public var transactionID: String
+    /// Its original transaction.
     public var originalTransactionID: String
+    /// The account.
     public var accountID: String
+    /// Revocation (refund) time, milliseconds since 1970; 0 = not revoked.
     public var revokedMs: Int64
+    /// Why.
     public var reason: String
 
     init(row: Row) {

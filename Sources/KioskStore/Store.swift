@@ -436,6 +436,7 @@ public final class Store: Sendable {
 }
 
 extension StoreV1.TransactionState {
+    /// `PURCHASED`, `FAILED`, `DEFERRED` or `UNSPECIFIED`.
     public var name: String {
         switch self {
         case .purchased: "PURCHASED"
