@@ -16,7 +16,8 @@ public enum DownloadState: Hashable, Sendable {
     case paused
     /// Done: the file is in place at `path`, its SHA-256 checked.
     case finished(path: String)
-    /// Stopped by an error; what was downloaded is kept for a later resume.
+    /// Stopped by an error (the events end); what was downloaded is kept, and a
+    /// new download of the same product resumes from it.
     case failed(KioskError)
     /// Stopped by ``KioskDownload/cancel()``; the partial file is removed.
     case cancelled
@@ -104,7 +105,7 @@ public final class KioskDownload: Sendable {
         }
     }
 
-    /// Goes on after ``pause()`` or a failure, from the last complete chunk.
+    /// Goes on after ``pause()``, from the last complete chunk.
     public func resume() {
         let paused = state.withLockedValue { !$0.done && $0.task == nil }
         if paused { start() }
@@ -178,17 +179,12 @@ public final class KioskDownload: Sendable {
         } catch is CancellationError {
             // Paused or cancelled: the caller emits the state.
         } catch let error as KioskError {
-            state.withLockedValue { $0.task = nil }
-            emit(.failed(error))
-            // A failed download may be resumed; `result()` waiters learn of the failure now.
-            let waiters = outcome.withLockedValue { waiters in defer { waiters.removeAll() }; return waiters }
-            for waiter in waiters { waiter.resume(throwing: error) }
+            // Terminal for this download; what was fetched stays on disk, and a new
+            // `download(…)` of the same product resumes from it.
+            finishAll(.failed(error), result: .failure(error))
         } catch {
             let failure = KioskError(.downloadFailed, "\(error)")
-            state.withLockedValue { $0.task = nil }
-            emit(.failed(failure))
-            let waiters = outcome.withLockedValue { waiters in defer { waiters.removeAll() }; return waiters }
-            for waiter in waiters { waiter.resume(throwing: failure) }
+            finishAll(.failed(failure), result: .failure(failure))
         }
     }
 
