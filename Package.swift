@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "Kiosk", targets: ["Kiosk"]),
         .library(name: "KioskTesting", targets: ["KioskTesting"]),
         .executable(name: "kiosk", targets: ["kiosk"]),
+        .executable(name: "kiosk-bench", targets: ["kiosk-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -22,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
     ],
     targets: [
         // System libraries: the project's chosen codecs.
@@ -127,6 +129,18 @@ let package = Package(
             dependencies: [
                 "Kiosk",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // Load tests of verification, downloads and purchases.
+        .executableTarget(
+            name: "kiosk-bench",
+            dependencies: [
+                "KioskStore", "KioskContent", "KioskAPI", "KioskRPC", "KioskWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .testTarget(

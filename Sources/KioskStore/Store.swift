@@ -375,6 +375,23 @@ public final class Store: Sendable {
         try ledger.publicKeys()
     }
 
+    // MARK: Benchmarks
+
+    /// Signs `count` receipts of `productID` for `accountID` through the store's
+    /// own signing path, without recording transactions: load for `kiosk-bench`.
+    public func mintReceipts(accountID: String, productID: String, count: Int) throws -> [[UInt8]] {
+        guard let product = catalog.product(productID) else { throw StoreError.notFound("no product \(productID)") }
+        let key = try keys.activeKey()
+        let nowMs = now
+        return try (0..<count).map { _ in
+            let id = Self.newTransactionID()
+            let payload = ReceiptV1.ReceiptPayload(
+                transactionID: id, originalTransactionID: id, productID: product.id, productType: product.type, quantity: 1,
+                purchaseDateMs: nowMs, accountID: accountID, bundleID: catalog.bundleID, environment: configuration.environment)
+            return try key.sign(payload).serializedBytes()
+        }
+    }
+
     // MARK: Verification
 
     /// Verifies a receipt: signature, environment, account, expiry, revocation.

@@ -1,0 +1,82 @@
+import Foundation
+import Histogram
+import NIOConcurrencyHelpers
+
+/// What a load run measured.
+struct LoadResult {
+    var calls: Int
+    var errors: [String: Int]
+    var histogram: Histogram<UInt64>
+    var elapsed: Duration
+
+    var failed: Int { errors.values.reduce(0, +) }
+    var callsPerSecond: Double { Double(calls) / elapsed.seconds }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    var nanoseconds: UInt64 { UInt64(max(0, Double(components.seconds) * 1e9 + Double(components.attoseconds) / 1e9)) }
+}
+
+/// Drives `concurrency` workers calling `call` for a warm-up, then for the
+/// measured duration. Closed loop by default; with `rate`, open loop: calls
+/// are due at fixed intervals and latency counts from when a call was due,
+/// so a stalled server shows as queueing instead of hiding it (no
+/// coordinated omission).
+///
+/// `call(worker, sequence)` returns nil on success, or the kind of failure.
+func runLoad(
+    concurrency: Int, warmup: Duration, duration: Duration, rate: Double?,
+    call: @escaping @Sendable (_ worker: Int, _ sequence: Int) async -> String?
+) async -> LoadResult {
+    let sequence = NIOLockedValueBox(0)
+    func phase(_ length: Duration, record: Bool) async -> LoadResult {
+        let start = ContinuousClock.now
+        let end = start + length
+        let interval: Duration? = rate.map { .nanoseconds(Int64(1e9 / $0)) }
+        let issued = NIOLockedValueBox(0)
+        let results = await withTaskGroup(of: (Int, [String: Int], Histogram<UInt64>).self) { group in
+            for worker in 0..<concurrency {
+                group.addTask {
+                    var histogram = Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three)
+                    var errors: [String: Int] = [:]
+                    var calls = 0
+                    while true {
+                        let due: ContinuousClock.Instant
+                        if let interval {
+                            let index = issued.withLockedValue { value in defer { value += 1 }; return value }
+                            due = start + interval * index
+                            guard due < end else { break }
+                            if ContinuousClock.now < due { try? await Task.sleep(until: due, clock: .continuous) }
+                        } else {
+                            due = ContinuousClock.now
+                            guard due < end else { break }
+                        }
+                        let number = sequence.withLockedValue { value in defer { value += 1 }; return value }
+                        let failure = await call(worker, number)
+                        if record {
+                            calls += 1
+                            if let failure { errors[failure, default: 0] += 1 }
+                            _ = histogram.record(due.duration(to: .now).nanoseconds)
+                        }
+                    }
+                    return (calls, errors, histogram)
+                }
+            }
+            var total = LoadResult(calls: 0, errors: [:],
+                                   histogram: Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three),
+                                   elapsed: .zero)
+            for await (calls, errors, histogram) in group {
+                total.calls += calls
+                total.errors.merge(errors, uniquingKeysWith: +)
+                total.histogram.add(histogram)
+            }
+            return total
+        }
+        var result = results
+        result.elapsed = start.duration(to: .now)
+        return result
+    }
+    if warmup > .zero { _ = await phase(warmup, record: false) }
+    return await phase(duration, record: true)
+}

@@ -1,0 +1,46 @@
+import Foundation
+import KioskAPI
+import KioskContent
+import KioskRPC
+import KioskStore
+
+/// A store and a content service started by the bench itself, on 127.0.0.1,
+/// in a temporary directory (removed by `stop()`).
+struct LocalServices {
+    let store: StoreServer
+    let content: ContentServer
+    let root: String
+    let buyer: (id: String, token: String)
+
+    static let product = "bench.file"
+
+    static let catalog = Catalog(bundleID: "com.example.bench", products: [
+        CatalogProduct(id: product, type: .nonConsumable, title: "Bench file", price: "1.00", currency: "USD", hostedContent: true),
+        CatalogProduct(id: "credits.5", type: .consumable, title: "5 credits", price: "0.99", currency: "USD", credits: 5, maxQuantity: 10),
+    ])
+
+    /// Starts both services; the hosted file holds `fileBytes`.
+    static func start(fileBytes: [UInt8] = Array(repeating: 0x4B, count: 1024), cacheSize: Int) async throws -> LocalServices {
+        let root = NSTemporaryDirectory() + "kiosk-bench-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: root + "/content", withIntermediateDirectories: true)
+        try Data(fileBytes).write(to: URL(fileURLWithPath: root + "/content/file.bin"))
+        try Data(#"{"products": [{"product_id": "\#(product)", "file": "file.bin", "version": "1"}]}"#.utf8)
+            .write(to: URL(fileURLWithPath: root + "/content/manifest.json"))
+        let store = try StoreServer(store: StoreConfiguration(dataDirectory: root + "/store", catalog: catalog))
+        try await store.start()
+        let service = try store.store.createAccount()
+        let buyer = try store.store.createAccount()
+        let content = try ContentServer(configuration: ContentConfiguration(
+            contentDirectory: root + "/content", storePort: store.port ?? 0, storeToken: service.token, cacheSize: cacheSize,
+            maximumDownloadsPerAccount: 1024, maximumDownloads: 1024))
+        try await content.start()
+        for _ in 0..<1000 where content.stats.keysKnown == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        return LocalServices(store: store, content: content, root: root, buyer: (buyer.id, buyer.token))
+    }
+
+    func stop() async {
+        await content.shutdown()
+        await store.shutdown()
+        try? FileManager.default.removeItem(atPath: root)
+    }
+}
