@@ -32,7 +32,10 @@ public final class RPCClient: Sendable {
     public let port: Int
     /// The client's configuration.
     public let configuration: ClientConfiguration
-    private let group: EventLoopGroup
+    /// The event loop of this client's connections. Callers that make many calls
+    /// can run on it (`withTaskExecutorPreference(EventLoopTaskExecutor(client.eventLoop))`)
+    /// to save a thread hop per call.
+    public let eventLoop: EventLoop
     private let logger: Logger
     private let state = NIOLockedValueBox(State.idle)
 
@@ -45,7 +48,7 @@ public final class RPCClient: Sendable {
         self.host = host
         self.port = port
         self.configuration = configuration
-        self.group = group
+        self.eventLoop = group.next()
         self.logger = logger
     }
 
@@ -183,7 +186,7 @@ public final class RPCClient: Sendable {
         let logger = self.logger
         let state = self.state
         let installed = NIOLockedValueBox<ClientConnection?>(nil)
-        let bootstrap = ClientBootstrap(group: group)
+        let bootstrap = ClientBootstrap(group: eventLoop)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in

@@ -76,7 +76,8 @@ public final class RPCServer: Sendable {
                 let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
                 return transport.flatMapThrowing {
                     let handler = ServerConnectionHandler(
-                        router: router, maximumMessageSize: configuration.maximumMessageSize, logger: logger, shutdown: shutdownFlag)
+                        router: router, maximumMessageSize: configuration.maximumMessageSize, logger: logger, shutdown: shutdownFlag,
+                        runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop)
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(FrameDecoder(expectPreface: true, maximumPayloadSize: configuration.maximumMessageSize)),
                         MessageToByteHandler(FrameEncoder()),

@@ -27,7 +27,12 @@ final class ServerCall: @unchecked Sendable {
     private var task: Task<Void, Never>?
     private var deadlineTimer: Scheduled<Void>?
 
-    init(id: UInt32, context: ServerContext, method: RPCRouter.Method, connection: NIOLoopBound<ServerConnectionHandler>, initialWindow: Int) {
+    /// Where the handler runs: the connection's event loop, or (nil) the global pool.
+    private let executor: EventLoopTaskExecutor?
+
+    init(id: UInt32, context: ServerContext, method: RPCRouter.Method, connection: NIOLoopBound<ServerConnectionHandler>,
+         initialWindow: Int, executor: EventLoopTaskExecutor?) {
+        self.executor = executor
         self.id = id
         self.context = context
         self.method = method
@@ -54,12 +59,17 @@ final class ServerCall: @unchecked Sendable {
             phase = .running
             compressResponses = flags.contains(.compressed)
             let method = self.method
-            task = Task { [self] in
+            let body: @Sendable () async -> Void = { [self] in
                 do {
                     try await method.run(payload, flags, self, codec)
                 } catch {
                     fail(RPCError.from(handlerError: error))
                 }
+            }
+            if let executor {
+                task = Task(executorPreference: executor, operation: body)
+            } else {
+                task = Task(operation: body)
             }
         case .running:
             end(status: CallStatus(code: StatusCode.invalidArgument.rawValue, message: "a \(method.kind) call takes exactly one request message"))

@@ -17,14 +17,19 @@ public struct ServerConfiguration: Sendable {
     /// Adds handlers in front of Kiosk's framing on each accepted connection
     /// (the seam for TLS: a `NIOSSLServerHandler` goes here).
     public var transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)?
+    /// Runs each call's handler on its connection's event loop (a task with that
+    /// loop as executor preference) instead of Swift's global pool: no thread hop
+    /// per call. Handlers must then not block for long; work that does (file
+    /// preparation, big computations) belongs on a queue of its own.
+    public var runsHandlersOnEventLoop: Bool
 
     /// 127.0.0.1, ephemeral port, 4 MiB messages, keepalive every 60 s with a 20 s
-    /// timeout, 10 s shutdown grace, no TLS.
+    /// timeout, 10 s shutdown grace, no TLS, handlers on the event loops.
     public static var defaults: ServerConfiguration {
         ServerConfiguration(
             host: "127.0.0.1", port: 0, maximumMessageSize: Frame.defaultMaximumPayloadSize,
             keepalive: Keepalive(interval: .seconds(60), timeout: .seconds(20)),
-            shutdownGracePeriod: .seconds(10), transportConfigurator: nil)
+            shutdownGracePeriod: .seconds(10), transportConfigurator: nil, runsHandlersOnEventLoop: true)
     }
 
     /// Creates a configuration; see ``defaults``.
@@ -32,8 +37,10 @@ public struct ServerConfiguration: Sendable {
         host: String = "127.0.0.1", port: Int = 0, maximumMessageSize: Int = Frame.defaultMaximumPayloadSize,
         keepalive: Keepalive? = Keepalive(interval: .seconds(60), timeout: .seconds(20)),
         shutdownGracePeriod: Duration = .seconds(10),
-        transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil
+        transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil,
+        runsHandlersOnEventLoop: Bool = true
     ) {
+        self.runsHandlersOnEventLoop = runsHandlersOnEventLoop
         self.host = host
         self.port = port
         self.maximumMessageSize = maximumMessageSize

@@ -27,9 +27,12 @@ final class ServerConnectionHandler: ChannelInboundHandler {
     private var state = State.active
 
     private let shutdown: ShutdownFlag
+    private let runsHandlersOnEventLoop: Bool
+    private var executor: EventLoopTaskExecutor?
 
-    init(router: RPCRouter, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag) {
+    init(router: RPCRouter, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag, runsHandlersOnEventLoop: Bool) {
         self.shutdown = shutdown
+        self.runsHandlersOnEventLoop = runsHandlersOnEventLoop
         self.router = router
         self.maximumMessageSize = maximumMessageSize
         self.logger = logger
@@ -38,6 +41,7 @@ final class ServerConnectionHandler: ChannelInboundHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.codec = MessageCodec(maximumMessageSize: maximumMessageSize, allocator: context.channel.allocator)
+        if runsHandlersOnEventLoop { executor = EventLoopTaskExecutor(context.eventLoop) }
         if let address = context.channel.remoteAddress {
             remoteAddress = "\(address.ipAddress ?? "?"):\(address.port ?? 0)"
         }
@@ -110,7 +114,8 @@ final class ServerConnectionHandler: ChannelInboundHandler {
             callID: frame.callID, remoteAddress: remoteAddress, logger: callLogger, shutdown: shutdown)
         let call = ServerCall(
             id: frame.callID, context: serverContext, method: method,
-            connection: NIOLoopBound(self, eventLoop: context.eventLoop), initialWindow: OutboundFlowWindow.initialSize)
+            connection: NIOLoopBound(self, eventLoop: context.eventLoop), initialWindow: OutboundFlowWindow.initialSize,
+            executor: executor)
         calls[frame.callID] = call
         if headers.timeoutMs > 0 { call.armDeadline(milliseconds: headers.timeoutMs) }
     }

@@ -128,7 +128,7 @@ struct Verify: AsyncParsableCommand {
         let before = try await stats(statsClient)
         let result = await runLoad(
             concurrency: max(concurrency, 1), warmup: .milliseconds(Int64(warmup * 1000)), duration: .milliseconds(Int64(duration * 1000)),
-            rate: rate
+            rate: rate, executors: clients.map { EventLoopTaskExecutor($0.eventLoop) }
         ) { worker, sequence in
             let receipt = receiptsCopy[sequence % receiptsCopy.count]
             do {

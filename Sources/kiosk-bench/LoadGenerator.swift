@@ -1,5 +1,6 @@
 import Foundation
 import Histogram
+import KioskRPC
 import NIOConcurrencyHelpers
 
 /// What a load run measured.
@@ -26,7 +27,7 @@ extension Duration {
 ///
 /// `call(worker, sequence)` returns nil on success, or the kind of failure.
 func runLoad(
-    concurrency: Int, warmup: Duration, duration: Duration, rate: Double?,
+    concurrency: Int, warmup: Duration, duration: Duration, rate: Double?, executors: [EventLoopTaskExecutor] = [],
     call: @escaping @Sendable (_ worker: Int, _ sequence: Int) async -> String?
 ) async -> LoadResult {
     let sequence = NIOLockedValueBox(0)
@@ -37,7 +38,9 @@ func runLoad(
         let issued = NIOLockedValueBox(0)
         let results = await withTaskGroup(of: (Int, [String: Int], Histogram<UInt64>).self) { group in
             for worker in 0..<concurrency {
-                group.addTask {
+                // Each worker runs on its connection's event loop: no thread hop per call.
+                let executor = executors.isEmpty ? nil : executors[worker % executors.count]
+                group.addTask(executorPreference: executor) {
                     var histogram = Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three)
                     var errors: [String: Int] = [:]
                     var calls = 0
