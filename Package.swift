@@ -144,6 +144,10 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "KioskBenchTests",
+            dependencies: ["kiosk-bench"]
+        ),
+        .testTarget(
             name: "KioskTests",
             dependencies: ["Kiosk", "KioskTesting", "KioskStore", "KioskAPI", "kiosk",
                            .product(name: "Crypto", package: "swift-crypto")]

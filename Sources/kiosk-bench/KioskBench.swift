@@ -241,7 +241,7 @@ struct DownloadBench: AsyncParsableCommand {
         let report = Report(title: "download \(size) MiB, \(compressible == "no" ? "incompressible" : "compressible"), P=\(parallel)", fields: [
             ("downloads", parallel * rounds), ("failures", failures.withLockedValue { $0 }),
             ("seconds", round2(elapsed.seconds)), ("MB/s (original bytes)", round2(total / 1e6 / elapsed.seconds)),
-            ("wire/original ratio", round2(Double(item.compressedSize) / Double(max(item.originalSize, 1)))),
+            ("wire/original ratio", (Double(item.compressedSize) / Double(max(item.originalSize, 1)) * 10_000).rounded() / 10_000),
         ])
         try output.finish(report, started: started, serverBefore: nil)
         if failures.withLockedValue({ $0 }) > 0 { throw ExitCode(1) }

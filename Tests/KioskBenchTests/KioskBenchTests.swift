@@ -1,0 +1,66 @@
+import Foundation
+import Testing
+
+/// `kiosk-bench` as a process: short runs, checked for their figures (not their speed).
+@Suite(.timeLimit(.minutes(2))) struct KioskBenchTests {
+    static var binary: String {
+        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk-bench").path
+    }
+
+    func bench(_ arguments: [String]) async throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.binary)
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                let data = output.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                continuation.resume(returning: (process.terminationStatus, String(decoding: data, as: UTF8.self)))
+            }
+        }
+    }
+
+    func json(_ text: String) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+    }
+
+    @Test func coldVerifyReportsItsFiguresAndAColdCache() async throws {
+        let directory = NSTemporaryDirectory() + "kiosk-bench-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (status, output) = try await bench([
+            "verify", "--receipts", "300", "--connections", "2", "--concurrency", "4", "--duration", "0.5", "--warmup", "0.1", "--json",
+            "--histogram", directory + "/cold.hgrm", "--plot", directory + "/cold.svg",
+        ])
+        #expect(status == 0)
+        let report = try json(output)
+        #expect((report["calls"] as? Int ?? 0) > 0)
+        #expect(report["errors"] as? Int == 0)
+        #expect(report["cache_hit_ratio"] as? Double == 0)
+        let latency = try #require(report["latency_us"] as? [String: Double])
+        #expect(Set(latency.keys).isSuperset(of: ["p50", "p90", "p99", "p99.9", "max"]))
+        #expect((latency["p50"] ?? 0) > 0 && (latency["p50"] ?? 0) <= (latency["p99"] ?? 0))
+        #expect(try String(contentsOfFile: directory + "/cold.hgrm", encoding: .utf8).contains("Percentile"))
+        #expect(try String(contentsOfFile: directory + "/cold.svg", encoding: .utf8).hasPrefix("<svg"))
+        let (plotted, _) = try await bench(["plot", directory + "/cold.hgrm", directory + "/cold.hgrm", "--out", directory + "/both.svg"])
+        #expect(plotted == 0)
+        #expect(try String(contentsOfFile: directory + "/both.svg", encoding: .utf8).components(separatedBy: "<polyline").count == 3)
+    }
+
+    @Test func warmRawDownloadAndPurchaseRun() async throws {
+        let warm = try json(try await bench(["verify", "--repeat-receipt", "--duration", "0.3", "--warmup", "0", "--json"]).1)
+        #expect((warm["cache_hit_ratio"] as? Double ?? 0) > 0.9)
+        let raw = try json(try await bench(["verify", "--raw", "--receipts", "200", "--duration", "0.3", "--json"]).1)
+        #expect((raw["verifications/s"] as? Int ?? 0) > 0 && raw["failures"] as? Int == 0)
+        let download = try json(try await bench(["download", "--size", "1", "--parallel", "2", "--json"]).1)
+        #expect(download["failures"] as? Int == 0)
+        #expect((download["MB/s (original bytes)"] as? Double ?? 0) > 0)
+        let purchase = try json(try await bench(["purchase", "--concurrency", "4", "--duration", "0.3", "--warmup", "0", "--json"]).1)
+        #expect((purchase["calls"] as? Int ?? 0) > 0 && purchase["errors"] as? Int == 0)
+    }
+}
