@@ -3,9 +3,10 @@ import NIOCore
 
 /// One call on a client connection, from HEADERS to TRAILERS.
 ///
-/// Received MESSAGEs flow to the caller through an `AsyncThrowingStream`;
-/// TRAILERS finish it, with an ``RPCError`` unless the status is OK. Mutable
-/// fields are touched only on the connection's event loop.
+/// Received MESSAGEs flow to the caller through an `AsyncThrowingStream`
+/// (streaming calls) or a single continuation resumed at TRAILERS (unary
+/// calls); TRAILERS finish the call, with an ``RPCError`` unless the status is
+/// OK. Mutable fields are touched only on the connection's event loop.
 final class ClientCall: @unchecked Sendable {
     /// A received MESSAGE, as on the wire.
     struct Received: Sendable {
@@ -13,21 +14,69 @@ final class ClientCall: @unchecked Sendable {
         var flags: FrameFlags
     }
 
+    /// The one response of a unary call, handed over at TRAILERS.
+    final class UnarySlot: @unchecked Sendable {
+        private var continuation: CheckedContinuation<Received, Error>?
+        private var message: Received?
+        private var extraMessages = false
+        private var outcome: Result<Received, Error>?
+
+        /// Installs the waiting caller (on the event loop); resumes at once if the call already ended.
+        func wait(with continuation: CheckedContinuation<Received, Error>) {
+            if let outcome {
+                continuation.resume(with: outcome)
+            } else {
+                self.continuation = continuation
+            }
+        }
+
+        func received(_ received: Received) {
+            if message == nil { message = received } else { extraMessages = true }
+        }
+
+        func finish(method: String, error: RPCError?) {
+            let result: Result<Received, Error>
+            if let error {
+                result = .failure(error)
+            } else if extraMessages {
+                result = .failure(RPCError(.internal, "server sent more than one response to unary call \(method)", source: .remote))
+            } else if let message {
+                result = .success(message)
+            } else {
+                result = .failure(RPCError(.internal, "server ended unary call \(method) with OK but sent no response", source: .remote))
+            }
+            if let continuation {
+                self.continuation = nil
+                continuation.resume(with: result)
+            } else {
+                outcome = result
+            }
+        }
+    }
+
+    enum Sink {
+        case stream(AsyncThrowingStream<Received, Error>.Continuation)
+        case unary(UnarySlot)
+    }
+
     let eventLoop: EventLoop
     let method: String
     private let connection: NIOLoopBound<ClientConnectionHandler>
-    private let continuation: AsyncThrowingStream<Received, Error>.Continuation
+    private let sink: Sink
     /// Set when the call is opened on its connection.
     private(set) var id: UInt32 = 0
     private var closed = false
     private var deadlineTimer: Scheduled<Void>?
 
-    init(method: String, connection: NIOLoopBound<ClientConnectionHandler>, continuation: AsyncThrowingStream<Received, Error>.Continuation) {
+    init(method: String, connection: NIOLoopBound<ClientConnectionHandler>, sink: Sink) {
         self.method = method
         self.connection = connection
         self.eventLoop = connection.eventLoop
-        self.continuation = continuation
+        self.sink = sink
     }
+
+    /// True once the call ended (event loop only).
+    var isClosed: Bool { closed }
 
     // MARK: Event loop side
 
@@ -43,7 +92,11 @@ final class ClientCall: @unchecked Sendable {
 
     func received(_ frame: Frame) {
         guard !closed else { return }
-        continuation.yield(Received(payload: frame.payload, flags: frame.flags))
+        let received = Received(payload: frame.payload, flags: frame.flags)
+        switch sink {
+        case .stream(let continuation): continuation.yield(received)
+        case .unary(let slot): slot.received(received)
+        }
     }
 
     func finish(status: CallStatus) {
@@ -59,7 +112,10 @@ final class ClientCall: @unchecked Sendable {
         closed = true
         deadlineTimer?.cancel()
         deadlineTimer = nil
-        continuation.finish(throwing: error)
+        switch sink {
+        case .stream(let continuation): continuation.finish(throwing: error)
+        case .unary(let slot): slot.finish(method: method, error: error)
+        }
     }
 
     // MARK: Caller side

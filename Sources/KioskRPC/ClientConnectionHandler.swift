@@ -39,6 +39,7 @@ final class ClientConnectionHandler: ChannelInboundHandler {
 
     /// Opens `call`: HEADERS, then the request MESSAGE with END_STREAM.
     func open(_ call: ClientCall, headers: CallHeaders, request: ByteBuffer, flags: FrameFlags, timeout: Duration?) {
+        guard !call.isClosed else { return }  // cancelled before it was sent
         guard case .active = state, let context, nextCallID < UInt32.max else {
             let reason = closeReason?.message ?? "connection to \(target) is closing"
             call.finish(throwing: RPCError(.unavailable, "\(reason); the call to \(call.method) was not sent", source: .connection))

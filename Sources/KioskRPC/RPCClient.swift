@@ -61,14 +61,31 @@ public final class RPCClient: Sendable {
     public func unary<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions()
     ) async throws -> Response {
-        var responses = serverStreaming(method, request: request, response: response, options: options).makeAsyncIterator()
-        guard let first = try await responses.next() else {
-            throw RPCError(.internal, "server ended unary call \(method) with OK but sent no response", source: .remote)
+        if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
+        let connection = try await self.connection()
+        let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
+        let (payload, flags) = try codec.encodeWithinLimit(request, compress: options.compress, what: "request to \(method)")
+        let timeout = options.timeout ?? configuration.defaultTimeout
+        let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
+        let slot = ClientCall.UnarySlot()
+        let call = ClientCall(method: method, connection: connection.handler, sink: .unary(slot))
+        let handler = connection.handler
+        // One continuation, resumed at TRAILERS: no stream for a call with one answer.
+        let received = try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ClientCall.Received, Error>) in
+                handler.eventLoop.execute {
+                    slot.wait(with: continuation)
+                    handler.value.open(call, headers: headers, request: payload, flags: flags, timeout: timeout)
+                }
+            }
+        } onCancel: {
+            call.cancel()
         }
-        guard try await responses.next() == nil else {
-            throw RPCError(.internal, "server sent more than one response to unary call \(method)", source: .remote)
+        do {
+            return try codec.decode(Response.self, payload: received.payload, flags: received.flags)
+        } catch {
+            throw RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote)
         }
-        return first
     }
 
     /// Makes a server-streaming call: one request, a sequence of responses.
@@ -92,7 +109,7 @@ public final class RPCClient: Sendable {
         let timeout = options.timeout ?? configuration.defaultTimeout
         let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: ClientCall.Received.self)
-        let call = ClientCall(method: method, connection: connection.handler, continuation: continuation)
+        let call = ClientCall(method: method, connection: connection.handler, sink: .stream(continuation))
         continuation.onTermination = { reason in
             if case .cancelled = reason { call.cancel() }
         }
