@@ -146,9 +146,10 @@ public final class KioskClient: Sendable {
     public func purchase(productID: String, quantity: UInt32 = 1, paymentMethod: String) async throws -> PurchaseResult {
         let entry = JournalEntry(key: UUID().uuidString, productID: productID, quantity: quantity, paymentMethod: paymentMethod,
                                  createdMs: Date().milliseconds)
-        try journal.record(entry)
+        // In flight before it is journaled, so the background work never sends it at the same time.
         state.withLockedValue { _ = $0.inFlight.insert(entry.key) }
         defer { state.withLockedValue { _ = $0.inFlight.remove(entry.key) } }
+        try journal.record(entry)
         let response: StoreV1.PurchaseResponse
         do {
             response = try await send(entry)
@@ -181,6 +182,7 @@ public final class KioskClient: Sendable {
         switch message.state {
         case .purchased:
             let transaction = Transaction(message)
+            // Delivered here, so transactionUpdates will not carry it too (see `deliver`).
             state.withLockedValue { _ = $0.delivered.insert(transaction.id) }
             return .success(transaction)
         case .deferred:
@@ -336,9 +338,16 @@ public final class KioskClient: Sendable {
         }
     }
 
+    /// Yields a transaction on ``transactionUpdates`` once. While a `purchase`
+    /// call is waiting for its answer, transactions not delivered yet are held
+    /// back (a later pass brings them): the one being bought may be among them,
+    /// and it belongs to `purchase`'s answer, not to the updates.
     private func deliver(_ message: StoreV1.Transaction) {
         guard message.state == .purchased, !message.finished else { return }
-        let isNew = state.withLockedValue { $0.delivered.insert(message.transactionID).inserted }
+        let isNew = state.withLockedValue { state -> Bool in
+            guard state.inFlight.isEmpty else { return false }
+            return state.delivered.insert(message.transactionID).inserted
+        }
         if isNew { updates.yield(Transaction(message)) }
     }
 

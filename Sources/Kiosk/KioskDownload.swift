@@ -72,9 +72,18 @@ public final class KioskDownload: Sendable {
     private let receipt: [UInt8]
     private let partialURL: URL
     private let stateURL: URL
-    private let state = NIOLockedValueBox<(task: Task<Void, Never>?, last: DownloadEvent, done: Bool)>(
-        (nil, DownloadEvent(state: .waiting, bytesDone: 0, totalBytes: 0), false))
-    private let outcome = NIOLockedValueBox<[CheckedContinuation<URL, Error>]>([])
+    private struct State {
+        /// The running fetch.
+        var task: Task<Void, Never>?
+        /// A paused fetch winding down (it emits `.paused` when it has); a resume waits for it.
+        var stopping: Task<Void, Never>?
+        var last = DownloadEvent(state: .waiting, bytesDone: 0, totalBytes: 0)
+        var done = false
+        /// Callers of `result()`, resumed when the download ends.
+        var waiters: [CheckedContinuation<URL, Error>] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
 
     init(client: KioskClient, productID: String, receipt: [UInt8], directory: URL) {
         self.client = client
@@ -92,16 +101,14 @@ public final class KioskDownload: Sendable {
 
     /// Stops fetching and keeps what was downloaded; ``resume()`` goes on from there.
     public func pause() {
-        let task = state.withLockedValue { state -> Task<Void, Never>? in
-            guard !state.done, let task = state.task else { return nil }
+        state.withLockedValue { state in
+            guard !state.done, let task = state.task else { return }
             state.task = nil
-            return task
-        }
-        guard let task else { return }
-        task.cancel()
-        Task {
-            await task.value
-            emit(.paused)
+            task.cancel()
+            state.stopping = Task {
+                await task.value
+                emit(.paused)
+            }
         }
     }
 
@@ -113,13 +120,14 @@ public final class KioskDownload: Sendable {
 
     /// Stops and removes the partial file.
     public func cancel() {
-        let task = state.withLockedValue { state -> Task<Void, Never>? in
+        let (task, stopping) = state.withLockedValue { state in
             defer { state.task = nil }
-            return state.task
+            return (state.task, state.stopping)
         }
         Task {
             task?.cancel()
             await task?.value
+            await stopping?.value
             try? FileManager.default.removeItem(at: partialURL)
             try? FileManager.default.removeItem(at: stateURL)
             finishAll(.cancelled, result: .failure(KioskError(.downloadFailed, "the download was cancelled")))
@@ -130,15 +138,17 @@ public final class KioskDownload: Sendable {
     /// - Throws: ``KioskError`` when it fails or is cancelled.
     public func result() async throws -> URL {
         try await withCheckedThrowingContinuation { continuation in
-            let finished = state.withLockedValue { state -> DownloadEvent? in state.done ? state.last : nil }
-            if let finished {
-                switch finished.state {
-                case .finished(let path): continuation.resume(returning: URL(fileURLWithPath: path))
-                case .failed(let error): continuation.resume(throwing: error)
-                default: continuation.resume(throwing: KioskError(.downloadFailed, "the download was cancelled"))
-                }
-            } else {
-                outcome.withLockedValue { $0.append(continuation) }
+            // Checking `done` and queueing happen under one lock: the end cannot slip between them.
+            let finished = state.withLockedValue { state -> DownloadEvent? in
+                if state.done { return state.last }
+                state.waiters.append(continuation)
+                return nil
+            }
+            guard let finished else { return }
+            switch finished.state {
+            case .finished(let path): continuation.resume(returning: URL(fileURLWithPath: path))
+            case .failed(let error): continuation.resume(throwing: error)
+            default: continuation.resume(throwing: KioskError(.downloadFailed, "the download was cancelled"))
             }
         }
     }
@@ -146,8 +156,15 @@ public final class KioskDownload: Sendable {
     // MARK: Running
 
     private func start() {
-        let task = Task { await run() }
-        state.withLockedValue { $0.task = task }
+        state.withLockedValue { state in
+            let previous = state.stopping
+            state.stopping = nil
+            // A resumed fetch starts once the paused one has wound down (no two writers of the partial file).
+            state.task = Task {
+                await previous?.value
+                await run()
+            }
+        }
     }
 
     private func emit(_ downloadState: DownloadState, bytesDone: UInt64? = nil, total: UInt64? = nil, remaining: Duration? = nil) {
@@ -162,12 +179,12 @@ public final class KioskDownload: Sendable {
 
     private func finishAll(_ downloadState: DownloadState, result: Result<URL, KioskError>) {
         emit(downloadState)
-        let first = state.withLockedValue { state -> Bool in
-            defer { state.done = true }
-            return !state.done
+        let waiters = state.withLockedValue { state -> [CheckedContinuation<URL, Error>] in
+            guard !state.done else { return [] }
+            state.done = true
+            defer { state.waiters.removeAll() }
+            return state.waiters
         }
-        let waiters: [CheckedContinuation<URL, Error>] =
-            first ? outcome.withLockedValue { waiters in defer { waiters.removeAll() }; return waiters } : []
         continuation.finish()
         for waiter in waiters { waiter.resume(with: result.mapError { $0 as Error }) }
     }

@@ -47,11 +47,15 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         }
         let id = nextCallID
         nextCallID += 1
-        if nextCallID == UInt32.max { markUnusable() }
         calls[id] = call
         call.opened(id: id, timeout: timeout)
         context.write(wrapOutboundOut(Frame(type: .headers, callID: id, message: headers, allocator: context.channel.allocator)), promise: nil)
         context.writeAndFlush(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
+        if nextCallID == UInt32.max {
+            // Call ids are spent: no new calls here; close once the open ones end.
+            state = .draining(lastCallID: id)
+            markUnusable()
+        }
     }
 
     /// Abandons `call`: CANCEL to the server; later frames for it are ignored.

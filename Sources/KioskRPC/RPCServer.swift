@@ -94,17 +94,13 @@ public final class RPCServer: Sendable {
 
     private func register(channel: Channel, handler: NIOLoopBound<ServerConnectionHandler>) {
         let key = ObjectIdentifier(channel)
-        let draining = state.withLockedValue { state in
+        state.withLockedValue { state in
             state.connections[key] = Connection(channel: channel, handler: handler)
-            return state.shuttingDown
         }
         channel.closeFuture.whenComplete { [state] _ in
             _ = state.withLockedValue { $0.connections.removeValue(forKey: key) }
         }
-        if draining {
-            // Accepted during a shutdown: tell the client at once.
-            handler.value.beginGracefulShutdown()
-        }
+        // A connection accepted during a shutdown gets its GOAWAY once active (ServerConnectionHandler.channelActive).
     }
 
     /// Shuts down gracefully: sends GOAWAY on every connection, lets in-flight

@@ -51,6 +51,12 @@ final class ServerConnectionHandler: ChannelInboundHandler {
         self.context = nil
     }
 
+    func channelActive(context: ChannelHandlerContext) {
+        context.fireChannelActive()
+        // Accepted during a graceful shutdown: tell the client at once (an active channel can write).
+        if shutdown.isSet { beginGracefulShutdown() }
+    }
+
     // MARK: Inbound frames
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
