@@ -84,7 +84,19 @@ public final class Store: Sendable {
     /// (3), the key reused for another request (6). Every other outcome is a
     /// transaction: PURCHASED (with its receipt), FAILED or DEFERRED. The
     /// answer is committed to the ledger before this returns.
+    ///
+    /// Once started, a purchase is not cancelled with the calling task: it is
+    /// charged and committed whole, and a retry with its key gets the answer.
     public func purchase(
+        account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?
+    ) async throws -> StoreV1.PurchaseResponse {
+        try await Task {
+            try await uncancellablePurchase(account: account, productID: productID, quantity: quantity,
+                                            paymentMethod: paymentMethod, idempotencyKey: idempotencyKey)
+        }.value
+    }
+
+    private func uncancellablePurchase(
         account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?
     ) async throws -> StoreV1.PurchaseResponse {
         guard !productID.isEmpty else { throw StoreError.invalid("product_id is required") }
@@ -230,7 +242,12 @@ public final class Store: Sendable {
 
     /// Spends credits, at most once per idempotency key; returns the new balance.
     /// - Throws: ``StoreError`` 3 for an amount below 1, 9 when the balance is too low, 6 for a reused key.
+    /// Like a purchase, a spend once started is not cancelled with the calling task.
     public func spendCredits(account: AccountRecord, amount: Int64, idempotencyKey: String?) async throws -> StoreV1.SpendCreditsResponse {
+        try await Task { try await uncancellableSpend(account: account, amount: amount, idempotencyKey: idempotencyKey) }.value
+    }
+
+    private func uncancellableSpend(account: AccountRecord, amount: Int64, idempotencyKey: String?) async throws -> StoreV1.SpendCreditsResponse {
         guard amount > 0 else { throw StoreError.invalid("amount must be 1 or more, got \(amount)") }
         try Self.checkIdempotencyKey(idempotencyKey)
         let requestHash = Self.hash("spend\u{0}\(amount)")

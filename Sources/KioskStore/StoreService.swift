@@ -33,13 +33,9 @@ public struct StoreService: RPCService {
         }
         router.registerUnary(Self.method("Purchase"), request: StoreV1.PurchaseRequest.self, response: StoreV1.PurchaseResponse.self) { request, context in
             let account = try await store.authenticate(token: context.metadata.bearerToken)
-            let key = context.metadata["idempotency-key"]
-            // Not cancelled with the call: a purchase under way is charged and committed
-            // whole even if the client gives up; a retry with its key gets the answer.
-            return try await Task {
-                try await store.purchase(account: account, productID: request.productID, quantity: request.quantity,
-                                         paymentMethod: request.paymentMethod, idempotencyKey: key)
-            }.value
+            return try await store.purchase(
+                account: account, productID: request.productID, quantity: request.quantity, paymentMethod: request.paymentMethod,
+                idempotencyKey: context.metadata["idempotency-key"])
         }
         router.registerUnary(Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self, response: StoreV1.UnfinishedResponse.self) { _, context in
             let account = try await store.authenticate(token: context.metadata.bearerToken)
@@ -57,8 +53,7 @@ public struct StoreService: RPCService {
         }
         router.registerUnary(Self.method("SpendCredits"), request: StoreV1.SpendCreditsRequest.self, response: StoreV1.SpendCreditsResponse.self) { request, context in
             let account = try await store.authenticate(token: context.metadata.bearerToken)
-            let key = context.metadata["idempotency-key"]
-            return try await Task { try await store.spendCredits(account: account, amount: request.amount, idempotencyKey: key) }.value
+            return try await store.spendCredits(account: account, amount: request.amount, idempotencyKey: context.metadata["idempotency-key"])
         }
         router.registerUnary(Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self, response: StoreV1.VerifyReceiptResponse.self) { request, context in
             _ = try await store.authenticate(token: context.metadata.bearerToken)
