@@ -39,8 +39,8 @@ echo "buyer token ${buyer:0:16}…"
 
 step "content: book.swift, a generated 3 MiB book"
 mkdir -p "$work/content/books"
-for i in $(seq 1 50000); do echo "Chapter $i. In-app purchases, restored and verified, one chunk at a time."; done \
-  | head -c 3145728 > "$work/content/books/swift-book.txt"
+awk 'BEGIN { for (i = 1; n < 3145728; i++) { line = sprintf("Chapter %d. In-app purchases, restored and verified, one chunk at a time.\n", i); printf "%s", line; n += length(line) } }' \
+  > "$work/content/books/swift-book.txt"
 cp Scripts/examples/content/manifest.json "$work/content/manifest.json"
 $bin/kiosk-content serve --content-dir "$work/content" --store "$store" --store-token "$service" \
   --host 127.0.0.1 --port 0 --log-level warning > "$work/content.out" &
