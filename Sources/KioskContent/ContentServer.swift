@@ -67,6 +67,16 @@ public final class ContentServer: Sendable {
     /// The port listened on, once started.
     public var port: Int? { server.port }
 
+    /// Waits, at most `timeout`, until the service has the store's keys: before
+    /// that it answers 21005. Returns whether it has them.
+    public func waitUntilReady(timeout: Duration = .seconds(10)) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while gate.stats.keysKnown == 0 {
+            guard ContinuousClock.now < deadline, (try? await Task.sleep(for: .milliseconds(10))) != nil else { return false }
+        }
+        return true
+    }
+
     /// The verification counters (cache hits and misses, revocations, store silence).
     public var stats: GateStats { gate.stats }
 

@@ -43,9 +43,7 @@ public struct ContentService: RPCService {
                 metadata.add("kiosk-refusal", decision.refusal)
                 throw RPCError(decision.callCode, "download refused (\(decision.status.rawValue) \(decision.refusal)): \(decision.reason)", metadata: metadata)
             }
-            // The receipt names the account; it matched the caller's.
-            let account = (try? ReceiptV1.SignedReceipt(serializedBytes: request.signedReceipt))
-                .flatMap { try? ReceiptV1.ReceiptPayload(serializedBytes: $0.payload) }?.accountID ?? "?"
+            let account = decision.accountID ?? ""
             if let refusal = limiter.acquire(account: account) {
                 throw RPCError(.resourceExhausted, refusal)
             }

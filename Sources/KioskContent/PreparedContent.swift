@@ -85,7 +85,7 @@ public final class PreparedContent: Sendable {
     /// the SHA-256 of its id), or reuses the preparation when the file, its
     /// version and the chunk size are unchanged.
     public static func prepare(_ entry: ManifestEntry, in directory: String, chunkSize: UInt32) throws -> PreparedContent {
-        let folder = (directory as NSString).appendingPathComponent(hex(Array(SHA256.hash(data: Array(entry.productID.utf8)))))
+        let folder = (directory as NSString).appendingPathComponent(Array(SHA256.hash(data: Array(entry.productID.utf8))).hexString)
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let indexPath = (folder as NSString).appendingPathComponent("index.json")
         let chunksPath = (folder as NSString).appendingPathComponent("chunks.bin")
@@ -128,13 +128,12 @@ public final class PreparedContent: Sendable {
         try output.close()
         let index = PreparedIndex(
             format: PreparedIndex.format, productID: entry.productID, version: entry.version, sourceSize: total,
-            sourceModifiedNs: modifiedNs, chunkSize: chunkSize, sha256: hex(Array(hasher.finalize())), chunks: chunks)
+            sourceModifiedNs: modifiedNs, chunkSize: chunkSize, sha256: Array(hasher.finalize()).hexString, chunks: chunks)
         try JSONEncoder().encode(index).write(to: URL(fileURLWithPath: temporaryIndex))
         // chunks first: an index never points at chunks it was not made with.
         _ = try? FileManager.default.removeItem(atPath: indexPath)
         try replace(chunksPath, with: temporaryChunks)
         try replace(indexPath, with: temporaryIndex)
-        _ = size
         return PreparedContent(entry: entry, index: index, descriptor: try open(chunksPath), reused: false)
     }
 
@@ -154,7 +153,6 @@ public final class PreparedContent: Sendable {
         return (UInt64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
     }
 
-    static func hex(_ bytes: [UInt8]) -> String { bytes.hexString }
 
     static func bytes(hex: String) -> [UInt8] {
         var out: [UInt8] = []

@@ -14,11 +14,15 @@ public struct AccessDecision: Hashable, Sendable {
     public var refusal: String
     /// A readable reason.
     public var reason: String
+    /// The caller's account, when allowed.
+    public var accountID: String?
 
     /// True when the download would be served.
     public var allowed: Bool { status == .valid && refusal.isEmpty }
 
-    static let granted = AccessDecision(status: .valid, refusal: "", reason: "allowed")
+    static func granted(account: String) -> AccessDecision {
+        AccessDecision(status: .valid, refusal: "", reason: "allowed", accountID: account)
+    }
 
     static func refused(_ status: ReceiptStatus, _ reason: String) -> AccessDecision {
         AccessDecision(status: status, refusal: status.name, reason: reason)
@@ -86,7 +90,7 @@ final class ReceiptGate: Sendable {
     }
 
     private var now: Int64 { configuration.clock() }
-    private var stalenessMs: Int64 { milliseconds(configuration.maximumStaleness) }
+    private var stalenessMs: Int64 { configuration.maximumStaleness.wholeMilliseconds }
 
     // MARK: Deciding
 
@@ -104,8 +108,12 @@ final class ReceiptGate: Sendable {
         case .refused(let decision): return decision
         }
 
-        let key = Array(SHA256.hash(data: receipt))
-        var payload = state.withLockedValue { $0.cache.lookup(key) }
+        // The receipt's hash is the cache key; with the cache off it is not worth computing.
+        let key = configuration.cacheSize > 0 ? Array(SHA256.hash(data: receipt)) : nil
+        var payload = state.withLockedValue { state -> ReceiptV1.ReceiptPayload? in
+            if let key { return state.cache.lookup(key) }
+            return state.cache.missed()
+        }
         if payload == nil {
             var check = state.withLockedValue { $0.verifier }.verify(receipt, nowMs: nowMs)
             if check.status == .notAuthentic, await refreshKeysIfUnknown(receipt) {
@@ -115,7 +123,7 @@ final class ReceiptGate: Sendable {
                 return .refused(check.status, check.message)
             }
             state.withLockedValue { state in
-                if !state.revoked.contains(verified.transactionID) { state.cache.insert(key, verified) }
+                if let key, !state.revoked.contains(verified.transactionID) { state.cache.insert(key, verified) }
             }
             payload = verified
         }
@@ -133,7 +141,7 @@ final class ReceiptGate: Sendable {
             return AccessDecision(status: .valid, refusal: "wrong_product",
                                   reason: "the receipt is for \(payload.productID), not \(productID)")
         }
-        return .granted
+        return .granted(account: account)
     }
 
     private func staleness(nowMs: Int64) -> AccessDecision? {
@@ -155,7 +163,7 @@ final class ReceiptGate: Sendable {
 
     private func accountID(token: String, nowMs: Int64) async throws -> AccountLookup {
         let tokenHash = Array(SHA256.hash(data: Array(token.utf8)))
-        let lifetime = milliseconds(configuration.tokenCacheLifetime)
+        let lifetime = configuration.tokenCacheLifetime.wholeMilliseconds
         let cached = state.withLockedValue { $0.tokens[tokenHash] }
         if let cached, nowMs - cached.atMs <= lifetime { return .account(cached.accountID) }
         do {
@@ -244,9 +252,4 @@ final class ReceiptGate: Sendable {
                 storeSilenceMs: state.lastHeardMs.map { nowMs - $0 } ?? 0, revocationCursor: state.cursor)
         }
     }
-}
-
-func milliseconds(_ duration: Duration) -> Int64 {
-    let (seconds, attoseconds) = duration.components
-    return seconds * 1000 + attoseconds / 1_000_000_000_000_000
 }

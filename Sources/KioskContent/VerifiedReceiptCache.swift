@@ -36,6 +36,12 @@ struct VerifiedReceiptCache {
         return nodes[slot].payload
     }
 
+    /// Counts a miss without a lookup (the cache is off); returns nil.
+    mutating func missed() -> ReceiptV1.ReceiptPayload? {
+        misses += 1
+        return nil
+    }
+
     mutating func insert(_ key: [UInt8], _ payload: ReceiptV1.ReceiptPayload) {
         guard capacity > 0 else { return }
         if let slot = index[key] {

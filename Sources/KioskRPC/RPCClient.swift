@@ -61,28 +61,23 @@ public final class RPCClient: Sendable {
     public func unary<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions()
     ) async throws -> Response {
-        if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
-        let connection = try await self.connection()
-        let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
-        let (payload, flags) = try codec.encodeWithinLimit(request, compress: options.compress, what: "request to \(method)")
-        let timeout = options.timeout ?? configuration.defaultTimeout
-        let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
+        let prepared = try await prepare(method, request, options)
         let slot = ClientCall.UnarySlot()
-        let call = ClientCall(method: method, connection: connection.handler, sink: .unary(slot))
-        let handler = connection.handler
+        let call = ClientCall(method: method, connection: prepared.connection.handler, sink: .unary(slot))
+        let handler = prepared.connection.handler
         // One continuation, resumed at TRAILERS: no stream for a call with one answer.
         let received = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ClientCall.Received, Error>) in
                 handler.eventLoop.execute {
                     slot.wait(with: continuation)
-                    handler.value.open(call, headers: headers, request: payload, flags: flags, timeout: timeout)
+                    prepared.open(call)
                 }
             }
         } onCancel: {
             call.cancel()
         }
         do {
-            return try codec.decode(Response.self, payload: received.payload, flags: received.flags)
+            return try prepared.codec.decode(Response.self, payload: received.payload, flags: received.flags)
         } catch {
             throw RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote)
         }
@@ -102,22 +97,40 @@ public final class RPCClient: Sendable {
 
     /// Opens a call on the current connection, connecting first if needed.
     func startCall(method: String, request: some WireMessage, options: CallOptions) async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec) {
+        let prepared = try await prepare(method, request, options)
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: ClientCall.Received.self)
+        let call = ClientCall(method: method, connection: prepared.connection.handler, sink: .stream(continuation))
+        continuation.onTermination = { reason in
+            if case .cancelled = reason { call.cancel() }
+        }
+        prepared.connection.handler.eventLoop.execute { prepared.open(call) }
+        return (stream, call, prepared.codec)
+    }
+
+    /// A call ready to open: its connection, codec, encoded request and HEADERS.
+    private struct PreparedCall: Sendable {
+        var connection: ClientConnection
+        var codec: MessageCodec
+        var payload: ByteBuffer
+        var flags: FrameFlags
+        var headers: CallHeaders
+        var timeout: Duration?
+
+        /// Sends HEADERS and the request for `call` (on the connection's event loop).
+        func open(_ call: ClientCall) {
+            connection.handler.value.open(call, headers: headers, request: payload, flags: flags, timeout: timeout)
+        }
+    }
+
+    /// Connects if needed and encodes the request, refusing one over the size limit.
+    private func prepare(_ method: String, _ request: some WireMessage, _ options: CallOptions) async throws -> PreparedCall {
         if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
         let connection = try await self.connection()
         let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
         let (payload, flags) = try codec.encodeWithinLimit(request, compress: options.compress, what: "request to \(method)")
         let timeout = options.timeout ?? configuration.defaultTimeout
         let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: ClientCall.Received.self)
-        let call = ClientCall(method: method, connection: connection.handler, sink: .stream(continuation))
-        continuation.onTermination = { reason in
-            if case .cancelled = reason { call.cancel() }
-        }
-        let handler = connection.handler
-        handler.eventLoop.execute {
-            handler.value.open(call, headers: headers, request: payload, flags: flags, timeout: timeout)
-        }
-        return (stream, call, codec)
+        return PreparedCall(connection: connection, codec: codec, payload: payload, flags: flags, headers: headers, timeout: timeout)
     }
 
     // MARK: Connection

@@ -111,13 +111,10 @@ final class ServerConnectionHandler: ChannelInboundHandler {
         guard let method = router.method(named: headers.method), let context else {
             return refuse(frame.callID, .unimplemented, "unknown method \(headers.method)")
         }
-        var callLogger = logger
-        callLogger[metadataKey: "rpc.method"] = "\(headers.method)"
-        callLogger[metadataKey: "rpc.call"] = "\(frame.callID)"
         let serverContext = ServerContext(
             method: headers.method, metadata: headers.metadata,
             deadline: headers.timeoutMs > 0 ? .now + .milliseconds(Int(headers.timeoutMs)) : nil,
-            callID: frame.callID, remoteAddress: remoteAddress, logger: callLogger, shutdown: shutdown)
+            callID: frame.callID, remoteAddress: remoteAddress, baseLogger: logger, shutdown: shutdown)
         let call = ServerCall(
             id: frame.callID, context: serverContext, method: method,
             connection: NIOLoopBound(self, eventLoop: context.eventLoop), initialWindow: OutboundFlowWindow.initialSize,

@@ -18,8 +18,15 @@ public struct ServerContext: Sendable {
     public var callID: UInt32
     /// The client's address, e.g. "127.0.0.1:53122".
     public var remoteAddress: String
-    /// A logger with the call's method and id attached.
-    public var logger: Logger
+    /// A logger with the call's method and id attached (built when asked for,
+    /// so calls that do not log pay nothing for it).
+    public var logger: Logger {
+        var logger = baseLogger
+        logger[metadataKey: "rpc.method"] = "\(method)"
+        logger[metadataKey: "rpc.call"] = "\(callID)"
+        return logger
+    }
+    let baseLogger: Logger
     let shutdown: ShutdownFlag
 
     /// True once the server has begun a graceful shutdown. A long-lived stream

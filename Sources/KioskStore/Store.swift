@@ -27,7 +27,7 @@ public final class Store: Sendable {
         try ledger.claim(environment: configuration.environment)
         self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock())
         self.verifier = NIOLockedValueBox(ReceiptVerifier(keys: try ledger.publicKeys(), environment: configuration.environment))
-        try ledger.pruneIdempotencyKeys(olderThanMs: configuration.clock() - Self.milliseconds(configuration.idempotencyRetention))
+        try ledger.pruneIdempotencyKeys(olderThanMs: configuration.clock() - configuration.idempotencyRetention.wholeMilliseconds)
     }
 
     var catalog: Catalog { configuration.catalog }
@@ -128,7 +128,7 @@ public final class Store: Sendable {
                     message = owned.message
                     alreadyOwned = true
                 } else {
-                    let paymentID = idempotencyKey.map { Self.hex(Self.hash("\(account.id)\u{0}\($0)")) } ?? transactionID
+                    let paymentID = idempotencyKey.map { Self.hash("\(account.id)\u{0}\($0)").hexString } ?? transactionID
                     let payment = PaymentRequest(paymentID: paymentID, accountID: account.id, productID: product.id, quantity: quantity,
                                                  unitPrice: product.price, currency: product.currency, paymentMethod: paymentMethod)
                     switch await configuration.paymentProcessor.charge(payment) {
@@ -454,19 +454,13 @@ public final class Store: Sendable {
 
     static func hash(_ text: String) -> [UInt8] { Array(SHA256.hash(data: Array(text.utf8))) }
 
-    static func hex(_ bytes: [UInt8]) -> String { bytes.hexString }
 
     static func randomHex(bytes: Int) -> String {
         var generator = SystemRandomNumberGenerator()
-        return hex((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        return (0..<bytes).map { _ in UInt8.random(in: 0...255, using: &generator) }.hexString
     }
 
     static func newTransactionID() -> String { "tx_" + randomHex(bytes: 12) }
-
-    static func milliseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
 }
 
 extension StoreV1.TransactionState {

@@ -108,10 +108,7 @@ public final class KioskTestSession: Sendable {
         let contentServer = try ContentServer(configuration: ContentConfiguration(
             contentDirectory: contentDirectory, storePort: storePort, storeToken: serviceToken, environment: environment))
         try await contentServer.start()
-        // Ready when the content service has the store's keys (bounded: 10 s).
-        for _ in 0..<1000 where contentServer.stats.keysKnown == 0 {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        _ = await contentServer.waitUntilReady()
         return KioskTestSession(catalog: catalog, payments: payments, root: root, storeServer: store, content: contentServer,
                                 storePort: storePort, contentPort: contentServer.port ?? 0, holdAnswers: holdAnswers)
     }

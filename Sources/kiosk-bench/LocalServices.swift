@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import KioskAPI
 import KioskContent
@@ -34,7 +35,7 @@ struct LocalServices {
             contentDirectory: root + "/content", storePort: store.port ?? 0, storeToken: service.token, cacheSize: cacheSize,
             maximumDownloadsPerAccount: 1024, maximumDownloads: 1024))
         try await content.start()
-        for _ in 0..<1000 where content.stats.keysKnown == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        guard await content.waitUntilReady() else { throw ValidationError("the bench's content service never reached its store") }
         return LocalServices(store: store, content: content, root: root, buyer: (buyer.id, buyer.token))
     }
 

@@ -129,6 +129,13 @@ import Testing
             let stats = try await fixture.contentClient.unary(
                 "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self)
             #expect(stats.cacheHits == after.cacheHits && stats.cacheCapacity == 2)
+            // A refund evicts the cached receipt as soon as the revocation arrives.
+            let transactionID = try ReceiptV1.ReceiptPayload(serializedBytes: try ReceiptV1.SignedReceipt(serializedBytes: receipt).payload).transactionID
+            _ = try await fixture.store.store.refund(transactionID: transactionID, reason: "test")
+            for _ in 0..<500 where fixture.content.stats.revocationsKnown == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(fixture.content.stats.revocationsKnown == 1)
+            #expect(fixture.content.stats.cacheEntries == 0, "evicted")
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).refusal == "revoked")
             // Bounded: three receipts in a cache of two.
             for product in ["book.swift", "book.swift"] {
                 let other = try fixture.newAccount()

@@ -112,7 +112,7 @@ struct ContentFixture {
             await store.shutdown()
         }
         do {
-            try await fixture.waitUntilReady()
+            #expect(await content.waitUntilReady(), "the content service reached the store")
             let result = try await body(fixture)
             await stop()
             return result
@@ -126,15 +126,6 @@ struct ContentFixture {
     func advanceClock(by duration: Duration) {
         let (seconds, attoseconds) = duration.components
         clock.withLockedValue { $0 += seconds * 1000 + attoseconds / 1_000_000_000_000_000 }
-    }
-
-    /// Waits until the content service has heard from the store (bounded).
-    func waitUntilReady() async throws {
-        for _ in 0..<500 {
-            if content.stats.keysKnown > 0, content.stats.storeSilenceMs < 60_000 { return }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        Issue.record("the content service never reached the store")
     }
 
     func metadata(_ token: String?) -> Metadata {

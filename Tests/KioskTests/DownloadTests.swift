@@ -38,9 +38,7 @@ import Testing
     @Test func interruptedDownloadResumesAfterTheProcessRestarts() async throws {
         // 32 MiB of noise (128 chunks), so the pause lands well before the end even on a loaded machine.
         let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 32 << 20)) ?? Data())
-        let session = try await KioskTestSession.start(content: ["book.swift": book])
-        defer { Task { await session.shutdown() } }
-        do {
+        try await withSession(content: ["book.swift": book]) { session in
             let account = try session.makeAccount()
             let first = try session.makeClient(account: account)
             guard case .success(let transaction) = try await first.purchase(productID: "book.swift", paymentMethod: card) else {

@@ -6,8 +6,10 @@ import Testing
 
 let card = "test-card:4242424242424242"
 
-func withSession<R>(_ body: (KioskTestSession) async throws -> R) async throws -> R {
-    let session = try await KioskTestSession.start()
+func withSession<R>(
+    content: [String: [UInt8]] = KioskTestSession.sampleContent, _ body: (KioskTestSession) async throws -> R
+) async throws -> R {
+    let session = try await KioskTestSession.start(content: content)
     do {
         let result = try await body(session)
         await session.shutdown()
