@@ -16,7 +16,7 @@ struct KioskBench: AsyncParsableCommand {
         commandName: "kiosk-bench",
         abstract: "Load-tests Kiosk: receipt verification, downloads and purchases.",
         discussion: "Without --content / --store the bench starts its own store and content service on 127.0.0.1.",
-        subcommands: [Verify.self, DownloadBench.self, PurchaseBench.self, Plot.self])
+        subcommands: [Verify.self, DownloadBench.self, PurchaseBench.self, Floor.self, Plot.self])
 }
 
 /// Output options every load command takes.
@@ -254,7 +254,7 @@ struct DownloadBench: AsyncParsableCommand {
 
     /// One download the way the SDK does it: inflate, CRC-32, write to disk, SHA-256 of the whole.
     private func download(client: RPCClient, receipt: [UInt8], options: CallOptions, to path: String, sha256: [UInt8]) async throws -> Bool {
-        FileManager.default.createFile(atPath: path, contents: nil)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
         let file = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         var hasher = SHA256()
         for try await part in client.serverStreaming(

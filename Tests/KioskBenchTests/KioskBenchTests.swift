@@ -63,4 +63,14 @@ import Testing
         let purchase = try json(try await bench(["purchase", "--concurrency", "4", "--duration", "0.3", "--warmup", "0", "--json"]).1)
         #expect((purchase["calls"] as? Int ?? 0) > 0 && purchase["errors"] as? Int == 0)
     }
+
+    @Test func floorMeasuresBareRoundTrips() async throws {
+        let floor = try json(try await bench(["floor", "--duration", "0.2", "--size", "300", "--json"]).1)
+        #expect((floor["calls"] as? Int ?? 0) > 0 && floor["errors"] as? Int == 0)
+        #expect(floor["bytes_each_way"] as? Int == 300)
+        let latency = try #require(floor["latency_us"] as? [String: Double])
+        #expect((latency["p50"] ?? 0) > 0)
+        let (refused, _) = try await bench(["floor", "--size", "0"])
+        #expect(refused == 64)
+    }
 }
