@@ -145,7 +145,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KioskBenchTests",
-            dependencies: ["kiosk-bench"]
+            dependencies: ["kiosk-bench", "KioskTesting"]
         ),
         .testTarget(
             name: "KioskTests",

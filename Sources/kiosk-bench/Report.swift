@@ -26,6 +26,7 @@ struct Report {
             object["calls_per_second"] = (result.callsPerSecond * 10).rounded() / 10
             object["errors"] = result.failed
             object["errors_by_kind"] = result.errors
+            object["failed_too_many"] = failedTooMuch
             object["latency_us"] = [
                 "p50": percentile(50), "p90": percentile(90), "p99": percentile(99), "p99.9": percentile(99.9),
                 "max": Double(result.histogram.max) / 1000, "mean": (result.histogram.mean / 1000 * 10).rounded() / 10,

@@ -1,4 +1,5 @@
 import Foundation
+import KioskTesting
 import Testing
 
 /// `kiosk-bench` as a process: short runs, checked for their figures (not their speed).
@@ -62,6 +63,33 @@ import Testing
         #expect((download["MB/s (original bytes)"] as? Double ?? 0) > 0)
         let purchase = try json(try await bench(["purchase", "--concurrency", "4", "--duration", "0.3", "--warmup", "0", "--json"]).1)
         #expect((purchase["calls"] as? Int ?? 0) > 0 && purchase["errors"] as? Int == 0)
+    }
+
+    /// Against running services (`--content`, receipts minted on the store's data dir); then against a content
+    /// service of another store (unknown account, unknown key): every call refused, counted by kind, first line FAILED, exit 1.
+    @Test func verifyAgainstRunningServicesAndCountsFailures() async throws {
+        let session = try await KioskTestSession.start()
+        let other = try await KioskTestSession.start()
+        defer { Task { await session.shutdown(); await other.shutdown() } }
+        let catalog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Scripts/examples/catalog.json").path
+        func run(storeDirectory: String, json: Bool) async throws -> (Int32, String) {
+            try await bench([
+                "verify", "--content", "127.0.0.1:\(session.contentPort)", "--store-data-dir", storeDirectory, "--catalog", catalog,
+                "--product", "book.swift", "--receipts", "200", "--connections", "1", "--concurrency", "2",
+                "--duration", "0.3", "--warmup", "0",
+            ] + (json ? ["--json"] : []))
+        }
+        let (status, output) = try await run(storeDirectory: session.storeDirectory, json: true)
+        #expect(status == 0)
+        let report = try json(output)
+        #expect((report["calls"] as? Int ?? 0) > 0 && report["errors"] as? Int == 0)
+        #expect(report["failed_too_many"] as? Bool == false)
+
+        let (refused, table) = try await run(storeDirectory: other.storeDirectory, json: false)
+        #expect(refused == 1)
+        #expect(table.hasPrefix("FAILED: "))
+        #expect(table.contains("rpc_UNAUTHENTICATED: "))  // the account is the other store's: counted by kind
     }
 
     @Test func floorMeasuresBareRoundTrips() async throws {
