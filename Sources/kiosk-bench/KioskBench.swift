@@ -30,6 +30,7 @@ struct OutputOptions: ParsableArguments {
     func finish(_ report: Report, started: ProcessStats, serverBefore: ProcessStats?) throws {
         var report = report
         let now = ProcessStats.current()
+        report.fields.append(("cpus", ProcessStats.placement()))
         report.fields.append(("client_cpu_seconds", round2(now.cpuSeconds - started.cpuSeconds)))
         report.fields.append(("client_peak_rss_mib", now.peakRSSBytes / (1 << 20)))
         if let pid = serverPID, let server = ProcessStats.of(pid: pid) {

@@ -30,4 +30,13 @@ struct ProcessStats {
             .split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
         return ProcessStats(cpuSeconds: (user + system) / ticks, peakRSSBytes: hwm * 1024)
     }
+
+    /// The CPUs this process may run on ("0-1"; "0" under `taskset -c 0`) and how many the machine has,
+    /// so a pinned run says so in its own report.
+    static func placement() -> String {
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let allowed = status.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list:") }?
+            .split(separator: "\t").last.map(String.init) ?? "?"
+        return "\(allowed) of \(sysconf(Int32(_SC_NPROCESSORS_ONLN)))"
+    }
 }

@@ -96,6 +96,7 @@ import Testing
         let floor = try json(try await bench(["floor", "--duration", "0.2", "--size", "300", "--json"]).1)
         #expect((floor["calls"] as? Int ?? 0) > 0 && floor["errors"] as? Int == 0)
         #expect(floor["bytes_each_way"] as? Int == 300)
+        #expect((floor["cpus"] as? String)?.contains(" of ") == true)
         let latency = try #require(floor["latency_us"] as? [String: Double])
         #expect((latency["p50"] ?? 0) > 0)
         let (refused, _) = try await bench(["floor", "--size", "0"])
