@@ -12,34 +12,15 @@ seconds=${2:-10}
 ./Scripts/setup.sh
 for product in kiosk-store kiosk-content kiosk-bench; do swift build -c release --product "$product" > /dev/null; done
 bin=.build/release
-work=$(mktemp -d)
-store_pid=""; content_pid=""
-cleanup() {
-  [ -n "$content_pid" ] && kill "$content_pid" 2>/dev/null || true
-  [ -n "$store_pid" ] && kill "$store_pid" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-wait_for() { for _ in $(seq 1 200); do grep -q listening "$1" 2>/dev/null && return 0; sleep 0.05; done; cat "$1" >&2; return 1; }
+. Scripts/services.sh
 # Each side holds one descriptor per connection.
 ulimit -n "$(( connections * 2 + 256 > $(ulimit -Hn) ? $(ulimit -Hn) : connections * 2 + 256 ))" 2>/dev/null || true
 
-$bin/kiosk-store serve --data-dir "$work/store" --catalog Scripts/examples/catalog.json \
-  --host 127.0.0.1 --port 0 --log-level warning > "$work/store.out" &
-store_pid=$!
-wait_for "$work/store.out"
-store=$(sed -n 's/^kiosk-store listening on \([^ ]*\).*/\1/p' "$work/store.out")
-service=$($bin/kiosk-store account create --data-dir "$work/store" --json | sed 's/.*"token":"\([^"]*\)".*/\1/')
-
+start_store
 mkdir -p "$work/content/books"
 head -c 1048576 /dev/zero > "$work/content/books/swift-book.txt"
-cp Scripts/examples/content/manifest.json "$work/content/manifest.json"
-$bin/kiosk-content serve --content-dir "$work/content" --store "$store" --store-token "$service" \
-  --host 127.0.0.1 --port 0 --log-level warning > "$work/content.out" &
-content_pid=$!
-wait_for "$work/content.out"
-content=$(sed -n 's/^kiosk-content listening on \([^ ]*\).*/\1/p' "$work/content.out")
+service=$(new_token)
+start_content "$service"
 echo "kiosk-content (pid $content_pid) before the run: $(grep VmRSS /proc/$content_pid/status | tr -s ' ')"
 
 $bin/kiosk-bench verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
