@@ -344,6 +344,13 @@ public final class Ledger: Sendable {
         try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE id = ?", arguments: [id]).map(TransactionRecord.init)
     }
 
+    /// The transaction recorded for a payment (payment ids are unique).
+    public func transaction(paymentID: String) throws -> TransactionRecord? {
+        try pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE payment_id = ?", arguments: [paymentID]).map(TransactionRecord.init)
+        }
+    }
+
     /// Every transaction of an account, oldest first.
     public func transactions(accountID: String) throws -> [TransactionRecord] {
         try pool.read { db in

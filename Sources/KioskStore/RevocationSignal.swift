@@ -14,19 +14,25 @@ final class RevocationSignal: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Returns after ``notify()`` or after `timeout`, whichever comes first.
+    /// How many times ``notify()`` has run: read it before looking for
+    /// revocations, then ``wait(after:timeout:)`` with it, so a refund made in
+    /// between is not slept through.
+    var generation: UInt64 { state.withLockedValue { $0.generation } }
+
+    /// Returns after a ``notify()`` later than `generation` (at once if one
+    /// already happened) or after `timeout`, whichever comes first.
     /// - Throws: `CancellationError` when the task is cancelled.
-    func wait(timeout: Duration) async throws {
+    func wait(after generation: UInt64, timeout: Duration) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await Task.sleep(for: timeout) }
-            group.addTask { await self.waitForNotify() }
+            group.addTask { await self.waitForNotify(after: generation) }
             _ = try await group.next()
             group.cancelAll()
         }
         try Task.checkCancellation()
     }
 
-    private func waitForNotify() async {
+    private func waitForNotify(after generation: UInt64) async {
         let id = state.withLockedValue { state -> UInt64 in
             state.next += 1
             return state.next
@@ -34,7 +40,7 @@ final class RevocationSignal: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let cancelled = state.withLockedValue { state -> Bool in
-                    if Task.isCancelled { return true }
+                    if Task.isCancelled || state.generation != generation { return true }
                     state.waiters[id] = continuation
                     return false
                 }

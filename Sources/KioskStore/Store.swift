@@ -19,6 +19,7 @@ public final class Store: Sendable {
     private let locks = AccountLock()
     private let verifier: NIOLockedValueBox<ReceiptVerifier>
     private let revocationSignal = RevocationSignal()
+    private let lastKeyRefreshMs = NIOLockedValueBox<Int64?>(nil)
 
     /// Opens the store on its data dir, creating the ledger and the first signing key if needed.
     public init(configuration: StoreConfiguration) throws {
@@ -119,22 +120,29 @@ public final class Store: Sendable {
             var record: TransactionRecord?
             var message: StoreV1.Transaction
             var alreadyOwned = false
+            var replayedFromLedger = false
             let current = try ledger.account(id: account.id) ?? account
             if !current.paymentsAllowed {
                 message = failed(transactionID, account.id, productID, quantity, nowMs, code: 4, reason: "payment_not_allowed",
                                  "payment not allowed: purchases are disabled for this account")
             } else if let product {
+                let paymentID = idempotencyKey.map { Self.hash("\(account.id)\u{0}\($0)").hexString } ?? transactionID
                 if let owned = try ownedTransaction(account: account.id, product: product, nowMs: nowMs) {
                     message = owned.message
                     alreadyOwned = true
+                } else if idempotencyKey != nil, let earlier = try ledger.transaction(paymentID: paymentID) {
+                    // The key's answer was pruned (past the retention) but the ledger still has what that
+                    // payment bought: the same answer again, never a second charge or a clash on payment_id.
+                    message = earlier.message
+                    replayedFromLedger = true
                 } else {
-                    let paymentID = idempotencyKey.map { Self.hash("\(account.id)\u{0}\($0)").hexString } ?? transactionID
                     let payment = PaymentRequest(paymentID: paymentID, accountID: account.id, productID: product.id, quantity: quantity,
                                                  unitPrice: product.price, currency: product.currency, paymentMethod: paymentMethod)
+                    // Everything that can fail (ledger reads, the signing key) happens before the charge.
+                    let purchased = try purchasedRecord(id: transactionID, account: account.id, product: product, quantity: quantity,
+                                                        paymentMethod: paymentMethod, paymentID: paymentID, nowMs: nowMs)
                     switch await configuration.paymentProcessor.charge(payment) {
                     case .succeeded:
-                        let purchased = try purchasedRecord(id: transactionID, account: account.id, product: product, quantity: quantity,
-                                                            paymentMethod: paymentMethod, paymentID: paymentID, nowMs: nowMs)
                         record = purchased
                         message = purchased.message
                     case .deferred:
@@ -155,7 +163,7 @@ public final class Store: Sendable {
                 message = failed(transactionID, account.id, productID, quantity, nowMs, code: 5, reason: "product_unavailable",
                                  "product unavailable: \(productID) is not in the catalog")
             }
-            let response = StoreV1.PurchaseResponse(transaction: message, replayed: false, alreadyOwned: alreadyOwned)
+            let response = StoreV1.PurchaseResponse(transaction: message, replayed: replayedFromLedger, alreadyOwned: alreadyOwned)
             try await ledger.pool.write { [record] db in
                 if let record { try Self.insertPurchase(record, db) }
                 try Self.remember(response, account: account.id, key: idempotencyKey, operation: "purchase", hash: requestHash, nowMs: nowMs, db)
@@ -321,7 +329,11 @@ public final class Store: Sendable {
 
     // MARK: Admin: approval, refunds, keys
 
-    /// Approves a DEFERRED (ask-to-buy) transaction: charges it and makes it PURCHASED.
+    /// Approves a DEFERRED (ask-to-buy) transaction: charges it, at the price
+    /// it was asked for, and makes it PURCHASED.
+    /// - Throws: ``StoreError`` 9 when it is not waiting for approval (also when
+    ///   another process approved it first), its product left the catalog, or the
+    ///   account already owns the product (bought meanwhile; nothing is charged).
     public func approve(transactionID: String) async throws -> TransactionRecord {
         guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
         return try await locks.withLock(record.accountID) {
@@ -331,15 +343,27 @@ public final class Store: Sendable {
             guard let product = catalog.product(deferred.productID) else {
                 throw StoreError(.failedPrecondition, "product \(deferred.productID) is no longer in the catalog")
             }
-            let payment = PaymentRequest(paymentID: deferred.paymentID ?? deferred.id, accountID: deferred.accountID, productID: product.id,
+            let nowMs = now
+            if let owned = try ownedTransaction(account: deferred.accountID, product: product, nowMs: nowMs) {
+                throw StoreError(.failedPrecondition,
+                                 "account \(deferred.accountID) already owns \(product.id) (transaction \(owned.id)); \(transactionID) was not charged")
+            }
+            let paymentID = deferred.paymentID ?? deferred.id
+            var purchased = try purchasedRecord(id: deferred.id, account: deferred.accountID, product: product, quantity: deferred.quantity,
+                                                paymentMethod: deferred.paymentMethod, paymentID: paymentID, nowMs: nowMs)
+            purchased.price = deferred.price
+            purchased.currency = deferred.currency
+            let payment = PaymentRequest(paymentID: paymentID, accountID: deferred.accountID, productID: product.id,
                                          quantity: deferred.quantity, unitPrice: deferred.price, currency: deferred.currency,
                                          paymentMethod: deferred.paymentMethod)
             guard case .succeeded = await configuration.paymentProcessor.approve(payment) else {
                 throw StoreError(.aborted, "the payment processor refused the approved payment")
             }
-            let purchased = try purchasedRecord(id: deferred.id, account: deferred.accountID, product: product, quantity: deferred.quantity,
-                                                paymentMethod: deferred.paymentMethod, paymentID: deferred.paymentID ?? deferred.id, nowMs: now)
             try await ledger.pool.write { [purchased] db in
+                // Checked again in the write: another process (or a refund) may have got there first.
+                guard let current = try Ledger.transaction(db, id: transactionID), current.state == .deferred else {
+                    throw StoreError(.failedPrecondition, "transaction \(transactionID) is not waiting for approval")
+                }
                 try db.execute(sql: "DELETE FROM transactions WHERE id = ?", arguments: [deferred.id])
                 try Self.insertPurchase(purchased, db)
             }
@@ -414,11 +438,13 @@ public final class Store: Sendable {
     /// Verifies a receipt: signature, environment, account, expiry, revocation.
     public func verifyReceipt(_ bytes: [UInt8]) async throws -> StoreV1.VerifyReceiptResponse {
         var current = verifier.withLockedValue { $0 }
-        if let signed = try? ReceiptV1.SignedReceipt(serializedBytes: bytes), !signed.keyID.isEmpty, !current.knows(keyID: signed.keyID) {
+        let signed = try? ReceiptV1.SignedReceipt(serializedBytes: bytes)
+        if let signed, !signed.keyID.isEmpty, !current.knows(keyID: signed.keyID), keyRefreshDue() {
             // Perhaps `keys rotate` ran in another process.
             current = refreshVerifier()
         }
-        let check = current.verify(bytes, nowMs: now)
+        // Decoded once; undecodable bytes get the verifier's own 21002 answer.
+        let check = signed.map { current.verify($0, nowMs: now) } ?? current.verify(bytes, nowMs: now)
         var response = StoreV1.VerifyReceiptResponse(status: check.status.rawValue, message: check.message, receipt: check.payload)
         guard let payload = check.payload, check.status == .valid || check.status == .subscriptionExpired else { return response }
         guard try ledger.account(id: payload.accountID) != nil else {
@@ -434,6 +460,16 @@ public final class Store: Sendable {
         return response
     }
 
+    /// An unknown key id reloads the keys at most once a second, so junk key ids cannot make every call read the ledger.
+    private func keyRefreshDue() -> Bool {
+        let nowMs = now
+        return lastKeyRefreshMs.withLockedValue { last in
+            guard last.map({ nowMs - $0 >= 1000 }) ?? true else { return false }
+            last = nowMs
+            return true
+        }
+    }
+
     @discardableResult
     private func refreshVerifier() -> ReceiptVerifier {
         let keys = (try? ledger.publicKeys()) ?? []
@@ -444,10 +480,14 @@ public final class Store: Sendable {
 
     // MARK: Revocation feed
 
-    /// Waits until a revocation may have been added: at once for refunds made
-    /// through this `Store`, after the poll interval for other processes.
-    func waitForRevocations() async throws {
-        try await revocationSignal.wait(timeout: configuration.revocationPollInterval)
+    /// Read before looking for revocations; pass to ``waitForRevocations(after:)``.
+    var revocationGeneration: UInt64 { revocationSignal.generation }
+
+    /// Waits until a revocation may have been added since `generation` was
+    /// read: at once for refunds made through this `Store`, after the poll
+    /// interval for other processes.
+    func waitForRevocations(after generation: UInt64) async throws {
+        try await revocationSignal.wait(after: generation, timeout: configuration.revocationPollInterval)
     }
 
     // MARK: Helpers

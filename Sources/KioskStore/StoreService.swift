@@ -73,6 +73,7 @@ public struct StoreService: RPCService {
             let heartbeat = store.configuration.revocationHeartbeat
             // Ends when the server shuts down, so a graceful shutdown need not wait for it.
             while !Task.isCancelled, !context.isShuttingDown {
+                let generation = store.revocationGeneration
                 let batch = try await store.ledger.revocations(after: cursor)
                 for revocation in batch {
                     try await writer.send(revocation.message)
@@ -84,7 +85,7 @@ public struct StoreService: RPCService {
                     try await writer.send(StoreV1.Revocation(cursor: cursor))
                     lastHeartbeat = .now
                 }
-                try await store.waitForRevocations()
+                try await store.waitForRevocations(after: generation)
             }
         }
     }

@@ -110,6 +110,63 @@ import Testing
         }
     }
 
+    @Test func approvalIsRefusedWhenTheProductWasBoughtMeanwhile() async throws {
+        try await StoreFixture.with { store in
+            let token = try store.newAccount()
+            let deferred = try #require(try await store.buy("filter.sepia", method: "test-ask", token: token).transaction)
+            let bought = try #require(try await store.buy("filter.sepia", token: token).transaction)
+            #expect(bought.state == .purchased)
+            let error = await #expect(throws: StoreError.self) { try await store.store.approve(transactionID: deferred.transactionID) }
+            #expect(error?.code == .failedPrecondition)
+            #expect(error?.message.contains("already owns filter.sepia") == true)
+            // Not charged, not recorded: still waiting, and the account owns the product once.
+            #expect(try store.store.ledger.transaction(id: deferred.transactionID)?.state == .deferred)
+            let owned = try store.store.ledger.transactions(accountID: bought.accountID).filter { $0.state == .purchased }
+            #expect(owned.map(\.id) == [bought.transactionID])
+        }
+    }
+
+    /// A second `Store` on the same data dir is what another `kiosk-store approve` process is: it
+    /// charges at the price asked for, and of two approvals racing, one wins and credits once.
+    @Test func approvalKeepsTheAskedPriceAndRacingApprovalsCreditOnce() async throws {
+        try await StoreFixture.with { store in
+            let token = try store.newAccount()
+            let deferred = try #require(try await store.buy("credits.10", method: "test-ask", token: token).transaction)
+            var dearer = testCatalog
+            dearer.products = dearer.products.map { var product = $0; product.price = "2.49"; return product }
+            let admins = try (0..<2).map { _ in
+                try Store(configuration: StoreConfiguration(dataDirectory: store.dataDirectory, catalog: dearer, environment: .sandbox,
+                                                            clock: { store.clock.now }))
+            }
+            async let first = try? admins[0].approve(transactionID: deferred.transactionID)
+            async let second = try? admins[1].approve(transactionID: deferred.transactionID)
+            let approved = await [first, second].compactMap { $0 }
+            #expect(approved.count == 1)
+            #expect(approved.first?.price == "1.79")
+            #expect(try store.store.ledger.transaction(id: deferred.transactionID)?.price == "1.79")
+            #expect(try await store.balance(token) == 10)
+        }
+    }
+
+    /// Past the retention a restart prunes the key's answer; reusing the key then still answers
+    /// with what it bought (from the ledger), with no second charge and no payment_id clash.
+    @Test func keysReusedAfterTheirRetentionAnswerFromTheLedger() async throws {
+        try await StoreFixture.with { store in
+            let token = try store.newAccount()
+            let account = try await store.store.authenticate(token: token)
+            let first = try #require(try await store.buy("credits.5", token: token, key: "week-old").transaction)
+            store.clock.advance(byMs: 7 * 24 * 3600 * 1000 + 1)
+            let restarted = try Store(configuration: StoreConfiguration(dataDirectory: store.dataDirectory, catalog: testCatalog,
+                                                                        environment: .sandbox, clock: { store.clock.now }))
+            let again = try await restarted.purchase(account: account, productID: "credits.5", quantity: 1, paymentMethod: goodCard,
+                                                     idempotencyKey: "week-old")
+            #expect(again.replayed)
+            #expect(again.transaction?.transactionID == first.transactionID)
+            #expect(try await store.balance(token) == 5)
+            #expect(try store.store.ledger.transactions(accountID: account.id).count == 1)
+        }
+    }
+
     @Test func paymentsDisabledListsProductsButRefusesPurchases() async throws {
         try await StoreFixture.with { store in
             let token = try store.newAccount(paymentsAllowed: false)
