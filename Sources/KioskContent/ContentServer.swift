@@ -59,19 +59,19 @@ public final class ContentServer: Sendable {
     /// Prepares the files, starts following the store and listens.
     public func start() async throws {
         try await prepare()
+        try await server.start()
         let gate = self.gate
         follower.withLockedValue { $0 = Task { await gate.followStore() } }
-        try await server.start()
     }
 
     /// The port listened on, once started.
     public var port: Int? { server.port }
 
-    /// Waits, at most `timeout`, until the service has the store's keys: before
-    /// that it answers 21005. Returns whether it has them.
+    /// Waits, at most `timeout`, until the service has the store's keys and its
+    /// revocation feed: before that it answers 21005. Returns whether it has them.
     public func waitUntilReady(timeout: Duration = .seconds(10)) async -> Bool {
         let deadline = ContinuousClock.now + timeout
-        while gate.stats.keysKnown == 0 {
+        while !gate.isReady {
             guard ContinuousClock.now < deadline, (try? await Task.sleep(for: .milliseconds(10))) != nil else { return false }
         }
         return true
@@ -84,5 +84,6 @@ public final class ContentServer: Sendable {
     public func shutdown() async {
         await server.shutdown()
         follower.withLockedValue { $0?.cancel() }
+        await gate.link.client.close()
     }
 }

@@ -76,7 +76,7 @@ final class ReceiptGate: Sendable {
     }
 
     private let configuration: ContentConfiguration
-    private let link: StoreLink
+    let link: StoreLink
     private let logger: Logger
     private let state: NIOLockedValueBox<State>
 
@@ -199,15 +199,18 @@ final class ReceiptGate: Sendable {
 
     // MARK: Following the store
 
+    /// New keys. They do not count as hearing from the store: only the
+    /// revocation feed (a revocation or a heartbeat) proves it is current.
     func install(keys: [ReceiptPublicKey]) {
         let verifier = ReceiptVerifier(keys: keys, environment: configuration.environment, acceptSandbox: configuration.acceptSandbox)
-        let nowMs = now
         state.withLockedValue { state in
             state.verifier = verifier
             state.keysKnown = keys.count
-            state.lastHeardMs = nowMs
         }
     }
+
+    /// True once the store's keys and its revocation feed have both been received.
+    var isReady: Bool { state.withLockedValue { $0.keysKnown > 0 && $0.lastHeardMs != nil } }
 
     func apply(_ revocation: StoreV1.Revocation) {
         let nowMs = now
@@ -228,10 +231,10 @@ final class ReceiptGate: Sendable {
         while !Task.isCancelled {
             do {
                 install(keys: try await link.publicKeys())
-                failures = 0
                 let cursor = state.withLockedValue { $0.cursor }
                 for try await revocation in link.revocations(since: cursor) {
                     apply(revocation)
+                    failures = 0
                 }
             } catch {
                 if Task.isCancelled { return }

@@ -91,4 +91,56 @@ import Testing
             await revived.shutdown()
         }
     }
+
+    /// Fetching keys is not hearing about revocations: with only the feed failing, the content service
+    /// must not count itself current, or refunded receipts would keep downloading with no staleness bound.
+    @Test func keysWithoutTheRevocationFeedAreNotEnough() async throws {
+        let storeDirectory = temporaryDirectory("feedless-store")
+        let contentDirectory = try makeContentDirectory(files: ["book.swift": Array("a book".utf8)])
+        defer {
+            try? FileManager.default.removeItem(atPath: storeDirectory)
+            try? FileManager.default.removeItem(atPath: contentDirectory)
+        }
+        let store = try Store(configuration: StoreConfiguration(dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox))
+        let server = RPCServer(services: [FeedlessStore(inner: StoreService(store: store))])
+        try await server.start()
+        let content = try ContentServer(configuration: ContentConfiguration(
+            contentDirectory: contentDirectory, storePort: try #require(server.port), storeToken: try store.createAccount().token,
+            maximumStaleness: .seconds(1)))
+        try await content.start()
+        let client = RPCClient(host: "127.0.0.1", port: try #require(content.port))
+        do {
+            // The keys arrive, the feed never does: not ready.
+            #expect(await content.waitUntilReady(timeout: .seconds(2)) == false)
+            #expect(content.stats.keysKnown > 0)
+            let buyer = try store.createAccount()
+            let receipt = try #require(try store.mintReceipts(accountID: buyer.id, productID: "book.swift", count: 1).first)
+            var metadata = Metadata()
+            metadata.add("authorization", "Bearer \(buyer.token)")
+            let answer = try await client.unary(
+                "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: "book.swift"),
+                response: ContentV1.AuthorizeResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata))
+            #expect(!answer.allowed)
+            #expect(answer.status == ReceiptStatus.serverUnavailable.rawValue)
+        } catch {
+            Issue.record(error)
+        }
+        await client.close()
+        await content.shutdown()
+        await server.shutdown()
+    }
+}
+
+/// The store as the content service sees it, with its revocation feed down:
+/// PublicKeys and GetAccount answer, WatchRevocations always fails.
+private struct FeedlessStore: RPCService {
+    let inner: StoreService
+    var serviceName: String { inner.serviceName }
+    func register(in router: inout RPCRouter) {
+        inner.register(in: &router)
+        router.registerServerStreaming("/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest.self,
+                                       response: StoreV1.Revocation.self) { _, _, _ in
+            throw RPCError(.unavailable, "the revocation feed is down")
+        }
+    }
 }
