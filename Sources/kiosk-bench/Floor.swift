@@ -20,7 +20,7 @@ struct Floor: ParsableCommand {
 
     struct SystemError: Error, CustomStringConvertible {
         let call: String, code: Int32
-        var description: String { "floor: \(call) failed: \(String(cString: strerror(code)))" }
+        var description: String { "floor: \(call) failed" + (code == 0 ? "" : ": \(String(cString: strerror(code)))") }
     }
 
     func validate() throws {
@@ -42,6 +42,7 @@ struct Floor: ParsableCommand {
             while true {
                 guard Self.waitReadable(connection) else { return }
                 let count = read(connection, &buffer, size)
+                if count < 0, errno == EINTR { continue }
                 guard count > 0 else { return }
                 guard Self.writeAll(connection, buffer, count) else { return }
             }
@@ -62,14 +63,15 @@ struct Floor: ParsableCommand {
         let message = [UInt8](repeating: 0x6B, count: size)
         var buffer = [UInt8](repeating: 0, count: size)
         var calls = 0
-        var failure: String?
+        var failure: SystemError?  // with errno as the failing call left it
         func roundTrip() -> Bool {
-            guard Self.writeAll(connection, message, size) else { failure = "write"; return false }
+            guard Self.writeAll(connection, message, size) else { failure = SystemError(call: "write", code: errno); return false }
             var received = 0
             while received < size {
-                guard Self.waitReadable(connection) else { failure = "poll"; return false }
+                guard Self.waitReadable(connection) else { failure = SystemError(call: "poll", code: errno); return false }
                 let count = buffer.withUnsafeMutableBytes { read(connection, $0.baseAddress! + received, size - received) }
-                guard count > 0 else { failure = count == 0 ? "closed" : "read"; return false }
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { failure = SystemError(call: count == 0 ? "read (the echo thread closed)" : "read", code: count == 0 ? 0 : errno); return false }
                 received += count
             }
             return true
@@ -87,7 +89,7 @@ struct Floor: ParsableCommand {
         }
         let elapsed = start.duration(to: .now)
         shutdown(connection, Int32(SHUT_RDWR))
-        if let failure { throw SystemError(call: failure, code: errno) }
+        if let failure { throw failure }
 
         var report = Report(title: "floor (loopback TCP ping-pong between two threads, no Kiosk code)")
         report.result = LoadResult(calls: calls, errors: [:], histogram: histogram, elapsed: elapsed)

@@ -9,6 +9,8 @@ struct LoadResult {
     var errors: [String: Int]
     var histogram: Histogram<UInt64>
     var elapsed: Duration
+    /// Sequence numbers handed out, warm-up included (how many receipts were used).
+    var issued = 0
 
     var failed: Int { errors.values.reduce(0, +) }
     var callsPerSecond: Double { Double(calls) / elapsed.seconds }
@@ -25,9 +27,12 @@ extension Duration {
 /// so a stalled server shows as queueing instead of hiding it (no
 /// coordinated omission).
 ///
-/// `call(worker, sequence)` returns nil on success, or the kind of failure.
+/// `call(worker, sequence)` returns nil on success, or the kind of failure;
+/// `measuring` runs between the warm-up and the measured part (to take the
+/// "before" readings of counters and CPU time).
 func runLoad(
     concurrency: Int, warmup: Duration, duration: Duration, rate: Double?, executors: [EventLoopTaskExecutor] = [],
+    measuring: () async -> Void = {},
     call: @escaping @Sendable (_ worker: Int, _ sequence: Int) async -> String?
 ) async -> LoadResult {
     let sequence = NIOLockedValueBox(0)
@@ -81,5 +86,22 @@ func runLoad(
         return result
     }
     if warmup > .zero { _ = await phase(warmup, record: false) }
-    return await phase(duration, record: true)
+    await measuring()
+    var result = await phase(duration, record: true)
+    result.issued = sequence.withLockedValue { $0 }
+    return result
+}
+
+/// Runs `body`, then stops the bench's own services (when it started them)
+/// whether `body` threw or not: the process exits right after, so a stop left
+/// to a detached task would never run and the temporary directory would stay.
+func stopping<R>(_ services: LocalServices?, _ body: () async throws -> R) async throws -> R {
+    do {
+        let result = try await body()
+        await services?.stop()
+        return result
+    } catch {
+        await services?.stop()
+        throw error
+    }
 }

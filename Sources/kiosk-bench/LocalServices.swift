@@ -28,15 +28,24 @@ struct LocalServices {
         try Data(#"{"products": [{"product_id": "\#(product)", "file": "file.bin", "version": "1"}]}"#.utf8)
             .write(to: URL(fileURLWithPath: root + "/content/manifest.json"))
         let store = try StoreServer(store: StoreConfiguration(dataDirectory: root + "/store", catalog: catalog))
-        try await store.start()
-        let service = try store.store.createAccount()
-        let buyer = try store.store.createAccount()
-        let content = try ContentServer(configuration: ContentConfiguration(
-            contentDirectory: root + "/content", storePort: store.port ?? 0, storeToken: service.token, cacheSize: cacheSize,
-            maximumDownloadsPerAccount: 1024, maximumDownloads: 1024))
-        try await content.start()
-        guard await content.waitUntilReady() else { throw ValidationError("the bench's content service never reached its store") }
-        return LocalServices(store: store, content: content, root: root, buyer: (buyer.id, buyer.token))
+        var content: ContentServer?
+        do {
+            try await store.start()
+            let service = try store.store.createAccount()
+            let buyer = try store.store.createAccount()
+            let server = try ContentServer(configuration: ContentConfiguration(
+                contentDirectory: root + "/content", storePort: store.port ?? 0, storeToken: service.token, cacheSize: cacheSize,
+                maximumDownloadsPerAccount: 1024, maximumDownloads: 1024))
+            content = server
+            try await server.start()
+            guard await server.waitUntilReady() else { throw ValidationError("the bench's content service never reached its store") }
+            return LocalServices(store: store, content: server, root: root, buyer: (buyer.id, buyer.token))
+        } catch {
+            await content?.shutdown()
+            await store.shutdown()
+            try? FileManager.default.removeItem(atPath: root)
+            throw error
+        }
     }
 
     func stop() async {

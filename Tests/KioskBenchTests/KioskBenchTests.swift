@@ -85,6 +85,12 @@ import Testing
         let report = try json(output)
         #expect((report["calls"] as? Int ?? 0) > 0 && report["errors"] as? Int == 0)
         #expect(report["failed_too_many"] as? Bool == false)
+        // --raw with --content verifies with that store's keys: every receipt valid.
+        let raw = try json(try await bench([
+            "verify", "--raw", "--content", "127.0.0.1:\(session.contentPort)", "--store-data-dir", session.storeDirectory,
+            "--catalog", catalog, "--product", "book.swift", "--receipts", "50", "--duration", "0.2", "--json",
+        ]).1)
+        #expect((raw["verifications"] as? Int ?? 0) > 0 && raw["failures"] as? Int == 0)
 
         let (refused, table) = try await run(storeDirectory: other.storeDirectory, json: false)
         #expect(refused == 1)
