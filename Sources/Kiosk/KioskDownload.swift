@@ -278,7 +278,9 @@ public final class KioskDownload: Sendable {
                 let remaining = rate > 0 ? Duration.milliseconds(Int64(Double(progress.totalSize - offset) / rate * 1000)) : nil
                 emit(.active, bytesDone: offset, total: progress.totalSize, remaining: remaining)
             }
-        } catch is RestartFromScratch {
+        } catch let error where error is RestartFromScratch || (offset > 0 && (error as? RPCError)?.code == .outOfRange) {
+            // The file changed since the partial download (a new version, or a smaller one the saved
+            // offset lies beyond): start over from 0, once.
             try? file?.close()
             file = nil
             try? FileManager.default.removeItem(at: partialURL)

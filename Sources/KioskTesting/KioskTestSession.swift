@@ -62,12 +62,12 @@ public final class KioskTestSession: Sendable {
     ])
 
     /// The sample hosted file of `book.swift`: 1 MiB of generated text.
-    public static var sampleContent: [String: [UInt8]] {
+    public static let sampleContent: [String: [UInt8]] = {
         let line = Array("Chapter after chapter of The Swift Book, generated for Kiosk's samples.\n".utf8)
         var book: [UInt8] = []
         while book.count < 1 << 20 { book += line }
         return ["book.swift": Array(book.prefix(1 << 20))]
-    }
+    }()
 
     private init(catalog: Catalog, payments: TestPaymentProcessor, root: String, storeServer: StoreServer, content: ContentServer,
                  storePort: Int, contentPort: Int, holdAnswers: NIOLockedValueBox<Int>) {

@@ -89,6 +89,11 @@ struct Connection: ParsableArguments {
     func emit(_ object: [String: Any], text: String) {
         print(json ? jsonObject(object) : text)
     }
+
+    /// A list of transactions: `{key: [...]}` in JSON, a line each (or `empty`) as text.
+    func emit(_ transactions: [Transaction], key: String, empty: String) {
+        emit([key: transactions.map(describe)], text: transactions.isEmpty ? empty : transactions.map(line).joined(separator: "\n"))
+    }
 }
 
 func jsonObject(_ object: Any) -> String {
@@ -100,17 +105,17 @@ func describe(_ transaction: Transaction) -> [String: Any] {
     var object: [String: Any] = [
         "transaction_id": transaction.id, "original_transaction_id": transaction.originalID, "product_id": transaction.productID,
         "product_type": transaction.productType.rawValue, "quantity": Int(transaction.purchasedQuantity),
-        "purchase_date": ISO8601DateFormatter().string(from: transaction.purchaseDate), "finished": transaction.isFinished,
+        "purchase_date": transaction.purchaseDate.formatted(.iso8601), "finished": transaction.isFinished,
         "environment": transaction.environment,
     ]
-    if let expiry = transaction.expirationDate { object["expiration_date"] = ISO8601DateFormatter().string(from: expiry) }
-    if let revoked = transaction.revocationDate { object["revocation_date"] = ISO8601DateFormatter().string(from: revoked) }
+    if let expiry = transaction.expirationDate { object["expiration_date"] = expiry.formatted(.iso8601) }
+    if let revoked = transaction.revocationDate { object["revocation_date"] = revoked.formatted(.iso8601) }
     return object
 }
 
 func line(_ transaction: Transaction) -> String {
     var text = "\(transaction.id)  \(transaction.productID) ×\(transaction.purchasedQuantity)  original \(transaction.originalID)"
-    if let expiry = transaction.expirationDate { text += "  expires \(ISO8601DateFormatter().string(from: expiry))" }
+    if let expiry = transaction.expirationDate { text += "  expires \(expiry.formatted(.iso8601))" }
     if transaction.revocationDate != nil { text += "  REVOKED" }
     return text
 }
@@ -152,6 +157,7 @@ struct Buy: AsyncParsableCommand {
 
     func run() async throws {
         try await connection.run { kiosk in
+            let queuedBefore = kiosk.queuedPaymentCount
             switch try await kiosk.purchase(productID: product, quantity: quantity, paymentMethod: paymentMethod) {
             case .success(let transaction):
                 let receipt = try saveReceipt(transaction, in: connection.stateDirectory)
@@ -160,7 +166,8 @@ struct Buy: AsyncParsableCommand {
                 object["receipt_file"] = receipt
                 connection.emit(object, text: "purchased \(product) ×\(quantity): transaction \(transaction.id)\nreceipt \(receipt)")
             case .pending:
-                let queued = kiosk.queuedPaymentCount > 0
+                // Queued by this purchase (an older stuck entry must not turn an ask-to-buy into "queued").
+                let queued = kiosk.queuedPaymentCount > queuedBefore
                 connection.emit(["state": queued ? "queued" : "pending"],
                                 text: queued ? "queued: the store cannot be reached; it is sent on a later run"
                                              : "pending: waiting for approval (ask to buy)")
@@ -184,8 +191,7 @@ struct Restore: AsyncParsableCommand {
                 restored.append(transaction)
                 _ = try saveReceipt(transaction, in: connection.stateDirectory)
             }
-            connection.emit(["transactions": restored.map(describe)],
-                            text: restored.isEmpty ? "nothing to restore" : restored.map(line).joined(separator: "\n"))
+            connection.emit(restored, key: "transactions", empty: "nothing to restore")
         }
     }
 }
@@ -197,8 +203,7 @@ struct Entitlements: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             let owned = try await kiosk.currentEntitlements
-            connection.emit(["entitlements": owned.map(describe)],
-                            text: owned.isEmpty ? "no entitlements" : owned.map(line).joined(separator: "\n"))
+            connection.emit(owned, key: "entitlements", empty: "no entitlements")
         }
     }
 }
@@ -235,8 +240,7 @@ struct Unfinished: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             let open = try await kiosk.unfinishedTransactions
-            connection.emit(["transactions": open.map(describe)],
-                            text: open.isEmpty ? "no unfinished transactions" : open.map(line).joined(separator: "\n"))
+            connection.emit(open, key: "transactions", empty: "no unfinished transactions")
         }
     }
 }

@@ -69,6 +69,27 @@ import Testing
         }
     }
 
+    /// A partial saved for a bigger version of the file (its offset now past the end) starts over
+    /// instead of failing the same way on every attempt.
+    @Test func partialPastTheEndOfANewerSmallerFileStartsOver() async throws {
+        try await withSession { session in
+            let kiosk = try session.makeClient(account: try session.makeAccount())
+            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
+                Issue.record("expected success"); return
+            }
+            let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let stale = #"{"productID":"book.swift","version":"0.9","sha256":"00","totalSize":8388608,"chunkSize":262144,"bytesDone":4194304}"#
+            try Data(stale.utf8).write(to: directory.appendingPathComponent(".book.swift.kiosk-partial.json"))
+            try Data(repeating: 7, count: 4 << 20).write(to: directory.appendingPathComponent(".book.swift.kiosk-partial"))
+            let file = try await kiosk.download(productID: "book.swift", transaction: transaction, to: directory).result()
+            #expect([UInt8](try Data(contentsOf: file)) == KioskTestSession.sampleContent["book.swift"])
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["book.swift"], "the stale partial is gone")
+            await kiosk.close()
+        }
+    }
+
     @Test func refusedAndCancelledDownloads() async throws {
         try await withSession { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())
