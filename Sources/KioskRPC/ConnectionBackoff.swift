@@ -1,3 +1,5 @@
+import Foundation
+
 /// Exponential backoff with jitter between connection attempts, as gRPC's
 /// connection backoff.
 ///
@@ -46,23 +48,15 @@ public struct ConnectionBackoff: Hashable, Sendable {
 
 extension Duration {
     /// The duration in seconds, as a Double.
-    var seconds: Double {
+    public var seconds: Double {
         let (s, attoseconds) = components
         return Double(s) + Double(attoseconds) / 1e18
     }
 
-    /// The duration in milliseconds, rounded up, clamped to `UInt32`.
+    /// The duration in milliseconds, rounded up, within 1…`UInt32.max` (a
+    /// deadline already past is 1 ms, never 0, which would mean "none").
     var wholeMillisecondsRoundedUp: UInt32 {
-        UInt32(clamping: Int64((seconds * 1000).rounded(.up)))
+        let milliseconds = (seconds * 1000).rounded(.up)
+        return milliseconds >= Double(UInt32.max) ? .max : UInt32(max(milliseconds, 1))
     }
-}
-
-private func pow(_ base: Double, _ exponent: Double) -> Double {
-    var result = 1.0
-    var remaining = Int(exponent)
-    while remaining > 0 {
-        result *= base
-        remaining -= 1
-    }
-    return result
 }

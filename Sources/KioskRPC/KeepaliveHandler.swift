@@ -93,11 +93,3 @@ final class KeepaliveHandler: ChannelDuplexHandler {
         }
     }
 }
-
-extension TimeAmount {
-    /// A NIO time amount from a Swift duration.
-    init(_ duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-    }
-}

@@ -68,7 +68,7 @@ public final class RPCClient: Sendable {
         // One continuation, resumed at TRAILERS: no stream for a call with one answer.
         let received = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ClientCall.Received, Error>) in
-                handler.eventLoop.execute {
+                handler.eventLoop.runOnLoop {
                     slot.wait(with: continuation)
                     prepared.open(call)
                 }
@@ -103,7 +103,7 @@ public final class RPCClient: Sendable {
         continuation.onTermination = { reason in
             if case .cancelled = reason { call.cancel() }
         }
-        prepared.connection.handler.eventLoop.execute { prepared.open(call) }
+        prepared.connection.handler.eventLoop.runOnLoop { prepared.open(call) }
         return (stream, call, prepared.codec)
     }
 

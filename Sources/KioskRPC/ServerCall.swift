@@ -137,7 +137,7 @@ final class ServerCall: @unchecked Sendable {
     func send(payload: ByteBuffer, flags: FrameFlags) async throws {
         try Task.checkCancellation()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-            eventLoop.execute { [self] in
+            eventLoop.runOnLoop { [self] in
                 guard phase == .running else {
                     continuation.resume(throwing: CancellationError())
                     return
@@ -154,7 +154,7 @@ final class ServerCall: @unchecked Sendable {
 
     /// The handler succeeded: send its response (unary) and TRAILERS with OK.
     func complete(withResponse payload: ByteBuffer?, flags: FrameFlags) {
-        eventLoop.execute { [self] in
+        eventLoop.runOnLoop { [self] in
             guard phase == .running else { return }
             if let payload {
                 writeMessage(payload, flags: flags, flush: false)
@@ -165,7 +165,7 @@ final class ServerCall: @unchecked Sendable {
 
     /// The handler failed: send TRAILERS with its status.
     func fail(_ error: RPCError) {
-        eventLoop.execute { [self] in
+        eventLoop.runOnLoop { [self] in
             end(status: CallStatus(code: error.code.rawValue, message: error.message, metadata: error.metadata))
         }
     }

@@ -17,7 +17,6 @@ struct LoadResult {
 }
 
 extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
     var nanoseconds: UInt64 { UInt64(max(0, Double(components.seconds) * 1e9 + Double(components.attoseconds) / 1e9)) }
 }
 

@@ -115,7 +115,25 @@ import Testing
             #expect(seen.method == TestService.prefix + "Whoami")
             #expect(seen.metadata.bearerToken == "s3cr3t")
             #expect(seen.metadata["idempotency-key"] == "k-1")
-            #expect(seen.timeoutMs == 1, "the handler saw a deadline")
+            #expect((29_000...30_001).contains(seen.timeoutMs), "the handler saw the 30 s deadline, less the trip")
+            // No timeout: no deadline.
+            let none = try await client.unary(TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self)
+            #expect(none.timeoutMs == 0)
+        }
+    }
+
+    /// Timeouts past what the header can carry are clamped (no overflow trap), and one already past
+    /// fails the call at once instead of meaning "no deadline".
+    @Test func extremeTimeoutsAreClamped() async throws {
+        try await withServer { _, client in
+            let far = try await client.unary(TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self,
+                                             options: CallOptions(timeout: .seconds(Int64.max / 2)))
+            #expect(far.timeoutMs > 4_000_000_000, "about UInt32.max ms, the most the header holds")
+            let error = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 1), response: Ping.self,
+                                       options: CallOptions(timeout: .seconds(-1)))
+            }
+            #expect(error?.code == .deadlineExceeded)
         }
     }
 

@@ -139,7 +139,9 @@ struct TestService: RPCService {
         }
         // Echoes the caller's metadata and deadline back.
         router.registerUnary(Self.prefix + "Whoami", request: Ping.self, response: CallHeaders.self) { _, context in
-            CallHeaders(method: context.method, timeoutMs: context.deadline == nil ? 0 : 1, metadata: context.metadata)
+            // timeout_ms: the milliseconds left before the deadline the handler sees (0: none).
+            let left = context.deadline.map { ContinuousClock.now.duration(to: $0).components.seconds * 1000 + 1 }
+            return CallHeaders(method: context.method, timeoutMs: left.map { UInt32(clamping: $0) } ?? 0, metadata: context.metadata)
         }
         // A large, compressible response of `opaque` bytes.
         router.registerUnary(Self.prefix + "Blob", request: MetadataEntry.self, response: MetadataEntry.self) { request, _ in
