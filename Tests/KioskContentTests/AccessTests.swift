@@ -136,12 +136,21 @@ import Testing
             #expect(fixture.content.stats.revocationsKnown == 1)
             #expect(fixture.content.stats.cacheEntries == 0, "evicted")
             #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).refusal == "revoked")
-            // Bounded: three receipts in a cache of two.
-            for product in ["book.swift", "book.swift"] {
+            // Bounded: three new receipts in a cache of two; the least recently used one is dropped.
+            var buyers: [(token: String, receipt: [UInt8])] = []
+            for _ in 0..<3 {
                 let other = try fixture.newAccount()
-                _ = try await fixture.authorize(try await fixture.buy(product, token: other).signedReceipt, product: product, token: other)
+                let bought = try await fixture.buy("book.swift", token: other).signedReceipt
+                buyers.append((other, bought))
+                #expect(try await fixture.authorize(bought, product: "book.swift", token: other).allowed)
             }
             #expect(fixture.content.stats.cacheEntries == 2)
+            let beforeOldest = fixture.content.stats
+            _ = try await fixture.authorize(buyers[0].receipt, product: "book.swift", token: buyers[0].token)
+            #expect(fixture.content.stats.cacheMisses - beforeOldest.cacheMisses == 1, "the oldest was evicted")
+            let beforeNewest = fixture.content.stats
+            _ = try await fixture.authorize(buyers[2].receipt, product: "book.swift", token: buyers[2].token)
+            #expect(fixture.content.stats.cacheHits - beforeNewest.cacheHits == 1, "the newest is still cached")
         }
     }
 

@@ -10,7 +10,8 @@ import Testing
         let kiosk = try session.makeClient(account: account)
 
         session.failNextPayment()
-        await #expect(throws: KioskError.self) { try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") }
+        let failed = await #expect(throws: KioskError.self) { try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") }
+        #expect(failed?.code == .paymentInvalid)
         session.cancelNextPayment()
         #expect(try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") == .userCancelled)
         session.deferNextPayment()
@@ -27,7 +28,13 @@ import Testing
         #expect(session.payments.chargeCount == 1)
         try await session.refund(transactionID: bought.id)
         #expect(try await kiosk.verify(receipt: bought.signedReceipt).revocationDate != nil)
+        // Clearing takes everything: the deferred request, a fresh purchase and its credits.
+        guard case .success = try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") else {
+            Issue.record("expected success"); return
+        }
+        #expect(try await kiosk.creditBalance == 5)
         try session.clearTransactions()
+        #expect(try session.deferredTransactions(of: account).isEmpty)
         #expect(try await kiosk.creditBalance == 0)
         #expect(try await kiosk.unfinishedTransactions.isEmpty)
         #expect(try await kiosk.hostedProducts().map(\.productID) == ["book.swift"])

@@ -91,7 +91,9 @@ import Testing
     }
 
     @Test func refusedAndCancelledDownloads() async throws {
-        try await withSession { session in
+        // 32 MiB of noise (128 chunks): the cancel lands well before the end.
+        let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 32 << 20)) ?? Data())
+        try await withSession(content: ["book.swift": book]) { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())
             guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
                 Issue.record("expected success"); return
@@ -104,12 +106,21 @@ import Testing
                 try await thief.download(productID: "book.swift", transaction: transaction, to: directory).result()
             }
             #expect(refused?.code == .downloadRefused)
-            // Cancelled: no file, no partial.
+            // Cancelled once a chunk is on disk: the partial and its state are removed, no file is left.
             let cancelled = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
-            cancelled.cancel()
+            var partialSeen = false
+            var lastState: DownloadState?
+            for await event in cancelled.events {
+                if event.state == .active, event.bytesDone > 0, !partialSeen {
+                    partialSeen = FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path)
+                    cancelled.cancel()
+                }
+                lastState = event.state
+            }
+            #expect(partialSeen, "a partial file was being written when the download was cancelled")
+            #expect(lastState == .cancelled)
             await #expect(throws: KioskError.self) { try await cancelled.result() }
-            let leftovers = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-            #expect(leftovers.isEmpty)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
             await kiosk.close()
             await thief.close()
         }

@@ -102,7 +102,8 @@ func next(_ updates: AsyncStream<Transaction>) async -> Transaction? {
             }
             #expect(declined?.code == .paymentInvalid)
             session.failNextPayment(reason: "insufficient_funds")
-            await #expect(throws: KioskError.self) { try await buyer.purchase(productID: "credits.5", paymentMethod: card) }
+            let insufficient = await #expect(throws: KioskError.self) { try await buyer.purchase(productID: "credits.5", paymentMethod: card) }
+            #expect(insufficient?.code == .paymentInvalid)
             let badQuantity = await #expect(throws: KioskError.self) { try await buyer.purchase(productID: "credits.5", quantity: 99, paymentMethod: card) }
             #expect(badQuantity?.code == .invalidRequest)
             #expect(buyer.queuedPaymentCount == 0, "refused payments are not kept")

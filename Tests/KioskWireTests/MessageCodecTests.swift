@@ -62,11 +62,31 @@ import Testing
 
     @Test func truncatedEncodingsThrowOrDecode() throws {
         let full = CallHeaders(method: "/kiosk.rpc.v1.Health/Check", timeoutMs: 99, metadata: ["authorization": "Bearer t"]).serializedBytes()
-        for length in 0..<full.count {
-            // Every proper prefix that ends inside a field must be refused; none may crash.
-            _ = try? CallHeaders(serializedBytes: Array(full[..<length]))
+        // Where the fields end: one-byte keys, varints, and length-delimited fields shorter than 128 bytes.
+        var boundaries: Set<Int> = [0]
+        var index = 0
+        while index < full.count {
+            let key = full[index]
+            index += 1
+            if key & 7 == 0 {
+                while full[index] & 0x80 != 0 { index += 1 }
+                index += 1
+            } else {
+                try #require(key & 7 == 2 && full[index] < 0x80)
+                index += 1 + Int(full[index])
+            }
+            boundaries.insert(index)
         }
-        #expect(throws: WireError.self) { try CallHeaders(serializedBytes: Array(full[..<(full.count - 1)])) }
+        #expect(boundaries.count == 4, "method, timeout, one metadata entry")
+        for length in 0..<full.count {
+            // A prefix that ends between fields is a smaller message; one that ends inside a field is refused.
+            let prefix = Array(full[..<length])
+            if boundaries.contains(length) {
+                #expect(throws: Never.self) { try CallHeaders(serializedBytes: prefix) }
+            } else {
+                #expect(throws: WireError.self, "prefix of \(length) bytes") { try CallHeaders(serializedBytes: prefix) }
+            }
+        }
         #expect(throws: WireError.self) { try HealthCheckRequest(serializedBytes: [0x0A, 0x05, 0x61]) }
     }
 
