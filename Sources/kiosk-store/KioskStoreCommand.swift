@@ -19,7 +19,13 @@ struct DataDirOptions: ParsableArguments {
     var dataDir: String
 
     /// Opens the store on the data dir, in the environment it was first served with.
-    func openStore(catalog: String? = nil, environment: ReceiptV1.Environment? = nil) throws -> Store {
+    /// Only `creating` commands (`account create`) may start a new data dir: for
+    /// the others a mistyped path is an error, not a fresh ledger and key.
+    func openStore(catalog: String? = nil, environment: ReceiptV1.Environment? = nil, creating: Bool = false) throws -> Store {
+        let ledgerFile = (dataDir as NSString).appendingPathComponent(Ledger.fileName)
+        guard creating || FileManager.default.fileExists(atPath: ledgerFile) else {
+            throw ValidationError("no ledger in \(dataDir): give the --data-dir of a store (`serve` or `account create` starts one)")
+        }
         let ledgerEnvironment = try Ledger(directory: dataDir).environment()
         let chosen = environment ?? ledgerEnvironment ?? .sandbox
         let loaded = try catalog.map { path -> Catalog in
@@ -78,7 +84,7 @@ struct AccountCommand: AsyncParsableCommand {
         @Flag(help: "Print JSON.") var json = false
 
         func run() async throws {
-            let store = try data.openStore()
+            let store = try data.openStore(creating: true)
             let (id, token) = try store.createAccount(paymentsAllowed: !paymentsDisabled)
             if json {
                 print(#"{"account_id":"\#(id)","token":"\#(token)","payments_allowed":\#(!paymentsDisabled)}"#)

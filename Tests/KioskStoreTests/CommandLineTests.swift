@@ -59,20 +59,24 @@ import Testing
         let catalog = directory + "/catalog.json"
         try Data(#"{"products": [{"id": "gold", "type": "consumable", "title": "Gold", "price": "free", "currency": "USD", "credits": 1}]}"#.utf8)
             .write(to: URL(fileURLWithPath: catalog))
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: StoreProcess.binary)
-        process.arguments = ["serve", "--data-dir", directory, "--catalog", catalog, "--port", "0"]
-        let errors = Pipe()
-        process.standardError = errors
-        try process.run()
-        let message = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                let data = errors.fileHandleForReading.readDataToEndOfFile()
-                process.waitUntilExit()
-                continuation.resume(returning: String(decoding: data, as: UTF8.self))
-            }
-        }
-        #expect(process.terminationStatus != 0)
+        let (status, _, message) = try await StoreProcess.outcome(["serve", "--data-dir", directory, "--catalog", catalog, "--port", "0"])
+        #expect(status != 0)
         #expect(message.contains(#"catalog.json: product "gold", field "price""#), "\(message)")
+    }
+
+    /// Admin commands open an existing data dir only: a mistyped path is an error, not a new ledger and key.
+    @Test func adminCommandsRefuseADataDirWithNoLedger() async throws {
+        let missing = temporaryDirectory() + "/typo"
+        defer { try? FileManager.default.removeItem(atPath: (missing as NSString).deletingLastPathComponent) }
+        for arguments in [["refund", "tx_1", "--reason", "r"], ["approve", "tx_1", "--catalog", StoreProcess.exampleCatalog], ["keys", "rotate"], ["keys", "export"], ["account", "set-payments", "acct_1", "off"]] {
+            let (status, _, message) = try await StoreProcess.outcome(arguments + ["--data-dir", missing])
+            #expect(status == 64, "\(arguments)")
+            #expect(message.contains("no ledger in \(missing)"), "\(message)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: missing))
+        // `account create` starts one.
+        let (created, _, _) = try await StoreProcess.outcome(["account", "create", "--data-dir", missing])
+        #expect(created == 0)
+        #expect(FileManager.default.fileExists(atPath: missing + "/ledger.sqlite"))
     }
 }

@@ -24,21 +24,28 @@ final class StoreProcess: Sendable {
 
     /// Runs a `kiosk-store` command to completion and returns its standard output.
     static func run(_ arguments: [String]) async throws -> String {
+        let result = try await outcome(arguments)
+        #expect(result.status == 0, "kiosk-store \(arguments.joined(separator: " ")) failed: \(result.errors)")
+        return result.output
+    }
+
+    /// Runs `kiosk-store` to its end: exit status, standard output and standard error.
+    static func outcome(_ arguments: [String]) async throws -> (status: Int32, output: String, errors: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
-        let output = Pipe()
+        let output = Pipe(), errors = Pipe()
         process.standardOutput = output
+        process.standardError = errors
         try process.run()
-        let data = await withCheckedContinuation { continuation in
+        return await withCheckedContinuation { continuation in
             DispatchQueue.global().async {
-                let data = output.fileHandleForReading.readDataToEndOfFile()
+                let out = output.fileHandleForReading.readDataToEndOfFile()
+                let err = errors.fileHandleForReading.readDataToEndOfFile()
                 process.waitUntilExit()
-                continuation.resume(returning: data)
+                continuation.resume(returning: (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self)))
             }
         }
-        #expect(process.terminationStatus == 0, "kiosk-store \(arguments.joined(separator: " ")) failed")
-        return String(decoding: data, as: UTF8.self)
     }
 
     /// Starts `kiosk-store serve` on an ephemeral port and waits for its "listening" line.
