@@ -23,7 +23,7 @@ public struct KioskConfiguration: Sendable {
     /// Largest delay between attempts to send queued payments.
     public var retryMaximumDelay: Duration
     /// How often the SDK asks the store for transactions that appeared without
-    /// the app asking (approved ask-to-buy purchases) while someone listens to updates.
+    /// the app asking (approved ask-to-buy purchases), for as long as the client is open.
     public var updatePollInterval: Duration
 
     /// Creates a configuration: store on 127.0.0.1:7301, content on 127.0.0.1:7302,

@@ -196,6 +196,10 @@ public final class RPCClient: Sendable {
                 }
                 return connection
             } catch let error as RPCError {
+                // Not retried, but the next call must try again rather than await this failed attempt forever.
+                state.withLockedValue { state in
+                    if case .connecting = state { state = .idle }
+                }
                 throw error
             } catch {
                 logger.debug("connection attempt \(attempt) to \(target) failed: \(error)")
