@@ -19,6 +19,7 @@ public struct ContentService: RPCService {
         let library = self.library
         let gate = self.gate
         let limiter = self.limiter
+        let caller = CallerAuthenticator(gate: gate)
         router.registerUnary(Self.method("ListContent"), request: ContentV1.ListContentRequest.self, response: ContentV1.ListContentResponse.self) { _, _ in
             ContentV1.ListContentResponse(items: library.items.map { item in
                 ContentV1.ContentItem(
@@ -26,12 +27,12 @@ public struct ContentService: RPCService {
                     compressedSize: item.compressedSize, sha256: item.sha256, title: item.entry.title, chunkSize: item.chunkSize)
             })
         }
-        router.registerUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self) { request, context in
+        router.registerUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self, authenticator: caller) { request, context in
             _ = try library.item(request.productID)
             let decision = try await gate.authorize(receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken)
             return ContentV1.AuthorizeResponse(status: decision.status.rawValue, allowed: decision.allowed, refusal: decision.refusal, reason: decision.reason)
         }
-        router.registerServerStreaming(Self.method("Download"), request: ContentV1.DownloadRequest.self, response: ContentV1.DownloadPart.self) { request, writer, context in
+        router.registerServerStreaming(Self.method("Download"), request: ContentV1.DownloadRequest.self, response: ContentV1.DownloadPart.self, authenticator: caller) { request, writer, context in
             let item = try library.item(request.productID)
             guard request.resumeOffset <= item.originalSize else {
                 throw RPCError(.outOfRange, "resume_offset \(request.resumeOffset) is past the end of \(request.productID) (\(item.originalSize) bytes)")
@@ -47,7 +48,8 @@ public struct ContentService: RPCService {
             if let refusal = limiter.acquire(account: account) {
                 throw RPCError(.resourceExhausted, refusal)
             }
-            defer { limiter.release(account: account) }
+            // The slot is held until the last bytes have been written, not only queued.
+            writer.whenFinished { limiter.release(account: account) }
             let first = item.chunks.isEmpty ? 0 : Int(request.resumeOffset / UInt64(item.chunkSize))
             let start = min(first, item.chunks.count)
             try await writer.send(ContentV1.DownloadPart(header: ContentV1.DownloadHeader(
@@ -88,5 +90,16 @@ final class ContentLibrary: Sendable {
             throw RPCError(.notFound, "product \(id.debugDescription) is not hosted here")
         }
         return item
+    }
+}
+
+/// Checks the buyer's store token of Authorize and Download from HEADERS,
+/// before the request (a receipt) is decoded.
+struct CallerAuthenticator: RPCAuthenticator {
+    let gate: ReceiptGate
+
+    func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
+        try await gate.checkCaller(token: context.metadata.bearerToken)
+        return nil
     }
 }

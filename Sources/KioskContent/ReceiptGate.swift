@@ -156,6 +156,17 @@ final class ReceiptGate: Sendable {
         return nil
     }
 
+    /// Checks the caller's bearer token from a call's HEADERS, before its
+    /// request is decoded: UNAUTHENTICATED when it is missing or the store does
+    /// not know it. A store that cannot be reached is left to ``authorize``,
+    /// which answers 21005 within its staleness rules.
+    func checkCaller(token: String?) async throws {
+        guard let token, !token.isEmpty else {
+            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <token>\" (the buyer's store token)")
+        }
+        _ = try await accountID(token: token, nowMs: now)
+    }
+
     private enum AccountLookup {
         case account(String)
         case refused(AccessDecision)

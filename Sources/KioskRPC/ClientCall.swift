@@ -1,12 +1,13 @@
 import KioskWire
 import NIOCore
 
-/// One call on a client connection, from HEADERS to TRAILERS.
+/// What a caller waits on for one call: the responses and the end.
 ///
 /// Received MESSAGEs flow to the caller through an `AsyncThrowingStream`
 /// (streaming calls) or a single continuation resumed at TRAILERS (unary
-/// calls); TRAILERS finish the call, with an ``RPCError`` unless the status is
-/// OK. Mutable fields are touched only on the connection's event loop.
+/// calls). Whether the call is open is the connection's
+/// ``ClientConnectionStateMachine``'s business; this object only remembers,
+/// until the call is opened, whether the caller already gave up.
 final class ClientCall: @unchecked Sendable {
     /// A received MESSAGE, as on the wire.
     struct Received: Sendable {
@@ -59,14 +60,22 @@ final class ClientCall: @unchecked Sendable {
         case unary(UnarySlot)
     }
 
+    /// Where the call is, as far as the caller's side knows (event loop only).
+    enum Phase {
+        /// Not yet handed to the connection.
+        case pending
+        /// Opened on the connection as call `id`: the connection's state machine owns it.
+        case opened(UInt32)
+        /// Ended before it was opened (cancelled first, or the connection refused it).
+        case done
+    }
+
     let eventLoop: EventLoop
     let method: String
     private let connection: NIOLoopBound<ClientConnectionHandler>
     private let sink: Sink
-    /// Set when the call is opened on its connection.
-    private(set) var id: UInt32 = 0
-    private var closed = false
-    private var deadlineTimer: Scheduled<Void>?
+    /// Event loop only.
+    var phase = Phase.pending
 
     init(method: String, connection: NIOLoopBound<ClientConnectionHandler>, sink: Sink) {
         self.method = method
@@ -75,23 +84,9 @@ final class ClientCall: @unchecked Sendable {
         self.sink = sink
     }
 
-    /// True once the call ended (event loop only).
-    var isClosed: Bool { closed }
-
-    // MARK: Event loop side
-
-    func opened(id: UInt32, timeout: Duration?) {
-        self.id = id
-        guard let timeout else { return }
-        deadlineTimer = eventLoop.scheduleTask(in: TimeAmount(timeout)) { [self] in
-            guard !closed else { return }
-            connection.value.cancel(self)
-            finish(throwing: RPCError(.deadlineExceeded, "deadline of \(timeout) exceeded calling \(method)", source: .local))
-        }
-    }
+    // MARK: Event loop side (called by the connection handler's actions)
 
     func received(_ frame: Frame) {
-        guard !closed else { return }
         let received = Received(payload: frame.payload, flags: frame.flags)
         switch sink {
         case .stream(let continuation): continuation.yield(received)
@@ -108,10 +103,6 @@ final class ClientCall: @unchecked Sendable {
     }
 
     func finish(throwing error: RPCError?) {
-        guard !closed else { return }
-        closed = true
-        deadlineTimer?.cancel()
-        deadlineTimer = nil
         switch sink {
         case .stream(let continuation): continuation.finish(throwing: error)
         case .unary(let slot): slot.finish(method: method, error: error)
@@ -123,17 +114,24 @@ final class ClientCall: @unchecked Sendable {
     /// The caller stopped listening (task cancelled, iterator dropped): send CANCEL.
     func cancel() {
         eventLoop.execute { [self] in
-            guard !closed else { return }
-            connection.value.cancel(self)
-            finish(throwing: RPCError(.cancelled, "call to \(method) was cancelled", source: .local))
+            let error = RPCError(.cancelled, "call to \(method) was cancelled", source: .local)
+            switch phase {
+            case .pending:
+                phase = .done
+                finish(throwing: error)
+            case .opened(let id):
+                connection.value.abandon(callID: id, error: error)
+            case .done:
+                break
+            }
         }
     }
 
     /// The caller consumed `increment` bytes: grant them back to the server.
     func grant(_ increment: UInt32) {
         eventLoop.execute { [self] in
-            guard !closed else { return }
-            connection.value.write(Frame(type: .windowUpdate, callID: id, message: WindowUpdate(increment: increment)), flush: true)
+            guard case .opened(let id) = phase else { return }
+            connection.value.grant(callID: id, increment: increment)
         }
     }
 }

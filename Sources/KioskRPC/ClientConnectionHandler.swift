@@ -2,32 +2,29 @@ import KioskWire
 import Logging
 import NIOCore
 
-/// Runs the calls of one client connection: assigns call ids, sends HEADERS
-/// and requests, routes MESSAGE and TRAILERS to their calls, and fails every
-/// open call with UNAVAILABLE when the connection is lost.
+/// Runs the calls of one client connection. Holds one
+/// ``ClientConnectionStateMachine`` and executes its actions: sending
+/// HEADERS, requests, CANCEL and WINDOW_UPDATE, handing responses and ends to
+/// the callers, arming deadlines, closing.
 final class ClientConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = Frame
     typealias OutboundOut = Frame
+    typealias StateMachine = ClientConnectionStateMachine<ClientCall>
 
-    private enum State {
-        case active
-        /// The server sent GOAWAY: calls up to `lastCallID` finish; no new calls here.
-        case draining(lastCallID: UInt32)
-        case closed
-    }
-
+    private var machine: StateMachine
     private let target: String
     private let logger: Logger
-    /// Called once when the connection stops taking new calls (GOAWAY or close).
+    /// Called once when the connection stops taking new calls (GOAWAY, ids spent, or closed).
     private let onUnusable: @Sendable () -> Void
     private var context: ChannelHandlerContext?
-    private var calls: [UInt32: ClientCall] = [:]
-    private var nextCallID: UInt32 = 1
-    private var state = State.active
-    private var closeReason: RPCError?
+    private var loopBoundSelf: NIOLoopBound<ClientConnectionHandler>?
+    private var deadlines: [UInt32: Scheduled<Void>] = [:]
+    /// Why the connection is failing, when known before it closes (keepalive, a bad frame).
+    private var failure: RPCError?
     private var reportedUnusable = false
 
     init(target: String, logger: Logger, onUnusable: @escaping @Sendable () -> Void) {
+        self.machine = StateMachine(target: target)
         self.target = target
         self.logger = logger
         self.onUnusable = onUnusable
@@ -35,61 +32,67 @@ final class ClientConnectionHandler: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.loopBoundSelf = NIOLoopBound(self, eventLoop: context.eventLoop)
     }
+
+    // MARK: From callers (on the event loop)
 
     /// Opens `call`: HEADERS, then the request MESSAGE with END_STREAM.
     func open(_ call: ClientCall, headers: CallHeaders, request: ByteBuffer, flags: FrameFlags, timeout: Duration?) {
-        guard !call.isClosed else { return }  // cancelled before it was sent
-        guard case .active = state, let context, nextCallID < UInt32.max else {
-            let reason = closeReason?.message ?? "connection to \(target) is closing"
-            call.finish(throwing: RPCError(.unavailable, "\(reason); the call to \(call.method) was not sent", source: .connection))
-            return
-        }
-        let id = nextCallID
-        nextCallID += 1
-        calls[id] = call
-        call.opened(id: id, timeout: timeout)
-        context.write(wrapOutboundOut(Frame(type: .headers, callID: id, message: headers, allocator: context.channel.allocator)), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
-        if nextCallID == UInt32.max {
-            // Call ids are spent: no new calls here; close once the open ones end.
-            state = .draining(lastCallID: id)
-            markUnusable()
+        guard case .pending = call.phase else { return }  // cancelled before it was sent
+        switch machine.openCall(call, method: call.method) {
+        case .fail(let error):
+            call.phase = .done
+            call.finish(throwing: error)
+        case .send(let id, let retire):
+            call.phase = .opened(id)
+            guard let context else { return }
+            context.write(wrapOutboundOut(Frame(type: .headers, callID: id, message: headers, allocator: context.channel.allocator)), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
+            if let timeout, let loopBoundSelf {
+                let method = call.method
+                deadlines[id] = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
+                    let handler = loopBoundSelf.value
+                    handler.deadlines[id] = nil
+                    handler.perform(handler.machine.abandon(callID: id, error: RPCError(
+                        .deadlineExceeded, "deadline of \(timeout) exceeded calling \(method)", source: .local)))
+                }
+            }
+            if retire { markUnusable() }
         }
     }
 
-    /// Abandons `call`: CANCEL to the server; later frames for it are ignored.
-    func cancel(_ call: ClientCall) {
-        guard calls.removeValue(forKey: call.id) != nil else { return }
-        write(Frame(type: .cancel, callID: call.id), flush: true)
-        closeIfDrained()
+    /// The caller gave up on call `callID`.
+    func abandon(callID: UInt32, error: RPCError) {
+        perform(machine.abandon(callID: callID, error: error))
     }
 
-    func write(_ frame: Frame, flush: Bool) {
-        guard let context else { return }
-        if flush {
-            context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
-        } else {
-            context.write(wrapOutboundOut(frame), promise: nil)
-        }
+    /// The caller consumed `increment` bytes of call `callID`.
+    func grant(callID: UInt32, increment: UInt32) {
+        perform(machine.granted(callID: callID, increment: increment))
     }
+
+    // MARK: Frames from the server
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
         switch frame.type {
         case .message:
-            calls[frame.callID]?.received(frame)
+            let action = machine.receivedMessage(callID: frame.callID, bytes: frame.payload.readableBytes)
+            if case .deliver(let call) = action {
+                call.received(frame)
+            } else {
+                perform(action)
+            }
         case .trailers:
-            guard let status = try? frame.decode(CallStatus.self) else {
-                return connectionError("undecodable TRAILERS for call \(frame.callID)")
-            }
-            calls.removeValue(forKey: frame.callID)?.finish(status: status)
-            closeIfDrained()
+            perform(machine.receivedTrailers(callID: frame.callID, status: try? frame.decode(CallStatus.self)))
         case .goAway:
-            guard let goAway = try? frame.decode(GoAway.self) else {
-                return connectionError("undecodable GOAWAY")
-            }
-            receivedGoAway(goAway)
+            perform(machine.receivedGoAway(try? frame.decode(GoAway.self)))
+        case .ping:
+            // The payload is bounded by the decoder's control-frame limit.
+            context.writeAndFlush(wrapOutboundOut(Frame(type: .pong, callID: 0, payload: frame.payload)), promise: nil)
+        case .headers, .cancel:
+            perform(machine.protocolError("a server may not send \(frame.type) (call \(frame.callID))"))
         default:
             // WINDOW_UPDATEs need no action (a client sends one message per call);
             // unknown TYPEs are ignored.
@@ -97,63 +100,82 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         }
     }
 
-    private func receivedGoAway(_ goAway: GoAway) {
-        let code = StatusCode(rawValue: goAway.code)
-        let reason = code == .ok
-            ? "server \(target) is shutting down"
-            : "server \(target) closed the connection: \(goAway.message) (\(code.name))"
-        closeReason = RPCError(code == .ok ? .unavailable : code, reason, source: .connection)
-        state = .draining(lastCallID: goAway.lastCallID)
-        markUnusable()
-        for (id, call) in calls where id > goAway.lastCallID {
-            calls.removeValue(forKey: id)
-            call.finish(throwing: RPCError(.unavailable, "\(reason); the call to \(call.method) was not started", source: .connection))
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        switch error {
+        case let error as KeepaliveTimeoutError:
+            failure = RPCError(.unavailable, "server \(target) stopped answering: \(error)", source: .connection)
+            context.close(promise: nil)
+        case let error as WireError:
+            perform(machine.protocolError(error.message, code: error.code == .frameTooLarge ? .resourceExhausted : .internal))
+        default:
+            logger.debug("connection to \(target) failing: \(error)")
+            failure = failure ?? RPCError(.unavailable, "connection to \(target) failed: \(error)", source: .connection)
+            context.close(promise: nil)
         }
-        closeIfDrained()
     }
 
-    private func closeIfDrained() {
-        guard case .draining = state, calls.isEmpty else { return }
-        state = .closed
-        context?.close(promise: nil)
+    func channelInactive(context: ChannelHandlerContext) {
+        perform(machine.channelInactive(reason: failure))
+        markUnusable()
+        for deadline in deadlines.values { deadline.cancel() }
+        deadlines.removeAll()
+        context.fireChannelInactive()
     }
 
-    private func connectionError(_ message: String) {
-        closeReason = RPCError(.internal, "protocol error from \(target): \(message)", source: .connection)
-        context?.close(promise: nil)
+    // MARK: Executing actions
+
+    private func perform(_ action: StateMachine.Action) {
+        switch action {
+        case .none:
+            break
+        case .deliver:
+            // Delivered by channelRead, which holds the frame.
+            break
+        case .finish(let call, let status, let close):
+            stopDeadline(of: call)
+            call.finish(status: status)
+            if close { context?.close(promise: nil) }
+        case .abandon(let callID, let call, let error, let sendCancel, let close):
+            stopDeadline(of: call)
+            if sendCancel, let context {
+                context.writeAndFlush(wrapOutboundOut(Frame(type: .cancel, callID: callID)), promise: nil)
+            }
+            call.finish(throwing: error)
+            if close { context?.close(promise: nil) }
+        case .sendWindowUpdate(let callID, let increment):
+            guard let context else { return }
+            context.writeAndFlush(wrapOutboundOut(Frame(
+                type: .windowUpdate, callID: callID, message: WindowUpdate(increment: increment), allocator: context.channel.allocator)), promise: nil)
+        case .retire(let failing, let error, let close):
+            markUnusable()
+            for call in failing { fail(call, error) }
+            if close { context?.close(promise: nil) }
+        case .closeWithError(let failing, let error):
+            logger.debug("connection to \(target) failing: \(error.message)")
+            failure = error
+            markUnusable()
+            for call in failing { fail(call, error) }
+            context?.close(promise: nil)
+        case .failAll(let calls, let error):
+            for call in calls { fail(call, error) }
+        }
+    }
+
+    private func fail(_ call: ClientCall, _ error: RPCError) {
+        stopDeadline(of: call)
+        var error = error
+        error.message += " while calling \(call.method)"
+        call.finish(throwing: error)
+    }
+
+    private func stopDeadline(of call: ClientCall) {
+        guard case .opened(let id) = call.phase else { return }
+        deadlines.removeValue(forKey: id)?.cancel()
     }
 
     private func markUnusable() {
         guard !reportedUnusable else { return }
         reportedUnusable = true
         onUnusable()
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: Error) {
-        switch error {
-        case let error as KeepaliveTimeoutError:
-            closeReason = RPCError(.unavailable, "server \(target) stopped answering: \(error)", source: .connection)
-        case let error as WireError:
-            closeReason = RPCError(error.code == .frameTooLarge ? .resourceExhausted : .internal,
-                                   "protocol error from \(target): \(error.message)", source: .connection)
-        default:
-            closeReason = closeReason ?? RPCError(.unavailable, "connection to \(target) failed: \(error)", source: .connection)
-        }
-        logger.debug("connection to \(target) failing: \(error)")
-        context.close(promise: nil)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        state = .closed
-        markUnusable()
-        let reason = closeReason ?? RPCError(.unavailable, "connection to \(target) closed", source: .connection)
-        let open = calls
-        calls.removeAll()
-        for call in open.values {
-            var error = reason
-            error.message += " while calling \(call.method)"
-            call.finish(throwing: error)
-        }
-        context.fireChannelInactive()
     }
 }

@@ -23,6 +23,18 @@ public struct OutboundFlowWindow: Hashable, Sendable {
         available -= bytes
     }
 
+    /// The largest a window may grow: 2^31 − 1 bytes, as in HTTP/2. A
+    /// WINDOW_UPDATE past it is a protocol error.
+    public static let maximumSize = Int(Int32.max)
+
+    /// Adds a WINDOW_UPDATE's increment unless the window would pass
+    /// ``maximumSize``; returns false (and leaves the window as it was) then.
+    public mutating func didReceiveUpdateWithinLimit(increment: UInt32) -> Bool {
+        guard available + Int(increment) <= Self.maximumSize else { return false }
+        available += Int(increment)
+        return true
+    }
+
     /// Adds a WINDOW_UPDATE's increment; returns true when this reopened a closed window.
     public mutating func didReceiveUpdate(increment: UInt32) -> Bool {
         let wasOpen = isOpen

@@ -7,10 +7,11 @@ struct KeepaliveTimeoutError: Error, CustomStringConvertible {
     var description: String { "peer did not answer PING within \(timeout)" }
 }
 
-/// Answers the peer's PINGs with PONGs and, when configured, pings the peer
-/// and closes the connection if it stops answering.
+/// When configured, pings the peer and closes the connection if it stops
+/// answering.
 ///
-/// PING and PONG frames stop here; every other frame passes through.
+/// PONG frames stop here; every other frame passes through (the connection
+/// handlers answer PINGs, so their state machines can police them).
 final class KeepaliveHandler: ChannelDuplexHandler {
     typealias InboundIn = Frame
     typealias InboundOut = Frame
@@ -78,11 +79,6 @@ final class KeepaliveHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
         switch frame.type {
-        case .ping:
-            var pong = frame
-            pong.type = .pong
-            pong.flags = []
-            context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
         case .pong:
             if let ping = try? frame.decode(Ping.self), state.pongReceived(opaque: ping.opaque) {
                 timeoutTask?.cancel()

@@ -237,7 +237,7 @@ public final class RPCClient: Sendable {
                     }
                     try channel.pipeline.syncOperations.addHandlers([
                         PrefaceHandler(),
-                        ByteToMessageHandler(FrameDecoder(expectPreface: false, maximumPayloadSize: configuration.maximumMessageSize)),
+                        ByteToMessageHandler(FrameDecoder(expectPreface: false, limits: FrameLimits(maximumMessageSize: configuration.maximumMessageSize))),
                         MessageToByteHandler(FrameEncoder()),
                         KeepaliveHandler(configuration: configuration.keepalive),
                         handler,

@@ -9,19 +9,41 @@ public protocol RPCService: Sendable {
     func register(in router: inout RPCRouter)
 }
 
+/// Checks a call's credentials from its HEADERS metadata, before the request
+/// is decompressed or decoded.
+///
+/// A method registered with an authenticator is refused with UNAUTHENTICATED
+/// (16) at once when its HEADERS carry no `authorization` metadata; otherwise
+/// ``authenticate(_:)`` runs when the request has arrived, and only if it
+/// returns is the request decoded and the handler run.
+public protocol RPCAuthenticator: Sendable {
+    /// Returns the caller (an account, a service identity…), which the handler
+    /// reads as ``ServerContext/principal``; throws to refuse the call (an
+    /// ``RPCError`` or ``RPCErrorConvertible`` with code 16, 7 or 14).
+    func authenticate(_ context: ServerContext) async throws -> (any Sendable)?
+}
+
 /// Sends the messages of a server-streaming call.
 ///
-/// ``send(_:)`` waits while the call's flow-control window is closed, so a slow
-/// reader makes the handler wait instead of the server buffering.
+/// ``send(_:)`` waits while the call's flow-control window is closed or the
+/// connection's outbound buffer is over its high-water mark, so a slow reader
+/// makes the handler wait instead of the server buffering.
 public struct ServerStreamWriter<Response: WireMessage>: Sendable {
     let call: ServerCall
-    let codec: MessageCodec
 
-    /// Sends one response message; waits for the client's window when it is spent.
+    /// Sends one response message; waits for the client's window and the connection's writability.
     /// - Throws: `CancellationError` once the call has ended (cancelled, deadline, connection lost).
     public func send(_ response: Response) async throws {
-        let (payload, flags) = try codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
+        let (payload, flags) = try call.codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
         try await call.send(payload: payload, flags: flags)
+    }
+
+    /// Runs `body` once the call has ended (however it ends) and its last
+    /// frame has been written to the socket, or the connection is gone: a
+    /// resource held for the call (a download slot) is held until its bytes
+    /// have left, not only until they were queued.
+    public func whenFinished(_ body: @escaping @Sendable () -> Void) {
+        call.whenWritten(body)
     }
 }
 
@@ -31,7 +53,9 @@ public struct RPCRouter: Sendable {
     struct Method: Sendable {
         enum Kind: Sendable { case unary, serverStreaming }
         var kind: Kind
-        var run: @Sendable (_ payload: ByteBuffer, _ flags: FrameFlags, _ call: ServerCall, _ codec: MessageCodec) async throws -> Void
+        /// Checks credentials before the request is decoded; nil: the method is open to anyone.
+        var authenticator: (any RPCAuthenticator)?
+        var run: @Sendable (_ payload: ByteBuffer, _ flags: FrameFlags, _ call: ServerCall, _ context: ServerContext) async throws -> Void
     }
 
     private(set) var methods: [String: Method] = [:]
@@ -51,26 +75,30 @@ public struct RPCRouter: Sendable {
     public var methodNames: [String] { methods.keys.sorted() }
 
     /// Registers a unary method: one request, one response.
+    /// - Parameter authenticator: checks the caller before the request is decoded; nil leaves the method open.
     public mutating func registerUnary<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request.Type = Request.self, response: Response.Type = Response.self,
+        authenticator: (any RPCAuthenticator)? = nil,
         handler: @escaping @Sendable (Request, ServerContext) async throws -> Response
     ) {
-        methods[method] = Method(kind: .unary) { payload, flags, call, codec in
-            let request = try codec.decode(Request.self, payload: payload, flags: flags)
-            let response = try await handler(request, call.context)
-            let (bytes, outFlags) = try codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
+        methods[method] = Method(kind: .unary, authenticator: authenticator) { payload, flags, call, context in
+            let request = try call.codec.decode(Request.self, payload: payload, flags: flags)
+            let response = try await handler(request, context)
+            let (bytes, outFlags) = try call.codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
             call.complete(withResponse: bytes, flags: outFlags)
         }
     }
 
     /// Registers a server-streaming method: one request, any number of responses.
+    /// - Parameter authenticator: checks the caller before the request is decoded; nil leaves the method open.
     public mutating func registerServerStreaming<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request.Type = Request.self, response: Response.Type = Response.self,
+        authenticator: (any RPCAuthenticator)? = nil,
         handler: @escaping @Sendable (Request, ServerStreamWriter<Response>, ServerContext) async throws -> Void
     ) {
-        methods[method] = Method(kind: .serverStreaming) { payload, flags, call, codec in
-            let request = try codec.decode(Request.self, payload: payload, flags: flags)
-            try await handler(request, ServerStreamWriter(call: call, codec: codec), call.context)
+        methods[method] = Method(kind: .serverStreaming, authenticator: authenticator) { payload, flags, call, context in
+            let request = try call.codec.decode(Request.self, payload: payload, flags: flags)
+            try await handler(request, ServerStreamWriter(call: call), context)
             call.complete(withResponse: nil, flags: [])
         }
     }

@@ -23,6 +23,8 @@ public final class RPCServer: Sendable {
     private struct State {
         var listener: Channel?
         var connections: [ObjectIdentifier: Connection] = [:]
+        /// Every accepted connection counted against the cap, until it closes.
+        var admitted: Set<ObjectIdentifier> = []
         var shuttingDown = false
     }
 
@@ -72,14 +74,22 @@ public final class RPCServer: Sendable {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(.maxMessagesPerRead, value: 16)
+            .childChannelOption(.writeBufferWaterMark, value: ChannelOptions.Types.WriteBufferWaterMark(
+                low: configuration.limits.outboundLowWaterMark, high: configuration.limits.outboundHighWaterMark))
             .childChannelInitializer { [self] channel in
+                let limits = configuration.limits
+                guard self.admit(channel) else {
+                    logger.warning("refusing a connection: the server has its maximum of \(limits.maximumConnections) connections")
+                    return Self.refuse(channel, maximumConnections: limits.maximumConnections)
+                }
                 let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
                 return transport.flatMapThrowing {
                     let handler = ServerConnectionHandler(
-                        router: router, maximumMessageSize: configuration.maximumMessageSize, logger: logger, shutdown: shutdownFlag,
-                        runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop)
+                        router: router, limits: limits, maximumMessageSize: configuration.maximumMessageSize, logger: logger,
+                        shutdown: shutdownFlag, runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop)
+                    let frameLimits = FrameLimits(maximumMessageSize: configuration.maximumMessageSize, maximumHeadersSize: limits.maximumHeadersSize)
                     try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(FrameDecoder(expectPreface: true, maximumPayloadSize: configuration.maximumMessageSize)),
+                        ByteToMessageHandler(FrameDecoder(expectPreface: true, limits: frameLimits)),
                         MessageToByteHandler(FrameEncoder()),
                         KeepaliveHandler(configuration: configuration.keepalive),
                         handler,
@@ -92,15 +102,56 @@ public final class RPCServer: Sendable {
         logger.info("listening on \(configuration.host):\(listener.localAddress?.port ?? 0)")
     }
 
+    /// Counts an accepted connection against ``ServerLimits/maximumConnections``; false when it is over the cap.
+    private func admit(_ channel: Channel) -> Bool {
+        let key = ObjectIdentifier(channel)
+        let maximum = configuration.limits.maximumConnections
+        let admitted = state.withLockedValue { state -> Bool in
+            guard state.admitted.count < maximum else { return false }
+            state.admitted.insert(key)
+            return true
+        }
+        if admitted {
+            channel.closeFuture.whenComplete { [state] _ in
+                state.withLockedValue { state in
+                    state.admitted.remove(key)
+                    state.connections.removeValue(forKey: key)
+                }
+            }
+        }
+        return admitted
+    }
+
+    /// Tells a connection over the cap why (GOAWAY 8) as soon as it is active, and closes it.
+    private static func refuse(_ channel: Channel, maximumConnections: Int) -> EventLoopFuture<Void> {
+        let goAway = GoAway(lastCallID: 0, code: StatusCode.resourceExhausted.rawValue,
+                            message: "server has its maximum of \(maximumConnections) connections")
+        return channel.eventLoop.makeCompletedFuture {
+            try channel.pipeline.syncOperations.addHandler(RefusedConnectionHandler(goAway: goAway))
+        }
+    }
+
     private func register(channel: Channel, handler: NIOLoopBound<ServerConnectionHandler>) {
         let key = ObjectIdentifier(channel)
         state.withLockedValue { state in
             state.connections[key] = Connection(channel: channel, handler: handler)
         }
-        channel.closeFuture.whenComplete { [state] _ in
-            _ = state.withLockedValue { $0.connections.removeValue(forKey: key) }
+        // A connection accepted during a shutdown gets its GOAWAY once its preface arrives.
+    }
+
+    /// Calls open now across every connection (each read on its connection's event loop).
+    public func openCallCount() async -> Int {
+        let connections = state.withLockedValue { Array($0.connections.values) }
+        var total = 0
+        for connection in connections {
+            total += (try? await connection.handler.eventLoop.submit { connection.handler.value.openCalls }.get()) ?? 0
         }
-        // A connection accepted during a shutdown gets its GOAWAY once active (ServerConnectionHandler.channelActive).
+        return total
+    }
+
+    /// Connections open now (admitted and not yet closed).
+    public var connectionCount: Int {
+        state.withLockedValue { $0.admitted.count }
     }
 
     /// Shuts down gracefully: sends GOAWAY on every connection, lets in-flight
@@ -153,5 +204,36 @@ public final class RPCServer: Sendable {
     public func waitUntilClosed() async {
         guard let listener = state.withLockedValue({ $0.listener }) else { return }
         try? await listener.closeFuture.get()
+    }
+}
+
+/// The only handler of a connection refused for the connection cap: writes
+/// GOAWAY once the channel is active, then closes. Reads nothing.
+private final class RefusedConnectionHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    let goAway: GoAway
+    private var refused = false
+
+    init(goAway: GoAway) {
+        self.goAway = goAway
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { refuse(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        refuse(context)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+
+    private func refuse(_ context: ChannelHandlerContext) {
+        guard !refused else { return }
+        refused = true
+        var bytes = context.channel.allocator.buffer(capacity: 64)
+        Frame(type: .goAway, callID: 0, message: goAway, allocator: context.channel.allocator).write(to: &bytes)
+        let channel = context.channel
+        context.writeAndFlush(NIOAny(bytes)).whenComplete { _ in channel.close(promise: nil) }
     }
 }

@@ -1,172 +1,65 @@
 import KioskWire
 import NIOCore
 
-/// One call on a server connection: its handler task, its send window and its end.
+/// What a call's handler task holds to talk to its connection: the call's
+/// identity and codec, and the way back to the connection's event loop.
 ///
-/// Every mutable field is touched only on the connection's event loop; methods
-/// called from the handler's task hop there first. A call ends once (TRAILERS
-/// sent, or cancelled by the client): later responses of its handler are dropped.
-final class ServerCall: @unchecked Sendable {
-    private enum Phase {
-        case awaitingRequest
-        case running
-        case closed
-    }
-
+/// Immutable: the call's state lives in the connection's
+/// ``ServerConnectionStateMachine``; every method here hops to the event loop
+/// (or runs inline when already there) and hands an event to it.
+final class ServerCall: Sendable {
     let id: UInt32
     let context: ServerContext
-    let eventLoop: EventLoop
+    let codec: MessageCodec
     /// True when the client sent its request compressed: responses are compressed too.
-    private(set) var compressResponses = false
-
+    let compressResponses: Bool
     private let connection: NIOLoopBound<ServerConnectionHandler>
-    private let method: RPCRouter.Method
-    private var phase = Phase.awaitingRequest
-    private var window: OutboundFlowWindow
-    private var waitingSends: [(payload: ByteBuffer, flags: FrameFlags, continuation: CheckedContinuation<Void, Error>)] = []
-    private var task: Task<Void, Never>?
-    private var deadlineTimer: Scheduled<Void>?
 
-    /// Where the handler runs: the connection's event loop, or (nil) the global pool.
-    private let executor: EventLoopTaskExecutor?
-
-    init(id: UInt32, context: ServerContext, method: RPCRouter.Method, connection: NIOLoopBound<ServerConnectionHandler>,
-         initialWindow: Int, executor: EventLoopTaskExecutor?) {
-        self.executor = executor
+    init(id: UInt32, context: ServerContext, codec: MessageCodec, compressResponses: Bool, connection: NIOLoopBound<ServerConnectionHandler>) {
         self.id = id
         self.context = context
-        self.method = method
+        self.codec = codec
+        self.compressResponses = compressResponses
         self.connection = connection
-        self.eventLoop = connection.eventLoop
-        self.window = OutboundFlowWindow(initial: initialWindow)
     }
 
-    // MARK: Event loop side
-
-    /// Arms the deadline timer for a call whose client set `timeout_ms`.
-    func armDeadline(milliseconds: UInt32) {
-        deadlineTimer = eventLoop.scheduleTask(in: .milliseconds(Int64(milliseconds))) { [self] in
-            guard phase != .closed else { return }
-            end(status: CallStatus(code: StatusCode.deadlineExceeded.rawValue, message: "deadline of \(milliseconds) ms exceeded"))
-        }
-    }
-
-    /// The request MESSAGE arrived: start the handler.
-    func requestReceived(payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) {
-        eventLoop.assertInEventLoop()
-        switch phase {
-        case .awaitingRequest:
-            phase = .running
-            compressResponses = flags.contains(.compressed)
-            let method = self.method
-            let body: @Sendable () async -> Void = { [self] in
-                do {
-                    try await method.run(payload, flags, self, codec)
-                } catch {
-                    fail(RPCError.from(handlerError: error))
-                }
-            }
-            if let executor {
-                task = Task(executorPreference: executor, operation: body)
-            } else {
-                task = Task(operation: body)
-            }
-        case .running:
-            end(status: CallStatus(code: StatusCode.invalidArgument.rawValue, message: "a \(method.kind) call takes exactly one request message"))
-        case .closed:
-            break
-        }
-    }
-
-    /// The client granted more window.
-    func windowUpdated(increment: UInt32) {
-        guard phase != .closed, window.didReceiveUpdate(increment: increment) else { return }
-        flushWaitingSends()
-    }
-
-    /// The client sent CANCEL: stop the handler and send nothing more.
-    func cancelledByClient() {
-        guard phase != .closed else { return }
-        close()
-    }
-
-    /// Ends the call now with `status` (deadline, shutdown, …), cancelling its handler.
-    func end(status: CallStatus) {
-        guard phase != .closed else { return }
-        connection.value.write(Frame(type: .trailers, callID: id, message: status), flush: true)
-        close()
-    }
-
-    /// The connection is gone: stop the handler; nothing can be sent.
-    func connectionClosed() {
-        guard phase != .closed else { return }
-        close()
-    }
-
-    private func close() {
-        phase = .closed
-        deadlineTimer?.cancel()
-        deadlineTimer = nil
-        task?.cancel()
-        task = nil
-        let waiting = waitingSends
-        waitingSends.removeAll()
-        for send in waiting { send.continuation.resume(throwing: CancellationError()) }
-        connection.value.callClosed(id: id)
-    }
-
-    private func flushWaitingSends() {
-        var wrote = false
-        while window.isOpen, !waitingSends.isEmpty {
-            let send = waitingSends.removeFirst()
-            writeMessage(send.payload, flags: send.flags, flush: false)
-            send.continuation.resume()
-            wrote = true
-        }
-        if wrote { connection.value.flush() }
-    }
-
-    private func writeMessage(_ payload: ByteBuffer, flags: FrameFlags, flush: Bool) {
-        window.didSend(bytes: payload.readableBytes)
-        connection.value.write(Frame(type: .message, flags: flags, callID: id, payload: payload), flush: flush)
-    }
-
-    // MARK: Handler task side
-
-    /// Sends one streamed response, waiting while the window is spent.
+    /// Sends one streamed response, waiting while the window is spent or the connection is unwritable.
     func send(payload: ByteBuffer, flags: FrameFlags) async throws {
         try Task.checkCancellation()
+        let connection = self.connection
+        let id = self.id
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-            eventLoop.runOnLoop { [self] in
-                guard phase == .running else {
-                    continuation.resume(throwing: CancellationError())
-                    return
-                }
-                if waitingSends.isEmpty, window.isOpen {
-                    writeMessage(payload, flags: flags, flush: true)
-                    continuation.resume()
-                } else {
-                    waitingSends.append((payload, flags, continuation))
-                }
+            connection.eventLoop.runOnLoop {
+                connection.value.send(callID: id, payload: payload, flags: flags, waiter: continuation)
             }
         }
     }
 
-    /// The handler succeeded: send its response (unary) and TRAILERS with OK.
+    /// Runs `body` once the call has ended and its last frame has left for the socket.
+    func whenWritten(_ body: @escaping @Sendable () -> Void) {
+        let connection = self.connection
+        let id = self.id
+        connection.eventLoop.runOnLoop {
+            connection.value.whenWritten(callID: id, body)
+        }
+    }
+
+    /// The handler succeeded: its response (unary) and TRAILERS with OK.
     func complete(withResponse payload: ByteBuffer?, flags: FrameFlags) {
-        eventLoop.runOnLoop { [self] in
-            guard phase == .running else { return }
-            if let payload {
-                writeMessage(payload, flags: flags, flush: false)
-            }
-            end(status: CallStatus(code: StatusCode.ok.rawValue))
+        let connection = self.connection
+        let id = self.id
+        connection.eventLoop.runOnLoop {
+            connection.value.handlerFinished(callID: id, response: payload.map { ($0, flags) })
         }
     }
 
-    /// The handler failed: send TRAILERS with its status.
+    /// The handler failed: TRAILERS with its status.
     func fail(_ error: RPCError) {
-        eventLoop.runOnLoop { [self] in
-            end(status: CallStatus(code: error.code.rawValue, message: error.message, metadata: error.metadata))
+        let connection = self.connection
+        let id = self.id
+        let status = CallStatus(code: error.code.rawValue, message: error.message, metadata: error.metadata)
+        connection.eventLoop.runOnLoop {
+            connection.value.handlerFailed(callID: id, status: status)
         }
     }
 }

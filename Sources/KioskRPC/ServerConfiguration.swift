@@ -22,14 +22,18 @@ public struct ServerConfiguration: Sendable {
     /// per call. Handlers must then not block for long; work that does (file
     /// preparation, big computations) belongs on a queue of its own.
     public var runsHandlersOnEventLoop: Bool
+    /// What one peer may make the server hold: connections, calls, metadata,
+    /// timeouts, PINGs, buffered bytes (``ServerLimits/defaults``).
+    public var limits: ServerLimits
 
     /// 127.0.0.1, ephemeral port, 4 MiB messages, keepalive every 60 s with a 20 s
-    /// timeout, 10 s shutdown grace, no TLS, handlers on the event loops.
+    /// timeout, 10 s shutdown grace, no TLS, handlers on the event loops,
+    /// ``ServerLimits/defaults``.
     public static var defaults: ServerConfiguration {
         ServerConfiguration(
             host: "127.0.0.1", port: 0, maximumMessageSize: Frame.defaultMaximumPayloadSize,
             keepalive: Keepalive(interval: .seconds(60), timeout: .seconds(20)),
-            shutdownGracePeriod: .seconds(10), transportConfigurator: nil, runsHandlersOnEventLoop: true)
+            shutdownGracePeriod: .seconds(10), transportConfigurator: nil, runsHandlersOnEventLoop: true, limits: .defaults)
     }
 
     /// Creates a configuration; see ``defaults``.
@@ -38,8 +42,10 @@ public struct ServerConfiguration: Sendable {
         keepalive: Keepalive? = Keepalive(interval: .seconds(60), timeout: .seconds(20)),
         shutdownGracePeriod: Duration = .seconds(10),
         transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil,
-        runsHandlersOnEventLoop: Bool = true
+        runsHandlersOnEventLoop: Bool = true,
+        limits: ServerLimits = .defaults
     ) {
+        self.limits = limits
         self.runsHandlersOnEventLoop = runsHandlersOnEventLoop
         self.host = host
         self.port = port

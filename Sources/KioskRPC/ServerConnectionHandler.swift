@@ -2,212 +2,366 @@ import KioskWire
 import Logging
 import NIOCore
 
-/// Serves the calls of one connection: opens them on HEADERS, routes MESSAGE,
-/// CANCEL and WINDOW_UPDATE frames to them, and enforces the protocol's
-/// connection rules (GOAWAY and close on a breach).
-final class ServerConnectionHandler: ChannelInboundHandler {
+/// Serves the calls of one connection. Holds one
+/// ``ServerConnectionStateMachine``, hands it every frame, timer and
+/// writability change, and executes the actions it returns: writing frames,
+/// starting and cancelling handler tasks, arming timers, holding reads,
+/// closing. It decides nothing itself.
+final class ServerConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = Frame
+    typealias OutboundIn = Frame
     typealias OutboundOut = Frame
+    typealias StateMachine = ServerConnectionStateMachine<CheckedContinuation<Void, Error>>
 
-    private enum State {
-        case active
-        /// GOAWAY sent: calls up to `lastCallID` finish, later ones are refused.
-        case draining(lastCallID: UInt32)
-        case closed
+    /// What a call holds besides its state: its method, context, task and timers.
+    private struct CallResources {
+        var method: RPCRouter.Method
+        var context: ServerContext
+        var timeoutMs: UInt32
+        var task: Task<Void, Never>?
+        var deadlineTimer: Scheduled<Void>?
+        var requestTimer: Scheduled<Void>?
+        /// Run once the call's last frame has been written to the socket (or the connection is gone).
+        var whenWritten: [@Sendable () -> Void] = []
+
+        func cancel() {
+            task?.cancel()
+            deadlineTimer?.cancel()
+            requestTimer?.cancel()
+        }
     }
 
+    private var machine: StateMachine
+    private var resources: [UInt32: CallResources] = [:]
     private let router: RPCRouter
+    private let limits: ServerLimits
     private let maximumMessageSize: Int
     private let logger: Logger
-    private var context: ChannelHandlerContext?
-    private var codec: MessageCodec?
-    private var remoteAddress = "unknown"
-    private var calls: [UInt32: ServerCall] = [:]
-    private var highestCallID: UInt32 = 0
-    private var state = State.active
-
     private let shutdown: ShutdownFlag
     private let runsHandlersOnEventLoop: Bool
+    private var context: ChannelHandlerContext?
+    private var loopBoundSelf: NIOLoopBound<ServerConnectionHandler>?
+    private var codec: MessageCodec?
     private var executor: EventLoopTaskExecutor?
+    private var remoteAddress = "unknown"
+    private var handshakeTimer: Scheduled<Void>?
+    private var idleTimer: Scheduled<Void>?
+    /// True between channelRead and channelReadComplete: writes made then are flushed once, at the end of the batch.
+    private var inReadBatch = false
+    private var flushPending = false
 
-    init(router: RPCRouter, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag, runsHandlersOnEventLoop: Bool) {
-        self.shutdown = shutdown
-        self.runsHandlersOnEventLoop = runsHandlersOnEventLoop
+    init(router: RPCRouter, limits: ServerLimits, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag, runsHandlersOnEventLoop: Bool) {
+        self.machine = StateMachine(limits: limits)
         self.router = router
+        self.limits = limits
         self.maximumMessageSize = maximumMessageSize
         self.logger = logger
+        self.shutdown = shutdown
+        self.runsHandlersOnEventLoop = runsHandlersOnEventLoop
     }
+
+    /// Calls open now (for tests).
+    var openCalls: Int { machine.openCalls }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.loopBoundSelf = NIOLoopBound(self, eventLoop: context.eventLoop)
         self.codec = MessageCodec(maximumMessageSize: maximumMessageSize, allocator: context.channel.allocator)
         if runsHandlersOnEventLoop { executor = EventLoopTaskExecutor(context.eventLoop) }
         if let address = context.channel.remoteAddress {
             remoteAddress = "\(address.ipAddress ?? "?"):\(address.port ?? 0)"
         }
+        handshakeTimer = schedule(in: limits.handshakeTimeout) { $0.machine.handshakeTimedOut() }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        handshakeTimer?.cancel()
+        idleTimer?.cancel()
         self.context = nil
     }
 
-    func channelActive(context: ChannelHandlerContext) {
-        context.fireChannelActive()
-        // Accepted during a graceful shutdown: tell the client at once (an active channel can write).
-        if shutdown.isSet { beginGracefulShutdown() }
+    // MARK: Inbound
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is FrameDecoder.PrefaceReceived {
+            handshakeTimer?.cancel()
+            handshakeTimer = nil
+            perform(machine.prefaceReceived(shuttingDown: shutdown.isSet))
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
     }
 
-    // MARK: Inbound frames
-
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        inReadBatch = true
         let frame = unwrapInboundIn(data)
         switch frame.type {
         case .headers:
-            openCall(frame)
+            receivedHeaders(frame)
         case .message:
-            guard frame.callID != 0, frame.callID <= highestCallID else {
-                return connectionError(.internal, "MESSAGE for call \(frame.callID), which was never opened")
-            }
-            // A call that already ended (or was refused) ignores late frames.
-            guard let call = calls[frame.callID], let codec else { return }
-            call.requestReceived(payload: frame.payload, flags: frame.flags, codec: codec)
+            perform(machine.receivedMessage(callID: frame.callID, payload: frame.payload, flags: frame.flags))
         case .cancel:
-            calls[frame.callID]?.cancelledByClient()
+            perform(machine.receivedCancel(callID: frame.callID))
         case .windowUpdate:
             guard let update = try? frame.decode(WindowUpdate.self) else {
-                return connectionError(.internal, "undecodable WINDOW_UPDATE for call \(frame.callID)")
+                return perform(machine.decodingFailed(WireError(.malformedMessage, "undecodable WINDOW_UPDATE for call \(frame.callID)")))
             }
-            calls[frame.callID]?.windowUpdated(increment: update.increment)
+            perform(machine.receivedWindowUpdate(callID: frame.callID, increment: update.increment))
+        case .ping:
+            perform(machine.receivedPing(payload: frame.payload, now: context.eventLoop.now))
         case .trailers:
-            connectionError(.internal, "a client may not send TRAILERS (call \(frame.callID))")
+            perform(machine.receivedForbiddenFrame(frame.type, callID: frame.callID))
         default:
-            // GOAWAY from a client needs no action: it simply opens no more calls.
-            // Unknown TYPEs are ignored, leaving room to extend the protocol.
+            // PONG answers our keepalive (KeepaliveHandler takes those); GOAWAY from a
+            // client needs no action: it opens no more calls. Unknown TYPEs are ignored.
             break
         }
     }
 
-    private func openCall(_ frame: Frame) {
-        guard frame.callID != 0 else {
-            return connectionError(.internal, "HEADERS on call id 0")
+    func channelReadComplete(context: ChannelHandlerContext) {
+        inReadBatch = false
+        if flushPending {
+            flushPending = false
+            context.flush()
         }
-        guard frame.callID > highestCallID else {
-            return connectionError(.internal, "HEADERS reuses call id \(frame.callID) (highest so far \(highestCallID))")
-        }
-        guard let headers = try? frame.decode(CallHeaders.self) else {
-            return connectionError(.internal, "undecodable HEADERS for call \(frame.callID)")
-        }
-        highestCallID = frame.callID
-        switch state {
-        case .active:
-            break
-        case .draining(let lastCallID) where frame.callID > lastCallID:
-            return refuse(frame.callID, .unavailable, "server is shutting down; call \(frame.callID) was not started")
-        case .draining:
-            break
-        case .closed:
-            return
-        }
-        guard let method = router.method(named: headers.method), let context else {
-            return refuse(frame.callID, .unimplemented, "unknown method \(headers.method)")
-        }
-        let serverContext = ServerContext(
-            method: headers.method, metadata: headers.metadata,
-            deadline: headers.timeoutMs > 0 ? .now + .milliseconds(Int(headers.timeoutMs)) : nil,
-            callID: frame.callID, remoteAddress: remoteAddress, baseLogger: logger, shutdown: shutdown)
-        let call = ServerCall(
-            id: frame.callID, context: serverContext, method: method,
-            connection: NIOLoopBound(self, eventLoop: context.eventLoop), initialWindow: OutboundFlowWindow.initialSize,
-            executor: executor)
-        calls[frame.callID] = call
-        if headers.timeoutMs > 0 { call.armDeadline(milliseconds: headers.timeoutMs) }
+        context.fireChannelReadComplete()
     }
 
-    private func refuse(_ callID: UInt32, _ code: StatusCode, _ message: String) {
-        write(Frame(type: .trailers, callID: callID, message: CallStatus(code: code.rawValue, message: message)), flush: true)
+    private func receivedHeaders(_ frame: Frame) {
+        let headers = try? frame.decode(CallHeaders.self)
+        var method: RPCRouter.Method?
+        var route = StateMachine.Route.unknown
+        if let headers, let found = router.method(named: headers.method) {
+            method = found
+            route = found.authenticator != nil && (headers.metadata["authorization"] ?? "").isEmpty ? .missingCredential : .found
+        }
+        let action = machine.receivedHeaders(callID: frame.callID, headers: headers, route: route)
+        if case .openCall(let callID, let timeoutMs) = action, let method, let headers {
+            let serverContext = ServerContext(
+                method: headers.method, metadata: headers.metadata,
+                deadline: timeoutMs > 0 ? .now + .milliseconds(Int(timeoutMs)) : nil,
+                callID: callID, remoteAddress: remoteAddress, baseLogger: logger, shutdown: shutdown)
+            resources[callID] = CallResources(method: method, context: serverContext, timeoutMs: timeoutMs)
+        }
+        perform(action)
     }
 
-    // MARK: Connection errors and lifecycle
+    // MARK: Errors and lifecycle
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
         switch error {
-        case let error as WireError where error.code == .frameTooLarge:
-            connectionError(.resourceExhausted, error.message)
-        case let error as WireError where error.code == .badPreface:
-            logger.debug("closing connection from \(remoteAddress): \(error.message)")
-            closeNow()
         case let error as WireError:
-            connectionError(.internal, error.message)
+            if error.code != .badPreface { logger.info("protocol error from \(remoteAddress): \(error.message)") }
+            perform(machine.decodingFailed(error))
         case let error as KeepaliveTimeoutError:
             logger.info("closing connection from \(remoteAddress): \(error)")
-            closeNow()
+            context.close(promise: nil)
         default:
             logger.debug("closing connection from \(remoteAddress): \(error)")
-            closeNow()
+            context.close(promise: nil)
         }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        state = .closed
-        let open = calls.values
-        for call in open { call.connectionClosed() }
-        calls.removeAll()
+        perform(machine.channelInactive())
+        handshakeTimer?.cancel()
+        idleTimer?.cancel()
         context.fireChannelInactive()
     }
 
-    /// A breach of the protocol: GOAWAY with `code`, then close.
-    private func connectionError(_ code: StatusCode, _ message: String) {
-        guard let context, context.channel.isActive else { return }
-        logger.info("protocol error from \(remoteAddress): \(message)")
-        let goAway = GoAway(lastCallID: highestCallID, code: code.rawValue, message: message)
-        context.writeAndFlush(wrapOutboundOut(Frame(type: .goAway, callID: 0, message: goAway)), promise: nil)
-        closeNow()
+    // MARK: Backpressure
+
+    func read(context: ChannelHandlerContext) {
+        if machine.readRequested() { context.read() }
     }
 
-    private func closeNow() {
-        guard let context else { return }
-        state = .closed
-        let open = calls.values
-        for call in open { call.connectionClosed() }
-        calls.removeAll()
-        context.close(promise: nil)
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        perform(machine.writabilityChanged(writable: context.channel.isWritable))
+        context.fireChannelWritabilityChanged()
     }
 
-    /// Graceful shutdown: GOAWAY, let the open calls finish, refuse new ones, close when idle.
+    // MARK: Shutdown (from RPCServer)
+
+    /// Graceful shutdown: GOAWAY, let the open calls finish, refuse new ones, close when none is left.
     func beginGracefulShutdown() {
-        guard case .active = state, let context else { return }
-        state = .draining(lastCallID: highestCallID)
-        let goAway = GoAway(lastCallID: highestCallID, code: StatusCode.ok.rawValue, message: "server is shutting down")
-        context.writeAndFlush(wrapOutboundOut(Frame(type: .goAway, callID: 0, message: goAway)), promise: nil)
-        if calls.isEmpty { closeNow() }
+        perform(machine.beginGracefulShutdown())
     }
 
     /// The grace period is over: end the remaining calls with UNAVAILABLE and close.
     func forceShutdown() {
-        let open = calls.values
-        for call in open {
-            call.end(status: CallStatus(code: StatusCode.unavailable.rawValue, message: "server shut down before the call finished"))
-        }
-        closeNow()
+        perform(machine.forceShutdown())
     }
 
-    // MARK: Used by calls
+    // MARK: From handler tasks (on the event loop)
 
-    func write(_ frame: Frame, flush: Bool) {
-        guard let context else { return }
-        if flush {
-            context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+    func send(callID: UInt32, payload: ByteBuffer, flags: FrameFlags, waiter: CheckedContinuation<Void, Error>) {
+        switch machine.send(callID: callID, payload: payload, flags: flags, waiter: waiter) {
+        case .write(let send):
+            write(.message, callID: callID, flags: send.flags, payload: send.payload)
+            flush()
+            send.waiter.resume()
+        case .suspend:
+            break
+        case .fail(let waiter):
+            waiter.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Runs `body` once call `callID` has ended and its last frame has been
+    /// written to the socket; at once if it has already ended.
+    func whenWritten(callID: UInt32, _ body: @escaping @Sendable () -> Void) {
+        guard resources[callID] != nil else { return body() }
+        resources[callID]?.whenWritten.append(body)
+    }
+
+    func handlerFinished(callID: UInt32, response: (payload: ByteBuffer, flags: FrameFlags)?) {
+        perform(machine.handlerFinished(callID: callID, response: response))
+    }
+
+    func handlerFailed(callID: UInt32, status: CallStatus) {
+        perform(machine.handlerFailed(callID: callID, status: status))
+    }
+
+    // MARK: Executing actions
+
+    private func perform(_ action: StateMachine.Action) {
+        switch action {
+        case .none:
+            break
+        case .openCall(let callID, let timeoutMs):
+            idleTimer?.cancel()
+            idleTimer = nil
+            resources[callID]?.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
+            if timeoutMs > 0 {
+                resources[callID]?.deadlineTimer = schedule(in: .milliseconds(Int64(timeoutMs))) {
+                    $0.machine.deadlineExpired(callID: callID, timeoutMs: timeoutMs)
+                }
+            }
+        case .startHandler(let callID, let payload, let flags):
+            startHandler(callID: callID, payload: payload, flags: flags)
+        case .refuseCall(let callID, let status):
+            write(.trailers, callID: callID, message: status)
+            flush()
+        case .endCall(let ended):
+            end(ended)
+            flush()
+            switch ended.then {
+            case .none: break
+            case .startIdleTimer: startIdleTimer()
+            case .close:
+                context?.flush()
+                context?.close(promise: nil)
+            }
+        case .writeMessages(let callID, let sends):
+            for send in sends { write(.message, callID: callID, flags: send.flags, payload: send.payload) }
+            flush()
+            for send in sends { send.waiter.resume() }
+        case .sendPong(let payload):
+            write(.pong, callID: 0, payload: payload)
+            flush()
+        case .sendGoAway(let goAway):
+            write(.goAway, callID: 0, message: goAway)
+            flush()
+        case .closeConnection(let goAway, let endedCalls):
+            for ended in endedCalls { end(ended) }
+            if let goAway {
+                if goAway.code != StatusCode.ok.rawValue { logger.info("closing connection from \(remoteAddress): \(goAway.message)") }
+                write(.goAway, callID: 0, message: goAway)
+            }
+            context?.flush()
+            context?.close(promise: nil)
+        case .resumeReading(let readHeld, let writes):
+            for (callID, sends) in writes {
+                for send in sends { write(.message, callID: callID, flags: send.flags, payload: send.payload) }
+            }
+            if !writes.isEmpty { context?.flush() }
+            for (_, sends) in writes { for send in sends { send.waiter.resume() } }
+            if readHeld { context?.read() }
+        case .startIdleTimer:
+            startIdleTimer()
+        }
+    }
+
+    private func startHandler(callID: UInt32, payload: ByteBuffer, flags: FrameFlags) {
+        guard var call = resources[callID], let loopBoundSelf, let codec else { return }
+        call.requestTimer?.cancel()
+        call.requestTimer = nil
+        let serverCall = ServerCall(id: callID, context: call.context, codec: codec,
+                                    compressResponses: flags.contains(.compressed), connection: loopBoundSelf)
+        let method = call.method
+        let body: @Sendable () async -> Void = {
+            do {
+                var context = serverCall.context
+                // Credentials first: an unauthenticated request is never inflated or decoded.
+                if let authenticator = method.authenticator {
+                    context.principal = try await authenticator.authenticate(context)
+                }
+                try await method.run(payload, flags, serverCall, context)
+            } catch {
+                serverCall.fail(RPCError.from(handlerError: error))
+            }
+        }
+        if let executor {
+            call.task = Task(executorPreference: executor, operation: body)
         } else {
-            context.write(wrapOutboundOut(frame), promise: nil)
+            call.task = Task(operation: body)
+        }
+        resources[callID] = call
+    }
+
+    /// Stops an ended call's task and timers, writes what it ends with and fails its waiting sends.
+    private func end(_ ended: StateMachine.CallEnded) {
+        resources[ended.callID]?.cancel()
+        if let response = ended.ending.response {
+            write(.message, callID: ended.callID, flags: response.flags, payload: response.payload)
+        }
+        let whenWritten = resources.removeValue(forKey: ended.callID).map(\.whenWritten) ?? []
+        if let status = ended.ending.status, let context {
+            let trailers = Frame(type: .trailers, callID: ended.callID, message: status, allocator: context.channel.allocator)
+            if whenWritten.isEmpty {
+                context.write(wrapOutboundOut(trailers), promise: nil)
+            } else {
+                let written = context.eventLoop.makePromise(of: Void.self)
+                written.futureResult.whenComplete { _ in for body in whenWritten { body() } }
+                context.write(wrapOutboundOut(trailers), promise: written)
+            }
+        } else {
+            for body in whenWritten { body() }
+        }
+        for waiter in ended.ending.waiters { waiter.resume(throwing: CancellationError()) }
+    }
+
+    private func startIdleTimer() {
+        guard let timeout = limits.idleTimeout else { return }
+        idleTimer?.cancel()
+        idleTimer = schedule(in: timeout) { $0.machine.idleTimedOut() }
+    }
+
+    /// Runs `event` on the machine after `delay` and performs its action.
+    private func schedule(in delay: TimeAmount, _ event: @escaping (ServerConnectionHandler) -> StateMachine.Action) -> Scheduled<Void>? {
+        guard let context, let loopBoundSelf else { return nil }
+        let loopBoundEvent = NIOLoopBound(event, eventLoop: context.eventLoop)
+        return context.eventLoop.scheduleTask(in: delay) {
+            let handler = loopBoundSelf.value
+            handler.perform(loopBoundEvent.value(handler))
         }
     }
 
-    func flush() {
-        context?.flush()
+    private func write(_ type: FrameType, callID: UInt32, flags: FrameFlags = [], payload: ByteBuffer) {
+        context?.write(wrapOutboundOut(Frame(type: type, flags: flags, callID: callID, payload: payload)), promise: nil)
     }
 
-    func callClosed(id: UInt32) {
-        calls.removeValue(forKey: id)
-        if case .draining = state, calls.isEmpty { closeNow() }
+    private func write(_ type: FrameType, callID: UInt32, message: some WireMessage) {
+        guard let context else { return }
+        context.write(wrapOutboundOut(Frame(type: type, callID: callID, message: message, allocator: context.channel.allocator)), promise: nil)
+    }
+
+    /// Flushes now, or at the end of the read batch when called while reading.
+    private func flush() {
+        if inReadBatch {
+            flushPending = true
+        } else {
+            context?.flush()
+        }
     }
 }

@@ -18,6 +18,9 @@ public struct ServerContext: Sendable {
     public var callID: UInt32
     /// The client's address, e.g. "127.0.0.1:53122".
     public var remoteAddress: String
+    /// Who is calling, as the method's ``RPCAuthenticator`` returned it
+    /// (nil for open methods and in the authenticator itself).
+    public var principal: (any Sendable)?
     /// A logger with the call's method and id attached (built when asked for,
     /// so calls that do not log pay nothing for it).
     public var logger: Logger {

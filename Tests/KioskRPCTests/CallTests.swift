@@ -32,7 +32,9 @@ import Testing
     @Test func thousandCallsInFlightOnOneConnection() async throws {
         let calls = 1_000
         let probe = Probe(gatherTarget: calls)
-        try await withServer(probe: probe) { _, client in
+        // The default cap is 100 calls a connection; this server allows all 1,000 at once.
+        let configuration = ServerConfiguration(shutdownGracePeriod: .seconds(5), limits: ServerLimits(maximumConcurrentCalls: calls))
+        try await withServer(probe: probe, configuration: configuration) { _, client in
             // Gather answers only once all 1,000 calls are in the server at the same time.
             try await withThrowingTaskGroup(of: (UInt64, UInt64).self) { group in
                 for i in 0..<UInt64(calls) {

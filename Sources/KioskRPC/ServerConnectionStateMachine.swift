@@ -1,0 +1,490 @@
+import KioskWire
+import NIOCore
+
+/// The lifecycle of one server connection, as a value: frames, timers and
+/// writability in; actions out. ``ServerConnectionHandler`` holds one and
+/// only executes what it returns. Each open call is a
+/// ``ServerCallStateMachine`` kept here, so every limit is one transition.
+///
+/// ```
+///                 preface              GOAWAY(0) sent            no call left
+/// awaitingPreface ───────▶ active ──────────────────▶ draining ──────────────▶ closed
+///        │                   │  idle timeout, protocol error, ping abuse,      ▲
+///        │                   │  connection lost                               │
+///        └───────────────────┴────────────────────────────────────────────────┘
+///     (handshake timeout, bad preface, connection lost)
+/// ```
+///
+/// In `active` and `draining` the connection counts open calls (at most
+/// ``ServerLimits/maximumConcurrentCalls``), PINGs without a call between
+/// them (strikes), and whether the peer reads what we write: while the
+/// outbound buffer is over its high-water mark, reads are held and streaming
+/// sends wait.
+struct ServerConnectionStateMachine<Waiter> {
+    typealias Call = ServerCallStateMachine<Waiter>
+
+    enum State {
+        /// Accepted; the 8-byte preface has not arrived (handshake timer running).
+        case awaitingPreface
+        /// Serving calls.
+        case active(Active)
+        /// GOAWAY sent for a graceful shutdown: calls up to `lastCallID` finish,
+        /// later ones are refused with UNAVAILABLE; closes when none is left.
+        case draining(Active, lastCallID: UInt32)
+        /// Closing or closed: every event is ignored.
+        case closed
+    }
+
+    struct Active {
+        var calls: [UInt32: Call] = [:]
+        var highestCallID: UInt32 = 0
+        /// PINGs that came too soon, with no HEADERS since the last PING.
+        var pingStrikes = 0
+        var lastPing: NIODeadline?
+        /// False while the outbound buffer is over its high-water mark.
+        var writable = true
+        /// A read was asked for while unwritable: issue it once writable.
+        var readHeld = false
+    }
+
+    /// What the connection does after a call ended.
+    enum AfterCall: Equatable {
+        case none
+        /// No call is open: start the idle timer.
+        case startIdleTimer
+        /// Draining and no call is left: close.
+        case close
+    }
+
+    /// A call that ended and what to do about it.
+    struct CallEnded {
+        var callID: UInt32
+        var ending: Call.Ending
+        var then: AfterCall
+    }
+
+    enum Action {
+        case none
+        /// A call was accepted: arm its request timer (and deadline, if
+        /// `timeoutMs` > 0); stop the idle timer.
+        case openCall(callID: UInt32, timeoutMs: UInt32)
+        /// The request arrived: run the handler.
+        case startHandler(callID: UInt32, payload: ByteBuffer, flags: FrameFlags)
+        /// Refuse a call without opening it: TRAILERS with `status`.
+        case refuseCall(callID: UInt32, status: CallStatus)
+        /// End a call: response and TRAILERS if any, fail waiters, cancel its handler and timers.
+        case endCall(CallEnded)
+        /// Write streamed responses and resume their senders.
+        case writeMessages(callID: UInt32, [Call.PendingSend])
+        /// Answer a PING.
+        case sendPong(ByteBuffer)
+        /// GOAWAY for a graceful shutdown; the connection stays open for the calls it lets finish.
+        case sendGoAway(GoAway)
+        /// End these calls (writing the TRAILERS they carry), send `goAway` if
+        /// any, flush and close the connection.
+        case closeConnection(goAway: GoAway?, endedCalls: [CallEnded])
+        /// The connection is writable again: resume reading if a read was
+        /// held, and write the sends that were waiting for it.
+        case resumeReading(readHeld: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])])
+        /// The connection is open with no call: start the idle timer.
+        case startIdleTimer
+    }
+
+    /// What a streaming send does.
+    enum OnSend {
+        case write(Call.PendingSend)
+        case suspend
+        case fail(Waiter)
+    }
+
+    /// How the handler found the method a HEADERS frame names.
+    enum Route: Equatable {
+        /// No such method: UNIMPLEMENTED.
+        case unknown
+        /// The method needs a credential and the metadata has none: UNAUTHENTICATED.
+        case missingCredential
+        /// Served (its authenticator, if any, runs before the request is decoded).
+        case found
+    }
+
+    let limits: ServerLimits
+    private(set) var state: State = .awaitingPreface
+
+    init(limits: ServerLimits) {
+        self.limits = limits
+    }
+
+    /// The number of calls open now (for tests and metrics).
+    var openCalls: Int {
+        switch state {
+        case .active(let active), .draining(let active, _): active.calls.count
+        case .awaitingPreface, .closed: 0
+        }
+    }
+
+    // MARK: Handshake
+
+    /// The preface arrived.
+    mutating func prefaceReceived(shuttingDown: Bool) -> Action {
+        guard case .awaitingPreface = state else { return .none }
+        if shuttingDown {
+            state = .closed
+            return .closeConnection(goAway: GoAway(lastCallID: 0, code: StatusCode.ok.rawValue, message: "server is shutting down"), endedCalls: [])
+        }
+        state = .active(Active())
+        return .startIdleTimer
+    }
+
+    /// The handshake timer fired: close unless the preface arrived.
+    mutating func handshakeTimedOut() -> Action {
+        guard case .awaitingPreface = state else { return .none }
+        state = .closed
+        return .closeConnection(goAway: nil, endedCalls: [])
+    }
+
+    // MARK: Frames
+
+    /// HEADERS opened call `callID`. `headers` is nil when the payload did not
+    /// decode; `route` says how the method was found.
+    mutating func receivedHeaders(callID: UInt32, headers: CallHeaders?, route: Route) -> Action {
+        switch state {
+        case .awaitingPreface:
+            // The decoder delivers no frame before the preface.
+            return connectionError(.internal, "HEADERS before the preface", lastCallID: 0)
+        case .closed:
+            return .none
+        case .active(var active):
+            if let error = Self.checkCallID(callID, headers: headers, active: active) { return connectionError(.internal, error, lastCallID: active.highestCallID) }
+            active.highestCallID = callID
+            active.pingStrikes = 0
+            if let refusal = admission(callID: callID, headers: headers, route: route, active: active) {
+                state = .active(active)
+                return .refuseCall(callID: callID, status: refusal)
+            }
+            active.calls[callID] = Call()
+            state = .active(active)
+            return .openCall(callID: callID, timeoutMs: headers?.timeoutMs ?? 0)
+        case .draining(var active, let lastCallID):
+            if let error = Self.checkCallID(callID, headers: headers, active: active) { return connectionError(.internal, error, lastCallID: active.highestCallID) }
+            active.highestCallID = callID
+            active.pingStrikes = 0
+            state = .draining(active, lastCallID: lastCallID)
+            guard callID <= lastCallID else {
+                return .refuseCall(callID: callID, status: CallStatus(
+                    code: StatusCode.unavailable.rawValue, message: "server is shutting down; call \(callID) was not started"))
+            }
+            if let refusal = admission(callID: callID, headers: headers, route: route, active: active) {
+                return .refuseCall(callID: callID, status: refusal)
+            }
+            active.calls[callID] = Call()
+            state = .draining(active, lastCallID: lastCallID)
+            return .openCall(callID: callID, timeoutMs: headers?.timeoutMs ?? 0)
+        }
+    }
+
+    private static func checkCallID(_ callID: UInt32, headers: CallHeaders?, active: Active) -> String? {
+        if callID == 0 { return "HEADERS on call id 0" }
+        if callID <= active.highestCallID { return "HEADERS reuses call id \(callID) (highest so far \(active.highestCallID))" }
+        if headers == nil { return "undecodable HEADERS for call \(callID)" }
+        return nil
+    }
+
+    /// Why a well-formed call is refused, if it is: limits first, then routing.
+    private func admission(callID: UInt32, headers: CallHeaders?, route: Route, active: Active) -> CallStatus? {
+        if active.calls.count >= limits.maximumConcurrentCalls {
+            return CallStatus(code: StatusCode.resourceExhausted.rawValue,
+                              message: "connection has its maximum of \(limits.maximumConcurrentCalls) calls open; call \(callID) was not started")
+        }
+        let entries = headers?.metadata.count ?? 0
+        if entries > limits.maximumMetadataEntries {
+            return CallStatus(code: StatusCode.resourceExhausted.rawValue,
+                              message: "\(entries) metadata entries exceed the limit of \(limits.maximumMetadataEntries)")
+        }
+        switch route {
+        case .unknown:
+            return CallStatus(code: StatusCode.unimplemented.rawValue, message: "unknown method \(headers?.method ?? "")")
+        case .missingCredential:
+            return CallStatus(code: StatusCode.unauthenticated.rawValue,
+                              message: "\(headers?.method ?? "this method") needs metadata \"authorization: Bearer <token>\"")
+        case .found:
+            return nil
+        }
+    }
+
+    /// A MESSAGE arrived for `callID`.
+    mutating func receivedMessage(callID: UInt32, payload: ByteBuffer, flags: FrameFlags) -> Action {
+        guard var active = activeState() else { return .none }
+        guard callID != 0, callID <= active.highestCallID else {
+            return connectionError(.internal, "MESSAGE for call \(callID), which was never opened", lastCallID: active.highestCallID)
+        }
+        // A call that already ended (or was refused) ignores late frames.
+        guard var call = active.calls[callID] else { return .none }
+        let result = call.receivedMessage(payload: payload, flags: flags)
+        active.calls[callID] = call
+        switch result {
+        case .startHandler(let payload, let flags):
+            setActive(active)
+            return .startHandler(callID: callID, payload: payload, flags: flags)
+        case .end(let ending):
+            return .endCall(remove(callID, ending, from: &active))
+        case .none:
+            setActive(active)
+            return .none
+        }
+    }
+
+    /// The client sent CANCEL for `callID`.
+    mutating func receivedCancel(callID: UInt32) -> Action {
+        updateCall(callID) { $0.receivedCancel() }
+    }
+
+    /// The client granted window for `callID` (0: the connection; no such window, ignored).
+    mutating func receivedWindowUpdate(callID: UInt32, increment: UInt32) -> Action {
+        guard var active = activeState(), callID != 0, var call = active.calls[callID] else { return .none }
+        switch call.receivedWindowUpdate(increment: increment, connectionWritable: active.writable) {
+        case .overflow:
+            return connectionError(.internal, "WINDOW_UPDATE of \(increment) takes call \(callID)'s window past 2^31-1", lastCallID: active.highestCallID)
+        case .write(let sends):
+            active.calls[callID] = call
+            setActive(active)
+            return .writeMessages(callID: callID, sends)
+        case .none:
+            active.calls[callID] = call
+            setActive(active)
+            return .none
+        }
+    }
+
+    /// A PING arrived at `now`.
+    mutating func receivedPing(payload: ByteBuffer, now: NIODeadline) -> Action {
+        guard var active = activeState() else { return .none }
+        if let last = active.lastPing, now - last < limits.minimumPingInterval {
+            active.pingStrikes += 1
+        }
+        active.lastPing = now
+        if active.pingStrikes > limits.maximumPingStrikes {
+            return connectionError(.resourceExhausted, "too_many_pings: more than \(limits.maximumPingStrikes) PINGs without a call (ENHANCE_YOUR_CALM)",
+                                   lastCallID: active.highestCallID)
+        }
+        setActive(active)
+        return .sendPong(payload)
+    }
+
+    /// A frame a client may not send (TRAILERS): a protocol error.
+    mutating func receivedForbiddenFrame(_ type: FrameType, callID: UInt32) -> Action {
+        guard let active = activeState() else { return .none }
+        return connectionError(.internal, "a client may not send \(type) (call \(callID))", lastCallID: active.highestCallID)
+    }
+
+    /// The frame decoder failed: too large, too short, or a bad preface.
+    mutating func decodingFailed(_ error: WireError) -> Action {
+        switch state {
+        case .closed:
+            return .none
+        case .awaitingPreface:
+            state = .closed
+            return .closeConnection(goAway: nil, endedCalls: [])
+        case .active(var active), .draining(var active, _):
+            if error.code == .badPreface {
+                let ended = endAll(&active) { $0.connectionClosed() }
+                state = .closed
+                return .closeConnection(goAway: nil, endedCalls: ended)
+            }
+            let code: StatusCode = error.code == .frameTooLarge ? .resourceExhausted : .internal
+            return connectionError(code, error.message, lastCallID: active.highestCallID)
+        }
+    }
+
+    // MARK: Handler side
+
+    /// The handler of `callID` sends a streamed response.
+    mutating func send(callID: UInt32, payload: ByteBuffer, flags: FrameFlags, waiter: Waiter) -> OnSend {
+        guard var active = activeState(), var call = active.calls[callID] else { return .fail(waiter) }
+        let result = call.send(payload: payload, flags: flags, waiter: waiter, connectionWritable: active.writable)
+        active.calls[callID] = call
+        setActive(active)
+        switch result {
+        case .write(let send): return .write(send)
+        case .suspend: return .suspend
+        case .fail(let waiter): return .fail(waiter)
+        }
+    }
+
+    /// The handler of `callID` returned.
+    mutating func handlerFinished(callID: UInt32, response: (payload: ByteBuffer, flags: FrameFlags)?) -> Action {
+        updateCall(callID) { $0.handlerFinished(response: response) }
+    }
+
+    /// The handler of `callID` threw, or the runtime refused its request.
+    mutating func handlerFailed(callID: UInt32, status: CallStatus) -> Action {
+        updateCall(callID) { $0.handlerFailed(status: status) }
+    }
+
+    // MARK: Timers
+
+    mutating func deadlineExpired(callID: UInt32, timeoutMs: UInt32) -> Action {
+        updateCall(callID) { $0.deadlineExpired(timeoutMs: timeoutMs) }
+    }
+
+    mutating func requestTimedOut(callID: UInt32) -> Action {
+        let timeout = limits.requestTimeout
+        return updateCall(callID) { $0.requestTimedOut(after: timeout) }
+    }
+
+    /// The idle timer fired: GOAWAY and close if still no call is open.
+    mutating func idleTimedOut() -> Action {
+        guard case .active(let active) = state, active.calls.isEmpty else { return .none }
+        state = .closed
+        let seconds = limits.idleTimeout.map { $0.nanoseconds / 1_000_000_000 } ?? 0
+        return .closeConnection(goAway: GoAway(lastCallID: active.highestCallID, code: StatusCode.ok.rawValue,
+                                               message: "connection idle for \(seconds) s"), endedCalls: [])
+    }
+
+    // MARK: Backpressure
+
+    /// NIO asks to read more: allowed unless the peer is not reading what we write.
+    mutating func readRequested() -> Bool {
+        switch state {
+        case .active(var active):
+            guard !active.writable else { return true }
+            active.readHeld = true
+            state = .active(active)
+            return false
+        case .draining(var active, let lastCallID):
+            guard !active.writable else { return true }
+            active.readHeld = true
+            state = .draining(active, lastCallID: lastCallID)
+            return false
+        case .awaitingPreface, .closed:
+            return true
+        }
+    }
+
+    /// The channel's outbound buffer crossed a water mark.
+    mutating func writabilityChanged(writable: Bool) -> Action {
+        guard var active = activeState() else { return .none }
+        active.writable = writable
+        guard writable else {
+            setActive(active)
+            return .none
+        }
+        var writes: [(callID: UInt32, sends: [Call.PendingSend])] = []
+        for (id, var call) in active.calls {
+            let ready = call.connectionBecameWritable()
+            if !ready.isEmpty {
+                active.calls[id] = call
+                writes.append((id, ready))
+            }
+        }
+        let held = active.readHeld
+        active.readHeld = false
+        setActive(active)
+        return held || !writes.isEmpty ? .resumeReading(readHeld: held, writes: writes) : .none
+    }
+
+    // MARK: Shutdown and close
+
+    /// A graceful shutdown began: GOAWAY(0); close now if no call is open.
+    mutating func beginGracefulShutdown() -> Action {
+        switch state {
+        case .awaitingPreface:
+            // Told once the preface arrives (prefaceReceived(shuttingDown: true)).
+            return .none
+        case .active(let active):
+            let goAway = GoAway(lastCallID: active.highestCallID, code: StatusCode.ok.rawValue, message: "server is shutting down")
+            guard !active.calls.isEmpty else {
+                state = .closed
+                return .closeConnection(goAway: goAway, endedCalls: [])
+            }
+            state = .draining(active, lastCallID: active.highestCallID)
+            return .sendGoAway(goAway)
+        case .draining, .closed:
+            return .none
+        }
+    }
+
+    /// The grace period is over: end every call with UNAVAILABLE and close.
+    mutating func forceShutdown() -> Action {
+        guard var active = activeState() else {
+            state = .closed
+            return .closeConnection(goAway: nil, endedCalls: [])
+        }
+        let ended = endAll(&active) { $0.shutdownForced() }
+        state = .closed
+        return .closeConnection(goAway: nil, endedCalls: ended)
+    }
+
+    /// The channel closed: stop every call; nothing can be sent.
+    mutating func channelInactive() -> Action {
+        guard var active = activeState() else {
+            state = .closed
+            return .none
+        }
+        let ended = endAll(&active) { $0.connectionClosed() }
+        state = .closed
+        return ended.isEmpty ? .none : .closeConnection(goAway: nil, endedCalls: ended)
+    }
+
+    // MARK: Helpers
+
+    private func activeState() -> Active? {
+        switch state {
+        case .active(let active), .draining(let active, _): active
+        case .awaitingPreface, .closed: nil
+        }
+    }
+
+    /// Stores `active` back into the current state (active or draining).
+    private mutating func setActive(_ active: Active) {
+        switch state {
+        case .active: state = .active(active)
+        case .draining(_, let lastCallID): state = .draining(active, lastCallID: lastCallID)
+        case .awaitingPreface, .closed: break
+        }
+    }
+
+    private mutating func updateCall(_ callID: UInt32, _ event: (inout Call) -> Call.Ending?) -> Action {
+        guard var active = activeState(), var call = active.calls[callID] else { return .none }
+        guard let ending = event(&call) else {
+            active.calls[callID] = call
+            setActive(active)
+            return .none
+        }
+        return .endCall(remove(callID, ending, from: &active))
+    }
+
+    /// Removes an ended call and says what the connection does next.
+    private mutating func remove(_ callID: UInt32, _ ending: Call.Ending, from active: inout Active) -> CallEnded {
+        active.calls.removeValue(forKey: callID)
+        let then: AfterCall
+        switch state {
+        case .draining where active.calls.isEmpty:
+            state = .closed
+            then = .close
+        case .active where active.calls.isEmpty:
+            setActive(active)
+            then = .startIdleTimer
+        default:
+            setActive(active)
+            then = .none
+        }
+        return CallEnded(callID: callID, ending: ending, then: then)
+    }
+
+    private func endAll(_ active: inout Active, _ event: (inout Call) -> Call.Ending?) -> [CallEnded] {
+        var ended: [CallEnded] = []
+        for (id, var call) in active.calls {
+            if let ending = event(&call) { ended.append(CallEnded(callID: id, ending: ending, then: .none)) }
+        }
+        active.calls.removeAll()
+        return ended
+    }
+
+    /// A breach (or abuse) of the protocol: stop every call, GOAWAY with `code`, close.
+    private mutating func connectionError(_ code: StatusCode, _ message: String, lastCallID: UInt32) -> Action {
+        var ended: [CallEnded] = []
+        if var active = activeState() { ended = endAll(&active) { $0.connectionClosed() } }
+        state = .closed
+        return .closeConnection(goAway: GoAway(lastCallID: lastCallID, code: code.rawValue, message: message), endedCalls: ended)
+    }
+}

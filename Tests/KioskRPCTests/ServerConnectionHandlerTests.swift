@@ -1,0 +1,172 @@
+@testable import KioskRPC
+import KioskWire
+import Logging
+import NIOCore
+import NIOEmbedded
+import Testing
+
+/// ServerConnectionHandler on an EmbeddedChannel: every timer on a manual
+/// clock (no sleeps), every refusal seen as the frames written.
+@Suite struct ServerConnectionHandlerTests {
+    static let limits = ServerLimits(
+        maximumConcurrentCalls: 2, requestTimeout: .seconds(10), handshakeTimeout: .seconds(5), idleTimeout: .seconds(60),
+        maximumPingStrikes: 2, minimumPingInterval: .seconds(5))
+
+    struct Locked: RPCAuthenticator {
+        func authenticate(_ context: ServerContext) async throws -> (any Sendable)? { nil }
+    }
+
+    func makeChannel(limits: ServerLimits = Self.limits, preface: Bool = true) throws -> EmbeddedChannel {
+        var router = RPCRouter()
+        router.registerUnary("/t.S/Echo", request: Ping.self, response: Ping.self) { request, _ in request }
+        router.registerUnary("/t.S/Locked", request: Ping.self, response: Ping.self, authenticator: Locked()) { request, _ in request }
+        let handler = ServerConnectionHandler(
+            router: router, limits: limits, maximumMessageSize: 1024, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+            shutdown: ShutdownFlag(), runsHandlersOnEventLoop: false)
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        if preface { channel.pipeline.fireUserInboundEventTriggered(FrameDecoder.PrefaceReceived()) }
+        return channel
+    }
+
+    func headers(_ callID: UInt32, _ method: String = "/t.S/Echo", timeoutMs: UInt32 = 0, metadata: Metadata = Metadata()) -> Frame {
+        Frame(type: .headers, callID: callID, message: CallHeaders(method: method, timeoutMs: timeoutMs, metadata: metadata))
+    }
+
+    func written(_ channel: EmbeddedChannel) throws -> [Frame] {
+        var frames: [Frame] = []
+        while let frame = try channel.readOutbound(as: Frame.self) { frames.append(frame) }
+        return frames
+    }
+
+    func status(_ frame: Frame?) throws -> CallStatus? {
+        guard let frame, frame.type == .trailers else { return nil }
+        return try frame.decode(CallStatus.self)
+    }
+
+    @Test func connectionWithoutPrefaceIsClosedAfterTheHandshakeTimeout() throws {
+        let channel = try makeChannel(preface: false)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(4))
+        #expect(channel.isActive)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(!channel.isActive)
+        #expect(try written(channel).isEmpty, "closed without a word")
+    }
+
+    @Test func callWithoutItsRequestEndsAfterTheRequestTimeout() throws {
+        let channel = try makeChannel()
+        try channel.writeInbound(headers(1))
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(9_999))
+        #expect(try written(channel).isEmpty)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1))
+        let status = try #require(try status(written(channel).first))
+        #expect(status.code == StatusCode.deadlineExceeded.rawValue && status.message.contains("no request message"))
+        #expect(channel.isActive)
+        _ = try? channel.finish()
+    }
+
+    @Test func deadlineFiresBeforeTheRequestTimeout() throws {
+        let channel = try makeChannel()
+        try channel.writeInbound(headers(1, timeoutMs: 250))
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(250))
+        let status = try #require(try status(written(channel).first))
+        #expect(status.code == StatusCode.deadlineExceeded.rawValue && status.message == "deadline of 250 ms exceeded")
+        _ = try? channel.finish()
+    }
+
+    @Test func idleConnectionGetsGoAwayAndIsClosed() throws {
+        let channel = try makeChannel()
+        // A call keeps it from being idle; the timer restarts when the last call ends.
+        try channel.writeInbound(headers(1))
+        channel.embeddedEventLoop.advanceTime(by: .seconds(10))  // request timeout ends call 1
+        _ = try written(channel)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(59))
+        #expect(channel.isActive)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        let goAway = try #require(try written(channel).first)
+        #expect(goAway.type == .goAway)
+        #expect(try goAway.decode(GoAway.self).code == 0)
+        #expect(!channel.isActive)
+    }
+
+    @Test func pingFloodGetsPongsThenEnhanceYourCalm() throws {
+        let channel = try makeChannel()
+        for opaque in 1...5 { _ = try? channel.writeInbound(Frame(type: .ping, callID: 0, message: Ping(opaque: UInt64(opaque)))) }
+        let frames = try written(channel)
+        #expect(frames.map(\.type) == [.pong, .pong, .pong, .goAway], "the first PING and two strikes are answered, the third strike ends it")
+        #expect(try frames[0].decode(Ping.self).opaque == 1)
+        let goAway = try frames[3].decode(GoAway.self)
+        #expect(goAway.code == StatusCode.resourceExhausted.rawValue && goAway.message.hasPrefix("too_many_pings"))
+        #expect(!channel.isActive)
+    }
+
+    @Test func pingsSpacedByTheMinimumIntervalAreFine() throws {
+        let channel = try makeChannel()
+        for opaque in 1...10 {
+            try channel.writeInbound(Frame(type: .ping, callID: 0, message: Ping(opaque: UInt64(opaque))))
+            channel.embeddedEventLoop.advanceTime(by: .seconds(5))
+        }
+        #expect(try written(channel).map(\.type) == Array(repeating: .pong, count: 10))
+        #expect(channel.isActive)
+        _ = try? channel.finish()
+    }
+
+    @Test func callsOverTheCapAreRefusedAndTheConnectionLives() throws {
+        let channel = try makeChannel()
+        try channel.writeInbound(headers(1))
+        try channel.writeInbound(headers(2))
+        try channel.writeInbound(headers(3))
+        let refused = try #require(try status(written(channel).first))
+        #expect(refused.code == StatusCode.resourceExhausted.rawValue)
+        #expect(channel.isActive)
+        _ = try? channel.finish()
+    }
+
+    @Test func missingCredentialIsRefusedFromTheHeaders() throws {
+        let channel = try makeChannel()
+        try channel.writeInbound(headers(1, "/t.S/Locked"))
+        let refused = try #require(try status(written(channel).first))
+        #expect(refused.code == StatusCode.unauthenticated.rawValue)
+        // Its body, when it comes, is dropped unread.
+        try channel.writeInbound(Frame(type: .message, flags: [.endStream, .compressed], callID: 1, payload: ByteBuffer(bytes: [1, 2, 3])))
+        #expect(try written(channel).isEmpty)
+        #expect(channel.isActive)
+        _ = try? channel.finish()
+    }
+
+    @Test func unwritableConnectionHoldsReads() throws {
+        let counter = ReadCounter()
+        let channel = try makeChannel()
+        try channel.pipeline.syncOperations.addHandler(counter, position: .first)
+        channel.read()
+        #expect(counter.reads == 1)
+        channel.isWritable = false
+        channel.pipeline.fireChannelWritabilityChanged()
+        channel.read()
+        channel.read()
+        #expect(counter.reads == 1, "no read while the peer does not read what we write")
+        channel.isWritable = true
+        channel.pipeline.fireChannelWritabilityChanged()
+        #expect(counter.reads == 2, "the held read is issued once writable")
+        _ = try? channel.finish()
+    }
+
+    @Test func gracefulShutdownBeforeThePrefaceIsToldWhenItArrives() throws {
+        let channel = try makeChannel(preface: false)
+        let handler = try channel.pipeline.syncOperations.handler(type: ServerConnectionHandler.self)
+        handler.beginGracefulShutdown()
+        #expect(try written(channel).isEmpty)
+    }
+}
+
+/// Counts the reads that reach the socket end of the pipeline.
+final class ReadCounter: ChannelOutboundHandler {
+    typealias OutboundIn = Any
+    var reads = 0
+
+    func read(context: ChannelHandlerContext) {
+        reads += 1
+        context.read()
+    }
+}
