@@ -20,6 +20,8 @@ struct ClientConnectionStateMachine<Call> {
         case draining(Active)
         /// Closed, with the reason later calls are refused.
         case closed(reason: RPCError)
+        /// Only while an event mutates `Active` in place (so the calls are never copied).
+        case _modifying
     }
 
     struct Active {
@@ -65,7 +67,7 @@ struct ClientConnectionStateMachine<Call> {
     var openCalls: Int {
         switch state {
         case .active(let active), .draining(let active): active.calls.count
-        case .closed: 0
+        case .closed, ._modifying: 0
         }
     }
 
@@ -74,6 +76,7 @@ struct ClientConnectionStateMachine<Call> {
         guard case .active(var active) = state else {
             return .fail(RPCError(.unavailable, "\(closingReason.message); the call to \(method) was not sent", source: .connection))
         }
+        state = ._modifying
         let id = active.nextCallID
         active.nextCallID += 1
         active.calls[id] = (ClientCallStateMachine(), call)
@@ -88,15 +91,16 @@ struct ClientConnectionStateMachine<Call> {
 
     /// A MESSAGE of `bytes` payload bytes arrived for `callID`.
     mutating func receivedMessage(callID: UInt32, bytes: Int) -> Action {
-        guard var active = activeState(), var entry = active.calls[callID] else { return .none }
-        switch entry.machine.receivedMessage(bytes: bytes) {
-        case .deliver:
-            active.calls[callID] = entry
-            setActive(active)
-            return .deliver(entry.call)
-        case .windowExceeded(let window):
+        let result = modifyActive { active -> (ClientCallStateMachine.OnMessage, Call)? in
+            guard let call = active.calls[callID]?.call, let outcome = active.calls[callID]?.machine.receivedMessage(bytes: bytes) else { return nil }
+            return (outcome, call)
+        } ?? nil
+        switch result {
+        case (.deliver, let call)?:
+            return .deliver(call)
+        case (.windowExceeded(let window), _)?:
             return protocolError("server sent a MESSAGE on call \(callID) with its window at \(window) bytes")
-        case .ignore:
+        case (.ignore, _)?, nil:
             return .none
         }
     }
@@ -104,30 +108,34 @@ struct ClientConnectionStateMachine<Call> {
     /// TRAILERS arrived for `callID` (`status` nil: undecodable).
     mutating func receivedTrailers(callID: UInt32, status: CallStatus?) -> Action {
         guard let status else { return protocolError("undecodable TRAILERS for call \(callID)") }
-        guard var active = activeState(), var entry = active.calls.removeValue(forKey: callID), entry.machine.close() else { return .none }
-        let close = afterRemoval(active: &active)
-        return .finish(entry.call, status: status, close: close)
+        guard let (call, close) = removeCall(callID) else { return .none }
+        return .finish(call, status: status, close: close)
     }
 
     /// The caller abandons `callID` (task cancelled, stream dropped) or its deadline passed.
     mutating func abandon(callID: UInt32, error: RPCError) -> Action {
-        guard var active = activeState(), var entry = active.calls.removeValue(forKey: callID), entry.machine.close() else { return .none }
-        let close = afterRemoval(active: &active)
-        return .abandon(callID: callID, entry.call, error: error, sendCancel: true, close: close)
+        guard let (call, close) = removeCall(callID) else { return .none }
+        return .abandon(callID: callID, call, error: error, sendCancel: true, close: close)
     }
 
     /// The caller consumed `increment` bytes of `callID`'s responses.
     mutating func granted(callID: UInt32, increment: UInt32) -> Action {
-        guard var active = activeState(), var entry = active.calls[callID], entry.machine.granted(increment) else { return .none }
-        active.calls[callID] = entry
-        setActive(active)
-        return .sendWindowUpdate(callID: callID, increment: increment)
+        let open = modifyActive { $0.calls[callID]?.machine.granted(increment) ?? false } ?? false
+        return open ? .sendWindowUpdate(callID: callID, increment: increment) : .none
     }
 
     /// GOAWAY arrived (`goAway` nil: undecodable).
     mutating func receivedGoAway(_ goAway: GoAway?) -> Action {
         guard let goAway else { return protocolError("undecodable GOAWAY") }
-        guard var active = activeState() else { return .none }
+        guard case .active(var active) = state else {
+            if case .draining(var active) = state { return drain(&active, goAway) }
+            return .none
+        }
+        return drain(&active, goAway)
+    }
+
+    private mutating func drain(_ active: inout Active, _ goAway: GoAway) -> Action {
+        state = ._modifying
         let code = StatusCode(rawValue: goAway.code)
         let reason = code == .ok
             ? "server \(target) is shutting down"
@@ -176,7 +184,7 @@ struct ClientConnectionStateMachine<Call> {
     var closingReason: RPCError {
         switch state {
         case .closed(let reason): reason
-        case .active, .draining: closeReasonOverride ?? RPCError(.unavailable, "connection to \(target) is closing", source: .connection)
+        case .active, .draining, ._modifying: closeReasonOverride ?? RPCError(.unavailable, "connection to \(target) is closing", source: .connection)
         }
     }
 
@@ -186,25 +194,39 @@ struct ClientConnectionStateMachine<Call> {
     private func activeState() -> Active? {
         switch state {
         case .active(let active), .draining(let active): active
-        case .closed: nil
+        case .closed, ._modifying: nil
         }
     }
 
-    private mutating func setActive(_ active: Active) {
+    /// Runs `body` on the open connection's data in place (no copy of the calls); nil when closed.
+    private mutating func modifyActive<R>(_ body: (inout Active) -> R) -> R? {
         switch state {
-        case .active: state = .active(active)
-        case .draining: state = .draining(active)
-        case .closed: break
+        case .active(var active):
+            state = ._modifying
+            let result = body(&active)
+            state = .active(active)
+            return result
+        case .draining(var active):
+            state = ._modifying
+            let result = body(&active)
+            state = .draining(active)
+            return result
+        case .closed, ._modifying:
+            return nil
         }
     }
 
-    /// Stores `active` after a call left; true when a draining connection has no call left and closes.
-    private mutating func afterRemoval(active: inout Active) -> Bool {
-        if case .draining = state, active.calls.isEmpty {
+    /// Takes an open call out; `close` is true when a draining connection has no call left (it is now closed).
+    private mutating func removeCall(_ callID: UInt32) -> (call: Call, close: Bool)? {
+        let removed = modifyActive { active -> (Call, Bool)? in
+            guard var entry = active.calls.removeValue(forKey: callID), entry.machine.close() else { return nil }
+            return (entry.call, active.calls.isEmpty)
+        } ?? nil
+        guard let (call, empty) = removed else { return nil }
+        if empty, case .draining = state {
             state = .closed(reason: closingReason)
-            return true
+            return (call, true)
         }
-        setActive(active)
-        return false
+        return (call, false)
     }
 }

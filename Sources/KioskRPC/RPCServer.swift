@@ -139,14 +139,23 @@ public final class RPCServer: Sendable {
         // A connection accepted during a shutdown gets its GOAWAY once its preface arrives.
     }
 
-    /// Calls open now across every connection (each read on its connection's event loop).
-    public func openCallCount() async -> Int {
+    /// What the server holds now, read on each connection's event loop:
+    /// connections, open calls and outbound bytes buffered (see ``ServerLimits``).
+    public func statistics() async -> ServerStatistics {
         let connections = state.withLockedValue { Array($0.connections.values) }
-        var total = 0
+        var statistics = ServerStatistics(connections: connectionCount)
         for connection in connections {
-            total += (try? await connection.handler.eventLoop.submit { connection.handler.value.openCalls }.get()) ?? 0
+            let reading = try? await connection.handler.eventLoop.submit {
+                let buffered = (try? connection.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+                return (connection.handler.value.openCalls, buffered)
+            }.get()
+            guard let (calls, buffered) = reading else { continue }
+            statistics.openCalls += calls
+            statistics.largestOpenCalls = max(statistics.largestOpenCalls, calls)
+            statistics.bufferedOutboundBytes += buffered
+            statistics.largestBufferedOutboundBytes = max(statistics.largestBufferedOutboundBytes, buffered)
         }
-        return total
+        return statistics
     }
 
     /// Connections open now (admitted and not yet closed).
@@ -236,4 +245,18 @@ private final class RefusedConnectionHandler: ChannelInboundHandler {
         let channel = context.channel
         context.writeAndFlush(NIOAny(bytes)).whenComplete { _ in channel.close(promise: nil) }
     }
+}
+
+/// A reading of what an ``RPCServer`` holds (``RPCServer/statistics()``).
+public struct ServerStatistics: Hashable, Sendable {
+    /// Connections open.
+    public var connections: Int
+    /// Calls open, over every connection.
+    public var openCalls = 0
+    /// The most calls open on one connection.
+    public var largestOpenCalls = 0
+    /// Outbound bytes written but not yet taken by the kernel, over every connection.
+    public var bufferedOutboundBytes = 0
+    /// The most outbound bytes buffered for one connection.
+    public var largestBufferedOutboundBytes = 0
 }

@@ -105,6 +105,7 @@ struct ServerCallStateMachine<Waiter> {
             // Handlers run only once the request is here; treat as ended.
             return .fail(waiter)
         case .running(var running):
+            state = .closed  // hold no second reference to `waiting` while it changes
             let send = PendingSend(payload: payload, flags: flags, waiter: waiter)
             guard running.waiting.isEmpty, running.window.isOpen, connectionWritable else {
                 running.waiting.append(send)
@@ -128,6 +129,7 @@ struct ServerCallStateMachine<Waiter> {
             return .none
         case .running(var running):
             guard running.window.didReceiveUpdateWithinLimit(increment: increment) else { return .overflow }
+            state = .closed  // hold no second reference to `waiting` while it changes
             let ready = connectionWritable ? Self.takeSendable(&running) : []
             state = .running(running)
             return ready.isEmpty ? .none : .write(ready)
@@ -138,7 +140,8 @@ struct ServerCallStateMachine<Waiter> {
 
     /// The connection became writable again: the waiting sends the window allows.
     mutating func connectionBecameWritable() -> [PendingSend] {
-        guard case .running(var running) = state else { return [] }
+        guard case .running(var running) = state, !running.waiting.isEmpty else { return [] }
+        state = .closed  // hold no second reference to `waiting` while it changes
         let ready = Self.takeSendable(&running)
         state = .running(running)
         return ready

@@ -33,6 +33,8 @@ struct ServerConnectionStateMachine<Waiter> {
         case draining(Active, lastCallID: UInt32)
         /// Closing or closed: every event is ignored.
         case closed
+        /// Only while an event mutates `Active` in place (so the calls are never copied).
+        case _modifying
     }
 
     struct Active {
@@ -118,7 +120,7 @@ struct ServerConnectionStateMachine<Waiter> {
     var openCalls: Int {
         switch state {
         case .active(let active), .draining(let active, _): active.calls.count
-        case .awaitingPreface, .closed: 0
+        case .awaitingPreface, .closed, ._modifying: 0
         }
     }
 
@@ -147,39 +149,34 @@ struct ServerConnectionStateMachine<Waiter> {
     /// HEADERS opened call `callID`. `headers` is nil when the payload did not
     /// decode; `route` says how the method was found.
     mutating func receivedHeaders(callID: UInt32, headers: CallHeaders?, route: Route) -> Action {
+        let lastCallID: UInt32?
         switch state {
         case .awaitingPreface:
             // The decoder delivers no frame before the preface.
             return connectionError(.internal, "HEADERS before the preface", lastCallID: 0)
-        case .closed:
+        case .closed, ._modifying:
             return .none
-        case .active(var active):
+        case .active(let active):
             if let error = Self.checkCallID(callID, headers: headers, active: active) { return connectionError(.internal, error, lastCallID: active.highestCallID) }
+            lastCallID = nil
+        case .draining(let active, let last):
+            if let error = Self.checkCallID(callID, headers: headers, active: active) { return connectionError(.internal, error, lastCallID: active.highestCallID) }
+            lastCallID = last
+        }
+        let limits = self.limits
+        return modifyActive { active in
             active.highestCallID = callID
             active.pingStrikes = 0
-            if let refusal = admission(callID: callID, headers: headers, route: route, active: active) {
-                state = .active(active)
-                return .refuseCall(callID: callID, status: refusal)
-            }
-            active.calls[callID] = Call()
-            state = .active(active)
-            return .openCall(callID: callID, timeoutMs: headers?.timeoutMs ?? 0)
-        case .draining(var active, let lastCallID):
-            if let error = Self.checkCallID(callID, headers: headers, active: active) { return connectionError(.internal, error, lastCallID: active.highestCallID) }
-            active.highestCallID = callID
-            active.pingStrikes = 0
-            state = .draining(active, lastCallID: lastCallID)
-            guard callID <= lastCallID else {
+            if let lastCallID, callID > lastCallID {
                 return .refuseCall(callID: callID, status: CallStatus(
                     code: StatusCode.unavailable.rawValue, message: "server is shutting down; call \(callID) was not started"))
             }
-            if let refusal = admission(callID: callID, headers: headers, route: route, active: active) {
+            if let refusal = Self.admission(callID: callID, headers: headers, route: route, active: active, limits: limits) {
                 return .refuseCall(callID: callID, status: refusal)
             }
             active.calls[callID] = Call()
-            state = .draining(active, lastCallID: lastCallID)
             return .openCall(callID: callID, timeoutMs: headers?.timeoutMs ?? 0)
-        }
+        } ?? .none
     }
 
     private static func checkCallID(_ callID: UInt32, headers: CallHeaders?, active: Active) -> String? {
@@ -190,7 +187,7 @@ struct ServerConnectionStateMachine<Waiter> {
     }
 
     /// Why a well-formed call is refused, if it is: limits first, then routing.
-    private func admission(callID: UInt32, headers: CallHeaders?, route: Route, active: Active) -> CallStatus? {
+    private static func admission(callID: UInt32, headers: CallHeaders?, route: Route, active: Active, limits: ServerLimits) -> CallStatus? {
         if active.calls.count >= limits.maximumConcurrentCalls {
             return CallStatus(code: StatusCode.resourceExhausted.rawValue,
                               message: "connection has its maximum of \(limits.maximumConcurrentCalls) calls open; call \(callID) was not started")
@@ -213,22 +210,20 @@ struct ServerConnectionStateMachine<Waiter> {
 
     /// A MESSAGE arrived for `callID`.
     mutating func receivedMessage(callID: UInt32, payload: ByteBuffer, flags: FrameFlags) -> Action {
-        guard var active = activeState() else { return .none }
-        guard callID != 0, callID <= active.highestCallID else {
-            return connectionError(.internal, "MESSAGE for call \(callID), which was never opened", lastCallID: active.highestCallID)
+        guard let highestCallID = activeState()?.highestCallID else { return .none }
+        guard callID != 0, callID <= highestCallID else {
+            return connectionError(.internal, "MESSAGE for call \(callID), which was never opened", lastCallID: highestCallID)
         }
         // A call that already ended (or was refused) ignores late frames.
-        guard var call = active.calls[callID] else { return .none }
-        let result = call.receivedMessage(payload: payload, flags: flags)
-        active.calls[callID] = call
+        let result = modifyActive { active -> Call.OnRequest? in
+            active.calls[callID]?.receivedMessage(payload: payload, flags: flags)
+        } ?? nil
         switch result {
-        case .startHandler(let payload, let flags):
-            setActive(active)
+        case .startHandler(let payload, let flags)?:
             return .startHandler(callID: callID, payload: payload, flags: flags)
-        case .end(let ending):
-            return .endCall(remove(callID, ending, from: &active))
-        case .none:
-            setActive(active)
+        case .end(let ending)?:
+            return .endCall(remove(callID, ending))
+        case .none?, nil:
             return .none
         }
     }
@@ -240,34 +235,39 @@ struct ServerConnectionStateMachine<Waiter> {
 
     /// The client granted window for `callID` (0: the connection; no such window, ignored).
     mutating func receivedWindowUpdate(callID: UInt32, increment: UInt32) -> Action {
-        guard var active = activeState(), callID != 0, var call = active.calls[callID] else { return .none }
-        switch call.receivedWindowUpdate(increment: increment, connectionWritable: active.writable) {
-        case .overflow:
-            return connectionError(.internal, "WINDOW_UPDATE of \(increment) takes call \(callID)'s window past 2^31-1", lastCallID: active.highestCallID)
-        case .write(let sends):
-            active.calls[callID] = call
-            setActive(active)
+        guard callID != 0, let highestCallID = activeState()?.highestCallID else { return .none }
+        let result = modifyActive { active -> Call.OnWindowUpdate? in
+            active.calls[callID]?.receivedWindowUpdate(increment: increment, connectionWritable: active.writable)
+        } ?? nil
+        switch result {
+        case .overflow?:
+            return connectionError(.internal, "WINDOW_UPDATE of \(increment) takes call \(callID)'s window past 2^31-1", lastCallID: highestCallID)
+        case .write(let sends)?:
             return .writeMessages(callID: callID, sends)
-        case .none:
-            active.calls[callID] = call
-            setActive(active)
+        case .none?, nil:
             return .none
         }
     }
 
     /// A PING arrived at `now`.
     mutating func receivedPing(payload: ByteBuffer, now: NIODeadline) -> Action {
-        guard var active = activeState() else { return .none }
-        if let last = active.lastPing, now - last < limits.minimumPingInterval {
-            active.pingStrikes += 1
+        let limits = self.limits
+        let struckOut = modifyActive { active -> Bool in
+            if let last = active.lastPing, now - last < limits.minimumPingInterval {
+                active.pingStrikes += 1
+            }
+            active.lastPing = now
+            return active.pingStrikes > limits.maximumPingStrikes
         }
-        active.lastPing = now
-        if active.pingStrikes > limits.maximumPingStrikes {
+        switch struckOut {
+        case nil:
+            return .none
+        case true?:
             return connectionError(.resourceExhausted, "too_many_pings: more than \(limits.maximumPingStrikes) PINGs without a call (ENHANCE_YOUR_CALM)",
-                                   lastCallID: active.highestCallID)
+                                   lastCallID: activeState()?.highestCallID ?? 0)
+        case false?:
+            return .sendPong(payload)
         }
-        setActive(active)
-        return .sendPong(payload)
     }
 
     /// A frame a client may not send (TRAILERS): a protocol error.
@@ -279,14 +279,14 @@ struct ServerConnectionStateMachine<Waiter> {
     /// The frame decoder failed: too large, too short, or a bad preface.
     mutating func decodingFailed(_ error: WireError) -> Action {
         switch state {
-        case .closed:
+        case .closed, ._modifying:
             return .none
         case .awaitingPreface:
             state = .closed
             return .closeConnection(goAway: nil, endedCalls: [])
-        case .active(var active), .draining(var active, _):
+        case .active(let active), .draining(let active, _):
             if error.code == .badPreface {
-                let ended = endAll(&active) { $0.connectionClosed() }
+                let ended = endAll { $0.connectionClosed() }
                 state = .closed
                 return .closeConnection(goAway: nil, endedCalls: ended)
             }
@@ -299,14 +299,14 @@ struct ServerConnectionStateMachine<Waiter> {
 
     /// The handler of `callID` sends a streamed response.
     mutating func send(callID: UInt32, payload: ByteBuffer, flags: FrameFlags, waiter: Waiter) -> OnSend {
-        guard var active = activeState(), var call = active.calls[callID] else { return .fail(waiter) }
-        let result = call.send(payload: payload, flags: flags, waiter: waiter, connectionWritable: active.writable)
-        active.calls[callID] = call
-        setActive(active)
+        let result = modifyActive { active -> Call.OnSend? in
+            active.calls[callID]?.send(payload: payload, flags: flags, waiter: waiter, connectionWritable: active.writable)
+        } ?? nil
         switch result {
-        case .write(let send): return .write(send)
-        case .suspend: return .suspend
-        case .fail(let waiter): return .fail(waiter)
+        case .write(let send)?: return .write(send)
+        case .suspend?: return .suspend
+        case .fail(let waiter)?: return .fail(waiter)
+        case nil: return .fail(waiter)
         }
     }
 
@@ -344,42 +344,27 @@ struct ServerConnectionStateMachine<Waiter> {
 
     /// NIO asks to read more: allowed unless the peer is not reading what we write.
     mutating func readRequested() -> Bool {
-        switch state {
-        case .active(var active):
+        modifyActive { active -> Bool in
             guard !active.writable else { return true }
             active.readHeld = true
-            state = .active(active)
             return false
-        case .draining(var active, let lastCallID):
-            guard !active.writable else { return true }
-            active.readHeld = true
-            state = .draining(active, lastCallID: lastCallID)
-            return false
-        case .awaitingPreface, .closed:
-            return true
-        }
+        } ?? true
     }
 
     /// The channel's outbound buffer crossed a water mark.
     mutating func writabilityChanged(writable: Bool) -> Action {
-        guard var active = activeState() else { return .none }
-        active.writable = writable
-        guard writable else {
-            setActive(active)
-            return .none
-        }
-        var writes: [(callID: UInt32, sends: [Call.PendingSend])] = []
-        for (id, var call) in active.calls {
-            let ready = call.connectionBecameWritable()
-            if !ready.isEmpty {
-                active.calls[id] = call
-                writes.append((id, ready))
+        modifyActive { active -> Action in
+            active.writable = writable
+            guard writable else { return .none }
+            var writes: [(callID: UInt32, sends: [Call.PendingSend])] = []
+            for id in active.calls.keys {
+                let ready = active.calls[id]?.connectionBecameWritable() ?? []
+                if !ready.isEmpty { writes.append((id, ready)) }
             }
-        }
-        let held = active.readHeld
-        active.readHeld = false
-        setActive(active)
-        return held || !writes.isEmpty ? .resumeReading(readHeld: held, writes: writes) : .none
+            let held = active.readHeld
+            active.readHeld = false
+            return held || !writes.isEmpty ? .resumeReading(readHeld: held, writes: writes) : .none
+        } ?? .none
     }
 
     // MARK: Shutdown and close
@@ -398,29 +383,29 @@ struct ServerConnectionStateMachine<Waiter> {
             }
             state = .draining(active, lastCallID: active.highestCallID)
             return .sendGoAway(goAway)
-        case .draining, .closed:
+        case .draining, .closed, ._modifying:
             return .none
         }
     }
 
     /// The grace period is over: end every call with UNAVAILABLE and close.
     mutating func forceShutdown() -> Action {
-        guard var active = activeState() else {
+        guard activeState() != nil else {
             state = .closed
             return .closeConnection(goAway: nil, endedCalls: [])
         }
-        let ended = endAll(&active) { $0.shutdownForced() }
+        let ended = endAll { $0.shutdownForced() }
         state = .closed
         return .closeConnection(goAway: nil, endedCalls: ended)
     }
 
     /// The channel closed: stop every call; nothing can be sent.
     mutating func channelInactive() -> Action {
-        guard var active = activeState() else {
+        guard activeState() != nil else {
             state = .closed
             return .none
         }
-        let ended = endAll(&active) { $0.connectionClosed() }
+        let ended = endAll { $0.connectionClosed() }
         state = .closed
         return ended.isEmpty ? .none : .closeConnection(goAway: nil, endedCalls: ended)
     }
@@ -430,60 +415,77 @@ struct ServerConnectionStateMachine<Waiter> {
     private func activeState() -> Active? {
         switch state {
         case .active(let active), .draining(let active, _): active
-        case .awaitingPreface, .closed: nil
+        case .awaitingPreface, .closed, ._modifying: nil
         }
     }
 
-    /// Stores `active` back into the current state (active or draining).
-    private mutating func setActive(_ active: Active) {
+    /// Runs `body` on the active (or draining) connection's data in place:
+    /// the state holds no other reference meanwhile, so the calls are never
+    /// copied. Nil when there is no such data (before the preface, closed).
+    private mutating func modifyActive<R>(_ body: (inout Active) -> R) -> R? {
         switch state {
-        case .active: state = .active(active)
-        case .draining(_, let lastCallID): state = .draining(active, lastCallID: lastCallID)
-        case .awaitingPreface, .closed: break
+        case .active(var active):
+            state = ._modifying
+            let result = body(&active)
+            state = .active(active)
+            return result
+        case .draining(var active, let lastCallID):
+            state = ._modifying
+            let result = body(&active)
+            state = .draining(active, lastCallID: lastCallID)
+            return result
+        case .awaitingPreface, .closed, ._modifying:
+            return nil
         }
     }
 
     private mutating func updateCall(_ callID: UInt32, _ event: (inout Call) -> Call.Ending?) -> Action {
-        guard var active = activeState(), var call = active.calls[callID] else { return .none }
-        guard let ending = event(&call) else {
-            active.calls[callID] = call
-            setActive(active)
-            return .none
-        }
-        return .endCall(remove(callID, ending, from: &active))
+        let ending = modifyActive { active -> Call.Ending? in
+            guard var call = active.calls.removeValue(forKey: callID) else { return nil }
+            let ending = event(&call)
+            if ending == nil { active.calls[callID] = call }
+            return ending
+        } ?? nil
+        guard let ending else { return .none }
+        return .endCall(afterRemoval(callID, ending))
     }
 
     /// Removes an ended call and says what the connection does next.
-    private mutating func remove(_ callID: UInt32, _ ending: Call.Ending, from active: inout Active) -> CallEnded {
-        active.calls.removeValue(forKey: callID)
+    private mutating func remove(_ callID: UInt32, _ ending: Call.Ending) -> CallEnded {
+        _ = modifyActive { $0.calls.removeValue(forKey: callID) }
+        return afterRemoval(callID, ending)
+    }
+
+    /// What the connection does once `callID` has left it.
+    private mutating func afterRemoval(_ callID: UInt32, _ ending: Call.Ending) -> CallEnded {
         let then: AfterCall
         switch state {
-        case .draining where active.calls.isEmpty:
+        case .draining(let active, _) where active.calls.isEmpty:
             state = .closed
             then = .close
-        case .active where active.calls.isEmpty:
-            setActive(active)
+        case .active(let active) where active.calls.isEmpty:
             then = .startIdleTimer
         default:
-            setActive(active)
             then = .none
         }
         return CallEnded(callID: callID, ending: ending, then: then)
     }
 
-    private func endAll(_ active: inout Active, _ event: (inout Call) -> Call.Ending?) -> [CallEnded] {
-        var ended: [CallEnded] = []
-        for (id, var call) in active.calls {
-            if let ending = event(&call) { ended.append(CallEnded(callID: id, ending: ending, then: .none)) }
-        }
-        active.calls.removeAll()
-        return ended
+    /// Ends every call with `event` (the connection is closing); leaves none.
+    private mutating func endAll(_ event: (inout Call) -> Call.Ending?) -> [CallEnded] {
+        modifyActive { active -> [CallEnded] in
+            var ended: [CallEnded] = []
+            for (id, var call) in active.calls {
+                if let ending = event(&call) { ended.append(CallEnded(callID: id, ending: ending, then: .none)) }
+            }
+            active.calls.removeAll()
+            return ended
+        } ?? []
     }
 
     /// A breach (or abuse) of the protocol: stop every call, GOAWAY with `code`, close.
     private mutating func connectionError(_ code: StatusCode, _ message: String, lastCallID: UInt32) -> Action {
-        var ended: [CallEnded] = []
-        if var active = activeState() { ended = endAll(&active) { $0.connectionClosed() } }
+        let ended = endAll { $0.connectionClosed() }
         state = .closed
         return .closeConnection(goAway: GoAway(lastCallID: lastCallID, code: code.rawValue, message: message), endedCalls: ended)
     }

@@ -194,8 +194,11 @@ struct RawPeer {
     private var buffer = ByteBuffer()
 
     /// Connects to 127.0.0.1:`port` and runs `body`; the connection closes afterwards.
-    static func with<R: Sendable>(port: Int, _ body: (inout RawPeer) async throws -> R) async throws -> R {
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+    /// `receiveBuffer` sets SO_RCVBUF: a small one keeps the kernel from soaking up what the server sends.
+    static func with<R: Sendable>(port: Int, receiveBuffer: Int? = nil, _ body: (inout RawPeer) async throws -> R) async throws -> R {
+        var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        if let receiveBuffer { bootstrap = bootstrap.channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(receiveBuffer)) }
+        let channel = try await bootstrap
             .connect(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
@@ -213,6 +216,9 @@ struct RawPeer {
         guard let result else { throw ChannelError.ioOnClosedChannel }
         return result
     }
+
+    /// The connection's writer, for a task that writes while another reads.
+    var writer: NIOAsyncChannelOutboundWriter<ByteBuffer> { outbound }
 
     func send(_ bytes: [UInt8]) async throws {
         try await outbound.write(ByteBuffer(bytes: bytes))
