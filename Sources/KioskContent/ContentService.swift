@@ -29,7 +29,9 @@ public struct ContentService: RPCService {
         }
         router.registerUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self, authenticator: caller) { request, context in
             _ = try library.item(request.productID)
-            let decision = try await gate.authorize(receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken)
+            let decision = try await gate.authorize(
+                receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken,
+                caller: context.principal as? ReceiptGate.AccountLookup)
             return ContentV1.AuthorizeResponse(status: decision.status.rawValue, allowed: decision.allowed, refusal: decision.refusal, reason: decision.reason)
         }
         router.registerServerStreaming(Self.method("Download"), request: ContentV1.DownloadRequest.self, response: ContentV1.DownloadPart.self, authenticator: caller) { request, writer, context in
@@ -37,7 +39,9 @@ public struct ContentService: RPCService {
             guard request.resumeOffset <= item.originalSize else {
                 throw RPCError(.outOfRange, "resume_offset \(request.resumeOffset) is past the end of \(request.productID) (\(item.originalSize) bytes)")
             }
-            let decision = try await gate.authorize(receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken)
+            let decision = try await gate.authorize(
+                receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken,
+                caller: context.principal as? ReceiptGate.AccountLookup)
             guard decision.allowed else {
                 var metadata = Metadata()
                 metadata.add("kiosk-receipt-status", String(decision.status.rawValue))
@@ -100,6 +104,5 @@ struct CallerAuthenticator: RPCAuthenticator {
 
     func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
         try await gate.checkCaller(token: context.metadata.bearerToken)
-        return nil
     }
 }

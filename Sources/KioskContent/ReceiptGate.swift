@@ -96,14 +96,17 @@ final class ReceiptGate: Sendable {
 
     /// Decides whether `receipt` opens `productID` for the holder of `token`.
     /// - Throws: ``RPCError`` UNAUTHENTICATED for a missing or unknown token.
-    func authorize(receipt: [UInt8], productID: String, token: String?) async throws -> AccessDecision {
+    /// - Parameter caller: the token's account as ``checkCaller(token:)`` found it for this call, if it ran.
+    func authorize(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil) async throws -> AccessDecision {
         guard let token, !token.isEmpty else {
             throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <token>\" (the buyer's store token)")
         }
         let nowMs = now
         if let stale = staleness(nowMs: nowMs) { return stale }
         let account: String
-        switch try await accountID(token: token, nowMs: nowMs) {
+        let lookup: AccountLookup
+        if let caller { lookup = caller } else { lookup = try await accountID(token: token, nowMs: nowMs) }
+        switch lookup {
         case .account(let id): account = id
         case .refused(let decision): return decision
         }
@@ -160,14 +163,16 @@ final class ReceiptGate: Sendable {
     /// request is decoded: UNAUTHENTICATED when it is missing or the store does
     /// not know it. A store that cannot be reached is left to ``authorize``,
     /// which answers 21005 within its staleness rules.
-    func checkCaller(token: String?) async throws {
+    /// Returns what it found, for ``authorize(receipt:productID:token:caller:)``.
+    func checkCaller(token: String?) async throws -> AccountLookup {
         guard let token, !token.isEmpty else {
             throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <token>\" (the buyer's store token)")
         }
-        _ = try await accountID(token: token, nowMs: now)
+        return try await accountID(token: token, nowMs: now)
     }
 
-    private enum AccountLookup {
+    /// Whose a caller's token is, or why that cannot be told now.
+    enum AccountLookup: Sendable {
         case account(String)
         case refused(AccessDecision)
     }

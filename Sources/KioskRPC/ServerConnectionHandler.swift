@@ -45,7 +45,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private var executor: EventLoopTaskExecutor?
     private var remoteAddress = "unknown"
     private var handshakeTimer: Scheduled<Void>?
-    private var idleTimer: Scheduled<Void>?
+    private var idleCheck: RepeatedTask?
+    /// Calls opened in the current read batch: their request timers are armed
+    /// at its end only if the request did not come with them (it usually does).
+    private var openedInBatch: [UInt32] = []
     /// True between channelRead and channelReadComplete: writes made then are flushed once, at the end of the batch.
     private var inReadBatch = false
     private var flushPending = false
@@ -76,7 +79,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         handshakeTimer?.cancel()
-        idleTimer?.cancel()
+        idleCheck?.cancel()
         self.context = nil
     }
 
@@ -120,6 +123,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         inReadBatch = false
+        armRequestTimers()
         if flushPending {
             flushPending = false
             context.flush()
@@ -165,7 +169,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         perform(machine.channelInactive())
         handshakeTimer?.cancel()
-        idleTimer?.cancel()
+        idleCheck?.cancel()
         context.fireChannelInactive()
     }
 
@@ -229,9 +233,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         case .none:
             break
         case .openCall(let callID, let timeoutMs):
-            idleTimer?.cancel()
-            idleTimer = nil
-            resources[callID]?.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
+            if inReadBatch {
+                openedInBatch.append(callID)
+            } else {
+                armRequestTimer(callID)
+            }
             if timeoutMs > 0 {
                 resources[callID]?.deadlineTimer = schedule(in: .milliseconds(Int64(timeoutMs))) {
                     $0.machine.deadlineExpired(callID: callID, timeoutMs: timeoutMs)
@@ -247,7 +253,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
             flush()
             switch ended.then {
             case .none: break
-            case .startIdleTimer: startIdleTimer()
             case .close:
                 context?.flush()
                 context?.close(promise: nil)
@@ -332,9 +337,23 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     private func startIdleTimer() {
-        guard let timeout = limits.idleTimeout else { return }
-        idleTimer?.cancel()
-        idleTimer = schedule(in: timeout) { $0.machine.idleTimedOut() }
+        guard let timeout = limits.idleTimeout, idleCheck == nil, let context, let loopBoundSelf else { return }
+        idleCheck = context.eventLoop.scheduleRepeatedTask(initialDelay: timeout, delay: timeout) { _ in
+            let handler = loopBoundSelf.value
+            handler.perform(handler.machine.idleCheckDue())
+        }
+    }
+
+    private func armRequestTimers() {
+        guard !openedInBatch.isEmpty else { return }
+        for callID in openedInBatch { armRequestTimer(callID) }
+        openedInBatch.removeAll(keepingCapacity: true)
+    }
+
+    /// Arms the request timer of a call still waiting for its request.
+    private func armRequestTimer(_ callID: UInt32) {
+        guard resources[callID] != nil, resources[callID]?.task == nil else { return }
+        resources[callID]?.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
     }
 
     /// Runs `event` on the machine after `delay` and performs its action.

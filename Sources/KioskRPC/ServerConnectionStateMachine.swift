@@ -43,6 +43,8 @@ struct ServerConnectionStateMachine<Waiter> {
         /// PINGs that came too soon, with no HEADERS since the last PING.
         var pingStrikes = 0
         var lastPing: NIODeadline?
+        /// A call was opened since the idle check last ran.
+        var calledSinceIdleCheck = false
         /// False while the outbound buffer is over its high-water mark.
         var writable = true
         /// A read was asked for while unwritable: issue it once writable.
@@ -52,8 +54,6 @@ struct ServerConnectionStateMachine<Waiter> {
     /// What the connection does after a call ended.
     enum AfterCall: Equatable {
         case none
-        /// No call is open: start the idle timer.
-        case startIdleTimer
         /// Draining and no call is left: close.
         case close
     }
@@ -67,8 +67,8 @@ struct ServerConnectionStateMachine<Waiter> {
 
     enum Action {
         case none
-        /// A call was accepted: arm its request timer (and deadline, if
-        /// `timeoutMs` > 0); stop the idle timer.
+        /// A call was accepted: arm its deadline if `timeoutMs` > 0, and its
+        /// request timer unless the request arrives in the same read.
         case openCall(callID: UInt32, timeoutMs: UInt32)
         /// The request arrived: run the handler.
         case startHandler(callID: UInt32, payload: ByteBuffer, flags: FrameFlags)
@@ -88,7 +88,7 @@ struct ServerConnectionStateMachine<Waiter> {
         /// The connection is writable again: resume reading if a read was
         /// held, and write the sends that were waiting for it.
         case resumeReading(readHeld: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])])
-        /// The connection is open with no call: start the idle timer.
+        /// The preface arrived: start the (repeating) idle check.
         case startIdleTimer
     }
 
@@ -167,6 +167,7 @@ struct ServerConnectionStateMachine<Waiter> {
         return modifyActive { active in
             active.highestCallID = callID
             active.pingStrikes = 0
+            active.calledSinceIdleCheck = true
             if let lastCallID, callID > lastCallID {
                 return .refuseCall(callID: callID, status: CallStatus(
                     code: StatusCode.unavailable.rawValue, message: "server is shutting down; call \(callID) was not started"))
@@ -331,9 +332,16 @@ struct ServerConnectionStateMachine<Waiter> {
         return updateCall(callID) { $0.requestTimedOut(after: timeout) }
     }
 
-    /// The idle timer fired: GOAWAY and close if still no call is open.
-    mutating func idleTimedOut() -> Action {
-        guard case .active(let active) = state, active.calls.isEmpty else { return .none }
+    /// The idle check runs every ``ServerLimits/idleTimeout``: GOAWAY and close
+    /// when no call is open and none was opened since the previous check (so a
+    /// connection goes after between one and two idle periods without a call,
+    /// and no timer is touched per call).
+    mutating func idleCheckDue() -> Action {
+        let idle = modifyActive { active -> Bool in
+            defer { active.calledSinceIdleCheck = false }
+            return active.calls.isEmpty && !active.calledSinceIdleCheck
+        }
+        guard idle == true, case .active(let active) = state else { return .none }
         state = .closed
         let seconds = limits.idleTimeout.map { $0.nanoseconds / 1_000_000_000 } ?? 0
         return .closeConnection(goAway: GoAway(lastCallID: active.highestCallID, code: StatusCode.ok.rawValue,
@@ -463,8 +471,6 @@ struct ServerConnectionStateMachine<Waiter> {
         case .draining(let active, _) where active.calls.isEmpty:
             state = .closed
             then = .close
-        case .active(let active) where active.calls.isEmpty:
-            then = .startIdleTimer
         default:
             then = .none
         }

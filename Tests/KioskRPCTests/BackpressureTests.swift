@@ -83,6 +83,39 @@ import Testing
         }
     }
 
+    @Test func whatACallHoldsIsReleasedOnlyOnceItsBytesHaveLeft() async throws {
+        let probe = Probe()
+        // Default 1 MiB high-water mark: the handler queues its 4 × 64 KiB at once and returns.
+        let configuration = ServerConfiguration(
+            shutdownGracePeriod: .seconds(1),
+            transportConfigurator: { channel in channel.setOption(.socketOption(.so_sndbuf), value: 16 * 1024) })
+        try await withServer(probe: probe, configuration: configuration) { server, _ in
+            try await RawPeer.with(port: try #require(server.port), receiveBuffer: 16 * 1024) { peer in
+                var opening = ByteBuffer(bytes: Frame.preface)
+                Frame.headers(1, TestService.prefix + "Tail").write(to: &opening)
+                Frame.request(1, Ping(opaque: 4)).write(to: &opening)
+                try await peer.send(Array(opening.readableBytesView))
+                let events = probe.events.makeAsyncIterator()
+                var iterator = events
+                // The handler has returned: 256 KiB are queued, far more than the kernel's 32 KiB of buffers.
+                #expect(await iterator.next() == .started(4))
+                // Its TRAILERS are queued behind the 256 KiB (the reading below runs on the same loop, after them):
+                // bytes are still waiting, and what the call held is not released yet.
+                let waiting = await server.statistics()
+                #expect(waiting.largestBufferedOutboundBytes > 0)
+                #expect(probe.sent.withLockedValue { $0 } == 0, "released while its bytes were still queued")
+                // Only now does the peer read; the release comes once the last frame is written.
+                var messages = 0
+                while let frame = try await peer.readFrame() {
+                    if frame.type == .message { messages += 1 }
+                    if frame.type == .trailers { break }
+                }
+                #expect(messages == 4)
+                #expect(await iterator.next() == .finished(4), "released once the last frame was written, and not before")
+            }
+        }
+    }
+
     @Test func serverIgnoringTheWindowFailsTheClientsCall() async throws {
         // A "server" that answers any call with 2 MiB of MESSAGEs at once, past the client's 1 MiB window.
         let rogue = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)

@@ -128,19 +128,22 @@ import Testing
         check(goAway(of: other.receivedMessage(callID: 0, payload: ByteBuffer(), flags: [])) != nil, "call id 0")
     }
 
-    @Test func lastCallEndingStartsTheIdleTimerWhichClosesAnIdleConnection() {
+    @Test func idleCheckClosesAConnectionWithNoCallSinceTheLastCheck() {
         var machine = active()
         open(&machine, 1)
+        check(machine.idleCheckDue().isNone, "a call is open")
         guard case .endCall(let ended) = machine.deadlineExpired(callID: 1, timeoutMs: 10) else { Issue.record("deadline"); return }
-        #expect(ended.then == .startIdleTimer && ended.ending.status?.code == StatusCode.deadlineExceeded.rawValue)
-        let idle = machine.idleTimedOut()
+        #expect(ended.then == .none && ended.ending.status?.code == StatusCode.deadlineExceeded.rawValue)
+        open(&machine, 3)
+        _ = machine.receivedCancel(callID: 3)
+        check(machine.idleCheckDue().isNone, "no call open, but one was opened since the last check")
+        let idle = machine.idleCheckDue()
         #expect(closes(idle) && goAway(of: idle)?.code == 0)
     }
 
-    @Test func idleTimerDoesNothingWhileACallIsOpen() {
+    @Test func requestTimeoutEndsACallStillWaitingForItsRequest() {
         var machine = active()
         open(&machine, 1)
-        check(machine.idleTimedOut().isNone)
         guard case .endCall(let ended) = machine.requestTimedOut(callID: 1) else { Issue.record("request timeout"); return }
         #expect(ended.ending.status?.message.contains("no request message") == true)
     }

@@ -147,6 +147,17 @@ struct TestService: RPCService {
         router.registerUnary(Self.prefix + "Blob", request: MetadataEntry.self, response: MetadataEntry.self) { request, _ in
             MetadataEntry(key: request.key, value: String(repeating: "kiosk ", count: Int(request.value) ?? 0))
         }
+        // Streams `opaque` messages of 64 KiB; reports .started when its handler returns and
+        // .finished once the call's last frame has left for the socket (`whenFinished`).
+        router.registerServerStreaming(Self.prefix + "Tail", request: Ping.self, response: MetadataEntry.self) { request, writer, _ in
+            writer.whenFinished {
+                probe.sent.withLockedValue { $0 = -1 }
+                probe.emit(.finished(request.opaque))
+            }
+            let chunk = MetadataEntry(key: "chunk", binaryValue: Array(repeating: 0xCD, count: 64 * 1024))
+            for _ in 0..<request.opaque { try await writer.send(chunk) }
+            probe.emit(.started(request.opaque))
+        }
         // Streams `opaque` messages of 64 KiB, counting those sent.
         router.registerServerStreaming(Self.prefix + "Flood", request: Ping.self, response: MetadataEntry.self) { request, writer, _ in
             let chunk = MetadataEntry(key: "chunk", binaryValue: Array(repeating: 0xAB, count: 64 * 1024))
