@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "KioskTesting", targets: ["KioskTesting"]),
         .executable(name: "kiosk", targets: ["kiosk"]),
         .executable(name: "kiosk-bench", targets: ["kiosk-bench"]),
+        .executable(name: "kiosk-fuzz", targets: ["kiosk-fuzz"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -142,6 +143,22 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
+        ),
+        // libFuzzer's LLVMFuzzerRunDriver, declared for kiosk-fuzz (header only).
+        .systemLibrary(name: "CLibFuzzer"),
+        // libFuzzer target for the frame and message decoders (Scripts/fuzz.sh);
+        // a normal build is a corpus replayer.
+        .executableTarget(
+            name: "kiosk-fuzz",
+            dependencies: [
+                "KioskWire", "KioskAPI", "CLibFuzzer",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "KioskFuzzTests",
+            dependencies: ["kiosk-fuzz"]
         ),
         .testTarget(
             name: "KioskBenchTests",

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test of the package (unit, wire-contract and end-to-end on
 # 127.0.0.1), installing the system libraries first when they are missing.
+# With no arguments it also fuzzes the wire decoders for 30 s first
+# (Scripts/fuzz.sh; longer runs: Scripts/fuzz.sh SECONDS). Arguments go to
+# `swift test` (e.g. --filter WireContractTests) and skip the fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./Scripts/setup.sh
 swift build --build-tests
+if [ $# -eq 0 ]; then
+  ./Scripts/fuzz.sh 30
+fi
 swift test --skip-build "$@"

@@ -47,8 +47,7 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         case .send(let id, let retire):
             call.phase = .opened(id)
             guard let context else { return }
-            context.write(wrapOutboundOut(Frame(type: .headers, callID: id, message: headers, allocator: context.channel.allocator)), promise: nil)
-            context.writeAndFlush(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
+            // The deadline first: a failed write closes the channel (and clears deadlines) inside the flush.
             if let timeout, let loopBoundSelf {
                 let method = call.method
                 deadlines[id] = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
@@ -58,6 +57,8 @@ final class ClientConnectionHandler: ChannelInboundHandler {
                         .deadlineExceeded, "deadline of \(timeout) exceeded calling \(method)", source: .local)))
                 }
             }
+            context.write(wrapOutboundOut(Frame(type: .headers, callID: id, message: headers, allocator: context.channel.allocator)), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
             if retire { markUnusable() }
         }
     }
@@ -120,6 +121,12 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         for deadline in deadlines.values { deadline.cancel() }
         deadlines.removeAll()
         context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        // The handler refers to itself through this box (for deadlines): let it go.
+        self.loopBoundSelf = nil
     }
 
     // MARK: Executing actions

@@ -37,6 +37,9 @@ struct ServerCallStateMachine<Waiter> {
         var window: OutboundFlowWindow
         /// Sends waiting for window or writability, oldest first.
         var waiting: [PendingSend] = []
+        /// The handler returned while the connection was unwritable: its
+        /// response and TRAILERS wait for writability too.
+        var heldCompletion: (payload: ByteBuffer, flags: FrameFlags)??
     }
 
     /// How a call ends: the TRAILERS to send (none when cancelled or the
@@ -63,6 +66,14 @@ struct ServerCallStateMachine<Waiter> {
         case suspend
         /// The call has ended: fail the sender.
         case fail(Waiter)
+    }
+
+    enum OnFinish {
+        /// Write the response and TRAILERS now.
+        case end(Ending)
+        /// The connection is unwritable: the completion waits for it.
+        case held
+        case none
     }
 
     enum OnWindowUpdate {
@@ -138,31 +149,52 @@ struct ServerCallStateMachine<Waiter> {
         }
     }
 
-    /// The connection became writable again: the waiting sends the window allows.
-    mutating func connectionBecameWritable() -> [PendingSend] {
-        guard case .running(var running) = state, !running.waiting.isEmpty else { return [] }
+    /// The connection is writable: the waiting sends the window allows, up to
+    /// `budget` bytes (taken off it), then a held completion once no send waits.
+    mutating func connectionBecameWritable(budget: inout Int) -> (sends: [PendingSend], ending: Ending?) {
+        guard case .running(var running) = state, !running.waiting.isEmpty || running.heldCompletion != nil else { return ([], nil) }
         state = .closed  // hold no second reference to `waiting` while it changes
-        let ready = Self.takeSendable(&running)
+        let ready = Self.takeSendable(&running, budget: &budget)
+        if running.waiting.isEmpty, budget > 0, let completion = running.heldCompletion {
+            budget -= completion?.payload.readableBytes ?? 0
+            var ending = end(status: CallStatus(code: StatusCode.ok.rawValue))
+            ending.response = completion
+            return (ready, ending)
+        }
         state = .running(running)
-        return ready
+        return (ready, nil)
     }
 
     private static func takeSendable(_ running: inout Running) -> [PendingSend] {
+        var unlimited = Int.max
+        return takeSendable(&running, budget: &unlimited)
+    }
+
+    private static func takeSendable(_ running: inout Running, budget: inout Int) -> [PendingSend] {
         var ready: [PendingSend] = []
-        while running.window.isOpen, !running.waiting.isEmpty {
+        while running.window.isOpen, !running.waiting.isEmpty, budget > 0 {
             let send = running.waiting.removeFirst()
             running.window.didSend(bytes: send.payload.readableBytes)
+            budget -= send.payload.readableBytes
             ready.append(send)
         }
         return ready
     }
 
-    /// The handler returned: its response (unary) and TRAILERS OK.
-    mutating func handlerFinished(response: (payload: ByteBuffer, flags: FrameFlags)?) -> Ending? {
-        guard case .running = state else { return nil }
+    /// The handler returned: its response (unary) and TRAILERS OK, now, or
+    /// once the connection is writable (a response is never queued behind a
+    /// peer that is not reading).
+    mutating func handlerFinished(response: (payload: ByteBuffer, flags: FrameFlags)?, connectionWritable: Bool) -> OnFinish {
+        guard case .running(var running) = state, running.heldCompletion == nil else { return .none }
+        guard connectionWritable, running.waiting.isEmpty else {
+            state = .closed
+            running.heldCompletion = .some(response)
+            state = .running(running)
+            return .held
+        }
         var ending = end(status: CallStatus(code: StatusCode.ok.rawValue))
         ending.response = response
-        return ending
+        return .end(ending)
     }
 
     /// The handler threw, or the runtime refused the call (authentication,

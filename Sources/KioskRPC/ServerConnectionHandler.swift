@@ -13,16 +13,22 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     typealias OutboundOut = Frame
     typealias StateMachine = ServerConnectionStateMachine<CheckedContinuation<Void, Error>>
 
-    /// What a call holds besides its state: its method, context, task and timers.
-    private struct CallResources {
-        var method: RPCRouter.Method
-        var context: ServerContext
-        var timeoutMs: UInt32
+    /// What a call holds besides its state: its method, context, task and
+    /// timers. A class, so the handler changes it in place instead of copying
+    /// it in and out of the table.
+    private final class CallResources {
+        let method: RPCRouter.Method
+        let context: ServerContext
         var task: Task<Void, Never>?
         var deadlineTimer: Scheduled<Void>?
         var requestTimer: Scheduled<Void>?
         /// Run once the call's last frame has been written to the socket (or the connection is gone).
         var whenWritten: [@Sendable () -> Void] = []
+
+        init(method: RPCRouter.Method, context: ServerContext) {
+            self.method = method
+            self.context = context
+        }
 
         func cancel() {
             task?.cancel()
@@ -81,6 +87,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         handshakeTimer?.cancel()
         idleCheck?.cancel()
         self.context = nil
+        // The handler refers to itself through this box (for timers and calls): let it go.
+        self.loopBoundSelf = nil
     }
 
     // MARK: Inbound
@@ -145,7 +153,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 method: headers.method, metadata: headers.metadata,
                 deadline: timeoutMs > 0 ? .now + .milliseconds(Int(timeoutMs)) : nil,
                 callID: callID, remoteAddress: remoteAddress, baseLogger: logger, shutdown: shutdown)
-            resources[callID] = CallResources(method: method, context: serverContext, timeoutMs: timeoutMs)
+            resources[callID] = CallResources(method: method, context: serverContext)
         }
         perform(action)
     }
@@ -214,8 +222,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// Runs `body` once call `callID` has ended and its last frame has been
     /// written to the socket; at once if it has already ended.
     func whenWritten(callID: UInt32, _ body: @escaping @Sendable () -> Void) {
-        guard resources[callID] != nil else { return body() }
-        resources[callID]?.whenWritten.append(body)
+        guard let call = resources[callID] else { return body() }
+        call.whenWritten.append(body)
     }
 
     func handlerFinished(callID: UInt32, response: (payload: ByteBuffer, flags: FrameFlags)?) {
@@ -246,17 +254,12 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         case .startHandler(let callID, let payload, let flags):
             startHandler(callID: callID, payload: payload, flags: flags)
         case .refuseCall(let callID, let status):
-            write(.trailers, callID: callID, message: status)
+            write(.trailers, callID: callID, message: status.bounded)
             flush()
         case .endCall(let ended):
-            end(ended)
+            let written = end(ended)
             flush()
-            switch ended.then {
-            case .none: break
-            case .close:
-                context?.flush()
-                context?.close(promise: nil)
-            }
+            if ended.then == .close { closeAfter(written) }
         case .writeMessages(let callID, let sends):
             for send in sends { write(.message, callID: callID, flags: send.flags, payload: send.payload) }
             flush()
@@ -269,26 +272,51 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
             flush()
         case .closeConnection(let goAway, let endedCalls):
             for ended in endedCalls { end(ended) }
-            if let goAway {
-                if goAway.code != StatusCode.ok.rawValue { logger.info("closing connection from \(remoteAddress): \(goAway.message)") }
-                write(.goAway, callID: 0, message: goAway)
+            guard let goAway, let context else {
+                context?.flush()
+                context?.close(promise: nil)
+                return
             }
-            context?.flush()
-            context?.close(promise: nil)
-        case .resumeReading(let readHeld, let writes):
+            let frame = Frame(type: .goAway, callID: 0, message: goAway, allocator: context.channel.allocator)
+            if goAway.code == StatusCode.ok.rawValue {
+                // Graceful (idle, shutdown): close once the GOAWAY has been written, not dropping what is queued before it.
+                let written = context.eventLoop.makePromise(of: Void.self)
+                context.writeAndFlush(wrapOutboundOut(frame), promise: written)
+                closeAfter(written.futureResult)
+            } else {
+                logger.info("closing connection from \(remoteAddress): \(goAway.message)")
+                context.write(wrapOutboundOut(frame), promise: nil)
+                context.flush()
+                context.close(promise: nil)
+            }
+        case .resumeReading(let readHeld, let writes, let endedCalls, let more):
             for (callID, sends) in writes {
                 for send in sends { write(.message, callID: callID, flags: send.flags, payload: send.payload) }
             }
-            if !writes.isEmpty { context?.flush() }
+            var lastWritten: EventLoopFuture<Void>?
+            var closes = false
+            for ended in endedCalls {
+                lastWritten = end(ended) ?? lastWritten
+                closes = closes || ended.then == .close
+            }
+            context?.flush()
             for (_, sends) in writes { for send in sends { send.waiter.resume() } }
+            if closes {
+                closeAfter(lastWritten)
+                return
+            }
             if readHeld { context?.read() }
+            // Released at most a high-water mark's worth: ask for more while the channel takes it.
+            if more, context?.channel.isWritable == true {
+                perform(machine.writabilityChanged(writable: true))
+            }
         case .startIdleTimer:
             startIdleTimer()
         }
     }
 
     private func startHandler(callID: UInt32, payload: ByteBuffer, flags: FrameFlags) {
-        guard var call = resources[callID], let loopBoundSelf, let codec else { return }
+        guard let call = resources[callID], let loopBoundSelf, let codec else { return }
         call.requestTimer?.cancel()
         call.requestTimer = nil
         let serverCall = ServerCall(id: callID, context: call.context, codec: codec,
@@ -311,29 +339,47 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         } else {
             call.task = Task(operation: body)
         }
-        resources[callID] = call
     }
 
-    /// Stops an ended call's task and timers, writes what it ends with and fails its waiting sends.
-    private func end(_ ended: StateMachine.CallEnded) {
-        resources[ended.callID]?.cancel()
+    /// Closes the connection once `written` completes (at once without it):
+    /// a graceful close must not drop frames queued before it.
+    private func closeAfter(_ written: EventLoopFuture<Void>?) {
+        guard let context else { return }
+        context.flush()
+        guard let written else {
+            context.close(promise: nil)
+            return
+        }
+        let channel = context.channel
+        written.whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    /// Stops an ended call's task and timers, writes what it ends with and
+    /// fails its waiting sends; returns the future of its TRAILERS' write.
+    @discardableResult
+    private func end(_ ended: StateMachine.CallEnded) -> EventLoopFuture<Void>? {
+        let resources = self.resources.removeValue(forKey: ended.callID)
+        resources?.cancel()
         if let response = ended.ending.response {
             write(.message, callID: ended.callID, flags: response.flags, payload: response.payload)
         }
-        let whenWritten = resources.removeValue(forKey: ended.callID).map(\.whenWritten) ?? []
+        let whenWritten = resources?.whenWritten ?? []
+        var written: EventLoopFuture<Void>?
         if let status = ended.ending.status, let context {
-            let trailers = Frame(type: .trailers, callID: ended.callID, message: status, allocator: context.channel.allocator)
-            if whenWritten.isEmpty {
+            let trailers = Frame(type: .trailers, callID: ended.callID, message: status.bounded, allocator: context.channel.allocator)
+            if whenWritten.isEmpty && ended.then != .close {
                 context.write(wrapOutboundOut(trailers), promise: nil)
             } else {
-                let written = context.eventLoop.makePromise(of: Void.self)
-                written.futureResult.whenComplete { _ in for body in whenWritten { body() } }
-                context.write(wrapOutboundOut(trailers), promise: written)
+                let promise = context.eventLoop.makePromise(of: Void.self)
+                promise.futureResult.whenComplete { _ in for body in whenWritten { body() } }
+                context.write(wrapOutboundOut(trailers), promise: promise)
+                written = promise.futureResult
             }
         } else {
             for body in whenWritten { body() }
         }
         for waiter in ended.ending.waiters { waiter.resume(throwing: CancellationError()) }
+        return written
     }
 
     private func startIdleTimer() {
@@ -352,8 +398,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     /// Arms the request timer of a call still waiting for its request.
     private func armRequestTimer(_ callID: UInt32) {
-        guard resources[callID] != nil, resources[callID]?.task == nil else { return }
-        resources[callID]?.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
+        guard let call = resources[callID], call.task == nil else { return }
+        call.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
     }
 
     /// Runs `event` on the machine after `delay` and performs its action.
@@ -382,5 +428,23 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         } else {
             context?.flush()
         }
+    }
+}
+
+extension CallStatus {
+    /// The longest status message the server sends, in UTF-8 bytes: a status
+    /// never echoes a large request back, and stays far under a client's
+    /// 16 KiB TRAILERS limit.
+    static let maximumMessageBytes = 1024
+
+    /// This status with its message cut to ``maximumMessageBytes``.
+    var bounded: CallStatus {
+        guard message.utf8.count > Self.maximumMessageBytes else { return self }
+        var copy = self
+        var cut = String(decoding: message.utf8.prefix(Self.maximumMessageBytes - 3), as: UTF8.self)
+        // A character split by the cut decodes as U+FFFD: drop it.
+        while cut.hasSuffix("\u{FFFD}") { cut.removeLast() }
+        copy.message = cut + "…"
+        return copy
     }
 }

@@ -43,7 +43,7 @@ struct ServerConnectionStateMachine<Waiter> {
         /// PINGs that came too soon, with no HEADERS since the last PING.
         var pingStrikes = 0
         var lastPing: NIODeadline?
-        /// A call was opened since the idle check last ran.
+        /// A call was opened or ended since the idle check last ran.
         var calledSinceIdleCheck = false
         /// False while the outbound buffer is over its high-water mark.
         var writable = true
@@ -85,9 +85,11 @@ struct ServerConnectionStateMachine<Waiter> {
         /// End these calls (writing the TRAILERS they carry), send `goAway` if
         /// any, flush and close the connection.
         case closeConnection(goAway: GoAway?, endedCalls: [CallEnded])
-        /// The connection is writable again: resume reading if a read was
-        /// held, and write the sends that were waiting for it.
-        case resumeReading(readHeld: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])])
+        /// The connection is writable again: write the sends and end the calls
+        /// whose completions were waiting for it (at most a high-water mark's
+        /// worth), resume reading if a read was held; if `more` is left, ask
+        /// again while the channel stays writable.
+        case resumeReading(readHeld: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])], ended: [CallEnded], more: Bool)
         /// The preface arrived: start the (repeating) idle check.
         case startIdleTimer
     }
@@ -254,7 +256,8 @@ struct ServerConnectionStateMachine<Waiter> {
     mutating func receivedPing(payload: ByteBuffer, now: NIODeadline) -> Action {
         let limits = self.limits
         let struckOut = modifyActive { active -> Bool in
-            if let last = active.lastPing, now - last < limits.minimumPingInterval {
+            // A PING while calls are open is keepalive for them, never a strike.
+            if active.calls.isEmpty, let last = active.lastPing, now - last < limits.minimumPingInterval {
                 active.pingStrikes += 1
             }
             active.lastPing = now
@@ -313,7 +316,11 @@ struct ServerConnectionStateMachine<Waiter> {
 
     /// The handler of `callID` returned.
     mutating func handlerFinished(callID: UInt32, response: (payload: ByteBuffer, flags: FrameFlags)?) -> Action {
-        updateCall(callID) { $0.handlerFinished(response: response) }
+        let writable = activeState()?.writable ?? true
+        return updateCall(callID) { call in
+            if case .end(let ending) = call.handlerFinished(response: response, connectionWritable: writable) { return ending }
+            return nil
+        }
     }
 
     /// The handler of `callID` threw, or the runtime refused its request.
@@ -359,20 +366,30 @@ struct ServerConnectionStateMachine<Waiter> {
         } ?? true
     }
 
-    /// The channel's outbound buffer crossed a water mark.
+    /// The channel's outbound buffer crossed a water mark (or the handler
+    /// asks for more after a resume left some).
     mutating func writabilityChanged(writable: Bool) -> Action {
-        modifyActive { active -> Action in
+        let budgetSize = limits.outboundHighWaterMark
+        let result = modifyActive { active -> (held: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])], endings: [(UInt32, Call.Ending)], more: Bool)? in
             active.writable = writable
-            guard writable else { return .none }
+            guard writable else { return nil }
+            var budget = budgetSize
             var writes: [(callID: UInt32, sends: [Call.PendingSend])] = []
-            for id in active.calls.keys {
-                let ready = active.calls[id]?.connectionBecameWritable() ?? []
-                if !ready.isEmpty { writes.append((id, ready)) }
+            var endings: [(UInt32, Call.Ending)] = []
+            for id in active.calls.keys.sorted() {
+                guard budget > 0 else { break }
+                guard let (sends, ending) = active.calls[id]?.connectionBecameWritable(budget: &budget) else { continue }
+                if !sends.isEmpty { writes.append((id, sends)) }
+                if let ending { endings.append((id, ending)) }
             }
             let held = active.readHeld
             active.readHeld = false
-            return held || !writes.isEmpty ? .resumeReading(readHeld: held, writes: writes) : .none
-        } ?? .none
+            return (held, writes, endings, budget <= 0)
+        } ?? nil
+        guard let result else { return .none }
+        let ended = result.endings.map { id, ending in remove(id, ending) }
+        guard result.held || !result.writes.isEmpty || !ended.isEmpty else { return .none }
+        return .resumeReading(readHeld: result.held, writes: result.writes, ended: ended, more: result.more)
     }
 
     // MARK: Shutdown and close
@@ -451,7 +468,7 @@ struct ServerConnectionStateMachine<Waiter> {
         let ending = modifyActive { active -> Call.Ending? in
             guard var call = active.calls.removeValue(forKey: callID) else { return nil }
             let ending = event(&call)
-            if ending == nil { active.calls[callID] = call }
+            if ending == nil { active.calls[callID] = call } else { active.calledSinceIdleCheck = true }
             return ending
         } ?? nil
         guard let ending else { return .none }
@@ -460,7 +477,10 @@ struct ServerConnectionStateMachine<Waiter> {
 
     /// Removes an ended call and says what the connection does next.
     private mutating func remove(_ callID: UInt32, _ ending: Call.Ending) -> CallEnded {
-        _ = modifyActive { $0.calls.removeValue(forKey: callID) }
+        _ = modifyActive { active in
+            active.calls.removeValue(forKey: callID)
+            active.calledSinceIdleCheck = true
+        }
         return afterRemoval(callID, ending)
     }
 

@@ -23,13 +23,15 @@ public struct ServerLimits: Hashable, Sendable {
     /// Time a new connection has to send the preface; past it the connection
     /// is closed. Default 5 s.
     public var handshakeTimeout: TimeAmount
-    /// A connection with no call open for this long gets GOAWAY(0) and is
-    /// closed; nil keeps idle connections. Default 5 minutes.
+    /// A connection with no call opened or ended for between one and two of
+    /// these periods (checked once a period) gets GOAWAY(0) and is closed; nil
+    /// keeps idle connections. Default 5 minutes.
     public var idleTimeout: TimeAmount?
-    /// PINGs that arrive less than ``minimumPingInterval`` after the previous
-    /// one, with no call opened in between, are strikes; one strike more than
-    /// this ends the connection with GOAWAY(8, "too_many_pings"), as gRPC's
-    /// ENHANCE_YOUR_CALM. Default 2.
+    /// PINGs that arrive while no call is open, less than
+    /// ``minimumPingInterval`` after the previous one and with no call opened
+    /// in between, are strikes; one strike more than this ends the connection
+    /// with GOAWAY(8, "too_many_pings"), as gRPC's ENHANCE_YOUR_CALM. PINGs
+    /// while calls are open keep them alive and are never strikes. Default 2.
     public var maximumPingStrikes: Int
     /// See ``maximumPingStrikes``. Default 5 s (Kiosk's clients ping every 30 s).
     public var minimumPingInterval: TimeAmount

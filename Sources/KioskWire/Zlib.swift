@@ -54,7 +54,9 @@ public enum Zlib {
             throw WireError(.decompressionFailed, "zlib could not start inflating")
         }
         defer { inflateEnd(&stream) }
-        var output = allocator.buffer(capacity: min(max(input.readableBytes * 4, 256), limit + 1))
+        // One byte past the limit tells "exactly the limit" from "more"; clamped so Int.max cannot overflow.
+        let ceiling = limit == .max ? limit : limit + 1
+        var output = allocator.buffer(capacity: min(max(input.readableBytes * 4, 256), ceiling))
         let result: Result<Void, WireError> = input.withUnsafeReadableBytes { source in
             var placeholder: UInt8 = 0
             return withUnsafeMutablePointer(to: &placeholder) { fallback in
@@ -64,7 +66,7 @@ public enum Zlib {
                     if output.readableBytes > limit {
                         return .failure(WireError(.decompressedTooLarge, "compressed message inflates beyond the limit of \(limit) bytes"))
                     }
-                    let chunk = min(max(output.capacity - output.writerIndex, 16 * 1024), limit + 1 - output.readableBytes)
+                    let chunk = min(max(output.capacity - output.writerIndex, 16 * 1024), ceiling - output.readableBytes)
                     var status: Int32 = Z_OK
                     output.writeWithUnsafeMutableBytes(minimumWritableBytes: max(chunk, 1)) { destination in
                         stream.next_out = destination.baseAddress!.assumingMemoryBound(to: Bytef.self)

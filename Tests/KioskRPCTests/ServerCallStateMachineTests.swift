@@ -45,7 +45,7 @@ import Testing
         machine = Machine()
         check(machine.handlerFailed(status: CallStatus(code: 16))?.status?.code == 16, "authentication refused")
         machine = Machine()
-        check(machine.handlerFinished(response: nil) == nil, "no handler runs before the request")
+        check(machine.handlerFinished(response: nil, connectionWritable: true).isNone, "no handler runs before the request")
         guard case .fail(7) = machine.send(payload: bytes(1), flags: [], waiter: 7, connectionWritable: true) else {
             Issue.record("a send before the request fails")
             return
@@ -87,8 +87,9 @@ import Testing
         // A later send queues behind it even once writable: order is kept.
         guard case .suspend = machine.send(payload: bytes(10), flags: [], waiter: 2, connectionWritable: true) else { Issue.record("2"); return }
         guard case .none = machine.receivedWindowUpdate(increment: 1, connectionWritable: false) else { Issue.record("3"); return }
-        check(machine.connectionBecameWritable().map(\.waiter) == [1, 2])
-        check(machine.connectionBecameWritable().isEmpty)
+        var budget = Int.max
+        check(machine.connectionBecameWritable(budget: &budget).sends.map(\.waiter) == [1, 2])
+        check(machine.connectionBecameWritable(budget: &budget).sends.isEmpty)
     }
 
     @Test func windowPastTwoToTheThirtyOneIsAnOverflow() {
@@ -115,10 +116,34 @@ import Testing
 
     @Test func handlerFinishingSendsResponseAndOK() {
         var machine = running()
-        let ending = machine.handlerFinished(response: (bytes(4), .compressed))
-        #expect(ending?.status?.code == 0)
-        #expect(ending?.response?.payload.readableBytes == 4 && ending?.response?.flags == .compressed)
+        guard case .end(let ending) = machine.handlerFinished(response: (bytes(4), .compressed), connectionWritable: true) else {
+            Issue.record("expected end")
+            return
+        }
+        #expect(ending.status?.code == 0)
+        #expect(ending.response?.payload.readableBytes == 4 && ending.response?.flags == .compressed)
         #expect(machine.isClosed)
+    }
+
+    @Test func unaryCompletionWaitsForWritability() {
+        var machine = running(window: 1000)
+        guard case .held = machine.handlerFinished(response: (bytes(500), []), connectionWritable: false) else { Issue.record("held"); return }
+        check(!machine.isClosed)
+        check(machine.handlerFinished(response: nil, connectionWritable: true).isNone, "completes once")
+        var budget = 100
+        let (sends, ending) = machine.connectionBecameWritable(budget: &budget)
+        #expect(sends.isEmpty && ending?.status?.code == 0 && ending?.response?.payload.readableBytes == 500)
+        #expect(budget == -400)
+        check(machine.isClosed)
+    }
+
+    @Test func releaseOnWritabilityStopsAtTheBudget() {
+        var machine = running(window: 10_000)
+        for waiter in 1...4 { _ = machine.send(payload: bytes(100), flags: [], waiter: waiter, connectionWritable: false) }
+        var budget = 150
+        #expect(machine.connectionBecameWritable(budget: &budget).sends.map(\.waiter) == [1, 2], "the second send takes the budget below zero")
+        budget = 1_000
+        #expect(machine.connectionBecameWritable(budget: &budget).sends.map(\.waiter) == [3, 4])
     }
 
     @Test func closedIgnoresEverything() {
@@ -127,8 +152,9 @@ import Testing
         guard case .none = machine.receivedMessage(payload: bytes(1), flags: []) else { Issue.record("message"); return }
         guard case .fail(9) = machine.send(payload: bytes(1), flags: [], waiter: 9, connectionWritable: true) else { Issue.record("send"); return }
         guard case .none = machine.receivedWindowUpdate(increment: 1, connectionWritable: true) else { Issue.record("window"); return }
-        check(machine.connectionBecameWritable().isEmpty)
-        check(machine.handlerFinished(response: nil) == nil)
+        var budget = Int.max
+        check(machine.connectionBecameWritable(budget: &budget).sends.isEmpty)
+        check(machine.handlerFinished(response: nil, connectionWritable: true).isNone)
         check(machine.handlerFailed(status: CallStatus(code: 2)) == nil)
         check(machine.receivedCancel() == nil)
         check(machine.deadlineExpired(timeoutMs: 1) == nil)
@@ -138,3 +164,10 @@ import Testing
     }
 }
 
+
+extension ServerCallStateMachine.OnFinish {
+    var isNone: Bool {
+        if case .none = self { return true }
+        return false
+    }
+}

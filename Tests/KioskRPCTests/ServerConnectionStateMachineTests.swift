@@ -166,31 +166,50 @@ import Testing
         check(machine.writabilityChanged(writable: false).isNone)
         check(!machine.readRequested(), "the peer is not reading: stop reading from it")
         guard case .suspend = machine.send(callID: 1, payload: ByteBuffer(), flags: [], waiter: 4) else { Issue.record("suspend"); return }
-        guard case .resumeReading(true, let writes) = machine.writabilityChanged(writable: true) else { Issue.record("resume"); return }
+        guard case .resumeReading(true, let writes, let ended, false) = machine.writabilityChanged(writable: true) else { Issue.record("resume"); return }
+        #expect(ended.isEmpty)
         #expect(writes.count == 1 && writes[0].callID == 1 && writes[0].sends.map(\.waiter) == [4])
         check(machine.readRequested())
         guard case .fail(5) = machine.send(callID: 99, payload: ByteBuffer(), flags: [], waiter: 5) else { Issue.record("unknown call"); return }
     }
 
+    @Test func unaryCompletionsWaitForWritabilityAndEndOnIt() {
+        var machine = active()
+        open(&machine, 1)
+        _ = machine.receivedMessage(callID: 1, payload: ByteBuffer(), flags: .endStream)
+        _ = machine.writabilityChanged(writable: false)
+        check(machine.handlerFinished(callID: 1, response: (ByteBuffer(repeating: 1, count: 10), [])).isNone, "held while unwritable")
+        check(machine.openCalls == 1)
+        guard case .resumeReading(_, let writes, let ended, _) = machine.writabilityChanged(writable: true) else { Issue.record("resume"); return }
+        #expect(writes.isEmpty && ended.map(\.callID) == [1])
+        #expect(ended.first?.ending.response?.payload.readableBytes == 10)
+        check(machine.openCalls == 0)
+    }
+
     // MARK: PINGs
 
-    @Test func pingsWithoutCallsStrikeOutButSpacedPingsAndCallsReset() {
+    @Test func pingsWithoutCallsStrikeOutButSpacedPingsCallsAndOpenCallsDoNot() {
         var machine = active()
         let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
-        guard case .sendPong = machine.receivedPing(payload: ByteBuffer(), now: start) else { Issue.record("first"); return }
-        guard case .sendPong = machine.receivedPing(payload: ByteBuffer(), now: start + .seconds(1)) else { Issue.record("strike 1"); return }
-        guard case .sendPong = machine.receivedPing(payload: ByteBuffer(), now: start + .seconds(2)) else { Issue.record("strike 2"); return }
-        // A call in between resets the strikes.
+        let ping = { (machine: inout Machine, seconds: Int64) -> Machine.Action in
+            machine.receivedPing(payload: ByteBuffer(), now: start + .seconds(seconds))
+        }
+        guard case .sendPong = ping(&machine, 0) else { Issue.record("first"); return }
+        guard case .sendPong = ping(&machine, 1) else { Issue.record("strike 1"); return }
+        guard case .sendPong = ping(&machine, 2) else { Issue.record("strike 2"); return }
+        // A call in between resets the strikes; while it is open, PINGs are its keepalive.
         open(&machine, 1)
-        guard case .sendPong = machine.receivedPing(payload: ByteBuffer(), now: start + .seconds(3)) else { Issue.record("strike 1 after reset"); return }
+        for second in 3..<20 {
+            guard case .sendPong = ping(&machine, Int64(second)) else { Issue.record("keepalive of an open call at \(second) s"); return }
+        }
+        _ = machine.receivedCancel(callID: 1)
+        guard case .sendPong = ping(&machine, 20) else { Issue.record("strike 1 after the call"); return }
         // A spaced PING is no strike.
-        guard case .sendPong = machine.receivedPing(payload: ByteBuffer(), now: start + .seconds(9)) else { Issue.record("spaced"); return }
-        guard case .sendPong = machine.receivedPing(payload: ByteBuffer(), now: start + .seconds(10)) else { Issue.record("strike 2"); return }
-        let calm = machine.receivedPing(payload: ByteBuffer(), now: start + .seconds(11))
+        guard case .sendPong = ping(&machine, 26) else { Issue.record("spaced"); return }
+        guard case .sendPong = ping(&machine, 27) else { Issue.record("strike 2"); return }
+        let calm = ping(&machine, 28)
         #expect(goAway(of: calm)?.code == StatusCode.resourceExhausted.rawValue)
         #expect(goAway(of: calm)?.message.hasPrefix("too_many_pings") == true)
-        guard case .closeConnection(_, let ended) = calm else { return }
-        #expect(ended.map(\.callID) == [1])
     }
 
     // MARK: draining

@@ -228,6 +228,32 @@ final class RawSocket {
         #expect(growth < 8 * Self.mib, "peak RSS grew by \(growth / 1024) KiB")
     }
 
+    @Test func statusesNeverEchoALargeRequestBack() async throws {
+        let growth = try await attacking("10 Health checks naming a 4 MiB service") { port, _ in
+            // Health needs no token and names an unknown service in its NOT_FOUND status.
+            let request = HealthCheckRequest(service: String(repeating: "s", count: 4 * Self.mib - 64))
+            var encoded = ByteBuffer()
+            request.serialize(into: &encoded)
+            let bomb = Zlib.compress(encoded, level: 9)
+            let socket = try RawSocket(port: port)
+            var frames: [Frame] = []
+            for index in 0..<10 {
+                let id = UInt32(index + 1)
+                frames.append(Self.headers(id, "/kiosk.rpc.v1.Health/Check"))
+                frames.append(Frame(type: .message, flags: [.endStream, .compressed], callID: id, payload: bomb))
+            }
+            #expect(socket.send(frames, preface: true))
+            var answered = 0
+            while answered < 10, let frame = socket.readFrame() {
+                guard frame.type == .trailers else { continue }
+                answered += 1
+                #expect(frame.payload.readableBytes < 1200, "a TRAILERS of \(frame.payload.readableBytes) bytes")
+            }
+            #expect(answered == 10)
+        }
+        #expect(growth < 24 * Self.mib, "peak RSS grew by \(growth / 1024) KiB")
+    }
+
     @Test func compressedRequestsWithoutAValidTokenAreNeverInflated() async throws {
         var cpu = 0.0
         let growth = try await attacking("200 zlib bombs without a token") { port, pid in
