@@ -25,6 +25,8 @@ public final class RPCServer: Sendable {
         var connections: [ObjectIdentifier: Connection] = [:]
         /// Every accepted connection counted against the cap, until it closes.
         var admitted: Set<ObjectIdentifier> = []
+        /// Runs every connection's idle check once per ``ServerLimits/idleTimeout``.
+        var idleSweep: RepeatedTask?
         var shuttingDown = false
     }
 
@@ -98,7 +100,19 @@ public final class RPCServer: Sendable {
                 }
             }
         let listener = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
-        state.withLockedValue { $0.listener = listener }
+        // One idle sweep for the whole server rather than a timer per connection.
+        let idleSweep = configuration.limits.idleTimeout.map { period in
+            group.next().scheduleRepeatedTask(initialDelay: period, delay: period) { [state] _ in
+                let connections = state.withLockedValue { Array($0.connections.values) }
+                for connection in connections {
+                    connection.handler.eventLoop.execute { connection.handler.value.idleCheck() }
+                }
+            }
+        }
+        state.withLockedValue {
+            $0.listener = listener
+            $0.idleSweep = idleSweep
+        }
         logger.info("listening on \(configuration.host):\(listener.localAddress?.port ?? 0)")
     }
 
@@ -178,9 +192,10 @@ public final class RPCServer: Sendable {
         try? await eitherPromise.futureResult.get()
         graceOver.cancel()
 
-        let (listener, remaining) = state.withLockedValue { state in
-            (state.listener, Array(state.connections.values))
+        let (listener, remaining, idleSweep) = state.withLockedValue { state in
+            (state.listener, Array(state.connections.values), state.idleSweep)
         }
+        idleSweep?.cancel()
         for connection in remaining {
             connection.handler.eventLoop.execute { connection.handler.value.forceShutdown() }
         }

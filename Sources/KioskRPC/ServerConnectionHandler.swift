@@ -18,7 +18,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// it in and out of the table.
     private final class CallResources {
         let method: RPCRouter.Method
-        let context: ServerContext
+        /// Until the handler starts (it then lives in the ServerCall).
+        var context: ServerContext?
         var task: Task<Void, Never>?
         var deadlineTimer: Scheduled<Void>?
         var requestTimer: Scheduled<Void>?
@@ -51,7 +52,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private var executor: EventLoopTaskExecutor?
     private var remoteAddress = "unknown"
     private var handshakeTimer: Scheduled<Void>?
-    private var idleCheck: RepeatedTask?
     /// Calls opened in the current read batch: their request timers are armed
     /// at its end only if the request did not come with them (it usually does).
     private var openedInBatch: [UInt32] = []
@@ -85,7 +85,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         handshakeTimer?.cancel()
-        idleCheck?.cancel()
         self.context = nil
         // The handler refers to itself through this box (for timers and calls): let it go.
         self.loopBoundSelf = nil
@@ -177,7 +176,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         perform(machine.channelInactive())
         handshakeTimer?.cancel()
-        idleCheck?.cancel()
         context.fireChannelInactive()
     }
 
@@ -197,6 +195,12 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// Graceful shutdown: GOAWAY, let the open calls finish, refuse new ones, close when none is left.
     func beginGracefulShutdown() {
         perform(machine.beginGracefulShutdown())
+    }
+
+    /// The idle sweep (once every ``ServerLimits/idleTimeout``, from RPCServer):
+    /// GOAWAY and close if no call was opened or ended since the last one.
+    func idleCheck() {
+        perform(machine.idleCheckDue())
     }
 
     /// The grace period is over: end the remaining calls with UNAVAILABLE and close.
@@ -310,16 +314,15 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
             if more, context?.channel.isWritable == true {
                 perform(machine.writabilityChanged(writable: true))
             }
-        case .startIdleTimer:
-            startIdleTimer()
         }
     }
 
     private func startHandler(callID: UInt32, payload: ByteBuffer, flags: FrameFlags) {
-        guard let call = resources[callID], let loopBoundSelf, let codec else { return }
+        guard let call = resources[callID], let callContext = call.context, let loopBoundSelf, let codec else { return }
+        call.context = nil
         call.requestTimer?.cancel()
         call.requestTimer = nil
-        let serverCall = ServerCall(id: callID, context: call.context, codec: codec,
+        let serverCall = ServerCall(id: callID, context: callContext, codec: codec,
                                     compressResponses: flags.contains(.compressed), connection: loopBoundSelf)
         let method = call.method
         let body: @Sendable () async -> Void = {
@@ -380,14 +383,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         }
         for waiter in ended.ending.waiters { waiter.resume(throwing: CancellationError()) }
         return written
-    }
-
-    private func startIdleTimer() {
-        guard let timeout = limits.idleTimeout, idleCheck == nil, let context, let loopBoundSelf else { return }
-        idleCheck = context.eventLoop.scheduleRepeatedTask(initialDelay: timeout, delay: timeout) { _ in
-            let handler = loopBoundSelf.value
-            handler.perform(handler.machine.idleCheckDue())
-        }
     }
 
     private func armRequestTimers() {

@@ -90,8 +90,6 @@ struct ServerConnectionStateMachine<Waiter> {
         /// worth), resume reading if a read was held; if `more` is left, ask
         /// again while the channel stays writable.
         case resumeReading(readHeld: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])], ended: [CallEnded], more: Bool)
-        /// The preface arrived: start the (repeating) idle check.
-        case startIdleTimer
     }
 
     /// What a streaming send does.
@@ -136,7 +134,7 @@ struct ServerConnectionStateMachine<Waiter> {
             return .closeConnection(goAway: GoAway(lastCallID: 0, code: StatusCode.ok.rawValue, message: "server is shutting down"), endedCalls: [])
         }
         state = .active(Active())
-        return .startIdleTimer
+        return .none
     }
 
     /// The handshake timer fired: close unless the preface arrived.

@@ -2,7 +2,7 @@
 import KioskWire
 import Testing
 
-/// ClientConnectionStateMachine and ClientCallStateMachine, event by event.
+/// ClientConnectionStateMachine, event by event.
 @Suite struct ClientConnectionStateMachineTests {
     typealias Machine = ClientConnectionStateMachine<String>
 
@@ -104,18 +104,6 @@ import Testing
         check(machine.channelInactive(reason: nil).isNone)
         guard case .fail(let refused) = machine.openCall("b", method: "/t.S/M") else { Issue.record("closed"); return }
         #expect(refused.message.contains("keepalive"))
-    }
-
-    @Test func callMachineWalksItsStates() {
-        var call = ClientCallStateMachine(initialWindow: 10)
-        check(call.receivedMessage(bytes: 15) == .deliver)
-        check(call.receivedMessage(bytes: 1) == .windowExceeded(window: -5))
-        check(call.granted(6))
-        check(call.receivedMessage(bytes: 1) == .deliver)
-        check(call.close())
-        check(!call.close())
-        check(!call.granted(1))
-        check(call.receivedMessage(bytes: 1) == .ignore)
     }
 }
 

@@ -18,7 +18,7 @@ import Testing
 
     func active(_ limits: ServerLimits = Self.limits) -> Machine {
         var machine = Machine(limits: limits)
-        check(machine.prefaceReceived(shuttingDown: false).isStartIdleTimer)
+        check(machine.prefaceReceived(shuttingDown: false).isNone)
         return machine
     }
 
@@ -272,11 +272,6 @@ import Testing
 extension ServerConnectionStateMachine.Action {
     var isNone: Bool {
         if case .none = self { return true }
-        return false
-    }
-
-    var isStartIdleTimer: Bool {
-        if case .startIdleTimer = self { return true }
         return false
     }
 }
