@@ -16,13 +16,13 @@ import Testing
         func authenticate(_ context: ServerContext) async throws -> (any Sendable)? { nil }
     }
 
-    func makeChannel(limits: ServerLimits = Self.limits, preface: Bool = true) throws -> EmbeddedChannel {
+    func makeChannel(limits: ServerLimits = Self.limits, preface: Bool = true, shutdown: ShutdownFlag = ShutdownFlag()) throws -> EmbeddedChannel {
         var router = RPCRouter()
         router.registerUnary("/t.S/Echo", request: Ping.self, response: Ping.self) { request, _ in request }
         router.registerUnary("/t.S/Locked", request: Ping.self, response: Ping.self, authenticator: Locked()) { request, _ in request }
         let handler = ServerConnectionHandler(
             router: router, limits: limits, maximumMessageSize: 1024, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-            shutdown: ShutdownFlag(), runsHandlersOnEventLoop: false)
+            shutdown: shutdown, runsHandlersOnEventLoop: false)
         let channel = EmbeddedChannel()
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
@@ -155,10 +155,18 @@ import Testing
     }
 
     @Test func gracefulShutdownBeforeThePrefaceIsToldWhenItArrives() throws {
-        let channel = try makeChannel(preface: false)
+        let shutdown = ShutdownFlag()
+        let channel = try makeChannel(preface: false, shutdown: shutdown)
         let handler = try channel.pipeline.syncOperations.handler(type: ServerConnectionHandler.self)
+        shutdown.set()
         handler.beginGracefulShutdown()
-        #expect(try written(channel).isEmpty)
+        #expect(try written(channel).isEmpty, "nothing before the preface")
+        channel.pipeline.fireUserInboundEventTriggered(FrameDecoder.PrefaceReceived())
+        let goAway = try #require(try written(channel).first)
+        #expect(goAway.type == .goAway)
+        #expect(try goAway.decode(GoAway.self).code == 0)
+        channel.embeddedEventLoop.run()
+        #expect(!channel.isActive)
     }
 }
 
