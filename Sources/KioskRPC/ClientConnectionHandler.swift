@@ -142,9 +142,9 @@ final class ClientConnectionHandler: ChannelInboundHandler {
             stopDeadline(of: call)
             call.finish(status: status)
             if close { context?.close(promise: nil) }
-        case .abandon(let callID, let call, let error, let sendCancel, let close):
+        case .abandon(let callID, let call, let error, let close):
             stopDeadline(of: call)
-            if sendCancel, let context {
+            if let context {
                 context.writeAndFlush(wrapOutboundOut(Frame(type: .cancel, callID: callID)), promise: nil)
             }
             call.finish(throwing: error)

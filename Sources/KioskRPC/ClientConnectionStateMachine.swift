@@ -16,8 +16,8 @@ struct ClientConnectionStateMachine<Call> {
     enum State {
         /// New calls may be opened.
         case active(Active)
-        /// No new calls (the server said GOAWAY, or call ids ran out); open ones finish, then the connection closes.
-        case draining(Active)
+        /// No new calls (the server said GOAWAY, or call ids ran out: `reason`); open ones finish, then the connection closes.
+        case draining(Active, reason: RPCError)
         /// Closed, with the reason later calls are refused.
         case closed(reason: RPCError)
         /// Only while an event mutates `Active` in place (so the calls are never copied).
@@ -43,8 +43,8 @@ struct ClientConnectionStateMachine<Call> {
         case deliver(Call)
         /// End `call` with the server's status; close the connection after if `close`.
         case finish(Call, status: CallStatus, close: Bool)
-        /// End `call` with a local error, sending CANCEL first if `sendCancel`; close after if `close`.
-        case abandon(callID: UInt32, Call, error: RPCError, sendCancel: Bool, close: Bool)
+        /// Send CANCEL for `callID` and end `call` with a local error; close after if `close`.
+        case abandon(callID: UInt32, Call, error: RPCError, close: Bool)
         /// Grant the server more window on `callID`.
         case sendWindowUpdate(callID: UInt32, increment: UInt32)
         /// Fail these calls; the connection takes no new ones (tell the client);
@@ -66,7 +66,7 @@ struct ClientConnectionStateMachine<Call> {
     /// Calls open now.
     var openCalls: Int {
         switch state {
-        case .active(let active), .draining(let active): active.calls.count
+        case .active(let active), .draining(let active, _): active.calls.count
         case .closed, ._modifying: 0
         }
     }
@@ -82,7 +82,7 @@ struct ClientConnectionStateMachine<Call> {
         active.calls[id] = (ClientCallStateMachine(), call)
         if active.nextCallID == UInt32.max {
             // Call ids are spent: no new calls here; close once the open ones end.
-            state = .draining(active)
+            state = .draining(active, reason: RPCError(.unavailable, "connection to \(target) has used up its call ids", source: .connection))
             return .send(callID: id, retire: true)
         }
         state = .active(active)
@@ -115,7 +115,7 @@ struct ClientConnectionStateMachine<Call> {
     /// The caller abandons `callID` (task cancelled, stream dropped) or its deadline passed.
     mutating func abandon(callID: UInt32, error: RPCError) -> Action {
         guard let (call, close) = removeCall(callID) else { return .none }
-        return .abandon(callID: callID, call, error: error, sendCancel: true, close: close)
+        return .abandon(callID: callID, call, error: error, close: close)
     }
 
     /// The caller consumed `increment` bytes of `callID`'s responses.
@@ -128,7 +128,7 @@ struct ClientConnectionStateMachine<Call> {
     mutating func receivedGoAway(_ goAway: GoAway?) -> Action {
         guard let goAway else { return protocolError("undecodable GOAWAY") }
         guard case .active(var active) = state else {
-            if case .draining(var active) = state { return drain(&active, goAway) }
+            if case .draining(var active, _) = state { return drain(&active, goAway) }
             return .none
         }
         return drain(&active, goAway)
@@ -146,12 +146,12 @@ struct ClientConnectionStateMachine<Call> {
             failing.append(entry.call)
         }
         let error = RPCError(.unavailable, "\(reason); the call was not started", source: .connection)
-        closeReasonOverride = RPCError(code == .ok ? .unavailable : code, reason, source: .connection)
+        let closing = RPCError(code == .ok ? .unavailable : code, reason, source: .connection)
         if active.calls.isEmpty {
-            state = .closed(reason: closeReasonOverride ?? error)
+            state = .closed(reason: closing)
             return .retire(failing: failing, error: error, close: true)
         }
-        state = .draining(active)
+        state = .draining(active, reason: closing)
         return .retire(failing: failing, error: error, close: false)
     }
 
@@ -165,7 +165,9 @@ struct ClientConnectionStateMachine<Call> {
 
     /// The connection failed or closed; `reason` explains why, if known.
     mutating func channelInactive(reason: RPCError?) -> Action {
-        let error = reason ?? closeReasonOverride ?? RPCError(.unavailable, "connection to \(target) closed", source: .connection)
+        var drained: RPCError?
+        if case .draining(_, let goAwayReason) = state { drained = goAwayReason }
+        let error = reason ?? drained ?? RPCError(.unavailable, "connection to \(target) closed", source: .connection)
         let failing = activeState().map { $0.calls.values.map(\.call) } ?? []
         if case .closed = state {} else { state = .closed(reason: error) }
         return failing.isEmpty ? .none : .failAll(failing, error: error)
@@ -184,16 +186,15 @@ struct ClientConnectionStateMachine<Call> {
     var closingReason: RPCError {
         switch state {
         case .closed(let reason): reason
-        case .active, .draining, ._modifying: closeReasonOverride ?? RPCError(.unavailable, "connection to \(target) is closing", source: .connection)
+        case .draining(_, let reason): reason
+        case .active, ._modifying: RPCError(.unavailable, "connection to \(target) is closing", source: .connection)
         }
     }
 
-    /// What the server's GOAWAY said, for the calls that end with the connection.
-    private var closeReasonOverride: RPCError?
 
     private func activeState() -> Active? {
         switch state {
-        case .active(let active), .draining(let active): active
+        case .active(let active), .draining(let active, _): active
         case .closed, ._modifying: nil
         }
     }
@@ -206,10 +207,10 @@ struct ClientConnectionStateMachine<Call> {
             let result = body(&active)
             state = .active(active)
             return result
-        case .draining(var active):
+        case .draining(var active, let reason):
             state = ._modifying
             let result = body(&active)
-            state = .draining(active)
+            state = .draining(active, reason: reason)
             return result
         case .closed, ._modifying:
             return nil

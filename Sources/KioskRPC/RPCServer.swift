@@ -232,7 +232,10 @@ public final class RPCServer: Sendable {
 }
 
 /// The only handler of a connection refused for the connection cap: writes
-/// GOAWAY once the channel is active, then closes. Reads nothing.
+/// GOAWAY once the channel is active, then closes its side for writing and
+/// discards what the client sends (closing with unread bytes would reset the
+/// connection, and the client might never see the GOAWAY) until the client
+/// closes, or for at most a second.
 private final class RefusedConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     let goAway: GoAway
@@ -258,7 +261,10 @@ private final class RefusedConnectionHandler: ChannelInboundHandler {
         var bytes = context.channel.allocator.buffer(capacity: 64)
         Frame(type: .goAway, callID: 0, message: goAway, allocator: context.channel.allocator).write(to: &bytes)
         let channel = context.channel
-        context.writeAndFlush(NIOAny(bytes)).whenComplete { _ in channel.close(promise: nil) }
+        context.writeAndFlush(NIOAny(bytes)).whenComplete { _ in
+            channel.close(mode: .output, promise: nil)
+            channel.eventLoop.scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
+        }
     }
 }
 

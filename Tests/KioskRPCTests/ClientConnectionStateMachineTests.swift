@@ -55,7 +55,7 @@ import Testing
     @Test func abandonSendsCancelOnce() {
         var machine = Machine(target: "t")
         let id = open(&machine, "a")
-        guard case .abandon(id, "a", let error, true, false) = machine.abandon(callID: id, error: RPCError(.cancelled, "c", source: .local)) else {
+        guard case .abandon(id, "a", let error, false) = machine.abandon(callID: id, error: RPCError(.cancelled, "c", source: .local)) else {
             Issue.record("abandon")
             return
         }

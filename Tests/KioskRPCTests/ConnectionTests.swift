@@ -88,6 +88,49 @@ import Testing
         }
     }
 
+    @Test func connectionsOverTheCapGetGoAwayAndTheCapFreesUp() async throws {
+        let configuration = ServerConfiguration(shutdownGracePeriod: .seconds(1), limits: ServerLimits(maximumConnections: 2))
+        try await withServer(configuration: configuration) { server, client in
+            let port = try #require(server.port)
+            // The test client is connection one.
+            _ = try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
+            try await RawPeer.with(port: port) { second in
+                try await second.send(Frame.preface)
+                try await RawPeer.with(port: port) { third in
+                    try await third.send(Frame.preface)
+                    let refusal = try #require(try await third.readFrame())
+                    #expect(refusal.type == .goAway)
+                    let goAway = try refusal.decode(GoAway.self)
+                    #expect(goAway.code == StatusCode.resourceExhausted.rawValue && goAway.message.contains("2 connections"))
+                    try await third.readUntilClosed()
+                }
+                #expect(server.connectionCount <= 2)
+            }
+            // Both others leave: once the server has seen them go, the slots are free again.
+            await client.close()
+            let deadline = ContinuousClock.now + .seconds(10)
+            while server.connectionCount > 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(server.connectionCount == 0)
+            let another = RPCClient(host: "127.0.0.1", port: port)
+            #expect(try await another.unary(TestService.prefix + "Echo", request: Ping(opaque: 2), response: Ping.self).opaque == 2)
+            await another.close()
+        }
+    }
+
+    @Test func idleSweepClosesAConnectionWithoutCalls() async throws {
+        let configuration = ServerConfiguration(shutdownGracePeriod: .seconds(1), limits: ServerLimits(idleTimeout: .milliseconds(100)))
+        try await withServer(configuration: configuration) { server, _ in
+            try await RawPeer.with(port: try #require(server.port)) { peer in
+                try await peer.send(Frame.preface)
+                // Within two sweeps (100-200 ms), with slack for a loaded machine before the suite's time limit.
+                let goAway = try #require(try await peer.readFrame())
+                #expect(goAway.type == .goAway)
+                #expect(try goAway.decode(GoAway.self).code == StatusCode.ok.rawValue)
+                try await peer.readUntilClosed()
+            }
+        }
+    }
+
     @Test func closedClientRefusesCalls() async throws {
         try await withServer { _, client in
             _ = try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
