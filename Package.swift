@@ -188,7 +188,7 @@ let package = Package(
         .testTarget(
             name: "KioskStoreTests",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "kiosk-store",
+                "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting", "kiosk-store",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

@@ -238,11 +238,43 @@ public final class KioskClient: Sendable {
     /// the store took them. Deliver each, then ``finish(_:)`` it.
     public var transactionUpdates: AsyncStream<Transaction> { updates.subscribe() }
 
-    /// The account's purchased transactions not finished yet.
+    /// The account's purchased transactions not finished yet, oldest first
+    /// (read a page of 500 at a time).
     public var unfinishedTransactions: [Transaction] {
-        get async throws {
-            try await storeCall("Unfinished", StoreV1.UnfinishedRequest(), StoreV1.UnfinishedResponse.self,
-                                doing: "reading unfinished transactions").transactions.map(Transaction.init)
+        get async throws { try await unfinishedMessages().map(Transaction.init) }
+    }
+
+    private func unfinishedMessages() async throws -> [StoreV1.Transaction] {
+        var out: [StoreV1.Transaction] = []
+        var token = ""
+        repeat {
+            let page = try await storeCall("Unfinished", StoreV1.UnfinishedRequest(pageSize: 500, pageToken: token), StoreV1.UnfinishedResponse.self,
+                                           doing: "reading unfinished transactions")
+            out += page.transactions
+            token = page.hasMore ? page.nextPageToken : ""
+        } while !token.isEmpty
+        return out
+    }
+
+    /// Every transaction of the account (purchased, deferred, refunded), oldest
+    /// first, read from the store a page at a time as the sequence is consumed.
+    public func transactionHistory(pageSize: UInt32 = 100) -> AsyncThrowingStream<Transaction, Error> {
+        AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    var token = ""
+                    repeat {
+                        let page = try await self.storeCall("History", StoreV1.HistoryRequest(pageSize: pageSize, pageToken: token),
+                                                            StoreV1.HistoryResponse.self, doing: "reading the transaction history")
+                        for message in page.transactions { continuation.yield(Transaction(message)) }
+                        token = page.hasMore ? page.nextPageToken : ""
+                    } while !token.isEmpty && !Task.isCancelled
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
         }
     }
 
@@ -358,8 +390,7 @@ public final class KioskClient: Sendable {
             var reachable = await replayJournal()
             if reachable {
                 do {
-                    for message in try await storeCall("Unfinished", StoreV1.UnfinishedRequest(), StoreV1.UnfinishedResponse.self,
-                                                       doing: "reading unfinished transactions").transactions {
+                    for message in try await unfinishedMessages() {
                         deliver(message)
                     }
                 } catch {

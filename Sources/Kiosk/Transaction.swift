@@ -29,6 +29,10 @@ public struct Transaction: Hashable, Sendable, Identifiable {
     public var signedReceipt: [UInt8]
     /// True when the app had finished it when this value was read.
     public var isFinished: Bool
+    /// A refunded consumable: credits the refund could not take back because they were already spent.
+    public var refundCreditShortfall: UInt64
+    /// PURCHASED or DEFERRED (FAILED purchases are answered, never recorded).
+    public var state: String
 
     init(_ message: StoreV1.Transaction) {
         id = message.transactionID
@@ -44,6 +48,8 @@ public struct Transaction: Hashable, Sendable, Identifiable {
         environment = message.environment.name
         signedReceipt = message.signedReceipt
         isFinished = message.finished
+        refundCreditShortfall = message.refundCreditShortfall
+        state = message.state.name
     }
 
     /// True for a live entitlement: not revoked, and not expired if it expires.

@@ -48,6 +48,8 @@ public struct TransactionRecord: Hashable, Sendable {
     public var environment: ReceiptV1.Environment
     /// Credits this transaction added to the balance.
     public var credits: UInt64
+    /// A refunded consumable: credits the refund could not take back (already spent).
+    public var refundCreditShortfall: UInt64
 
     /// The transaction as sent on the wire.
     public var message: StoreV1.Transaction {
@@ -56,7 +58,7 @@ public struct TransactionRecord: Hashable, Sendable {
             quantity: quantity, state: state, purchaseDateMs: purchaseMs, expiresDateMs: expiresMs, accountID: accountID,
             errorCode: errorCode, errorReason: errorReason, errorMessage: errorMessage, signedReceipt: receipt ?? [],
             finished: finished, revocationDateMs: revokedMs, revocationReason: revocationReason, price: price,
-            currency: currency, environment: environment)
+            currency: currency, environment: environment, refundCreditShortfall: refundCreditShortfall)
     }
 
     init(row: Row) {
@@ -82,6 +84,7 @@ public struct TransactionRecord: Hashable, Sendable {
         revocationReason = row["revocation_reason"]
         environment = ReceiptV1.Environment(rawValue: row["environment"])
         credits = UInt64(clamping: row["credits"] as Int64)
+        refundCreditShortfall = UInt64(clamping: row["refund_credit_shortfall"] as Int64)
     }
 
     init(
@@ -111,6 +114,7 @@ public struct TransactionRecord: Hashable, Sendable {
         self.revocationReason = ""
         self.environment = environment
         self.credits = 0
+        self.refundCreditShortfall = 0
     }
 
     func insert(_ db: Database) throws {
@@ -160,6 +164,8 @@ public struct RevocationRecord: Hashable, Sendable {
     public var revokedMs: Int64
     /// Why.
     public var reason: String
+    /// Credits the refund could not take back because they were spent.
+    public var creditShortfall: UInt64
 
     init(row: Row) {
         cursor = UInt64(clamping: row["cursor"] as Int64)
@@ -168,19 +174,21 @@ public struct RevocationRecord: Hashable, Sendable {
         accountID = row["account_id"]
         revokedMs = row["revoked_ms"]
         reason = row["reason"]
+        creditShortfall = UInt64(clamping: row["credit_shortfall"] as Int64)
     }
 
     /// The revocation as sent on the wire.
     public var message: StoreV1.Revocation {
         StoreV1.Revocation(cursor: cursor, transactionID: transactionID, originalTransactionID: originalTransactionID,
-                           revocationDateMs: revokedMs, reason: reason)
+                           revocationDateMs: revokedMs, reason: reason, creditShortfall: creditShortfall, accountID: accountID)
     }
 }
 
 /// The store's durable state: an SQLite database in WAL mode, in the data dir.
 ///
-/// Every write is one SQLite transaction committed with `synchronous = FULL`
-/// before the method returns, so an answer the store sends is on disk.
+/// Every write is one SQLite transaction (`BEGIN IMMEDIATE`) committed with
+/// `synchronous = FULL` before the method returns: the commit fsyncs the WAL,
+/// so an answer the store sends is on disk.
 public final class Ledger: Sendable {
     /// The database file name inside the data dir.
     public static let fileName = "ledger.sqlite"
@@ -196,6 +204,10 @@ public final class Ledger: Sendable {
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
         pool = try DatabasePool(path: (directory as NSString).appendingPathComponent(Self.fileName), configuration: configuration)
+        // GRDB's WAL set-up runs after `prepareDatabase` on the writer and sets
+        // `synchronous = NORMAL` (no fsync at commit): set FULL again on the
+        // pool's one writer connection, after it. Readers keep prepareDatabase's FULL.
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         try Self.migrator.migrate(pool)
     }
 
@@ -274,7 +286,15 @@ public final class Ledger: Sendable {
                 );
                 """)
         }
+        registerV2(&migrator)
         return migrator
+    }
+
+    /// `PRAGMA synchronous` on the writer and on a reader: 2 is FULL.
+    public func synchronousModes() throws -> (writer: Int, reader: Int) {
+        let writer = try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
+        let reader = try pool.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
+        return (writer, reader)
     }
 
     // MARK: Settings
@@ -346,9 +366,84 @@ public final class Ledger: Sendable {
 
     /// The transaction recorded for a payment (payment ids are unique).
     public func transaction(paymentID: String) throws -> TransactionRecord? {
-        try pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE payment_id = ?", arguments: [paymentID]).map(TransactionRecord.init)
+        try pool.read { db in try Self.transaction(db, paymentID: paymentID) }
+    }
+
+    static func transaction(_ db: Database, paymentID: String) throws -> TransactionRecord? {
+        try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE payment_id = ?", arguments: [paymentID]).map(TransactionRecord.init)
+    }
+
+    static func account(_ db: Database, id: String) throws -> AccountRecord? {
+        try Row.fetchOne(db, sql: "SELECT * FROM accounts WHERE id = ?", arguments: [id]).map(AccountRecord.init)
+    }
+
+    /// A live purchase of a product bought once (a non-consumable, or an
+    /// auto-renewable subscription unexpired at `nowMs`); one indexed lookup.
+    static func owned(_ db: Database, accountID: String, productID: String, type: ReceiptV1.ProductType, nowMs: Int64) throws -> TransactionRecord? {
+        guard type == .nonConsumable || type == .autoRenewableSubscription else { return nil }
+        return try Row.fetchOne(
+            db,
+            sql: """
+                SELECT * FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0
+                  AND (product_type = 2 OR expires_ms > ?) ORDER BY rowid LIMIT 1
+                """,
+            arguments: [accountID, productID, nowMs]
+        ).map(TransactionRecord.init)
+    }
+
+    /// A subscription's history for a new period: the first purchase's original id and the latest expiry.
+    static func subscription(_ db: Database, accountID: String, productID: String) throws -> (originalID: String?, latestExpiryMs: Int64) {
+        let originalID = try String.fetchOne(
+            db, sql: "SELECT original_id FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0 ORDER BY rowid LIMIT 1",
+            arguments: [accountID, productID])
+        let latest = try Int64.fetchOne(
+            db, sql: "SELECT MAX(expires_ms) FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0",
+            arguments: [accountID, productID]) ?? 0
+        return (originalID, latest)
+    }
+
+    /// Inserts a transaction and, for a purchased consumable, its credits.
+    static func insertTransaction(_ record: TransactionRecord, _ db: Database) throws {
+        do {
+            try record.insert(db)
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+            throw StoreError(.failedPrecondition, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded")
         }
+        if record.state == .purchased, record.credits > 0 {
+            try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs, db)
+        }
+    }
+
+    /// Moves credits and records the movement; the balance's CHECK keeps it from going below 0.
+    static func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64, _ db: Database) throws {
+        try db.execute(sql: "UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", arguments: [amount, account])
+        try db.execute(
+            sql: "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)",
+            arguments: [account, amount, transaction, reason, nowMs])
+    }
+
+    // MARK: Idempotency keys
+
+    /// The answer stored for an idempotency key, checked in the same write that will store a new one.
+    /// - Throws: ``StoreError`` 6 when the key was used for another request.
+    static func remembered(_ db: Database, account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
+        guard let key, let row = try Row.fetchOne(db, sql: "SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?", arguments: [account, key]) else {
+            return nil
+        }
+        let storedOperation: String = row["operation"]
+        let storedHash: Data = row["request_hash"]
+        guard storedOperation == operation, Array(storedHash) == hash else {
+            throw StoreError(.alreadyExists, "idempotency-key \"\(key)\" was already used for a different \(storedOperation) request; use a new key for a new request")
+        }
+        return Array(row["response"] as Data)
+    }
+
+    /// Stores an idempotency key's answer (nothing without a key; an answer already stored stays).
+    static func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64, _ db: Database) throws {
+        guard let key else { return }
+        try db.execute(
+            sql: "INSERT OR IGNORE INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+            arguments: [account, key, operation, Data(hash), Data(response), nowMs])
     }
 
     /// Every transaction of an account, oldest first.
@@ -359,28 +454,100 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// PURCHASED transactions of an account that the app has not finished.
-    public func unfinished(accountID: String) async throws -> [TransactionRecord] {
-        try await pool.read { db in
-            try Row.fetchAll(
-                db, sql: "SELECT * FROM transactions WHERE account_id = ? AND state = ? AND finished = 0 ORDER BY purchase_ms, rowid",
-                arguments: [accountID, StoreV1.TransactionState.purchased.rawValue]
-            ).map(TransactionRecord.init)
-        }
+    /// The lists an account's transactions can be paged through.
+    public enum TransactionList: Sendable {
+        /// PURCHASED transactions the app has not finished.
+        case unfinished
+        /// Purchased non-consumables and subscriptions, not revoked.
+        case restorable
+        /// Every recorded transaction (PURCHASED and DEFERRED).
+        case history
     }
 
-    /// The restorable transactions of an account: purchased non-consumables and subscriptions, not revoked.
-    public func restorable(accountID: String) async throws -> [TransactionRecord] {
-        try await pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT * FROM transactions WHERE account_id = ? AND state = ? AND product_type != ? AND revoked_ms = 0
-                    ORDER BY purchase_ms, rowid
-                    """,
-                arguments: [accountID, StoreV1.TransactionState.purchased.rawValue, ReceiptV1.ProductType.consumable.rawValue]
-            ).map(TransactionRecord.init)
+    /// One page of a ``TransactionList``.
+    public struct TransactionPage: Sendable {
+        /// The transactions, in the order they were recorded.
+        public var transactions: [TransactionRecord]
+        /// Where the next page starts; empty at the end.
+        public var nextPageToken: String
+        /// True when there is a next page.
+        public var hasMore: Bool
+    }
+
+    /// The default page size, and the largest a request may ask for.
+    public static let defaultPageSize = 100, maxPageSize = 500
+
+    /// A requested page size: 0 means the default, larger than the maximum means the maximum.
+    public static func pageSize(_ requested: UInt32) -> Int {
+        requested == 0 ? defaultPageSize : min(Int(requested), maxPageSize)
+    }
+
+    /// Reads a page token (empty: the first page).
+    /// - Throws: ``StoreError`` 3 for a token this store did not give.
+    public static func cursor(pageToken: String) throws -> Int64 {
+        guard !pageToken.isEmpty else { return 0 }
+        guard pageToken.hasPrefix("r"), let value = Int64(pageToken.dropFirst()), value > 0 else {
+            throw StoreError.invalid("page_token \"\(pageToken.prefix(64))\" is not one this store gave; pass the next_page_token of the page before, or empty for the first page")
         }
+        return value
+    }
+
+    /// A page of `list` for an account: at most `pageSize` transactions after the
+    /// page token. Each list reads one index in its order: no page scans the account's history.
+    public func page(_ list: TransactionList, accountID: String, pageSize: Int, pageToken: String) async throws -> TransactionPage {
+        let after = try Self.cursor(pageToken: pageToken)
+        // Constants, not parameters: SQLite uses a partial index only when the query repeats its WHERE terms.
+        let filter = switch list {
+        case .unfinished: "state = 1 AND finished = 0"
+        case .restorable: "state = 1 AND revoked_ms = 0 AND product_type != 1"
+        case .history: "1 = 1"
+        }
+        let rows = try await pool.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT rowid AS row_position, * FROM transactions WHERE account_id = ? AND \(filter) AND rowid > ? ORDER BY rowid LIMIT ?",
+                arguments: [accountID, after, pageSize + 1])
+        }
+        let hasMore = rows.count > pageSize
+        let kept = rows.prefix(pageSize)
+        let last: Int64? = kept.last?["row_position"]
+        return TransactionPage(transactions: kept.map(TransactionRecord.init), nextPageToken: hasMore ? last.map { "r\($0)" } ?? "" : "", hasMore: hasMore)
+    }
+
+    static func deleteTransaction(id: String, _ db: Database) throws {
+        try db.execute(sql: "DELETE FROM transactions WHERE id = ?", arguments: [id])
+    }
+
+    /// Revokes a purchased transaction in one write: its row marked, a revocation
+    /// in the feed, a consumable's credits taken back as far as the balance goes
+    /// and the rest recorded as the shortfall on both.
+    static func revoke(transactionID: String, reason: String, nowMs: Int64, _ db: Database) throws -> RevocationRecord {
+        guard let current = try transaction(db, id: transactionID), current.state == .purchased else {
+            throw StoreError(.failedPrecondition, "transaction \(transactionID) is not purchased")
+        }
+        guard current.revokedMs == 0 else { throw StoreError(.failedPrecondition, "transaction \(transactionID) was already refunded") }
+        var shortfall: Int64 = 0
+        if current.credits > 0 {
+            let owed = Int64(clamping: current.credits)
+            let balance = Int64(clamping: try account(db, id: current.accountID)?.creditBalance ?? 0)
+            let taken = min(balance, owed)
+            shortfall = owed - taken
+            if taken > 0 {
+                try addCredits(-taken, account: current.accountID, transaction: transactionID, reason: "refund", nowMs: nowMs, db)
+            }
+        }
+        try db.execute(sql: "UPDATE transactions SET revoked_ms = ?, revocation_reason = ?, refund_credit_shortfall = ? WHERE id = ?",
+                       arguments: [nowMs, reason, shortfall, transactionID])
+        try db.execute(
+            sql: """
+                INSERT INTO revocations (transaction_id, original_transaction_id, account_id, revoked_ms, reason, credit_shortfall)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall])
+        let cursor = db.lastInsertedRowID
+        guard let revocation = try Row.fetchOne(db, sql: "SELECT * FROM revocations WHERE cursor = ?", arguments: [cursor]).map(RevocationRecord.init) else {
+            throw StoreError(.internal, "revocation \(cursor) vanished in its own write")
+        }
+        return revocation
     }
 
     /// Sum of an account's credit movements (equal to its balance in a sound ledger).

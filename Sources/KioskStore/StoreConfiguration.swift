@@ -20,6 +20,16 @@ public struct StoreConfiguration: Sendable {
     /// How often an idle `WatchRevocations` stream sends a heartbeat (a
     /// revocation with an empty transaction id), so watchers know the store is there.
     public var revocationHeartbeat: Duration
+    /// A pending payment intent written by a live store process is reconciled
+    /// with the processor once older than this: its charge may still be in flight.
+    /// Longer than any processor call (Stripe's client gives up after 30 s × 3).
+    public var intentGrace: Duration
+    /// A pending intent of a process that died is reconciled once older than
+    /// this: how long the processor's lookup may lag behind a charge (Stripe's
+    /// search index: up to a minute; 0 for processors whose lookup is exact).
+    public var lookupDelay: Duration
+    /// How often a serving store reconciles pending intents and prunes old idempotency keys.
+    public var reconcileInterval: Duration
     /// The time, in milliseconds since 1970; replaceable in tests.
     public var clock: @Sendable () -> Int64
     /// Called after a purchase is committed and before it is answered; for
@@ -34,6 +44,9 @@ public struct StoreConfiguration: Sendable {
         idempotencyRetention: Duration = .seconds(7 * 24 * 3600),
         revocationPollInterval: Duration = .milliseconds(200),
         revocationHeartbeat: Duration = .seconds(1),
+        intentGrace: Duration = .seconds(300),
+        lookupDelay: Duration = .zero,
+        reconcileInterval: Duration = .seconds(30),
         clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
     ) {
         self.dataDirectory = dataDirectory
@@ -43,6 +56,9 @@ public struct StoreConfiguration: Sendable {
         self.idempotencyRetention = idempotencyRetention
         self.revocationPollInterval = revocationPollInterval
         self.revocationHeartbeat = revocationHeartbeat
+        self.intentGrace = intentGrace
+        self.lookupDelay = lookupDelay
+        self.reconcileInterval = reconcileInterval
         self.clock = clock
     }
 }

@@ -1,17 +1,27 @@
 import KioskRPC
 import Logging
+import NIOConcurrencyHelpers
 
 /// A store served over the Kiosk protocol: a ``Store`` behind an ``RPCServer``.
+///
+/// Serving binds the data dir to the store's environment, refuses the
+/// simulated payment processor in production, and settles pending payment
+/// intents at start-up and every ``StoreConfiguration/reconcileInterval``.
 public final class StoreServer: Sendable {
     /// The store.
     public let store: Store
     /// The RPC server.
     public let server: RPCServer
+    private let logger: Logger
+    private let upkeep = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     /// Opens the store and prepares its server; ``start()`` listens.
+    /// - Throws: ``StoreError`` 9 for a production store with the simulated processor, or a data dir of another environment.
     public init(store: StoreConfiguration, server: ServerConfiguration = .defaults, logger: Logger? = nil) throws {
         let opened = try Store(configuration: store)
+        try opened.prepareToServe()
         self.store = opened
+        self.logger = logger ?? Logger(label: "kiosk-store")
         if let logger {
             self.server = RPCServer(configuration: server, services: [StoreService(store: opened)], logger: logger)
         } else {
@@ -19,12 +29,39 @@ public final class StoreServer: Sendable {
         }
     }
 
-    /// Starts listening.
-    public func start() async throws { try await server.start() }
+    /// Settles the intents left by earlier processes, then starts listening and the periodic upkeep.
+    public func start() async throws {
+        await upkeepOnce()
+        try await server.start()
+        let store = self.store
+        let task = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: store.configuration.reconcileInterval)
+                guard !Task.isCancelled, let self else { return }
+                await self.upkeepOnce()
+            }
+        }
+        upkeep.withLockedValue { $0 = task }
+    }
+
+    private func upkeepOnce() async {
+        do {
+            let report = try await store.reconcile()
+            if report.charged + report.closed > 0 {
+                logger.notice("reconciled payment intents", metadata: ["charged": "\(report.charged)", "closed": "\(report.closed)", "left": "\(report.left)"])
+            }
+            try store.pruneIdempotencyKeys()
+        } catch {
+            logger.warning("upkeep failed: \(error)")
+        }
+    }
 
     /// The port listened on, once started.
     public var port: Int? { server.port }
 
     /// Shuts down gracefully.
-    public func shutdown() async { await server.shutdown() }
+    public func shutdown() async {
+        upkeep.withLockedValue { $0 }?.cancel()
+        await server.shutdown()
+    }
 }

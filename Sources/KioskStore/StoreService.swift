@@ -39,19 +39,32 @@ public struct StoreService: RPCService {
                 account: account, productID: request.productID, quantity: request.quantity, paymentMethod: request.paymentMethod,
                 idempotencyKey: context.metadata["idempotency-key"])
         }
-        router.registerUnary(Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self, response: StoreV1.UnfinishedResponse.self, authenticator: auth) { _, context in
+        router.registerUnary(Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self, response: StoreV1.UnfinishedResponse.self, authenticator: auth) { request, context in
             let account = try StoreAuthenticator.account(context)
-            return StoreV1.UnfinishedResponse(transactions: try await store.ledger.unfinished(accountID: account.id).map(\.message))
+            let page = try await store.ledger.page(.unfinished, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize), pageToken: request.pageToken)
+            return StoreV1.UnfinishedResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("Finish"), request: StoreV1.FinishRequest.self, response: StoreV1.FinishResponse.self, authenticator: auth) { request, context in
             let account = try StoreAuthenticator.account(context)
             return StoreV1.FinishResponse(alreadyFinished: try await store.finish(account: account, transactionID: request.transactionID))
         }
-        router.registerServerStreaming(Self.method("Restore"), request: StoreV1.RestoreRequest.self, response: StoreV1.Transaction.self, authenticator: auth) { _, writer, context in
+        router.registerServerStreaming(Self.method("Restore"), request: StoreV1.RestoreRequest.self, response: StoreV1.Transaction.self, authenticator: auth) { request, writer, context in
             let account = try StoreAuthenticator.account(context)
-            for record in try await store.ledger.restorable(accountID: account.id) {
-                try await writer.send(record.message)
+            // Read a page at a time: memory stays bounded however many transactions the account has.
+            var remaining = request.pageSize == 0 ? Int.max : Int(request.pageSize)
+            var token = request.pageToken
+            while remaining > 0 {
+                let page = try await store.ledger.page(.restorable, accountID: account.id, pageSize: min(remaining, Ledger.maxPageSize), pageToken: token)
+                for record in page.transactions { try await writer.send(record.message) }
+                remaining -= page.transactions.count
+                guard page.hasMore else { break }
+                token = page.nextPageToken
             }
+        }
+        router.registerUnary(Self.method("History"), request: StoreV1.HistoryRequest.self, response: StoreV1.HistoryResponse.self, authenticator: auth) { request, context in
+            let account = try StoreAuthenticator.account(context)
+            let page = try await store.ledger.page(.history, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize), pageToken: request.pageToken)
+            return StoreV1.HistoryResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("SpendCredits"), request: StoreV1.SpendCreditsRequest.self, response: StoreV1.SpendCreditsResponse.self, authenticator: auth) { request, context in
             let account = try StoreAuthenticator.account(context)

@@ -1,20 +1,46 @@
 import KioskStore
 import NIOConcurrencyHelpers
 
-/// The simulated payment processor, plus knobs: make the next payments fail or
-/// defer, and count the charges actually made. Like a real processor, it
-/// deduplicates on the payment id: asked again for a payment it charged, it
-/// answers as before and charges nothing.
+/// The simulated payment processor, plus knobs: make the next payments fail,
+/// defer or go unanswered, and count the charges and refunds actually made.
+/// Like a real processor, it deduplicates on the payment id: asked again for a
+/// payment it charged, it answers as before and charges nothing; its
+/// ``lookup(_:)`` is exact.
 public final class TestPaymentProcessor: PaymentProcessor {
+    /// What the next payment does instead of what its method says.
+    public enum Override: Sendable {
+        /// Answer this outcome.
+        case outcome(PaymentOutcome)
+        /// Charge, then throw as if the answer was lost on the way (a timeout after charging).
+        case chargeThenLoseAnswer
+        /// Throw without charging (the processor was unreachable).
+        case unreachable
+    }
+
+    private struct State {
+        var overrides: [Override] = []
+        var charges: [String: Int] = [:]
+        var outcomes: [String: PaymentOutcome] = [:]
+        var refunds: [String: Int] = [:]
+    }
+
     private let simulated = SimulatedPaymentProcessor()
-    private let state = NIOLockedValueBox<(overrides: [PaymentOutcome], charges: [String: Int], outcomes: [String: PaymentOutcome])>(([], [:], [:]))
+    private let state = NIOLockedValueBox(State())
 
     /// Creates the processor.
     public init() {}
 
+    public var name: String { "test" }
+    public var isSimulated: Bool { true }
+
     /// The next payment (whatever its method) has this outcome instead.
     public func overrideNextPayment(_ outcome: PaymentOutcome) {
-        state.withLockedValue { $0.overrides.append(outcome) }
+        state.withLockedValue { $0.overrides.append(.outcome(outcome)) }
+    }
+
+    /// The next payment behaves as `override` says.
+    public func overrideNextPayment(_ override: Override) {
+        state.withLockedValue { $0.overrides.append(override) }
     }
 
     /// How many times each payment id was charged (always once: repeats are deduplicated).
@@ -23,28 +49,48 @@ public final class TestPaymentProcessor: PaymentProcessor {
     /// The number of charges made.
     public var chargeCount: Int { state.withLockedValue { $0.charges.values.reduce(0, +) } }
 
-    public func charge(_ request: PaymentRequest) async -> PaymentOutcome {
+    /// The number of refunds made.
+    public var refundCount: Int { state.withLockedValue { $0.refunds.values.reduce(0, +) } }
+
+    public func charge(_ request: PaymentRequest) async throws -> PaymentOutcome {
         if let earlier = state.withLockedValue({ $0.outcomes[request.paymentID] }) { return earlier }
         let override = state.withLockedValue { state in state.overrides.isEmpty ? nil : state.overrides.removeFirst() }
         let outcome: PaymentOutcome
-        if let override { outcome = override } else { outcome = await simulated.charge(request) }
-        state.withLockedValue { $0.outcomes[request.paymentID] = outcome }
-        if case .succeeded = outcome { record(request) }
-        return outcome
+        switch override {
+        case .outcome(let forced)?: outcome = forced
+        case .unreachable?: throw PaymentProcessorError("test: the processor is unreachable")
+        case .chargeThenLoseAnswer?:
+            settle(request, .succeeded(reference: "test_" + request.paymentID))
+            throw PaymentProcessorError("test: the answer was lost after charging")
+        case nil: outcome = await simulated.charge(request)
+        }
+        return settle(request, outcome)
     }
 
-    public func approve(_ request: PaymentRequest) async -> PaymentOutcome {
-        let outcome = PaymentOutcome.succeeded(reference: "test_" + request.paymentID)
+    @discardableResult
+    private func settle(_ request: PaymentRequest, _ outcome: PaymentOutcome) -> PaymentOutcome {
         let first = state.withLockedValue { state -> Bool in
-            if case .succeeded? = state.outcomes[request.paymentID] { return false }
+            if let earlier = state.outcomes[request.paymentID], case .succeeded = earlier { return false }
             state.outcomes[request.paymentID] = outcome
             return true
         }
-        if first { record(request) }
+        if first, case .succeeded = outcome { state.withLockedValue { $0.charges[request.paymentID, default: 0] += 1 } }
         return outcome
     }
 
-    private func record(_ request: PaymentRequest) {
-        state.withLockedValue { $0.charges[request.paymentID, default: 0] += 1 }
+    public func approve(_ request: PaymentRequest) async throws -> PaymentOutcome {
+        settle(request, .succeeded(reference: "test_" + request.paymentID))
+        return .succeeded(reference: "test_" + request.paymentID)
+    }
+
+    public func lookup(_ request: PaymentRequest) async throws -> PaymentLookup {
+        if case .succeeded(let reference)? = state.withLockedValue({ $0.outcomes[request.paymentID] }) { return .charged(reference: reference) }
+        return .notCharged
+    }
+
+    public func refund(_ request: PaymentRequest, reason: String) async throws {
+        state.withLockedValue { state in
+            if state.refunds[request.paymentID] == nil { state.refunds[request.paymentID] = 1 }
+        }
     }
 }

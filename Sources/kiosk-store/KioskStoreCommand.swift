@@ -10,7 +10,7 @@ struct KioskStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kiosk-store",
         abstract: "The Kiosk store service: catalog, payments, ledger, signed receipts.",
-        subcommands: [Serve.self, AccountCommand.self, Approve.self, Refund.self, Keys.self])
+        subcommands: [Serve.self, AccountCommand.self, Approve.self, Refund.self, Reconcile.self, Keys.self])
 }
 
 /// Options every command that opens a data dir takes.
@@ -21,7 +21,8 @@ struct DataDirOptions: ParsableArguments {
     /// Opens the store on the data dir, in the environment it was first served with.
     /// Only `creating` commands (`account create`) may start a new data dir: for
     /// the others a mistyped path is an error, not a fresh ledger and key.
-    func openStore(catalog: String? = nil, environment: ReceiptV1.Environment? = nil, creating: Bool = false) throws -> Store {
+    func openStore(catalog: String? = nil, environment: ReceiptV1.Environment? = nil, creating: Bool = false,
+                   payments: PaymentOptions? = nil) throws -> Store {
         let ledgerFile = (dataDir as NSString).appendingPathComponent(Ledger.fileName)
         guard creating || FileManager.default.fileExists(atPath: ledgerFile) else {
             throw ValidationError("no ledger in \(dataDir): give the --data-dir of a store (`serve` or `account create` starts one)")
@@ -31,12 +32,54 @@ struct DataDirOptions: ParsableArguments {
         let loaded = try catalog.map { path -> Catalog in
             do { return try Catalog.load(path: path) } catch { throw ValidationError("bad catalog: \(error)") }
         } ?? Catalog(bundleID: "com.example.kiosk", products: [])
-        return try Store(configuration: StoreConfiguration(dataDirectory: dataDir, catalog: loaded, environment: chosen))
+        var configuration = StoreConfiguration(dataDirectory: dataDir, catalog: loaded, environment: chosen)
+        if let payments { try payments.apply(to: &configuration) }
+        return try Store(configuration: configuration)
+    }
+}
+
+/// How the store takes payments.
+struct PaymentOptions: ParsableArguments {
+    @Option(name: .customLong("payment-processor"),
+            help: "simulated (test cards; sandbox only, the sandbox default) or stripe (required in production).")
+    var processor: String?
+    @Option(name: .customLong("stripe-key-file"), help: "File holding the Stripe secret key (sk_live_… or sk_test_…).")
+    var stripeKeyFile: String?
+    @Option(name: .customLong("stripe-api-base"), help: "Stripe's API base URL (a local double in tests).")
+    var stripeAPIBase = "https://api.stripe.com"
+    @Option(name: .customLong("stripe-lookup-delay-ms"),
+            help: "How long Stripe's search may lag a charge: pending payments of dead processes are settled after it.")
+    var stripeLookupDelayMs: Int64 = 60_000
+
+    func apply(to configuration: inout StoreConfiguration) throws {
+        switch processor ?? (configuration.environment == .production ? nil : "simulated") {
+        case "simulated"?:
+            configuration.paymentProcessor = SimulatedPaymentProcessor.fromEnvironment()
+        case "stripe"?:
+            guard let stripeKeyFile else { throw ValidationError("--payment-processor stripe needs --stripe-key-file FILE") }
+            let key: String
+            do {
+                key = try String(contentsOfFile: stripeKeyFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            } catch {
+                throw ValidationError("cannot read the Stripe key from \(stripeKeyFile): \(error.localizedDescription)")
+            }
+            guard key.hasPrefix("sk_") || key.hasPrefix("rk_") else {
+                throw ValidationError("\(stripeKeyFile) does not hold a Stripe secret key (sk_… or rk_…)")
+            }
+            configuration.paymentProcessor = StripePaymentProcessor(secretKey: key, baseURL: stripeAPIBase)
+            configuration.lookupDelay = .milliseconds(stripeLookupDelayMs)
+        case nil:
+            throw ValidationError("a production store takes real payments: give --payment-processor stripe --stripe-key-file FILE")
+        case let other?:
+            throw ValidationError("unknown payment processor \"\(other)\": use simulated or stripe")
+        }
     }
 }
 
 extension ReceiptV1.Environment: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
+    public var defaultValueDescription: String { name }
+    public static var allValueStrings: [String] { ["sandbox", "production"] }
 }
 
 struct Serve: AsyncParsableCommand {
@@ -46,7 +89,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one.") var port = 7301
     @OptionGroup var data: DataDirOptions
     @Option(help: "The catalog file (JSON).") var catalog: String
-    @Option(help: "sandbox or production.") var environment: ReceiptV1.Environment = .sandbox
+    @Option(help: "sandbox or production (a data dir is bound to the first one it is served with).")
+    var environment: ReceiptV1.Environment = .sandbox
+    @OptionGroup var payments: PaymentOptions
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
 
     func run() async throws {
@@ -59,9 +104,15 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-store: bad catalog: \(error)\n".utf8))
             throw ExitCode(2)
         }
-        let server = try StoreServer(
-            store: StoreConfiguration(dataDirectory: data.dataDir, catalog: loadedCatalog, environment: environment),
-            server: ServerConfiguration(host: host, port: port), logger: logger)
+        var configuration = StoreConfiguration(dataDirectory: data.dataDir, catalog: loadedCatalog, environment: environment)
+        try payments.apply(to: &configuration)
+        let server: StoreServer
+        do {
+            server = try StoreServer(store: configuration, server: ServerConfiguration(host: host, port: port), logger: logger)
+        } catch let error as StoreError {
+            FileHandle.standardError.write(Data("kiosk-store: \(error.message)\n".utf8))
+            throw ExitCode(2)
+        }
         try await server.start()
         // Scripts and tests read this line to learn the port.
         let banner = "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(loadedCatalog.products.count) products)\n"
@@ -117,10 +168,11 @@ struct Approve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Approve a deferred (ask-to-buy) transaction.")
     @OptionGroup var data: DataDirOptions
     @Option(help: "The catalog file the store serves.") var catalog: String
+    @OptionGroup var payments: PaymentOptions
     @Argument(help: "The transaction id.") var transaction: String
 
     func run() async throws {
-        let record = try await data.openStore(catalog: catalog).approve(transactionID: transaction)
+        let record = try await data.openStore(catalog: catalog, payments: payments).approve(transactionID: transaction)
         print("transaction \(record.id): \(record.state.name)")
     }
 }
@@ -129,11 +181,40 @@ struct Refund: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Refund (revoke) a purchased transaction.")
     @OptionGroup var data: DataDirOptions
     @Option(help: "Why, e.g. \"customer request\".") var reason: String
+    @OptionGroup var payments: PaymentOptions
     @Argument(help: "The transaction id.") var transaction: String
 
     func run() async throws {
-        let revocation = try await data.openStore().refund(transactionID: transaction, reason: reason)
-        print("transaction \(revocation.transactionID): refunded (revocation \(revocation.cursor))")
+        let revocation = try await data.openStore(payments: payments).refund(transactionID: transaction, reason: reason)
+        var text = "transaction \(revocation.transactionID): refunded (revocation \(revocation.cursor))"
+        if revocation.creditShortfall > 0 {
+            text += "; \(revocation.creditShortfall) of its credits were already spent and could not be taken back"
+        }
+        print(text)
+    }
+}
+
+struct Reconcile: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Settle pending payments with the processor: charged ones are recorded, the others closed.",
+        discussion: "A serving store does this at start-up and every 30 s; this command is for a stopped store, or to see the counts.")
+    @OptionGroup var data: DataDirOptions
+    @Option(help: "The catalog file the store serves.") var catalog: String?
+    @OptionGroup var payments: PaymentOptions
+    @Flag(help: "Settle every pending payment now, also those a running store may be paying (only when no store serves this data dir).")
+    var all = false
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() async throws {
+        let store = try data.openStore(catalog: catalog, payments: payments)
+        let report = try await store.reconcile(all: all)
+        let counts = try store.ledger.intentCounts()
+        let pending = counts[.pending] ?? 0, completed = counts[.completed] ?? 0, closed = counts[.closed] ?? 0
+        if json {
+            print(#"{"charged":\#(report.charged),"closed":\#(report.closed),"left":\#(report.left),"intents":{"pending":\#(pending),"completed":\#(completed),"closed":\#(closed)}}"#)
+        } else {
+            print("recorded \(report.charged) charged, closed \(report.closed) uncharged, left \(report.left); intents now: \(pending) pending, \(completed) completed, \(closed) closed")
+        }
     }
 }
 

@@ -14,7 +14,7 @@ struct KioskCommand: AsyncParsableCommand {
             4 any other error, 64 bad usage.
             """,
         subcommands: [Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
-                      Unfinished.self, Finish.self, Verify.self, Download.self])
+                      Unfinished.self, History.self, Finish.self, Verify.self, Download.self])
 }
 
 /// Options every command takes; flags win over the environment.
@@ -110,13 +110,18 @@ func describe(_ transaction: Transaction) -> [String: Any] {
     ]
     if let expiry = transaction.expirationDate { object["expiration_date"] = expiry.formatted(.iso8601) }
     if let revoked = transaction.revocationDate { object["revocation_date"] = revoked.formatted(.iso8601) }
+    if let reason = transaction.revocationReason { object["revocation_reason"] = reason }
+    if transaction.refundCreditShortfall > 0 { object["refund_credit_shortfall"] = Int(clamping: transaction.refundCreditShortfall) }
+    object["state"] = transaction.state
     return object
 }
 
 func line(_ transaction: Transaction) -> String {
     var text = "\(transaction.id)  \(transaction.productID) ×\(transaction.purchasedQuantity)  original \(transaction.originalID)"
     if let expiry = transaction.expirationDate { text += "  expires \(expiry.formatted(.iso8601))" }
+    if transaction.state != "PURCHASED" { text += "  \(transaction.state)" }
     if transaction.revocationDate != nil { text += "  REVOKED" }
+    if transaction.refundCreditShortfall > 0 { text += " (\(transaction.refundCreditShortfall) credits already spent)" }
     return text
 }
 
@@ -241,6 +246,19 @@ struct Unfinished: AsyncParsableCommand {
         try await connection.run { kiosk in
             let open = try await kiosk.unfinishedTransactions
             connection.emit(open, key: "transactions", empty: "no unfinished transactions")
+        }
+    }
+}
+
+struct History: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Every transaction of the account, oldest first (paged from the store).")
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            var all: [Transaction] = []
+            for try await transaction in kiosk.transactionHistory(pageSize: 500) { all.append(transaction) }
+            connection.emit(all, key: "transactions", empty: "no transactions")
         }
     }
 }

@@ -116,12 +116,39 @@ import Testing
         #expect(catalog.product("season.pass")?.subscriptionPeriod == SubscriptionPeriod(iso8601: "P3M"))
     }
 
-    @Test func ledgerCannotChangeEnvironment() async throws {
+    @Test func ledgerIsBoundToTheEnvironmentItIsFirstServedWith() async throws {
         let directory = temporaryDirectory()
-        _ = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .sandbox))
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // Opening (account create, admin commands) does not bind: the README's order, accounts first, can make a production store.
+        let opened = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .sandbox))
+        _ = try opened.createAccount()
+        #expect(try opened.ledger.environment() == nil)
+        let production = try Store(configuration: StoreConfiguration(
+            dataDirectory: directory, catalog: testCatalog, environment: .production, paymentProcessor: LiveCardProcessor()))
+        try production.prepareToServe()
+        #expect(try production.ledger.environment() == .production)
         #expect(throws: StoreError.self) {
-            try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .production))
+            try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .sandbox))
         }
-        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    @Test func productionRefusesTheSimulatedProcessorAndTestCards() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let error = #expect(throws: StoreError.self) {
+            try StoreServer(store: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .production))
+        }
+        #expect(error?.code == .failedPrecondition)
+        #expect(error?.message.contains("simulated processor is for sandbox only") == true, "\(String(describing: error))")
+        try await StoreFixture.with(environment: .production) { production in
+            let token = try production.newAccount()
+            for method in [goodCard, "test-ask", "test-cancel"] {
+                let refused = try #require(try await production.buy("filter.sepia", method: method, token: token).transaction)
+                #expect(refused.state == .failed)
+                #expect(refused.errorCode == 3)
+                #expect(refused.errorReason == "test_payment_method")
+            }
+            #expect(try await production.buy("filter.sepia", method: liveCard, token: token).transaction?.state == .purchased)
+        }
     }
 }

@@ -57,7 +57,7 @@ import Testing
                 let sandboxToken = try sandbox.newAccount()
                 let productionToken = try production.newAccount()
                 let sandboxReceipt = try #require(try await sandbox.buy("filter.sepia", token: sandboxToken).transaction).signedReceipt
-                let productionReceipt = try #require(try await production.buy("filter.sepia", token: productionToken).transaction).signedReceipt
+                let productionReceipt = try #require(try await production.buy("filter.sepia", method: liveCard, token: productionToken).transaction).signedReceipt
                 let atProduction = try await production.verify(sandboxReceipt, token: productionToken)
                 #expect(atProduction.status == 21007)
                 #expect(atProduction.receipt?.environment == .sandbox)

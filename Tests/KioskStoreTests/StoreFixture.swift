@@ -26,6 +26,20 @@ let testCatalog = Catalog(bundleID: "com.example.monkeys", products: [
 ])
 
 let goodCard = "test-card:4242424242424242"
+/// What ``LiveCardProcessor`` charges: a production store refuses test cards.
+let liveCard = "card:live-visa"
+
+/// A processor that counts as real (a production store accepts it) and charges `card:` methods.
+struct LiveCardProcessor: PaymentProcessor {
+    var name: String { "live-test" }
+    var isSimulated: Bool { false }
+    func charge(_ request: PaymentRequest) async -> PaymentOutcome {
+        request.paymentMethod.hasPrefix("card:") ? .succeeded(reference: "live_" + request.paymentID) : .declined(reason: "invalid_payment_method", message: "not a card")
+    }
+    func approve(_ request: PaymentRequest) async -> PaymentOutcome { .succeeded(reference: "live_" + request.paymentID) }
+    func lookup(_ request: PaymentRequest) async -> PaymentLookup { .notCharged }
+    func refund(_ request: PaymentRequest, reason: String) async {}
+}
 
 func temporaryDirectory() -> String {
     let path = NSTemporaryDirectory() + "kiosk-store-test-" + UUID().uuidString
@@ -48,6 +62,7 @@ struct StoreFixture {
         let clock = TestClock()
         let server = try StoreServer(store: StoreConfiguration(
             dataDirectory: dataDirectory, catalog: testCatalog, environment: environment,
+            paymentProcessor: environment == .production ? LiveCardProcessor() : SimulatedPaymentProcessor(),
             revocationPollInterval: .milliseconds(50), clock: { clock.now }))
         try await server.start()
         let client = RPCClient(host: "127.0.0.1", port: try #require(server.port))

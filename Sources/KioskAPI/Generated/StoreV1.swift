@@ -311,9 +311,12 @@ extension StoreV1 {
         public var currency: String
         /// `environment` (field 19).
         public var environment: ReceiptV1.Environment
+        /// A refunded consumable: credits the refund could not take back because
+        /// they were already spent (the refund took what was left).
+        public var refundCreditShortfall: UInt64
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", errorCode: UInt32 = 0, errorReason: String = "", errorMessage: String = "", signedReceipt: [UInt8] = [], finished: Bool = false, revocationDateMs: Int64 = 0, revocationReason: String = "", price: String = "", currency: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0)) {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", errorCode: UInt32 = 0, errorReason: String = "", errorMessage: String = "", signedReceipt: [UInt8] = [], finished: Bool = false, revocationDateMs: Int64 = 0, revocationReason: String = "", price: String = "", currency: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), refundCreditShortfall: UInt64 = 0) {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -333,6 +336,7 @@ extension StoreV1 {
             self.price = price
             self.currency = currency
             self.environment = environment
+            self.refundCreditShortfall = refundCreditShortfall
         }
     }
 }
@@ -363,7 +367,8 @@ extension StoreV1.Transaction: WireMessage {
             revocationReason: try CField.string(c.revocation_reason, field: "Transaction.revocation_reason"),
             price: try CField.string(c.price, field: "Transaction.price"),
             currency: try CField.string(c.currency, field: "Transaction.currency"),
-            environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue))
+            environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
+            refundCreditShortfall: c.refund_credit_shortfall
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -386,6 +391,7 @@ extension StoreV1.Transaction: WireMessage {
         c.price = arena.cString(price)
         c.currency = arena.cString(currency)
         c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
+        c.refund_credit_shortfall = refundCreditShortfall
     }
 }
 
@@ -429,11 +435,22 @@ extension StoreV1.PurchaseResponse: WireMessage {
 }
 
 extension StoreV1 {
-    /// `kiosk.store.v1.UnfinishedRequest`.
+    /// Paged lists (Unfinished, Restore, History) take a page size and a page
+    /// token, as the App Store Server API's revision and hasMore: page_size 0
+    /// means 100, at most 500; page_token is empty for the first page, then the
+    /// next_page_token of the page before. Tokens are opaque; order is the order
+    /// the ledger recorded the transactions in.
     public struct UnfinishedRequest: Hashable, Sendable {
+        /// `page_size` (field 1).
+        public var pageSize: UInt32
+        /// `page_token` (field 2).
+        public var pageToken: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init() {}
+        public init(pageSize: UInt32 = 0, pageToken: String = "") {
+            self.pageSize = pageSize
+            self.pageToken = pageToken
+        }
     }
 }
 
@@ -444,10 +461,14 @@ extension StoreV1.UnfinishedRequest: WireMessage {
         kiosk__store__v1__unfinished_request__unpack(nil, n, p)
     }
     public init(cStruct c: CStruct) throws(WireError) {
-        self.init()
+        self.init(
+            pageSize: c.page_size,
+            pageToken: try CField.string(c.page_token, field: "UnfinishedRequest.page_token")
+        )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
-        _ = c
+        c.page_size = pageSize
+        c.page_token = arena.cString(pageToken)
     }
 }
 
@@ -456,10 +477,16 @@ extension StoreV1 {
     public struct UnfinishedResponse: Hashable, Sendable {
         /// `transactions` (field 1).
         public var transactions: [StoreV1.Transaction]
+        /// Pass as page_token for the next page; empty with has_more false at the end.
+        public var nextPageToken: String
+        /// `has_more` (field 3).
+        public var hasMore: Bool
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactions: [StoreV1.Transaction] = []) {
+        public init(transactions: [StoreV1.Transaction] = [], nextPageToken: String = "", hasMore: Bool = false) {
             self.transactions = transactions
+            self.nextPageToken = nextPageToken
+            self.hasMore = hasMore
         }
     }
 }
@@ -472,11 +499,15 @@ extension StoreV1.UnfinishedResponse: WireMessage {
     }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
-            transactions: try CField.messages(c.n_transactions, c.transactions, as: StoreV1.Transaction.self, field: "UnfinishedResponse.transactions")
+            transactions: try CField.messages(c.n_transactions, c.transactions, as: StoreV1.Transaction.self, field: "UnfinishedResponse.transactions"),
+            nextPageToken: try CField.string(c.next_page_token, field: "UnfinishedResponse.next_page_token"),
+            hasMore: c.has_more != 0
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         (c.n_transactions, c.transactions) = arena.messages(transactions)
+        c.next_page_token = arena.cString(nextPageToken)
+        c.has_more = hasMore ? 1 : 0
     }
 }
 
@@ -539,11 +570,20 @@ extension StoreV1.FinishResponse: WireMessage {
 }
 
 extension StoreV1 {
-    /// `kiosk.store.v1.RestoreRequest`.
+    /// Restore streams the account's restorable transactions (purchased
+    /// non-consumables and subscriptions, not revoked) after page_token, at most
+    /// page_size of them (0: all, read from the ledger a page at a time).
     public struct RestoreRequest: Hashable, Sendable {
+        /// `page_size` (field 1).
+        public var pageSize: UInt32
+        /// `page_token` (field 2).
+        public var pageToken: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init() {}
+        public init(pageSize: UInt32 = 0, pageToken: String = "") {
+            self.pageSize = pageSize
+            self.pageToken = pageToken
+        }
     }
 }
 
@@ -554,10 +594,88 @@ extension StoreV1.RestoreRequest: WireMessage {
         kiosk__store__v1__restore_request__unpack(nil, n, p)
     }
     public init(cStruct c: CStruct) throws(WireError) {
-        self.init()
+        self.init(
+            pageSize: c.page_size,
+            pageToken: try CField.string(c.page_token, field: "RestoreRequest.page_token")
+        )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
-        _ = c
+        c.page_size = pageSize
+        c.page_token = arena.cString(pageToken)
+    }
+}
+
+extension StoreV1 {
+    /// Every transaction of the account (PURCHASED and DEFERRED; FAILED purchases
+    /// are answered, never recorded), a page at a time.
+    public struct HistoryRequest: Hashable, Sendable {
+        /// `page_size` (field 1).
+        public var pageSize: UInt32
+        /// `page_token` (field 2).
+        public var pageToken: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(pageSize: UInt32 = 0, pageToken: String = "") {
+            self.pageSize = pageSize
+            self.pageToken = pageToken
+        }
+    }
+}
+
+extension StoreV1.HistoryRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__HistoryRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__history_request__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__history_request__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            pageSize: c.page_size,
+            pageToken: try CField.string(c.page_token, field: "HistoryRequest.page_token")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.page_size = pageSize
+        c.page_token = arena.cString(pageToken)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.HistoryResponse`.
+    public struct HistoryResponse: Hashable, Sendable {
+        /// `transactions` (field 1).
+        public var transactions: [StoreV1.Transaction]
+        /// `next_page_token` (field 2).
+        public var nextPageToken: String
+        /// `has_more` (field 3).
+        public var hasMore: Bool
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(transactions: [StoreV1.Transaction] = [], nextPageToken: String = "", hasMore: Bool = false) {
+            self.transactions = transactions
+            self.nextPageToken = nextPageToken
+            self.hasMore = hasMore
+        }
+    }
+}
+
+extension StoreV1.HistoryResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__HistoryResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__history_response__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__history_response__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            transactions: try CField.messages(c.n_transactions, c.transactions, as: StoreV1.Transaction.self, field: "HistoryResponse.transactions"),
+            nextPageToken: try CField.string(c.next_page_token, field: "HistoryResponse.next_page_token"),
+            hasMore: c.has_more != 0
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        (c.n_transactions, c.transactions) = arena.messages(transactions)
+        c.next_page_token = arena.cString(nextPageToken)
+        c.has_more = hasMore ? 1 : 0
     }
 }
 
@@ -839,14 +957,20 @@ extension StoreV1 {
         public var revocationDateMs: Int64
         /// `reason` (field 5).
         public var reason: String
+        /// Credits the refund could not take back (already spent).
+        public var creditShortfall: UInt64
+        /// `account_id` (field 7).
+        public var accountID: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(cursor: UInt64 = 0, transactionID: String = "", originalTransactionID: String = "", revocationDateMs: Int64 = 0, reason: String = "") {
+        public init(cursor: UInt64 = 0, transactionID: String = "", originalTransactionID: String = "", revocationDateMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, accountID: String = "") {
             self.cursor = cursor
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.revocationDateMs = revocationDateMs
             self.reason = reason
+            self.creditShortfall = creditShortfall
+            self.accountID = accountID
         }
     }
 }
@@ -863,7 +987,9 @@ extension StoreV1.Revocation: WireMessage {
             transactionID: try CField.string(c.transaction_id, field: "Revocation.transaction_id"),
             originalTransactionID: try CField.string(c.original_transaction_id, field: "Revocation.original_transaction_id"),
             revocationDateMs: c.revocation_date_ms,
-            reason: try CField.string(c.reason, field: "Revocation.reason")
+            reason: try CField.string(c.reason, field: "Revocation.reason"),
+            creditShortfall: c.credit_shortfall,
+            accountID: try CField.string(c.account_id, field: "Revocation.account_id")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -872,5 +998,7 @@ extension StoreV1.Revocation: WireMessage {
         c.original_transaction_id = arena.cString(originalTransactionID)
         c.revocation_date_ms = revocationDateMs
         c.reason = arena.cString(reason)
+        c.credit_shortfall = creditShortfall
+        c.account_id = arena.cString(accountID)
     }
 }

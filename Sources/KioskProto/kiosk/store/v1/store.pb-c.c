@@ -592,6 +592,96 @@ void   kiosk__store__v1__restore_request__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__restore_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__history_request__init
+                     (Kiosk__Store__V1__HistoryRequest         *message)
+{
+  static const Kiosk__Store__V1__HistoryRequest init_value = KIOSK__STORE__V1__HISTORY_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__history_request__get_packed_size
+                     (const Kiosk__Store__V1__HistoryRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__history_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__history_request__pack
+                     (const Kiosk__Store__V1__HistoryRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__history_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__history_request__pack_to_buffer
+                     (const Kiosk__Store__V1__HistoryRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__history_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__HistoryRequest *
+       kiosk__store__v1__history_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__HistoryRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__history_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__history_request__free_unpacked
+                     (Kiosk__Store__V1__HistoryRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__history_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__history_response__init
+                     (Kiosk__Store__V1__HistoryResponse         *message)
+{
+  static const Kiosk__Store__V1__HistoryResponse init_value = KIOSK__STORE__V1__HISTORY_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__history_response__get_packed_size
+                     (const Kiosk__Store__V1__HistoryResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__history_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__history_response__pack
+                     (const Kiosk__Store__V1__HistoryResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__history_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__history_response__pack_to_buffer
+                     (const Kiosk__Store__V1__HistoryResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__history_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__HistoryResponse *
+       kiosk__store__v1__history_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__HistoryResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__history_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__history_response__free_unpacked
+                     (Kiosk__Store__V1__HistoryResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__history_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__spend_credits_request__init
                      (Kiosk__Store__V1__SpendCreditsRequest         *message)
 {
@@ -1387,7 +1477,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__purchase_request__descriptor 
   (ProtobufCMessageInit) kiosk__store__v1__purchase_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descriptors[19] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descriptors[20] =
 {
   {
     "transaction_id",
@@ -1617,6 +1707,18 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "refund_credit_shortfall",
+    20,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Transaction, refund_credit_shortfall),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
   8,   /* field[8] = account_id */
@@ -1633,6 +1735,7 @@ static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
   3,   /* field[3] = product_type */
   6,   /* field[6] = purchase_date_ms */
   4,   /* field[4] = quantity */
+  19,   /* field[19] = refund_credit_shortfall */
   14,   /* field[14] = revocation_date_ms */
   15,   /* field[15] = revocation_reason */
   12,   /* field[12] = signed_receipt */
@@ -1642,7 +1745,7 @@ static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__transaction__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 19 }
+  { 0, 20 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor =
 {
@@ -1652,7 +1755,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor =
   "Kiosk__Store__V1__Transaction",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Transaction),
-  19,
+  20,
   kiosk__store__v1__transaction__field_descriptors,
   kiosk__store__v1__transaction__field_indices_by_name,
   1,  kiosk__store__v1__transaction__number_ranges,
@@ -1723,9 +1826,42 @@ const ProtobufCMessageDescriptor kiosk__store__v1__purchase_response__descriptor
   (ProtobufCMessageInit) kiosk__store__v1__purchase_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-#define kiosk__store__v1__unfinished_request__field_descriptors NULL
-#define kiosk__store__v1__unfinished_request__field_indices_by_name NULL
-#define kiosk__store__v1__unfinished_request__number_ranges NULL
+static const ProtobufCFieldDescriptor kiosk__store__v1__unfinished_request__field_descriptors[2] =
+{
+  {
+    "page_size",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__UnfinishedRequest, page_size),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "page_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__UnfinishedRequest, page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__unfinished_request__field_indices_by_name[] = {
+  0,   /* field[0] = page_size */
+  1,   /* field[1] = page_token */
+};
+static const ProtobufCIntRange kiosk__store__v1__unfinished_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
 const ProtobufCMessageDescriptor kiosk__store__v1__unfinished_request__descriptor =
 {
   PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
@@ -1734,14 +1870,14 @@ const ProtobufCMessageDescriptor kiosk__store__v1__unfinished_request__descripto
   "Kiosk__Store__V1__UnfinishedRequest",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__UnfinishedRequest),
-  0,
+  2,
   kiosk__store__v1__unfinished_request__field_descriptors,
   kiosk__store__v1__unfinished_request__field_indices_by_name,
-  0,  kiosk__store__v1__unfinished_request__number_ranges,
+  1,  kiosk__store__v1__unfinished_request__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__unfinished_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__unfinished_response__field_descriptors[1] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__unfinished_response__field_descriptors[3] =
 {
   {
     "transactions",
@@ -1755,14 +1891,40 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__unfinished_response__fie
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "next_page_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__UnfinishedResponse, next_page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "has_more",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__UnfinishedResponse, has_more),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__unfinished_response__field_indices_by_name[] = {
+  2,   /* field[2] = has_more */
+  1,   /* field[1] = next_page_token */
   0,   /* field[0] = transactions */
 };
 static const ProtobufCIntRange kiosk__store__v1__unfinished_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__unfinished_response__descriptor =
 {
@@ -1772,7 +1934,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__unfinished_response__descript
   "Kiosk__Store__V1__UnfinishedResponse",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__UnfinishedResponse),
-  1,
+  3,
   kiosk__store__v1__unfinished_response__field_descriptors,
   kiosk__store__v1__unfinished_response__field_indices_by_name,
   1,  kiosk__store__v1__unfinished_response__number_ranges,
@@ -1855,9 +2017,42 @@ const ProtobufCMessageDescriptor kiosk__store__v1__finish_response__descriptor =
   (ProtobufCMessageInit) kiosk__store__v1__finish_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-#define kiosk__store__v1__restore_request__field_descriptors NULL
-#define kiosk__store__v1__restore_request__field_indices_by_name NULL
-#define kiosk__store__v1__restore_request__number_ranges NULL
+static const ProtobufCFieldDescriptor kiosk__store__v1__restore_request__field_descriptors[2] =
+{
+  {
+    "page_size",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RestoreRequest, page_size),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "page_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RestoreRequest, page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__restore_request__field_indices_by_name[] = {
+  0,   /* field[0] = page_size */
+  1,   /* field[1] = page_token */
+};
+static const ProtobufCIntRange kiosk__store__v1__restore_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
 const ProtobufCMessageDescriptor kiosk__store__v1__restore_request__descriptor =
 {
   PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
@@ -1866,11 +2061,126 @@ const ProtobufCMessageDescriptor kiosk__store__v1__restore_request__descriptor =
   "Kiosk__Store__V1__RestoreRequest",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__RestoreRequest),
-  0,
+  2,
   kiosk__store__v1__restore_request__field_descriptors,
   kiosk__store__v1__restore_request__field_indices_by_name,
-  0,  kiosk__store__v1__restore_request__number_ranges,
+  1,  kiosk__store__v1__restore_request__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__restore_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__history_request__field_descriptors[2] =
+{
+  {
+    "page_size",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__HistoryRequest, page_size),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "page_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__HistoryRequest, page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__history_request__field_indices_by_name[] = {
+  0,   /* field[0] = page_size */
+  1,   /* field[1] = page_token */
+};
+static const ProtobufCIntRange kiosk__store__v1__history_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__history_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.HistoryRequest",
+  "HistoryRequest",
+  "Kiosk__Store__V1__HistoryRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__HistoryRequest),
+  2,
+  kiosk__store__v1__history_request__field_descriptors,
+  kiosk__store__v1__history_request__field_indices_by_name,
+  1,  kiosk__store__v1__history_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__history_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__history_response__field_descriptors[3] =
+{
+  {
+    "transactions",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__HistoryResponse, n_transactions),
+    offsetof(Kiosk__Store__V1__HistoryResponse, transactions),
+    &kiosk__store__v1__transaction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_page_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__HistoryResponse, next_page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "has_more",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__HistoryResponse, has_more),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__history_response__field_indices_by_name[] = {
+  2,   /* field[2] = has_more */
+  1,   /* field[1] = next_page_token */
+  0,   /* field[0] = transactions */
+};
+static const ProtobufCIntRange kiosk__store__v1__history_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__history_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.HistoryResponse",
+  "HistoryResponse",
+  "Kiosk__Store__V1__HistoryResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__HistoryResponse),
+  3,
+  kiosk__store__v1__history_response__field_descriptors,
+  kiosk__store__v1__history_response__field_indices_by_name,
+  1,  kiosk__store__v1__history_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__history_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor kiosk__store__v1__spend_credits_request__field_descriptors[1] =
@@ -2248,7 +2558,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__watch_revocations_request__de
   (ProtobufCMessageInit) kiosk__store__v1__watch_revocations_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__revocation__field_descriptors[5] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__revocation__field_descriptors[7] =
 {
   {
     "cursor",
@@ -2310,8 +2620,34 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__revocation__field_descri
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "credit_shortfall",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Revocation, credit_shortfall),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "account_id",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Revocation, account_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__revocation__field_indices_by_name[] = {
+  6,   /* field[6] = account_id */
+  5,   /* field[5] = credit_shortfall */
   0,   /* field[0] = cursor */
   2,   /* field[2] = original_transaction_id */
   4,   /* field[4] = reason */
@@ -2321,7 +2657,7 @@ static const unsigned kiosk__store__v1__revocation__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__revocation__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__revocation__descriptor =
 {
@@ -2331,7 +2667,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__revocation__descriptor =
   "Kiosk__Store__V1__Revocation",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Revocation),
-  5,
+  7,
   kiosk__store__v1__revocation__field_descriptors,
   kiosk__store__v1__revocation__field_indices_by_name,
   1,  kiosk__store__v1__revocation__number_ranges,
@@ -2370,7 +2706,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__transaction_state__descriptor =
   kiosk__store__v1__transaction_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[10] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[11] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -2378,6 +2714,7 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "Unfinished", &kiosk__store__v1__unfinished_request__descriptor, &kiosk__store__v1__unfinished_response__descriptor },
   { "Finish", &kiosk__store__v1__finish_request__descriptor, &kiosk__store__v1__finish_response__descriptor },
   { "Restore", &kiosk__store__v1__restore_request__descriptor, &kiosk__store__v1__transaction__descriptor },
+  { "History", &kiosk__store__v1__history_request__descriptor, &kiosk__store__v1__history_response__descriptor },
   { "SpendCredits", &kiosk__store__v1__spend_credits_request__descriptor, &kiosk__store__v1__spend_credits_response__descriptor },
   { "VerifyReceipt", &kiosk__store__v1__verify_receipt_request__descriptor, &kiosk__store__v1__verify_receipt_response__descriptor },
   { "PublicKeys", &kiosk__store__v1__public_keys_request__descriptor, &kiosk__store__v1__public_keys_response__descriptor },
@@ -2386,14 +2723,15 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   4,        /* Finish */
   1,        /* GetAccount */
+  6,        /* History */
   0,        /* ListProducts */
-  8,        /* PublicKeys */
+  9,        /* PublicKeys */
   2,        /* Purchase */
   5,        /* Restore */
-  6,        /* SpendCredits */
+  7,        /* SpendCredits */
   3,        /* Unfinished */
-  7,        /* VerifyReceipt */
-  9         /* WatchRevocations */
+  8,        /* VerifyReceipt */
+  10         /* WatchRevocations */
 };
 const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
 {
@@ -2402,7 +2740,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  10,
+  11,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -2454,13 +2792,21 @@ void kiosk__store__v1__store__restore(ProtobufCService *service,
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void kiosk__store__v1__store__history(ProtobufCService *service,
+                                      const Kiosk__Store__V1__HistoryRequest *input,
+                                      Kiosk__Store__V1__HistoryResponse_Closure closure,
+                                      void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 6, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void kiosk__store__v1__store__spend_credits(ProtobufCService *service,
                                             const Kiosk__Store__V1__SpendCreditsRequest *input,
                                             Kiosk__Store__V1__SpendCreditsResponse_Closure closure,
                                             void *closure_data)
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
-  service->invoke(service, 6, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__verify_receipt(ProtobufCService *service,
                                              const Kiosk__Store__V1__VerifyReceiptRequest *input,
@@ -2468,7 +2814,7 @@ void kiosk__store__v1__store__verify_receipt(ProtobufCService *service,
                                              void *closure_data)
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
-  service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__public_keys(ProtobufCService *service,
                                           const Kiosk__Store__V1__PublicKeysRequest *input,
@@ -2476,7 +2822,7 @@ void kiosk__store__v1__store__public_keys(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
-  service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__watch_revocations(ProtobufCService *service,
                                                 const Kiosk__Store__V1__WatchRevocationsRequest *input,
@@ -2484,7 +2830,7 @@ void kiosk__store__v1__store__watch_revocations(ProtobufCService *service,
                                                 void *closure_data)
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
-  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)

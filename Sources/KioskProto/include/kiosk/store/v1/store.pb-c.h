@@ -29,6 +29,8 @@ typedef struct Kiosk__Store__V1__UnfinishedResponse Kiosk__Store__V1__Unfinished
 typedef struct Kiosk__Store__V1__FinishRequest Kiosk__Store__V1__FinishRequest;
 typedef struct Kiosk__Store__V1__FinishResponse Kiosk__Store__V1__FinishResponse;
 typedef struct Kiosk__Store__V1__RestoreRequest Kiosk__Store__V1__RestoreRequest;
+typedef struct Kiosk__Store__V1__HistoryRequest Kiosk__Store__V1__HistoryRequest;
+typedef struct Kiosk__Store__V1__HistoryResponse Kiosk__Store__V1__HistoryResponse;
 typedef struct Kiosk__Store__V1__SpendCreditsRequest Kiosk__Store__V1__SpendCreditsRequest;
 typedef struct Kiosk__Store__V1__SpendCreditsResponse Kiosk__Store__V1__SpendCreditsResponse;
 typedef struct Kiosk__Store__V1__VerifyReceiptRequest Kiosk__Store__V1__VerifyReceiptRequest;
@@ -190,10 +192,15 @@ struct  Kiosk__Store__V1__Transaction
   char *price;
   char *currency;
   Kiosk__Receipt__V1__Environment environment;
+  /*
+   * A refunded consumable: credits the refund could not take back because
+   * they were already spent (the refund took what was left).
+   */
+  uint64_t refund_credit_shortfall;
 };
 #define KIOSK__STORE__V1__TRANSACTION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__transaction__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, 0 }
 
 
 struct  Kiosk__Store__V1__PurchaseResponse
@@ -214,13 +221,22 @@ struct  Kiosk__Store__V1__PurchaseResponse
     , NULL, 0, 0 }
 
 
+/*
+ * Paged lists (Unfinished, Restore, History) take a page size and a page
+ * token, as the App Store Server API's revision and hasMore: page_size 0
+ * means 100, at most 500; page_token is empty for the first page, then the
+ * next_page_token of the page before. Tokens are opaque; order is the order
+ * the ledger recorded the transactions in.
+ */
 struct  Kiosk__Store__V1__UnfinishedRequest
 {
   ProtobufCMessage base;
+  uint32_t page_size;
+  char *page_token;
 };
 #define KIOSK__STORE__V1__UNFINISHED_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__unfinished_request__descriptor) \
-     }
+    , 0, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__UnfinishedResponse
@@ -228,10 +244,15 @@ struct  Kiosk__Store__V1__UnfinishedResponse
   ProtobufCMessage base;
   size_t n_transactions;
   Kiosk__Store__V1__Transaction **transactions;
+  /*
+   * Pass as page_token for the next page; empty with has_more false at the end.
+   */
+  char *next_page_token;
+  protobuf_c_boolean has_more;
 };
 #define KIOSK__STORE__V1__UNFINISHED_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__unfinished_response__descriptor) \
-    , 0,NULL }
+    , 0,NULL, (char *)protobuf_c_empty_string, 0 }
 
 
 struct  Kiosk__Store__V1__FinishRequest
@@ -257,13 +278,48 @@ struct  Kiosk__Store__V1__FinishResponse
     , 0 }
 
 
+/*
+ * Restore streams the account's restorable transactions (purchased
+ * non-consumables and subscriptions, not revoked) after page_token, at most
+ * page_size of them (0: all, read from the ledger a page at a time).
+ */
 struct  Kiosk__Store__V1__RestoreRequest
 {
   ProtobufCMessage base;
+  uint32_t page_size;
+  char *page_token;
 };
 #define KIOSK__STORE__V1__RESTORE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__restore_request__descriptor) \
-     }
+    , 0, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Every transaction of the account (PURCHASED and DEFERRED; FAILED purchases
+ * are answered, never recorded), a page at a time.
+ */
+struct  Kiosk__Store__V1__HistoryRequest
+{
+  ProtobufCMessage base;
+  uint32_t page_size;
+  char *page_token;
+};
+#define KIOSK__STORE__V1__HISTORY_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__history_request__descriptor) \
+    , 0, (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__HistoryResponse
+{
+  ProtobufCMessage base;
+  size_t n_transactions;
+  Kiosk__Store__V1__Transaction **transactions;
+  char *next_page_token;
+  protobuf_c_boolean has_more;
+};
+#define KIOSK__STORE__V1__HISTORY_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__history_response__descriptor) \
+    , 0,NULL, (char *)protobuf_c_empty_string, 0 }
 
 
 struct  Kiosk__Store__V1__SpendCreditsRequest
@@ -386,10 +442,15 @@ struct  Kiosk__Store__V1__Revocation
   char *original_transaction_id;
   int64_t revocation_date_ms;
   char *reason;
+  /*
+   * Credits the refund could not take back (already spent).
+   */
+  uint64_t credit_shortfall;
+  char *account_id;
 };
 #define KIOSK__STORE__V1__REVOCATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__revocation__descriptor) \
-    , 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
+    , 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
 /* Kiosk__Store__V1__Product methods */
@@ -639,6 +700,44 @@ Kiosk__Store__V1__RestoreRequest *
 void   kiosk__store__v1__restore_request__free_unpacked
                      (Kiosk__Store__V1__RestoreRequest *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__HistoryRequest methods */
+void   kiosk__store__v1__history_request__init
+                     (Kiosk__Store__V1__HistoryRequest         *message);
+size_t kiosk__store__v1__history_request__get_packed_size
+                     (const Kiosk__Store__V1__HistoryRequest   *message);
+size_t kiosk__store__v1__history_request__pack
+                     (const Kiosk__Store__V1__HistoryRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__history_request__pack_to_buffer
+                     (const Kiosk__Store__V1__HistoryRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__HistoryRequest *
+       kiosk__store__v1__history_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__history_request__free_unpacked
+                     (Kiosk__Store__V1__HistoryRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__HistoryResponse methods */
+void   kiosk__store__v1__history_response__init
+                     (Kiosk__Store__V1__HistoryResponse         *message);
+size_t kiosk__store__v1__history_response__get_packed_size
+                     (const Kiosk__Store__V1__HistoryResponse   *message);
+size_t kiosk__store__v1__history_response__pack
+                     (const Kiosk__Store__V1__HistoryResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__history_response__pack_to_buffer
+                     (const Kiosk__Store__V1__HistoryResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__HistoryResponse *
+       kiosk__store__v1__history_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__history_response__free_unpacked
+                     (Kiosk__Store__V1__HistoryResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__SpendCreditsRequest methods */
 void   kiosk__store__v1__spend_credits_request__init
                      (Kiosk__Store__V1__SpendCreditsRequest         *message);
@@ -851,6 +950,12 @@ typedef void (*Kiosk__Store__V1__FinishResponse_Closure)
 typedef void (*Kiosk__Store__V1__RestoreRequest_Closure)
                  (const Kiosk__Store__V1__RestoreRequest *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__HistoryRequest_Closure)
+                 (const Kiosk__Store__V1__HistoryRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__HistoryResponse_Closure)
+                 (const Kiosk__Store__V1__HistoryResponse *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__SpendCreditsRequest_Closure)
                  (const Kiosk__Store__V1__SpendCreditsRequest *message,
                   void *closure_data);
@@ -909,6 +1014,10 @@ struct Kiosk__Store__V1__Store_Service
                   const Kiosk__Store__V1__RestoreRequest *input,
                   Kiosk__Store__V1__Transaction_Closure closure,
                   void *closure_data);
+  void (*history)(Kiosk__Store__V1__Store_Service *service,
+                  const Kiosk__Store__V1__HistoryRequest *input,
+                  Kiosk__Store__V1__HistoryResponse_Closure closure,
+                  void *closure_data);
   void (*spend_credits)(Kiosk__Store__V1__Store_Service *service,
                         const Kiosk__Store__V1__SpendCreditsRequest *input,
                         Kiosk__Store__V1__SpendCreditsResponse_Closure closure,
@@ -939,6 +1048,7 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## unfinished,\
       function_prefix__ ## finish,\
       function_prefix__ ## restore,\
+      function_prefix__ ## history,\
       function_prefix__ ## spend_credits,\
       function_prefix__ ## verify_receipt,\
       function_prefix__ ## public_keys,\
@@ -966,6 +1076,10 @@ void kiosk__store__v1__store__finish(ProtobufCService *service,
 void kiosk__store__v1__store__restore(ProtobufCService *service,
                                       const Kiosk__Store__V1__RestoreRequest *input,
                                       Kiosk__Store__V1__Transaction_Closure closure,
+                                      void *closure_data);
+void kiosk__store__v1__store__history(ProtobufCService *service,
+                                      const Kiosk__Store__V1__HistoryRequest *input,
+                                      Kiosk__Store__V1__HistoryResponse_Closure closure,
                                       void *closure_data);
 void kiosk__store__v1__store__spend_credits(ProtobufCService *service,
                                             const Kiosk__Store__V1__SpendCreditsRequest *input,
@@ -1000,6 +1114,8 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__unfinished_response__d
 extern const ProtobufCMessageDescriptor kiosk__store__v1__finish_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__finish_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__restore_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__history_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__history_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__spend_credits_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__spend_credits_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_request__descriptor;

@@ -1,0 +1,51 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Tells which store processes on a data dir are alive, so that a payment
+/// intent left open by a process that died (SIGKILL, power cut) is reconciled
+/// at once, while one a live process is still paying is left to it.
+///
+/// Each opened ``Store`` holds an exclusive `flock` on
+/// `instances/<id>.lock` in its data dir for as long as the process lives; the
+/// kernel drops the lock when the process dies, however it dies.
+final class InstanceLock: Sendable {
+    /// This instance's id, written as the owner of its intents.
+    let id: String
+    private let directory: String
+    private let descriptor: Int32
+
+    init(dataDirectory: String) throws {
+        directory = (dataDirectory as NSString).appendingPathComponent("instances")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        id = "inst_" + Store.randomHex(bytes: 8)
+        let path = (directory as NSString).appendingPathComponent(id + ".lock")
+        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw StoreError(.internal, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            close(descriptor)
+            throw StoreError(.internal, "cannot lock \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    deinit {
+        unlink((directory as NSString).appendingPathComponent(id + ".lock"))
+        close(descriptor)
+    }
+
+    /// True when `owner` is this instance or another process that still holds its lock.
+    func isAlive(_ owner: String) -> Bool {
+        if owner == id { return true }
+        guard owner.hasPrefix("inst_"), !owner.contains("/") else { return false }
+        let path = (directory as NSString).appendingPathComponent(owner + ".lock")
+        let fd = open(path, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return false }  // no lock file: its process ended
+        defer { close(fd) }
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+            unlink(path)  // dead: nobody will take this lock again
+            return false
+        }
+        return true
+    }
+}

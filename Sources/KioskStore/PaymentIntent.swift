@@ -1,0 +1,254 @@
+import Foundation
+import GRDB
+import KioskAPI
+
+/// A payment the store is about to ask the processor for, written to the
+/// ledger before the processor is asked (intent before charge), and completed
+/// or closed in the same write that records the outcome.
+///
+/// An intent left `pending` by a crash, or by a processor that did not answer,
+/// is settled by ``Store/reconcile(force:)``: the processor is asked whether
+/// the payment was charged (``PaymentProcessor/lookup(_:)``); charged → the
+/// transaction is recorded and delivered as unfinished; not charged → closed.
+public struct PaymentIntent: Hashable, Sendable {
+    /// What the payment is for.
+    public enum Kind: String, Sendable {
+        /// A purchase: the processor's `charge`.
+        case purchase
+        /// The approval of a DEFERRED (ask-to-buy) transaction: the processor's `approve`.
+        case approval
+    }
+
+    /// Where the intent stands.
+    public enum State: String, Sendable {
+        /// Written; the processor may be being asked, or the outcome was never recorded.
+        case pending
+        /// Charged (or deferred) and recorded.
+        case completed
+        /// Nothing was charged (declined, cancelled, or found uncharged by reconciliation).
+        case closed
+    }
+
+    /// `kind:paymentID`.
+    public var id: String { "\(kind.rawValue):\(paymentID)" }
+    /// What it is for.
+    public var kind: Kind
+    /// The payment id the processor deduplicates on.
+    public var paymentID: String
+    /// The transaction it records (a purchase's new id, or the deferred transaction approved).
+    public var transactionID: String
+    /// The paying account.
+    public var accountID: String
+    /// The product, and what the catalog said of it when the intent was written.
+    public var productID: String
+    /// The product's kind.
+    public var productType: ReceiptV1.ProductType
+    /// Credits per unit for a consumable.
+    public var creditsPerUnit: UInt64
+    /// A subscription's period (`P1M`), empty for other products.
+    public var subscriptionPeriod: String
+    /// Units bought.
+    public var quantity: UInt32
+    /// Unit price, decimal string.
+    public var unitPrice: String
+    /// ISO 4217 currency.
+    public var currency: String
+    /// The buyer's payment method.
+    public var paymentMethod: String
+    /// Purchase time, milliseconds since 1970: the transaction's purchase date.
+    public var purchaseMs: Int64
+    /// The client's idempotency key, if any.
+    public var idempotencyKey: String?
+    /// The purchase request's hash, to answer the key later.
+    public var requestHash: [UInt8]
+    /// Where it stands.
+    public var state: State
+    /// Why it was closed or how it completed (`charged`, `declined:card_declined`, `reconciled:not_charged`, …).
+    public var outcome: String
+    /// The store instance that wrote it (see ``InstanceLock``).
+    public var owner: String
+    /// When it was written.
+    public var createdMs: Int64
+
+    /// True for products an account owns at most once: one pending intent per account and product.
+    var exclusive: Bool { productType == .nonConsumable || productType == .autoRenewableSubscription }
+
+    /// The processor's request for this payment.
+    public var request: PaymentRequest {
+        PaymentRequest(paymentID: paymentID, accountID: accountID, productID: productID, quantity: quantity,
+                       unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod)
+    }
+
+    init(kind: Kind, paymentID: String, transactionID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
+         unitPrice: String, currency: String, paymentMethod: String, purchaseMs: Int64, idempotencyKey: String?, requestHash: [UInt8],
+         owner: String) {
+        self.kind = kind
+        self.paymentID = paymentID
+        self.transactionID = transactionID
+        self.accountID = accountID
+        self.productID = product.id
+        self.productType = product.type
+        self.creditsPerUnit = product.credits
+        self.subscriptionPeriod = product.subscriptionPeriod?.description ?? ""
+        self.quantity = quantity
+        self.unitPrice = unitPrice
+        self.currency = currency
+        self.paymentMethod = paymentMethod
+        self.purchaseMs = purchaseMs
+        self.idempotencyKey = idempotencyKey
+        self.requestHash = requestHash
+        self.state = .pending
+        self.outcome = ""
+        self.owner = owner
+        self.createdMs = purchaseMs
+    }
+
+    init(row: Row) {
+        kind = Kind(rawValue: row["kind"]) ?? .purchase
+        paymentID = row["payment_id"]
+        transactionID = row["transaction_id"]
+        accountID = row["account_id"]
+        productID = row["product_id"]
+        productType = ReceiptV1.ProductType(rawValue: row["product_type"])
+        creditsPerUnit = UInt64(clamping: row["credits_per_unit"] as Int64)
+        subscriptionPeriod = row["subscription_period"]
+        quantity = UInt32(clamping: row["quantity"] as Int64)
+        unitPrice = row["unit_price"]
+        currency = row["currency"]
+        paymentMethod = row["payment_method"]
+        purchaseMs = row["purchase_ms"]
+        idempotencyKey = row["idempotency_key"]
+        requestHash = Array(row["request_hash"] as Data)
+        state = State(rawValue: row["state"]) ?? .pending
+        outcome = row["outcome"]
+        owner = row["owner"]
+        createdMs = row["created_ms"]
+    }
+}
+
+extension Ledger {
+    /// The payment-intent table and the constraints that make the database,
+    /// not a process-local lock, the guard against charging twice.
+    static func registerV2(_ migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("v2-intents-paging-shortfall") { db in
+            try db.execute(sql: """
+                CREATE TABLE payment_intents (
+                  id TEXT PRIMARY KEY,
+                  kind TEXT NOT NULL,
+                  payment_id TEXT NOT NULL,
+                  transaction_id TEXT NOT NULL,
+                  account_id TEXT NOT NULL REFERENCES accounts(id),
+                  product_id TEXT NOT NULL,
+                  product_type INTEGER NOT NULL,
+                  credits_per_unit INTEGER NOT NULL,
+                  subscription_period TEXT NOT NULL,
+                  quantity INTEGER NOT NULL,
+                  unit_price TEXT NOT NULL,
+                  currency TEXT NOT NULL,
+                  payment_method TEXT NOT NULL,
+                  purchase_ms INTEGER NOT NULL,
+                  idempotency_key TEXT,
+                  request_hash BLOB NOT NULL,
+                  exclusive INTEGER NOT NULL,
+                  state TEXT NOT NULL CHECK (state IN ('pending', 'completed', 'closed')),
+                  outcome TEXT NOT NULL DEFAULT '',
+                  owner TEXT NOT NULL,
+                  created_ms INTEGER NOT NULL,
+                  updated_ms INTEGER NOT NULL
+                );
+                -- One payment in flight per account and owned-once product: a purchase and an
+                -- approval (or two purchases) racing in two processes cannot both be charged.
+                CREATE UNIQUE INDEX payment_intents_one_open_exclusive ON payment_intents(account_id, product_id)
+                  WHERE state = 'pending' AND exclusive = 1;
+                CREATE INDEX payment_intents_open ON payment_intents(created_ms) WHERE state = 'pending';
+                -- A non-consumable is owned once: a second live PURCHASED row cannot be written.
+                CREATE UNIQUE INDEX transactions_owned_once ON transactions(account_id, product_id)
+                  WHERE state = 1 AND revoked_ms = 0 AND product_type = 2;
+                CREATE INDEX transactions_by_account_product ON transactions(account_id, product_id);
+                CREATE INDEX transactions_by_account_row ON transactions(account_id);
+                CREATE INDEX transactions_unfinished ON transactions(account_id) WHERE state = 1 AND finished = 0;
+                CREATE INDEX transactions_restorable ON transactions(account_id) WHERE state = 1 AND revoked_ms = 0 AND product_type != 1;
+                ALTER TABLE transactions ADD COLUMN refund_credit_shortfall INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE revocations ADD COLUMN credit_shortfall INTEGER NOT NULL DEFAULT 0;
+                """)
+        }
+    }
+
+    static func intent(_ db: Database, id: String) throws -> PaymentIntent? {
+        try Row.fetchOne(db, sql: "SELECT * FROM payment_intents WHERE id = ?", arguments: [id]).map(PaymentIntent.init)
+    }
+
+    /// Writes a new pending intent.
+    /// - Throws: ``StoreError`` ABORTED (10) when the account already has a payment of this owned-once product in flight.
+    static func insert(_ intent: PaymentIntent, nowMs: Int64, _ db: Database) throws {
+        do {
+            try db.execute(
+                sql: """
+                    INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
+                      credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
+                      idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?)
+                    """,
+                arguments: [
+                    intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID, intent.productID,
+                    intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod, Int64(intent.quantity),
+                    intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
+                    Data(intent.requestHash), intent.exclusive, intent.owner, intent.createdMs, nowMs,
+                ])
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+            throw StoreError(.aborted, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+        }
+    }
+
+    /// Takes over a pending or closed intent for another attempt (a client's retry): pending again, owned by `owner`.
+    static func reopen(_ intent: PaymentIntent, owner: String, nowMs: Int64, _ db: Database) throws -> PaymentIntent {
+        do {
+            try db.execute(sql: "UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?",
+                           arguments: [owner, nowMs, intent.id])
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+            throw StoreError(.aborted, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+        }
+        var reopened = intent
+        reopened.state = .pending
+        reopened.owner = owner
+        return reopened
+    }
+
+    /// Marks an intent completed or closed, with why.
+    static func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: Database) throws {
+        try db.execute(sql: "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?",
+                       arguments: [state.rawValue, outcome, nowMs, intentID])
+    }
+
+    /// Settles an intent only if it is still pending under the same owner (another attempt did not take it over).
+    static func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: Database) throws {
+        try db.execute(sql: "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ?",
+                       arguments: [state.rawValue, outcome, nowMs, intent.id, intent.owner])
+    }
+
+    /// Pending intents written before `beforeMs` (all with nil), oldest first.
+    public func openIntents(before beforeMs: Int64? = nil, limit: Int = 500) throws -> [PaymentIntent] {
+        try pool.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM payment_intents WHERE state = 'pending' AND created_ms < ? ORDER BY created_ms LIMIT ?",
+                arguments: [beforeMs ?? Int64.max, limit]
+            ).map(PaymentIntent.init)
+        }
+    }
+
+    /// The intent with `id` (`kind:paymentID`).
+    public func intent(id: String) throws -> PaymentIntent? {
+        try pool.read { db in try Self.intent(db, id: id) }
+    }
+
+    /// Counts of intents by state, for checks and the crash test.
+    public func intentCounts() throws -> [PaymentIntent.State: Int] {
+        try pool.read { db in
+            var counts: [PaymentIntent.State: Int] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM payment_intents GROUP BY state") {
+                if let state = PaymentIntent.State(rawValue: row["state"]) { counts[state] = row["n"] }
+            }
+            return counts
+        }
+    }
+}

@@ -1,0 +1,470 @@
+import Foundation
+import GRDB
+import KioskAPI
+import KioskRPC
+import KioskWire
+
+// Purchases, approvals, refunds and reconciliation: every payment has a
+// durable intent before the processor is asked, and the database (unique
+// indexes, checks inside one `BEGIN IMMEDIATE` write), not a process-local
+// lock, keeps a payment from being charged twice. The per-account lock in this
+// process only queues one account's work so it does not contend on the ledger.
+extension Store {
+    // MARK: Purchases
+
+    /// Buys `quantity` of a product, at most once per idempotency key.
+    ///
+    /// Call errors: quantity outside 1…max, empty product id or payment method
+    /// (3), the key reused for another request (6), a payment of the same
+    /// owned-once product already in flight for the account (10), a processor
+    /// that did not answer (14: the payment stays pending; retry with the same
+    /// key, or the store reconciles it). Every other outcome is a transaction:
+    /// PURCHASED (with its receipt), FAILED or DEFERRED. The answer is committed
+    /// to the ledger (fsynced) before this returns.
+    ///
+    /// Once started, a purchase is not cancelled with the calling task: it is
+    /// charged and committed whole, and a retry with its key gets the answer.
+    public func purchase(
+        account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?
+    ) async throws -> StoreV1.PurchaseResponse {
+        try await Task {
+            try await uncancellablePurchase(account: account, productID: productID, quantity: quantity,
+                                            paymentMethod: paymentMethod, idempotencyKey: idempotencyKey)
+        }.value
+    }
+
+    private func uncancellablePurchase(
+        account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?
+    ) async throws -> StoreV1.PurchaseResponse {
+        guard !productID.isEmpty else { throw StoreError.invalid("product_id is required") }
+        guard !paymentMethod.isEmpty else { throw StoreError.invalid("payment_method is required, e.g. \"test-card:4242424242424242\"") }
+        try Self.checkIdempotencyKey(idempotencyKey)
+        let product = catalog.product(productID)
+        let maxQuantity = product?.maxQuantity ?? 10
+        guard quantity >= 1, quantity <= maxQuantity else {
+            throw StoreError.invalid("quantity \(quantity) is outside 1…\(maxQuantity) for product \(productID)")
+        }
+        let order = Order(account: account.id, productID: productID, product: product, quantity: quantity, paymentMethod: paymentMethod,
+                          idempotencyKey: idempotencyKey,
+                          requestHash: Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)"))
+        let response = try await locks.withLock(account.id) {
+            switch try await startPurchase(order) {
+            case .answered(let response):
+                return response
+            case .charge(let intent):
+                return try await completePurchase(intent, try await charge(intent))
+            }
+        }
+        if !response.replayed { await configuration.purchaseCommitted?(response) }
+        return response
+    }
+
+    /// What a purchase asks for.
+    struct Order {
+        var account: String
+        var productID: String
+        var product: CatalogProduct?
+        var quantity: UInt32
+        var paymentMethod: String
+        var idempotencyKey: String?
+        var requestHash: [UInt8]
+
+        /// The payment's stable id: the same key of the same account pays once.
+        func paymentID(or transactionID: String) -> String {
+            idempotencyKey.map { Store.hash("\(account)\u{0}\($0)").hexString } ?? transactionID
+        }
+    }
+
+    enum PurchaseStart {
+        /// Answered without a payment (a replay, a refusal, already owned).
+        case answered(StoreV1.PurchaseResponse)
+        /// The intent is on disk: ask the processor.
+        case charge(PaymentIntent)
+    }
+
+    /// Step 1, one write: the key's earlier answer, restrictions, the catalog,
+    /// ownership, an earlier record of the same payment, and the payment's
+    /// intent. Every lookup is a primary key or an index: no history scan.
+    private func startPurchase(_ order: Order) async throws -> PurchaseStart {
+        let nowMs = now
+        let transactionID = Self.newTransactionID()
+        let paymentID = order.paymentID(or: transactionID)
+        let owner = instance.id
+        return try await ledger.pool.write { db -> PurchaseStart in
+            if let bytes = try Ledger.remembered(db, account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
+                var replay = try StoreV1.PurchaseResponse(serializedBytes: bytes)
+                replay.replayed = true
+                return .answered(replay)
+            }
+            func answer(_ response: StoreV1.PurchaseResponse) throws -> PurchaseStart {
+                try Ledger.remember(response.serializedBytes(), account: order.account, key: order.idempotencyKey, operation: "purchase",
+                                    hash: order.requestHash, nowMs: nowMs, db)
+                return .answered(response)
+            }
+            func refuse(code: UInt32, _ reason: String, _ message: String) throws -> PurchaseStart {
+                try answer(StoreV1.PurchaseResponse(transaction: self.failedTransaction(
+                    transactionID, order: order, nowMs: nowMs, code: code, reason: reason, message)))
+            }
+            guard let account = try Ledger.account(db, id: order.account) else {
+                throw StoreError.unauthenticated("account \(order.account) no longer exists")
+            }
+            guard account.paymentsAllowed else {
+                return try refuse(code: 4, "payment_not_allowed", "payment not allowed: purchases are disabled for this account")
+            }
+            guard let product = order.product else {
+                return try refuse(code: 5, "product_unavailable", "product unavailable: \(order.productID) is not in the catalog")
+            }
+            if self.configuration.environment == .production, SimulatedPaymentProcessor.isTestMethod(order.paymentMethod) {
+                return try refuse(code: 3, "test_payment_method",
+                                  "\(order.paymentMethod) is a sandbox test method; a production store takes real payment methods only")
+            }
+            if let owned = try Ledger.owned(db, accountID: order.account, productID: product.id, type: product.type, nowMs: nowMs) {
+                return try answer(StoreV1.PurchaseResponse(transaction: owned.message, alreadyOwned: true))
+            }
+            if order.idempotencyKey != nil, let earlier = try Ledger.transaction(db, paymentID: paymentID) {
+                // The key's answer was pruned (past the retention) but the ledger still has what that
+                // payment bought: the same answer again, never a second charge.
+                return .answered(StoreV1.PurchaseResponse(transaction: earlier.message, replayed: true))
+            }
+            if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)") {
+                // A retry of a payment whose outcome was never recorded: ask again with the same payment id
+                // (the processor deduplicates on it), as the same transaction.
+                return .charge(try Ledger.reopen(earlier, owner: owner, nowMs: nowMs, db))
+            }
+            let intent = PaymentIntent(
+                kind: .purchase, paymentID: paymentID, transactionID: transactionID, accountID: order.account, product: product,
+                quantity: order.quantity, unitPrice: product.price, currency: product.currency, paymentMethod: order.paymentMethod,
+                purchaseMs: nowMs, idempotencyKey: order.idempotencyKey, requestHash: order.requestHash, owner: owner)
+            try Ledger.insert(intent, nowMs: nowMs, db)
+            return .charge(intent)
+        }
+    }
+
+    /// Step 2: the processor. An unknown outcome leaves the intent pending.
+    private func charge(_ intent: PaymentIntent) async throws -> PaymentOutcome {
+        do {
+            return try await configuration.paymentProcessor.charge(intent.request)
+        } catch {
+            throw StoreError(.unavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key, or the store settles it with the processor")
+        }
+    }
+
+    /// Step 3, one write: the outcome recorded, the intent completed or closed, the key's answer stored.
+    func completePurchase(_ intent: PaymentIntent, _ outcome: PaymentOutcome) async throws -> StoreV1.PurchaseResponse {
+        let nowMs = now
+        let signer = try keys.activeKey()
+        return try await ledger.pool.write { db -> StoreV1.PurchaseResponse in
+            let response: StoreV1.PurchaseResponse
+            switch outcome {
+            case .succeeded(let reference):
+                if let recorded = try Ledger.transaction(db, paymentID: intent.paymentID) {
+                    response = StoreV1.PurchaseResponse(transaction: recorded.message)
+                } else {
+                    let record = try self.purchasedRecord(intent, db, signer: signer)
+                    try Ledger.insertTransaction(record, db)
+                    response = StoreV1.PurchaseResponse(transaction: record.message)
+                }
+                try Ledger.settle(intent.id, .completed, outcome: "charged:\(reference)", nowMs: nowMs, db)
+            case .deferred:
+                if let recorded = try Ledger.transaction(db, paymentID: intent.paymentID) {
+                    response = StoreV1.PurchaseResponse(transaction: recorded.message)
+                } else {
+                    let deferred = TransactionRecord(intent, id: intent.transactionID, state: .deferred, purchaseMs: intent.purchaseMs,
+                                                     environment: self.configuration.environment)
+                    try Ledger.insertTransaction(deferred, db)
+                    response = StoreV1.PurchaseResponse(transaction: deferred.message)
+                }
+                try Ledger.settle(intent.id, .completed, outcome: "deferred", nowMs: nowMs, db)
+            case .cancelled:
+                response = StoreV1.PurchaseResponse(transaction: self.failedTransaction(
+                    intent, code: 2, reason: "payment_cancelled", "payment cancelled by the user"))
+                try Ledger.settle(intent.id, .closed, outcome: "cancelled", nowMs: nowMs, db)
+            case .declined(let reason, let message):
+                response = StoreV1.PurchaseResponse(transaction: self.failedTransaction(intent, code: 3, reason: reason, message))
+                try Ledger.settle(intent.id, .closed, outcome: "declined:\(reason)", nowMs: nowMs, db)
+            }
+            try Ledger.remember(response.serializedBytes(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
+                                hash: intent.requestHash, nowMs: nowMs, db)
+            return response
+        }
+    }
+
+    /// A PURCHASED record of an intent, with its signed receipt, expiry and credits; read and written in one write.
+    private func purchasedRecord(_ intent: PaymentIntent, _ db: Database, signer: ReceiptSigningKey) throws -> TransactionRecord {
+        var record = TransactionRecord(intent, id: intent.transactionID, state: .purchased, purchaseMs: intent.purchaseMs,
+                                       environment: configuration.environment)
+        if let period = SubscriptionPeriod(iso8601: intent.subscriptionPeriod) {
+            let history = try Ledger.subscription(db, accountID: intent.accountID, productID: intent.productID)
+            if intent.productType == .autoRenewableSubscription, let first = history.originalID {
+                record.originalID = first
+            }
+            // A new period starts when the current one ends.
+            record.expiresMs = period.end(fromMs: max(intent.purchaseMs, history.latestExpiryMs))
+        }
+        record.credits = intent.productType == .consumable ? intent.creditsPerUnit * UInt64(intent.quantity) : 0
+        record.receipt = try sign(record, with: signer)
+        return record
+    }
+
+    func sign(_ record: TransactionRecord, with key: ReceiptSigningKey) throws -> [UInt8] {
+        let payload = ReceiptV1.ReceiptPayload(
+            transactionID: record.id, originalTransactionID: record.originalID, productID: record.productID,
+            productType: record.productType, quantity: record.quantity, purchaseDateMs: record.purchaseMs,
+            expiresDateMs: record.expiresMs, accountID: record.accountID, bundleID: catalog.bundleID,
+            environment: record.environment)
+        return try key.sign(payload).serializedBytes()
+    }
+
+    /// A FAILED transaction: reported, never recorded (nothing was charged).
+    private func failedTransaction(_ id: String, order: Order, nowMs: Int64, code: UInt32, reason: String, _ message: String) -> StoreV1.Transaction {
+        StoreV1.Transaction(
+            transactionID: id, originalTransactionID: id, productID: order.productID,
+            productType: order.product?.type ?? .productTypeUnspecified, quantity: order.quantity, state: .failed, purchaseDateMs: nowMs,
+            accountID: order.account, errorCode: code, errorReason: reason, errorMessage: message, finished: true,
+            price: order.product?.price ?? "", currency: order.product?.currency ?? "", environment: configuration.environment)
+    }
+
+    private func failedTransaction(_ intent: PaymentIntent, code: UInt32, reason: String, _ message: String) -> StoreV1.Transaction {
+        StoreV1.Transaction(
+            transactionID: intent.transactionID, originalTransactionID: intent.transactionID, productID: intent.productID,
+            productType: intent.productType, quantity: intent.quantity, state: .failed, purchaseDateMs: intent.purchaseMs,
+            accountID: intent.accountID, errorCode: code, errorReason: reason, errorMessage: message, finished: true,
+            price: intent.unitPrice, currency: intent.currency, environment: configuration.environment)
+    }
+
+    // MARK: Credits
+
+    /// Spends credits, at most once per idempotency key; returns the new balance.
+    /// - Throws: ``StoreError`` 3 for an amount below 1, 9 when the balance is too low, 6 for a reused key.
+    /// Like a purchase, a spend once started is not cancelled with the calling task.
+    public func spendCredits(account: AccountRecord, amount: Int64, idempotencyKey: String?) async throws -> StoreV1.SpendCreditsResponse {
+        guard amount > 0 else { throw StoreError.invalid("amount must be 1 or more, got \(amount)") }
+        try Self.checkIdempotencyKey(idempotencyKey)
+        let requestHash = Self.hash("spend\u{0}\(amount)")
+        let nowMs = now
+        return try await Task {
+            // The key's answer, the balance check and the movement are one write: two processes cannot spend one key twice.
+            try await ledger.pool.write { db -> StoreV1.SpendCreditsResponse in
+                if let bytes = try Ledger.remembered(db, account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
+                    var replay = try StoreV1.SpendCreditsResponse(serializedBytes: bytes)
+                    replay.replayed = true
+                    return replay
+                }
+                let balance = Int64(clamping: try Ledger.account(db, id: account.id)?.creditBalance ?? 0)
+                guard balance >= amount else {
+                    throw StoreError(.failedPrecondition, "insufficient credits: the balance is \(balance), cannot spend \(amount)")
+                }
+                try Ledger.addCredits(-amount, account: account.id, transaction: nil, reason: "spend", nowMs: nowMs, db)
+                let response = StoreV1.SpendCreditsResponse(balance: UInt64(balance - amount))
+                try Ledger.remember(response.serializedBytes(), account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash, nowMs: nowMs, db)
+                return response
+            }
+        }.value
+    }
+
+    static func checkIdempotencyKey(_ key: String?) throws {
+        guard let key else { return }
+        guard !key.isEmpty, key.utf8.count <= 256 else {
+            throw StoreError.invalid("idempotency-key must be 1 to 256 bytes")
+        }
+    }
+
+    // MARK: Approval (ask to buy)
+
+    /// Approves a DEFERRED (ask-to-buy) transaction: charges it, at the price
+    /// it was asked for, and makes it PURCHASED.
+    /// - Throws: ``StoreError`` 9 when it is not waiting for approval (also when
+    ///   another process approved it first or is approving it), its product left
+    ///   the catalog, or the account already owns the product (bought meanwhile;
+    ///   nothing is charged); 10 when a purchase of the same owned-once product is
+    ///   in flight; 14 when the processor did not answer (the approval is pending
+    ///   and is settled by reconciliation or another `approve`).
+    public func approve(transactionID: String) async throws -> TransactionRecord {
+        try requireRealPaymentsInProduction()
+        guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
+        return try await locks.withLock(record.accountID) {
+            let intent = try await startApproval(transactionID)
+            let outcome: PaymentOutcome
+            do {
+                outcome = try await configuration.paymentProcessor.approve(intent.request)
+            } catch {
+                throw StoreError(.unavailable, "the payment processor did not answer (\(error)); the approval is pending and is settled with the processor")
+            }
+            guard case .succeeded(let reference) = outcome else {
+                try await close(intent, outcome: "refused:\(outcome)")
+                throw StoreError(.aborted, "the payment processor refused the approved payment (\(outcome)); \(transactionID) stays deferred")
+            }
+            return try await completeApproval(intent, reference: reference)
+        }
+    }
+
+    private func startApproval(_ transactionID: String) async throws -> PaymentIntent {
+        let nowMs = now
+        let instance = self.instance
+        return try await ledger.pool.write { db -> PaymentIntent in
+            guard let deferred = try Ledger.transaction(db, id: transactionID), deferred.state == .deferred else {
+                throw StoreError(.failedPrecondition, "transaction \(transactionID) is not waiting for approval")
+            }
+            guard let product = self.catalog.product(deferred.productID) else {
+                throw StoreError(.failedPrecondition, "product \(deferred.productID) is no longer in the catalog")
+            }
+            if let owned = try Ledger.owned(db, accountID: deferred.accountID, productID: product.id, type: product.type, nowMs: nowMs) {
+                throw StoreError(.failedPrecondition,
+                                 "account \(deferred.accountID) already owns \(product.id) (transaction \(owned.id)); \(transactionID) was not charged")
+            }
+            let paymentID = deferred.paymentID ?? deferred.id
+            if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)") {
+                if earlier.state == .pending, earlier.owner != instance.id, instance.isAlive(earlier.owner) {
+                    throw StoreError(.failedPrecondition, "transaction \(transactionID) is being approved by another process")
+                }
+                return try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db)
+            }
+            let intent = PaymentIntent(
+                kind: .approval, paymentID: paymentID, transactionID: deferred.id, accountID: deferred.accountID, product: product,
+                quantity: deferred.quantity, unitPrice: deferred.price, currency: deferred.currency, paymentMethod: deferred.paymentMethod,
+                purchaseMs: nowMs, idempotencyKey: nil, requestHash: [], owner: instance.id)
+            try Ledger.insert(intent, nowMs: nowMs, db)
+            return intent
+        }
+    }
+
+    /// One write: the deferred row becomes PURCHASED (same id), the intent completed.
+    func completeApproval(_ intent: PaymentIntent, reference: String) async throws -> TransactionRecord {
+        let nowMs = now
+        let signer = try keys.activeKey()
+        return try await ledger.pool.write { db -> TransactionRecord in
+            guard let current = try Ledger.transaction(db, id: intent.transactionID) else {
+                throw StoreError.notFound("no transaction \(intent.transactionID)")
+            }
+            if current.state == .purchased {
+                try Ledger.settle(intent.id, .completed, outcome: "charged:\(reference)", nowMs: nowMs, db)
+                return current
+            }
+            guard current.state == .deferred else {
+                throw StoreError(.failedPrecondition, "transaction \(intent.transactionID) is not waiting for approval")
+            }
+            try Ledger.deleteTransaction(id: current.id, db)
+            let record = try self.purchasedRecord(intent, db, signer: signer)
+            try Ledger.insertTransaction(record, db)
+            try Ledger.settle(intent.id, .completed, outcome: "charged:\(reference)", nowMs: nowMs, db)
+            return record
+        }
+    }
+
+    private func close(_ intent: PaymentIntent, outcome: String) async throws {
+        let nowMs = now
+        try await ledger.pool.write { db in try Ledger.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs, db) }
+    }
+
+    // MARK: Refunds
+
+    /// Refunds (revokes) a purchased transaction: the processor gives the
+    /// money back, then its receipt verifies with the revocation set, it leaves
+    /// restore, and `WatchRevocations` delivers it. A consumable's credits are
+    /// taken back as far as the balance allows; what was already spent is
+    /// recorded as the refund's credit shortfall.
+    public func refund(transactionID: String, reason: String) async throws -> RevocationRecord {
+        try requireRealPaymentsInProduction()
+        guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
+        guard record.state == .purchased else { throw StoreError(.failedPrecondition, "transaction \(transactionID) is not purchased") }
+        guard record.revokedMs == 0 else { throw StoreError(.failedPrecondition, "transaction \(transactionID) was already refunded") }
+        let reasonText = reason.isEmpty ? "refunded" : reason
+        // Money first: the processor refunds a payment once however often it is asked,
+        // so a crash between refunding and recording is mended by refunding again.
+        if let paymentID = record.paymentID {
+            let request = PaymentRequest(paymentID: paymentID, accountID: record.accountID, productID: record.productID, quantity: record.quantity,
+                                         unitPrice: record.price, currency: record.currency, paymentMethod: record.paymentMethod)
+            do {
+                try await configuration.paymentProcessor.refund(request, reason: reasonText)
+            } catch {
+                throw StoreError(.unavailable, "the payment processor did not refund \(transactionID) (\(error)); nothing was recorded: run the refund again")
+            }
+        }
+        let nowMs = now
+        let revocation = try await locks.withLock(record.accountID) {
+            try await ledger.pool.write { db -> RevocationRecord in
+                try Ledger.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs, db)
+            }
+        }
+        revocationSignal.notify()
+        return revocation
+    }
+
+    /// Production takes real money: the simulated processor is refused.
+    func requireRealPaymentsInProduction() throws {
+        if configuration.environment == .production, configuration.paymentProcessor.isSimulated {
+            throw StoreError(.failedPrecondition, "a production store takes real payments: the \(configuration.paymentProcessor.name) processor is for sandbox only; configure a real one (kiosk-store serve --payment-processor stripe --stripe-key-file FILE)")
+        }
+    }
+
+    // MARK: Reconciliation
+
+    /// What ``reconcile(all:)`` did.
+    public struct ReconcileReport: Hashable, Sendable {
+        /// Intents found charged and recorded.
+        public var charged = 0
+        /// Intents found not charged and closed.
+        public var closed = 0
+        /// Intents left for later: a live process's recent payment, or a lookup that failed.
+        public var left = 0
+    }
+
+    /// Settles pending payment intents with the processor: charged → the
+    /// transaction is recorded (delivered as unfinished, its key answered);
+    /// not charged → the intent is closed. Runs at start-up and every
+    /// ``StoreConfiguration/reconcileInterval``.
+    ///
+    /// An intent whose store process died is settled once older than
+    /// ``StoreConfiguration/lookupDelay``; one a live process wrote, once older
+    /// than ``StoreConfiguration/intentGrace`` (its charge may be in flight).
+    /// - Parameter all: settle every pending intent now, whoever wrote it (when no process is paying: tests, scripts).
+    @discardableResult
+    public func reconcile(all: Bool = false) async throws -> ReconcileReport {
+        var report = ReconcileReport()
+        let nowMs = now
+        for intent in try ledger.openIntents() {
+            let age = nowMs - intent.createdMs
+            let due = all || age >= configuration.intentGrace.wholeMilliseconds
+                || (age >= configuration.lookupDelay.wholeMilliseconds && !instance.isAlive(intent.owner))
+            guard due else {
+                report.left += 1
+                continue
+            }
+            do {
+                try await locks.withLock(intent.accountID) {
+                    // Read again under the lock: a retry in this process may have settled it meanwhile.
+                    guard let current = try ledger.intent(id: intent.id), current.state == .pending, current.owner == intent.owner else { return }
+                    switch try await configuration.paymentProcessor.lookup(current.request) {
+                    case .charged(let reference):
+                        switch current.kind {
+                        case .purchase: _ = try await completePurchase(current, .succeeded(reference: reference))
+                        case .approval: _ = try await completeApproval(current, reference: reference)
+                        }
+                        report.charged += 1
+                    case .notCharged:
+                        let closedMs = now
+                        try await ledger.pool.write { db in
+                            try Ledger.settleIfUnchanged(current, .closed, outcome: "reconciled:not_charged", nowMs: closedMs, db)
+                        }
+                        report.closed += 1
+                    }
+                }
+            } catch {
+                report.left += 1
+            }
+        }
+        return report
+    }
+}
+
+extension TransactionRecord {
+    /// The record an intent makes, before its receipt, expiry and credits.
+    init(_ intent: PaymentIntent, id: String, state: StoreV1.TransactionState, purchaseMs: Int64, environment: ReceiptV1.Environment) {
+        self.init(
+            id: id, originalID: id, accountID: intent.accountID,
+            product: CatalogProduct(id: intent.productID, type: intent.productType, title: "", description: "", price: intent.unitPrice,
+                                    currency: intent.currency),
+            quantity: intent.quantity, state: state, purchaseMs: purchaseMs, expiresMs: 0, paymentMethod: intent.paymentMethod,
+            paymentID: intent.paymentID, environment: environment)
+    }
+}
