@@ -25,6 +25,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        // Stripe's API, for StripePaymentProcessor.
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // System libraries: the project's chosen codecs.
@@ -80,6 +82,9 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),
         .executableTarget(
@@ -123,7 +128,15 @@ let package = Package(
         .target(
             name: "KioskTesting",
             dependencies: ["Kiosk", "KioskStore", "KioskContent", "KioskAPI", "KioskRPC",
-                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
+                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                           .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "NIOHTTP1", package: "swift-nio")]
+        ),
+        // A local double of Stripe's API in its own process (Scripts/crash-test.sh's payment processor).
+        .executableTarget(
+            name: "stripe-double",
+            dependencies: ["KioskTesting", "KioskRPC"]
         ),
         .executableTarget(
             name: "kiosk",
@@ -188,7 +201,8 @@ let package = Package(
         .testTarget(
             name: "KioskStoreTests",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting", "kiosk-store",
+                "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting", "kiosk-store", "stripe-double",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

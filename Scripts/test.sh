@@ -2,14 +2,17 @@
 # Runs every test of the package (unit, wire-contract and end-to-end on
 # 127.0.0.1), installing the system libraries first when they are missing.
 # With no arguments it also fuzzes the wire decoders for 30 s first
-# (Scripts/fuzz.sh; longer runs: Scripts/fuzz.sh SECONDS). Arguments go to
-# `swift test` (e.g. --filter WireContractTests) and skip the fuzzing.
+# (Scripts/fuzz.sh; longer runs: Scripts/fuzz.sh SECONDS) and kills the store
+# with SIGKILL 20 times under purchase load (Scripts/crash-test.sh; longer
+# runs: Scripts/crash-test.sh KILLS). Arguments go to `swift test` (e.g.
+# --filter WireContractTests) and skip both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./Scripts/setup.sh
 swift build --build-tests
 if [ $# -eq 0 ]; then
   ./Scripts/fuzz.sh 30
+  ./Scripts/crash-test.sh 20
 fi
 # One test at a time: the end-to-end tests hold timing promises (a refund
 # refused within a second, keepalive, backpressure windows) that a machine

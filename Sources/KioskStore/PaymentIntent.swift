@@ -241,6 +241,15 @@ extension Ledger {
         try pool.read { db in try Self.intent(db, id: id) }
     }
 
+    /// Intents settled by reconciliation: found charged (and recorded), found not charged (and closed).
+    public func reconciledCounts() throws -> (charged: Int, closed: Int) {
+        try pool.read { db in
+            let charged = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:charged:%'") ?? 0
+            let closed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM payment_intents WHERE outcome = 'reconciled:not_charged'") ?? 0
+            return (charged, closed)
+        }
+    }
+
     /// Counts of intents by state, for checks and the crash test.
     public func intentCounts() throws -> [PaymentIntent.State: Int] {
         try pool.read { db in

@@ -52,6 +52,12 @@ extension Store {
             case .answered(let response):
                 return response
             case .charge(let intent):
+                // A pending intent older than the processor keeps idempotency keys (Stripe: 24 h) may have been
+                // charged under a key the processor forgot: ask, never charge again blindly.
+                if intent.createdMs < now - Self.processorKeyLifetimeMs,
+                   case .charged(let reference) = try await lookup(intent) {
+                    return try await completePurchase(intent, .succeeded(reference: reference), via: "lookup")
+                }
                 return try await completePurchase(intent, try await charge(intent))
             }
         }
@@ -140,6 +146,17 @@ extension Store {
         }
     }
 
+    /// How long a processor is trusted to deduplicate a payment id (Stripe keeps idempotency keys 24 hours).
+    static let processorKeyLifetimeMs: Int64 = 23 * 3600 * 1000
+
+    private func lookup(_ intent: PaymentIntent) async throws -> PaymentLookup {
+        do {
+            return try await configuration.paymentProcessor.lookup(intent.request)
+        } catch {
+            throw StoreError(.unavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key later")
+        }
+    }
+
     /// Step 2: the processor. An unknown outcome leaves the intent pending.
     private func charge(_ intent: PaymentIntent) async throws -> PaymentOutcome {
         do {
@@ -150,7 +167,9 @@ extension Store {
     }
 
     /// Step 3, one write: the outcome recorded, the intent completed or closed, the key's answer stored.
-    func completePurchase(_ intent: PaymentIntent, _ outcome: PaymentOutcome) async throws -> StoreV1.PurchaseResponse {
+    /// - Parameter via: how the outcome was learnt, when not from the charge itself (`reconciled`, `lookup`), kept in the intent's outcome.
+    func completePurchase(_ intent: PaymentIntent, _ outcome: PaymentOutcome, via: String? = nil) async throws -> StoreV1.PurchaseResponse {
+        let prefix = via.map { "\($0):" } ?? ""
         let nowMs = now
         let signer = try keys.activeKey()
         return try await ledger.pool.write { db -> StoreV1.PurchaseResponse in
@@ -164,7 +183,7 @@ extension Store {
                     try Ledger.insertTransaction(record, db)
                     response = StoreV1.PurchaseResponse(transaction: record.message)
                 }
-                try Ledger.settle(intent.id, .completed, outcome: "charged:\(reference)", nowMs: nowMs, db)
+                try Ledger.settle(intent.id, .completed, outcome: "\(prefix)charged:\(reference)", nowMs: nowMs, db)
             case .deferred:
                 if let recorded = try Ledger.transaction(db, paymentID: intent.paymentID) {
                     response = StoreV1.PurchaseResponse(transaction: recorded.message)
@@ -174,14 +193,14 @@ extension Store {
                     try Ledger.insertTransaction(deferred, db)
                     response = StoreV1.PurchaseResponse(transaction: deferred.message)
                 }
-                try Ledger.settle(intent.id, .completed, outcome: "deferred", nowMs: nowMs, db)
+                try Ledger.settle(intent.id, .completed, outcome: "\(prefix)deferred", nowMs: nowMs, db)
             case .cancelled:
                 response = StoreV1.PurchaseResponse(transaction: self.failedTransaction(
                     intent, code: 2, reason: "payment_cancelled", "payment cancelled by the user"))
-                try Ledger.settle(intent.id, .closed, outcome: "cancelled", nowMs: nowMs, db)
+                try Ledger.settle(intent.id, .closed, outcome: "\(prefix)cancelled", nowMs: nowMs, db)
             case .declined(let reason, let message):
                 response = StoreV1.PurchaseResponse(transaction: self.failedTransaction(intent, code: 3, reason: reason, message))
-                try Ledger.settle(intent.id, .closed, outcome: "declined:\(reason)", nowMs: nowMs, db)
+                try Ledger.settle(intent.id, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs, db)
             }
             try Ledger.remember(response.serializedBytes(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
                                 hash: intent.requestHash, nowMs: nowMs, db)
@@ -329,7 +348,8 @@ extension Store {
     }
 
     /// One write: the deferred row becomes PURCHASED (same id), the intent completed.
-    func completeApproval(_ intent: PaymentIntent, reference: String) async throws -> TransactionRecord {
+    func completeApproval(_ intent: PaymentIntent, reference: String, via: String? = nil) async throws -> TransactionRecord {
+        let label = (via.map { "\($0):" } ?? "") + "charged:\(reference)"
         let nowMs = now
         let signer = try keys.activeKey()
         return try await ledger.pool.write { db -> TransactionRecord in
@@ -337,7 +357,7 @@ extension Store {
                 throw StoreError.notFound("no transaction \(intent.transactionID)")
             }
             if current.state == .purchased {
-                try Ledger.settle(intent.id, .completed, outcome: "charged:\(reference)", nowMs: nowMs, db)
+                try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
                 return current
             }
             guard current.state == .deferred else {
@@ -346,7 +366,7 @@ extension Store {
             try Ledger.deleteTransaction(id: current.id, db)
             let record = try self.purchasedRecord(intent, db, signer: signer)
             try Ledger.insertTransaction(record, db)
-            try Ledger.settle(intent.id, .completed, outcome: "charged:\(reference)", nowMs: nowMs, db)
+            try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
             return record
         }
     }
@@ -437,8 +457,8 @@ extension Store {
                     switch try await configuration.paymentProcessor.lookup(current.request) {
                     case .charged(let reference):
                         switch current.kind {
-                        case .purchase: _ = try await completePurchase(current, .succeeded(reference: reference))
-                        case .approval: _ = try await completeApproval(current, reference: reference)
+                        case .purchase: _ = try await completePurchase(current, .succeeded(reference: reference), via: "reconciled")
+                        case .approval: _ = try await completeApproval(current, reference: reference, via: "reconciled")
                         }
                         report.charged += 1
                     case .notCharged:

@@ -207,6 +207,9 @@ public final class Store: Sendable {
 
     static func hash(_ text: String) -> [UInt8] { Array(SHA256.hash(data: Array(text.utf8))) }
 
+    /// What the ledger keeps of a bearer token: its SHA-256.
+    public static func tokenHash(_ token: String) -> [UInt8] { hash(token) }
+
 
     static func randomHex(bytes: Int) -> String {
         var generator = SystemRandomNumberGenerator()

@@ -30,10 +30,13 @@ final class StoreProcess: Sendable {
     }
 
     /// Runs `kiosk-store` to its end: exit status, standard output and standard error.
-    static func outcome(_ arguments: [String]) async throws -> (status: Int32, output: String, errors: String) {
+    static func outcome(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, output: String, errors: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         let output = Pipe(), errors = Pipe()
         process.standardOutput = output
         process.standardError = errors

@@ -1,0 +1,30 @@
+// A local double of Stripe's PaymentIntents API (KioskTesting's StripeDouble),
+// in its own process: the payment processor of Scripts/crash-test.sh, which
+// counts the charges it made (GET /_double/stats) while the store is killed.
+//
+//     stripe-double [--secret-key sk_test_…]
+//
+// Listens on a free port of 127.0.0.1, prints "stripe-double listening on
+// 127.0.0.1:PORT" and serves until SIGTERM or SIGINT.
+import Foundation
+import KioskRPC
+import KioskTesting
+#if canImport(Glibc)
+import Glibc
+#endif
+
+var secretKey = StripeDouble.defaultSecretKey
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
+    switch argument {
+    case "--secret-key": secretKey = arguments.popFirst() ?? secretKey
+    default:
+        FileHandle.standardError.write(Data("usage: stripe-double [--secret-key sk_test_…]\n".utf8))
+        exit(64)
+    }
+}
+let double = StripeDouble(secretKey: secretKey)
+try await double.start()
+FileHandle.standardOutput.write(Data("stripe-double listening on 127.0.0.1:\(double.port) (key \(secretKey))\n".utf8))
+await SignalWaiter(signals: [SIGINT, SIGTERM]).wait()
+try await double.shutdown()
