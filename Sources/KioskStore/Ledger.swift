@@ -583,13 +583,13 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// Removes every transaction, credit movement, revocation and idempotency
-    /// key, and sets every balance to 0; accounts and keys stay. For tests.
+    /// Removes every transaction, credit movement, revocation, payment intent and
+    /// idempotency key, and sets every balance to 0; accounts and keys stay. For tests.
     public func clearTransactions() throws {
         try pool.write { db in
             try db.execute(sql: """
                 DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations;
-                DELETE FROM idempotency_keys; UPDATE accounts SET credit_balance = 0;
+                DELETE FROM idempotency_keys; DELETE FROM payment_intents; UPDATE accounts SET credit_balance = 0;
                 """)
         }
     }

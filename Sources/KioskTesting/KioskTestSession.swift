@@ -184,6 +184,17 @@ public final class KioskTestSession: Sendable {
     /// (as if the connection dropped after the store committed).
     public func holdNextAnswer() { holdAnswers.withLockedValue { $0 += 1 } }
 
+    /// The next payment is charged, but the processor's answer is lost: the
+    /// purchase fails with UNAVAILABLE and stays pending until ``reconcile()``
+    /// (or a retry with its key) records it.
+    public func loseNextPaymentAnswer() { payments.overrideNextPayment(.chargeThenLoseAnswer) }
+
+    /// Settles every pending payment with the processor now, as the store does at start-up and every 30 s.
+    @discardableResult
+    public func reconcile() async throws -> Store.ReconcileReport {
+        try await store.reconcile(all: true)
+    }
+
     /// Approves a deferred transaction.
     public func approve(transactionID: String) async throws {
         _ = try await store.approve(transactionID: transactionID)

@@ -53,6 +53,47 @@ import Testing
         }
     }
 
+    @Test func refundPrintsTheCreditShortfallAndReconcileItsCounts() async throws {
+        try await StoreFixture.with { store in
+            let dir = store.dataDirectory
+            let token = try store.newAccount()
+            let bought = try #require(try await store.buy("credits.5", quantity: 2, token: token).transaction)
+            _ = try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 4), as: StoreV1.SpendCreditsResponse.self, token: token)
+            let refunded = try await StoreProcess.run(["refund", bought.transactionID, "--reason", "chargeback", "--data-dir", dir])
+            #expect(refunded.contains("refunded"))
+            #expect(refunded.contains("4 of its credits were already spent"), "\(refunded)")
+            let reconciled = try await StoreProcess.run(["reconcile", "--data-dir", dir, "--json"])
+            let counts = try JSONSerialization.jsonObject(with: Data(reconciled.utf8)) as? [String: Any]
+            #expect(counts?["charged"] as? Int == 0)
+            #expect((counts?["intents"] as? [String: Any])?["completed"] as? Int == 1)
+        }
+    }
+
+    @Test func productionNeedsARealProcessorAndAFreshDataDirCanBecomeOne() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // The README's order: an account first, then serve — in production.
+        _ = try await StoreProcess.run(["account", "create", "--data-dir", directory])
+        let refused = try await StoreProcess.outcome(["serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog,
+                                                      "--port", "0", "--environment", "production"])
+        #expect(refused.status != 0)
+        #expect(refused.errors.contains("production store takes real payments"), "\(refused.errors)")
+        let simulated = try await StoreProcess.outcome(["serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog,
+                                                        "--port", "0", "--environment", "production", "--payment-processor", "simulated"])
+        #expect(simulated.status != 0)
+        #expect(simulated.errors.contains("simulated processor is for sandbox only"), "\(simulated.errors)")
+        let help = try await StoreProcess.outcome(["serve", "--help"])
+        #expect(help.output.contains("default: sandbox") && !help.output.contains("default: 1)"), "\(help.output)")
+        // With Stripe's processor it starts, in production, on the data dir `account create` made.
+        let keyFile = directory + "/stripe.key"
+        try Data("sk_test_kiosk_stripe_double\n".utf8).write(to: URL(fileURLWithPath: keyFile))
+        let server = try await StoreProcess(dataDirectory: directory, extraArguments: [
+            "--environment", "production", "--payment-processor", "stripe", "--stripe-key-file", keyFile,
+            "--stripe-api-base", "http://127.0.0.1:9"])
+        await server.signal(SIGTERM)
+        #expect(try Ledger(directory: directory).environment() == .production)
+    }
+
     @Test func badCatalogStopsStartUpWithAClearMessage() async throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -52,10 +52,10 @@ final class StoreProcess: Sendable {
     }
 
     /// Starts `kiosk-store serve` on an ephemeral port and waits for its "listening" line.
-    init(dataDirectory: String) async throws {
+    init(dataDirectory: String, extraArguments: [String] = []) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = ["serve", "--data-dir", dataDirectory, "--catalog", Self.exampleCatalog, "--port", "0", "--log-level", "error"]
+        process.arguments = ["serve", "--data-dir", dataDirectory, "--catalog", Self.exampleCatalog, "--port", "0", "--log-level", "error"] + extraArguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()

@@ -41,4 +41,28 @@ import Testing
         await kiosk.close()
         await session.shutdown()
     }
+
+    @Test func aLostProcessorAnswerIsPendingThenDeliveredOnceWithoutASecondCharge() async throws {
+        let session = try await KioskTestSession.start()
+        let account = try session.makeAccount()
+        let kiosk = try session.makeClient(account: account)
+        let updates = kiosk.transactionUpdates
+        // Charged at the processor, but its answer is lost: the store answers UNAVAILABLE and keeps the intent pending.
+        session.loseNextPaymentAnswer()
+        #expect(try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") == .pending)
+        #expect(session.payments.chargeCount == 1)
+        // Reconciliation records it; the SDK's queued retry (same key) gets the same transaction.
+        let report = try await session.reconcile()
+        #expect(report.charged + report.left <= 1)
+        var delivered: Transaction?
+        for await transaction in updates {
+            delivered = transaction
+            break
+        }
+        #expect(delivered?.productID == "credits.5")
+        #expect(session.payments.chargeCount == 1, "charged once, however it was settled")
+        #expect(try await kiosk.creditBalance == 5)
+        await kiosk.close()
+        await session.shutdown()
+    }
 }
