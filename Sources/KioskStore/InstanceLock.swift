@@ -22,10 +22,10 @@ final class InstanceLock: Sendable {
         id = "inst_" + Store.randomHex(bytes: 8)
         let path = (directory as NSString).appendingPathComponent(id + ".lock")
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw StoreError(.internal, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard descriptor >= 0 else { throw StoreError(.internalFailure, "cannot create \(path): \(String(cString: strerror(errno)))") }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             close(descriptor)
-            throw StoreError(.internal, "cannot lock \(path): \(String(cString: strerror(errno)))")
+            throw StoreError(.internalFailure, "cannot lock \(path): \(String(cString: strerror(errno)))")
         }
     }
 

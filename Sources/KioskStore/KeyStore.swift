@@ -27,7 +27,7 @@ final class KeyStore: Sendable {
     /// The key that signs new receipts: the newest one.
     func activeKey() throws -> ReceiptSigningKey {
         guard let newest = try ledger.publicKeys().last else {
-            throw StoreError(.internal, "the ledger has no signing key")
+            throw StoreError(.internalFailure, "the ledger has no signing key")
         }
         if let cached = cache.withLockedValue({ $0 }), cached.id == newest.id { return cached }
         let key = try load(newest)
@@ -50,12 +50,12 @@ final class KeyStore: Sendable {
     private func load(_ publicKey: ReceiptPublicKey) throws -> ReceiptSigningKey {
         let file = path(for: publicKey.id)
         guard let data = FileManager.default.contents(atPath: file) else {
-            throw StoreError(.internal, "private key file \(file) for signing key \(publicKey.id) is missing")
+            throw StoreError(.internalFailure, "private key file \(file) for signing key \(publicKey.id) is missing")
         }
         let privateKey = try Curve25519.Signing.PrivateKey(rawRepresentation: data)
         let key = ReceiptSigningKey(privateKey: privateKey, notBeforeMs: publicKey.notBeforeMs)
         guard key.id == publicKey.id else {
-            throw StoreError(.internal, "private key file \(file) does not match signing key \(publicKey.id)")
+            throw StoreError(.internalFailure, "private key file \(file) does not match signing key \(publicKey.id)")
         }
         return key
     }
@@ -64,12 +64,12 @@ final class KeyStore: Sendable {
     private func writePrivateKey(_ key: ReceiptSigningKey) throws {
         let file = path(for: key.id)
         let fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else { throw StoreError(.internal, "cannot create private key file \(file): errno \(errno)") }
+        guard fd >= 0 else { throw StoreError(.internalFailure, "cannot create private key file \(file): errno \(errno)") }
         defer { close(fd) }
         let bytes = Array(key.privateKey.rawRepresentation)
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         guard written == bytes.count, fsync(fd) == 0 else {
-            throw StoreError(.internal, "cannot write private key file \(file): errno \(errno)")
+            throw StoreError(.internalFailure, "cannot write private key file \(file): errno \(errno)")
         }
     }
 }

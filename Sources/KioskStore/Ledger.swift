@@ -311,7 +311,7 @@ public final class Ledger: Sendable {
         try pool.write { db in
             if let stored = try String.fetchOne(db, sql: "SELECT value FROM settings WHERE key = 'environment'") {
                 guard stored == environment.name else {
-                    throw StoreError(.failedPrecondition, "the data dir holds a \(stored) ledger; it cannot be served as \(environment.name)")
+                    throw StoreError(.conflict, "the data dir holds a \(stored) ledger; it cannot be served as \(environment.name)")
                 }
             } else {
                 try db.execute(sql: "INSERT INTO settings (key, value) VALUES ('environment', ?)", arguments: [environment.name])
@@ -407,7 +407,7 @@ public final class Ledger: Sendable {
         do {
             try record.insert(db)
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
-            throw StoreError(.failedPrecondition, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded")
+            throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded")
         }
         if record.state == .purchased, record.credits > 0 {
             try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs, db)
@@ -433,7 +433,7 @@ public final class Ledger: Sendable {
         let storedOperation: String = row["operation"]
         let storedHash: Data = row["request_hash"]
         guard storedOperation == operation, Array(storedHash) == hash else {
-            throw StoreError(.alreadyExists, "idempotency-key \"\(key)\" was already used for a different \(storedOperation) request; use a new key for a new request")
+            throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different \(storedOperation) request; use a new key for a new request")
         }
         return Array(row["response"] as Data)
     }
@@ -522,9 +522,9 @@ public final class Ledger: Sendable {
     /// and the rest recorded as the shortfall on both.
     static func revoke(transactionID: String, reason: String, nowMs: Int64, _ db: Database) throws -> RevocationRecord {
         guard let current = try transaction(db, id: transactionID), current.state == .purchased else {
-            throw StoreError(.failedPrecondition, "transaction \(transactionID) is not purchased")
+            throw StoreError(.conflict, "transaction \(transactionID) is not purchased")
         }
-        guard current.revokedMs == 0 else { throw StoreError(.failedPrecondition, "transaction \(transactionID) was already refunded") }
+        guard current.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
         var shortfall: Int64 = 0
         if current.credits > 0 {
             let owed = Int64(clamping: current.credits)
@@ -545,7 +545,7 @@ public final class Ledger: Sendable {
             arguments: [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall])
         let cursor = db.lastInsertedRowID
         guard let revocation = try Row.fetchOne(db, sql: "SELECT * FROM revocations WHERE cursor = ?", arguments: [cursor]).map(RevocationRecord.init) else {
-            throw StoreError(.internal, "revocation \(cursor) vanished in its own write")
+            throw StoreError(.internalFailure, "revocation \(cursor) vanished in its own write")
         }
         return revocation
     }

@@ -196,7 +196,7 @@ extension Ledger {
                     Data(intent.requestHash), intent.exclusive, intent.owner, intent.createdMs, nowMs,
                 ])
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
-            throw StoreError(.aborted, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+            throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
         }
     }
 
@@ -206,7 +206,7 @@ extension Ledger {
             try db.execute(sql: "UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?",
                            arguments: [owner, nowMs, intent.id])
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
-            throw StoreError(.aborted, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+            throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
         }
         var reopened = intent
         reopened.state = .pending

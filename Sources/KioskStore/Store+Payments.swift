@@ -26,7 +26,7 @@ extension Store {
     /// charged and committed whole, and a retry with its key gets the answer.
     public func purchase(
         account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?
-    ) async throws -> StoreV1.PurchaseResponse {
+    ) async throws -> PurchaseOutcome {
         try await Task {
             try await uncancellablePurchase(account: account, productID: productID, quantity: quantity,
                                             paymentMethod: paymentMethod, idempotencyKey: idempotencyKey)
@@ -35,7 +35,7 @@ extension Store {
 
     private func uncancellablePurchase(
         account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?
-    ) async throws -> StoreV1.PurchaseResponse {
+    ) async throws -> PurchaseOutcome {
         guard !productID.isEmpty else { throw StoreError.invalid("product_id is required") }
         guard !paymentMethod.isEmpty else { throw StoreError.invalid("payment_method is required, e.g. \"test-card:4242424242424242\"") }
         try Self.checkIdempotencyKey(idempotencyKey)
@@ -83,7 +83,7 @@ extension Store {
 
     enum PurchaseStart {
         /// Answered without a payment (a replay, a refusal, already owned).
-        case answered(StoreV1.PurchaseResponse)
+        case answered(PurchaseOutcome)
         /// The intent is on disk: ask the processor.
         case charge(PaymentIntent)
     }
@@ -98,39 +98,36 @@ extension Store {
         let owner = instance.id
         return try await ledger.pool.write { db -> PurchaseStart in
             if let bytes = try Ledger.remembered(db, account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
-                var replay = try StoreV1.PurchaseResponse(serializedBytes: bytes)
-                replay.replayed = true
-                return .answered(replay)
+                return .answered(PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)))
             }
-            func answer(_ response: StoreV1.PurchaseResponse) throws -> PurchaseStart {
-                try Ledger.remember(response.serializedBytes(), account: order.account, key: order.idempotencyKey, operation: "purchase",
+            func answer(_ outcome: PurchaseOutcome) throws -> PurchaseStart {
+                try Ledger.remember(outcome.message.serializedBytes(), account: order.account, key: order.idempotencyKey, operation: "purchase",
                                     hash: order.requestHash, nowMs: nowMs, db)
-                return .answered(response)
+                return .answered(outcome)
             }
-            func refuse(code: UInt32, _ reason: String, _ message: String) throws -> PurchaseStart {
-                try answer(StoreV1.PurchaseResponse(transaction: self.failedTransaction(
-                    transactionID, order: order, nowMs: nowMs, code: code, reason: reason, message)))
+            func refuse(code: FailedPurchase.Code, _ reason: String, _ message: String) throws -> PurchaseStart {
+                try answer(PurchaseOutcome(result: .failed(self.failure(transactionID, order: order, nowMs: nowMs, code: code, reason: reason, message))))
             }
             guard let account = try Ledger.account(db, id: order.account) else {
                 throw StoreError.unauthenticated("account \(order.account) no longer exists")
             }
             guard account.paymentsAllowed else {
-                return try refuse(code: 4, "payment_not_allowed", "payment not allowed: purchases are disabled for this account")
+                return try refuse(code: .paymentNotAllowed, "payment_not_allowed", "payment not allowed: purchases are disabled for this account")
             }
             guard let product = order.product else {
-                return try refuse(code: 5, "product_unavailable", "product unavailable: \(order.productID) is not in the catalog")
+                return try refuse(code: .productUnavailable, "product_unavailable", "product unavailable: \(order.productID) is not in the catalog")
             }
             if self.configuration.environment == .production, SimulatedPaymentProcessor.isTestMethod(order.paymentMethod) {
-                return try refuse(code: 3, "test_payment_method",
+                return try refuse(code: .paymentInvalid, "test_payment_method",
                                   "\(order.paymentMethod) is a sandbox test method; a production store takes real payment methods only")
             }
             if let owned = try Ledger.owned(db, accountID: order.account, productID: product.id, type: product.type, nowMs: nowMs) {
-                return try answer(StoreV1.PurchaseResponse(transaction: owned.message, alreadyOwned: true))
+                return try answer(PurchaseOutcome(result: .purchased(owned), alreadyOwned: true))
             }
             if order.idempotencyKey != nil, let earlier = try Ledger.transaction(db, paymentID: paymentID) {
                 // The key's answer was pruned (past the retention) but the ledger still has what that
                 // payment bought: the same answer again, never a second charge.
-                return .answered(StoreV1.PurchaseResponse(transaction: earlier.message, replayed: true))
+                return .answered(PurchaseOutcome(result: earlier.state == .deferred ? .deferred(earlier) : .purchased(earlier), replayed: true))
             }
             if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)") {
                 // A retry of a payment whose outcome was never recorded: ask again with the same payment id
@@ -153,7 +150,7 @@ extension Store {
         do {
             return try await configuration.paymentProcessor.lookup(intent.request)
         } catch {
-            throw StoreError(.unavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key later")
+            throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key later")
         }
     }
 
@@ -162,47 +159,46 @@ extension Store {
         do {
             return try await configuration.paymentProcessor.charge(intent.request)
         } catch {
-            throw StoreError(.unavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key, or the store settles it with the processor")
+            throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key, or the store settles it with the processor")
         }
     }
 
     /// Step 3, one write: the outcome recorded, the intent completed or closed, the key's answer stored.
     /// - Parameter via: how the outcome was learnt, when not from the charge itself (`reconciled`, `lookup`), kept in the intent's outcome.
-    func completePurchase(_ intent: PaymentIntent, _ outcome: PaymentOutcome, via: String? = nil) async throws -> StoreV1.PurchaseResponse {
+    func completePurchase(_ intent: PaymentIntent, _ outcome: PaymentOutcome, via: String? = nil) async throws -> PurchaseOutcome {
         let prefix = via.map { "\($0):" } ?? ""
         let nowMs = now
         let signer = try keys.activeKey()
-        return try await ledger.pool.write { db -> StoreV1.PurchaseResponse in
-            let response: StoreV1.PurchaseResponse
+        return try await ledger.pool.write { db -> PurchaseOutcome in
+            let response: PurchaseOutcome
             switch outcome {
             case .succeeded(let reference):
                 if let recorded = try Ledger.transaction(db, paymentID: intent.paymentID) {
-                    response = StoreV1.PurchaseResponse(transaction: recorded.message)
+                    response = PurchaseOutcome(result: .purchased(recorded))
                 } else {
                     let record = try self.purchasedRecord(intent, db, signer: signer)
                     try Ledger.insertTransaction(record, db)
-                    response = StoreV1.PurchaseResponse(transaction: record.message)
+                    response = PurchaseOutcome(result: .purchased(record))
                 }
                 try Ledger.settle(intent.id, .completed, outcome: "\(prefix)charged:\(reference)", nowMs: nowMs, db)
             case .deferred:
                 if let recorded = try Ledger.transaction(db, paymentID: intent.paymentID) {
-                    response = StoreV1.PurchaseResponse(transaction: recorded.message)
+                    response = PurchaseOutcome(result: recorded.state == .deferred ? .deferred(recorded) : .purchased(recorded))
                 } else {
                     let deferred = TransactionRecord(intent, id: intent.transactionID, state: .deferred, purchaseMs: intent.purchaseMs,
                                                      environment: self.configuration.environment)
                     try Ledger.insertTransaction(deferred, db)
-                    response = StoreV1.PurchaseResponse(transaction: deferred.message)
+                    response = PurchaseOutcome(result: .deferred(deferred))
                 }
                 try Ledger.settle(intent.id, .completed, outcome: "\(prefix)deferred", nowMs: nowMs, db)
             case .cancelled:
-                response = StoreV1.PurchaseResponse(transaction: self.failedTransaction(
-                    intent, code: 2, reason: "payment_cancelled", "payment cancelled by the user"))
+                response = PurchaseOutcome(result: .failed(self.failure(intent, code: .paymentCancelled, reason: "payment_cancelled", "payment cancelled by the user")))
                 try Ledger.settle(intent.id, .closed, outcome: "\(prefix)cancelled", nowMs: nowMs, db)
             case .declined(let reason, let message):
-                response = StoreV1.PurchaseResponse(transaction: self.failedTransaction(intent, code: 3, reason: reason, message))
+                response = PurchaseOutcome(result: .failed(self.failure(intent, code: .paymentInvalid, reason: reason, message)))
                 try Ledger.settle(intent.id, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs, db)
             }
-            try Ledger.remember(response.serializedBytes(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
+            try Ledger.remember(response.message.serializedBytes(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
                                 hash: intent.requestHash, nowMs: nowMs, db)
             return response
         }
@@ -234,21 +230,17 @@ extension Store {
         return try key.sign(payload).serializedBytes()
     }
 
-    /// A FAILED transaction: reported, never recorded (nothing was charged).
-    private func failedTransaction(_ id: String, order: Order, nowMs: Int64, code: UInt32, reason: String, _ message: String) -> StoreV1.Transaction {
-        StoreV1.Transaction(
-            transactionID: id, originalTransactionID: id, productID: order.productID,
-            productType: order.product?.type ?? .productTypeUnspecified, quantity: order.quantity, state: .failed, purchaseDateMs: nowMs,
-            accountID: order.account, errorCode: code, errorReason: reason, errorMessage: message, finished: true,
-            price: order.product?.price ?? "", currency: order.product?.currency ?? "", environment: configuration.environment)
+    /// A FAILED purchase: reported, never recorded (nothing was charged).
+    private func failure(_ id: String, order: Order, nowMs: Int64, code: FailedPurchase.Code, reason: String, _ message: String) -> FailedPurchase {
+        FailedPurchase(code: code, reason: reason, message: message, transactionID: id, accountID: order.account, productID: order.productID,
+                       productType: order.product?.type ?? .productTypeUnspecified, quantity: order.quantity, dateMs: nowMs,
+                       price: order.product?.price ?? "", currency: order.product?.currency ?? "", environment: configuration.environment)
     }
 
-    private func failedTransaction(_ intent: PaymentIntent, code: UInt32, reason: String, _ message: String) -> StoreV1.Transaction {
-        StoreV1.Transaction(
-            transactionID: intent.transactionID, originalTransactionID: intent.transactionID, productID: intent.productID,
-            productType: intent.productType, quantity: intent.quantity, state: .failed, purchaseDateMs: intent.purchaseMs,
-            accountID: intent.accountID, errorCode: code, errorReason: reason, errorMessage: message, finished: true,
-            price: intent.unitPrice, currency: intent.currency, environment: configuration.environment)
+    private func failure(_ intent: PaymentIntent, code: FailedPurchase.Code, reason: String, _ message: String) -> FailedPurchase {
+        FailedPurchase(code: code, reason: reason, message: message, transactionID: intent.transactionID, accountID: intent.accountID,
+                       productID: intent.productID, productType: intent.productType, quantity: intent.quantity, dateMs: intent.purchaseMs,
+                       price: intent.unitPrice, currency: intent.currency, environment: configuration.environment)
     }
 
     // MARK: Credits
@@ -256,26 +248,24 @@ extension Store {
     /// Spends credits, at most once per idempotency key; returns the new balance.
     /// - Throws: ``StoreError`` 3 for an amount below 1, 9 when the balance is too low, 6 for a reused key.
     /// Like a purchase, a spend once started is not cancelled with the calling task.
-    public func spendCredits(account: AccountRecord, amount: Int64, idempotencyKey: String?) async throws -> StoreV1.SpendCreditsResponse {
+    public func spendCredits(account: AccountRecord, amount: Int64, idempotencyKey: String?) async throws -> SpendOutcome {
         guard amount > 0 else { throw StoreError.invalid("amount must be 1 or more, got \(amount)") }
         try Self.checkIdempotencyKey(idempotencyKey)
         let requestHash = Self.hash("spend\u{0}\(amount)")
         let nowMs = now
         return try await Task {
             // The key's answer, the balance check and the movement are one write: two processes cannot spend one key twice.
-            try await ledger.pool.write { db -> StoreV1.SpendCreditsResponse in
+            try await ledger.pool.write { db -> SpendOutcome in
                 if let bytes = try Ledger.remembered(db, account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
-                    var replay = try StoreV1.SpendCreditsResponse(serializedBytes: bytes)
-                    replay.replayed = true
-                    return replay
+                    return SpendOutcome(balance: try StoreV1.SpendCreditsResponse(serializedBytes: bytes).balance, replayed: true)
                 }
                 let balance = Int64(clamping: try Ledger.account(db, id: account.id)?.creditBalance ?? 0)
                 guard balance >= amount else {
-                    throw StoreError(.failedPrecondition, "insufficient credits: the balance is \(balance), cannot spend \(amount)")
+                    throw StoreError(.conflict, "insufficient credits: the balance is \(balance), cannot spend \(amount)")
                 }
                 try Ledger.addCredits(-amount, account: account.id, transaction: nil, reason: "spend", nowMs: nowMs, db)
-                let response = StoreV1.SpendCreditsResponse(balance: UInt64(balance - amount))
-                try Ledger.remember(response.serializedBytes(), account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash, nowMs: nowMs, db)
+                let response = SpendOutcome(balance: UInt64(balance - amount))
+                try Ledger.remember(response.message.serializedBytes(), account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash, nowMs: nowMs, db)
                 return response
             }
         }.value
@@ -307,11 +297,11 @@ extension Store {
             do {
                 outcome = try await configuration.paymentProcessor.approve(intent.request)
             } catch {
-                throw StoreError(.unavailable, "the payment processor did not answer (\(error)); the approval is pending and is settled with the processor")
+                throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the approval is pending and is settled with the processor")
             }
             guard case .succeeded(let reference) = outcome else {
                 try await close(intent, outcome: "refused:\(outcome)")
-                throw StoreError(.aborted, "the payment processor refused the approved payment (\(outcome)); \(transactionID) stays deferred")
+                throw StoreError(.inProgress, "the payment processor refused the approved payment (\(outcome)); \(transactionID) stays deferred")
             }
             return try await completeApproval(intent, reference: reference)
         }
@@ -322,19 +312,19 @@ extension Store {
         let instance = self.instance
         return try await ledger.pool.write { db -> PaymentIntent in
             guard let deferred = try Ledger.transaction(db, id: transactionID), deferred.state == .deferred else {
-                throw StoreError(.failedPrecondition, "transaction \(transactionID) is not waiting for approval")
+                throw StoreError(.conflict, "transaction \(transactionID) is not waiting for approval")
             }
             guard let product = self.catalog.product(deferred.productID) else {
-                throw StoreError(.failedPrecondition, "product \(deferred.productID) is no longer in the catalog")
+                throw StoreError(.conflict, "product \(deferred.productID) is no longer in the catalog")
             }
             if let owned = try Ledger.owned(db, accountID: deferred.accountID, productID: product.id, type: product.type, nowMs: nowMs) {
-                throw StoreError(.failedPrecondition,
+                throw StoreError(.conflict,
                                  "account \(deferred.accountID) already owns \(product.id) (transaction \(owned.id)); \(transactionID) was not charged")
             }
             let paymentID = deferred.paymentID ?? deferred.id
             if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)") {
                 if earlier.state == .pending, earlier.owner != instance.id, instance.isAlive(earlier.owner) {
-                    throw StoreError(.failedPrecondition, "transaction \(transactionID) is being approved by another process")
+                    throw StoreError(.conflict, "transaction \(transactionID) is being approved by another process")
                 }
                 return try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db)
             }
@@ -361,7 +351,7 @@ extension Store {
                 return current
             }
             guard current.state == .deferred else {
-                throw StoreError(.failedPrecondition, "transaction \(intent.transactionID) is not waiting for approval")
+                throw StoreError(.conflict, "transaction \(intent.transactionID) is not waiting for approval")
             }
             try Ledger.deleteTransaction(id: current.id, db)
             let record = try self.purchasedRecord(intent, db, signer: signer)
@@ -386,8 +376,8 @@ extension Store {
     public func refund(transactionID: String, reason: String) async throws -> RevocationRecord {
         try requireRealPaymentsInProduction()
         guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
-        guard record.state == .purchased else { throw StoreError(.failedPrecondition, "transaction \(transactionID) is not purchased") }
-        guard record.revokedMs == 0 else { throw StoreError(.failedPrecondition, "transaction \(transactionID) was already refunded") }
+        guard record.state == .purchased else { throw StoreError(.conflict, "transaction \(transactionID) is not purchased") }
+        guard record.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
         let reasonText = reason.isEmpty ? "refunded" : reason
         // Money first: the processor refunds a payment once however often it is asked,
         // so a crash between refunding and recording is mended by refunding again.
@@ -397,7 +387,7 @@ extension Store {
             do {
                 try await configuration.paymentProcessor.refund(request, reason: reasonText)
             } catch {
-                throw StoreError(.unavailable, "the payment processor did not refund \(transactionID) (\(error)); nothing was recorded: run the refund again")
+                throw StoreError(.processorUnavailable, "the payment processor did not refund \(transactionID) (\(error)); nothing was recorded: run the refund again")
             }
         }
         let nowMs = now
@@ -413,7 +403,7 @@ extension Store {
     /// Production takes real money: the simulated processor is refused.
     func requireRealPaymentsInProduction() throws {
         if configuration.environment == .production, configuration.paymentProcessor.isSimulated {
-            throw StoreError(.failedPrecondition, "a production store takes real payments: the \(configuration.paymentProcessor.name) processor is for sandbox only; configure a real one (kiosk-store serve --payment-processor stripe --stripe-key-file FILE)")
+            throw StoreError(.conflict, "a production store takes real payments: the \(configuration.paymentProcessor.name) processor is for sandbox only; configure a real one (kiosk-store serve --payment-processor stripe --stripe-key-file FILE)")
         }
     }
 

@@ -30,7 +30,7 @@ public final class Store: Sendable {
         self.configuration = configuration
         self.ledger = try Ledger(directory: configuration.dataDirectory)
         if let bound = try ledger.environment(), bound != configuration.environment {
-            throw StoreError(.failedPrecondition, "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
+            throw StoreError(.conflict, "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
         }
         self.instance = try InstanceLock(dataDirectory: configuration.dataDirectory)
         self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock())
@@ -107,7 +107,7 @@ public final class Store: Sendable {
                 throw StoreError.notFound("no transaction \(transactionID) for this account")
             }
             guard record.state == .purchased else {
-                throw StoreError(.failedPrecondition, "transaction \(transactionID) is \(record.state) and cannot be finished")
+                throw StoreError(.conflict, "transaction \(transactionID) is \(record.state) and cannot be finished")
             }
             if record.finished { return true }
             try db.execute(sql: "UPDATE transactions SET finished = 1 WHERE id = ?", arguments: [transactionID])
@@ -149,7 +149,7 @@ public final class Store: Sendable {
     // MARK: Verification
 
     /// Verifies a receipt: signature, environment, account, expiry, revocation.
-    public func verifyReceipt(_ bytes: [UInt8]) async throws -> StoreV1.VerifyReceiptResponse {
+    public func verifyReceipt(_ bytes: [UInt8]) async throws -> ReceiptVerdict {
         var current = verifier.withLockedValue { $0 }
         let signed = try? ReceiptV1.SignedReceipt(serializedBytes: bytes)
         if let signed, !signed.keyID.isEmpty, !current.knows(keyID: signed.keyID), keyRefreshDue() {
@@ -158,19 +158,19 @@ public final class Store: Sendable {
         }
         // Decoded once; undecodable bytes get the verifier's own 21002 answer.
         let check = signed.map { current.verify($0, nowMs: now) } ?? current.verify(bytes, nowMs: now)
-        var response = StoreV1.VerifyReceiptResponse(status: check.status.rawValue, message: check.message, receipt: check.payload)
-        guard let payload = check.payload, check.status == .valid || check.status == .subscriptionExpired else { return response }
+        var verdict = ReceiptVerdict(check: check)
+        guard let payload = check.payload, check.status == .valid || check.status == .subscriptionExpired else { return verdict }
         guard try ledger.account(id: payload.accountID) != nil else {
-            response.status = ReceiptStatus.accountNotFound.rawValue
-            response.message = "account \(payload.accountID) is not known to this store"
-            return response
+            verdict.check.status = .accountNotFound
+            verdict.check.message = "account \(payload.accountID) is not known to this store"
+            return verdict
         }
         if let record = try ledger.transaction(id: payload.transactionID), record.revokedMs > 0 {
-            response.revocationDateMs = record.revokedMs
-            response.revocationReason = record.revocationReason
-            response.message = "valid, but revoked: \(record.revocationReason)"
+            verdict.revocationMs = record.revokedMs
+            verdict.revocationReason = record.revocationReason
+            verdict.check.message = "valid, but revoked: \(record.revocationReason)"
         }
-        return response
+        return verdict
     }
 
     /// An unknown key id reloads the keys at most once a second, so junk key ids cannot make every call read the ledger.

@@ -34,7 +34,7 @@ public struct StoreConfiguration: Sendable {
     public var clock: @Sendable () -> Int64
     /// Called after a purchase is committed and before it is answered; for
     /// tests that lose the answer on the way (KioskTesting's `holdNextAnswer`).
-    public var purchaseCommitted: (@Sendable (StoreV1.PurchaseResponse) async -> Void)?
+    public var purchaseCommitted: (@Sendable (PurchaseOutcome) async -> Void)?
 
     /// Creates a configuration: sandbox, simulated payments, 7-day idempotency keys,
     /// revocations polled every 200 ms, heartbeats every second.

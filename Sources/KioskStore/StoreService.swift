@@ -37,7 +37,7 @@ public struct StoreService: RPCService {
             let account = try StoreAuthenticator.account(context)
             return try await store.purchase(
                 account: account, productID: request.productID, quantity: request.quantity, paymentMethod: request.paymentMethod,
-                idempotencyKey: context.metadata["idempotency-key"])
+                idempotencyKey: context.metadata["idempotency-key"]).message
         }
         router.registerUnary(Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self, response: StoreV1.UnfinishedResponse.self, authenticator: auth) { request, context in
             let account = try StoreAuthenticator.account(context)
@@ -68,19 +68,19 @@ public struct StoreService: RPCService {
         }
         router.registerUnary(Self.method("SpendCredits"), request: StoreV1.SpendCreditsRequest.self, response: StoreV1.SpendCreditsResponse.self, authenticator: auth) { request, context in
             let account = try StoreAuthenticator.account(context)
-            return try await store.spendCredits(account: account, amount: request.amount, idempotencyKey: context.metadata["idempotency-key"])
+            return try await store.spendCredits(account: account, amount: request.amount, idempotencyKey: context.metadata["idempotency-key"]).message
         }
-        router.registerUnary(Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self, response: StoreV1.VerifyReceiptResponse.self, authenticator: auth) { request, context in
-                        return try await store.verifyReceipt(request.signedReceipt)
+        router.registerUnary(Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self, response: StoreV1.VerifyReceiptResponse.self, authenticator: auth) { request, _ in
+            try await store.verifyReceipt(request.signedReceipt).message
         }
-        router.registerUnary(Self.method("PublicKeys"), request: StoreV1.PublicKeysRequest.self, response: StoreV1.PublicKeysResponse.self, authenticator: auth) { _, context in
-                        let keys = try store.publicKeys().map {
+        router.registerUnary(Self.method("PublicKeys"), request: StoreV1.PublicKeysRequest.self, response: StoreV1.PublicKeysResponse.self, authenticator: auth) { _, _ in
+            let keys = try store.publicKeys().map {
                 StoreV1.PublicKey(keyID: $0.id, ed25519PublicKey: $0.rawRepresentation, notBeforeMs: $0.notBeforeMs)
             }
             return StoreV1.PublicKeysResponse(keys: keys)
         }
         router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: auth) { request, writer, context in
-                        var cursor = request.since
+            var cursor = request.since
             var lastHeartbeat: ContinuousClock.Instant?
             let heartbeat = store.configuration.revocationHeartbeat
             // Ends when the server shuts down, so a graceful shutdown need not wait for it.

@@ -74,7 +74,7 @@ final class StoreProcess: Sendable {
         // "kiosk-store listening on 127.0.0.1:PORT (sandbox, 6 products)"
         guard let address = line.split(separator: " ").dropFirst(3).first, let port = address.split(separator: ":").last.flatMap({ Int($0) }) else {
             process.terminate()
-            throw StoreError(.internal, "kiosk-store did not report its port: \(line)")
+            throw StoreError(.internalFailure, "kiosk-store did not report its port: \(line)")
         }
         self.process = process
         self.port = port

@@ -68,10 +68,10 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             let buyer = try account(store)
             for product in ["credits.5", "filter.sepia", "pro.monthly"] {
                 let response = try await store.purchase(account: buyer, productID: product, quantity: 1, paymentMethod: goodCard, idempotencyKey: product)
-                #expect(response.transaction?.state == .purchased)
+                #expect(response.isPurchased)
             }
             let asked = try await store.purchase(account: buyer, productID: "credits.10", quantity: 1, paymentMethod: "test-ask", idempotencyKey: "ask")
-            _ = try await store.approve(transactionID: try #require(asked.transaction).transactionID)
+            _ = try await store.approve(transactionID: try #require(asked.record).id)
             #expect(processor.chargesWithoutIntent.withLockedValue { $0 } == 0)
             #expect(processor.inner.chargeCount == 4)
             let counts = try store.ledger.intentCounts()
@@ -103,7 +103,7 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             #expect(try store.ledger.account(id: buyer.id)?.creditBalance == 10)
             let retry = try await store.purchase(account: buyer, productID: "credits.5", quantity: 2, paymentMethod: goodCard, idempotencyKey: "k1")
             #expect(retry.replayed)
-            #expect(retry.transaction?.transactionID == recorded.first?.id)
+            #expect(retry.transactionID == recorded.first?.id)
             #expect(processor.chargeCount == 1)
             #expect(try store.ledger.intentCounts()[.pending] == nil)
         }
@@ -125,7 +125,7 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             #expect(try await store.reconcile(all: true).closed == 1)
             #expect(processor.chargeCount == 0)
             let retry = try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k2")
-            #expect(retry.transaction?.state == .purchased)
+            #expect(retry.isPurchased)
             #expect(processor.chargeCount == 1)
             let again = try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "other")
             #expect(again.alreadyOwned)

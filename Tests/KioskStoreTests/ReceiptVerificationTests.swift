@@ -20,8 +20,8 @@ import Testing
                         var changed = bytes
                         changed[index] ^= UInt8(1 << bit)
                         if field == "payload" { tampered.payload = changed } else { tampered.signature = changed }
-                        let result = try await store.store.verifyReceipt(tampered.serializedBytes())
-                        #expect(result.status == 21003, "\(field) byte \(index) bit \(bit): \(result.status) \(result.message)")
+                        let result = try await store.store.verifyReceipt(tampered.serializedBytes()).check
+                        #expect(result.status.rawValue == 21003, "\(field) byte \(index) bit \(bit): \(result.status) \(result.message)")
                         checked += 1
                     }
                 }
@@ -42,8 +42,8 @@ import Testing
             let token = try store.newAccount()
             let receipt = try #require(try await store.buy("filter.sepia", token: token).transaction).signedReceipt
             for length in 0..<receipt.count {
-                let result = try await store.store.verifyReceipt(Array(receipt[..<length]))
-                #expect(result.status == 21002, "truncated to \(length) bytes: \(result.status)")
+                let result = try await store.store.verifyReceipt(Array(receipt[..<length])).check
+                #expect(result.status.rawValue == 21002, "truncated to \(length) bytes: \(result.status)")
             }
             for garbage in [[UInt8](), [0xFF], Array("hello".utf8), [UInt8](repeating: 0, count: 100)] {
                 #expect(try await store.verify(garbage, token: token).status == 21002)

@@ -25,16 +25,18 @@ import Testing
             let (id, _) = try store.createAccount()
             let buyer = try #require(try store.ledger.account(id: id))
             let asked = try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: "test-ask", idempotencyKey: "ask")
-            let deferred = try #require(asked.transaction)
-            #expect(deferred.state == .deferred)
+            guard case .deferred(let deferred) = asked.result else {
+                Issue.record("ask to buy was not deferred: \(asked.result)")
+                return
+            }
 
-            async let approval = Self.approveInAnotherProcess(directory: directory, transactionID: deferred.transactionID, chargeLog: chargeLog)
+            async let approval = Self.approveInAnotherProcess(directory: directory, transactionID: deferred.id, chargeLog: chargeLog)
             // Stagger the purchase over the other process's start-up so that some rounds meet inside each other's charge.
             try await Task.sleep(for: .milliseconds(20 + (round % 6) * 15))
             var purchased = false
             do {
                 let response = try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "buy")
-                purchased = response.transaction?.state == .purchased && !response.alreadyOwned
+                purchased = response.isPurchased && !response.alreadyOwned
             } catch let error as StoreError where error.code == .aborted {
                 refusedByTheGuard += 1
             }
@@ -45,7 +47,7 @@ import Testing
 
             let owned = try store.ledger.transactions(accountID: id).filter { $0.productID == "filter.sepia" && $0.state == .purchased }
             #expect(owned.count == 1, "round \(round): exactly one purchase recorded, got \(owned.count)")
-            let paymentIDs: Set<String> = [deferred.transactionID, Store.hash("\(id)\u{0}ask").hexString, Store.hash("\(id)\u{0}buy").hexString]
+            let paymentIDs: Set<String> = [deferred.id, Store.hash("\(id)\u{0}ask").hexString, Store.hash("\(id)\u{0}buy").hexString]
             let lines = (try? String(contentsOfFile: chargeLog, encoding: .utf8))?.split(separator: "\n").map(String.init) ?? []
             let charges = lines.filter { paymentIDs.contains($0) }.count
             #expect(charges == 1, "round \(round): approve \(approved.status == 0 ? "charged" : "refused: \(approved.errors)"), purchase \(purchased ? "charged" : "did not"); \(charges) charges")
