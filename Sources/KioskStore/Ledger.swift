@@ -194,6 +194,7 @@ public final class Ledger: Sendable {
     public static let fileName = "ledger.sqlite"
 
     let pool: DatabasePool
+    private let group: GroupCommit
 
     /// Opens (creating and migrating if needed) the ledger in `directory`.
     public init(directory: String) throws {
@@ -209,7 +210,18 @@ public final class Ledger: Sendable {
         // pool's one writer connection, after it. Readers keep prepareDatabase's FULL.
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         try Self.migrator.migrate(pool)
+        group = GroupCommit(pool: pool)
     }
+
+    /// Runs `body` as one write of the next group commit (see ``GroupCommit``):
+    /// atomic on its own (a savepoint), serial with every other write, and on
+    /// disk (fsynced) when this returns.
+    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await group.write(body)
+    }
+
+    /// Group commits made by this process (each one fsync of the WAL) and the writes they carried.
+    public var commitStatistics: (commits: Int, writes: Int) { group.statistics }
 
     /// The versioned schema. Add a migration for every change; never edit a shipped one.
     static var migrator: DatabaseMigrator {

@@ -7,8 +7,8 @@ import KioskWire
 // Purchases, approvals, refunds and reconciliation: every payment has a
 // durable intent before the processor is asked, and the database (unique
 // indexes, checks inside one `BEGIN IMMEDIATE` write), not a process-local
-// lock, keeps a payment from being charged twice. The per-account lock in this
-// process only queues one account's work so it does not contend on the ledger.
+// lock, keeps a payment from being charged twice. The per-payment lock in this
+// process only queues retries of one payment, so they replay rather than race.
 extension Store {
     // MARK: Purchases
 
@@ -47,7 +47,9 @@ extension Store {
         let order = Order(account: account.id, productID: productID, product: product, quantity: quantity, paymentMethod: paymentMethod,
                           idempotencyKey: idempotencyKey,
                           requestHash: Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)"))
-        let response = try await locks.withLock(account.id) {
+        // Calls with the same key queue here, so a racing retry replays the first answer; other purchases
+        // (of the same account too) run at once and commit together: the database guards them.
+        let response = try await locks.withLock(order.paymentID(or: "\u{0}" + Self.newTransactionID())) {
             switch try await startPurchase(order) {
             case .answered(let response):
                 return response
@@ -96,7 +98,7 @@ extension Store {
         let transactionID = Self.newTransactionID()
         let paymentID = order.paymentID(or: transactionID)
         let owner = instance.id
-        return try await ledger.pool.write { db -> PurchaseStart in
+        return try await ledger.write { db -> PurchaseStart in
             if let bytes = try Ledger.remembered(db, account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
                 return .answered(PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)))
             }
@@ -169,7 +171,7 @@ extension Store {
         let prefix = via.map { "\($0):" } ?? ""
         let nowMs = now
         let signer = try keys.activeKey()
-        return try await ledger.pool.write { db -> PurchaseOutcome in
+        return try await ledger.write { db -> PurchaseOutcome in
             let response: PurchaseOutcome
             switch outcome {
             case .succeeded(let reference):
@@ -255,7 +257,7 @@ extension Store {
         let nowMs = now
         return try await Task {
             // The key's answer, the balance check and the movement are one write: two processes cannot spend one key twice.
-            try await ledger.pool.write { db -> SpendOutcome in
+            try await ledger.write { db -> SpendOutcome in
                 if let bytes = try Ledger.remembered(db, account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
                     return SpendOutcome(balance: try StoreV1.SpendCreditsResponse(serializedBytes: bytes).balance, replayed: true)
                 }
@@ -291,7 +293,7 @@ extension Store {
     public func approve(transactionID: String) async throws -> TransactionRecord {
         try requireRealPaymentsInProduction()
         guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
-        return try await locks.withLock(record.accountID) {
+        return try await locks.withLock(record.paymentID ?? record.id) {
             let intent = try await startApproval(transactionID)
             let outcome: PaymentOutcome
             do {
@@ -310,7 +312,7 @@ extension Store {
     private func startApproval(_ transactionID: String) async throws -> PaymentIntent {
         let nowMs = now
         let instance = self.instance
-        return try await ledger.pool.write { db -> PaymentIntent in
+        return try await ledger.write { db -> PaymentIntent in
             guard let deferred = try Ledger.transaction(db, id: transactionID), deferred.state == .deferred else {
                 throw StoreError(.conflict, "transaction \(transactionID) is not waiting for approval")
             }
@@ -342,7 +344,7 @@ extension Store {
         let label = (via.map { "\($0):" } ?? "") + "charged:\(reference)"
         let nowMs = now
         let signer = try keys.activeKey()
-        return try await ledger.pool.write { db -> TransactionRecord in
+        return try await ledger.write { db -> TransactionRecord in
             guard let current = try Ledger.transaction(db, id: intent.transactionID) else {
                 throw StoreError.notFound("no transaction \(intent.transactionID)")
             }
@@ -363,7 +365,7 @@ extension Store {
 
     private func close(_ intent: PaymentIntent, outcome: String) async throws {
         let nowMs = now
-        try await ledger.pool.write { db in try Ledger.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs, db) }
+        try await ledger.write { db in try Ledger.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs, db) }
     }
 
     // MARK: Refunds
@@ -391,10 +393,8 @@ extension Store {
             }
         }
         let nowMs = now
-        let revocation = try await locks.withLock(record.accountID) {
-            try await ledger.pool.write { db -> RevocationRecord in
-                try Ledger.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs, db)
-            }
+        let revocation = try await ledger.write { db -> RevocationRecord in
+            try Ledger.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs, db)
         }
         revocationSignal.notify()
         return revocation
@@ -441,7 +441,7 @@ extension Store {
                 continue
             }
             do {
-                try await locks.withLock(intent.accountID) {
+                try await locks.withLock(intent.paymentID) {
                     // Read again under the lock: a retry in this process may have settled it meanwhile.
                     guard let current = try ledger.intent(id: intent.id), current.state == .pending, current.owner == intent.owner else { return }
                     switch try await configuration.paymentProcessor.lookup(current.request) {
@@ -453,7 +453,7 @@ extension Store {
                         report.charged += 1
                     case .notCharged:
                         let closedMs = now
-                        try await ledger.pool.write { db in
+                        try await ledger.write { db in
                             try Ledger.settleIfUnchanged(current, .closed, outcome: "reconciled:not_charged", nowMs: closedMs, db)
                         }
                         report.closed += 1

@@ -16,7 +16,7 @@ public final class Store: Sendable {
     /// The durable state.
     public let ledger: Ledger
     let keys: KeyStore
-    let locks = AccountLock()
+    let locks = KeyedLock()
     let instance: InstanceLock
     private let verifier: NIOLockedValueBox<ReceiptVerifier>
     let revocationSignal = RevocationSignal()
@@ -102,7 +102,7 @@ public final class Store: Sendable {
     /// Marks a transaction finished; returns true when it already was.
     public func finish(account: AccountRecord, transactionID: String) async throws -> Bool {
         guard !transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
-        return try await ledger.pool.write { db in
+        return try await ledger.write { db in
             guard let record = try Ledger.transaction(db, id: transactionID), record.accountID == account.id else {
                 throw StoreError.notFound("no transaction \(transactionID) for this account")
             }

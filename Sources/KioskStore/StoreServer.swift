@@ -63,5 +63,7 @@ public final class StoreServer: Sendable {
     public func shutdown() async {
         upkeep.withLockedValue { $0 }?.cancel()
         await server.shutdown()
+        let (commits, writes) = store.ledger.commitStatistics
+        logger.notice("ledger: \(writes) writes in \(commits) group commits", metadata: ["commits": "\(commits)", "writes": "\(writes)"])
     }
 }

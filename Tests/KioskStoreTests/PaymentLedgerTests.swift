@@ -60,6 +60,37 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
     }
 }
 
+@Suite struct GroupCommitTests {
+    @Test func concurrentWritesShareCommitsAndAFailingOneRollsBackAlone() async throws {
+        try await withStore { store, _ in
+            let (id, _) = try store.createAccount()
+            let results = await withTaskGroup(of: Bool.self) { group -> [Bool] in
+                for index in 0..<64 {
+                    group.addTask {
+                        do {
+                            try await store.ledger.write { db in
+                                try Ledger.addCredits(1, account: id, transaction: nil, reason: "test \(index)", nowMs: 0, db)
+                                // Every 8th write fails after changing the balance: its savepoint must take the change back.
+                                if index % 8 == 7 { throw StoreError(.conflict, "write \(index) fails on purpose") }
+                            }
+                            return true
+                        } catch {
+                            return false
+                        }
+                    }
+                }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(results.filter { $0 }.count == 56)
+            #expect(try store.ledger.account(id: id)?.creditBalance == 56, "the 8 failed writes left nothing behind")
+            #expect(try store.ledger.creditMovementsTotal(accountID: id) == 56)
+            let (commits, writes) = store.ledger.commitStatistics
+            #expect(writes == 64)
+            #expect(commits < writes, "writes that arrived during a commit were committed together (\(commits) commits)")
+        }
+    }
+}
+
 @Suite struct PaymentIntentTests {
     @Test func everyChargeAndApprovalHasAPendingIntentOnDiskFirst() async throws {
         let processor = IntentCheckingProcessor()

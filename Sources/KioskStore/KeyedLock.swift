@@ -1,8 +1,10 @@
 import NIOConcurrencyHelpers
 
-/// Runs operations on one account one at a time (in this process), so that two
-/// racing purchases cannot both charge: the second sees the first's record.
-final class AccountLock: Sendable {
+/// Runs operations on one key one at a time, in this process: retries of one
+/// payment queue behind it and replay its answer instead of asking the
+/// processor again. Not a guard against charging twice — the ledger's
+/// constraints are, across processes too.
+final class KeyedLock: Sendable {
     private struct State {
         var busy: Set<String> = []
         var waiters: [String: [CheckedContinuation<Void, Never>]] = [:]
