@@ -318,6 +318,18 @@ public final class Ledger: Sendable {
         }
     }
 
+    /// A value of the settings table.
+    func setting(_ key: String) throws -> String? {
+        try pool.read { db in try String.fetchOne(db, sql: "SELECT value FROM settings WHERE key = ?", arguments: [key]) }
+    }
+
+    /// Sets a value of the settings table.
+    func setSetting(_ key: String, _ value: String) throws {
+        try pool.write { db in
+            try db.execute(sql: "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", arguments: [key, value])
+        }
+    }
+
     /// Binds the ledger to `environment` on first use; refuses another environment later.
     func claim(environment: ReceiptV1.Environment) throws {
         try pool.write { db in
@@ -450,11 +462,12 @@ public final class Ledger: Sendable {
         return Array(row["response"] as Data)
     }
 
-    /// Stores an idempotency key's answer (nothing without a key; an answer already stored stays).
-    static func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64, _ db: Database) throws {
+    /// Stores an idempotency key's answer (nothing without a key). An answer already stored stays, unless `replacing`.
+    static func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
+                         replacing: Bool = false, _ db: Database) throws {
         guard let key else { return }
         try db.execute(
-            sql: "INSERT OR IGNORE INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+            sql: "INSERT OR \(replacing ? "REPLACE" : "IGNORE") INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
             arguments: [account, key, operation, Data(hash), Data(response), nowMs])
     }
 
@@ -525,8 +538,28 @@ public final class Ledger: Sendable {
         return TransactionPage(transactions: kept.map(TransactionRecord.init), nextPageToken: hasMore ? last.map { "r\($0)" } ?? "" : "", hasMore: hasMore)
     }
 
-    static func deleteTransaction(id: String, _ db: Database) throws {
-        try db.execute(sql: "DELETE FROM transactions WHERE id = ?", arguments: [id])
+    static func markFinished(transactionID: String, _ db: Database) throws {
+        try db.execute(sql: "UPDATE transactions SET finished = 1 WHERE id = ?", arguments: [transactionID])
+    }
+
+    /// Rewrites a transaction in place (an approval: DEFERRED → PURCHASED), keeping its row and so its place
+    /// in the account's pages; a purchased consumable's credits are added.
+    static func replaceTransaction(_ record: TransactionRecord, _ db: Database) throws {
+        do {
+            try db.execute(
+                sql: """
+                    UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
+                      price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ? WHERE id = ?
+                    """,
+                arguments: [record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue, record.purchaseMs,
+                            record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID, record.receipt.map { Data($0) },
+                            record.finished, Int64(clamping: record.credits), record.id])
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+            throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)")
+        }
+        if record.state == .purchased, record.credits > 0 {
+            try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs, db)
+        }
     }
 
     /// Revokes a purchased transaction in one write: its row marked, a revocation
@@ -560,6 +593,15 @@ public final class Ledger: Sendable {
             throw StoreError(.internalFailure, "revocation \(cursor) vanished in its own write")
         }
         return revocation
+    }
+
+    /// An account's balance and the sum of its credit movements, read together (equal in a sound ledger).
+    public func balanceAndMovements(accountID: String) throws -> (balance: Int64, movements: Int64) {
+        try pool.read { db in
+            let balance = try Int64.fetchOne(db, sql: "SELECT credit_balance FROM accounts WHERE id = ?", arguments: [accountID]) ?? 0
+            let movements = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(amount), 0) FROM credit_movements WHERE account_id = ?", arguments: [accountID]) ?? 0
+            return (balance, movements)
+        }
     }
 
     /// Sum of an account's credit movements (equal to its balance in a sound ledger).

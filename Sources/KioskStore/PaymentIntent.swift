@@ -67,8 +67,10 @@ public struct PaymentIntent: Hashable, Sendable {
     public var outcome: String
     /// The store instance that wrote it (see ``InstanceLock``).
     public var owner: String
-    /// When it was written.
+    /// When it was first written (the processor's idempotency key lifetime counts from here).
     public var createdMs: Int64
+    /// When it was last attempted (written or reopened by a retry): reconciliation waits from here.
+    public var attemptMs: Int64
 
     /// True for products an account owns at most once: one pending intent per account and product.
     var exclusive: Bool { productType == .nonConsumable || productType == .autoRenewableSubscription }
@@ -76,7 +78,7 @@ public struct PaymentIntent: Hashable, Sendable {
     /// The processor's request for this payment.
     public var request: PaymentRequest {
         PaymentRequest(paymentID: paymentID, accountID: accountID, productID: productID, quantity: quantity,
-                       unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod)
+                       unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, isApproval: kind == .approval)
     }
 
     init(kind: Kind, paymentID: String, transactionID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
@@ -101,6 +103,7 @@ public struct PaymentIntent: Hashable, Sendable {
         self.outcome = ""
         self.owner = owner
         self.createdMs = purchaseMs
+        self.attemptMs = purchaseMs
     }
 
     init(row: Row) {
@@ -123,6 +126,7 @@ public struct PaymentIntent: Hashable, Sendable {
         outcome = row["outcome"]
         owner = row["owner"]
         createdMs = row["created_ms"]
+        attemptMs = row["updated_ms"]
     }
 }
 
@@ -161,6 +165,22 @@ extension Ledger {
                 CREATE UNIQUE INDEX payment_intents_one_open_exclusive ON payment_intents(account_id, product_id)
                   WHERE state = 'pending' AND exclusive = 1;
                 CREATE INDEX payment_intents_open ON payment_intents(created_ms) WHERE state = 'pending';
+                ALTER TABLE transactions ADD COLUMN refund_credit_shortfall INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE revocations ADD COLUMN credit_shortfall INTEGER NOT NULL DEFAULT 0;
+                -- A ledger from before this version may own a non-consumable twice (two processes raced):
+                -- the later purchases are revoked, visibly, so the index below can hold; refund them at the processor.
+                CREATE TEMP TABLE duplicate_ownership AS
+                  SELECT t.id, t.original_id, t.account_id FROM transactions t
+                  WHERE t.state = 1 AND t.revoked_ms = 0 AND t.product_type = 2 AND EXISTS (
+                    SELECT 1 FROM transactions u WHERE u.account_id = t.account_id AND u.product_id = t.product_id
+                      AND u.state = 1 AND u.revoked_ms = 0 AND u.product_type = 2 AND u.rowid < t.rowid);
+                UPDATE transactions SET revoked_ms = CAST(strftime('%s', 'now') AS INTEGER) * 1000,
+                  revocation_reason = 'duplicate purchase found when the ledger was upgraded: refund it at the processor'
+                  WHERE id IN (SELECT id FROM duplicate_ownership);
+                INSERT INTO revocations (transaction_id, original_transaction_id, account_id, revoked_ms, reason)
+                  SELECT d.id, d.original_id, d.account_id, t.revoked_ms, t.revocation_reason
+                  FROM duplicate_ownership d JOIN transactions t ON t.id = d.id;
+                DROP TABLE duplicate_ownership;
                 -- A non-consumable is owned once: a second live PURCHASED row cannot be written.
                 CREATE UNIQUE INDEX transactions_owned_once ON transactions(account_id, product_id)
                   WHERE state = 1 AND revoked_ms = 0 AND product_type = 2;
@@ -168,8 +188,6 @@ extension Ledger {
                 CREATE INDEX transactions_by_account_row ON transactions(account_id);
                 CREATE INDEX transactions_unfinished ON transactions(account_id) WHERE state = 1 AND finished = 0;
                 CREATE INDEX transactions_restorable ON transactions(account_id) WHERE state = 1 AND revoked_ms = 0 AND product_type != 1;
-                ALTER TABLE transactions ADD COLUMN refund_credit_shortfall INTEGER NOT NULL DEFAULT 0;
-                ALTER TABLE revocations ADD COLUMN credit_shortfall INTEGER NOT NULL DEFAULT 0;
                 """)
         }
     }
@@ -211,6 +229,7 @@ extension Ledger {
         var reopened = intent
         reopened.state = .pending
         reopened.owner = owner
+        reopened.attemptMs = nowMs
         return reopened
     }
 
@@ -221,17 +240,32 @@ extension Ledger {
     }
 
     /// Settles an intent only if it is still pending under the same owner (another attempt did not take it over).
-    static func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: Database) throws {
-        try db.execute(sql: "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ?",
-                       arguments: [state.rawValue, outcome, nowMs, intent.id, intent.owner])
+    /// Returns true when it did.
+    static func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: Database) throws -> Bool {
+        try db.execute(
+            sql: "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ? AND updated_ms = ?",
+            arguments: [state.rawValue, outcome, nowMs, intent.id, intent.owner, intent.attemptMs])
+        return db.changesCount > 0
     }
 
-    /// Pending intents written before `beforeMs` (all with nil), oldest first.
-    public func openIntents(before beforeMs: Int64? = nil, limit: Int = 500) throws -> [PaymentIntent] {
+    /// Intents charged for something the account already owned, whose refund the processor has not confirmed yet.
+    func refundsDue() throws -> [PaymentIntent] {
+        try pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM payment_intents WHERE state = 'closed' AND outcome LIKE 'refund_due:%' LIMIT 500")
+                .map(PaymentIntent.init)
+        }
+    }
+
+    /// A page of pending intents, oldest first, after `cursor` (created, id).
+    public func openIntents(after cursor: (Int64, String)? = nil, limit: Int = 500) throws -> [PaymentIntent] {
         try pool.read { db in
             try Row.fetchAll(
-                db, sql: "SELECT * FROM payment_intents WHERE state = 'pending' AND created_ms < ? ORDER BY created_ms LIMIT ?",
-                arguments: [beforeMs ?? Int64.max, limit]
+                db,
+                sql: """
+                    SELECT * FROM payment_intents WHERE state = 'pending' AND (created_ms > ? OR (created_ms = ? AND id > ?))
+                    ORDER BY created_ms, id LIMIT ?
+                    """,
+                arguments: [cursor?.0 ?? Int64.min, cursor?.0 ?? Int64.min, cursor?.1 ?? "", limit]
             ).map(PaymentIntent.init)
         }
     }

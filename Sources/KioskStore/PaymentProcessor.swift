@@ -21,9 +21,13 @@ public struct PaymentRequest: Hashable, Sendable {
     public var currency: String
     /// The payment method the buyer chose, e.g. `test-card:4242424242424242`.
     public var paymentMethod: String
+    /// True for the charge of an approved ask-to-buy request (``PaymentProcessor/approve(_:)``).
+    public var isApproval: Bool
 
     /// Creates a request.
-    public init(paymentID: String, accountID: String, productID: String, quantity: UInt32, unitPrice: String, currency: String, paymentMethod: String) {
+    public init(paymentID: String, accountID: String, productID: String, quantity: UInt32, unitPrice: String, currency: String, paymentMethod: String,
+                isApproval: Bool = false) {
+        self.isApproval = isApproval
         self.paymentID = paymentID
         self.accountID = accountID
         self.productID = productID
@@ -67,6 +71,8 @@ public enum PaymentOutcome: Hashable, Sendable {
 public enum PaymentLookup: Hashable, Sendable {
     /// The payment was charged; record it.
     case charged(reference: String)
+    /// The processor deferred it (ask to buy): record it as DEFERRED, charged when approved.
+    case deferred
     /// Nothing was charged, and nothing will be for this id (a pending attempt
     /// was cancelled by the lookup if the processor had one).
     case notCharged
@@ -93,8 +99,14 @@ public struct PaymentProcessorError: Error, Hashable, Sendable, CustomStringConv
 public protocol PaymentProcessor: Sendable {
     /// A short name for logs and errors: `simulated`, `stripe`, ….
     var name: String { get }
-    /// True for processors that take no real money; production refuses them.
+    /// True for processors that take no real money at all; production refuses them.
     var isSimulated: Bool { get }
+    /// True when the processor is in its test mode (a Stripe `sk_test_` key): no real money moves, and a
+    /// production store refuses it; a sandbox store refuses a processor that is not in test mode.
+    var isTestMode: Bool { get }
+    /// How long ``lookup(_:)`` may lag behind a charge (Stripe's search index: up to a minute); pending
+    /// payments are not looked up before they are this old.
+    var lookupDelay: Duration { get }
     /// Charges (or refuses, or defers) a payment.
     func charge(_ request: PaymentRequest) async throws -> PaymentOutcome
     /// Charges a deferred payment once it was approved.
@@ -103,6 +115,11 @@ public protocol PaymentProcessor: Sendable {
     func lookup(_ request: PaymentRequest) async throws -> PaymentLookup
     /// Gives back a charged payment's money; asking twice refunds once.
     func refund(_ request: PaymentRequest, reason: String) async throws
+}
+
+extension PaymentProcessor {
+    public var isTestMode: Bool { isSimulated }
+    public var lookupDelay: Duration { .zero }
 }
 
 /// A payment processor for development and tests, driven by the payment method:
@@ -196,8 +213,12 @@ public struct SimulatedPaymentProcessor: PaymentProcessor {
     }
 
     public func lookup(_ request: PaymentRequest) async -> PaymentLookup {
-        if case .succeeded(let reference) = outcome(request) { return .charged(reference: reference) }
-        return .notCharged
+        if request.isApproval { return .charged(reference: "sim_" + request.paymentID) }  // an approval always charges
+        switch outcome(request) {
+        case .succeeded(let reference): return .charged(reference: reference)
+        case .deferred: return .deferred
+        default: return .notCharged
+        }
     }
 
     public func refund(_ request: PaymentRequest, reason: String) async {}

@@ -49,16 +49,23 @@ extension Store {
                           requestHash: Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)"))
         // Calls with the same key queue here, so a racing retry replays the first answer; other purchases
         // (of the same account too) run at once and commit together: the database guards them.
-        let response = try await locks.withLock(order.paymentID(or: "\u{0}" + Self.newTransactionID())) {
-            switch try await startPurchase(order) {
+        let transactionID = Self.newTransactionID()
+        let response = try await locks.withLock(order.paymentID(or: transactionID)) {
+            switch try await startPurchase(order, transactionID: transactionID) {
             case .answered(let response):
                 return response
             case .charge(let intent):
-                // A pending intent older than the processor keeps idempotency keys (Stripe: 24 h) may have been
-                // charged under a key the processor forgot: ask, never charge again blindly.
-                if intent.createdMs < now - Self.processorKeyLifetimeMs,
-                   case .charged(let reference) = try await lookup(intent) {
-                    return try await completePurchase(intent, .succeeded(reference: reference), via: "lookup")
+                // A payment first tried longer ago than the processor keeps idempotency keys (Stripe: 24 h) may
+                // have been charged under a key the processor forgot: ask, never charge again blindly.
+                if intent.createdMs < now - Self.processorKeyLifetimeMs {
+                    switch try await lookup(intent) {
+                    case .charged(let reference):
+                        return try await completePurchase(intent, .succeeded(reference: reference), via: "lookup")
+                    case .deferred:
+                        return try await completePurchase(intent, .deferred, via: "lookup")
+                    case .notCharged:
+                        break
+                    }
                 }
                 return try await completePurchase(intent, try await charge(intent))
             }
@@ -93,11 +100,10 @@ extension Store {
     /// Step 1, one write: the key's earlier answer, restrictions, the catalog,
     /// ownership, an earlier record of the same payment, and the payment's
     /// intent. Every lookup is a primary key or an index: no history scan.
-    private func startPurchase(_ order: Order) async throws -> PurchaseStart {
+    private func startPurchase(_ order: Order, transactionID: String) async throws -> PurchaseStart {
         let nowMs = now
-        let transactionID = Self.newTransactionID()
         let paymentID = order.paymentID(or: transactionID)
-        let owner = instance.id
+        let instance = self.instance
         return try await ledger.write { db -> PurchaseStart in
             if let bytes = try Ledger.remembered(db, account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
                 return .answered(PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)))
@@ -113,6 +119,25 @@ extension Store {
             guard let account = try Ledger.account(db, id: order.account) else {
                 throw StoreError.unauthenticated("account \(order.account) no longer exists")
             }
+            // An earlier attempt of this payment comes first: one that may have been charged is never
+            // answered FAILED because the account, the catalog or the rules changed since.
+            let earlierIntent = try Ledger.intent(db, id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)")
+            if let earlierIntent, let key = order.idempotencyKey, earlierIntent.requestHash != order.requestHash {
+                throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different purchase; use a new key for a new request")
+            }
+            if order.idempotencyKey != nil, let earlier = try Ledger.transaction(db, paymentID: paymentID) {
+                // The key's answer was pruned (past the retention) but the ledger still has what that
+                // payment bought: the same answer again, never a second charge.
+                return .answered(PurchaseOutcome(result: earlier.state == .deferred ? .deferred(earlier) : .purchased(earlier), replayed: true))
+            }
+            if let earlierIntent, earlierIntent.state == .pending {
+                // Its outcome was never recorded. Another live process may be asking the processor right now.
+                if earlierIntent.owner != instance.id, instance.isAlive(earlierIntent.owner) {
+                    throw StoreError(.inProgress, "this payment is being made by another store process; retry with the same idempotency-key")
+                }
+                // Ask again with the same payment id (the processor deduplicates on it), as the same transaction.
+                return .charge(try Ledger.reopen(earlierIntent, owner: instance.id, nowMs: nowMs, db))
+            }
             guard account.paymentsAllowed else {
                 return try refuse(code: .paymentNotAllowed, "payment_not_allowed", "payment not allowed: purchases are disabled for this account")
             }
@@ -126,20 +151,14 @@ extension Store {
             if let owned = try Ledger.owned(db, accountID: order.account, productID: product.id, type: product.type, nowMs: nowMs) {
                 return try answer(PurchaseOutcome(result: .purchased(owned), alreadyOwned: true))
             }
-            if order.idempotencyKey != nil, let earlier = try Ledger.transaction(db, paymentID: paymentID) {
-                // The key's answer was pruned (past the retention) but the ledger still has what that
-                // payment bought: the same answer again, never a second charge.
-                return .answered(PurchaseOutcome(result: earlier.state == .deferred ? .deferred(earlier) : .purchased(earlier), replayed: true))
-            }
-            if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)") {
-                // A retry of a payment whose outcome was never recorded: ask again with the same payment id
-                // (the processor deduplicates on it), as the same transaction.
-                return .charge(try Ledger.reopen(earlier, owner: owner, nowMs: nowMs, db))
+            if let earlierIntent, earlierIntent.state == .closed {
+                // Closed uncharged (reconciliation found nothing): this retry pays, as the same transaction.
+                return .charge(try Ledger.reopen(earlierIntent, owner: instance.id, nowMs: nowMs, db))
             }
             let intent = PaymentIntent(
                 kind: .purchase, paymentID: paymentID, transactionID: transactionID, accountID: order.account, product: product,
                 quantity: order.quantity, unitPrice: product.price, currency: product.currency, paymentMethod: order.paymentMethod,
-                purchaseMs: nowMs, idempotencyKey: order.idempotencyKey, requestHash: order.requestHash, owner: owner)
+                purchaseMs: nowMs, idempotencyKey: order.idempotencyKey, requestHash: order.requestHash, owner: instance.id)
             try Ledger.insert(intent, nowMs: nowMs, db)
             return .charge(intent)
         }
@@ -171,12 +190,19 @@ extension Store {
         let prefix = via.map { "\($0):" } ?? ""
         let nowMs = now
         let signer = try keys.activeKey()
-        return try await ledger.write { db -> PurchaseOutcome in
+        let (answer, refundDue) = try await ledger.write { db -> (PurchaseOutcome, Bool) in
             let response: PurchaseOutcome
             switch outcome {
             case .succeeded(let reference):
                 if let recorded = try Ledger.transaction(db, paymentID: intent.paymentID) {
                     response = PurchaseOutcome(result: .purchased(recorded))
+                } else if intent.exclusive,
+                          let owned = try Ledger.owned(db, accountID: intent.accountID, productID: intent.productID, type: intent.productType, nowMs: nowMs) {
+                    // Charged for something the account came to own meanwhile (only possible when a pending payment
+                    // was taken for uncharged and another bought the product): the charge is never dropped silently —
+                    // it is refunded, and stays due in the ledger until the processor confirms.
+                    try Ledger.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs, db)
+                    return (PurchaseOutcome(result: .purchased(owned), alreadyOwned: true), true)
                 } else {
                     let record = try self.purchasedRecord(intent, db, signer: signer)
                     try Ledger.insertTransaction(record, db)
@@ -200,9 +226,30 @@ extension Store {
                 response = PurchaseOutcome(result: .failed(self.failure(intent, code: .paymentInvalid, reason: reason, message)))
                 try Ledger.settle(intent.id, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs, db)
             }
+            // A recorded charge replaces whatever the key answered before.
             try Ledger.remember(response.message.serializedBytes(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
-                                hash: intent.requestHash, nowMs: nowMs, db)
-            return response
+                                hash: intent.requestHash, nowMs: nowMs, replacing: response.isPurchased, db)
+            return (response, false)
+        }
+        if refundDue { await refundDuplicate(intent) }
+        return answer
+    }
+
+    /// The outcome of an intent whose charge must be given back (a duplicate), until it is.
+    static let refundDuePrefix = "refund_due:"
+
+    /// Gives back a duplicate charge; on failure it stays due and reconciliation tries again.
+    @discardableResult
+    func refundDuplicate(_ intent: PaymentIntent) async -> Bool {
+        do {
+            try await configuration.paymentProcessor.refund(intent.request, reason: "duplicate")
+            let nowMs = now
+            try await ledger.write { db in
+                try Ledger.settle(intent.id, .closed, outcome: "refunded_duplicate", nowMs: nowMs, db)
+            }
+            return true
+        } catch {
+            return false
         }
     }
 
@@ -261,6 +308,11 @@ extension Store {
                 if let bytes = try Ledger.remembered(db, account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
                     return SpendOutcome(balance: try StoreV1.SpendCreditsResponse(serializedBytes: bytes).balance, replayed: true)
                 }
+                // A purchase holds the key from its intent on, before its answer is stored.
+                if let key = idempotencyKey,
+                   try Ledger.intent(db, id: "\(PaymentIntent.Kind.purchase.rawValue):\(Store.hash("\(account.id)\u{0}\(key)").hexString)") != nil {
+                    throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a purchase; use a new key for a new request")
+                }
                 let balance = Int64(clamping: try Ledger.account(db, id: account.id)?.creditBalance ?? 0)
                 guard balance >= amount else {
                     throw StoreError(.conflict, "insufficient credits: the balance is \(balance), cannot spend \(amount)")
@@ -292,9 +344,14 @@ extension Store {
     ///   and is settled by reconciliation or another `approve`).
     public func approve(transactionID: String) async throws -> TransactionRecord {
         try requireRealPaymentsInProduction()
+        try requireServedProcessor()
         guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
         return try await locks.withLock(record.paymentID ?? record.id) {
             let intent = try await startApproval(transactionID)
+            // An approval first tried longer ago than the processor keeps idempotency keys: ask before charging again.
+            if intent.createdMs < now - Self.processorKeyLifetimeMs, case .charged(let reference) = try await lookup(intent) {
+                return try await completeApproval(intent, reference: reference, via: "lookup")
+            }
             let outcome: PaymentOutcome
             do {
                 outcome = try await configuration.paymentProcessor.approve(intent.request)
@@ -303,7 +360,7 @@ extension Store {
             }
             guard case .succeeded(let reference) = outcome else {
                 try await close(intent, outcome: "refused:\(outcome)")
-                throw StoreError(.inProgress, "the payment processor refused the approved payment (\(outcome)); \(transactionID) stays deferred")
+                throw StoreError(.conflict, "the payment processor refused the approved payment (\(outcome)); \(transactionID) stays deferred")
             }
             return try await completeApproval(intent, reference: reference)
         }
@@ -344,23 +401,29 @@ extension Store {
         let label = (via.map { "\($0):" } ?? "") + "charged:\(reference)"
         let nowMs = now
         let signer = try keys.activeKey()
-        return try await ledger.write { db -> TransactionRecord in
-            guard let current = try Ledger.transaction(db, id: intent.transactionID) else {
-                throw StoreError.notFound("no transaction \(intent.transactionID)")
-            }
-            if current.state == .purchased {
+        let (record, refundDue) = try await ledger.write { db -> (TransactionRecord?, Bool) in
+            let current = try Ledger.transaction(db, id: intent.transactionID)
+            if let current, current.state == .purchased {
                 try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
-                return current
+                return (current, false)
             }
-            guard current.state == .deferred else {
-                throw StoreError(.conflict, "transaction \(intent.transactionID) is not waiting for approval")
+            let owned = intent.exclusive
+                ? try Ledger.owned(db, accountID: intent.accountID, productID: intent.productID, type: intent.productType, nowMs: nowMs) : nil
+            guard let current, current.state == .deferred, owned == nil else {
+                // Charged, but there is nothing left to approve (the account bought the product meanwhile):
+                // the charge is refunded, and stays due in the ledger until the processor confirms.
+                try Ledger.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs, db)
+                return (nil, true)
             }
-            try Ledger.deleteTransaction(id: current.id, db)
+            // Updated in place: the transaction keeps its id and its place in the account's history.
             let record = try self.purchasedRecord(intent, db, signer: signer)
-            try Ledger.insertTransaction(record, db)
+            try Ledger.replaceTransaction(record, db)
             try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
-            return record
+            return (record, false)
         }
+        if let record { return record }
+        if refundDue { await refundDuplicate(intent) }
+        throw StoreError(.conflict, "transaction \(intent.transactionID) is no longer waiting for approval (the account owns \(intent.productID)); the approved charge is refunded")
     }
 
     private func close(_ intent: PaymentIntent, outcome: String) async throws {
@@ -377,6 +440,7 @@ extension Store {
     /// recorded as the refund's credit shortfall.
     public func refund(transactionID: String, reason: String) async throws -> RevocationRecord {
         try requireRealPaymentsInProduction()
+        try requireServedProcessor()
         guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
         guard record.state == .purchased else { throw StoreError(.conflict, "transaction \(transactionID) is not purchased") }
         guard record.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
@@ -400,10 +464,18 @@ extension Store {
         return revocation
     }
 
-    /// Production takes real money: the simulated processor is refused.
+    /// Production takes real money: the simulated processor, and a processor in test mode, are refused;
+    /// a sandbox store must not take real money: a processor not in test mode is refused.
     func requireRealPaymentsInProduction() throws {
-        if configuration.environment == .production, configuration.paymentProcessor.isSimulated {
-            throw StoreError(.conflict, "a production store takes real payments: the \(configuration.paymentProcessor.name) processor is for sandbox only; configure a real one (kiosk-store serve --payment-processor stripe --stripe-key-file FILE)")
+        let processor = configuration.paymentProcessor
+        if configuration.environment == .production, processor.isSimulated {
+            throw StoreError(.conflict, "a production store takes real payments: the \(processor.name) processor is for sandbox only; configure a real one (kiosk-store serve --payment-processor stripe --stripe-key-file FILE)")
+        }
+        if configuration.environment == .production, processor.isTestMode {
+            throw StoreError(.conflict, "a production store takes real payments: the \(processor.name) processor is in test mode (a test key); give a live key")
+        }
+        if configuration.environment == .sandbox, !processor.isTestMode {
+            throw StoreError(.conflict, "a sandbox store must not take real money: the \(processor.name) processor is live (a live key); give a test key")
         }
     }
 
@@ -417,6 +489,10 @@ extension Store {
         public var closed = 0
         /// Intents left for later: a live process's recent payment, or a lookup that failed.
         public var left = 0
+        /// Purchases found deferred (ask to buy) and recorded as DEFERRED.
+        public var deferred = 0
+        /// Duplicate charges refunded.
+        public var refunded = 0
     }
 
     /// Settles pending payment intents with the processor: charged → the
@@ -430,40 +506,74 @@ extension Store {
     /// - Parameter all: settle every pending intent now, whoever wrote it (when no process is paying: tests, scripts).
     @discardableResult
     public func reconcile(all: Bool = false) async throws -> ReconcileReport {
+        try requireRealPaymentsInProduction()
+        try requireServedProcessor()
         var report = ReconcileReport()
         let nowMs = now
-        for intent in try ledger.openIntents() {
-            let age = nowMs - intent.createdMs
-            let due = all || age >= configuration.intentGrace.wholeMilliseconds
-                || (age >= configuration.lookupDelay.wholeMilliseconds && !instance.isAlive(intent.owner))
-            guard due else {
-                report.left += 1
-                continue
-            }
-            do {
-                try await locks.withLock(intent.paymentID) {
-                    // Read again under the lock: a retry in this process may have settled it meanwhile.
-                    guard let current = try ledger.intent(id: intent.id), current.state == .pending, current.owner == intent.owner else { return }
-                    switch try await configuration.paymentProcessor.lookup(current.request) {
-                    case .charged(let reference):
-                        switch current.kind {
-                        case .purchase: _ = try await completePurchase(current, .succeeded(reference: reference), via: "reconciled")
-                        case .approval: _ = try await completeApproval(current, reference: reference, via: "reconciled")
-                        }
-                        report.charged += 1
-                    case .notCharged:
-                        let closedMs = now
-                        try await ledger.write { db in
-                            try Ledger.settleIfUnchanged(current, .closed, outcome: "reconciled:not_charged", nowMs: closedMs, db)
-                        }
-                        report.closed += 1
-                    }
+        // The processor's lookup cannot see a charge younger than its lag: not even `all` looks sooner.
+        let lookupDelay = max(configuration.lookupDelay, configuration.paymentProcessor.lookupDelay).wholeMilliseconds
+        var cursor: (Int64, String)? = nil
+        while true {
+            let page = try ledger.openIntents(after: cursor)
+            guard let last = page.last else { break }
+            cursor = (last.createdMs, last.id)
+            for intent in page {
+                // Age counts from the last attempt: a payment a retry just reopened may be being charged now.
+                let age = nowMs - intent.attemptMs
+                let due = age >= lookupDelay
+                    && (all || age >= configuration.intentGrace.wholeMilliseconds || !instance.isAlive(intent.owner))
+                guard due else {
+                    report.left += 1
+                    continue
                 }
-            } catch {
-                report.left += 1
+                do {
+                    try await settle(intent, report: &report)
+                } catch {
+                    report.left += 1
+                }
             }
         }
+        // Duplicate charges (a payment recorded twice is impossible; one charged for something already owned is refunded).
+        for intent in try ledger.refundsDue() where await refundDuplicate(intent) {
+            report.refunded += 1
+        }
         return report
+    }
+
+    private func settle(_ intent: PaymentIntent, report: inout ReconcileReport) async throws {
+        var settled = report
+        try await locks.withLock(intent.paymentID) {
+            // Read again under the lock: a retry in this process may have settled it meanwhile.
+            guard let current = try ledger.intent(id: intent.id), current.state == .pending, current.owner == intent.owner,
+                  current.attemptMs == intent.attemptMs else { return }
+            let lookup = try await configuration.paymentProcessor.lookup(current.request)
+            switch (lookup, current.kind) {
+            case (.charged(let reference), .purchase):
+                _ = try await completePurchase(current, .succeeded(reference: reference), via: "reconciled")
+                settled.charged += 1
+            case (.charged(let reference), .approval):
+                _ = try? await completeApproval(current, reference: reference, via: "reconciled")
+                settled.charged += 1
+            case (.deferred, .purchase):
+                _ = try await completePurchase(current, .deferred, via: "reconciled")
+                settled.deferred += 1
+            case (.notCharged, _), (.deferred, .approval):
+                let closedMs = now
+                let changed = try await ledger.write { db in
+                    try Ledger.settleIfUnchanged(current, .closed, outcome: "reconciled:not_charged", nowMs: closedMs, db)
+                }
+                if changed { settled.closed += 1 }
+            }
+        }
+        report = settled
+    }
+
+    /// A data dir served with one processor is not settled, approved or refunded through another
+    /// (a sandbox ledger served with Stripe would otherwise be "reconciled" by the simulated processor).
+    func requireServedProcessor() throws {
+        if let served = try ledger.setting("payment_processor"), served != configuration.paymentProcessor.name {
+            throw StoreError(.conflict, "this data dir is served with the \(served) payment processor, not \(configuration.paymentProcessor.name): give the same one (--payment-processor \(served) …)")
+        }
     }
 }
 

@@ -43,6 +43,8 @@ public final class Store: Sendable {
     public func prepareToServe() throws {
         try requireRealPaymentsInProduction()
         try ledger.claim(environment: configuration.environment)
+        // Admin commands (approve, refund, reconcile) must use the processor the store serves with.
+        try ledger.setSetting("payment_processor", configuration.paymentProcessor.name)
     }
 
     /// Forgets idempotency keys older than the retention; returns how many.
@@ -107,10 +109,10 @@ public final class Store: Sendable {
                 throw StoreError.notFound("no transaction \(transactionID) for this account")
             }
             guard record.state == .purchased else {
-                throw StoreError(.conflict, "transaction \(transactionID) is \(record.state) and cannot be finished")
+                throw StoreError(.conflict, "transaction \(transactionID) is \(record.state.name) and cannot be finished")
             }
             if record.finished { return true }
-            try db.execute(sql: "UPDATE transactions SET finished = 1 WHERE id = ?", arguments: [transactionID])
+            try Ledger.markFinished(transactionID: transactionID, db)
             return false
         }
     }

@@ -29,16 +29,16 @@ public final class StoreServer: Sendable {
         }
     }
 
-    /// Settles the intents left by earlier processes, then starts listening and the periodic upkeep.
+    /// Starts listening, then the upkeep: settling the intents earlier processes left (at once, in the
+    /// background, so a slow processor never delays serving) and again every reconcile interval.
     public func start() async throws {
-        await upkeepOnce()
         try await server.start()
         let store = self.store
         let task = Task { [weak self] in
             while !Task.isCancelled {
-                try? await Task.sleep(for: store.configuration.reconcileInterval)
-                guard !Task.isCancelled, let self else { return }
+                guard let self else { return }
                 await self.upkeepOnce()
+                try? await Task.sleep(for: store.configuration.reconcileInterval)
             }
         }
         upkeep.withLockedValue { $0 = task }

@@ -84,8 +84,11 @@ public final class TestPaymentProcessor: PaymentProcessor {
     }
 
     public func lookup(_ request: PaymentRequest) async throws -> PaymentLookup {
-        if case .succeeded(let reference)? = state.withLockedValue({ $0.outcomes[request.paymentID] }) { return .charged(reference: reference) }
-        return .notCharged
+        switch state.withLockedValue({ $0.outcomes[request.paymentID] }) {
+        case .succeeded(let reference)?: return .charged(reference: reference)
+        case .deferred?: return .deferred
+        default: return .notCharged
+        }
     }
 
     public func refund(_ request: PaymentRequest, reason: String) async throws {

@@ -56,10 +56,11 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-content: bad manifest: \(error.message)\n".utf8))
             throw ExitCode(2)
         }
+        // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.
+        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
         try await server.start()
         let banner = "kiosk-content listening on \(host):\(server.port ?? port) (\(environment.name), \(server.items.count) products)\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
-        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
         await signals.wait()
         logger.info("shutting down; cache hits \(server.stats.cacheHits), misses \(server.stats.cacheMisses)")
         await server.shutdown()

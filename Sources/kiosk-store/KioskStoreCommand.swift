@@ -66,7 +66,7 @@ struct PaymentOptions: ParsableArguments {
             guard key.hasPrefix("sk_") || key.hasPrefix("rk_") else {
                 throw ValidationError("\(stripeKeyFile) does not hold a Stripe secret key (sk_… or rk_…)")
             }
-            configuration.paymentProcessor = StripePaymentProcessor(secretKey: key, baseURL: stripeAPIBase)
+            configuration.paymentProcessor = StripePaymentProcessor(secretKey: key, baseURL: stripeAPIBase, lookupDelay: .milliseconds(stripeLookupDelayMs))
             configuration.lookupDelay = .milliseconds(stripeLookupDelayMs)
         case nil:
             throw ValidationError("a production store takes real payments: give --payment-processor stripe --stripe-key-file FILE")
@@ -113,11 +113,12 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-store: \(error.message)\n".utf8))
             throw ExitCode(2)
         }
+        // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.
+        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
         try await server.start()
         // Scripts and tests read this line to learn the port.
         let banner = "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(loadedCatalog.products.count) products)\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
-        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
         await signals.wait()
         logger.info("shutting down")
         await server.shutdown()
@@ -211,9 +212,9 @@ struct Reconcile: AsyncParsableCommand {
         let counts = try store.ledger.intentCounts()
         let pending = counts[.pending] ?? 0, completed = counts[.completed] ?? 0, closed = counts[.closed] ?? 0
         if json {
-            print(#"{"charged":\#(report.charged),"closed":\#(report.closed),"left":\#(report.left),"intents":{"pending":\#(pending),"completed":\#(completed),"closed":\#(closed)}}"#)
+            print(#"{"charged":\#(report.charged),"deferred":\#(report.deferred),"closed":\#(report.closed),"refunded":\#(report.refunded),"left":\#(report.left),"intents":{"pending":\#(pending),"completed":\#(completed),"closed":\#(closed)}}"#)
         } else {
-            print("recorded \(report.charged) charged, closed \(report.closed) uncharged, left \(report.left); intents now: \(pending) pending, \(completed) completed, \(closed) closed")
+            print("recorded \(report.charged) charged and \(report.deferred) deferred, closed \(report.closed) uncharged, refunded \(report.refunded) duplicates, left \(report.left); intents now: \(pending) pending, \(completed) completed, \(closed) closed")
         }
     }
 }

@@ -23,8 +23,9 @@ while let argument = arguments.popFirst() {
         exit(64)
     }
 }
+let signals = SignalWaiter(signals: [SIGINT, SIGTERM])  // before the banner: a script may signal as soon as it reads it
 let double = StripeDouble(secretKey: secretKey)
 try await double.start()
 FileHandle.standardOutput.write(Data("stripe-double listening on 127.0.0.1:\(double.port) (key \(secretKey))\n".utf8))
-await SignalWaiter(signals: [SIGINT, SIGTERM]).wait()
+await signals.wait()
 try await double.shutdown()

@@ -87,6 +87,11 @@ import Testing
         // With Stripe's processor it starts, in production, on the data dir `account create` made.
         let keyFile = directory + "/stripe.key"
         try Data("sk_test_kiosk_stripe_double\n".utf8).write(to: URL(fileURLWithPath: keyFile))
+        let testKey = try await StoreProcess.outcome(["serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog, "--port", "0",
+                                                      "--environment", "production", "--payment-processor", "stripe", "--stripe-key-file", keyFile])
+        #expect(testKey.status != 0)
+        #expect(testKey.errors.contains("in test mode"), "\(testKey.errors)")
+        try Data("sk_live_kiosk_never_used\n".utf8).write(to: URL(fileURLWithPath: keyFile))
         let server = try await StoreProcess(dataDirectory: directory, extraArguments: [
             "--environment", "production", "--payment-processor", "stripe", "--stripe-key-file", keyFile,
             "--stripe-api-base", "http://127.0.0.1:9"])

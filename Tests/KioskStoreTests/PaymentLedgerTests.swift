@@ -185,6 +185,135 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
     }
 }
 
+/// Holds the first charge until released.
+private final class HeldChargeProcessor: PaymentProcessor {
+    let inner = TestPaymentProcessor()
+    private let held = NIOLockedValueBox<(started: Bool, waiting: CheckedContinuation<Void, Never>?, released: Bool, release: CheckedContinuation<Void, Never>?)>((false, nil, false, nil))
+    var name: String { "held" }
+    var isSimulated: Bool { true }
+
+    func waitUntilHeld() async {
+        await withCheckedContinuation { continuation in
+            let started = held.withLockedValue { state -> Bool in
+                if state.started { return true }
+                state.waiting = continuation
+                return false
+            }
+            if started { continuation.resume() }
+        }
+    }
+
+    func release() {
+        let waiter = held.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+            state.released = true
+            defer { state.release = nil }
+            return state.release
+        }
+        waiter?.resume()
+    }
+
+    func charge(_ request: PaymentRequest) async throws -> PaymentOutcome {
+        let first = held.withLockedValue { state -> Bool in
+            defer { state.started = true }
+            return !state.started
+        }
+        if first {
+            await withCheckedContinuation { continuation in
+                let (waiter, released) = held.withLockedValue { state -> (CheckedContinuation<Void, Never>?, Bool) in
+                    state.release = state.released ? nil : continuation
+                    defer { state.waiting = nil }
+                    return (state.waiting, state.released)
+                }
+                waiter?.resume()
+                if released { continuation.resume() }
+            }
+        }
+        return try await inner.charge(request)
+    }
+    func approve(_ request: PaymentRequest) async throws -> PaymentOutcome { try await inner.approve(request) }
+    func lookup(_ request: PaymentRequest) async throws -> PaymentLookup { try await inner.lookup(request) }
+    func refund(_ request: PaymentRequest, reason: String) async throws { try await inner.refund(request, reason: reason) }
+}
+
+@Suite struct PaymentRetryTests {
+    @Test func aKeyReusedForAnotherPurchaseWhilePendingIsRefusedAndSpendCannotTakeIt() async throws {
+        let processor = TestPaymentProcessor()
+        try await withStore(processor: processor) { store, _ in
+            let buyer = try account(store)
+            processor.overrideNextPayment(.unreachable)
+            await #expect(throws: StoreError.self) {
+                try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+            }
+            let other = await #expect(throws: StoreError.self) {
+                try await store.purchase(account: buyer, productID: "credits.10", quantity: 3, paymentMethod: goodCard, idempotencyKey: "k")
+            }
+            #expect(other?.kind == .keyReused)
+            let spend = await #expect(throws: StoreError.self) { try await store.spendCredits(account: buyer, amount: 1, idempotencyKey: "k") }
+            #expect(spend?.kind == .keyReused)
+            #expect(processor.chargeCount == 0)
+        }
+    }
+
+    @Test func aPendingPaymentIsNeverAnsweredFailedBecausePaymentsWereDisabledMeanwhile() async throws {
+        let processor = TestPaymentProcessor()
+        try await withStore(processor: processor) { store, _ in
+            let buyer = try account(store)
+            processor.overrideNextPayment(.chargeThenLoseAnswer)
+            await #expect(throws: StoreError.self) {
+                try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+            }
+            try store.setPaymentsAllowed(accountID: buyer.id, false)
+            let retry = try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+            #expect(retry.isPurchased, "it was charged: the retry records it, whatever changed since")
+            #expect(processor.chargeCount == 1)
+        }
+    }
+
+    @Test func aChargeForSomethingOwnedMeanwhileIsRefundedNotDropped() async throws {
+        // Two store processes on one data dir (two Store instances: separate locks and instance ids).
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let processor = HeldChargeProcessor()
+        let configuration = StoreConfiguration(dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor)
+        let first = try Store(configuration: configuration)
+        let second = try Store(configuration: configuration)
+        let buyer = try account(first)
+        // The first process's charge hangs at the processor …
+        let hung = Task {
+            try await first.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "a")
+        }
+        await processor.waitUntilHeld()
+        // … the second settles it as uncharged (an operator's `reconcile --all`; the processor has not charged yet),
+        #expect(try await second.reconcile(all: true).closed == 1)
+        // the buyer buys again, and is charged,
+        let again = try await second.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "b")
+        #expect(again.isPurchased && !again.alreadyOwned)
+        // then the hung charge goes through. It is refunded, never dropped, and the ledger says so.
+        processor.release()
+        let late = try await hung.value
+        #expect(late.alreadyOwned)
+        #expect(processor.inner.chargeCount == 2)
+        #expect(processor.inner.refundCount == 1)
+        let intent = try #require(try first.ledger.intent(id: "purchase:" + Store.hash("\(buyer.id)\u{0}a").hexString))
+        #expect(intent.outcome == "refunded_duplicate")
+        #expect(try first.ledger.transactions(accountID: buyer.id).filter { $0.productID == "filter.sepia" }.count == 1)
+    }
+
+    @Test func anApprovedTransactionKeepsItsPlaceInTheHistory() async throws {
+        try await withStore { store, _ in
+            let buyer = try account(store)
+            let first = try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "1")
+            let asked = try await store.purchase(account: buyer, productID: "credits.10", quantity: 1, paymentMethod: "test-ask", idempotencyKey: "2")
+            let third = try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "3")
+            _ = try await store.approve(transactionID: asked.transactionID)
+            let page = try await store.ledger.page(.history, accountID: buyer.id, pageSize: 10, pageToken: "")
+            #expect(page.transactions.map(\.id) == [first.transactionID, asked.transactionID, third.transactionID])
+            #expect(page.transactions[1].state == .purchased)
+            #expect(try store.ledger.account(id: buyer.id)?.creditBalance == 20)
+        }
+    }
+}
+
 @Suite struct RefundShortfallTests {
     @Test func refundOfSpentCreditsTakesWhatIsLeftAndRecordsTheShortfall() async throws {
         try await StoreFixture.with { fixture in
