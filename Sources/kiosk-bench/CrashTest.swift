@@ -133,7 +133,7 @@ struct CrashTest: AsyncParsableCommand {
         if unanswered != 0 { failures.append("\(unanswered) purchases never answered") }
         print("crash: \(killsDone) kills (SIGKILL), \(generation) store starts; answered purchases \(answeredPurchases), retried after a failure \(book.retries), abandoned after a failure (never retried) \(book.abandoned)")
         print("crash: ledger transactions \(recorded), processor charges \(charges), balances checked \(balancesChecked) (each = sum of its movements), open intents \(open)")
-        print("crash: payments the store died in the middle of, settled at the next start-up: \(reconciledCounts.charged) found charged and recorded, \(reconciledCounts.closed) found uncharged and closed")
+        print("crash: payments the store died in the middle of, settled by reconciliation: \(reconciledCounts.charged) found charged and recorded, \(reconciledCounts.closed) found uncharged and closed")
         print("crash: final reconcile \(reconciled.trimmingCharacters(in: .whitespacesAndNewlines))")
         if failures.isEmpty {
             print("crash: OK — every answered purchase recorded once, charges = transactions, no intent open")
@@ -246,12 +246,7 @@ final class Child: Sendable {
     private let line: String
 
     init(binary: String, arguments: [String], readyPrefix: String) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
+        let (process, output) = try Self.launch(binary, arguments)
         var bytes: [UInt8] = []
         while !bytes.contains(UInt8(ascii: "\n")) {
             let chunk = output.fileHandleForReading.availableData
@@ -278,21 +273,27 @@ final class Child: Sendable {
         process.waitUntilExit()
     }
 
-    /// Runs a command to its end; its standard output.
-    static func output(_ binary: String, _ arguments: [String]) throws -> String {
+    /// Starts `binary` with its standard output on a pipe.
+    private static func launch(_ binary: String, _ arguments: [String]) throws -> (Process, Pipe) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
+        return (process, output)
+    }
+
+    /// Runs a command to its end; its standard output.
+    static func output(_ binary: String, _ arguments: [String]) throws -> String {
+        let (process, output) = try launch(binary, arguments)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else { throw ValidationError("\(binary) \(arguments.joined(separator: " ")) exited \(process.terminationStatus)") }
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// An HTTP GET on loopback with curl (always there with the toolchain's FoundationNetworking; no extra dependency here).
+    /// An HTTP GET on loopback with curl (Scripts/setup.sh installs it when missing).
     static func get(_ url: String) throws -> String {
         try output("/usr/bin/curl", ["-sf", url])
     }
