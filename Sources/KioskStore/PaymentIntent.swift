@@ -248,6 +248,16 @@ extension Ledger {
         return db.changesCount > 0
     }
 
+    /// Intents reconciliation closed as not charged before `beforeMs`, not looked at again yet (the second look).
+    func closedUncharged(before beforeMs: Int64) throws -> [PaymentIntent] {
+        try pool.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM payment_intents WHERE state = 'closed' AND outcome = 'reconciled:not_charged' AND updated_ms < ? LIMIT 500",
+                arguments: [beforeMs]
+            ).map(PaymentIntent.init)
+        }
+    }
+
     /// Intents charged for something the account already owned, whose refund the processor has not confirmed yet.
     func refundsDue() throws -> [PaymentIntent] {
         try pool.read { db in
@@ -278,8 +288,8 @@ extension Ledger {
     /// Intents settled by reconciliation: found charged (and recorded), found not charged (and closed).
     public func reconciledCounts() throws -> (charged: Int, closed: Int) {
         try pool.read { db in
-            let charged = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:charged:%'") ?? 0
-            let closed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM payment_intents WHERE outcome = 'reconciled:not_charged'") ?? 0
+            let charged = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:charged:%' OR outcome LIKE 'second-look:charged:%'") ?? 0
+            let closed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:not_charged%'") ?? 0
             return (charged, closed)
         }
     }

@@ -533,12 +533,48 @@ extension Store {
                 }
             }
         }
+        // A second look at what was closed as uncharged, once the processor's lookup has surely caught up:
+        // a charge its lagging index did not show the first time is recorded now, not lost.
+        for intent in try ledger.closedUncharged(before: nowMs - max(lookupDelay * 10, Self.secondLookDelayMs)) {
+            do {
+                try await secondLook(intent, report: &report)
+            } catch {
+                report.left += 1
+            }
+        }
         // Duplicate charges (a payment recorded twice is impossible; one charged for something already owned is refunded).
         for intent in try ledger.refundsDue() where await refundDuplicate(intent) {
             report.refunded += 1
         }
         return report
     }
+
+    /// How long after closing an intent as uncharged reconciliation looks it up once more.
+    static let secondLookDelayMs: Int64 = 10 * 60 * 1000
+
+    private func secondLook(_ intent: PaymentIntent, report: inout ReconcileReport) async throws {
+        var settled = report
+        try await locks.withLock(intent.paymentID) {
+            guard let current = try ledger.intent(id: intent.id), current.state == .closed, current.outcome == Self.closedUncharged else { return }
+            switch (try await configuration.paymentProcessor.lookup(current.request), current.kind) {
+            case (.charged(let reference), .purchase):
+                _ = try await completePurchase(current, .succeeded(reference: reference), via: "second-look")
+                settled.charged += 1
+            case (.charged(let reference), .approval):
+                _ = try? await completeApproval(current, reference: reference, via: "second-look")
+                settled.charged += 1
+            case (.deferred, _), (.notCharged, _):
+                let nowMs = now
+                try await ledger.write { db in
+                    try Ledger.settle(current.id, .closed, outcome: Self.closedUncharged + ":confirmed", nowMs: nowMs, db)
+                }
+            }
+        }
+        report = settled
+    }
+
+    /// The outcome of an intent reconciliation closed as not charged (before its second look).
+    static let closedUncharged = "reconciled:not_charged"
 
     private func settle(_ intent: PaymentIntent, report: inout ReconcileReport) async throws {
         var settled = report
@@ -560,7 +596,7 @@ extension Store {
             case (.notCharged, _), (.deferred, .approval):
                 let closedMs = now
                 let changed = try await ledger.write { db in
-                    try Ledger.settleIfUnchanged(current, .closed, outcome: "reconciled:not_charged", nowMs: closedMs, db)
+                    try Ledger.settleIfUnchanged(current, .closed, outcome: Self.closedUncharged, nowMs: closedMs, db)
                 }
                 if changed { settled.closed += 1 }
             }

@@ -185,6 +185,20 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
     }
 }
 
+/// A processor whose lookup can lag behind its charges, as Stripe's search index does.
+private final class LaggingLookupProcessor: PaymentProcessor {
+    let inner = TestPaymentProcessor()
+    let lagging = NIOLockedValueBox(false)
+    var name: String { "lagging" }
+    var isSimulated: Bool { true }
+    func charge(_ request: PaymentRequest) async throws -> PaymentOutcome { try await inner.charge(request) }
+    func approve(_ request: PaymentRequest) async throws -> PaymentOutcome { try await inner.approve(request) }
+    func lookup(_ request: PaymentRequest) async throws -> PaymentLookup {
+        lagging.withLockedValue { $0 } ? .notCharged : try await inner.lookup(request)
+    }
+    func refund(_ request: PaymentRequest, reason: String) async throws { try await inner.refund(request, reason: reason) }
+}
+
 /// Holds the first charge until released.
 private final class HeldChargeProcessor: PaymentProcessor {
     let inner = TestPaymentProcessor()
@@ -297,6 +311,31 @@ private final class HeldChargeProcessor: PaymentProcessor {
         let intent = try #require(try first.ledger.intent(id: "purchase:" + Store.hash("\(buyer.id)\u{0}a").hexString))
         #expect(intent.outcome == "refunded_duplicate")
         #expect(try first.ledger.transactions(accountID: buyer.id).filter { $0.productID == "filter.sepia" }.count == 1)
+    }
+
+    @Test func aChargeTheLookupMissedIsRecordedAtTheSecondLook() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let processor = LaggingLookupProcessor()
+        let clock = TestClock()
+        let store = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor,
+                                                                clock: { clock.now }))
+        let buyer = try account(store)
+        processor.inner.overrideNextPayment(.chargeThenLoseAnswer)
+        await #expect(throws: StoreError.self) {
+            try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+        }
+        // The processor's index lags: the charged payment is taken for uncharged and closed.
+        processor.lagging.withLockedValue { $0 = true }
+        #expect(try await store.reconcile(all: true).closed == 1)
+        processor.lagging.withLockedValue { $0 = false }
+        #expect(try await store.reconcile(all: true).charged == 0, "not looked at again before the second-look delay")
+        clock.advance(byMs: Store.secondLookDelayMs + 1)
+        #expect(try await store.reconcile(all: true).charged == 1)
+        #expect(try store.ledger.account(id: buyer.id)?.creditBalance == 5)
+        let retry = try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+        #expect(retry.replayed && retry.isPurchased)
+        #expect(processor.inner.chargeCount == 1)
     }
 
     @Test func anApprovedTransactionKeepsItsPlaceInTheHistory() async throws {
