@@ -54,11 +54,13 @@ public struct ContentService: RPCService {
             }
             // The slot is held until the last bytes have been written, not only queued.
             writer.whenFinished { limiter.release(account: account) }
-            let first = item.chunks.isEmpty ? 0 : Int(request.resumeOffset / UInt64(item.chunkSize))
-            let start = min(first, item.chunks.count)
+            // From the chunk holding resume_offset; at exactly the file's size no chunk holds it: the header alone.
+            let start = request.resumeOffset >= item.originalSize || item.chunks.isEmpty
+                ? item.chunks.count : min(Int(request.resumeOffset / UInt64(item.chunkSize)), item.chunks.count)
             try await writer.send(ContentV1.DownloadPart(header: ContentV1.DownloadHeader(
                 contentVersion: item.entry.version, totalSize: item.originalSize, chunkSize: item.chunkSize, sha256: item.sha256,
-                chunkCount: UInt32(item.chunks.count), startOffset: UInt64(start) * UInt64(item.chunkSize))))
+                chunkCount: UInt32(item.chunks.count),
+                startOffset: start == item.chunks.count ? item.originalSize : UInt64(start) * UInt64(item.chunkSize))))
             for index in start..<item.chunks.count {
                 let chunk = item.chunks[index]
                 try await writer.send(ContentV1.DownloadPart(chunk: ContentV1.DownloadChunk(

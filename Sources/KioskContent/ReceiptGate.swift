@@ -72,7 +72,7 @@ final class ReceiptGate: Sendable {
         var lastHeardMs: Int64?
         var cache: VerifiedReceiptCache
         var tokens: [[UInt8]: (accountID: String, atMs: Int64)] = [:]
-        var lastKeyRefreshMs: Int64?
+        var lastKeyRefresh: ContinuousClock.Instant?
     }
 
     private let configuration: ContentConfiguration
@@ -199,17 +199,30 @@ final class ReceiptGate: Sendable {
     }
 
     /// Fetches the store's keys again when the receipt names a key not known
-    /// yet (a rotation), at most once a second.
+    /// yet (a rotation), at most once a second; a call that finds the fetch
+    /// rate-limited waits for the next one (under a second) instead of calling
+    /// a new key's receipt not authentic.
     private func refreshKeysIfUnknown(_ receipt: [UInt8]) async -> Bool {
         guard let signed = try? ReceiptV1.SignedReceipt(serializedBytes: receipt), !signed.keyID.isEmpty else { return false }
-        let nowMs = now
-        let due = state.withLockedValue { state -> Bool in
-            guard !state.verifier.knows(keyID: signed.keyID), state.lastKeyRefreshMs.map({ nowMs - $0 >= 1000 }) ?? true else { return false }
-            state.lastKeyRefreshMs = nowMs
-            return true
+        for _ in 0..<2 {
+            let wait = state.withLockedValue { state -> Duration?? in
+                guard !state.verifier.knows(keyID: signed.keyID) else { return .some(nil) }  // known now: done
+                let now = ContinuousClock.now
+                if let last = state.lastKeyRefresh, now - last < .seconds(1) { return .some(.seconds(1) - (now - last)) }
+                state.lastKeyRefresh = now
+                return .none
+            }
+            switch wait {
+            case .some(nil):
+                return true
+            case .some(let pause?):
+                try? await Task.sleep(for: pause)
+            case .none:
+                guard let keys = try? await link.publicKeys() else { return false }
+                install(keys: keys)
+                return state.withLockedValue { $0.verifier.knows(keyID: signed.keyID) }
+            }
         }
-        guard due, let keys = try? await link.publicKeys() else { return false }
-        install(keys: keys)
         return state.withLockedValue { $0.verifier.knows(keyID: signed.keyID) }
     }
 

@@ -20,7 +20,7 @@ public final class Store: Sendable {
     let instance: InstanceLock
     private let verifier: NIOLockedValueBox<ReceiptVerifier>
     let revocationSignal = RevocationSignal()
-    private let lastKeyRefreshMs = NIOLockedValueBox<Int64?>(nil)
+    private let lastKeyRefresh = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
 
     /// Opens the store on its data dir, creating the ledger and the first signing key if needed.
     ///
@@ -154,9 +154,9 @@ public final class Store: Sendable {
     public func verifyReceipt(_ bytes: [UInt8]) async throws -> ReceiptVerdict {
         var current = verifier.withLockedValue { $0 }
         let signed = try? ReceiptV1.SignedReceipt(serializedBytes: bytes)
-        if let signed, !signed.keyID.isEmpty, !current.knows(keyID: signed.keyID), keyRefreshDue() {
+        if let signed, !signed.keyID.isEmpty, !current.knows(keyID: signed.keyID) {
             // Perhaps `keys rotate` ran in another process.
-            current = refreshVerifier()
+            current = await verifier(knowing: signed.keyID)
         }
         // Decoded once; undecodable bytes get the verifier's own 21002 answer.
         let check = signed.map { current.verify($0, nowMs: now) } ?? current.verify(bytes, nowMs: now)
@@ -175,14 +175,23 @@ public final class Store: Sendable {
         return verdict
     }
 
-    /// An unknown key id reloads the keys at most once a second, so junk key ids cannot make every call read the ledger.
-    private func keyRefreshDue() -> Bool {
-        let nowMs = now
-        return lastKeyRefreshMs.withLockedValue { last in
-            guard last.map({ nowMs - $0 >= 1000 }) ?? true else { return false }
-            last = nowMs
-            return true
+    /// The verifier after reloading the keys for a key id not known yet. Reloads happen at most once a
+    /// second, so junk key ids cannot make every call read the ledger; a call that finds the reload
+    /// rate-limited waits for the next one (under a second) instead of calling a new key's receipt not authentic.
+    private func verifier(knowing keyID: String) async -> ReceiptVerifier {
+        for _ in 0..<2 {
+            let current = verifier.withLockedValue { $0 }
+            if current.knows(keyID: keyID) { return current }
+            let wait = lastKeyRefresh.withLockedValue { last -> Duration? in
+                let now = ContinuousClock.now
+                if let last, now - last < .seconds(1) { return .seconds(1) - (now - last) }
+                last = now
+                return nil
+            }
+            guard let wait else { return refreshVerifier() }
+            try? await Task.sleep(for: wait)
         }
+        return verifier.withLockedValue { $0 }
     }
 
     @discardableResult

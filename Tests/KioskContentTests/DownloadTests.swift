@@ -81,6 +81,18 @@ import Testing
         }
     }
 
+    @Test func aDownloadResumedAtExactlyTheFileSizeGetsTheHeaderAlone() async throws {
+        let original = randomBytes((3 << 20) + 1000)  // the last chunk is short
+        try await ContentFixture.with(files: ["book.swift": original]) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            // Every byte saved, the rename not done yet: nothing is sent again (the last chunk was, for ever).
+            let done = try await fixture.download("book.swift", receipt: receipt, token: token, resumeOffset: UInt64(original.count))
+            #expect(done.header?.startOffset == UInt64(original.count))
+            #expect(done.chunkIndexes.isEmpty)
+        }
+    }
+
     @Test func restartReusesPreparedChunksAndAChangedFileIsPreparedAgain() async throws {
         let directory = try makeContentDirectory(files: ["book.swift": proseBytes(2 << 20), "file.one": [1]])
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -51,6 +51,24 @@ import Testing
         }
     }
 
+    @Test func aNewKeyVerifiesAtOnceEvenRightAfterAJunkKeyID() async throws {
+        try await StoreFixture.with { fixture in
+            let token = try fixture.newAccount()
+            let account = try await fixture.store.authenticate(token: token)
+            let real = try #require(try await fixture.buy("filter.sepia", token: token).transaction).signedReceipt
+            // A receipt naming an unknown key makes the store reload its keys now …
+            var junk = try ReceiptV1.SignedReceipt(serializedBytes: real)
+            junk.keyID = "junk-key"
+            #expect(try await fixture.store.verifyReceipt(junk.serializedBytes()).check.status == .notAuthentic)
+            // … then `keys rotate` runs in another process, and a receipt is signed with the new key.
+            let other = try Store(configuration: StoreConfiguration(dataDirectory: fixture.dataDirectory, catalog: testCatalog))
+            _ = try other.rotateKeys()
+            let fresh = try #require(try other.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
+            // Within the reload's rate limit it is still valid: the call waits for the next reload instead of refusing it.
+            #expect(try await fixture.store.verifyReceipt(fresh).check.status == .valid)
+        }
+    }
+
     @Test func sandboxAndProductionReceiptsAreToldApart() async throws {
         try await StoreFixture.with(environment: .sandbox) { sandbox in
             try await StoreFixture.with(environment: .production) { production in
