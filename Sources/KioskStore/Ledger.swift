@@ -388,11 +388,6 @@ public final class Ledger: Sendable {
         try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE id = ?", arguments: [id]).map(TransactionRecord.init)
     }
 
-    /// The transaction recorded for a payment (payment ids are unique).
-    public func transaction(paymentID: String) throws -> TransactionRecord? {
-        try pool.read { db in try Self.transaction(db, paymentID: paymentID) }
-    }
-
     static func transaction(_ db: Database, paymentID: String) throws -> TransactionRecord? {
         try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE payment_id = ?", arguments: [paymentID]).map(TransactionRecord.init)
     }

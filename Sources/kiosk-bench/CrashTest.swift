@@ -107,7 +107,7 @@ struct CrashTest: AsyncParsableCommand {
         var recorded = 0, balancesChecked = 0
         var answeredPurchases = 0
         for (index, token) in tokens.enumerated() {
-            guard let account = try await ledger.account(tokenHash: Array(SHA256Hex.hash(token))) else {
+            guard let account = try await ledger.account(tokenHash: Store.tokenHash(token)) else {
                 failures.append("account of client \(index) missing")
                 continue
             }
@@ -297,11 +297,6 @@ final class Child: Sendable {
     static func get(_ url: String) throws -> String {
         try output("/usr/bin/curl", ["-sf", url])
     }
-}
-
-/// The token hash the store keeps (SHA-256 of the token).
-enum SHA256Hex {
-    static func hash(_ token: String) -> [UInt8] { Store.tokenHash(token) }
 }
 
 /// splitmix64: reproducible kill times from a printed seed.

@@ -67,7 +67,6 @@ struct PaymentOptions: ParsableArguments {
                 throw ValidationError("\(stripeKeyFile) does not hold a Stripe secret key (sk_… or rk_…)")
             }
             configuration.paymentProcessor = StripePaymentProcessor(secretKey: key, baseURL: stripeAPIBase, lookupDelay: .milliseconds(stripeLookupDelayMs))
-            configuration.lookupDelay = .milliseconds(stripeLookupDelayMs)
         case nil:
             throw ValidationError("a production store takes real payments: give --payment-processor stripe --stripe-key-file FILE")
         case let other?:
