@@ -82,9 +82,13 @@ extension ReceiptV1 {
         public var environment: ReceiptV1.Environment
         /// The id of the key that signed it; equals SignedReceipt.key_id.
         public var keyID: String
+        /// When the store signed it (ms since 1970). The key must have been valid
+        /// then: not before its not_before_ms, not after its not_after_ms (retired).
+        /// 0 in receipts of older stores: purchase_date_ms stands for it.
+        public var signedDateMs: Int64
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "") {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0) {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -96,6 +100,7 @@ extension ReceiptV1 {
             self.bundleID = bundleID
             self.environment = environment
             self.keyID = keyID
+            self.signedDateMs = signedDateMs
         }
     }
 }
@@ -118,7 +123,8 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
             accountID: try CField.string(c.account_id, field: "ReceiptPayload.account_id"),
             bundleID: try CField.string(c.bundle_id, field: "ReceiptPayload.bundle_id"),
             environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
-            keyID: try CField.string(c.key_id, field: "ReceiptPayload.key_id")
+            keyID: try CField.string(c.key_id, field: "ReceiptPayload.key_id"),
+            signedDateMs: c.signed_date_ms
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -133,6 +139,7 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
         c.bundle_id = arena.cString(bundleID)
         c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
         c.key_id = arena.cString(keyID)
+        c.signed_date_ms = signedDateMs
     }
 }
 
@@ -166,6 +173,103 @@ extension ReceiptV1.SignedReceipt: WireMessage {
             payload: CField.bytes(c.payload),
             signature: CField.bytes(c.signature),
             keyID: try CField.string(c.key_id, field: "SignedReceipt.key_id")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.payload = arena.binary(payload)
+        c.signature = arena.binary(signature)
+        c.key_id = arena.cString(keyID)
+    }
+}
+
+extension ReceiptV1 {
+    /// What a short-lived access token says: who the caller is, for which service,
+    /// until when. The store issues it (Store/AccessToken) to an authenticated
+    /// account; the service named by `audience` verifies it offline with the same
+    /// public keys as receipts, so an account's long-lived token never reaches it.
+    public struct AccessTokenPayload: Hashable, Sendable {
+        /// `account_id` (field 1).
+        public var accountID: String
+        /// The service the token is for: "content".
+        public var audience: String
+        /// `issued_ms` (field 3).
+        public var issuedMs: Int64
+        /// The token is refused from this time on.
+        public var expiresMs: Int64
+        /// Equals SignedAccessToken.key_id.
+        public var keyID: String
+        /// `environment` (field 6).
+        public var environment: ReceiptV1.Environment
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(accountID: String = "", audience: String = "", issuedMs: Int64 = 0, expiresMs: Int64 = 0, keyID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0)) {
+            self.accountID = accountID
+            self.audience = audience
+            self.issuedMs = issuedMs
+            self.expiresMs = expiresMs
+            self.keyID = keyID
+            self.environment = environment
+        }
+    }
+}
+
+extension ReceiptV1.AccessTokenPayload: WireMessage {
+    public typealias CStruct = Kiosk__Receipt__V1__AccessTokenPayload
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__receipt__v1__access_token_payload__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__receipt__v1__access_token_payload__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            accountID: try CField.string(c.account_id, field: "AccessTokenPayload.account_id"),
+            audience: try CField.string(c.audience, field: "AccessTokenPayload.audience"),
+            issuedMs: c.issued_ms,
+            expiresMs: c.expires_ms,
+            keyID: try CField.string(c.key_id, field: "AccessTokenPayload.key_id"),
+            environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue))
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.account_id = arena.cString(accountID)
+        c.audience = arena.cString(audience)
+        c.issued_ms = issuedMs
+        c.expires_ms = expiresMs
+        c.key_id = arena.cString(keyID)
+        c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
+    }
+}
+
+extension ReceiptV1 {
+    /// An access token as it travels: `authorization: Bearer kat1.<base64url of
+    /// the encoded SignedAccessToken, no padding>`.
+    public struct SignedAccessToken: Hashable, Sendable {
+        /// An encoded AccessTokenPayload, exactly the bytes that were signed.
+        public var payload: [UInt8]
+        /// Ed25519 signature (64 bytes) of "KIOSK-ACCESS-TOKEN-V1\n" followed by payload.
+        public var signature: [UInt8]
+        /// `key_id` (field 3).
+        public var keyID: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(payload: [UInt8] = [], signature: [UInt8] = [], keyID: String = "") {
+            self.payload = payload
+            self.signature = signature
+            self.keyID = keyID
+        }
+    }
+}
+
+extension ReceiptV1.SignedAccessToken: WireMessage {
+    public typealias CStruct = Kiosk__Receipt__V1__SignedAccessToken
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__receipt__v1__signed_access_token__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__receipt__v1__signed_access_token__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            payload: CField.bytes(c.payload),
+            signature: CField.bytes(c.signature),
+            keyID: try CField.string(c.key_id, field: "SignedAccessToken.key_id")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {

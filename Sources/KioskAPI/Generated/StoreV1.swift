@@ -852,14 +852,18 @@ extension StoreV1 {
         public var keyID: String
         /// Raw 32-byte Ed25519 public key.
         public var ed25519PublicKey: [UInt8]
-        /// `not_before_ms` (field 3).
+        /// Receipts signed before this time do not verify with this key.
         public var notBeforeMs: Int64
+        /// Set when the key was retired: receipts and access tokens signed after this
+        /// time do not verify with it (those signed before still do). 0: not retired.
+        public var notAfterMs: Int64
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(keyID: String = "", ed25519PublicKey: [UInt8] = [], notBeforeMs: Int64 = 0) {
+        public init(keyID: String = "", ed25519PublicKey: [UInt8] = [], notBeforeMs: Int64 = 0, notAfterMs: Int64 = 0) {
             self.keyID = keyID
             self.ed25519PublicKey = ed25519PublicKey
             self.notBeforeMs = notBeforeMs
+            self.notAfterMs = notAfterMs
         }
     }
 }
@@ -874,13 +878,15 @@ extension StoreV1.PublicKey: WireMessage {
         self.init(
             keyID: try CField.string(c.key_id, field: "PublicKey.key_id"),
             ed25519PublicKey: CField.bytes(c.ed25519_public_key),
-            notBeforeMs: c.not_before_ms
+            notBeforeMs: c.not_before_ms,
+            notAfterMs: c.not_after_ms
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         c.key_id = arena.cString(keyID)
         c.ed25519_public_key = arena.binary(ed25519PublicKey)
         c.not_before_ms = notBeforeMs
+        c.not_after_ms = notAfterMs
     }
 }
 
@@ -961,9 +967,12 @@ extension StoreV1 {
         public var creditShortfall: UInt64
         /// `account_id` (field 7).
         public var accountID: String
+        /// The store's signing keys changed (a rotation or a retirement): fetch
+        /// PublicKeys again. Sent with an empty transaction_id, like a heartbeat.
+        public var keysChanged: Bool
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(cursor: UInt64 = 0, transactionID: String = "", originalTransactionID: String = "", revocationDateMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, accountID: String = "") {
+        public init(cursor: UInt64 = 0, transactionID: String = "", originalTransactionID: String = "", revocationDateMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, accountID: String = "", keysChanged: Bool = false) {
             self.cursor = cursor
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
@@ -971,6 +980,7 @@ extension StoreV1 {
             self.reason = reason
             self.creditShortfall = creditShortfall
             self.accountID = accountID
+            self.keysChanged = keysChanged
         }
     }
 }
@@ -989,7 +999,8 @@ extension StoreV1.Revocation: WireMessage {
             revocationDateMs: c.revocation_date_ms,
             reason: try CField.string(c.reason, field: "Revocation.reason"),
             creditShortfall: c.credit_shortfall,
-            accountID: try CField.string(c.account_id, field: "Revocation.account_id")
+            accountID: try CField.string(c.account_id, field: "Revocation.account_id"),
+            keysChanged: c.keys_changed != 0
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -1000,5 +1011,252 @@ extension StoreV1.Revocation: WireMessage {
         c.reason = arena.cString(reason)
         c.credit_shortfall = creditShortfall
         c.account_id = arena.cString(accountID)
+        c.keys_changed = keysChanged ? 1 : 0
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.AccessTokenRequest`.
+    public struct AccessTokenRequest: Hashable, Sendable {
+        /// The service the token is for; "content" (the default when empty).
+        public var audience: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(audience: String = "") {
+            self.audience = audience
+        }
+    }
+}
+
+extension StoreV1.AccessTokenRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__AccessTokenRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__access_token_request__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__access_token_request__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            audience: try CField.string(c.audience, field: "AccessTokenRequest.audience")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.audience = arena.cString(audience)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.AccessTokenResponse`.
+    public struct AccessTokenResponse: Hashable, Sendable {
+        /// Send as `authorization: Bearer <access_token>` to the audience's service.
+        public var accessToken: String
+        /// When it stops being accepted (ms since 1970); ask for a new one before.
+        public var expiresMs: Int64
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(accessToken: String = "", expiresMs: Int64 = 0) {
+            self.accessToken = accessToken
+            self.expiresMs = expiresMs
+        }
+    }
+}
+
+extension StoreV1.AccessTokenResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__AccessTokenResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__access_token_response__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__access_token_response__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            accessToken: try CField.string(c.access_token, field: "AccessTokenResponse.access_token"),
+            expiresMs: c.expires_ms
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.access_token = arena.cString(accessToken)
+        c.expires_ms = expiresMs
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.RefundRequest`.
+    public struct RefundRequest: Hashable, Sendable {
+        /// `transaction_id` (field 1).
+        public var transactionID: String
+        /// Why, e.g. "customer request"; required.
+        public var reason: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(transactionID: String = "", reason: String = "") {
+            self.transactionID = transactionID
+            self.reason = reason
+        }
+    }
+}
+
+extension StoreV1.RefundRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__RefundRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__refund_request__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__refund_request__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            transactionID: try CField.string(c.transaction_id, field: "RefundRequest.transaction_id"),
+            reason: try CField.string(c.reason, field: "RefundRequest.reason")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.transaction_id = arena.cString(transactionID)
+        c.reason = arena.cString(reason)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.ApproveRequest`.
+    public struct ApproveRequest: Hashable, Sendable {
+        /// `transaction_id` (field 1).
+        public var transactionID: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(transactionID: String = "") {
+            self.transactionID = transactionID
+        }
+    }
+}
+
+extension StoreV1.ApproveRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ApproveRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__approve_request__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__approve_request__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            transactionID: try CField.string(c.transaction_id, field: "ApproveRequest.transaction_id")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.transaction_id = arena.cString(transactionID)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.CreateAccountRequest`.
+    public struct CreateAccountRequest: Hashable, Sendable {
+        /// `payments_disabled` (field 1).
+        public var paymentsDisabled: Bool
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(paymentsDisabled: Bool = false) {
+            self.paymentsDisabled = paymentsDisabled
+        }
+    }
+}
+
+extension StoreV1.CreateAccountRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__CreateAccountRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__create_account_request__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__create_account_request__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            paymentsDisabled: c.payments_disabled != 0
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.payments_disabled = paymentsDisabled ? 1 : 0
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.CreateAccountResponse`.
+    public struct CreateAccountResponse: Hashable, Sendable {
+        /// `account_id` (field 1).
+        public var accountID: String
+        /// The account's bearer token, shown only now: the store keeps its hash.
+        public var token: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(accountID: String = "", token: String = "") {
+            self.accountID = accountID
+            self.token = token
+        }
+    }
+}
+
+extension StoreV1.CreateAccountResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__CreateAccountResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__create_account_response__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__create_account_response__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            accountID: try CField.string(c.account_id, field: "CreateAccountResponse.account_id"),
+            token: try CField.string(c.token, field: "CreateAccountResponse.token")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.account_id = arena.cString(accountID)
+        c.token = arena.cString(token)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.RotateKeyRequest`.
+    public struct RotateKeyRequest: Hashable, Sendable {
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init() {}
+    }
+}
+
+extension StoreV1.RotateKeyRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__RotateKeyRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__rotate_key_request__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__rotate_key_request__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init()
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        _ = c
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.RetireKeyRequest`.
+    public struct RetireKeyRequest: Hashable, Sendable {
+        /// `key_id` (field 1).
+        public var keyID: String
+        /// Receipts signed after this time stop verifying (ms since 1970); 0: now.
+        public var atMs: Int64
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(keyID: String = "", atMs: Int64 = 0) {
+            self.keyID = keyID
+            self.atMs = atMs
+        }
+    }
+}
+
+extension StoreV1.RetireKeyRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__RetireKeyRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__retire_key_request__init(c) }
+    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
+        kiosk__store__v1__retire_key_request__unpack(nil, n, p)
+    }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            keyID: try CField.string(c.key_id, field: "RetireKeyRequest.key_id"),
+            atMs: c.at_ms
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.key_id = arena.cString(keyID)
+        c.at_ms = atMs
     }
 }

@@ -97,7 +97,97 @@ void   kiosk__receipt__v1__signed_receipt__free_unpacked
   assert(message->base.descriptor == &kiosk__receipt__v1__signed_receipt__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[11] =
+void   kiosk__receipt__v1__access_token_payload__init
+                     (Kiosk__Receipt__V1__AccessTokenPayload         *message)
+{
+  static const Kiosk__Receipt__V1__AccessTokenPayload init_value = KIOSK__RECEIPT__V1__ACCESS_TOKEN_PAYLOAD__INIT;
+  *message = init_value;
+}
+size_t kiosk__receipt__v1__access_token_payload__get_packed_size
+                     (const Kiosk__Receipt__V1__AccessTokenPayload *message)
+{
+  assert(message->base.descriptor == &kiosk__receipt__v1__access_token_payload__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__receipt__v1__access_token_payload__pack
+                     (const Kiosk__Receipt__V1__AccessTokenPayload *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__receipt__v1__access_token_payload__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__receipt__v1__access_token_payload__pack_to_buffer
+                     (const Kiosk__Receipt__V1__AccessTokenPayload *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__receipt__v1__access_token_payload__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Receipt__V1__AccessTokenPayload *
+       kiosk__receipt__v1__access_token_payload__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Receipt__V1__AccessTokenPayload *)
+     protobuf_c_message_unpack (&kiosk__receipt__v1__access_token_payload__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__receipt__v1__access_token_payload__free_unpacked
+                     (Kiosk__Receipt__V1__AccessTokenPayload *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__receipt__v1__access_token_payload__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__receipt__v1__signed_access_token__init
+                     (Kiosk__Receipt__V1__SignedAccessToken         *message)
+{
+  static const Kiosk__Receipt__V1__SignedAccessToken init_value = KIOSK__RECEIPT__V1__SIGNED_ACCESS_TOKEN__INIT;
+  *message = init_value;
+}
+size_t kiosk__receipt__v1__signed_access_token__get_packed_size
+                     (const Kiosk__Receipt__V1__SignedAccessToken *message)
+{
+  assert(message->base.descriptor == &kiosk__receipt__v1__signed_access_token__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__receipt__v1__signed_access_token__pack
+                     (const Kiosk__Receipt__V1__SignedAccessToken *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__receipt__v1__signed_access_token__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__receipt__v1__signed_access_token__pack_to_buffer
+                     (const Kiosk__Receipt__V1__SignedAccessToken *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__receipt__v1__signed_access_token__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Receipt__V1__SignedAccessToken *
+       kiosk__receipt__v1__signed_access_token__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Receipt__V1__SignedAccessToken *)
+     protobuf_c_message_unpack (&kiosk__receipt__v1__signed_access_token__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__receipt__v1__signed_access_token__free_unpacked
+                     (Kiosk__Receipt__V1__SignedAccessToken *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__receipt__v1__signed_access_token__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[12] =
 {
   {
     "transaction_id",
@@ -231,6 +321,18 @@ static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "signed_date_ms",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__ReceiptPayload, signed_date_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name[] = {
   7,   /* field[7] = account_id */
@@ -243,12 +345,13 @@ static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name
   3,   /* field[3] = product_type */
   5,   /* field[5] = purchase_date_ms */
   4,   /* field[4] = quantity */
+  11,   /* field[11] = signed_date_ms */
   0,   /* field[0] = transaction_id */
 };
 static const ProtobufCIntRange kiosk__receipt__v1__receipt_payload__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 11 }
+  { 0, 12 }
 };
 const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor =
 {
@@ -258,7 +361,7 @@ const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor
   "Kiosk__Receipt__V1__ReceiptPayload",
   "kiosk.receipt.v1",
   sizeof(Kiosk__Receipt__V1__ReceiptPayload),
-  11,
+  12,
   kiosk__receipt__v1__receipt_payload__field_descriptors,
   kiosk__receipt__v1__receipt_payload__field_indices_by_name,
   1,  kiosk__receipt__v1__receipt_payload__number_ranges,
@@ -327,6 +430,173 @@ const ProtobufCMessageDescriptor kiosk__receipt__v1__signed_receipt__descriptor 
   kiosk__receipt__v1__signed_receipt__field_indices_by_name,
   1,  kiosk__receipt__v1__signed_receipt__number_ranges,
   (ProtobufCMessageInit) kiosk__receipt__v1__signed_receipt__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__receipt__v1__access_token_payload__field_descriptors[6] =
+{
+  {
+    "account_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__AccessTokenPayload, account_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "audience",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__AccessTokenPayload, audience),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "issued_ms",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__AccessTokenPayload, issued_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_ms",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__AccessTokenPayload, expires_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "key_id",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__AccessTokenPayload, key_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "environment",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__AccessTokenPayload, environment),
+    &kiosk__receipt__v1__environment__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__receipt__v1__access_token_payload__field_indices_by_name[] = {
+  0,   /* field[0] = account_id */
+  1,   /* field[1] = audience */
+  5,   /* field[5] = environment */
+  3,   /* field[3] = expires_ms */
+  2,   /* field[2] = issued_ms */
+  4,   /* field[4] = key_id */
+};
+static const ProtobufCIntRange kiosk__receipt__v1__access_token_payload__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor kiosk__receipt__v1__access_token_payload__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.receipt.v1.AccessTokenPayload",
+  "AccessTokenPayload",
+  "Kiosk__Receipt__V1__AccessTokenPayload",
+  "kiosk.receipt.v1",
+  sizeof(Kiosk__Receipt__V1__AccessTokenPayload),
+  6,
+  kiosk__receipt__v1__access_token_payload__field_descriptors,
+  kiosk__receipt__v1__access_token_payload__field_indices_by_name,
+  1,  kiosk__receipt__v1__access_token_payload__number_ranges,
+  (ProtobufCMessageInit) kiosk__receipt__v1__access_token_payload__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__receipt__v1__signed_access_token__field_descriptors[3] =
+{
+  {
+    "payload",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__SignedAccessToken, payload),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "signature",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__SignedAccessToken, signature),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "key_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__SignedAccessToken, key_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__receipt__v1__signed_access_token__field_indices_by_name[] = {
+  2,   /* field[2] = key_id */
+  0,   /* field[0] = payload */
+  1,   /* field[1] = signature */
+};
+static const ProtobufCIntRange kiosk__receipt__v1__signed_access_token__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__receipt__v1__signed_access_token__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.receipt.v1.SignedAccessToken",
+  "SignedAccessToken",
+  "Kiosk__Receipt__V1__SignedAccessToken",
+  "kiosk.receipt.v1",
+  sizeof(Kiosk__Receipt__V1__SignedAccessToken),
+  3,
+  kiosk__receipt__v1__signed_access_token__field_descriptors,
+  kiosk__receipt__v1__signed_access_token__field_indices_by_name,
+  1,  kiosk__receipt__v1__signed_access_token__number_ranges,
+  (ProtobufCMessageInit) kiosk__receipt__v1__signed_access_token__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCEnumValue kiosk__receipt__v1__product_type__enum_values_by_number[5] =

@@ -1087,6 +1087,366 @@ void   kiosk__store__v1__revocation__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__revocation__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__access_token_request__init
+                     (Kiosk__Store__V1__AccessTokenRequest         *message)
+{
+  static const Kiosk__Store__V1__AccessTokenRequest init_value = KIOSK__STORE__V1__ACCESS_TOKEN_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__access_token_request__get_packed_size
+                     (const Kiosk__Store__V1__AccessTokenRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__access_token_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__access_token_request__pack
+                     (const Kiosk__Store__V1__AccessTokenRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__access_token_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__access_token_request__pack_to_buffer
+                     (const Kiosk__Store__V1__AccessTokenRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__access_token_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__AccessTokenRequest *
+       kiosk__store__v1__access_token_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__AccessTokenRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__access_token_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__access_token_request__free_unpacked
+                     (Kiosk__Store__V1__AccessTokenRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__access_token_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__access_token_response__init
+                     (Kiosk__Store__V1__AccessTokenResponse         *message)
+{
+  static const Kiosk__Store__V1__AccessTokenResponse init_value = KIOSK__STORE__V1__ACCESS_TOKEN_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__access_token_response__get_packed_size
+                     (const Kiosk__Store__V1__AccessTokenResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__access_token_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__access_token_response__pack
+                     (const Kiosk__Store__V1__AccessTokenResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__access_token_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__access_token_response__pack_to_buffer
+                     (const Kiosk__Store__V1__AccessTokenResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__access_token_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__AccessTokenResponse *
+       kiosk__store__v1__access_token_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__AccessTokenResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__access_token_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__access_token_response__free_unpacked
+                     (Kiosk__Store__V1__AccessTokenResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__access_token_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__refund_request__init
+                     (Kiosk__Store__V1__RefundRequest         *message)
+{
+  static const Kiosk__Store__V1__RefundRequest init_value = KIOSK__STORE__V1__REFUND_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__refund_request__get_packed_size
+                     (const Kiosk__Store__V1__RefundRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__refund_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__refund_request__pack
+                     (const Kiosk__Store__V1__RefundRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__refund_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__refund_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RefundRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__refund_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__RefundRequest *
+       kiosk__store__v1__refund_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__RefundRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__refund_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__refund_request__free_unpacked
+                     (Kiosk__Store__V1__RefundRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__refund_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__approve_request__init
+                     (Kiosk__Store__V1__ApproveRequest         *message)
+{
+  static const Kiosk__Store__V1__ApproveRequest init_value = KIOSK__STORE__V1__APPROVE_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__approve_request__get_packed_size
+                     (const Kiosk__Store__V1__ApproveRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__approve_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__approve_request__pack
+                     (const Kiosk__Store__V1__ApproveRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__approve_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__approve_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ApproveRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__approve_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ApproveRequest *
+       kiosk__store__v1__approve_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ApproveRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__approve_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__approve_request__free_unpacked
+                     (Kiosk__Store__V1__ApproveRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__approve_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__create_account_request__init
+                     (Kiosk__Store__V1__CreateAccountRequest         *message)
+{
+  static const Kiosk__Store__V1__CreateAccountRequest init_value = KIOSK__STORE__V1__CREATE_ACCOUNT_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__create_account_request__get_packed_size
+                     (const Kiosk__Store__V1__CreateAccountRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_account_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__create_account_request__pack
+                     (const Kiosk__Store__V1__CreateAccountRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_account_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__create_account_request__pack_to_buffer
+                     (const Kiosk__Store__V1__CreateAccountRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_account_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__CreateAccountRequest *
+       kiosk__store__v1__create_account_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__CreateAccountRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__create_account_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__create_account_request__free_unpacked
+                     (Kiosk__Store__V1__CreateAccountRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__create_account_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__create_account_response__init
+                     (Kiosk__Store__V1__CreateAccountResponse         *message)
+{
+  static const Kiosk__Store__V1__CreateAccountResponse init_value = KIOSK__STORE__V1__CREATE_ACCOUNT_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__create_account_response__get_packed_size
+                     (const Kiosk__Store__V1__CreateAccountResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_account_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__create_account_response__pack
+                     (const Kiosk__Store__V1__CreateAccountResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_account_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__create_account_response__pack_to_buffer
+                     (const Kiosk__Store__V1__CreateAccountResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_account_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__CreateAccountResponse *
+       kiosk__store__v1__create_account_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__CreateAccountResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__create_account_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__create_account_response__free_unpacked
+                     (Kiosk__Store__V1__CreateAccountResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__create_account_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__rotate_key_request__init
+                     (Kiosk__Store__V1__RotateKeyRequest         *message)
+{
+  static const Kiosk__Store__V1__RotateKeyRequest init_value = KIOSK__STORE__V1__ROTATE_KEY_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__rotate_key_request__get_packed_size
+                     (const Kiosk__Store__V1__RotateKeyRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__rotate_key_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__rotate_key_request__pack
+                     (const Kiosk__Store__V1__RotateKeyRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__rotate_key_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__rotate_key_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RotateKeyRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__rotate_key_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__RotateKeyRequest *
+       kiosk__store__v1__rotate_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__RotateKeyRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__rotate_key_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__rotate_key_request__free_unpacked
+                     (Kiosk__Store__V1__RotateKeyRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__rotate_key_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__retire_key_request__init
+                     (Kiosk__Store__V1__RetireKeyRequest         *message)
+{
+  static const Kiosk__Store__V1__RetireKeyRequest init_value = KIOSK__STORE__V1__RETIRE_KEY_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__retire_key_request__get_packed_size
+                     (const Kiosk__Store__V1__RetireKeyRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__retire_key_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__retire_key_request__pack
+                     (const Kiosk__Store__V1__RetireKeyRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__retire_key_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__retire_key_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RetireKeyRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__retire_key_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__RetireKeyRequest *
+       kiosk__store__v1__retire_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__RetireKeyRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__retire_key_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__retire_key_request__free_unpacked
+                     (Kiosk__Store__V1__RetireKeyRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__retire_key_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descriptors[10] =
 {
   {
@@ -2418,7 +2778,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__public_keys_request__descript
   (ProtobufCMessageInit) kiosk__store__v1__public_keys_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__public_key__field_descriptors[3] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__public_key__field_descriptors[4] =
 {
   {
     "key_id",
@@ -2456,16 +2816,29 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__public_key__field_descri
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "not_after_ms",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__PublicKey, not_after_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__public_key__field_indices_by_name[] = {
   1,   /* field[1] = ed25519_public_key */
   0,   /* field[0] = key_id */
+  3,   /* field[3] = not_after_ms */
   2,   /* field[2] = not_before_ms */
 };
 static const ProtobufCIntRange kiosk__store__v1__public_key__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__public_key__descriptor =
 {
@@ -2475,7 +2848,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__public_key__descriptor =
   "Kiosk__Store__V1__PublicKey",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__PublicKey),
-  3,
+  4,
   kiosk__store__v1__public_key__field_descriptors,
   kiosk__store__v1__public_key__field_indices_by_name,
   1,  kiosk__store__v1__public_key__number_ranges,
@@ -2558,7 +2931,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__watch_revocations_request__de
   (ProtobufCMessageInit) kiosk__store__v1__watch_revocations_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__revocation__field_descriptors[7] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__revocation__field_descriptors[8] =
 {
   {
     "cursor",
@@ -2644,11 +3017,24 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__revocation__field_descri
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "keys_changed",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Revocation, keys_changed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__revocation__field_indices_by_name[] = {
   6,   /* field[6] = account_id */
   5,   /* field[5] = credit_shortfall */
   0,   /* field[0] = cursor */
+  7,   /* field[7] = keys_changed */
   2,   /* field[2] = original_transaction_id */
   4,   /* field[4] = reason */
   3,   /* field[3] = revocation_date_ms */
@@ -2657,7 +3043,7 @@ static const unsigned kiosk__store__v1__revocation__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__revocation__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__revocation__descriptor =
 {
@@ -2667,11 +3053,347 @@ const ProtobufCMessageDescriptor kiosk__store__v1__revocation__descriptor =
   "Kiosk__Store__V1__Revocation",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Revocation),
-  7,
+  8,
   kiosk__store__v1__revocation__field_descriptors,
   kiosk__store__v1__revocation__field_indices_by_name,
   1,  kiosk__store__v1__revocation__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__revocation__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__access_token_request__field_descriptors[1] =
+{
+  {
+    "audience",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__AccessTokenRequest, audience),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__access_token_request__field_indices_by_name[] = {
+  0,   /* field[0] = audience */
+};
+static const ProtobufCIntRange kiosk__store__v1__access_token_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__access_token_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.AccessTokenRequest",
+  "AccessTokenRequest",
+  "Kiosk__Store__V1__AccessTokenRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__AccessTokenRequest),
+  1,
+  kiosk__store__v1__access_token_request__field_descriptors,
+  kiosk__store__v1__access_token_request__field_indices_by_name,
+  1,  kiosk__store__v1__access_token_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__access_token_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__access_token_response__field_descriptors[2] =
+{
+  {
+    "access_token",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__AccessTokenResponse, access_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_ms",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__AccessTokenResponse, expires_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__access_token_response__field_indices_by_name[] = {
+  0,   /* field[0] = access_token */
+  1,   /* field[1] = expires_ms */
+};
+static const ProtobufCIntRange kiosk__store__v1__access_token_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__access_token_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.AccessTokenResponse",
+  "AccessTokenResponse",
+  "Kiosk__Store__V1__AccessTokenResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__AccessTokenResponse),
+  2,
+  kiosk__store__v1__access_token_response__field_descriptors,
+  kiosk__store__v1__access_token_response__field_indices_by_name,
+  1,  kiosk__store__v1__access_token_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__access_token_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__refund_request__field_descriptors[2] =
+{
+  {
+    "transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequest, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequest, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__refund_request__field_indices_by_name[] = {
+  1,   /* field[1] = reason */
+  0,   /* field[0] = transaction_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__refund_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__refund_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.RefundRequest",
+  "RefundRequest",
+  "Kiosk__Store__V1__RefundRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__RefundRequest),
+  2,
+  kiosk__store__v1__refund_request__field_descriptors,
+  kiosk__store__v1__refund_request__field_indices_by_name,
+  1,  kiosk__store__v1__refund_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__refund_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__approve_request__field_descriptors[1] =
+{
+  {
+    "transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ApproveRequest, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__approve_request__field_indices_by_name[] = {
+  0,   /* field[0] = transaction_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__approve_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__approve_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ApproveRequest",
+  "ApproveRequest",
+  "Kiosk__Store__V1__ApproveRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ApproveRequest),
+  1,
+  kiosk__store__v1__approve_request__field_descriptors,
+  kiosk__store__v1__approve_request__field_indices_by_name,
+  1,  kiosk__store__v1__approve_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__approve_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__create_account_request__field_descriptors[1] =
+{
+  {
+    "payments_disabled",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateAccountRequest, payments_disabled),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__create_account_request__field_indices_by_name[] = {
+  0,   /* field[0] = payments_disabled */
+};
+static const ProtobufCIntRange kiosk__store__v1__create_account_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__create_account_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.CreateAccountRequest",
+  "CreateAccountRequest",
+  "Kiosk__Store__V1__CreateAccountRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__CreateAccountRequest),
+  1,
+  kiosk__store__v1__create_account_request__field_descriptors,
+  kiosk__store__v1__create_account_request__field_indices_by_name,
+  1,  kiosk__store__v1__create_account_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__create_account_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__create_account_response__field_descriptors[2] =
+{
+  {
+    "account_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateAccountResponse, account_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateAccountResponse, token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__create_account_response__field_indices_by_name[] = {
+  0,   /* field[0] = account_id */
+  1,   /* field[1] = token */
+};
+static const ProtobufCIntRange kiosk__store__v1__create_account_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.CreateAccountResponse",
+  "CreateAccountResponse",
+  "Kiosk__Store__V1__CreateAccountResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__CreateAccountResponse),
+  2,
+  kiosk__store__v1__create_account_response__field_descriptors,
+  kiosk__store__v1__create_account_response__field_indices_by_name,
+  1,  kiosk__store__v1__create_account_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__create_account_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define kiosk__store__v1__rotate_key_request__field_descriptors NULL
+#define kiosk__store__v1__rotate_key_request__field_indices_by_name NULL
+#define kiosk__store__v1__rotate_key_request__number_ranges NULL
+const ProtobufCMessageDescriptor kiosk__store__v1__rotate_key_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.RotateKeyRequest",
+  "RotateKeyRequest",
+  "Kiosk__Store__V1__RotateKeyRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__RotateKeyRequest),
+  0,
+  kiosk__store__v1__rotate_key_request__field_descriptors,
+  kiosk__store__v1__rotate_key_request__field_indices_by_name,
+  0,  kiosk__store__v1__rotate_key_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__rotate_key_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__retire_key_request__field_descriptors[2] =
+{
+  {
+    "key_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RetireKeyRequest, key_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "at_ms",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RetireKeyRequest, at_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__retire_key_request__field_indices_by_name[] = {
+  1,   /* field[1] = at_ms */
+  0,   /* field[0] = key_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__retire_key_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__retire_key_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.RetireKeyRequest",
+  "RetireKeyRequest",
+  "Kiosk__Store__V1__RetireKeyRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__RetireKeyRequest),
+  2,
+  kiosk__store__v1__retire_key_request__field_descriptors,
+  kiosk__store__v1__retire_key_request__field_indices_by_name,
+  1,  kiosk__store__v1__retire_key_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__retire_key_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCEnumValue kiosk__store__v1__transaction_state__enum_values_by_number[4] =
@@ -2706,7 +3428,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__transaction_state__descriptor =
   kiosk__store__v1__transaction_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[11] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[12] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -2719,8 +3441,10 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "VerifyReceipt", &kiosk__store__v1__verify_receipt_request__descriptor, &kiosk__store__v1__verify_receipt_response__descriptor },
   { "PublicKeys", &kiosk__store__v1__public_keys_request__descriptor, &kiosk__store__v1__public_keys_response__descriptor },
   { "WatchRevocations", &kiosk__store__v1__watch_revocations_request__descriptor, &kiosk__store__v1__revocation__descriptor },
+  { "AccessToken", &kiosk__store__v1__access_token_request__descriptor, &kiosk__store__v1__access_token_response__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
+  11,        /* AccessToken */
   4,        /* Finish */
   1,        /* GetAccount */
   6,        /* History */
@@ -2740,7 +3464,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  11,
+  12,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -2832,10 +3556,91 @@ void kiosk__store__v1__store__watch_revocations(ProtobufCService *service,
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void kiosk__store__v1__store__access_token(ProtobufCService *service,
+                                           const Kiosk__Store__V1__AccessTokenRequest *input,
+                                           Kiosk__Store__V1__AccessTokenResponse_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)
 {
   protobuf_c_service_generated_init (&service->base,
                                      &kiosk__store__v1__store__descriptor,
+                                     (ProtobufCServiceDestroy) destroy);
+}
+static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descriptors[5] =
+{
+  { "Refund", &kiosk__store__v1__refund_request__descriptor, &kiosk__store__v1__revocation__descriptor },
+  { "Approve", &kiosk__store__v1__approve_request__descriptor, &kiosk__store__v1__transaction__descriptor },
+  { "CreateAccount", &kiosk__store__v1__create_account_request__descriptor, &kiosk__store__v1__create_account_response__descriptor },
+  { "RotateKey", &kiosk__store__v1__rotate_key_request__descriptor, &kiosk__store__v1__public_key__descriptor },
+  { "RetireKey", &kiosk__store__v1__retire_key_request__descriptor, &kiosk__store__v1__public_key__descriptor },
+};
+const unsigned kiosk__store__v1__admin__method_indices_by_name[] = {
+  1,        /* Approve */
+  2,        /* CreateAccount */
+  0,        /* Refund */
+  4,        /* RetireKey */
+  3         /* RotateKey */
+};
+const ProtobufCServiceDescriptor kiosk__store__v1__admin__descriptor =
+{
+  PROTOBUF_C__SERVICE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.Admin",
+  "Admin",
+  "Kiosk__Store__V1__Admin",
+  "kiosk.store.v1",
+  5,
+  kiosk__store__v1__admin__method_descriptors,
+  kiosk__store__v1__admin__method_indices_by_name
+};
+void kiosk__store__v1__admin__refund(ProtobufCService *service,
+                                     const Kiosk__Store__V1__RefundRequest *input,
+                                     Kiosk__Store__V1__Revocation_Closure closure,
+                                     void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 0, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__approve(ProtobufCService *service,
+                                      const Kiosk__Store__V1__ApproveRequest *input,
+                                      Kiosk__Store__V1__Transaction_Closure closure,
+                                      void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 1, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__create_account(ProtobufCService *service,
+                                             const Kiosk__Store__V1__CreateAccountRequest *input,
+                                             Kiosk__Store__V1__CreateAccountResponse_Closure closure,
+                                             void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__rotate_key(ProtobufCService *service,
+                                         const Kiosk__Store__V1__RotateKeyRequest *input,
+                                         Kiosk__Store__V1__PublicKey_Closure closure,
+                                         void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__retire_key(ProtobufCService *service,
+                                         const Kiosk__Store__V1__RetireKeyRequest *input,
+                                         Kiosk__Store__V1__PublicKey_Closure closure,
+                                         void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
+                                    Kiosk__Store__V1__Admin_ServiceDestroy destroy)
+{
+  protobuf_c_service_generated_init (&service->base,
+                                     &kiosk__store__v1__admin__descriptor,
                                      (ProtobufCServiceDestroy) destroy);
 }

@@ -17,6 +17,8 @@ PROTOBUF_C__BEGIN_DECLS
 
 typedef struct Kiosk__Receipt__V1__ReceiptPayload Kiosk__Receipt__V1__ReceiptPayload;
 typedef struct Kiosk__Receipt__V1__SignedReceipt Kiosk__Receipt__V1__SignedReceipt;
+typedef struct Kiosk__Receipt__V1__AccessTokenPayload Kiosk__Receipt__V1__AccessTokenPayload;
+typedef struct Kiosk__Receipt__V1__SignedAccessToken Kiosk__Receipt__V1__SignedAccessToken;
 
 
 /* --- enums --- */
@@ -64,10 +66,16 @@ struct  Kiosk__Receipt__V1__ReceiptPayload
    * The id of the key that signed it; equals SignedReceipt.key_id.
    */
   char *key_id;
+  /*
+   * When the store signed it (ms since 1970). The key must have been valid
+   * then: not before its not_before_ms, not after its not_after_ms (retired).
+   * 0 in receipts of older stores: purchase_date_ms stands for it.
+   */
+  int64_t signed_date_ms;
 };
 #define KIOSK__RECEIPT__V1__RECEIPT_PAYLOAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__receipt__v1__receipt_payload__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -88,6 +96,58 @@ struct  Kiosk__Receipt__V1__SignedReceipt
 };
 #define KIOSK__RECEIPT__V1__SIGNED_RECEIPT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__receipt__v1__signed_receipt__descriptor) \
+    , {0,NULL}, {0,NULL}, (char *)protobuf_c_empty_string }
+
+
+/*
+ * What a short-lived access token says: who the caller is, for which service,
+ * until when. The store issues it (Store/AccessToken) to an authenticated
+ * account; the service named by `audience` verifies it offline with the same
+ * public keys as receipts, so an account's long-lived token never reaches it.
+ */
+struct  Kiosk__Receipt__V1__AccessTokenPayload
+{
+  ProtobufCMessage base;
+  char *account_id;
+  /*
+   * The service the token is for: "content".
+   */
+  char *audience;
+  int64_t issued_ms;
+  /*
+   * The token is refused from this time on.
+   */
+  int64_t expires_ms;
+  /*
+   * Equals SignedAccessToken.key_id.
+   */
+  char *key_id;
+  Kiosk__Receipt__V1__Environment environment;
+};
+#define KIOSK__RECEIPT__V1__ACCESS_TOKEN_PAYLOAD__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__receipt__v1__access_token_payload__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED }
+
+
+/*
+ * An access token as it travels: `authorization: Bearer kat1.<base64url of
+ * the encoded SignedAccessToken, no padding>`.
+ */
+struct  Kiosk__Receipt__V1__SignedAccessToken
+{
+  ProtobufCMessage base;
+  /*
+   * An encoded AccessTokenPayload, exactly the bytes that were signed.
+   */
+  ProtobufCBinaryData payload;
+  /*
+   * Ed25519 signature (64 bytes) of "KIOSK-ACCESS-TOKEN-V1\n" followed by payload.
+   */
+  ProtobufCBinaryData signature;
+  char *key_id;
+};
+#define KIOSK__RECEIPT__V1__SIGNED_ACCESS_TOKEN__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__receipt__v1__signed_access_token__descriptor) \
     , {0,NULL}, {0,NULL}, (char *)protobuf_c_empty_string }
 
 
@@ -129,6 +189,44 @@ Kiosk__Receipt__V1__SignedReceipt *
 void   kiosk__receipt__v1__signed_receipt__free_unpacked
                      (Kiosk__Receipt__V1__SignedReceipt *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Receipt__V1__AccessTokenPayload methods */
+void   kiosk__receipt__v1__access_token_payload__init
+                     (Kiosk__Receipt__V1__AccessTokenPayload         *message);
+size_t kiosk__receipt__v1__access_token_payload__get_packed_size
+                     (const Kiosk__Receipt__V1__AccessTokenPayload   *message);
+size_t kiosk__receipt__v1__access_token_payload__pack
+                     (const Kiosk__Receipt__V1__AccessTokenPayload   *message,
+                      uint8_t             *out);
+size_t kiosk__receipt__v1__access_token_payload__pack_to_buffer
+                     (const Kiosk__Receipt__V1__AccessTokenPayload   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Receipt__V1__AccessTokenPayload *
+       kiosk__receipt__v1__access_token_payload__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__receipt__v1__access_token_payload__free_unpacked
+                     (Kiosk__Receipt__V1__AccessTokenPayload *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Receipt__V1__SignedAccessToken methods */
+void   kiosk__receipt__v1__signed_access_token__init
+                     (Kiosk__Receipt__V1__SignedAccessToken         *message);
+size_t kiosk__receipt__v1__signed_access_token__get_packed_size
+                     (const Kiosk__Receipt__V1__SignedAccessToken   *message);
+size_t kiosk__receipt__v1__signed_access_token__pack
+                     (const Kiosk__Receipt__V1__SignedAccessToken   *message,
+                      uint8_t             *out);
+size_t kiosk__receipt__v1__signed_access_token__pack_to_buffer
+                     (const Kiosk__Receipt__V1__SignedAccessToken   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Receipt__V1__SignedAccessToken *
+       kiosk__receipt__v1__signed_access_token__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__receipt__v1__signed_access_token__free_unpacked
+                     (Kiosk__Receipt__V1__SignedAccessToken *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Kiosk__Receipt__V1__ReceiptPayload_Closure)
@@ -136,6 +234,12 @@ typedef void (*Kiosk__Receipt__V1__ReceiptPayload_Closure)
                   void *closure_data);
 typedef void (*Kiosk__Receipt__V1__SignedReceipt_Closure)
                  (const Kiosk__Receipt__V1__SignedReceipt *message,
+                  void *closure_data);
+typedef void (*Kiosk__Receipt__V1__AccessTokenPayload_Closure)
+                 (const Kiosk__Receipt__V1__AccessTokenPayload *message,
+                  void *closure_data);
+typedef void (*Kiosk__Receipt__V1__SignedAccessToken_Closure)
+                 (const Kiosk__Receipt__V1__SignedAccessToken *message,
                   void *closure_data);
 
 /* --- services --- */
@@ -147,6 +251,8 @@ extern const ProtobufCEnumDescriptor    kiosk__receipt__v1__product_type__descri
 extern const ProtobufCEnumDescriptor    kiosk__receipt__v1__environment__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__receipt__v1__signed_receipt__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__receipt__v1__access_token_payload__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__receipt__v1__signed_access_token__descriptor;
 
 PROTOBUF_C__END_DECLS
 

@@ -40,6 +40,14 @@ typedef struct Kiosk__Store__V1__PublicKey Kiosk__Store__V1__PublicKey;
 typedef struct Kiosk__Store__V1__PublicKeysResponse Kiosk__Store__V1__PublicKeysResponse;
 typedef struct Kiosk__Store__V1__WatchRevocationsRequest Kiosk__Store__V1__WatchRevocationsRequest;
 typedef struct Kiosk__Store__V1__Revocation Kiosk__Store__V1__Revocation;
+typedef struct Kiosk__Store__V1__AccessTokenRequest Kiosk__Store__V1__AccessTokenRequest;
+typedef struct Kiosk__Store__V1__AccessTokenResponse Kiosk__Store__V1__AccessTokenResponse;
+typedef struct Kiosk__Store__V1__RefundRequest Kiosk__Store__V1__RefundRequest;
+typedef struct Kiosk__Store__V1__ApproveRequest Kiosk__Store__V1__ApproveRequest;
+typedef struct Kiosk__Store__V1__CreateAccountRequest Kiosk__Store__V1__CreateAccountRequest;
+typedef struct Kiosk__Store__V1__CreateAccountResponse Kiosk__Store__V1__CreateAccountResponse;
+typedef struct Kiosk__Store__V1__RotateKeyRequest Kiosk__Store__V1__RotateKeyRequest;
+typedef struct Kiosk__Store__V1__RetireKeyRequest Kiosk__Store__V1__RetireKeyRequest;
 
 
 /* --- enums --- */
@@ -398,11 +406,19 @@ struct  Kiosk__Store__V1__PublicKey
    * Raw 32-byte Ed25519 public key.
    */
   ProtobufCBinaryData ed25519_public_key;
+  /*
+   * Receipts signed before this time do not verify with this key.
+   */
   int64_t not_before_ms;
+  /*
+   * Set when the key was retired: receipts and access tokens signed after this
+   * time do not verify with it (those signed before still do). 0: not retired.
+   */
+  int64_t not_after_ms;
 };
 #define KIOSK__STORE__V1__PUBLIC_KEY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__public_key__descriptor) \
-    , (char *)protobuf_c_empty_string, {0,NULL}, 0 }
+    , (char *)protobuf_c_empty_string, {0,NULL}, 0, 0 }
 
 
 struct  Kiosk__Store__V1__PublicKeysResponse
@@ -447,10 +463,116 @@ struct  Kiosk__Store__V1__Revocation
    */
   uint64_t credit_shortfall;
   char *account_id;
+  /*
+   * The store's signing keys changed (a rotation or a retirement): fetch
+   * PublicKeys again. Sent with an empty transaction_id, like a heartbeat.
+   */
+  protobuf_c_boolean keys_changed;
 };
 #define KIOSK__STORE__V1__REVOCATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__revocation__descriptor) \
-    , 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
+    , 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0 }
+
+
+struct  Kiosk__Store__V1__AccessTokenRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The service the token is for; "content" (the default when empty).
+   */
+  char *audience;
+};
+#define KIOSK__STORE__V1__ACCESS_TOKEN_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__access_token_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__AccessTokenResponse
+{
+  ProtobufCMessage base;
+  /*
+   * Send as `authorization: Bearer <access_token>` to the audience's service.
+   */
+  char *access_token;
+  /*
+   * When it stops being accepted (ms since 1970); ask for a new one before.
+   */
+  int64_t expires_ms;
+};
+#define KIOSK__STORE__V1__ACCESS_TOKEN_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__access_token_response__descriptor) \
+    , (char *)protobuf_c_empty_string, 0 }
+
+
+struct  Kiosk__Store__V1__RefundRequest
+{
+  ProtobufCMessage base;
+  char *transaction_id;
+  /*
+   * Why, e.g. "customer request"; required.
+   */
+  char *reason;
+};
+#define KIOSK__STORE__V1__REFUND_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__refund_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__ApproveRequest
+{
+  ProtobufCMessage base;
+  char *transaction_id;
+};
+#define KIOSK__STORE__V1__APPROVE_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__approve_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__CreateAccountRequest
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean payments_disabled;
+};
+#define KIOSK__STORE__V1__CREATE_ACCOUNT_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__create_account_request__descriptor) \
+    , 0 }
+
+
+struct  Kiosk__Store__V1__CreateAccountResponse
+{
+  ProtobufCMessage base;
+  char *account_id;
+  /*
+   * The account's bearer token, shown only now: the store keeps its hash.
+   */
+  char *token;
+};
+#define KIOSK__STORE__V1__CREATE_ACCOUNT_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__create_account_response__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__RotateKeyRequest
+{
+  ProtobufCMessage base;
+};
+#define KIOSK__STORE__V1__ROTATE_KEY_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__rotate_key_request__descriptor) \
+     }
+
+
+struct  Kiosk__Store__V1__RetireKeyRequest
+{
+  ProtobufCMessage base;
+  char *key_id;
+  /*
+   * Receipts signed after this time stop verifying (ms since 1970); 0: now.
+   */
+  int64_t at_ms;
+};
+#define KIOSK__STORE__V1__RETIRE_KEY_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__retire_key_request__descriptor) \
+    , (char *)protobuf_c_empty_string, 0 }
 
 
 /* Kiosk__Store__V1__Product methods */
@@ -909,6 +1031,158 @@ Kiosk__Store__V1__Revocation *
 void   kiosk__store__v1__revocation__free_unpacked
                      (Kiosk__Store__V1__Revocation *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__AccessTokenRequest methods */
+void   kiosk__store__v1__access_token_request__init
+                     (Kiosk__Store__V1__AccessTokenRequest         *message);
+size_t kiosk__store__v1__access_token_request__get_packed_size
+                     (const Kiosk__Store__V1__AccessTokenRequest   *message);
+size_t kiosk__store__v1__access_token_request__pack
+                     (const Kiosk__Store__V1__AccessTokenRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__access_token_request__pack_to_buffer
+                     (const Kiosk__Store__V1__AccessTokenRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__AccessTokenRequest *
+       kiosk__store__v1__access_token_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__access_token_request__free_unpacked
+                     (Kiosk__Store__V1__AccessTokenRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__AccessTokenResponse methods */
+void   kiosk__store__v1__access_token_response__init
+                     (Kiosk__Store__V1__AccessTokenResponse         *message);
+size_t kiosk__store__v1__access_token_response__get_packed_size
+                     (const Kiosk__Store__V1__AccessTokenResponse   *message);
+size_t kiosk__store__v1__access_token_response__pack
+                     (const Kiosk__Store__V1__AccessTokenResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__access_token_response__pack_to_buffer
+                     (const Kiosk__Store__V1__AccessTokenResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__AccessTokenResponse *
+       kiosk__store__v1__access_token_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__access_token_response__free_unpacked
+                     (Kiosk__Store__V1__AccessTokenResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__RefundRequest methods */
+void   kiosk__store__v1__refund_request__init
+                     (Kiosk__Store__V1__RefundRequest         *message);
+size_t kiosk__store__v1__refund_request__get_packed_size
+                     (const Kiosk__Store__V1__RefundRequest   *message);
+size_t kiosk__store__v1__refund_request__pack
+                     (const Kiosk__Store__V1__RefundRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__refund_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RefundRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__RefundRequest *
+       kiosk__store__v1__refund_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__refund_request__free_unpacked
+                     (Kiosk__Store__V1__RefundRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ApproveRequest methods */
+void   kiosk__store__v1__approve_request__init
+                     (Kiosk__Store__V1__ApproveRequest         *message);
+size_t kiosk__store__v1__approve_request__get_packed_size
+                     (const Kiosk__Store__V1__ApproveRequest   *message);
+size_t kiosk__store__v1__approve_request__pack
+                     (const Kiosk__Store__V1__ApproveRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__approve_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ApproveRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ApproveRequest *
+       kiosk__store__v1__approve_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__approve_request__free_unpacked
+                     (Kiosk__Store__V1__ApproveRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__CreateAccountRequest methods */
+void   kiosk__store__v1__create_account_request__init
+                     (Kiosk__Store__V1__CreateAccountRequest         *message);
+size_t kiosk__store__v1__create_account_request__get_packed_size
+                     (const Kiosk__Store__V1__CreateAccountRequest   *message);
+size_t kiosk__store__v1__create_account_request__pack
+                     (const Kiosk__Store__V1__CreateAccountRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__create_account_request__pack_to_buffer
+                     (const Kiosk__Store__V1__CreateAccountRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__CreateAccountRequest *
+       kiosk__store__v1__create_account_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__create_account_request__free_unpacked
+                     (Kiosk__Store__V1__CreateAccountRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__CreateAccountResponse methods */
+void   kiosk__store__v1__create_account_response__init
+                     (Kiosk__Store__V1__CreateAccountResponse         *message);
+size_t kiosk__store__v1__create_account_response__get_packed_size
+                     (const Kiosk__Store__V1__CreateAccountResponse   *message);
+size_t kiosk__store__v1__create_account_response__pack
+                     (const Kiosk__Store__V1__CreateAccountResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__create_account_response__pack_to_buffer
+                     (const Kiosk__Store__V1__CreateAccountResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__CreateAccountResponse *
+       kiosk__store__v1__create_account_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__create_account_response__free_unpacked
+                     (Kiosk__Store__V1__CreateAccountResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__RotateKeyRequest methods */
+void   kiosk__store__v1__rotate_key_request__init
+                     (Kiosk__Store__V1__RotateKeyRequest         *message);
+size_t kiosk__store__v1__rotate_key_request__get_packed_size
+                     (const Kiosk__Store__V1__RotateKeyRequest   *message);
+size_t kiosk__store__v1__rotate_key_request__pack
+                     (const Kiosk__Store__V1__RotateKeyRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__rotate_key_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RotateKeyRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__RotateKeyRequest *
+       kiosk__store__v1__rotate_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__rotate_key_request__free_unpacked
+                     (Kiosk__Store__V1__RotateKeyRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__RetireKeyRequest methods */
+void   kiosk__store__v1__retire_key_request__init
+                     (Kiosk__Store__V1__RetireKeyRequest         *message);
+size_t kiosk__store__v1__retire_key_request__get_packed_size
+                     (const Kiosk__Store__V1__RetireKeyRequest   *message);
+size_t kiosk__store__v1__retire_key_request__pack
+                     (const Kiosk__Store__V1__RetireKeyRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__retire_key_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RetireKeyRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__RetireKeyRequest *
+       kiosk__store__v1__retire_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__retire_key_request__free_unpacked
+                     (Kiosk__Store__V1__RetireKeyRequest *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Kiosk__Store__V1__Product_Closure)
@@ -983,6 +1257,30 @@ typedef void (*Kiosk__Store__V1__WatchRevocationsRequest_Closure)
 typedef void (*Kiosk__Store__V1__Revocation_Closure)
                  (const Kiosk__Store__V1__Revocation *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__AccessTokenRequest_Closure)
+                 (const Kiosk__Store__V1__AccessTokenRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__AccessTokenResponse_Closure)
+                 (const Kiosk__Store__V1__AccessTokenResponse *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__RefundRequest_Closure)
+                 (const Kiosk__Store__V1__RefundRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ApproveRequest_Closure)
+                 (const Kiosk__Store__V1__ApproveRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__CreateAccountRequest_Closure)
+                 (const Kiosk__Store__V1__CreateAccountRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__CreateAccountResponse_Closure)
+                 (const Kiosk__Store__V1__CreateAccountResponse *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__RotateKeyRequest_Closure)
+                 (const Kiosk__Store__V1__RotateKeyRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__RetireKeyRequest_Closure)
+                 (const Kiosk__Store__V1__RetireKeyRequest *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1034,6 +1332,10 @@ struct Kiosk__Store__V1__Store_Service
                             const Kiosk__Store__V1__WatchRevocationsRequest *input,
                             Kiosk__Store__V1__Revocation_Closure closure,
                             void *closure_data);
+  void (*access_token)(Kiosk__Store__V1__Store_Service *service,
+                       const Kiosk__Store__V1__AccessTokenRequest *input,
+                       Kiosk__Store__V1__AccessTokenResponse_Closure closure,
+                       void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -1052,7 +1354,8 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## spend_credits,\
       function_prefix__ ## verify_receipt,\
       function_prefix__ ## public_keys,\
-      function_prefix__ ## watch_revocations  }
+      function_prefix__ ## watch_revocations,\
+      function_prefix__ ## access_token  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -1097,6 +1400,67 @@ void kiosk__store__v1__store__watch_revocations(ProtobufCService *service,
                                                 const Kiosk__Store__V1__WatchRevocationsRequest *input,
                                                 Kiosk__Store__V1__Revocation_Closure closure,
                                                 void *closure_data);
+void kiosk__store__v1__store__access_token(ProtobufCService *service,
+                                           const Kiosk__Store__V1__AccessTokenRequest *input,
+                                           Kiosk__Store__V1__AccessTokenResponse_Closure closure,
+                                           void *closure_data);
+typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
+struct Kiosk__Store__V1__Admin_Service
+{
+  ProtobufCService base;
+  void (*refund)(Kiosk__Store__V1__Admin_Service *service,
+                 const Kiosk__Store__V1__RefundRequest *input,
+                 Kiosk__Store__V1__Revocation_Closure closure,
+                 void *closure_data);
+  void (*approve)(Kiosk__Store__V1__Admin_Service *service,
+                  const Kiosk__Store__V1__ApproveRequest *input,
+                  Kiosk__Store__V1__Transaction_Closure closure,
+                  void *closure_data);
+  void (*create_account)(Kiosk__Store__V1__Admin_Service *service,
+                         const Kiosk__Store__V1__CreateAccountRequest *input,
+                         Kiosk__Store__V1__CreateAccountResponse_Closure closure,
+                         void *closure_data);
+  void (*rotate_key)(Kiosk__Store__V1__Admin_Service *service,
+                     const Kiosk__Store__V1__RotateKeyRequest *input,
+                     Kiosk__Store__V1__PublicKey_Closure closure,
+                     void *closure_data);
+  void (*retire_key)(Kiosk__Store__V1__Admin_Service *service,
+                     const Kiosk__Store__V1__RetireKeyRequest *input,
+                     Kiosk__Store__V1__PublicKey_Closure closure,
+                     void *closure_data);
+};
+typedef void (*Kiosk__Store__V1__Admin_ServiceDestroy)(Kiosk__Store__V1__Admin_Service *);
+void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
+                                    Kiosk__Store__V1__Admin_ServiceDestroy destroy);
+#define KIOSK__STORE__V1__ADMIN__BASE_INIT \
+    { &kiosk__store__v1__admin__descriptor, protobuf_c_service_invoke_internal, NULL }
+#define KIOSK__STORE__V1__ADMIN__INIT(function_prefix__) \
+    { KIOSK__STORE__V1__ADMIN__BASE_INIT,\
+      function_prefix__ ## refund,\
+      function_prefix__ ## approve,\
+      function_prefix__ ## create_account,\
+      function_prefix__ ## rotate_key,\
+      function_prefix__ ## retire_key  }
+void kiosk__store__v1__admin__refund(ProtobufCService *service,
+                                     const Kiosk__Store__V1__RefundRequest *input,
+                                     Kiosk__Store__V1__Revocation_Closure closure,
+                                     void *closure_data);
+void kiosk__store__v1__admin__approve(ProtobufCService *service,
+                                      const Kiosk__Store__V1__ApproveRequest *input,
+                                      Kiosk__Store__V1__Transaction_Closure closure,
+                                      void *closure_data);
+void kiosk__store__v1__admin__create_account(ProtobufCService *service,
+                                             const Kiosk__Store__V1__CreateAccountRequest *input,
+                                             Kiosk__Store__V1__CreateAccountResponse_Closure closure,
+                                             void *closure_data);
+void kiosk__store__v1__admin__rotate_key(ProtobufCService *service,
+                                         const Kiosk__Store__V1__RotateKeyRequest *input,
+                                         Kiosk__Store__V1__PublicKey_Closure closure,
+                                         void *closure_data);
+void kiosk__store__v1__admin__retire_key(ProtobufCService *service,
+                                         const Kiosk__Store__V1__RetireKeyRequest *input,
+                                         Kiosk__Store__V1__PublicKey_Closure closure,
+                                         void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1125,7 +1489,16 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__public_key__descriptor
 extern const ProtobufCMessageDescriptor kiosk__store__v1__public_keys_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__watch_revocations_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__revocation__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__access_token_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__access_token_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__refund_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__approve_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__create_account_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__rotate_key_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__retire_key_request__descriptor;
 extern const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor;
+extern const ProtobufCServiceDescriptor kiosk__store__v1__admin__descriptor;
 
 PROTOBUF_C__END_DECLS
 
