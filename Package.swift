@@ -27,6 +27,8 @@ let package = Package(
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
         // Stripe's API, for StripePaymentProcessor.
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        // TLS for every connection (also what async-http-client uses).
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         // System libraries: the project's chosen codecs.
@@ -61,6 +63,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -122,6 +126,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // An in-process store and content service for other tools' tests.
@@ -143,6 +148,7 @@ let package = Package(
             dependencies: [
                 "Kiosk",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // Load tests of verification, downloads and purchases.
@@ -180,7 +186,8 @@ let package = Package(
         .testTarget(
             name: "KioskTests",
             dependencies: ["Kiosk", "KioskTesting", "KioskStore", "KioskAPI", "kiosk",
-                           .product(name: "Crypto", package: "swift-crypto")]
+                           .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "KioskTestingTests",

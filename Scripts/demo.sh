@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Kiosk on this machine, end to end: installs what is missing, builds, starts
-# the store and the content service on 127.0.0.1 with a sample catalog and a
+# the store and the content service on 127.0.0.1, over TLS with a development
+# CA (kiosk-store tls create-dev), with a sample catalog and a
 # generated book in a temporary directory, then uses the `kiosk` command line
 # to buy credits ×4, buy and download the book, restore on a second device
 # (another state dir), verify a receipt, and stops the services. Prints each
@@ -19,10 +20,10 @@ step "store: catalog Scripts/examples/catalog.json (credits.5, credits.10, filte
 start_store
 cat "$work/store.out"
 
-step "accounts: one for the buyer, one for the content service's feeds"
+step "credentials: an account for the buyer, a service credential (role content) for the content service"
 buyer=$(new_token)
-service=$(new_token)
-echo "buyer token ${buyer:0:16}…"
+service=$(new_credential content)
+echo "buyer token ${buyer:0:16}…  content service credential ${service:0:12}…  (both only over TLS, trusting $KIOSK_TLS_CA)"
 
 step "content: book.swift, a generated 3 MiB book"
 mkdir -p "$work/content/books"

@@ -1,9 +1,12 @@
 # Sourced by demo.sh and bench-memory.sh: starts kiosk-store and kiosk-content
 # from $bin on 127.0.0.1 (ephemeral ports) in a temporary directory $work,
-# and stops them and removes $work when the calling script exits.
+# both over TLS with a development CA ($work/tls/ca.pem, exported as
+# KIOSK_TLS_CA for the kiosk command), and stops them and removes $work when
+# the calling script exits.
 #   start_store                  → $store (host:port), $store_pid
 #   new_token                    prints the token of a new store account
-#   start_content TOKEN          → $content (host:port), $content_pid; serves $work/content
+#   new_credential ROLE          prints a new service credential (content or admin)
+#   start_content CREDENTIAL     → $content (host:port), $content_pid; serves $work/content
 #                                  (manifest from Scripts/examples/content; the caller writes books/swift-book.txt first)
 work=$(mktemp -d)
 store_pid=""; content_pid=""
@@ -16,8 +19,16 @@ cleanup() {
 trap cleanup EXIT
 wait_for() { for _ in $(seq 1 200); do grep -q listening "$1" 2>/dev/null && return 0; sleep 0.05; done; cat "$1" >&2; return 1; }
 
+tls="$work/tls"
+make_certificates() {
+  [ -f "$tls/server.pem" ] || "$bin/kiosk-store" tls create-dev --out "$tls" > /dev/null
+  export KIOSK_TLS_CA="$tls/ca.pem"
+}
+
 start_store() {
+  make_certificates
   "$bin/kiosk-store" serve --data-dir "$work/store" --catalog Scripts/examples/catalog.json \
+    --tls-cert "$tls/server.pem" --tls-key "$tls/server-key.pem" \
     --host 127.0.0.1 --port 0 --log-level warning > "$work/store.out" &
   store_pid=$!
   wait_for "$work/store.out"
@@ -25,10 +36,13 @@ start_store() {
 }
 
 new_token() { "$bin/kiosk-store" account create --data-dir "$work/store" --json | sed 's/.*"token":"\([^"]*\)".*/\1/'; }
+new_credential() { "$bin/kiosk-store" service create --role "$1" --data-dir "$work/store" --json | sed 's/.*"credential":"\([^"]*\)".*/\1/'; }
 
 start_content() {
   cp Scripts/examples/content/manifest.json "$work/content/manifest.json"
-  "$bin/kiosk-content" serve --content-dir "$work/content" --store "$store" --store-token "$1" \
+  make_certificates
+  "$bin/kiosk-content" serve --content-dir "$work/content" --store "$store" --store-credential "$1" --store-ca "$tls/ca.pem" \
+    --tls-cert "$tls/server.pem" --tls-key "$tls/server-key.pem" \
     --host 127.0.0.1 --port 0 --log-level warning > "$work/content.out" &
   content_pid=$!
   wait_for "$work/content.out"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Kiosk needs to build on Debian: libprotobuf-c, protoc-c and zlib
-# and SQLite headers (the Swift toolchain itself must already be on PATH). Idempotent:
+# and SQLite headers, curl and openssl (the Swift toolchain itself must already be on PATH). Idempotent:
 # does nothing when everything is there.
 set -euo pipefail
 
@@ -11,6 +11,8 @@ pkg-config --exists zlib 2>/dev/null || missing+=(zlib1g-dev)
 pkg-config --exists sqlite3 2>/dev/null || missing+=(libsqlite3-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# Development TLS certificates (kiosk-store tls create-dev, the tests' CA).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"

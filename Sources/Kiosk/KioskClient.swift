@@ -2,6 +2,7 @@ import Foundation
 import KioskAPI
 import KioskRPC
 import KioskWire
+import Logging
 import NIOConcurrencyHelpers
 
 /// The Kiosk SDK: buy, restore, verify and download, with the feel of StoreKit 2.
@@ -27,10 +28,17 @@ import NIOConcurrencyHelpers
 /// queued and is sent again (with backoff) until the store answers; after a
 /// crash the journal is replayed with the same keys, so no payment is lost and
 /// none is charged twice.
+///
+/// The state directory is private to the user: it is made 0700 (an existing
+/// one open to others is tightened), its files are created 0600, and every
+/// rename or removal in it is followed by an fsync of the directory. A journal
+/// file that cannot be used is moved to `journal/corrupt/`, logged and listed in
+/// ``setAsideJournalEntries``.
 public final class KioskClient: Sendable {
     /// The configuration.
     public let configuration: KioskConfiguration
     let store: RPCClient
+    private let accessToken = NIOLockedValueBox<(token: String, expiresMs: Int64)?>(nil)
     let content: RPCClient
     private let journal: PaymentJournal
     private let updates = TransactionBroadcast()
@@ -47,17 +55,33 @@ public final class KioskClient: Sendable {
     /// Creates a client and starts its background work: sending queued
     /// payments and looking for transactions to deliver on ``transactionUpdates``.
     /// Call ``close()`` when done: the background work keeps the client alive.
-    /// - Throws: ``KioskError`` when the state directory cannot be used.
+    /// - Throws: ``KioskError`` when the state directory cannot be used (or made private).
     public init(configuration: KioskConfiguration) throws {
         self.configuration = configuration
+        let tls: ClientTLS?
+        switch configuration.transportSecurity {
+        case .plaintext:
+            tls = nil
+        case .tls(let trustRootsPath, let serverName):
+            do {
+                tls = try ClientTLS(trustRootsPath: trustRootsPath, serverName: serverName)
+            } catch {
+                throw KioskError(.cannotConnect, "cannot set up TLS: \(error)")
+            }
+        }
         let rpc = ClientConfiguration(
             connectTimeout: .seconds(3),
             backoff: ConnectionBackoff(initial: .milliseconds(50), maximum: .seconds(1), multiplier: 2, jitter: 0.2, maximumAttempts: 2),
-            defaultTimeout: configuration.callTimeout)
+            defaultTimeout: configuration.callTimeout, tls: tls)
         store = RPCClient(host: configuration.storeHost, port: configuration.storePort, configuration: rpc)
         content = RPCClient(host: configuration.contentHost, port: configuration.contentPort, configuration: rpc)
         do {
-            journal = try PaymentJournal(stateDirectory: configuration.stateDirectory)
+            if let former = try PrivateFiles.makeDirectory(configuration.stateDirectory, tighteningExisting: true) {
+                configuration.logger.notice(
+                    "the state directory was open to others (mode \(String(former, radix: 8))); it is 0700 now",
+                    metadata: ["kiosk.state-directory": "\(configuration.stateDirectory)"])
+            }
+            journal = try PaymentJournal(stateDirectory: configuration.stateDirectory, logger: configuration.logger)
         } catch {
             throw KioskError(.unknown, "cannot use the state directory \(configuration.stateDirectory): \(error)")
         }
@@ -86,6 +110,30 @@ public final class KioskClient: Sendable {
         metadata.add("authorization", "Bearer \(configuration.token)")
         if let idempotencyKey { metadata.add("idempotency-key", idempotencyKey) }
         return CallOptions(timeout: timeout ?? configuration.callTimeout, metadata: metadata)
+    }
+
+    /// Options of a call to the content service: an access token from the
+    /// store (never the account's own token), fetched when there is none or it
+    /// has less than a minute left.
+    func contentOptions(timeout: Duration? = nil) async throws -> CallOptions {
+        let nowMs = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+        let token: String
+        if let cached = accessToken.withLockedValue({ $0 }), cached.expiresMs - 60_000 > nowMs {
+            token = cached.token
+        } else {
+            let issued = try await storeCall("AccessToken", StoreV1.AccessTokenRequest(audience: "content"), StoreV1.AccessTokenResponse.self,
+                                             doing: "getting an access token for the content service")
+            accessToken.withLockedValue { $0 = (issued.accessToken, issued.expiresMs) }
+            token = issued.accessToken
+        }
+        var metadata = Metadata()
+        metadata.add("authorization", "Bearer \(token)")
+        return CallOptions(timeout: timeout ?? configuration.callTimeout, metadata: metadata)
+    }
+
+    /// Forgets the access token (the content service refused it: expired, or its key retired); the next call gets a new one.
+    func dropAccessToken() {
+        accessToken.withLockedValue { $0 = nil }
     }
 
     private func storeCall<Request: WireMessage, Response: WireMessage>(
@@ -203,6 +251,14 @@ public final class KioskClient: Sendable {
     /// Payments queued in the journal, not yet answered by the store.
     public var queuedPaymentCount: Int { journal.entries().count }
 
+    /// Files of the payment journal this client could not use as queued
+    /// payments (not readable, not an entry) and moved aside, in the order it
+    /// did: at start (so they are here once `init` returns) or on a later look
+    /// at the journal. Each was also logged as a warning on the configuration's
+    /// `logger`. Their bytes stay in the state directory's `journal/corrupt/`
+    /// until removed; what they held is not sent.
+    public var setAsideJournalEntries: [SetAsideJournalEntry] { journal.setAsideEntries }
+
     /// Sends the queued payments now (the background work does this too, with
     /// backoff); returns how many are still queued. Their transactions arrive on
     /// ``transactionUpdates``.
@@ -229,6 +285,31 @@ public final class KioskClient: Sendable {
             }
         }
         return true
+    }
+
+    // MARK: Receipts
+
+    /// Keeps the signed receipt of `transaction` in the state directory, as
+    /// `receipts/<transaction id>.receipt`: created 0600, written atomically
+    /// (the directory fsynced), replacing an earlier copy.
+    /// - Returns: The receipt file's location.
+    /// - Throws: ``KioskError`` `unknown` when it cannot be written.
+    @discardableResult
+    public func saveReceipt(of transaction: Transaction) throws -> URL {
+        // Transaction ids come from the store: keep them to one plain name in `receipts/`.
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        guard !transaction.id.isEmpty, !transaction.id.hasPrefix("."), transaction.id.allSatisfy(allowed.contains) else {
+            throw KioskError(.unknown, "the transaction id \(transaction.id.debugDescription) cannot name a receipt file")
+        }
+        let directory = (configuration.stateDirectory as NSString).appendingPathComponent("receipts")
+        let path = (directory as NSString).appendingPathComponent("\(transaction.id).receipt")
+        do {
+            try PrivateFiles.makeDirectory(directory, tighteningExisting: true)
+            try PrivateFiles.writeAtomically(Data(transaction.signedReceipt), to: path)
+        } catch {
+            throw KioskError(.unknown, "cannot save the receipt of \(transaction.id): \(error)")
+        }
+        return URL(fileURLWithPath: path)
     }
 
     // MARK: Transactions
@@ -334,8 +415,9 @@ public final class KioskClient: Sendable {
     public func hostedProducts() async throws -> [HostedProduct] {
         let listed: ContentV1.ListContentResponse
         do {
+            // Open to anyone: no token goes with it.
             listed = try await content.unary("/kiosk.content.v1.Content/ListContent", request: ContentV1.ListContentRequest(),
-                                             response: ContentV1.ListContentResponse.self, options: options())
+                                             response: ContentV1.ListContentResponse.self, options: CallOptions(timeout: configuration.callTimeout))
         } catch {
             throw KioskError.from(error, doing: "listing hosted content")
         }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// Configuration of a ``KioskClient``.
 public struct KioskConfiguration: Sendable {
@@ -14,7 +15,9 @@ public struct KioskConfiguration: Sendable {
     public var token: String
     /// The app's bundle id.
     public var bundleID: String
-    /// Where the SDK keeps its payment journal (and nothing else); one per app install.
+    /// Where the SDK keeps its payment journal (and the receipts of ``KioskClient/saveReceipt(of:)``);
+    /// one per app install. Private to the user: made 0700 (an existing one is
+    /// tightened), its files 0600.
     public var stateDirectory: String
     /// Timeout of one call to a service.
     public var callTimeout: Duration
@@ -25,15 +28,36 @@ public struct KioskConfiguration: Sendable {
     /// How often the SDK asks the store for transactions that appeared without
     /// the app asking (approved ask-to-buy purchases), for as long as the client is open.
     public var updatePollInterval: Duration
+    /// How connections to both services are secured: TLS with trust roots, or
+    /// plaintext (which the SDK speaks to loopback hosts only).
+    public var transportSecurity: TransportSecurity
+    /// Where the SDK logs what the app should know of but cannot be thrown, such as
+    /// payment-journal entries set aside (warning level).
+    public var logger: Logger
+
+    /// How the SDK's connections are secured.
+    public enum TransportSecurity: Sendable, Hashable {
+        /// No encryption: bearer tokens and receipts in the clear. Allowed to
+        /// loopback hosts only (a call to another host fails with `cannotConnect`).
+        case plaintext
+        /// TLS. The services' certificates must chain to the roots in the PEM
+        /// file `trustRootsPath` (nil: the system's roots) and carry the host's
+        /// name (or `serverName` when given).
+        case tls(trustRootsPath: String?, serverName: String? = nil)
+    }
 
     /// Creates a configuration: store on 127.0.0.1:7301, content on 127.0.0.1:7302,
-    /// 10 s call timeout, retries from 200 ms up to 5 s, updates polled every 2 s.
+    /// 10 s call timeout, retries from 200 ms up to 5 s, updates polled every 2 s,
+    /// logging to `Logger(label: "kiosk")`, plaintext (loopback only).
     public init(
         storeHost: String = "127.0.0.1", storePort: Int = 7301, contentHost: String = "127.0.0.1", contentPort: Int = 7302,
         token: String, bundleID: String = "com.example.kiosk", stateDirectory: String,
         callTimeout: Duration = .seconds(10), retryInitialDelay: Duration = .milliseconds(200),
-        retryMaximumDelay: Duration = .seconds(5), updatePollInterval: Duration = .seconds(2)
+        retryMaximumDelay: Duration = .seconds(5), updatePollInterval: Duration = .seconds(2),
+        logger: Logger = Logger(label: "kiosk"),
+        transportSecurity: TransportSecurity = .plaintext
     ) {
+        self.transportSecurity = transportSecurity
         self.storeHost = storeHost
         self.storePort = storePort
         self.contentHost = contentHost
@@ -45,5 +69,6 @@ public struct KioskConfiguration: Sendable {
         self.retryInitialDelay = retryInitialDelay
         self.retryMaximumDelay = retryMaximumDelay
         self.updatePollInterval = updatePollInterval
+        self.logger = logger
     }
 }

@@ -3,6 +3,7 @@ import Foundation
 import KioskAPI
 import KioskRPC
 import KioskWire
+import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 
@@ -59,6 +60,11 @@ private struct PartialState: Codable, Hashable {
 /// renamed into place (atomic on one file system). After each complete chunk
 /// the progress is saved beside it, so a broken download — even one broken by
 /// a crash — resumes from its last complete chunk with the same receipt.
+///
+/// What the download writes is private to the user: the partial file, its
+/// saved progress and so the finished file are 0600, a destination directory
+/// it has to create is 0700, and each rename or removal is followed by an
+/// fsync of the directory.
 public final class KioskDownload: Sendable {
     /// The product.
     public let productID: String
@@ -128,8 +134,8 @@ public final class KioskDownload: Sendable {
             task?.cancel()
             await task?.value
             await stopping?.value
-            try? FileManager.default.removeItem(at: partialURL)
-            try? FileManager.default.removeItem(at: stateURL)
+            _ = try? PrivateFiles.remove(partialURL.path)
+            _ = try? PrivateFiles.remove(stateURL.path)
             finishAll(.cancelled, result: .failure(KioskError(.downloadFailed, "the download was cancelled")))
         }
     }
@@ -213,17 +219,18 @@ public final class KioskDownload: Sendable {
         return saved
     }
 
-    private func fetch() async throws -> URL {
-        try FileManager.default.createDirectory(at: destination.deletingLastPathComponent(), withIntermediateDirectories: true)
+    /// - Parameter mayRenewToken: a refused access token (expired, or its key retired) is renewed once.
+    private func fetch(mayRenewToken: Bool = true) async throws -> URL {
+        try PrivateFiles.makeDirectory(destination.deletingLastPathComponent().path, tighteningExisting: false)
         var saved = savedState()
         var offset = saved?.bytesDone ?? 0
         if saved == nil {
-            try? FileManager.default.removeItem(at: partialURL)
+            _ = try? PrivateFiles.remove(partialURL.path)
         }
         let stream = client.content.serverStreaming(
             "/kiosk.content.v1.Content/Download",
             request: ContentV1.DownloadRequest(signedReceipt: receipt, productID: productID, resumeOffset: offset),
-            response: ContentV1.DownloadPart.self, options: client.options(timeout: .seconds(3600)))
+            response: ContentV1.DownloadPart.self, options: try await client.contentOptions(timeout: .seconds(3600)))
         var file: FileHandle?
         defer { try? file?.close() }
         let started = ContinuousClock.now
@@ -242,10 +249,7 @@ public final class KioskDownload: Sendable {
                     }
                     saved = PartialState(productID: productID, version: header.contentVersion, sha256: sha,
                                          totalSize: header.totalSize, chunkSize: header.chunkSize, bytesDone: offset)
-                    if !FileManager.default.fileExists(atPath: partialURL.path) {
-                        FileManager.default.createFile(atPath: partialURL.path, contents: nil)
-                    }
-                    file = try FileHandle(forWritingTo: partialURL)
+                    file = try PrivateFiles.openForWriting(partialURL.path)
                     try file?.truncate(atOffset: offset)
                     emit(.active, bytesDone: offset, total: header.totalSize)
                 }
@@ -272,7 +276,7 @@ public final class KioskDownload: Sendable {
                 fetched += UInt64(original.count)
                 progress.bytesDone = offset
                 saved = progress
-                try JSONEncoder().encode(progress).write(to: stateURL, options: .atomic)
+                try PrivateFiles.writeAtomically(JSONEncoder().encode(progress), to: stateURL.path)
                 let elapsed = started.duration(to: .now)
                 let rate = Double(fetched) / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
                 let remaining = rate > 0 ? Duration.milliseconds(Int64(Double(progress.totalSize - offset) / rate * 1000)) : nil
@@ -283,11 +287,17 @@ public final class KioskDownload: Sendable {
             // offset lies beyond): start over from 0, once.
             try? file?.close()
             file = nil
-            try? FileManager.default.removeItem(at: partialURL)
-            try? FileManager.default.removeItem(at: stateURL)
-            return try await fetch()
+            _ = try? PrivateFiles.remove(partialURL.path)
+            _ = try? PrivateFiles.remove(stateURL.path)
+            return try await fetch(mayRenewToken: mayRenewToken)
         } catch let error as RPCError {
             if Task.isCancelled { throw CancellationError() }
+            if error.code == .unauthenticated, mayRenewToken {
+                try? file?.close()
+                file = nil
+                client.dropAccessToken()
+                return try await fetch(mayRenewToken: false)
+            }
             switch error.code {
             case .permissionDenied, .failedPrecondition, .invalidArgument, .unauthenticated:
                 throw KioskError(error.code == .unauthenticated ? .notAuthenticated : .downloadRefused, error.message)
@@ -306,14 +316,20 @@ public final class KioskDownload: Sendable {
         file = nil
         // Check the whole file against the announced SHA-256, then move it into place.
         guard try Self.sha256(of: partialURL) == done.sha256 else {
-            try? FileManager.default.removeItem(at: partialURL)
-            try? FileManager.default.removeItem(at: stateURL)
+            _ = try? PrivateFiles.remove(partialURL.path)
+            _ = try? PrivateFiles.remove(stateURL.path)
             throw KioskError(.downloadFailed, "the downloaded file's SHA-256 does not match; it was removed")
         }
-        guard rename(partialURL.path, destination.path) == 0 else {
-            throw KioskError(.downloadFailed, "cannot move the file to \(destination.path): errno \(errno)")
+        do {
+            try PrivateFiles.rename(partialURL.path, to: destination.path)
+        } catch {
+            // In place, but only the directory's fsync failed: still a finished download.
+            if FileManager.default.fileExists(atPath: partialURL.path) {
+                throw KioskError(.downloadFailed, "cannot move the file to \(destination.path): \(error)")
+            }
+            client.configuration.logger.warning("download of \(productID): \(error)")
         }
-        try? FileManager.default.removeItem(at: stateURL)
+        _ = try? PrivateFiles.remove(stateURL.path)
         return destination
     }
 

@@ -27,9 +27,15 @@ public struct ReceiptSigningKey: Sendable {
     }
 
     /// Signs `payload` (its `keyID` is set to this key's id) into a receipt.
-    public func sign(_ payload: ReceiptV1.ReceiptPayload) throws -> ReceiptV1.SignedReceipt {
+    /// - Parameter signedAtMs: when the key signs, in milliseconds since 1970, written to the
+    ///   payload's `signedDateMs`: verifiers check it against the key's validity window
+    ///   (``ReceiptPublicKey/notBeforeMs`` … ``ReceiptPublicKey/notAfterMs``). The store passes
+    ///   its clock. `nil` keeps the payload's own `signedDateMs` (0 when unset: verifiers then
+    ///   take its purchase date for the signing time).
+    public func sign(_ payload: ReceiptV1.ReceiptPayload, signedAtMs: Int64? = nil) throws -> ReceiptV1.SignedReceipt {
         var payload = payload
         payload.keyID = id
+        if let signedAtMs { payload.signedDateMs = signedAtMs }
         let bytes = payload.serializedBytes()
         let signature = try privateKey.signature(for: receiptSignaturePrefix + bytes)
         return ReceiptV1.SignedReceipt(payload: bytes, signature: Array(signature), keyID: id)
@@ -42,14 +48,32 @@ public struct ReceiptPublicKey: Hashable, Sendable {
     public var id: String
     /// The raw 32-byte Ed25519 public key.
     public var rawRepresentation: [UInt8]
-    /// When the key started signing, in milliseconds since 1970.
+    /// When the key started signing, in milliseconds since 1970: receipts signed before do not verify with it.
     public var notBeforeMs: Int64
+    /// When the key was retired, in milliseconds since 1970: receipts signed after do not verify
+    /// with it (those signed before, or at that millisecond, still do). 0: not retired.
+    public var notAfterMs: Int64
 
     /// Creates a public key entry.
-    public init(id: String, rawRepresentation: [UInt8], notBeforeMs: Int64) {
+    public init(id: String, rawRepresentation: [UInt8], notBeforeMs: Int64, notAfterMs: Int64 = 0) {
         self.id = id
         self.rawRepresentation = rawRepresentation
         self.notBeforeMs = notBeforeMs
+        self.notAfterMs = notAfterMs
+    }
+
+    /// True when the key has been retired (``notAfterMs`` is set).
+    public var isRetired: Bool { notAfterMs != 0 }
+
+    /// True when a receipt signed at `signingTimeMs` lies inside the key's validity window:
+    /// not before ``notBeforeMs`` and, once retired, not after ``notAfterMs``.
+    public func isValid(atMs signingTimeMs: Int64) -> Bool {
+        signingTimeMs >= notBeforeMs && (notAfterMs == 0 || signingTimeMs <= notAfterMs)
+    }
+
+    /// The validity window as a person reads it, e.g. `[1800000000000, 1800000500000]` or `[1800000000000, not retired]`.
+    public var validityWindow: String {
+        "[\(notBeforeMs), \(notAfterMs == 0 ? "not retired" : String(notAfterMs))]"
     }
 
     /// The id of a public key: "ed25519-" and the first 8 bytes of its SHA-256, in hex.

@@ -24,34 +24,57 @@ public struct ReceiptCheck: Hashable, Sendable {
 /// 1. the envelope must decode, with a 64-byte signature and a key id (else 21002);
 /// 2. a known key must verify the signature over the exact payload bytes
 ///    (else 21003) — before the payload is trusted for anything;
-/// 3. the payload must decode and name the same key (else 21002);
-/// 4. its environment must be the verifier's (21007 / 21008);
-/// 5. a subscription must not have expired (21006).
+/// 3. the payload must decode, name the same key and name an environment,
+///    sandbox or production (else 21002);
+/// 4. the key must have been valid when it signed: the payload's signing time
+///    (`signedDateMs`) not before the key's `notBeforeMs` and, for a retired
+///    key, not after its `notAfterMs` (else 21003). Receipts of older stores
+///    carry no signing time: their purchase date stands for it, checked against
+///    `notAfterMs` only (a purchase settled later — reconciled, or charged while
+///    a key rotated — is signed by a key newer than its purchase date);
+/// 5. with a configured bundle id, the receipt must be for that app (else 21003:
+///    not authentic *for this app*, as Apple's `SignedDataVerifier` answers
+///    `INVALID_APP_IDENTIFIER`, a verification failure; verifyReceipt has no own code for it);
+/// 6. its environment must be the verifier's (21007 / 21008);
+/// 7. a subscription must not have expired (21006).
 ///
 /// A receipt signed by an unknown key whose payload says it is from the other
 /// environment gets 21007 / 21008, as Apple's production server does for
 /// sandbox receipts it cannot verify itself.
 public struct ReceiptVerifier: Sendable {
-    private let keys: [String: Curve25519.Signing.PublicKey]
+    private struct TrustedKey: Sendable {
+        var verifying: Curve25519.Signing.PublicKey
+        var entry: ReceiptPublicKey
+    }
+
+    private let keys: [String: TrustedKey]
     /// The environment receipts must be from.
     public let environment: ReceiptV1.Environment
     /// A production verifier that also accepts sandbox receipts.
     public let acceptSandbox: Bool
+    /// The app receipts must be for; `nil` accepts any bundle id.
+    public let bundleID: String?
 
     /// Creates a verifier. Keys that are not valid Ed25519 public keys are skipped.
-    public init(keys: [ReceiptPublicKey], environment: ReceiptV1.Environment, acceptSandbox: Bool = false) {
-        var byID: [String: Curve25519.Signing.PublicKey] = [:]
+    /// - Parameters:
+    ///   - keys: the store's public keys, with their validity windows.
+    ///   - environment: the environment receipts must be from.
+    ///   - acceptSandbox: a production verifier that also accepts sandbox receipts.
+    ///   - bundleID: when set, a receipt for another bundle id is refused with 21003.
+    public init(keys: [ReceiptPublicKey], environment: ReceiptV1.Environment, acceptSandbox: Bool = false, bundleID: String? = nil) {
+        var byID: [String: TrustedKey] = [:]
         for key in keys {
             if let publicKey = try? Curve25519.Signing.PublicKey(rawRepresentation: key.rawRepresentation) {
-                byID[key.id] = publicKey
+                byID[key.id] = TrustedKey(verifying: publicKey, entry: key)
             }
         }
         self.keys = byID
         self.environment = environment
         self.acceptSandbox = acceptSandbox
+        self.bundleID = bundleID
     }
 
-    /// True when `keyID` is one of the verifier's keys.
+    /// True when `keyID` is one of the verifier's keys (retired ones included).
     public func knows(keyID: String) -> Bool { keys[keyID] != nil }
 
     /// Checks an encoded `SignedReceipt`.
@@ -75,11 +98,22 @@ public struct ReceiptVerifier: Sendable {
             }
             return ReceiptCheck(status: .notAuthentic, message: "receipt is signed by unknown key \(signed.keyID)")
         }
-        guard key.isValidSignature(signed.signature, for: receiptSignaturePrefix + signed.payload) else {
+        guard key.verifying.isValidSignature(signed.signature, for: receiptSignaturePrefix + signed.payload) else {
             return ReceiptCheck(status: .notAuthentic, message: "receipt signature does not verify")
         }
         guard let payload = try? ReceiptV1.ReceiptPayload(serializedBytes: signed.payload), payload.keyID == signed.keyID else {
             return ReceiptCheck(status: .malformed, message: "receipt payload is not a valid receipt")
+        }
+        guard payload.environment == .sandbox || payload.environment == .production else {
+            let named = payload.environment == .environmentUnspecified ? "no environment" : "unknown environment \(payload.environment.rawValue)"
+            return ReceiptCheck(status: .malformed, message: "receipt payload names \(named) (expected sandbox or production)", payload: payload)
+        }
+        if let refusal = windowRefusal(payload, key: key.entry) {
+            return ReceiptCheck(status: .notAuthentic, message: refusal, payload: payload)
+        }
+        if let bundleID, payload.bundleID != bundleID {
+            return ReceiptCheck(status: .notAuthentic,
+                                message: "receipt is for bundle id \"\(payload.bundleID)\", not this app's \"\(bundleID)\"", payload: payload)
         }
         if let status = environmentMismatch(payload.environment) {
             return ReceiptCheck(status: status, message: mismatchMessage(status), payload: payload)
@@ -88,6 +122,18 @@ public struct ReceiptVerifier: Sendable {
             return ReceiptCheck(status: .subscriptionExpired, message: "subscription expired", payload: payload)
         }
         return ReceiptCheck(status: .valid, message: "valid", payload: payload)
+    }
+
+    /// Why the key was not valid when it signed the receipt, or nil when it was.
+    private func windowRefusal(_ payload: ReceiptV1.ReceiptPayload, key: ReceiptPublicKey) -> String? {
+        let window = "validity window \(key.validityWindow) (ms since 1970)"
+        if payload.signedDateMs != 0 {
+            guard !key.isValid(atMs: payload.signedDateMs) else { return nil }
+            return "receipt was signed at \(payload.signedDateMs) by key \(key.id), outside the key's \(window)"
+        }
+        // A receipt of an older store: its purchase date is when it was signed, or earlier.
+        guard key.isRetired, payload.purchaseDateMs > key.notAfterMs else { return nil }
+        return "receipt (no signing time; purchased at \(payload.purchaseDateMs)) is after the retirement of key \(key.id), \(window)"
     }
 
     private func environmentMismatch(_ receiptEnvironment: ReceiptV1.Environment) -> ReceiptStatus? {

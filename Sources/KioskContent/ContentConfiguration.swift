@@ -11,12 +11,19 @@ public struct ContentConfiguration: Sendable {
     public var storeHost: String
     /// The store's port.
     public var storePort: Int
-    /// A store account token the service uses for `PublicKeys` and `WatchRevocations`.
-    public var storeToken: String
+    /// The service's credential at the store (role `content`, from `kiosk-store
+    /// service create --role content`), for `WatchRevocations`.
+    public var storeCredential: String
+    /// The trust roots and name of the store's TLS certificate; nil speaks
+    /// plaintext (to a loopback store only).
+    public var storeTLS: ClientTLS?
     /// Receipts must be from this environment.
     public var environment: ReceiptV1.Environment
     /// A production service that also serves sandbox receipts.
     public var acceptSandbox: Bool
+    /// The app whose receipts the service honours: a receipt for another bundle id is refused
+    /// with 21003 (not authentic for this app). `nil` (the default) accepts any bundle id.
+    public var bundleID: String?
     /// Verified receipts kept (0 turns the cache off).
     public var cacheSize: Int
     /// How long the service keeps serving on its last known keys and
@@ -28,8 +35,8 @@ public struct ContentConfiguration: Sendable {
     public var maximumDownloadsPerAccount: Int
     /// Concurrent downloads in total.
     public var maximumDownloads: Int
-    /// How long a caller's token → account answer from the store is trusted.
-    public var tokenCacheLifetime: Duration
+    /// Access tokens whose signature was checked, kept until they expire (only valid ones are kept).
+    public var accessTokenCacheSize: Int
     /// The time, in milliseconds since 1970; replaceable in tests.
     public var clock: @Sendable () -> Int64
 
@@ -37,25 +44,33 @@ public struct ContentConfiguration: Sendable {
     /// 256 KiB chunks, 4 downloads per account and 64 in total.
     public init(
         contentDirectory: String, preparedDirectory: String? = nil, storeHost: String = "127.0.0.1", storePort: Int = 7301,
-        storeToken: String, environment: ReceiptV1.Environment = .sandbox, acceptSandbox: Bool = false,
+        storeCredential: String, storeTLS: ClientTLS? = nil, environment: ReceiptV1.Environment = .sandbox, acceptSandbox: Bool = false, bundleID: String? = nil,
         cacheSize: Int = 10_000, maximumStaleness: Duration = .seconds(300), chunkSize: UInt32 = 256 * 1024,
-        maximumDownloadsPerAccount: Int = 4, maximumDownloads: Int = 64, tokenCacheLifetime: Duration = .seconds(600),
+        maximumDownloadsPerAccount: Int = 4, maximumDownloads: Int = 64, accessTokenCacheSize: Int = 10_000,
         clock: @escaping @Sendable () -> Int64 = ContentConfiguration.systemClock
     ) {
         self.contentDirectory = contentDirectory
         self.preparedDirectory = preparedDirectory ?? contentDirectory + "/.kiosk-prepared"
         self.storeHost = storeHost
         self.storePort = storePort
-        self.storeToken = storeToken
+        self.storeCredential = storeCredential
+        self.storeTLS = storeTLS
         self.environment = environment
         self.acceptSandbox = acceptSandbox
+        self.bundleID = bundleID
         self.cacheSize = cacheSize
         self.maximumStaleness = maximumStaleness
         self.chunkSize = chunkSize
         self.maximumDownloadsPerAccount = maximumDownloadsPerAccount
         self.maximumDownloads = maximumDownloads
-        self.tokenCacheLifetime = tokenCacheLifetime
+        self.accessTokenCacheSize = accessTokenCacheSize
         self.clock = clock
+    }
+
+    /// A verifier of receipts with the store's `keys`, by this configuration's rules:
+    /// ``environment``, ``acceptSandbox`` and ``bundleID``.
+    public func makeVerifier(keys: [ReceiptPublicKey]) -> ReceiptVerifier {
+        ReceiptVerifier(keys: keys, environment: environment, acceptSandbox: acceptSandbox, bundleID: bundleID)
     }
 
     /// Wall-clock milliseconds since 1970.

@@ -99,12 +99,12 @@ final class ContentLibrary: Sendable {
     }
 }
 
-/// Checks the buyer's store token of Authorize and Download from HEADERS,
-/// before the request (a receipt) is decoded.
+/// Checks the buyer's access token of Authorize and Download from HEADERS,
+/// offline, before the request (a receipt) is decoded.
 struct CallerAuthenticator: RPCAuthenticator {
     let gate: ReceiptGate
 
     func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
-        try await gate.checkCaller(token: context.metadata.bearerToken)
+        try gate.checkCaller(token: context.metadata.bearerToken)
     }
 }

@@ -60,18 +60,23 @@ public struct GateStats: Hashable, Sendable {
 }
 
 /// Decides access offline: Ed25519 signatures against the store's keys, the
-/// caller's account, the product, the environment, and the revocations fed by
-/// the store, with a cache of verified receipts. Only a caller's first token
-/// and an unknown key id cost a store round trip.
+/// caller's account (from an access token the store signed), the product, the
+/// environment, and the revocations fed by the store, with a cache of verified
+/// receipts. No caller's token ever costs a store call; only a receipt naming
+/// an unknown key id does (at most one key fetch a second).
 final class ReceiptGate: Sendable {
     private struct State {
         var verifier: ReceiptVerifier
+        var tokenVerifier: AccessTokenVerifier
+        /// Access tokens whose signature verified, until they expire.
+        var tokens: [String: (accountID: String, expiresMs: Int64)] = [:]
         var keysKnown = 0
+        /// Each known key's retirement time (0: none), to notice a retirement.
+        var keyWindows: [String: Int64] = [:]
         var revoked: Set<String> = []
         var cursor: UInt64 = 0
         var lastHeardMs: Int64?
         var cache: VerifiedReceiptCache
-        var tokens: [[UInt8]: (accountID: String, atMs: Int64)] = [:]
         var lastKeyRefresh: ContinuousClock.Instant?
     }
 
@@ -85,7 +90,7 @@ final class ReceiptGate: Sendable {
         self.link = link
         self.logger = logger
         self.state = NIOLockedValueBox(State(
-            verifier: ReceiptVerifier(keys: [], environment: configuration.environment, acceptSandbox: configuration.acceptSandbox),
+            verifier: configuration.makeVerifier(keys: []), tokenVerifier: Self.makeTokenVerifier(keys: [], configuration),
             cache: VerifiedReceiptCache(capacity: configuration.cacheSize)))
     }
 
@@ -95,17 +100,17 @@ final class ReceiptGate: Sendable {
     // MARK: Deciding
 
     /// Decides whether `receipt` opens `productID` for the holder of `token`.
-    /// - Throws: ``RPCError`` UNAUTHENTICATED for a missing or unknown token.
+    /// - Throws: ``RPCError`` UNAUTHENTICATED for a missing, invalid or expired access token.
     /// - Parameter caller: the token's account as ``checkCaller(token:)`` found it for this call, if it ran.
     func authorize(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil) async throws -> AccessDecision {
         guard let token, !token.isEmpty else {
-            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <token>\" (the buyer's store token)")
+            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
         }
         let nowMs = now
         if let stale = staleness(nowMs: nowMs) { return stale }
         let account: String
         let lookup: AccountLookup
-        if let caller { lookup = caller } else { lookup = try await accountID(token: token, nowMs: nowMs) }
+        if let caller { lookup = caller } else { lookup = try accountID(token: token, nowMs: nowMs) }
         switch lookup {
         case .account(let id): account = id
         case .refused(let decision): return decision
@@ -159,16 +164,17 @@ final class ReceiptGate: Sendable {
         return nil
     }
 
-    /// Checks the caller's bearer token from a call's HEADERS, before its
-    /// request is decoded: UNAUTHENTICATED when it is missing or the store does
-    /// not know it. A store that cannot be reached is left to ``authorize``,
-    /// which answers 21005 within its staleness rules.
+    /// Checks the caller's access token from a call's HEADERS, before its
+    /// request is decoded, offline: UNAUTHENTICATED when it is missing, not an
+    /// access token, not signed by the store, for another service or expired.
+    /// Never calls the store: a flood of bad tokens costs at most one signature
+    /// check each and leaves nothing behind.
     /// Returns what it found, for ``authorize(receipt:productID:token:caller:)``.
-    func checkCaller(token: String?) async throws -> AccountLookup {
+    func checkCaller(token: String?) throws -> AccountLookup {
         guard let token, !token.isEmpty else {
-            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <token>\" (the buyer's store token)")
+            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
         }
-        return try await accountID(token: token, nowMs: now)
+        return try accountID(token: token, nowMs: now)
     }
 
     /// Whose a caller's token is, or why that cannot be told now.
@@ -177,25 +183,39 @@ final class ReceiptGate: Sendable {
         case refused(AccessDecision)
     }
 
-    private func accountID(token: String, nowMs: Int64) async throws -> AccountLookup {
-        let tokenHash = Array(SHA256.hash(data: Array(token.utf8)))
-        let lifetime = configuration.tokenCacheLifetime.wholeMilliseconds
-        let cached = state.withLockedValue { $0.tokens[tokenHash] }
-        if let cached, nowMs - cached.atMs <= lifetime { return .account(cached.accountID) }
-        do {
-            let id = try await link.accountID(forCallerToken: token)
-            state.withLockedValue { state in
-                if state.tokens.count >= 100_000 { state.tokens.removeAll() }
-                state.tokens[tokenHash] = (id, nowMs)
-            }
-            return .account(id)
-        } catch let error as RPCError where error.code == .unauthenticated && error.source == .remote {
-            throw RPCError(.unauthenticated, "the store does not know this bearer token")
-        } catch {
-            // Store unreachable: an expired answer still serves within the staleness bound.
-            if let cached { return .account(cached.accountID) }
-            return .refused(.refused(.serverUnavailable, "the store cannot be reached to check the caller's token: \(error)"))
+    private func accountID(token: String, nowMs: Int64) throws -> AccountLookup {
+        let (cached, verifier, keysKnown) = state.withLockedValue { ($0.tokens[token], $0.tokenVerifier, $0.keysKnown) }
+        if let cached, cached.expiresMs > nowMs { return .account(cached.accountID) }
+        guard keysKnown > 0 else {
+            return .refused(.refused(.serverUnavailable, "the store has not been reached yet; its keys are unknown"))
         }
+        let payload: ReceiptV1.AccessTokenPayload
+        do {
+            payload = try verifier.verify(token, nowMs: nowMs)
+        } catch let refusal as AccessTokenRefusal {
+            guard AccessToken.looksLikeAccessToken(token) else {
+                throw RPCError(.unauthenticated, "the content service takes an access token from the store's AccessToken call, not an account token")
+            }
+            throw RPCError(.unauthenticated, refusal.description)
+        }
+        let capacity = configuration.accessTokenCacheSize
+        if capacity > 0 {
+            state.withLockedValue { state in
+                if state.tokens.count >= capacity {
+                    state.tokens = state.tokens.filter { $0.value.expiresMs > nowMs }
+                    if state.tokens.count >= capacity { state.tokens.removeAll(keepingCapacity: true) }
+                }
+                state.tokens[token] = (payload.accountID, payload.expiresMs)
+            }
+        }
+        return .account(payload.accountID)
+    }
+
+    /// Tokens of the store this service follows: its keys are what bind a token
+    /// to it, so the token's environment only has to be a real one (receipts
+    /// carry the environment rules: 21007 / 21008).
+    private static func makeTokenVerifier(keys: [ReceiptPublicKey], _ configuration: ContentConfiguration) -> AccessTokenVerifier {
+        AccessTokenVerifier(keys: keys, audience: AccessToken.contentAudience, environments: [.sandbox, .production])
     }
 
     /// Fetches the store's keys again when the receipt names a key not known
@@ -231,9 +251,18 @@ final class ReceiptGate: Sendable {
     /// New keys. They do not count as hearing from the store: only the
     /// revocation feed (a revocation or a heartbeat) proves it is current.
     func install(keys: [ReceiptPublicKey]) {
-        let verifier = ReceiptVerifier(keys: keys, environment: configuration.environment, acceptSandbox: configuration.acceptSandbox)
+        let verifier = configuration.makeVerifier(keys: keys)
+        let tokenVerifier = Self.makeTokenVerifier(keys: keys, configuration)
         state.withLockedValue { state in
             state.verifier = verifier
+            state.tokenVerifier = tokenVerifier
+            // A key retired (or gone): what it verified is checked again against the new windows.
+            let windows = Dictionary(keys.map { ($0.id, $0.notAfterMs) }, uniquingKeysWith: { first, _ in first })
+            if state.keyWindows.contains(where: { windows[$0.key] != $0.value }) {
+                state.tokens.removeAll()
+                state.cache.removeAll()
+            }
+            state.keyWindows = windows
             state.keysKnown = keys.count
         }
     }
@@ -262,6 +291,8 @@ final class ReceiptGate: Sendable {
                 install(keys: try await link.publicKeys())
                 let cursor = state.withLockedValue { $0.cursor }
                 for try await revocation in link.revocations(since: cursor) {
+                    // A rotation or retirement: the keys are fetched before the message counts as hearing from the store.
+                    if revocation.keysChanged { install(keys: try await link.publicKeys()) }
                     apply(revocation)
                     failures = 0
                 }

@@ -65,6 +65,16 @@ struct VerifiedReceiptCache {
         index[key] = slot
     }
 
+    /// Forgets every entry (the store's keys changed: a retired key's receipts
+    /// must be checked again); the hit and miss counts stay.
+    mutating func removeAll() {
+        nodes.removeAll()
+        index.removeAll()
+        free.removeAll()
+        head = nil
+        tail = nil
+    }
+
     /// Evicts every entry for `transactionID`.
     mutating func evict(transactionID: String) {
         let slots = index.values.filter { nodes[$0].payload.transactionID == transactionID }

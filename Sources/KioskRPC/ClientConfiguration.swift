@@ -16,9 +16,16 @@ public struct ClientConfiguration: Sendable {
     /// Adds handlers in front of Kiosk's framing on each connection (the seam
     /// for TLS: a `NIOSSLClientHandler` goes here).
     public var transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)?
+    /// The roots the server's certificate must chain to and the name it must
+    /// carry; nil speaks plaintext, which the client allows only to a loopback
+    /// host unless ``allowsPlaintextOffLoopback`` says otherwise.
+    public var tls: ClientTLS?
+    /// Speak plaintext to a host that is not loopback: tokens and receipts
+    /// then cross the network in the clear.
+    public var allowsPlaintextOffLoopback: Bool
 
     /// 5 s connect timeout, ``ConnectionBackoff/defaults``, keepalive every 30 s
-    /// with a 10 s timeout, 4 MiB messages, no default deadline, no TLS.
+    /// with a 10 s timeout, 4 MiB messages, no default deadline, no TLS (so loopback only).
     public static var defaults: ClientConfiguration { ClientConfiguration() }
 
     /// Creates a configuration; see ``defaults``.
@@ -28,8 +35,12 @@ public struct ClientConfiguration: Sendable {
         keepalive: Keepalive? = Keepalive(interval: .seconds(30), timeout: .seconds(10)),
         maximumMessageSize: Int = Frame.defaultMaximumPayloadSize,
         defaultTimeout: Duration? = nil,
-        transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil
+        transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil,
+        tls: ClientTLS? = nil,
+        allowsPlaintextOffLoopback: Bool = false
     ) {
+        self.tls = tls
+        self.allowsPlaintextOffLoopback = allowsPlaintextOffLoopback
         self.connectTimeout = connectTimeout
         self.backoff = backoff
         self.keepalive = keepalive

@@ -217,6 +217,11 @@ public final class RPCClient: Sendable {
     private func connectOnce() async throws -> ClientConnection {
         let configuration = self.configuration
         let target = self.target
+        let host = self.host
+        if configuration.tls == nil, !configuration.allowsPlaintextOffLoopback, !Loopback.contains(host: host) {
+            throw RPCError(.unavailable, "refusing to send calls in plaintext to \(target), which is not a loopback address: configure TLS trust roots, or allow insecure plaintext", source: .connect)
+        }
+        let handshake = NIOLockedValueBox<EventLoopFuture<Void>?>(nil)
         let logger = self.logger
         let state = self.state
         let installed = NIOLockedValueBox<ClientConnection?>(nil)
@@ -224,6 +229,17 @@ public final class RPCClient: Sendable {
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
+                if let tls = configuration.tls {
+                    let promise = channel.eventLoop.makePromise(of: Void.self)
+                    handshake.withLockedValue { $0 = promise.futureResult }
+                    do {
+                        try channel.pipeline.syncOperations.addHandlers([
+                            try tls.makeHandler(host: host), TLSHandshakeHandler(handshake: promise)])
+                    } catch {
+                        promise.fail(error)
+                        return channel.eventLoop.makeFailedFuture(error)
+                    }
+                }
                 let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
                 return transport.flatMapThrowing {
                     let channelID = ObjectIdentifier(channel)
@@ -247,6 +263,15 @@ public final class RPCClient: Sendable {
                 }
             }
         let channel = try await bootstrap.connect(host: host, port: port).get()
+        if let handshake = handshake.withLockedValue({ $0 }) {
+            do {
+                try await handshake.get()
+            } catch {
+                try? await channel.close()
+                // Not retried: a certificate that does not verify will not start to in the next second.
+                throw RPCError(.unavailable, "TLS handshake with \(target) failed: \(error)", source: .connect)
+            }
+        }
         guard let connection = installed.withLockedValue({ $0 }) else {
             try? await channel.close()
             throw RPCError(.internal, "connection to \(target) was set up without its handler", source: .connect)

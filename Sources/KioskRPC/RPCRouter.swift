@@ -1,4 +1,5 @@
 import KioskWire
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// A service: a set of methods registered on an ``RPCRouter``.
@@ -56,6 +57,8 @@ public struct RPCRouter: Sendable {
         /// Checks credentials before the request is decoded; nil: the method is open to anyone.
         var authenticator: (any RPCAuthenticator)?
         var run: @Sendable (_ payload: ByteBuffer, _ flags: FrameFlags, _ call: ServerCall, _ context: ServerContext) async throws -> Void
+        /// Calls opened on this method (shared by every copy of the router).
+        let calls = CallCounter()
     }
 
     private(set) var methods: [String: Method] = [:]
@@ -106,4 +109,19 @@ public struct RPCRouter: Sendable {
     func method(named name: String) -> Method? {
         methods[name]
     }
+
+    /// Calls opened so far, by full method name (methods never called are left out).
+    public var callCounts: [String: UInt64] {
+        methods.compactMapValues { method in
+            let count = method.calls.value
+            return count > 0 ? count : nil
+        }
+    }
+}
+
+/// Counts the calls one method has opened.
+final class CallCounter: Sendable {
+    private let count = NIOLockedValueBox<UInt64>(0)
+    func increment() { count.withLockedValue { $0 += 1 } }
+    var value: UInt64 { count.withLockedValue { $0 } }
 }

@@ -59,6 +59,10 @@ public final class RPCServer: Sendable {
         self.router = router
     }
 
+    /// Calls opened so far, by full method name ("/package.Service/Method"):
+    /// what a peer made this server do (methods never called are left out).
+    public var callCounts: [String: UInt64] { router.callCounts }
+
     /// The port the server listens on, once started.
     public var port: Int? {
         state.withLockedValue { $0.listener?.localAddress?.port }
@@ -66,8 +70,14 @@ public final class RPCServer: Sendable {
 
     /// Binds the listener.
     /// - Throws: the bind error (e.g. address in use).
+    /// - Throws: ``TransportSecurityError`` for plaintext on an address that is
+    ///   not loopback (unless ``ServerConfiguration/allowsPlaintextOffLoopback``).
     public func start() async throws {
         let configuration = self.configuration
+        if configuration.tls == nil, !configuration.allowsPlaintextOffLoopback, !Loopback.contains(host: configuration.host) {
+            throw TransportSecurityError(
+                "refusing to serve plaintext on \(configuration.host), which is not a loopback address: give a TLS certificate and key, or allow insecure plaintext")
+        }
         let router = self.router
         let logger = self.logger
         let shutdownFlag = self.shutdownFlag
@@ -83,6 +93,11 @@ public final class RPCServer: Sendable {
                 guard self.admit(channel) else {
                     logger.warning("refusing a connection: the server has its maximum of \(limits.maximumConnections) connections")
                     return Self.refuse(channel, maximumConnections: limits.maximumConnections)
+                }
+                if let tls = configuration.tls {
+                    do { try channel.pipeline.syncOperations.addHandler(tls.makeHandler()) } catch {
+                        return channel.eventLoop.makeFailedFuture(error)
+                    }
                 }
                 let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
                 return transport.flatMapThrowing {

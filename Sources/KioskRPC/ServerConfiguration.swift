@@ -22,18 +22,26 @@ public struct ServerConfiguration: Sendable {
     /// per call. Handlers must then not block for long; work that does (file
     /// preparation, big computations) belongs on a queue of its own.
     public var runsHandlersOnEventLoop: Bool
+    /// The certificate and key the server presents; nil serves plaintext, which
+    /// ``RPCServer/start()`` allows only on a loopback address unless
+    /// ``allowsPlaintextOffLoopback`` says otherwise.
+    public var tls: ServerTLSIdentity?
+    /// Serve plaintext on an address that is not loopback (`--insecure-plaintext`):
+    /// tokens and receipts then cross the network in the clear.
+    public var allowsPlaintextOffLoopback: Bool
     /// What one peer may make the server hold: connections, calls, metadata,
     /// timeouts, PINGs, buffered bytes (``ServerLimits/defaults``).
     public var limits: ServerLimits
 
     /// 127.0.0.1, ephemeral port, 4 MiB messages, keepalive every 60 s with a 20 s
-    /// timeout, 10 s shutdown grace, no TLS, handlers on the event loops,
+    /// timeout, 10 s shutdown grace, no TLS (so loopback only), handlers on the event loops,
     /// ``ServerLimits/defaults``.
     public static var defaults: ServerConfiguration {
         ServerConfiguration(
             host: "127.0.0.1", port: 0, maximumMessageSize: Frame.defaultMaximumPayloadSize,
             keepalive: Keepalive(interval: .seconds(60), timeout: .seconds(20)),
-            shutdownGracePeriod: .seconds(10), transportConfigurator: nil, runsHandlersOnEventLoop: true, limits: .defaults)
+            shutdownGracePeriod: .seconds(10), transportConfigurator: nil, runsHandlersOnEventLoop: true, limits: .defaults,
+            tls: nil, allowsPlaintextOffLoopback: false)
     }
 
     /// Creates a configuration; see ``defaults``.
@@ -43,9 +51,13 @@ public struct ServerConfiguration: Sendable {
         shutdownGracePeriod: Duration = .seconds(10),
         transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil,
         runsHandlersOnEventLoop: Bool = true,
-        limits: ServerLimits = .defaults
+        limits: ServerLimits = .defaults,
+        tls: ServerTLSIdentity? = nil,
+        allowsPlaintextOffLoopback: Bool = false
     ) {
         self.limits = limits
+        self.tls = tls
+        self.allowsPlaintextOffLoopback = allowsPlaintextOffLoopback
         self.runsHandlersOnEventLoop = runsHandlersOnEventLoop
         self.host = host
         self.port = port

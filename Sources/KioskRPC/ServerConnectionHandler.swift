@@ -148,6 +148,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         }
         let action = machine.receivedHeaders(callID: frame.callID, headers: headers, route: route)
         if case .openCall(let callID, let timeoutMs) = action, let method, let headers {
+            method.calls.increment()
             let serverContext = ServerContext(
                 method: headers.method, metadata: headers.metadata,
                 deadline: timeoutMs > 0 ? .now + .milliseconds(Int(timeoutMs)) : nil,

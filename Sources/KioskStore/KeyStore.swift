@@ -8,7 +8,7 @@ import Glibc
 
 /// The store's Ed25519 signing keys: private keys in `keys/` of the data dir
 /// (one file each, mode 0600), public keys in the ledger. The newest key signs;
-/// every key keeps verifying what it signed.
+/// every key keeps verifying what it signed (a retired one: what it signed up to its retirement).
 final class KeyStore: Sendable {
     private let directory: String
     private let ledger: Ledger
@@ -24,15 +24,33 @@ final class KeyStore: Sendable {
         }
     }
 
-    /// The key that signs new receipts: the newest one.
+    /// The key that signs new receipts: the newest one that is not retired (the newest
+    /// key cannot be retired, see ``Ledger/retirePublicKey(id:atMs:)``: this never signs with a retired key).
     func activeKey() throws -> ReceiptSigningKey {
-        guard let newest = try ledger.publicKeys().last else {
+        let keys = try ledger.publicKeys()
+        guard !keys.isEmpty else {
             throw StoreError(.internalFailure, "the ledger has no signing key")
+        }
+        guard let newest = keys.last(where: { !$0.isRetired }) else {
+            throw StoreError(.internalFailure, "every signing key is retired: add one with `kiosk-store keys rotate`")
         }
         if let cached = cache.withLockedValue({ $0 }), cached.id == newest.id { return cached }
         let key = try load(newest)
         cache.withLockedValue { $0 = key }
         return key
+    }
+
+    /// The key that signs access tokens: the newest usable key that has been
+    /// published for at least `settle` (content services learn a new key from
+    /// the revocation feed within a moment, and verify tokens offline, never
+    /// asking the store about a key they do not know), else the newest usable one.
+    func accessTokenKey(nowMs: Int64, settle: Int64) throws -> ReceiptSigningKey {
+        let usable = try ledger.publicKeys().filter { !$0.isRetired || $0.notAfterMs > nowMs }
+        guard let chosen = usable.last(where: { $0.notBeforeMs <= nowMs - settle }) ?? usable.last else {
+            throw StoreError(.internalFailure, "no signing key can sign now: add one with `kiosk-store keys rotate`")
+        }
+        let active = try activeKey()
+        return chosen.id == active.id ? active : try load(chosen)
     }
 
     /// Adds a new signing key; it signs from now on.

@@ -299,6 +299,8 @@ public final class Ledger: Sendable {
                 """)
         }
         registerV2(&migrator)
+        registerV3(&migrator)
+        registerV4(&migrator)
         return migrator
     }
 
@@ -616,12 +618,15 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// The public signing keys, in the order they were added (the last one signs).
+    /// The public signing keys, in the order they were added (the last one signs), with their retirement time (0: none).
     public func publicKeys() throws -> [ReceiptPublicKey] {
-        try pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY rowid").map { row in
-                ReceiptPublicKey(id: row["id"], rawRepresentation: Array(row["public_key"] as Data), notBeforeMs: row["not_before_ms"])
-            }
+        try pool.read { db in try Self.publicKeys(db) }
+    }
+
+    static func publicKeys(_ db: Database) throws -> [ReceiptPublicKey] {
+        try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY rowid").map { row in
+            ReceiptPublicKey(id: row["id"], rawRepresentation: Array(row["public_key"] as Data), notBeforeMs: row["not_before_ms"],
+                             notAfterMs: row["not_after_ms"])
         }
     }
 

@@ -266,17 +266,19 @@ extension Store {
             record.expiresMs = period.end(fromMs: max(intent.purchaseMs, history.latestExpiryMs))
         }
         record.credits = intent.productType == .consumable ? intent.creditsPerUnit * UInt64(intent.quantity) : 0
-        record.receipt = try sign(record, with: signer)
+        // Signed now, by the store's clock; never before the key's own start (a clock a step behind the
+        // process that rotated it must not make a receipt its own key refuses).
+        record.receipt = try sign(record, with: signer, atMs: max(now, signer.notBeforeMs))
         return record
     }
 
-    func sign(_ record: TransactionRecord, with key: ReceiptSigningKey) throws -> [UInt8] {
+    func sign(_ record: TransactionRecord, with key: ReceiptSigningKey, atMs signedAtMs: Int64) throws -> [UInt8] {
         let payload = ReceiptV1.ReceiptPayload(
             transactionID: record.id, originalTransactionID: record.originalID, productID: record.productID,
             productType: record.productType, quantity: record.quantity, purchaseDateMs: record.purchaseMs,
             expiresDateMs: record.expiresMs, accountID: record.accountID, bundleID: catalog.bundleID,
             environment: record.environment)
-        return try key.sign(payload).serializedBytes()
+        return try key.sign(payload, signedAtMs: signedAtMs).serializedBytes()
     }
 
     /// A FAILED purchase: reported, never recorded (nothing was charged).
@@ -460,7 +462,7 @@ extension Store {
         let revocation = try await ledger.write { db -> RevocationRecord in
             try Ledger.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs, db)
         }
-        revocationSignal.notify()
+        feed.noteWritten()
         return revocation
     }
 

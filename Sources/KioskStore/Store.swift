@@ -19,7 +19,8 @@ public final class Store: Sendable {
     let locks = KeyedLock()
     let instance: InstanceLock
     private let verifier: NIOLockedValueBox<ReceiptVerifier>
-    let revocationSignal = RevocationSignal()
+    /// What `WatchRevocations` streams follow.
+    let feed: RevocationFeed
     private let lastKeyRefresh = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
 
     /// Opens the store on its data dir, creating the ledger and the first signing key if needed.
@@ -34,7 +35,10 @@ public final class Store: Sendable {
         }
         self.instance = try InstanceLock(dataDirectory: configuration.dataDirectory)
         self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock())
-        self.verifier = NIOLockedValueBox(ReceiptVerifier(keys: try ledger.publicKeys(), environment: configuration.environment))
+        self.verifier = NIOLockedValueBox(Self.makeVerifier(keys: try ledger.publicKeys(), configuration: configuration))
+        self.feed = RevocationFeed(ledger: ledger, pollInterval: configuration.revocationPollInterval)
+        // Keys rotated or retired by another process (`kiosk-store keys …` on the data dir) reach this store's verifier too.
+        feed.onKeysChanged { [weak self] in self?.refreshVerifier() }
         try pruneIdempotencyKeys()
     }
 
@@ -123,7 +127,14 @@ public final class Store: Sendable {
     public func rotateKeys() throws -> ReceiptPublicKey {
         let key = try keys.rotate(nowMs: now)
         refreshVerifier()
+        noteKeysChanged()
         return key
+    }
+
+    /// Called after this store added or retired a key (its own verifier is already reloaded).
+    func noteKeysChanged() {
+        // The feed looks at once and tells WatchRevocations streams (Revocation.keys_changed).
+        feed.noteWritten()
     }
 
     /// The public keys receipts are verified with, oldest first.
@@ -144,7 +155,7 @@ public final class Store: Sendable {
             let payload = ReceiptV1.ReceiptPayload(
                 transactionID: id, originalTransactionID: id, productID: product.id, productType: product.type, quantity: 1,
                 purchaseDateMs: nowMs, accountID: accountID, bundleID: catalog.bundleID, environment: configuration.environment)
-            return try key.sign(payload).serializedBytes()
+            return try key.sign(payload, signedAtMs: max(nowMs, key.notBeforeMs)).serializedBytes()
         }
     }
 
@@ -194,24 +205,19 @@ public final class Store: Sendable {
         return verifier.withLockedValue { $0 }
     }
 
+    /// Reloads the keys from the ledger into the verifier ``verifyReceipt(_:)`` uses.
     @discardableResult
-    private func refreshVerifier() -> ReceiptVerifier {
+    func refreshVerifier() -> ReceiptVerifier {
         let keys = (try? ledger.publicKeys()) ?? []
-        let fresh = ReceiptVerifier(keys: keys, environment: configuration.environment)
+        let fresh = Self.makeVerifier(keys: keys, configuration: configuration)
         verifier.withLockedValue { $0 = fresh }
         return fresh
     }
 
-    // MARK: Revocation feed
-
-    /// Read before looking for revocations; pass to ``waitForRevocations(after:)``.
-    var revocationGeneration: UInt64 { revocationSignal.generation }
-
-    /// Waits until a revocation may have been added since `generation` was
-    /// read: at once for refunds made through this `Store`, after the poll
-    /// interval for other processes.
-    func waitForRevocations(after generation: UInt64) async throws {
-        try await revocationSignal.wait(after: generation, timeout: configuration.revocationPollInterval)
+    /// The store's verifier: its environment, and receipts of its catalog's app only.
+    static func makeVerifier(keys: [ReceiptPublicKey], configuration: StoreConfiguration) -> ReceiptVerifier {
+        let bundleID = configuration.catalog.bundleID
+        return ReceiptVerifier(keys: keys, environment: configuration.environment, bundleID: bundleID.isEmpty ? nil : bundleID)
     }
 
     // MARK: Helpers

@@ -13,9 +13,9 @@ public struct StoreConfiguration: Sendable {
     public var paymentProcessor: any PaymentProcessor
     /// How long idempotency keys are kept (at least 7 days).
     public var idempotencyRetention: Duration
-    /// How often a `WatchRevocations` stream looks for revocations made by
-    /// another process (the `kiosk-store refund` command); in-process refunds
-    /// are delivered at once.
+    /// How often the store's one revocation reader looks for revocations and
+    /// key changes made by another process (the `kiosk-store refund` and
+    /// `keys` commands); this process's own are delivered at once.
     public var revocationPollInterval: Duration
     /// How often an idle `WatchRevocations` stream sends a heartbeat (a
     /// revocation with an empty transaction id), so watchers know the store is there.
@@ -32,12 +32,16 @@ public struct StoreConfiguration: Sendable {
     public var reconcileInterval: Duration
     /// The time, in milliseconds since 1970; replaceable in tests.
     public var clock: @Sendable () -> Int64
+    /// How long an access token for the content service is accepted (the SDK
+    /// asks for a new one before it runs out).
+    public var accessTokenLifetime: Duration
     /// Called after a purchase is committed and before it is answered; for
     /// tests that lose the answer on the way (KioskTesting's `holdNextAnswer`).
     public var purchaseCommitted: (@Sendable (PurchaseOutcome) async -> Void)?
 
     /// Creates a configuration: sandbox, simulated payments, 7-day idempotency keys,
-    /// revocations polled every 200 ms, heartbeats every second.
+    /// revocations polled every 200 ms, heartbeats every second,
+    /// access tokens valid 10 minutes.
     public init(
         dataDirectory: String, catalog: Catalog, environment: ReceiptV1.Environment = .sandbox,
         paymentProcessor: any PaymentProcessor = SimulatedPaymentProcessor(),
@@ -47,6 +51,7 @@ public struct StoreConfiguration: Sendable {
         intentGrace: Duration = .seconds(300),
         lookupDelay: Duration = .zero,
         reconcileInterval: Duration = .seconds(30),
+        accessTokenLifetime: Duration = .seconds(600),
         clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
     ) {
         self.dataDirectory = dataDirectory
@@ -59,6 +64,7 @@ public struct StoreConfiguration: Sendable {
         self.intentGrace = intentGrace
         self.lookupDelay = lookupDelay
         self.reconcileInterval = reconcileInterval
+        self.accessTokenLifetime = accessTokenLifetime
         self.clock = clock
     }
 }

@@ -16,16 +16,20 @@ public final class StoreServer: Sendable {
     private let upkeep = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     /// Opens the store and prepares its server; ``start()`` listens.
-    /// - Throws: ``StoreError`` 9 for a production store with the simulated processor, or a data dir of another environment.
+    /// - Throws: ``StoreError`` 9 for a production store with the simulated processor, or a data dir of another
+    ///   environment, or plaintext on an address that is not loopback (production refuses it even when allowed).
     public init(store: StoreConfiguration, server: ServerConfiguration = .defaults, logger: Logger? = nil) throws {
+        if store.environment == .production, server.tls == nil, !Loopback.contains(host: server.host) {
+            throw StoreError(.conflict, "a production store serves TLS on \(server.host): give --tls-cert and --tls-key (plaintext is for loopback only)")
+        }
         let opened = try Store(configuration: store)
         try opened.prepareToServe()
         self.store = opened
         self.logger = logger ?? Logger(label: "kiosk-store")
         if let logger {
-            self.server = RPCServer(configuration: server, services: [StoreService(store: opened)], logger: logger)
+            self.server = RPCServer(configuration: server, services: [StoreService(store: opened), AdminService(store: opened)], logger: logger)
         } else {
-            self.server = RPCServer(configuration: server, services: [StoreService(store: opened)])
+            self.server = RPCServer(configuration: server, services: [StoreService(store: opened), AdminService(store: opened)])
         }
     }
 
@@ -34,6 +38,7 @@ public final class StoreServer: Sendable {
     public func start() async throws {
         try await server.start()
         let store = self.store
+        store.feed.start()
         let task = Task { [weak self] in
             while !Task.isCancelled {
                 guard let self else { return }
@@ -62,6 +67,9 @@ public final class StoreServer: Sendable {
     /// Shuts down gracefully.
     public func shutdown() async {
         upkeep.withLockedValue { $0 }?.cancel()
+        // Flag the shutdown first, then wake the WatchRevocations streams: they see it and end.
+        server.beginShutdown()
+        store.feed.stop()
         await server.shutdown()
         let (commits, writes) = store.ledger.commitStatistics
         logger.notice("ledger: \(writes) writes in \(commits) group commits", metadata: ["commits": "\(commits)", "writes": "\(writes)"])

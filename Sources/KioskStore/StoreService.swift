@@ -4,7 +4,11 @@ import KioskWire
 
 /// The store's RPC service, `kiosk.store.v1.Store`.
 ///
-/// Every method but `ListProducts` needs `authorization: Bearer <token>`;
+/// Each method declares the callers it serves (``CallerRole``): `ListProducts`,
+/// `PublicKeys` (and Health) are open to anyone; `WatchRevocations` is for
+/// content services; `VerifyReceipt` for accounts and services; the rest for
+/// accounts. The bearer token is resolved from HEADERS, before the request is
+/// decoded: unknown → UNAUTHENTICATED (16), wrong role → PERMISSION_DENIED (7).
 /// `Purchase` and `SpendCredits` honour the `idempotency-key` metadata.
 public struct StoreService: RPCService {
     /// The service name.
@@ -23,33 +27,35 @@ public struct StoreService: RPCService {
 
     public func register(in router: inout RPCRouter) {
         let store = self.store
-        // Every method but ListProducts: the bearer token is checked from HEADERS, before the request is decoded.
-        let auth = StoreAuthenticator(store: store)
+        // The bearer token is checked from HEADERS, before the request is decoded.
+        let auth = RoleAuthenticator(store: store, .account)
+        let verifiers = RoleAuthenticator(store: store, .account, .content, .admin)
+        let contentServices = RoleAuthenticator(store: store, .content)
         router.registerUnary(Self.method("ListProducts"), request: StoreV1.ListProductsRequest.self, response: StoreV1.ListProductsResponse.self) { request, _ in
             let (found, invalid) = store.products(ids: request.productIDs)
             return StoreV1.ListProductsResponse(products: found.map(\.message), invalidProductIDs: invalid)
         }
         router.registerUnary(Self.method("GetAccount"), request: StoreV1.GetAccountRequest.self, response: StoreV1.Account.self, authenticator: auth) { _, context in
-            let account = try StoreAuthenticator.account(context)
+            let account = try RoleAuthenticator.account(context)
             return StoreV1.Account(accountID: account.id, paymentsAllowed: account.paymentsAllowed, creditBalance: account.creditBalance)
         }
         router.registerUnary(Self.method("Purchase"), request: StoreV1.PurchaseRequest.self, response: StoreV1.PurchaseResponse.self, authenticator: auth) { request, context in
-            let account = try StoreAuthenticator.account(context)
+            let account = try RoleAuthenticator.account(context)
             return try await store.purchase(
                 account: account, productID: request.productID, quantity: request.quantity, paymentMethod: request.paymentMethod,
                 idempotencyKey: context.metadata["idempotency-key"]).message
         }
         router.registerUnary(Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self, response: StoreV1.UnfinishedResponse.self, authenticator: auth) { request, context in
-            let account = try StoreAuthenticator.account(context)
+            let account = try RoleAuthenticator.account(context)
             let page = try await store.ledger.page(.unfinished, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize), pageToken: request.pageToken)
             return StoreV1.UnfinishedResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("Finish"), request: StoreV1.FinishRequest.self, response: StoreV1.FinishResponse.self, authenticator: auth) { request, context in
-            let account = try StoreAuthenticator.account(context)
+            let account = try RoleAuthenticator.account(context)
             return StoreV1.FinishResponse(alreadyFinished: try await store.finish(account: account, transactionID: request.transactionID))
         }
         router.registerServerStreaming(Self.method("Restore"), request: StoreV1.RestoreRequest.self, response: StoreV1.Transaction.self, authenticator: auth) { request, writer, context in
-            let account = try StoreAuthenticator.account(context)
+            let account = try RoleAuthenticator.account(context)
             // Read a page at a time: memory stays bounded however many transactions the account has.
             var remaining = request.pageSize == 0 ? Int.max : Int(request.pageSize)
             var token = request.pageToken
@@ -62,61 +68,51 @@ public struct StoreService: RPCService {
             }
         }
         router.registerUnary(Self.method("History"), request: StoreV1.HistoryRequest.self, response: StoreV1.HistoryResponse.self, authenticator: auth) { request, context in
-            let account = try StoreAuthenticator.account(context)
+            let account = try RoleAuthenticator.account(context)
             let page = try await store.ledger.page(.history, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize), pageToken: request.pageToken)
             return StoreV1.HistoryResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("SpendCredits"), request: StoreV1.SpendCreditsRequest.self, response: StoreV1.SpendCreditsResponse.self, authenticator: auth) { request, context in
-            let account = try StoreAuthenticator.account(context)
+            let account = try RoleAuthenticator.account(context)
             return try await store.spendCredits(account: account, amount: request.amount, idempotencyKey: context.metadata["idempotency-key"]).message
         }
-        router.registerUnary(Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self, response: StoreV1.VerifyReceiptResponse.self, authenticator: auth) { request, _ in
+        router.registerUnary(Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self, response: StoreV1.VerifyReceiptResponse.self, authenticator: verifiers) { request, _ in
             try await store.verifyReceipt(request.signedReceipt).message
         }
-        router.registerUnary(Self.method("PublicKeys"), request: StoreV1.PublicKeysRequest.self, response: StoreV1.PublicKeysResponse.self, authenticator: auth) { _, _ in
-            let keys = try store.publicKeys().map {
-                StoreV1.PublicKey(keyID: $0.id, ed25519PublicKey: $0.rawRepresentation, notBeforeMs: $0.notBeforeMs)
-            }
-            return StoreV1.PublicKeysResponse(keys: keys)
+        // Public keys are public: anyone may verify receipts offline.
+        router.registerUnary(Self.method("PublicKeys"), request: StoreV1.PublicKeysRequest.self, response: StoreV1.PublicKeysResponse.self) { _, _ in
+            StoreV1.PublicKeysResponse(keys: try store.publicKeys().map(\.message))
         }
-        router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: auth) { request, writer, context in
+        router.registerUnary(Self.method("AccessToken"), request: StoreV1.AccessTokenRequest.self, response: StoreV1.AccessTokenResponse.self, authenticator: auth) { request, context in
+            let account = try RoleAuthenticator.account(context)
+            let issued = try store.issueAccessToken(account: account, audience: request.audience)
+            return StoreV1.AccessTokenResponse(accessToken: issued.token, expiresMs: issued.expiresMs)
+        }
+        router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: contentServices) { request, writer, context in
+            let feed = store.feed
+            feed.start()
             var cursor = request.since
+            var keyGeneration = feed.keyGeneration
             var lastHeartbeat: ContinuousClock.Instant?
             let heartbeat = store.configuration.revocationHeartbeat
             // Ends when the server shuts down, so a graceful shutdown need not wait for it.
             while !Task.isCancelled, !context.isShuttingDown {
-                let generation = store.revocationGeneration
-                let batch = try await store.ledger.revocations(after: cursor)
+                let generation = feed.generation
+                let batch = try await feed.revocations(after: cursor)
                 for revocation in batch {
                     try await writer.send(revocation.message)
                     cursor = revocation.cursor
                 }
                 guard batch.isEmpty else { continue }
-                // Caught up: say so (an empty transaction id), at once and then about every `heartbeat`.
-                if lastHeartbeat.map({ $0.duration(to: .now) >= heartbeat }) ?? true {
-                    try await writer.send(StoreV1.Revocation(cursor: cursor))
+                let keysChanged = feed.keyGeneration != keyGeneration
+                // Caught up: say so (an empty transaction id), at once, on a key change, and then about every `heartbeat`.
+                if keysChanged || lastHeartbeat.map({ $0.duration(to: .now) >= heartbeat }) ?? true {
+                    keyGeneration = feed.keyGeneration
+                    try await writer.send(StoreV1.Revocation(cursor: cursor, keysChanged: keysChanged))
                     lastHeartbeat = .now
                 }
-                try await store.waitForRevocations(after: generation)
+                try await feed.waitForNews(after: generation, timeout: heartbeat)
             }
         }
-    }
-}
-
-/// The store's accounts: resolves `authorization: Bearer <token>` to the
-/// account before a request is decoded; handlers read it back from the context.
-struct StoreAuthenticator: RPCAuthenticator {
-    let store: Store
-
-    func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
-        try await store.authenticate(token: context.metadata.bearerToken)
-    }
-
-    /// The account the runtime authenticated for this call.
-    static func account(_ context: ServerContext) throws -> AccountRecord {
-        guard let account = context.principal as? AccountRecord else {
-            throw RPCError(.unauthenticated, "the call was not authenticated")
-        }
-        return account
     }
 }

@@ -76,6 +76,13 @@ extension ReceiptVerdict {
     }
 }
 
+extension ReceiptPublicKey {
+    /// The key as `PublicKeys` sends it, with its validity window (`not_after_ms` 0: not retired).
+    public var message: StoreV1.PublicKey {
+        StoreV1.PublicKey(keyID: id, ed25519PublicKey: rawRepresentation, notBeforeMs: notBeforeMs, notAfterMs: notAfterMs)
+    }
+}
+
 extension TransactionRecord {
     /// A transaction as it was sent (an answer kept for an idempotency key): what the wire carries, no payment details.
     init(sent message: StoreV1.Transaction) {

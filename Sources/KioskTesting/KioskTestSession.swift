@@ -42,6 +42,9 @@ public final class KioskTestSession: Sendable {
     public let contentPort: Int
     /// The content service.
     public let content: ContentServer
+    /// The session's development CA (PEM): what clients of its TLS services trust; nil when started without TLS.
+    public let trustRootsPath: String?
+    private let tls: ServerTLSIdentity?
     private let root: String
     private let storeServer: NIOLockedValueBox<StoreServer?>
     private let holdAnswers: NIOLockedValueBox<Int>
@@ -70,8 +73,10 @@ public final class KioskTestSession: Sendable {
     }()
 
     private init(catalog: Catalog, payments: TestPaymentProcessor, root: String, storeServer: StoreServer, content: ContentServer,
-                 storePort: Int, contentPort: Int, holdAnswers: NIOLockedValueBox<Int>) {
+                 storePort: Int, contentPort: Int, holdAnswers: NIOLockedValueBox<Int>, trustRootsPath: String?, tls: ServerTLSIdentity?) {
         self.holdAnswers = holdAnswers
+        self.trustRootsPath = trustRootsPath
+        self.tls = tls
         self.catalog = catalog
         self.payments = payments
         self.root = root
@@ -85,10 +90,18 @@ public final class KioskTestSession: Sendable {
 
     /// Starts a store with `catalog` and a content service hosting `content`
     /// (product id → file bytes), in a fresh temporary directory.
+    ///
+    /// Both services serve TLS with a development CA made for the session
+    /// (``trustRootsPath``; the `openssl` command makes it) unless `tls` is false.
     public static func start(
-        catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent, environment: ReceiptV1.Environment = .sandbox
+        catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent, environment: ReceiptV1.Environment = .sandbox,
+        tls: Bool = true
     ) async throws -> KioskTestSession {
         let root = NSTemporaryDirectory() + "kiosk-test-session-" + UUID().uuidString
+        let certificates = tls ? try DevelopmentCertificates.create(in: root + "/tls") : nil
+        let identity = try certificates.map {
+            try ServerTLSIdentity(certificateChainPath: $0.serverCertificatePath, privateKeyPath: $0.serverKeyPath)
+        }
         let contentDirectory = root + "/content"
         try FileManager.default.createDirectory(atPath: contentDirectory + "/files", withIntermediateDirectories: true)
         var entries: [String] = []
@@ -101,16 +114,22 @@ public final class KioskTestSession: Sendable {
 
         let payments = TestPaymentProcessor()
         let holdAnswers = NIOLockedValueBox(0)
-        let store = try StoreServer(store: storeConfiguration(root: root, catalog: catalog, environment: environment, payments: payments, hold: holdAnswers))
+        let store = try StoreServer(
+            store: storeConfiguration(root: root, catalog: catalog, environment: environment, payments: payments, hold: holdAnswers),
+            server: ServerConfiguration(tls: identity))
         try await store.start()
         let storePort = store.port ?? 0
-        let serviceToken = try store.store.createAccount().token
-        let contentServer = try ContentServer(configuration: ContentConfiguration(
-            contentDirectory: contentDirectory, storePort: storePort, storeToken: serviceToken, environment: environment))
+        let credential = try store.store.createServiceCredential(role: .content, name: "test-session-content").secret
+        let contentServer = try ContentServer(
+            configuration: ContentConfiguration(
+                contentDirectory: contentDirectory, storePort: storePort, storeCredential: credential,
+                storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) }, environment: environment),
+            server: ServerConfiguration(tls: identity))
         try await contentServer.start()
         _ = await contentServer.waitUntilReady()
         return KioskTestSession(catalog: catalog, payments: payments, root: root, storeServer: store, content: contentServer,
-                                storePort: storePort, contentPort: contentServer.port ?? 0, holdAnswers: holdAnswers)
+                                storePort: storePort, contentPort: contentServer.port ?? 0, holdAnswers: holdAnswers,
+                                trustRootsPath: certificates?.caCertificatePath, tls: identity)
     }
 
     private static func storeConfiguration(
@@ -154,12 +173,18 @@ public final class KioskTestSession: Sendable {
         return try KioskClient(configuration: configuration(account: account, stateDirectory: state, callTimeout: callTimeout))
     }
 
-    /// The client configuration for `account` against this session's services.
+    /// The client configuration for `account` against this session's services (trusting the session's CA).
     public func configuration(account: Account, stateDirectory: String, callTimeout: Duration = .seconds(5)) -> KioskConfiguration {
         KioskConfiguration(
             storePort: storePort, contentPort: contentPort, token: account.token, bundleID: catalog.bundleID,
             stateDirectory: stateDirectory, callTimeout: callTimeout, retryInitialDelay: .milliseconds(50),
-            retryMaximumDelay: .milliseconds(500), updatePollInterval: .milliseconds(200))
+            retryMaximumDelay: .milliseconds(500), updatePollInterval: .milliseconds(200),
+            transportSecurity: trustRootsPath.map { .tls(trustRootsPath: $0) } ?? .plaintext)
+    }
+
+    /// The RPC client settings that reach this session's services (its CA as the trust root), for tests that call them directly.
+    public func rpcConfiguration() throws -> ClientConfiguration {
+        ClientConfiguration(tls: try trustRootsPath.map { try ClientTLS(trustRootsPath: $0) })
     }
 
     // MARK: Knobs
@@ -229,7 +254,7 @@ public final class KioskTestSession: Sendable {
         let hold = holdAnswers
         let server = try StoreServer(
             store: Self.storeConfiguration(root: root, catalog: catalog, environment: try ledgerEnvironment(), payments: payments, hold: hold),
-            server: ServerConfiguration(port: storePort))
+            server: ServerConfiguration(port: storePort, tls: tls))
         try await server.start()
         storeServer.withLockedValue { $0 = server }
     }

@@ -54,6 +54,17 @@ func bearer(_ token: String, timeout: Duration = .seconds(30)) -> CallOptions {
     return CallOptions(timeout: timeout, metadata: metadata)
 }
 
+/// How the bench reaches the services.
+struct TransportOptions: ParsableArguments {
+    @Flag(help: "Start the bench's own services with TLS (a development CA).") var tls = false
+    @Option(name: .customLong("tls-ca"), help: "With --content/--store: PEM trust roots of the services' TLS certificates.")
+    var tlsCA: String?
+
+    func clientTLS() throws -> ClientTLS? {
+        try tlsCA.map { try ClientTLS(trustRootsPath: $0) }
+    }
+}
+
 func hostPort(_ text: String) throws -> (String, Int) {
     let parts = text.split(separator: ":")
     guard parts.count == 2, let port = Int(parts[1]) else { throw ValidationError("\(text) is not host:port") }
@@ -81,11 +92,13 @@ struct Verify: AsyncParsableCommand {
     @Option(help: "Open loop: calls per second, latency from the intended send time.") var rate: Double?
     @Flag(name: .customLong("repeat-receipt"), help: "One receipt again and again: the cached path.") var repeatReceipt = false
     @Flag(help: "Verify in-process on one thread, no network: the ceiling.") var raw = false
+    @OptionGroup var transport: TransportOptions
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
         var local: LocalServices?
         let token: String
+        var clientConfiguration = ClientConfiguration(keepalive: nil)
         let productID: String
         let minted: [[UInt8]]
         let keys: [ReceiptPublicKey]
@@ -100,16 +113,18 @@ struct Verify: AsyncParsableCommand {
             let store = try Store(configuration: StoreConfiguration(dataDirectory: storeDataDir, catalog: loaded, environment: environment))
             productID = product ?? loaded.products.first { $0.hostedContent }?.id ?? ""
             let account = try store.createAccount()
-            token = account.token
+            token = try store.issueAccessToken(account: try await store.authenticate(token: account.token), audience: AccessToken.contentAudience).token
+            clientConfiguration.tls = try transport.clientTLS()
             minted = try store.mintReceipts(accountID: account.id, productID: productID, count: repeatReceipt ? 1 : receipts)
             keys = try store.publicKeys()
             (host, port) = try hostPort(content)
         } else {
             // Cold runs on the bench's own service turn its cache off: no call can be a hit.
-            let services = try await LocalServices.start(cacheSize: repeatReceipt ? 10_000 : 0)
+            let services = try await LocalServices.start(cacheSize: repeatReceipt ? 10_000 : 0, tls: transport.tls)
             local = services
             productID = LocalServices.product
-            token = services.buyer.token
+            token = try await services.buyerAccessToken()
+            clientConfiguration = try services.clientConfiguration(clientConfiguration)
             environment = services.store.store.configuration.environment
             keys = try services.store.store.publicKeys()
             (host, port) = ("127.0.0.1", services.content.port ?? 0)
@@ -124,14 +139,16 @@ struct Verify: AsyncParsableCommand {
             if raw {
                 try rawRun(receipts: minted, keys: keys, environment: environment)
             } else {
-                try await load(host: host, port: port, token: token, productID: productID, minted: minted, inProcess: local != nil)
+                try await load(host: host, port: port, token: token, productID: productID, minted: minted, inProcess: local != nil,
+                               clientConfiguration: clientConfiguration)
             }
         }
     }
 
-    private func load(host: String, port: Int, token: String, productID: String, minted: [[UInt8]], inProcess: Bool) async throws {
+    private func load(host: String, port: Int, token: String, productID: String, minted: [[UInt8]], inProcess: Bool,
+                      clientConfiguration: ClientConfiguration) async throws {
         let clients = (0..<max(connections, 1)).map { _ in
-            RPCClient(host: host, port: port, configuration: ClientConfiguration(keepalive: nil))
+            RPCClient(host: host, port: port, configuration: clientConfiguration)
         }
         let options = bearer(token)
         let receiptsCopy = minted
@@ -173,6 +190,7 @@ struct Verify: AsyncParsableCommand {
             ("mode", rate.map { "open loop, \(Int($0)) calls/s" } ?? "closed loop"),
             ("cache_hit_ratio", hits + misses == 0 ? 0 : round2(Double(hits) / Double(hits + misses) * 100) / 100),
             ("server", inProcess ? "in-process (cache \(repeatReceipt ? "on" : "off"))" : "\(host):\(port)"),
+            ("transport", clientConfiguration.tls == nil ? "plaintext" : "TLS"),
         ]
         if !repeatReceipt, minted.count < result.issued, !inProcess {
             report.fields.append(("warning", "more calls (warm-up included) than receipts: receipts were reused, see cache_hit_ratio"))
@@ -220,6 +238,7 @@ struct DownloadBench: AsyncParsableCommand {
     @Option(help: "yes: text that compresses; no: random bytes.") var compressible = "yes"
     @Option(help: "Parallel clients (P).") var parallel = 1
     @Option(help: "Downloads per client.") var rounds = 1
+    @Flag(help: "Serve and download over TLS.") var tls = false
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
@@ -233,14 +252,15 @@ struct DownloadBench: AsyncParsableCommand {
             while text.count < size << 20 { text += line }
             bytes = Array(text.prefix(size << 20))
         }
-        let services = try await LocalServices.start(fileBytes: bytes, cacheSize: 10_000)
+        let services = try await LocalServices.start(fileBytes: bytes, cacheSize: 10_000, tls: tls)
         try await stopping(services) { try await measure(services, bytes: bytes) }
     }
 
     private func measure(_ services: LocalServices, bytes: [UInt8]) async throws {
         let item = try requireItem(services)
         let receipt = try services.store.store.mintReceipts(accountID: services.buyer.id, productID: LocalServices.product, count: 1)[0]
-        let options = bearer(services.buyer.token, timeout: .seconds(3600))
+        let options = bearer(try await services.buyerAccessToken(), timeout: .seconds(3600))
+        let clientConfiguration = try services.clientConfiguration()
         let directory = services.root + "/downloads"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let port = services.content.port ?? 0
@@ -251,7 +271,7 @@ struct DownloadBench: AsyncParsableCommand {
         await withTaskGroup(of: Void.self) { group in
             for worker in 0..<max(parallel, 1) {
                 group.addTask {
-                    let client = RPCClient(host: "127.0.0.1", port: port)
+                    let client = RPCClient(host: "127.0.0.1", port: port, configuration: clientConfiguration)
                     for round in 0..<rounds {
                         let path = "\(directory)/\(worker)-\(round).bin"
                         if (try? await download(client: client, receipt: receipt, options: options, to: path, sha256: expected)) != true {
@@ -310,25 +330,31 @@ struct PurchaseBench: AsyncParsableCommand {
     @Option(help: "Purchases in flight (C).") var concurrency = 16
     @Option(help: "Seconds measured.") var duration = 10.0
     @Option(help: "Seconds of warm-up.") var warmup = 1.0
+    @OptionGroup var transport: TransportOptions
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
         var local: LocalServices?
         let host: String, port: Int, buyerToken: String
+        var clientConfiguration = ClientConfiguration()
         if let store {
             guard let token else { throw ValidationError("with --store, give --token") }
             (host, port) = try hostPort(store)
             buyerToken = token
+            clientConfiguration.tls = try transport.clientTLS()
         } else {
-            let services = try await LocalServices.start(cacheSize: 0)
+            let services = try await LocalServices.start(cacheSize: 0, tls: transport.tls)
             local = services
             (host, port, buyerToken) = ("127.0.0.1", services.store.port ?? 0, services.buyer.token)
+            clientConfiguration = try services.clientConfiguration()
         }
-        try await stopping(local) { try await measure(host: host, port: port, buyerToken: buyerToken, inProcess: local != nil) }
+        try await stopping(local) {
+            try await measure(host: host, port: port, buyerToken: buyerToken, inProcess: local != nil, clientConfiguration: clientConfiguration)
+        }
     }
 
-    private func measure(host: String, port: Int, buyerToken: String, inProcess: Bool) async throws {
-        let client = RPCClient(host: host, port: port)
+    private func measure(host: String, port: Int, buyerToken: String, inProcess: Bool, clientConfiguration: ClientConfiguration) async throws {
+        let client = RPCClient(host: host, port: port, configuration: clientConfiguration)
         let run = UUID().uuidString
         var started = ProcessStats.current()
         var serverBefore: ProcessStats?

@@ -25,9 +25,20 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("content-dir"), help: "Directory with manifest.json and the hosted files.") var contentDir: String
     @Option(name: .customLong("prepared-dir"), help: "Where prepared chunks are kept (default: <content-dir>/.kiosk-prepared).") var preparedDir: String?
     @Option(help: "The store, host:port.") var store = "127.0.0.1:7301"
-    @Option(name: .customLong("store-token"), help: "A store account token for the key and revocation feeds (or KIOSK_STORE_TOKEN).") var storeToken: String?
+    @Option(name: .customLong("store-credential"),
+            help: "The service credential at the store, role content (kiosk-store service create --role content), or KIOSK_STORE_CREDENTIAL.")
+    var storeCredential: String?
+    @Option(name: .customLong("store-ca"), help: "PEM trust roots for the store's TLS certificate (plaintext to a loopback store without it).")
+    var storeCA: String?
+    @Option(name: .customLong("store-server-name"), help: "The name the store's certificate must carry (default: the --store host).")
+    var storeServerName: String?
+    @Option(name: .customLong("tls-cert"), help: "PEM certificate chain to serve TLS with (reloaded on SIGHUP).") var tlsCert: String?
+    @Option(name: .customLong("tls-key"), help: "PEM private key of --tls-cert.") var tlsKey: String?
+    @Flag(name: .customLong("insecure-plaintext"), help: "Serve plaintext on an address that is not loopback (refused in production).")
+    var insecurePlaintext = false
     @Option(help: "sandbox or production.") var environment: ReceiptV1.Environment = .sandbox
     @Flag(name: .customLong("accept-sandbox"), help: "A production service that also serves sandbox receipts.") var acceptSandbox = false
+    @Option(name: .customLong("bundle-id"), help: "Honour only receipts for this app's bundle id (others: 21003). Default: any bundle id.") var bundleID: String?
     @Option(name: .customLong("cache-size"), help: "Verified receipts kept (0 turns the cache off).") var cacheSize = 10_000
     @Option(name: .customLong("max-staleness"), help: "Seconds to keep serving on the last known keys and revocations while the store is unreachable.") var maxStaleness = 300
     @Option(name: .customLong("max-downloads-per-account"), help: "Concurrent downloads per account.") var maxDownloadsPerAccount = 4
@@ -40,29 +51,51 @@ struct Serve: AsyncParsableCommand {
         let logger = Logger(label: "kiosk-content")
         let parts = store.split(separator: ":")
         guard parts.count == 2, let storePort = Int(parts[1]) else { throw ValidationError("--store must be host:port") }
-        guard let token = storeToken ?? ProcessInfo.processInfo.environment["KIOSK_STORE_TOKEN"], !token.isEmpty else {
-            throw ValidationError("a store token is needed: --store-token or KIOSK_STORE_TOKEN (kiosk-store account create)")
+        guard let credential = storeCredential ?? ProcessInfo.processInfo.environment["KIOSK_STORE_CREDENTIAL"], !credential.isEmpty else {
+            throw ValidationError("a store credential is needed: --store-credential or KIOSK_STORE_CREDENTIAL (kiosk-store service create --role content)")
+        }
+        let tls: ServerTLSIdentity?
+        let storeTLS: ClientTLS?
+        do {
+            tls = try ServerTLSIdentity(certificateChainPath: tlsCert, privateKeyPath: tlsKey)
+            storeTLS = try storeCA.map { try ClientTLS(trustRootsPath: $0, serverName: storeServerName) }
+        } catch let error as TransportSecurityError {
+            FileHandle.standardError.write(Data("kiosk-content: \(error.message)\n".utf8))
+            throw ExitCode(2)
+        }
+        if environment == .production, tls == nil, !Loopback.contains(host: host) {
+            FileHandle.standardError.write(Data("kiosk-content: a production service serves TLS on \(host): give --tls-cert and --tls-key\n".utf8))
+            throw ExitCode(2)
         }
         guard (1...16_384).contains(chunkSizeKiB) else { throw ValidationError("--chunk-size-kib must be 1…16384") }
+        if let bundleID, bundleID.isEmpty { throw ValidationError("--bundle-id must not be empty (leave it out to accept any bundle id)") }
         let configuration = ContentConfiguration(
             contentDirectory: contentDir, preparedDirectory: preparedDir, storeHost: String(parts[0]), storePort: storePort,
-            storeToken: token, environment: environment, acceptSandbox: acceptSandbox, cacheSize: cacheSize,
+            storeCredential: credential, storeTLS: storeTLS, environment: environment, acceptSandbox: acceptSandbox, bundleID: bundleID, cacheSize: cacheSize,
             maximumStaleness: .seconds(maxStaleness), chunkSize: UInt32(chunkSizeKiB * 1024),
             maximumDownloadsPerAccount: maxDownloadsPerAccount, maximumDownloads: maxDownloads)
         let server: ContentServer
         do {
-            server = try ContentServer(configuration: configuration, server: ServerConfiguration(host: host, port: port), logger: logger)
+            server = try ContentServer(
+                configuration: configuration,
+                server: ServerConfiguration(host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext), logger: logger)
         } catch let error as ManifestError {
             FileHandle.standardError.write(Data("kiosk-content: bad manifest: \(error.message)\n".utf8))
             throw ExitCode(2)
         }
         // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.
-        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
-        try await server.start()
-        let banner = "kiosk-content listening on \(host):\(server.port ?? port) (\(environment.name), \(server.items.count) products)\n"
+        let signals = SignalWaiter(signals: [SIGINT, SIGTERM, SIGHUP])
+        do {
+            try await server.start()
+        } catch let error as TransportSecurityError {
+            FileHandle.standardError.write(Data("kiosk-content: \(error.message)\n".utf8))
+            throw ExitCode(2)
+        }
+        let banner = "kiosk-content listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(server.items.count) products)\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
-        await signals.wait()
+        await signals.waitForShutdown(reloading: tls, logger: logger)
         logger.info("shutting down; cache hits \(server.stats.cacheHits), misses \(server.stats.cacheMisses)")
         await server.shutdown()
     }
 }
+

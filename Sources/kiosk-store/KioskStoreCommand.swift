@@ -10,7 +10,7 @@ struct KioskStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kiosk-store",
         abstract: "The Kiosk store service: catalog, payments, ledger, signed receipts.",
-        subcommands: [Serve.self, AccountCommand.self, Approve.self, Refund.self, Reconcile.self, Keys.self])
+        subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Refund.self, Reconcile.self, Keys.self, TLSCommand.self])
 }
 
 /// Options every command that opens a data dir takes.
@@ -91,6 +91,10 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "sandbox or production (a data dir is bound to the first one it is served with).")
     var environment: ReceiptV1.Environment = .sandbox
     @OptionGroup var payments: PaymentOptions
+    @Option(name: .customLong("tls-cert"), help: "PEM certificate chain to serve TLS with (reloaded on SIGHUP).") var tlsCert: String?
+    @Option(name: .customLong("tls-key"), help: "PEM private key of --tls-cert.") var tlsKey: String?
+    @Flag(name: .customLong("insecure-plaintext"), help: "Serve plaintext on an address that is not loopback (refused in production).")
+    var insecurePlaintext = false
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
 
     func run() async throws {
@@ -106,19 +110,26 @@ struct Serve: AsyncParsableCommand {
         var configuration = StoreConfiguration(dataDirectory: data.dataDir, catalog: loadedCatalog, environment: environment)
         try payments.apply(to: &configuration)
         let server: StoreServer
+        let tls: ServerTLSIdentity?
+        // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.
+        let signals = SignalWaiter(signals: [SIGINT, SIGTERM, SIGHUP])
         do {
-            server = try StoreServer(store: configuration, server: ServerConfiguration(host: host, port: port), logger: logger)
+            tls = try ServerTLSIdentity(certificateChainPath: tlsCert, privateKeyPath: tlsKey)
+            server = try StoreServer(
+                store: configuration, server: ServerConfiguration(host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext),
+                logger: logger)
+            try await server.start()
         } catch let error as StoreError {
             FileHandle.standardError.write(Data("kiosk-store: \(error.message)\n".utf8))
             throw ExitCode(2)
+        } catch let error as TransportSecurityError {
+            FileHandle.standardError.write(Data("kiosk-store: \(error.message)\n".utf8))
+            throw ExitCode(2)
         }
-        // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.
-        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
-        try await server.start()
         // Scripts and tests read this line to learn the port.
-        let banner = "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(loadedCatalog.products.count) products)\n"
+        let banner = "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(loadedCatalog.products.count) products)\n"
         FileHandle.standardOutput.write(Data(banner.utf8))
-        await signals.wait()
+        await signals.waitForShutdown(reloading: tls, logger: logger)
         logger.info("shutting down")
         await server.shutdown()
     }
@@ -160,6 +171,88 @@ struct AccountCommand: AsyncParsableCommand {
         func run() async throws {
             try data.openStore().setPaymentsAllowed(accountID: account, state == "on")
             print("account \(account): payments \(state)")
+        }
+    }
+}
+
+struct ServiceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "service", abstract: "Manage service credentials (content services, admin tools).",
+        subcommands: [Create.self, List.self, Revoke.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Issue a service credential and print it (shown once; the store keeps only its hash).",
+            discussion: "Role content: the revocation feed (give it to kiosk-content --store-credential). Role admin: the Admin RPCs.")
+        @OptionGroup var data: DataDirOptions
+        @Option(help: "content or admin.") var role: String
+        @Option(help: "A label, e.g. content-1.") var name = ""
+        @Flag(help: "Print JSON.") var json = false
+
+        func validate() throws {
+            guard let role = CallerRole(rawValue: role), CallerRole.serviceRoles.contains(role) else {
+                throw ValidationError("--role must be content or admin")
+            }
+        }
+
+        func run() async throws {
+            let store = try data.openStore(creating: true)
+            let (id, secret) = try store.createServiceCredential(role: CallerRole(rawValue: role) ?? .content, name: name)
+            if json {
+                print(#"{"id":"\#(id)","role":"\#(role)","credential":"\#(secret)"}"#)
+            } else {
+                print("service \(id) (\(role))")
+                print("credential \(secret)")
+                print("(the credential is shown only now; the store keeps only its hash)")
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List service credentials (never their secrets).")
+        @OptionGroup var data: DataDirOptions
+        func run() async throws {
+            for credential in try data.openStore().ledger.serviceCredentials() {
+                let state = credential.revokedMs == 0 ? "active" : "revoked at \(credential.revokedMs)"
+                print("\(credential.id)  \(credential.role.rawValue)  \(credential.name)  \(state)")
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke a service credential: its next call is refused (16).")
+        @OptionGroup var data: DataDirOptions
+        @Argument(help: "The credential id (svc_…).") var id: String
+        func run() async throws {
+            try data.openStore().revokeServiceCredential(id: id)
+            print("service \(id): revoked")
+        }
+    }
+}
+
+struct TLSCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tls", abstract: "TLS certificates for development.", subcommands: [CreateDev.self])
+
+    struct CreateDev: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "create-dev",
+            abstract: "Create a local CA (ca.pem) and a server certificate it signs (server.pem, server-key.pem), valid 30 days.",
+            discussion: "Serve with --tls-cert server.pem --tls-key server-key.pem; clients trust ca.pem (--tls-ca). Uses the openssl command. Not for production.")
+        @Option(help: "Directory to write into (an existing CA there is reused).") var out: String
+        @Option(name: .customLong("host"), help: "A name or address the certificate is also valid for (localhost, 127.0.0.1 and ::1 always are).")
+        var hosts: [String] = []
+
+        func run() async throws {
+            do {
+                let files = try DevelopmentCertificates.create(in: out, hosts: hosts)
+                print("CA          \(files.caCertificatePath)")
+                print("certificate \(files.serverCertificatePath)")
+                print("key         \(files.serverKeyPath)")
+            } catch let error as TransportSecurityError {
+                FileHandle.standardError.write(Data("kiosk-store: \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
         }
     }
 }
@@ -219,7 +312,7 @@ struct Reconcile: AsyncParsableCommand {
 }
 
 struct Keys: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Manage receipt signing keys.", subcommands: [Rotate.self, Export.self])
+    static let configuration = CommandConfiguration(abstract: "Manage receipt signing keys.", subcommands: [Rotate.self, Retire.self, Export.self])
 
     struct Rotate: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add a new signing key; old keys keep verifying.")
@@ -230,13 +323,41 @@ struct Keys: AsyncParsableCommand {
         }
     }
 
+    struct Retire: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Retire a signing key: receipts it signed after the time stop verifying (21003), older ones still do.",
+            discussion: "The active (newest) key cannot be retired: run `keys rotate` first.")
+        @Argument(help: "The key id (`keys export` lists them).") var keyID: String
+        @Option(help: "When: ISO 8601 (2026-11-23T15:00:00Z) or milliseconds since 1970. Default: now.") var at: String?
+        @OptionGroup var data: DataDirOptions
+
+        func run() async throws {
+            let atMs = try at.map(Self.milliseconds(from:))
+            let key = try data.openStore().retireKey(id: keyID, atMs: atMs)
+            let date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(key.notAfterMs) / 1000))
+            print("retired signing key \(key.id) at \(key.notAfterMs) ms (\(date)); receipts it signed after that no longer verify")
+        }
+
+        /// Milliseconds since 1970, or an ISO 8601 date-time (with or without fractional seconds).
+        static func milliseconds(from text: String) throws -> Int64 {
+            if let ms = Int64(text) { return ms }
+            let plain = ISO8601DateFormatter()
+            let fractional = ISO8601DateFormatter()
+            fractional.formatOptions.insert(.withFractionalSeconds)
+            guard let date = plain.date(from: text) ?? fractional.date(from: text) else {
+                throw ValidationError("--at must be ISO 8601 (2026-11-23T15:00:00Z) or milliseconds since 1970, not \"\(text)\"")
+            }
+            return Int64((date.timeIntervalSince1970 * 1000).rounded())
+        }
+    }
+
     struct Export: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Print the public keys (JSON) for receipt verifiers.")
         @OptionGroup var data: DataDirOptions
         func run() async throws {
             let keys = try data.openStore().publicKeys()
             let entries = keys.map {
-                #"{"key_id":"\#($0.id)","ed25519_public_key":"\#(Data($0.rawRepresentation).base64EncodedString())","not_before_ms":\#($0.notBeforeMs)}"#
+                #"{"key_id":"\#($0.id)","ed25519_public_key":"\#(Data($0.rawRepresentation).base64EncodedString())","not_before_ms":\#($0.notBeforeMs),"not_after_ms":\#($0.notAfterMs)}"#
             }
             print("{\"keys\":[" + entries.joined(separator: ",") + "]}")
         }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Kiosk
+import Logging
 
 @main
 struct KioskCommand: AsyncParsableCommand {
@@ -22,6 +23,9 @@ struct Connection: ParsableArguments {
     @Option(help: "The store, host:port (or KIOSK_STORE).") var store: String?
     @Option(help: "The content service, host:port (or KIOSK_CONTENT).") var content: String?
     @Option(help: "The account's bearer token (or KIOSK_TOKEN).") var token: String?
+    @Option(name: .customLong("tls-ca"), help: "PEM trust roots of the services' TLS certificates (or KIOSK_TLS_CA); without it, plaintext to loopback only.")
+    var tlsCA: String?
+    @Flag(name: .customLong("tls-system-roots"), help: "Speak TLS trusting the system's roots (a public CA).") var tlsSystemRoots = false
     @Option(name: .customLong("state-dir"), help: "Where queued payments and receipts are kept (or KIOSK_STATE_DIR; default ~/.kiosk).")
     var stateDir: String?
     @Flag(help: "Print JSON for scripts.") var json = false
@@ -47,9 +51,21 @@ struct Connection: ParsableArguments {
         }
         let (storeHost, storePort) = try address(store, "KIOSK_STORE", default: 7301)
         let (contentHost, contentPort) = try address(content, "KIOSK_CONTENT", default: 7302)
-        return try KioskClient(configuration: KioskConfiguration(
+        var configuration = KioskConfiguration(
             storeHost: storeHost, storePort: storePort, contentHost: contentHost, contentPort: contentPort, token: token,
-            stateDirectory: stateDirectory))
+            stateDirectory: stateDirectory)
+        if let ca = tlsCA ?? env("KIOSK_TLS_CA") {
+            configuration.transportSecurity = .tls(trustRootsPath: ca)
+        } else if tlsSystemRoots {
+            configuration.transportSecurity = .tls(trustRootsPath: nil)
+        }
+        configuration.logger.logLevel = .error  // set-aside journal entries are reported below, in the command's words
+        let kiosk = try KioskClient(configuration: configuration)
+        for entry in kiosk.setAsideJournalEntries {
+            FileHandle.standardError.write(Data(
+                "kiosk: warning: the queued payment file \(entry.name) cannot be used (\(entry.reason)); it was moved to \(entry.path) and is not sent\n".utf8))
+        }
+        return kiosk
     }
 
     /// Runs `body` with a client, prints its errors and exits with the documented codes.
@@ -125,13 +141,9 @@ func line(_ transaction: Transaction) -> String {
     return text
 }
 
-/// Keeps the receipt of a transaction in the state directory; returns its path.
-func saveReceipt(_ transaction: Transaction, in stateDirectory: String) throws -> String {
-    let directory = (stateDirectory as NSString).appendingPathComponent("receipts")
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    let path = (directory as NSString).appendingPathComponent("\(transaction.id).receipt")
-    try Data(transaction.signedReceipt).write(to: URL(fileURLWithPath: path), options: .atomic)
-    return path
+/// Keeps the receipt of a transaction in the state directory (`receipts/`, 0600); returns its path.
+func saveReceipt(_ transaction: Transaction, with kiosk: KioskClient) throws -> String {
+    try kiosk.saveReceipt(of: transaction).path
 }
 
 struct Products: AsyncParsableCommand {
@@ -165,7 +177,7 @@ struct Buy: AsyncParsableCommand {
             let queuedBefore = kiosk.queuedPaymentCount
             switch try await kiosk.purchase(productID: product, quantity: quantity, paymentMethod: paymentMethod) {
             case .success(let transaction):
-                let receipt = try saveReceipt(transaction, in: connection.stateDirectory)
+                let receipt = try saveReceipt(transaction, with: kiosk)
                 var object = describe(transaction)
                 object["state"] = "purchased"
                 object["receipt_file"] = receipt
@@ -194,7 +206,7 @@ struct Restore: AsyncParsableCommand {
             var restored: [Transaction] = []
             for try await transaction in kiosk.restore() {
                 restored.append(transaction)
-                _ = try saveReceipt(transaction, in: connection.stateDirectory)
+                _ = try saveReceipt(transaction, with: kiosk)
             }
             connection.emit(restored, key: "transactions", empty: "nothing to restore")
         }

@@ -31,14 +31,28 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try Data(#"{"products": [{"product_id": "book.swift", "file": "../../etc/passwd", "version": "1"}]}"#.utf8)
             .write(to: URL(fileURLWithPath: directory + "/manifest.json"))
-        let (status, message) = try await run(["serve", "--content-dir", directory, "--store-token", "t", "--port", "0"])
+        let (status, message) = try await run(["serve", "--content-dir", directory, "--store-credential", "ksvc_t", "--port", "0"])
         #expect(status != 0)
         #expect(message.contains(#"product "book.swift", field "file": must be a path inside the content directory"#), "\(message)")
     }
 
-    @Test func missingStoreTokenIsExplained() async throws {
+    @Test func missingStoreCredentialIsExplained() async throws {
         let (status, message) = try await run(["serve", "--content-dir", "/nonexistent", "--port", "0"])
         #expect(status != 0)
-        #expect(message.contains("store token"), "\(message)")
+        #expect(message.contains("kiosk-store service create --role content"), "\(message)")
+    }
+
+    @Test func plaintextOffLoopbackIsRefusedAndProductionRefusesItEvenWhenAllowed() async throws {
+        let directory = try makeContentDirectory(files: ["book.swift": [1, 2, 3]])
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // Refused before anything is bound (the tests listen on loopback only).
+        let (status, message) = try await run(["serve", "--content-dir", directory, "--store-credential", "ksvc_t", "--host", "0.0.0.0", "--port", "0"])
+        #expect(status != 0)
+        #expect(message.contains("not a loopback address"), "\(message)")
+        let (production, refusal) = try await run([
+            "serve", "--content-dir", directory, "--store-credential", "ksvc_t", "--host", "0.0.0.0", "--port", "0",
+            "--environment", "production", "--insecure-plaintext"])
+        #expect(production != 0)
+        #expect(refusal.contains("a production service serves TLS"), "\(refusal)")
     }
 }

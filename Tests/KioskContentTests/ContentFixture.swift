@@ -68,7 +68,21 @@ struct Downloaded {
     var sha256: [UInt8] { Array(SHA256.hash(data: bytes)) }
 }
 
-/// A store and a content service on 127.0.0.1, in-process, for one test.
+/// One development CA and server certificate for the whole test process (openssl runs once).
+let fixtureCertificates: DevelopmentCertificates = {
+    do {
+        return try DevelopmentCertificates.create(in: temporaryDirectory("tls"))
+    } catch {
+        fatalError("cannot make development certificates: \(error)")
+    }
+}()
+
+/// Client settings that trust the fixture's CA.
+func fixtureClientConfiguration() throws -> ClientConfiguration {
+    ClientConfiguration(tls: try ClientTLS(trustRootsPath: fixtureCertificates.caCertificatePath))
+}
+
+/// A store and a content service on 127.0.0.1, in-process, for one test, both over TLS.
 struct ContentFixture {
     let store: StoreServer
     let content: ContentServer
@@ -90,20 +104,29 @@ struct ContentFixture {
             try? FileManager.default.removeItem(atPath: contentDirectory)
         }
         let clock = NIOLockedValueBox(ContentConfiguration.systemClock())
-        let store = try StoreServer(store: StoreConfiguration(
-            dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox,
-            revocationPollInterval: .milliseconds(50), revocationHeartbeat: .milliseconds(100)))
+        let identity = try ServerTLSIdentity(
+            certificateChainPath: fixtureCertificates.serverCertificatePath, privateKeyPath: fixtureCertificates.serverKeyPath)
+        let store = try StoreServer(
+            store: StoreConfiguration(
+                dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox,
+                revocationPollInterval: .milliseconds(50), revocationHeartbeat: .milliseconds(100)),
+            server: ServerConfiguration(tls: identity))
         try await store.start()
-        let serviceToken = try store.store.createAccount().token
-        let content = try ContentServer(configuration: ContentConfiguration(
-            contentDirectory: contentDirectory, storePort: try #require(store.port), storeToken: serviceToken,
-            environment: environment, acceptSandbox: acceptSandbox, cacheSize: cacheSize, maximumStaleness: maximumStaleness,
-            chunkSize: chunkSize, maximumDownloadsPerAccount: perAccount, clock: { clock.withLockedValue { $0 } }))
+        let credential = try store.store.createServiceCredential(role: .content, name: "fixture").secret
+        let storePort = try #require(store.port)
+        let content = try ContentServer(
+            configuration: ContentConfiguration(
+                contentDirectory: contentDirectory, storePort: storePort, storeCredential: credential,
+                storeTLS: try ClientTLS(trustRootsPath: fixtureCertificates.caCertificatePath),
+                environment: environment, acceptSandbox: acceptSandbox, cacheSize: cacheSize, maximumStaleness: maximumStaleness,
+                chunkSize: chunkSize, maximumDownloadsPerAccount: perAccount, clock: { clock.withLockedValue { $0 } }),
+            server: ServerConfiguration(tls: identity))
         try await content.start()
+        let contentPort = try #require(content.port)
         let fixture = ContentFixture(
             store: store, content: content,
-            storeClient: RPCClient(host: "127.0.0.1", port: try #require(store.port)),
-            contentClient: RPCClient(host: "127.0.0.1", port: try #require(content.port)),
+            storeClient: RPCClient(host: "127.0.0.1", port: storePort, configuration: try fixtureClientConfiguration()),
+            contentClient: RPCClient(host: "127.0.0.1", port: contentPort, configuration: try fixtureClientConfiguration()),
             contentDirectory: contentDirectory, storeDirectory: storeDirectory, clock: clock)
         func stop() async {
             await fixture.storeClient.close()
@@ -136,6 +159,16 @@ struct ContentFixture {
 
     func newAccount() throws -> String { try store.store.createAccount().token }
 
+    /// What goes to the content service for a caller: the access token the
+    /// store issues for an account token it knows; anything else as it is.
+    func contentToken(_ token: String?) async -> String? {
+        guard let token, !AccessToken.looksLikeAccessToken(token),
+              let account = try? await store.store.authenticate(token: token),
+              let issued = try? store.store.issueAccessToken(account: account, audience: AccessToken.contentAudience)
+        else { return token }
+        return issued.token
+    }
+
     func buy(_ product: String, token: String) async throws -> StoreV1.Transaction {
         var metadata = metadata(token)
         metadata.add("idempotency-key", UUID().uuidString)
@@ -148,7 +181,7 @@ struct ContentFixture {
     func authorize(_ receipt: [UInt8], product: String, token: String?) async throws -> ContentV1.AuthorizeResponse {
         try await contentClient.unary(
             "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: product),
-            response: ContentV1.AuthorizeResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata(token)))
+            response: ContentV1.AuthorizeResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata(await contentToken(token))))
     }
 
     /// Downloads through `client` (default: the fixture's), checking every
@@ -158,6 +191,7 @@ struct ContentFixture {
         client: RPCClient? = nil
     ) async throws -> Downloaded {
         var result = Downloaded()
+        let token = await contentToken(token)
         let stream = (client ?? contentClient).serverStreaming(
             "/kiosk.content.v1.Content/Download",
             request: ContentV1.DownloadRequest(signedReceipt: receipt, productID: product, resumeOffset: resumeOffset),

@@ -58,7 +58,7 @@ import Testing
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
             // A client whose connection dies after 5 chunks.
-            let doomed = RPCClient(host: "127.0.0.1", port: try #require(fixture.content.port))
+            let doomed = RPCClient(host: "127.0.0.1", port: try #require(fixture.content.port), configuration: try fixtureClientConfiguration())
             let partial = try await fixture.download("book.swift", receipt: receipt, token: token, stopAfter: 5, client: doomed)
             await doomed.close()
             #expect(partial.chunkIndexes == [0, 1, 2, 3, 4])
@@ -97,7 +97,7 @@ import Testing
         let directory = try makeContentDirectory(files: ["book.swift": proseBytes(2 << 20), "file.one": [1]])
         defer { try? FileManager.default.removeItem(atPath: directory) }
         func open() async throws -> ContentServer {
-            let server = try ContentServer(configuration: ContentConfiguration(contentDirectory: directory, storePort: 1, storeToken: "unused"))
+            let server = try ContentServer(configuration: ContentConfiguration(contentDirectory: directory, storePort: 1, storeCredential: "unused"))
             try await server.prepare()
             return server
         }
@@ -128,7 +128,7 @@ import Testing
             // Hold one download open: read its header and stop reading (the window stops the server).
             var held = fixture.contentClient.serverStreaming(
                 "/kiosk.content.v1.Content/Download", request: ContentV1.DownloadRequest(signedReceipt: big, productID: "big.random"),
-                response: ContentV1.DownloadPart.self, options: CallOptions(metadata: fixture.metadata(token))).makeAsyncIterator()
+                response: ContentV1.DownloadPart.self, options: CallOptions(metadata: fixture.metadata(await fixture.contentToken(token)))).makeAsyncIterator()
             #expect(try await held.next()?.header != nil)
             let error = await #expect(throws: RPCError.self) {
                 _ = try await fixture.download("file.one", receipt: small, token: token)

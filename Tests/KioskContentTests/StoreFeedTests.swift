@@ -84,7 +84,8 @@ import Testing
             let revived = try StoreServer(
                 store: StoreConfiguration(dataDirectory: fixture.storeDirectory, catalog: hostedCatalog, environment: .sandbox,
                                           revocationHeartbeat: .milliseconds(100)),
-                server: ServerConfiguration(port: port))
+                server: ServerConfiguration(port: port, tls: try ServerTLSIdentity(
+                    certificateChainPath: fixtureCertificates.serverCertificatePath, privateKeyPath: fixtureCertificates.serverKeyPath)))
             try await revived.start()
             _ = try await until(fixture, receipt: receipt, token: token) { $0.allowed }
             #expect(try await fixture.download("book.swift", receipt: receipt, token: token).bytes.count == 300_000)
@@ -104,8 +105,9 @@ import Testing
         let store = try Store(configuration: StoreConfiguration(dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox))
         let server = RPCServer(services: [FeedlessStore(inner: StoreService(store: store))])
         try await server.start()
+        let credential = try store.createServiceCredential(role: .content, name: "feedless").secret
         let content = try ContentServer(configuration: ContentConfiguration(
-            contentDirectory: contentDirectory, storePort: try #require(server.port), storeToken: try store.createAccount().token,
+            contentDirectory: contentDirectory, storePort: try #require(server.port), storeCredential: credential,
             maximumStaleness: .seconds(1)))
         try await content.start()
         let client = RPCClient(host: "127.0.0.1", port: try #require(content.port))
@@ -116,7 +118,8 @@ import Testing
             let buyer = try store.createAccount()
             let receipt = try #require(try store.mintReceipts(accountID: buyer.id, productID: "book.swift", count: 1).first)
             var metadata = Metadata()
-            metadata.add("authorization", "Bearer \(buyer.token)")
+            let access = try store.issueAccessToken(account: try await store.authenticate(token: buyer.token), audience: AccessToken.contentAudience)
+            metadata.add("authorization", "Bearer \(access.token)")
             let answer = try await client.unary(
                 "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: "book.swift"),
                 response: ContentV1.AuthorizeResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata))
@@ -132,7 +135,7 @@ import Testing
 }
 
 /// The store as the content service sees it, with its revocation feed down:
-/// PublicKeys and GetAccount answer, WatchRevocations always fails.
+/// PublicKeys answers, WatchRevocations always fails.
 private struct FeedlessStore: RPCService {
     let inner: StoreService
     var serviceName: String { inner.serviceName }

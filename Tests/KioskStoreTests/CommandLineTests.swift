@@ -27,9 +27,16 @@ import Testing
             let restored = try await store.restore(token: token)
             #expect(restored.map(\.transactionID) == [deferred.transactionID])
 
-            // refund from another process reaches a WatchRevocations stream of the running store.
+            // refund from another process reaches a WatchRevocations stream of the running store,
+            // followed with a service credential made by `service create` (an account is refused).
+            let service = try await StoreProcess.run(["service", "create", "--role", "content", "--name", "cdn-1", "--data-dir", dir, "--json"])
+            let fields = try #require(try JSONSerialization.jsonObject(with: Data(service.utf8)) as? [String: String])
+            let credential = try #require(fields["credential"])
+            #expect(credential.hasPrefix("ksvc_") && fields["role"] == "content")
+            let listed = try await StoreProcess.run(["service", "list", "--data-dir", dir])
+            #expect(listed.contains("content  cdn-1  active") && !listed.contains(credential), "\(listed)")
             var metadata = Metadata()
-            metadata.add("authorization", "Bearer \(token)")
+            metadata.add("authorization", "Bearer \(credential)")
             var feed = store.client.serverStreaming(
                 "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(),
                 response: StoreV1.Revocation.self, options: CallOptions(metadata: metadata)
@@ -124,5 +131,54 @@ import Testing
         let (created, _, _) = try await StoreProcess.outcome(["account", "create", "--data-dir", missing])
         #expect(created == 0)
         #expect(FileManager.default.fileExists(atPath: missing + "/ledger.sqlite"))
+    }
+
+    /// `tls create-dev` makes a CA and a server pair; `serve --tls-cert/--tls-key` serves it and takes a new
+    /// pair on SIGHUP; plaintext off loopback is refused, in production even when allowed.
+    @Test func tlsCertificatesAreMadeServedAndReloadedOnSIGHUP() async throws {
+        let first = temporaryDirectory(), second = temporaryDirectory(), live = temporaryDirectory(), data = temporaryDirectory()
+        defer { for directory in [first, second, live, data] { try? FileManager.default.removeItem(atPath: directory) } }
+        let made = try await StoreProcess.run(["tls", "create-dev", "--out", first])
+        #expect(made.contains("ca.pem") && made.contains("server.pem"))
+        _ = try await StoreProcess.run(["tls", "create-dev", "--out", second])
+        let keyMode = try FileManager.default.attributesOfItem(atPath: first + "/server-key.pem")[.posixPermissions] as? Int
+        #expect(keyMode == 0o600)
+        for name in ["server.pem", "server-key.pem"] {
+            try FileManager.default.copyItem(atPath: "\(first)/\(name)", toPath: "\(live)/\(name)")
+        }
+        let server = try await StoreProcess(dataDirectory: data, extraArguments: [
+            "--tls-cert", live + "/server.pem", "--tls-key", live + "/server-key.pem"])
+        defer { server.process.terminate() }
+        func health(trusting ca: String) async -> Bool {
+            guard let tls = try? ClientTLS(trustRootsPath: ca) else { return false }
+            let client = RPCClient(host: "127.0.0.1", port: server.port, configuration: ClientConfiguration(
+                backoff: ConnectionBackoff(initial: .milliseconds(5), maximum: .milliseconds(5), multiplier: 1, jitter: 0, maximumAttempts: 1), tls: tls))
+            defer { Task { await client.close() } }
+            return (try? await client.unary("/kiosk.rpc.v1.Health/Check", request: HealthCheckRequest(), response: HealthCheckResponse.self)) != nil
+        }
+        #expect(await health(trusting: first + "/ca.pem"))
+        #expect(await !health(trusting: second + "/ca.pem"))
+        for name in ["server.pem", "server-key.pem"] {
+            try FileManager.default.removeItem(atPath: "\(live)/\(name)")
+            try FileManager.default.copyItem(atPath: "\(second)/\(name)", toPath: "\(live)/\(name)")
+        }
+        kill(server.process.processIdentifier, SIGHUP)
+        // The reload happens on the signal's arrival: wait for it (bounded), then the old CA no longer connects.
+        var reloaded = false
+        for _ in 0..<200 where !reloaded {
+            reloaded = await health(trusting: second + "/ca.pem")
+            if !reloaded { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(reloaded, "the new certificate is served after SIGHUP")
+        #expect(await !health(trusting: first + "/ca.pem"))
+
+        let refused = try await StoreProcess.outcome(["serve", "--data-dir", temporaryDirectory(), "--catalog", StoreProcess.exampleCatalog,
+                                                      "--host", "0.0.0.0", "--port", "0"])
+        #expect(refused.status != 0 && refused.errors.contains("not a loopback address"), "\(refused.errors)")
+        try "sk_live_not_a_real_key".write(toFile: first + "/stripe.key", atomically: true, encoding: .utf8)
+        let production = try await StoreProcess.outcome([
+            "serve", "--data-dir", temporaryDirectory(), "--catalog", StoreProcess.exampleCatalog, "--host", "0.0.0.0", "--port", "0",
+            "--environment", "production", "--insecure-plaintext", "--payment-processor", "stripe", "--stripe-key-file", first + "/stripe.key"])
+        #expect(production.status != 0 && production.errors.contains("a production store serves TLS"), "\(production.errors)")
     }
 }

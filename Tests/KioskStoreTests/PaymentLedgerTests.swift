@@ -360,7 +360,7 @@ private final class HeldChargeProcessor: PaymentProcessor {
             let bought = try #require(try await fixture.buy("credits.5", quantity: 2, token: token).transaction)  // 10 credits
             _ = try await fixture.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 7), as: StoreV1.SpendCreditsResponse.self, token: token)
             var metadata = Metadata()
-            metadata.add("authorization", "Bearer \(token)")
+            metadata.add("authorization", "Bearer \(try fixture.store.createServiceCredential(role: .content, name: "feed").secret)")
             let feed = fixture.client.serverStreaming(
                 "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(), response: StoreV1.Revocation.self,
                 options: CallOptions(timeout: .seconds(20), metadata: metadata))

@@ -90,7 +90,7 @@ import Testing
             let token = try store.newAccount()
             let transaction = try #require(try await store.buy("filter.sepia", token: token).transaction)
             var metadata = Metadata()
-            metadata.add("authorization", "Bearer \(token)")
+            metadata.add("authorization", "Bearer \(try store.store.createServiceCredential(role: .content, name: "feed").secret)")
             var feed = store.client.serverStreaming(
                 "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(since: 0),
                 response: StoreV1.Revocation.self, options: CallOptions(metadata: metadata)

@@ -25,6 +25,7 @@ import Testing
         environment["KIOSK_CONTENT"] = "127.0.0.1:\(session.contentPort)"
         environment["KIOSK_TOKEN"] = token
         environment["KIOSK_STATE_DIR"] = state
+        environment["KIOSK_TLS_CA"] = session.trustRootsPath
         process.environment = environment
         let output = Pipe()
         let errors = Pipe()

@@ -1,0 +1,166 @@
+import GRDB
+import NIOConcurrencyHelpers
+
+/// What `WatchRevocations` streams follow: one reader of the ledger per store
+/// process, however many streams are open.
+///
+/// One task looks for new revocations and key changes: at once when this
+/// process wrote one (``noteWritten()``), otherwise every poll interval (for
+/// refunds and key changes made by another process on the same data dir, such
+/// as `kiosk-store refund`). It keeps the most recent revocations in memory
+/// and wakes the streams, which read from that memory; only a stream resuming
+/// from a cursor older than the memory holds reads the ledger, a page at a time.
+final class RevocationFeed: Sendable {
+    private struct State {
+        /// Recent revocations, cursor order; every revocation above `floor` is here.
+        var recent: [RevocationRecord] = []
+        /// The cursor below which memory holds nothing (nil before the first look).
+        var floor: UInt64?
+        var keyFingerprint: [String] = []
+        var keyGeneration: UInt64 = 0
+        var poller: Task<Void, Never>?
+        var stopped = false
+        var looks: UInt64 = 0
+    }
+
+    private let ledger: Ledger
+    private let pollInterval: Duration
+    private let capacity: Int
+    private let state = NIOLockedValueBox(State())
+    /// Rung by this process's writes; the poller waits on it.
+    private let written = RevocationSignal()
+    /// Rung by the poller after each look that found something; streams wait on it.
+    private let published = RevocationSignal()
+    /// Called on the poller when the key set changed (the store reloads its verifier).
+    private let keysChangedHandler = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
+
+    init(ledger: Ledger, pollInterval: Duration, capacity: Int = 4096) {
+        self.ledger = ledger
+        self.pollInterval = pollInterval
+        self.capacity = capacity
+    }
+
+    /// Runs `body` on the poller whenever it sees the key set change.
+    func onKeysChanged(_ body: @escaping @Sendable () -> Void) {
+        keysChangedHandler.withLockedValue { $0 = body }
+    }
+
+    /// Starts the poller if it is not running (idempotent; a no-op once stopped).
+    func start() {
+        state.withLockedValue { state in
+            guard state.poller == nil, !state.stopped else { return }
+            // Weak: a feed nobody holds any more stops its poller.
+            state.poller = Task { [weak self] in
+                while !Task.isCancelled {
+                    guard let next = await self?.lookOnce() else { return }
+                    do { try await next.signal.wait(after: next.generation, timeout: next.interval) } catch { return }
+                }
+            }
+        }
+    }
+
+    private func lookOnce() async -> (signal: RevocationSignal, generation: UInt64, interval: Duration) {
+        let generation = written.generation
+        await look()
+        return (written, generation, pollInterval)
+    }
+
+    /// Stops the poller; streams waiting are woken (and find nothing new).
+    func stop() {
+        let task = state.withLockedValue { state -> Task<Void, Never>? in
+            state.stopped = true
+            defer { state.poller = nil }
+            return state.poller
+        }
+        task?.cancel()
+        published.notify()
+    }
+
+    deinit {
+        state.withLockedValue { $0.poller }?.cancel()
+    }
+
+    /// This process wrote a revocation or changed the keys: look now.
+    func noteWritten() {
+        written.notify()
+    }
+
+    /// How many looks at the ledger the poller made (for tests: one reader, not one per stream).
+    var looks: UInt64 { state.withLockedValue { $0.looks } }
+
+    /// Read before ``revocations(after:)``; pass to ``waitForNews(after:timeout:)``.
+    var generation: UInt64 { published.generation }
+
+    /// Increases each time the poller sees the key set change.
+    var keyGeneration: UInt64 { state.withLockedValue { $0.keyGeneration } }
+
+    /// Returns when the poller found something after `generation`, or after `timeout`.
+    func waitForNews(after generation: UInt64, timeout: Duration) async throws {
+        try await published.wait(after: generation, timeout: timeout)
+    }
+
+    /// The revocations with a cursor above `cursor`, at most `limit`, oldest first.
+    func revocations(after cursor: UInt64, limit: Int = 500) async throws -> [RevocationRecord] {
+        let fromMemory = state.withLockedValue { state -> [RevocationRecord]? in
+            guard let floor = state.floor, cursor >= floor else { return nil }
+            // `recent` is in cursor order: skip what the stream has.
+            let start = state.recent.firstIndex { $0.cursor > cursor } ?? state.recent.endIndex
+            return Array(state.recent[start..<min(start + limit, state.recent.endIndex)])
+        }
+        if let fromMemory { return fromMemory }
+        return try await ledger.revocations(after: cursor, limit: limit)
+    }
+
+    /// One look at the ledger: new revocations into memory, key changes counted; wakes the streams if anything changed.
+    private func look() async {
+        var changed = false
+        do {
+            let floor = state.withLockedValue { $0.floor }
+            if floor == nil {
+                let latest = try ledger.latestRevocationCursor()
+                state.withLockedValue { $0.floor = latest }
+                changed = true
+            }
+            while true {
+                let after = state.withLockedValue { $0.recent.last?.cursor ?? $0.floor ?? 0 }
+                let batch = try await ledger.revocations(after: after, limit: 500)
+                guard !batch.isEmpty else { break }
+                changed = true
+                state.withLockedValue { state in
+                    state.recent.append(contentsOf: batch)
+                    if state.recent.count > capacity {
+                        let dropped = state.recent.count - capacity
+                        state.floor = state.recent[dropped - 1].cursor
+                        state.recent.removeFirst(dropped)
+                    }
+                }
+                if batch.count < 500 { break }
+            }
+            let fingerprint = try ledger.publicKeys().map { "\($0.id)/\($0.notAfterMs)" }
+            let keysChanged = state.withLockedValue { state -> Bool in
+                state.looks += 1
+                guard fingerprint != state.keyFingerprint else { return false }
+                let first = state.keyFingerprint.isEmpty
+                state.keyFingerprint = fingerprint
+                if !first { state.keyGeneration += 1 }
+                return !first
+            }
+            if keysChanged {
+                keysChangedHandler.withLockedValue { $0 }?()
+                changed = true
+            }
+        } catch {
+            // The ledger could not be read now: the next look tries again; streams keep their heartbeats.
+        }
+        if changed { published.notify() }
+    }
+}
+
+extension Ledger {
+    /// The highest revocation cursor (0 when there is none).
+    func latestRevocationCursor() throws -> UInt64 {
+        try pool.read { db in
+            UInt64(clamping: try Int64.fetchOne(db, sql: "SELECT MAX(cursor) FROM revocations") ?? 0)
+        }
+    }
+}
