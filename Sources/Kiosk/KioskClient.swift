@@ -38,7 +38,7 @@ public final class KioskClient: Sendable {
     /// The configuration.
     public let configuration: KioskConfiguration
     let store: RPCClient
-    private let accessToken = NIOLockedValueBox<(token: String, expiresMs: Int64)?>(nil)
+    private let accessToken = NIOLockedValueBox<(token: String, refreshMs: Int64)?>(nil)
     let content: RPCClient
     private let journal: PaymentJournal
     private let updates = TransactionBroadcast()
@@ -114,16 +114,18 @@ public final class KioskClient: Sendable {
 
     /// Options of a call to the content service: an access token from the
     /// store (never the account's own token), fetched when there is none or it
-    /// has less than a minute left.
+    /// is past half its life.
     func contentOptions(timeout: Duration? = nil) async throws -> CallOptions {
         let nowMs = Int64((Date().timeIntervalSince1970 * 1000).rounded())
         let token: String
-        if let cached = accessToken.withLockedValue({ $0 }), cached.expiresMs - 60_000 > nowMs {
+        if let cached = accessToken.withLockedValue({ $0 }), nowMs < cached.refreshMs {
             token = cached.token
         } else {
             let issued = try await storeCall("AccessToken", StoreV1.AccessTokenRequest(audience: "content"), StoreV1.AccessTokenResponse.self,
                                              doing: "getting an access token for the content service")
-            accessToken.withLockedValue { $0 = (issued.accessToken, issued.expiresMs) }
+            // Renewed at half its life (by this machine's clock: the store's may differ).
+            let refreshMs = nowMs + max(issued.expiresMs - nowMs, 0) / 2
+            accessToken.withLockedValue { $0 = (issued.accessToken, refreshMs) }
             token = issued.accessToken
         }
         var metadata = Metadata()

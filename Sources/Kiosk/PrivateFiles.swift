@@ -106,7 +106,7 @@ enum PrivateFiles {
     /// Opens the file at `path` for writing, creating it 0600 when it is missing
     /// (and making an existing one 0600). Nothing is truncated.
     static func openForWriting(_ path: String) throws -> FileHandle {
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, fileMode)
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, fileMode)
         guard descriptor >= 0 else { throw Failure(operation: "cannot open", path: path, code: errno) }
         guard fchmod(descriptor, fileMode) == 0 else {
             let code = errno

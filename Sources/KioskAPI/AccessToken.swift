@@ -63,8 +63,10 @@ public enum AccessTokenRefusal: Error, Hashable, Sendable, CustomStringConvertib
     case wrongAudience(String)
     /// From a store of the other environment.
     case wrongEnvironment(ReceiptV1.Environment)
-    /// Past its expiry (or issued in the future).
+    /// Past its expiry.
     case expired
+    /// Issued later than now by more than the clock skew allowed.
+    case notYetValid
 
     public var description: String {
         switch self {
@@ -74,6 +76,7 @@ public enum AccessTokenRefusal: Error, Hashable, Sendable, CustomStringConvertib
         case .wrongAudience(let audience): "the access token is for \(audience.isEmpty ? "no service" : "\"\(audience)\""), not this service"
         case .wrongEnvironment(let environment): "the access token is from a \(environment.name) store"
         case .expired: "the access token has expired: ask the store for a new one"
+        case .notYetValid: "the access token is issued in the future: the store's clock and this service's disagree"
         }
     }
 }
@@ -120,7 +123,8 @@ public struct AccessTokenVerifier: Sendable {
         // (a forger gains nothing by being refused) and spare the signature check.
         guard payload.audience == audience else { throw AccessTokenRefusal.wrongAudience(payload.audience) }
         guard environments.contains(payload.environment) else { throw AccessTokenRefusal.wrongEnvironment(payload.environment) }
-        guard payload.expiresMs > nowMs, payload.issuedMs <= nowMs + clockSkewMs else { throw AccessTokenRefusal.expired }
+        guard payload.expiresMs > nowMs else { throw AccessTokenRefusal.expired }
+        guard payload.issuedMs <= nowMs + clockSkewMs else { throw AccessTokenRefusal.notYetValid }
         guard entry.window.isValid(atMs: payload.issuedMs) else { throw AccessTokenRefusal.unknownKey(signed.keyID) }
         guard entry.key.isValidSignature(signed.signature, for: accessTokenSignaturePrefix + signed.payload) else {
             throw AccessTokenRefusal.badSignature

@@ -16,10 +16,14 @@ public final class ContentServer: Sendable {
     private let logger: Logger
     private let follower = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
-    /// Loads and checks the manifest; throws ``ManifestError`` for a bad one.
+    /// Loads and checks the manifest; throws ``ManifestError`` for a bad one, and
+    /// ``TransportSecurityError`` for a production service without TLS off loopback.
     /// The files are prepared by ``prepare()`` (or ``start()``).
     public init(configuration: ContentConfiguration, server: ServerConfiguration = .defaults,
                 logger: Logger = Logger(label: "kiosk.content", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
+        if configuration.environment == .production, server.tls == nil, !Loopback.contains(host: server.host) {
+            throw TransportSecurityError("a production content service serves TLS on \(server.host): give it a certificate and key (plaintext is for loopback only)")
+        }
         self.configuration = configuration
         self.manifest = try Manifest.load(contentDirectory: configuration.contentDirectory)
         self.logger = logger

@@ -57,6 +57,8 @@ public struct GateStats: Hashable, Sendable {
     public var storeSilenceMs: Int64
     /// The revocation feed's cursor.
     public var revocationCursor: UInt64
+    /// Access tokens whose signature was checked, kept until they expire (only valid ones).
+    public var accessTokensCached: Int = 0
 }
 
 /// Decides access offline: Ed25519 signatures against the store's keys, the
@@ -123,8 +125,9 @@ final class ReceiptGate: Sendable {
             return state.cache.missed()
         }
         if payload == nil {
-            var check = state.withLockedValue { $0.verifier }.verify(receipt, nowMs: nowMs)
-            if check.status == .notAuthentic, await refreshKeysIfUnknown(receipt) {
+            let verifier = state.withLockedValue { $0.verifier }
+            var check = verifier.verify(receipt, nowMs: nowMs)
+            if check.status == .notAuthentic, await refreshKeysIfUnknown(receipt, checkedWith: verifier) {
                 check = state.withLockedValue { $0.verifier }.verify(receipt, nowMs: nowMs)
             }
             guard check.status == .valid, let verified = check.payload else {
@@ -222,8 +225,11 @@ final class ReceiptGate: Sendable {
     /// yet (a rotation), at most once a second; a call that finds the fetch
     /// rate-limited waits for the next one (under a second) instead of calling
     /// a new key's receipt not authentic.
-    private func refreshKeysIfUnknown(_ receipt: [UInt8]) async -> Bool {
-        guard let signed = try? ReceiptV1.SignedReceipt(serializedBytes: receipt), !signed.keyID.isEmpty else { return false }
+    /// Returns false at once when `verifier` knew the key (the receipt is not authentic for another reason:
+    /// checking it again would cost a second signature check for nothing).
+    private func refreshKeysIfUnknown(_ receipt: [UInt8], checkedWith verifier: ReceiptVerifier) async -> Bool {
+        guard let signed = try? ReceiptV1.SignedReceipt(serializedBytes: receipt), !signed.keyID.isEmpty,
+              !verifier.knows(keyID: signed.keyID) else { return false }
         for _ in 0..<2 {
             let wait = state.withLockedValue { state -> Duration?? in
                 guard !state.verifier.knows(keyID: signed.keyID) else { return .some(nil) }  // known now: done
@@ -312,7 +318,8 @@ final class ReceiptGate: Sendable {
             GateStats(
                 cacheHits: state.cache.hits, cacheMisses: state.cache.misses, cacheEntries: state.cache.count,
                 cacheCapacity: state.cache.capacity, revocationsKnown: state.revoked.count, keysKnown: state.keysKnown,
-                storeSilenceMs: state.lastHeardMs.map { nowMs - $0 } ?? 0, revocationCursor: state.cursor)
+                storeSilenceMs: state.lastHeardMs.map { nowMs - $0 } ?? 0, revocationCursor: state.cursor,
+                accessTokensCached: state.tokens.count)
         }
     }
 }

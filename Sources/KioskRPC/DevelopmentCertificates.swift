@@ -35,7 +35,13 @@ public struct DevelopmentCertificates: Sendable {
         let files = DevelopmentCertificates(directory: directory)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let fm = FileManager.default
-        if !(fm.fileExists(atPath: files.caCertificatePath) && fm.fileExists(atPath: files.caKeyPath)) {
+        // A CA kept from an earlier run is reused while it has more than a day to live.
+        let caUsable = fm.fileExists(atPath: files.caCertificatePath) && fm.fileExists(atPath: files.caKeyPath)
+            && (try? openssl(["x509", "-checkend", "86400", "-noout", "-in", files.caCertificatePath])) != nil
+        // Keys are written into files made 0600 first: never readable by others, whatever the umask.
+        try createPrivateFile(files.serverKeyPath)
+        if !caUsable {
+            try createPrivateFile(files.caKeyPath)
             try openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                          "-keyout", files.caKeyPath, "-out", files.caCertificatePath, "-days", "30",
                          "-subj", "/CN=Kiosk development CA",
@@ -64,10 +70,14 @@ public struct DevelopmentCertificates: Sendable {
         let serial = "0x" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255) & 0x7f) }.joined()
         try openssl(["x509", "-req", "-in", request, "-CA", files.caCertificatePath, "-CAkey", files.caKeyPath,
                      "-set_serial", serial, "-days", "30", "-extfile", extensions, "-out", files.serverCertificatePath])
-        for key in [files.caKeyPath, files.serverKeyPath] {
-            try fm.setAttributes([.posixPermissions: 0o600], ofItemAtPath: key)
-        }
         return files
+    }
+
+    private static func createPrivateFile(_ path: String) throws {
+        try? FileManager.default.removeItem(atPath: path)
+        guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
+            throw TransportSecurityError("cannot create \(path)")
+        }
     }
 
     private static func openssl(_ arguments: [String]) throws {

@@ -232,6 +232,12 @@ public final class RPCClient: Sendable {
                 if let tls = configuration.tls {
                     let promise = channel.eventLoop.makePromise(of: Void.self)
                     handshake.withLockedValue { $0 = promise.futureResult }
+                    // The handshake gets the connect timeout too: a peer that accepts TCP and never answers is given up on.
+                    let deadline = channel.eventLoop.scheduleTask(in: TimeAmount(configuration.connectTimeout)) {
+                        promise.fail(TransportSecurityError.handshakeTimedOut)
+                        channel.close(promise: nil)
+                    }
+                    promise.futureResult.whenComplete { _ in deadline.cancel() }
                     do {
                         try channel.pipeline.syncOperations.addHandlers([
                             try tls.makeHandler(host: host), TLSHandshakeHandler(handshake: promise)])
@@ -266,6 +272,10 @@ public final class RPCClient: Sendable {
         if let handshake = handshake.withLockedValue({ $0 }) {
             do {
                 try await handshake.get()
+            } catch let error as TransportSecurityError {
+                // Closed or silent before the handshake (a server at its connection cap closes at once): retried with backoff.
+                try? await channel.close()
+                throw error
             } catch {
                 try? await channel.close()
                 // Not retried: a certificate that does not verify will not start to in the next second.

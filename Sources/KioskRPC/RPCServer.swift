@@ -92,6 +92,9 @@ public final class RPCServer: Sendable {
                 let limits = configuration.limits
                 guard self.admit(channel) else {
                     logger.warning("refusing a connection: the server has its maximum of \(limits.maximumConnections) connections")
+                    // A TLS client cannot read a plaintext GOAWAY, and a handshake only to refuse would cost what the
+                    // cap saves: the connection is closed, which the client retries with backoff.
+                    if configuration.tls != nil { return channel.close() }
                     return Self.refuse(channel, maximumConnections: limits.maximumConnections)
                 }
                 if let tls = configuration.tls {

@@ -11,6 +11,9 @@ public struct TransportSecurityError: Error, CustomStringConvertible, Sendable {
     /// Creates an error.
     public init(_ message: String) { self.message = message }
     public var description: String { message }
+
+    /// The TLS handshake did not finish within the connect timeout.
+    static let handshakeTimedOut = TransportSecurityError("the TLS handshake did not finish within the connect timeout")
 }
 
 /// A server's TLS identity: a certificate chain and its private key, read from

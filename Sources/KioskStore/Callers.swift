@@ -33,7 +33,8 @@ public struct ServiceCredentialRecord: Hashable, Sendable {
 
     init(row: Row) {
         id = row["id"]
-        role = CallerRole(rawValue: row["role"]) ?? .content
+        // The table's CHECK allows content and admin only; anything else gets the role with no service method.
+        role = CallerRole(rawValue: row["role"]) ?? .account
         name = row["name"]
         createdMs = row["created_ms"]
         revokedMs = row["revoked_ms"]
@@ -89,6 +90,11 @@ extension Ledger {
         }
     }
 
+    /// The ids of the revoked service credentials.
+    static func revokedServiceCredentialIDs(_ db: Database) throws -> Set<String> {
+        Set(try String.fetchAll(db, sql: "SELECT id FROM service_credentials WHERE revoked_ms > 0"))
+    }
+
     /// Every service credential, revoked ones included, oldest first.
     public func serviceCredentials() throws -> [ServiceCredentialRecord] {
         try pool.read { db in
@@ -120,7 +126,8 @@ extension Store {
         return (id, secret)
     }
 
-    /// Revokes a service credential: its calls are refused from now on.
+    /// Revokes a service credential: its calls are refused from now on, and a
+    /// revocation feed it holds open ends (16) within the feed's poll interval.
     public func revokeServiceCredential(id: String) throws {
         guard try ledger.revokeServiceCredential(id: id, nowMs: now) else { throw StoreError.notFound("no service credential \(id)") }
     }

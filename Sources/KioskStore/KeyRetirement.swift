@@ -21,8 +21,13 @@ extension Ledger {
     ///   before 0 or before the key's `not_before_ms`; conflict for the newest key (it is the one
     ///   that signs: rotate first) and for a retired key moved later (that would make receipts it
     ///   signed after its retirement verify again; an earlier time is allowed).
-    func retirePublicKey(id: String, atMs: Int64) throws -> ReceiptPublicKey {
-        try pool.write { db in
+    /// - Parameter atMs: the time; nil: `now()` read once the write lock is held (BEGIN IMMEDIATE), so
+    ///   every receipt committed before it was signed earlier (see ``KeyStore/signer(_:at:_:)``).
+    func retirePublicKey(id: String, atMs requested: Int64?, now: () -> Int64) throws -> ReceiptPublicKey {
+        var retired: ReceiptPublicKey?
+        try pool.writeWithoutTransaction { db in
+          try db.inTransaction(.immediate) {
+            let atMs = requested ?? now()
             let keys = try Self.publicKeys(db)
             guard let index = keys.firstIndex(where: { $0.id == id }) else {
                 throw StoreError.notFound("no signing key \(id) (`kiosk-store keys export` lists the keys)")
@@ -39,7 +44,10 @@ extension Ledger {
                 throw StoreError.invalid("cannot retire signing key \(id) at \(atMs) ms: it only started signing at \(key.notBeforeMs) ms (its not_before_ms)")
             }
             if key.isRetired {
-                if atMs == key.notAfterMs { return key }
+                if atMs == key.notAfterMs {
+                    retired = key
+                    return .commit
+                }
                 guard atMs < key.notAfterMs else {
                     throw StoreError(.conflict, "signing key \(id) is already retired at \(key.notAfterMs) ms; a later time would make "
                                      + "receipts it signed after that verify again")
@@ -47,8 +55,12 @@ extension Ledger {
             }
             try db.execute(sql: "UPDATE signing_keys SET not_after_ms = ? WHERE id = ?", arguments: [atMs, id])
             key.notAfterMs = atMs
-            return key
+            retired = key
+            return .commit
+          }
         }
+        guard let retired else { throw StoreError(.internalFailure, "retiring signing key \(id) did not complete") }
+        return retired
     }
 }
 
@@ -64,7 +76,7 @@ extension Store {
     /// - Throws: ``StoreError`` (see ``Ledger/retirePublicKey(id:atMs:)``).
     @discardableResult
     public func retireKey(id: String, atMs: Int64? = nil) throws -> ReceiptPublicKey {
-        let key = try ledger.retirePublicKey(id: id, atMs: atMs ?? now)
+        let key = try ledger.retirePublicKey(id: id, atMs: atMs, now: { self.now })
         refreshVerifier()
         noteKeysChanged()
         return key

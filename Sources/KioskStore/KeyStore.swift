@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import GRDB
 import KioskAPI
 import NIOConcurrencyHelpers
 #if canImport(Glibc)
@@ -38,6 +39,20 @@ final class KeyStore: Sendable {
         let key = try load(newest)
         cache.withLockedValue { $0 = key }
         return key
+    }
+
+    /// The key to sign with at `signedAtMs`, read inside the write transaction `db` that records what
+    /// it signs: `chosen` (picked before the transaction) unless a retirement committed meanwhile (by
+    /// another process, `keys rotate` then `keys retire`) covers that time; then the active key. A
+    /// retirement committed after this transaction takes its time after it, so a receipt signed here is
+    /// never one its own key refuses.
+    func signer(_ chosen: ReceiptSigningKey, at signedAtMs: Int64, _ db: Database) throws -> ReceiptSigningKey {
+        let keys = try Ledger.publicKeys(db)
+        if let current = keys.first(where: { $0.id == chosen.id }), current.isValid(atMs: signedAtMs) { return chosen }
+        guard let newest = keys.last(where: { !$0.isRetired }) else {
+            throw StoreError(.internalFailure, "every signing key is retired: add one with `kiosk-store keys rotate`")
+        }
+        return try load(newest)
     }
 
     /// The key that signs access tokens: the newest usable key that has been

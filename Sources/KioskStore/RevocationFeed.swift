@@ -1,4 +1,5 @@
 import GRDB
+import KioskRPC
 import NIOConcurrencyHelpers
 
 /// What `WatchRevocations` streams follow: one reader of the ledger per store
@@ -21,6 +22,10 @@ final class RevocationFeed: Sendable {
         var poller: Task<Void, Never>?
         var stopped = false
         var looks: UInt64 = 0
+        /// When a look last read the ledger without error.
+        var lastGoodLook: ContinuousClock.Instant?
+        /// Service credentials revoked (their open streams end).
+        var revokedCredentials: Set<String> = []
     }
 
     private let ledger: Ledger
@@ -88,6 +93,22 @@ final class RevocationFeed: Sendable {
     /// How many looks at the ledger the poller made (for tests: one reader, not one per stream).
     var looks: UInt64 { state.withLockedValue { $0.looks } }
 
+    /// True when the service credential `credentialID` has been revoked (as of the last look).
+    func isRevoked(credentialID: String) -> Bool {
+        state.withLockedValue { $0.revokedCredentials.contains(credentialID) }
+    }
+
+    /// Throws UNAVAILABLE (14) when the ledger has not been read for a while
+    /// (the reader failing, or stopped): a stream must not keep telling its
+    /// watcher it is current with nothing reading behind it.
+    func requireCurrent() throws {
+        let (last, stopped) = state.withLockedValue { ($0.lastGoodLook, $0.stopped) }
+        let limit = max(pollInterval * 20, .seconds(10))
+        if stopped || (last.map { $0.duration(to: .now) > limit } ?? false) {
+            throw RPCError(.unavailable, stopped ? "the store is shutting down" : "the store cannot read its ledger")
+        }
+    }
+
     /// Read before ``revocations(after:)``; pass to ``waitForNews(after:timeout:)``.
     var generation: UInt64 { published.generation }
 
@@ -115,14 +136,19 @@ final class RevocationFeed: Sendable {
     private func look() async {
         var changed = false
         do {
-            let floor = state.withLockedValue { $0.floor }
-            if floor == nil {
-                let latest = try ledger.latestRevocationCursor()
+            // One read of the ledger for the cheap parts, on GRDB's reader (never blocking a Swift concurrency thread).
+            let (latest, fingerprint, revoked) = try await ledger.pool.read { db in
+                (try Ledger.latestRevocationCursor(db),
+                 try Ledger.publicKeys(db).map { "\($0.id)/\($0.notAfterMs)" },
+                 try Ledger.revokedServiceCredentialIDs(db))
+            }
+            if state.withLockedValue({ $0.floor }) == nil {
                 state.withLockedValue { $0.floor = latest }
                 changed = true
             }
             while true {
                 let after = state.withLockedValue { $0.recent.last?.cursor ?? $0.floor ?? 0 }
+                guard after < latest else { break }
                 let batch = try await ledger.revocations(after: after, limit: 500)
                 guard !batch.isEmpty else { break }
                 changed = true
@@ -136,9 +162,13 @@ final class RevocationFeed: Sendable {
                 }
                 if batch.count < 500 { break }
             }
-            let fingerprint = try ledger.publicKeys().map { "\($0.id)/\($0.notAfterMs)" }
             let keysChanged = state.withLockedValue { state -> Bool in
                 state.looks += 1
+                state.lastGoodLook = .now
+                if revoked != state.revokedCredentials {
+                    state.revokedCredentials = revoked
+                    changed = true
+                }
                 guard fingerprint != state.keyFingerprint else { return false }
                 let first = state.keyFingerprint.isEmpty
                 state.keyFingerprint = fingerprint
@@ -158,9 +188,7 @@ final class RevocationFeed: Sendable {
 
 extension Ledger {
     /// The highest revocation cursor (0 when there is none).
-    func latestRevocationCursor() throws -> UInt64 {
-        try pool.read { db in
-            UInt64(clamping: try Int64.fetchOne(db, sql: "SELECT MAX(cursor) FROM revocations") ?? 0)
-        }
+    static func latestRevocationCursor(_ db: Database) throws -> UInt64 {
+        UInt64(clamping: try Int64.fetchOne(db, sql: "SELECT MAX(cursor) FROM revocations") ?? 0)
     }
 }

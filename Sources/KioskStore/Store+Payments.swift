@@ -268,7 +268,8 @@ extension Store {
         record.credits = intent.productType == .consumable ? intent.creditsPerUnit * UInt64(intent.quantity) : 0
         // Signed now, by the store's clock; never before the key's own start (a clock a step behind the
         // process that rotated it must not make a receipt its own key refuses).
-        record.receipt = try sign(record, with: signer, atMs: max(now, signer.notBeforeMs))
+        let signedAtMs = max(now, signer.notBeforeMs)
+        record.receipt = try sign(record, with: try keys.signer(signer, at: signedAtMs, db), atMs: signedAtMs)
         return record
     }
 

@@ -91,24 +91,35 @@ public struct StoreService: RPCService {
         router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: contentServices) { request, writer, context in
             let feed = store.feed
             feed.start()
+            let credentialID: String? = if case .service(let credential)? = context.principal as? Caller { credential.id } else { nil }
             var cursor = request.since
-            var keyGeneration = feed.keyGeneration
+            // Nil: the first heartbeat says keys_changed, so a rotation between the watcher's PublicKeys
+            // call and this stream is never missed.
+            var keyGeneration: UInt64?
             var lastHeartbeat: ContinuousClock.Instant?
             let heartbeat = store.configuration.revocationHeartbeat
             // Ends when the server shuts down, so a graceful shutdown need not wait for it.
             while !Task.isCancelled, !context.isShuttingDown {
+                if let credentialID, feed.isRevoked(credentialID: credentialID) {
+                    throw RPCError(.unauthenticated, "the service credential \(credentialID) was revoked")
+                }
+                try feed.requireCurrent()
                 let generation = feed.generation
+                // A key change is announced at once, even in the middle of a backlog.
+                if let known = keyGeneration, feed.keyGeneration != known {
+                    keyGeneration = feed.keyGeneration
+                    try await writer.send(StoreV1.Revocation(cursor: cursor, keysChanged: true))
+                }
                 let batch = try await feed.revocations(after: cursor)
                 for revocation in batch {
                     try await writer.send(revocation.message)
                     cursor = revocation.cursor
                 }
                 guard batch.isEmpty else { continue }
-                let keysChanged = feed.keyGeneration != keyGeneration
-                // Caught up: say so (an empty transaction id), at once, on a key change, and then about every `heartbeat`.
-                if keysChanged || lastHeartbeat.map({ $0.duration(to: .now) >= heartbeat }) ?? true {
-                    keyGeneration = feed.keyGeneration
-                    try await writer.send(StoreV1.Revocation(cursor: cursor, keysChanged: keysChanged))
+                // Caught up: say so (an empty transaction id), at once and then about every `heartbeat`.
+                if keyGeneration == nil || lastHeartbeat.map({ $0.duration(to: .now) >= heartbeat }) ?? true {
+                    try await writer.send(StoreV1.Revocation(cursor: cursor, keysChanged: keyGeneration == nil))
+                    keyGeneration = keyGeneration ?? feed.keyGeneration
                     lastHeartbeat = .now
                 }
                 try await feed.waitForNews(after: generation, timeout: heartbeat)

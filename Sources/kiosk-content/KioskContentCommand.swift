@@ -63,10 +63,7 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-content: \(error.message)\n".utf8))
             throw ExitCode(2)
         }
-        if environment == .production, tls == nil, !Loopback.contains(host: host) {
-            FileHandle.standardError.write(Data("kiosk-content: a production service serves TLS on \(host): give --tls-cert and --tls-key\n".utf8))
-            throw ExitCode(2)
-        }
+
         guard (1...16_384).contains(chunkSizeKiB) else { throw ValidationError("--chunk-size-kib must be 1…16384") }
         if let bundleID, bundleID.isEmpty { throw ValidationError("--bundle-id must not be empty (leave it out to accept any bundle id)") }
         let configuration = ContentConfiguration(
@@ -81,6 +78,9 @@ struct Serve: AsyncParsableCommand {
                 server: ServerConfiguration(host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext), logger: logger)
         } catch let error as ManifestError {
             FileHandle.standardError.write(Data("kiosk-content: bad manifest: \(error.message)\n".utf8))
+            throw ExitCode(2)
+        } catch let error as TransportSecurityError {
+            FileHandle.standardError.write(Data("kiosk-content: \(error.message) (--tls-cert and --tls-key)\n".utf8))
             throw ExitCode(2)
         }
         // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.

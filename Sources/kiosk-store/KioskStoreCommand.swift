@@ -220,7 +220,7 @@ struct ServiceCommand: AsyncParsableCommand {
     }
 
     struct Revoke: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Revoke a service credential: its next call is refused (16).")
+        static let configuration = CommandConfiguration(abstract: "Revoke a service credential: its next call is refused (16), and an open revocation feed of it ends within the poll interval.")
         @OptionGroup var data: DataDirOptions
         @Argument(help: "The credential id (svc_…).") var id: String
         func run() async throws {

@@ -55,6 +55,11 @@ import Testing
 
     @Test func warmRawDownloadAndPurchaseRun() async throws {
         let warm = try json(try await bench(["verify", "--repeat-receipt", "--duration", "0.3", "--warmup", "0", "--json"]).1)
+        let overTLS = try json(try await bench(["verify", "--tls", "--duration", "0.3", "--warmup", "0", "--receipts", "200", "--json"]).1)
+        #expect((overTLS["calls"] as? Int ?? 0) > 0 && overTLS["errors"] as? Int == 0 && overTLS["transport"] as? String == "TLS")
+        let flood = try json(try await bench(["token-flood", "--tokens", "400", "--tls", "--json"]).1)
+        #expect(flood["refused_16"] as? Int == 400 && flood["store_calls_during_flood"] as? Int == 0)
+        #expect((flood["refund_reached_content_ms"] as? Double ?? -1) >= 0)
         #expect((warm["cache_hit_ratio"] as? Double ?? 0) > 0.9)
         let raw = try json(try await bench(["verify", "--raw", "--receipts", "200", "--duration", "0.3", "--json"]).1)
         #expect((raw["verifications/s"] as? Int ?? 0) > 0 && raw["failures"] as? Int == 0)
@@ -77,7 +82,7 @@ import Testing
             try await bench([
                 "verify", "--content", "127.0.0.1:\(session.contentPort)", "--store-data-dir", storeDirectory, "--catalog", catalog,
                 "--product", "book.swift", "--receipts", "200", "--connections", "1", "--concurrency", "2",
-                "--duration", "0.3", "--warmup", "0",
+                "--duration", "0.3", "--warmup", "0", "--tls-ca", session.trustRootsPath ?? "",
             ] + (json ? ["--json"] : []))
         }
         let (status, output) = try await run(storeDirectory: session.storeDirectory, json: true)
@@ -95,7 +100,7 @@ import Testing
         let (refused, table) = try await run(storeDirectory: other.storeDirectory, json: false)
         #expect(refused == 1)
         #expect(table.hasPrefix("FAILED: "))
-        #expect(table.contains("rpc_UNAUTHENTICATED: "))  // the account is the other store's: counted by kind
+        #expect(table.contains("rpc_UNAUTHENTICATED: "))  // the access token is the other store's: counted by kind
     }
 
     @Test func floorMeasuresBareRoundTrips() async throws {

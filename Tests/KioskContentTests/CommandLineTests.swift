@@ -53,6 +53,6 @@ import Testing
             "serve", "--content-dir", directory, "--store-credential", "ksvc_t", "--host", "0.0.0.0", "--port", "0",
             "--environment", "production", "--insecure-plaintext"])
         #expect(production != 0)
-        #expect(refusal.contains("a production service serves TLS"), "\(refusal)")
+        #expect(refusal.contains("a production content service serves TLS"), "\(refusal)")
     }
 }

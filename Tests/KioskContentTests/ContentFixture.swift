@@ -91,6 +91,8 @@ struct ContentFixture {
     let contentDirectory: String
     let storeDirectory: String
     let clock: NIOLockedValueBox<Int64>
+    /// The access token issued for each account token, reused as the SDK does.
+    let accessTokens = NIOLockedValueBox<[String: String]>([:])
 
     static func with<R>(
         files: [String: [UInt8]], environment: ReceiptV1.Environment = .sandbox, acceptSandbox: Bool = false,
@@ -162,10 +164,12 @@ struct ContentFixture {
     /// What goes to the content service for a caller: the access token the
     /// store issues for an account token it knows; anything else as it is.
     func contentToken(_ token: String?) async -> String? {
+        if let token, let issued = accessTokens.withLockedValue({ $0[token] }) { return issued }
         guard let token, !AccessToken.looksLikeAccessToken(token),
               let account = try? await store.store.authenticate(token: token),
               let issued = try? store.store.issueAccessToken(account: account, audience: AccessToken.contentAudience)
         else { return token }
+        accessTokens.withLockedValue { $0[token] = issued.token }
         return issued.token
     }
 

@@ -61,6 +61,36 @@ import Testing
         }
     }
 
+    /// `keys retire` reaches the content service on the feed (keys_changed): a receipt the retired key signed after
+    /// its retirement stops opening content within a second, even one verified and cached before.
+    @Test func aKeyRetirementReachesTheContentServiceThroughTheFeed() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1, 2, 3]]) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed, "verified and cached")
+            let signed = try ReceiptV1.SignedReceipt(serializedBytes: receipt)
+            let payload = try ReceiptV1.ReceiptPayload(serializedBytes: signed.payload)
+            _ = try fixture.store.store.rotateKeys()
+            _ = try fixture.store.store.retireKey(id: signed.keyID, atMs: payload.signedDateMs - 1)
+            let retired = ContinuousClock.now
+            // The access token was signed by the retired key after its retirement too: the caller gets a new one
+            // (from the new key, which the content service learns on the same feed message).
+            var refusedCached = false
+            fixture.accessTokens.withLockedValue { $0.removeAll() }
+            for _ in 0..<200 where !refusedCached {
+                do {
+                    refusedCached = try await fixture.authorize(receipt, product: "book.swift", token: token).status == ReceiptStatus.notAuthentic.rawValue
+                } catch let error as RPCError where error.code == .unauthenticated {
+                    // The new key's token reached the content service before the feed message did.
+                }
+                if !refusedCached { try await Task.sleep(for: .milliseconds(5)) }
+            }
+            let elapsed = retired.duration(to: .now)
+            #expect(refusedCached && elapsed < .seconds(1), "refused \(elapsed) after the retirement")
+            #expect(fixture.content.stats.keysKnown == 2)
+        }
+    }
+
     @Test func storeOutageServesWithinTheStalenessBoundThen21005ThenRecovers() async throws {
         try await ContentFixture.with(files: ["book.swift": proseBytes(300_000)], maximumStaleness: .seconds(60)) { fixture in
             let token = try fixture.newAccount()
