@@ -32,7 +32,19 @@ public enum AccessToken {
         let bytes = payload.serializedBytes()
         let signature = try key.privateKey.signature(for: accessTokenSignaturePrefix + bytes)
         let signed = ReceiptV1.SignedAccessToken(payload: bytes, signature: Array(signature), keyID: key.id)
-        return (scheme + base64URL(signed.serializedBytes()), payload.expiresMs)
+        return (encode(signed), payload.expiresMs)
+    }
+
+    /// The token as it travels: `kat1.` + base64url of the encoded signed token, no padding.
+    public static func encode(_ signed: ReceiptV1.SignedAccessToken) -> String {
+        scheme + base64URL(signed.serializedBytes())
+    }
+
+    /// The signed token inside `token`, if it has the form of one (nothing is verified).
+    public static func decode(_ token: String) -> ReceiptV1.SignedAccessToken? {
+        guard token.count <= maximumLength, looksLikeAccessToken(token),
+              let bytes = fromBase64URL(token.dropFirst(scheme.count)) else { return nil }
+        return try? ReceiptV1.SignedAccessToken(serializedBytes: bytes)
     }
 
     /// True when `token` has the form of an access token (not an account's bearer token).
@@ -110,10 +122,7 @@ public struct AccessTokenVerifier: Sendable {
     /// The token's payload when it is valid at `nowMs`.
     /// - Throws: ``AccessTokenRefusal``.
     public func verify(_ token: String, nowMs: Int64) throws -> ReceiptV1.AccessTokenPayload {
-        guard token.count <= AccessToken.maximumLength, AccessToken.looksLikeAccessToken(token),
-              let bytes = AccessToken.fromBase64URL(token.dropFirst(AccessToken.scheme.count)),
-              let signed = try? ReceiptV1.SignedAccessToken(serializedBytes: bytes),
-              signed.signature.count == 64, !signed.payload.isEmpty
+        guard let signed = AccessToken.decode(token), signed.signature.count == 64, !signed.payload.isEmpty
         else { throw AccessTokenRefusal.malformed }
         guard let entry = keys[signed.keyID] else { throw AccessTokenRefusal.unknownKey(signed.keyID) }
         guard let payload = try? ReceiptV1.AccessTokenPayload(serializedBytes: signed.payload), payload.keyID == signed.keyID,

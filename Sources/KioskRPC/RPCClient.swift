@@ -240,7 +240,7 @@ public final class RPCClient: Sendable {
                     promise.futureResult.whenComplete { _ in deadline.cancel() }
                     do {
                         try channel.pipeline.syncOperations.addHandlers([
-                            try tls.makeHandler(host: host), TLSHandshakeHandler(handshake: promise)])
+                            try tls.makeHandler(host: host), TLSHandshakeHandler(handshake: promise), TLSWriteCoalescingHandler()])
                     } catch {
                         promise.fail(error)
                         return channel.eventLoop.makeFailedFuture(error)

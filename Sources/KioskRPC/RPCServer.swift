@@ -98,7 +98,7 @@ public final class RPCServer: Sendable {
                     return Self.refuse(channel, maximumConnections: limits.maximumConnections)
                 }
                 if let tls = configuration.tls {
-                    do { try channel.pipeline.syncOperations.addHandler(tls.makeHandler()) } catch {
+                    do { try channel.pipeline.syncOperations.addHandlers([tls.makeHandler(), TLSWriteCoalescingHandler()]) } catch {
                         return channel.eventLoop.makeFailedFuture(error)
                     }
                 }

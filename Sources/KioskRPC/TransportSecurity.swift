@@ -188,3 +188,51 @@ final class TLSHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler 
         }
     }
 }
+
+/// Gathers the frames written between two flushes into one buffer before TLS,
+/// so that BoringSSL seals one record per flush instead of one per frame (a
+/// unary answer is a MESSAGE and a TRAILERS: two records, two seals, without
+/// it). Writes larger than ``passThroughSize`` (download chunks) go through
+/// as they are, after what was gathered before them.
+final class TLSWriteCoalescingHandler: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    static let passThroughSize = 16 * 1024
+    private var pending: ByteBuffer?
+    private var promise: EventLoopPromise<Void>?
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let buffer = unwrapOutboundIn(data)
+        if buffer.readableBytes > Self.passThroughSize {
+            writePending(context: context)
+            context.write(data, promise: promise)
+            return
+        }
+        if pending == nil {
+            pending = context.channel.allocator.buffer(capacity: max(buffer.readableBytes, 1024))
+        }
+        var incoming = buffer
+        pending?.writeBuffer(&incoming)
+        if let promise {
+            if let existing = self.promise { existing.futureResult.cascade(to: promise) } else { self.promise = promise }
+        }
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        writePending(context: context)
+        context.flush()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        writePending(context: context)
+    }
+
+    private func writePending(context: ChannelHandlerContext) {
+        guard let buffer = pending else { return }
+        let promise = self.promise
+        pending = nil
+        self.promise = nil
+        context.write(wrapOutboundOut(buffer), promise: promise)
+    }
+}

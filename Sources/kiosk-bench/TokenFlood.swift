@@ -120,16 +120,12 @@ struct TokenFlood: AsyncParsableCommand {
     }
 
     static func hostileToken(_ index: Int, keyID: String) -> String {
-        func base64URL(_ bytes: [UInt8]) -> String {
-            Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-                .replacingOccurrences(of: "=", with: "")
-        }
         func random(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(in: 0...255) } }
         switch index % 4 {
         case 0:
             return "kiosk_" + random(32).map { String(format: "%02x", $0) }.joined()
         case 1:
-            return AccessToken.scheme + base64URL(random(150))
+            return AccessToken.scheme + Data(random(150)).base64EncodedString()
         case 2:
             return String(repeating: "x", count: Int.random(in: 1...4000))
         default:
@@ -137,8 +133,7 @@ struct TokenFlood: AsyncParsableCommand {
             let payload = ReceiptV1.AccessTokenPayload(
                 accountID: "acct_\(index)", audience: AccessToken.contentAudience, issuedMs: now, expiresMs: now + 600_000,
                 keyID: keyID, environment: .sandbox)
-            return AccessToken.scheme + base64URL(ReceiptV1.SignedAccessToken(
-                payload: payload.serializedBytes(), signature: random(64), keyID: keyID).serializedBytes())
+            return AccessToken.encode(ReceiptV1.SignedAccessToken(payload: payload.serializedBytes(), signature: random(64), keyID: keyID))
         }
     }
 }

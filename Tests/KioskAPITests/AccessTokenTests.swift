@@ -92,13 +92,8 @@ import Testing
     }
 
     static func decode(_ token: String) -> [UInt8] {
-        var text = String(token.dropFirst(AccessToken.scheme.count)).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while text.count % 4 != 0 { text += "=" }
-        return Array(Data(base64Encoded: text) ?? Data())
+        AccessToken.decode(token)?.serializedBytes() ?? []
     }
 
-    static func encode(_ signed: ReceiptV1.SignedAccessToken) -> String {
-        AccessToken.scheme + Data(signed.serializedBytes()).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
-    }
+    static func encode(_ signed: ReceiptV1.SignedAccessToken) -> String { AccessToken.encode(signed) }
 }

@@ -18,8 +18,7 @@ import Testing
             case 0:
                 return "kiosk_" + (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
             case 1:
-                return "kat1." + Data((0..<150).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
-                    .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+                return AccessToken.scheme + Data((0..<150).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
             case 2:
                 return String(repeating: "x", count: Int.random(in: 1...4000))
             default:
@@ -29,8 +28,7 @@ import Testing
                     keyID: keyID, environment: .sandbox)
                 let signed = ReceiptV1.SignedAccessToken(
                     payload: payload.serializedBytes(), signature: (0..<64).map { _ in UInt8.random(in: 0...255) }, keyID: keyID)
-                return AccessToken.scheme + Data(signed.serializedBytes()).base64EncodedString()
-                    .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+                return AccessToken.encode(signed)
             }
         }
     }
