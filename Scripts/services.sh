@@ -1,8 +1,8 @@
 # Sourced by demo.sh and bench-memory.sh: starts kiosk-store and kiosk-content
 # from $bin on 127.0.0.1 (ephemeral ports) in a temporary directory $work,
 # both over TLS with a development CA ($work/tls/ca.pem, exported as
-# KIOSK_TLS_CA for the kiosk command), and stops them and removes $work when
-# the calling script exits.
+# KIOSK_TLS_CA for the kiosk command; KIOSK_TLS=0 before sourcing: plaintext),
+# and stops them and removes $work when the calling script exits.
 #   start_store                  → $store (host:port), $store_pid
 #   new_token                    prints the token of a new store account
 #   new_credential ROLE          prints a new service credential (content or admin)
@@ -20,16 +20,19 @@ trap cleanup EXIT
 wait_for() { for _ in $(seq 1 200); do grep -q listening "$1" 2>/dev/null && return 0; sleep 0.05; done; cat "$1" >&2; return 1; }
 
 tls="$work/tls"
+store_tls=(); content_tls=()
 make_certificates() {
+  if [ "${KIOSK_TLS:-1}" = 0 ]; then unset KIOSK_TLS_CA; return; fi
   [ -f "$tls/server.pem" ] || "$bin/kiosk-store" tls create-dev --out "$tls" > /dev/null
   export KIOSK_TLS_CA="$tls/ca.pem"
+  store_tls=(--tls-cert "$tls/server.pem" --tls-key "$tls/server-key.pem")
+  content_tls=(--store-ca "$tls/ca.pem" --tls-cert "$tls/server.pem" --tls-key "$tls/server-key.pem")
 }
 
 start_store() {
   make_certificates
   "$bin/kiosk-store" serve --data-dir "$work/store" --catalog Scripts/examples/catalog.json \
-    --tls-cert "$tls/server.pem" --tls-key "$tls/server-key.pem" \
-    --host 127.0.0.1 --port 0 --log-level warning > "$work/store.out" &
+    "${store_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning > "$work/store.out" &
   store_pid=$!
   wait_for "$work/store.out"
   store=$(sed -n 's/^kiosk-store listening on \([^ ]*\).*/\1/p' "$work/store.out")
@@ -41,9 +44,8 @@ new_credential() { "$bin/kiosk-store" service create --role "$1" --data-dir "$wo
 start_content() {
   cp Scripts/examples/content/manifest.json "$work/content/manifest.json"
   make_certificates
-  "$bin/kiosk-content" serve --content-dir "$work/content" --store "$store" --store-credential "$1" --store-ca "$tls/ca.pem" \
-    --tls-cert "$tls/server.pem" --tls-key "$tls/server-key.pem" \
-    --host 127.0.0.1 --port 0 --log-level warning > "$work/content.out" &
+  "$bin/kiosk-content" serve --content-dir "$work/content" --store "$store" --store-credential "$1" \
+    "${content_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning > "$work/content.out" &
   content_pid=$!
   wait_for "$work/content.out"
   content=$(sed -n 's/^kiosk-content listening on \([^ ]*\).*/\1/p' "$work/content.out")
