@@ -44,6 +44,9 @@ public struct DownloadEvent: Hashable, Sendable {
 }
 
 /// What is remembered beside a partial download, so it resumes after a restart.
+/// Bytes fetched between two saves of a download's progress (or a second, whichever comes first).
+private let progressSaveBytes: UInt64 = 8 << 20
+
 private struct PartialState: Codable, Hashable {
     var productID: String
     var version: String
@@ -235,6 +238,17 @@ public final class KioskDownload: Sendable {
         defer { try? file?.close() }
         let started = ContinuousClock.now
         var fetched: UInt64 = 0
+        // Progress is saved every few MiB or every second, not per chunk: the bytes it claims are
+        // fsynced first, so a crash resumes from the last save (at most that much is fetched again).
+        var savedBytes = offset
+        var savedAt = ContinuousClock.now
+        func persist(_ progress: PartialState) throws {
+            guard let file, progress.bytesDone > savedBytes else { return }
+            try file.synchronize()
+            try PrivateFiles.writeAtomically(JSONEncoder().encode(progress), to: stateURL.path)
+            savedBytes = progress.bytesDone
+            savedAt = .now
+        }
         do {
             for try await part in stream {
                 try Task.checkCancellation()
@@ -276,7 +290,9 @@ public final class KioskDownload: Sendable {
                 fetched += UInt64(original.count)
                 progress.bytesDone = offset
                 saved = progress
-                try PrivateFiles.writeAtomically(JSONEncoder().encode(progress), to: stateURL.path)
+                if offset - savedBytes >= progressSaveBytes || savedAt.duration(to: .now) >= .seconds(1) {
+                    try persist(progress)
+                }
                 let elapsed = started.duration(to: .now)
                 let rate = Double(fetched) / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
                 let remaining = rate > 0 ? Duration.milliseconds(Int64(Double(progress.totalSize - offset) / rate * 1000)) : nil
@@ -291,6 +307,8 @@ public final class KioskDownload: Sendable {
             _ = try? PrivateFiles.remove(stateURL.path)
             return try await fetch(mayRenewToken: mayRenewToken)
         } catch let error as RPCError {
+            // What was fetched and checked is kept for the resume (or the retry below).
+            if let progress = saved { try? persist(progress) }
             if Task.isCancelled { throw CancellationError() }
             if error.code == .unauthenticated, mayRenewToken {
                 try? file?.close()
@@ -306,6 +324,10 @@ public final class KioskDownload: Sendable {
             default:
                 throw KioskError.from(error, doing: "downloading \(productID)")
             }
+        } catch {
+            // Paused, cancelled, or a damaged chunk: the checked chunks before it are kept for the resume.
+            if let progress = saved { try? persist(progress) }
+            throw error
         }
         try Task.checkCancellation()
         guard let done = saved, done.bytesDone == done.totalSize else {

@@ -1,7 +1,8 @@
 import Crypto
 import Foundation
-import Kiosk
+@testable import Kiosk
 import KioskTesting
+import NIOConcurrencyHelpers
 import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct SDKDownloadTests {
@@ -31,6 +32,32 @@ import Testing
             #expect([UInt8](bytes) == KioskTestSession.sampleContent["book.swift"])
             #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["book.swift"], "no temporary files left")
             try await kiosk.finish(transaction)
+            await kiosk.close()
+        }
+    }
+
+    /// Progress is saved every 8 MiB (or second), each save fsyncing the data it claims, not after every chunk:
+    /// a 32 MiB download (128 chunks) saves a handful of times.
+    @Test func progressIsSavedEveryFewMiBNotPerChunk() async throws {
+        let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 32 << 20)) ?? Data())
+        try await withSession(content: ["book.swift": book]) { session in
+            let kiosk = try session.makeClient(account: try session.makeAccount())
+            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
+                Issue.record("expected success"); return
+            }
+            let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let saves = NIOLockedValueBox(0)
+            let started = ContinuousClock.now
+            let file = try await PrivateFiles.observingDirectorySyncs({ path in
+                if path == directory.path { saves.withLockedValue { $0 += 1 } }
+            }) {
+                try await kiosk.download(productID: "book.swift", transaction: transaction, to: directory).result()
+            }
+            let seconds = Int(started.duration(to: .now).components.seconds)
+            #expect([UInt8](try Data(contentsOf: file)) == book)
+            // 4 saves by size, one a second at most by time, and the final rename: far below 128.
+            #expect(saves.withLockedValue { $0 } <= 4 + seconds + 2, "\(saves.withLockedValue { $0 }) directory syncs in \(seconds) s")
             await kiosk.close()
         }
     }
