@@ -242,6 +242,9 @@ public final class KioskDownload: Sendable {
         // fsynced first, so a crash resumes from the last save (at most that much is fetched again).
         var savedBytes = offset
         var savedAt = ContinuousClock.now
+        // The SHA-256 is taken as the bytes arrive (a resumed download reads back only what it already
+        // had), not by reading the whole file again at the end.
+        var hasher = SHA256()
         func persist(_ progress: PartialState) throws {
             guard let file, progress.bytesDone > savedBytes else { return }
             try file.synchronize()
@@ -265,6 +268,7 @@ public final class KioskDownload: Sendable {
                                          totalSize: header.totalSize, chunkSize: header.chunkSize, bytesDone: offset)
                     file = try PrivateFiles.openForWriting(partialURL.path)
                     try file?.truncate(atOffset: offset)
+                    if offset > 0 { hasher = try Self.sha256(of: partialURL, upTo: offset) }
                     emit(.active, bytesDone: offset, total: header.totalSize)
                 }
                 guard let chunk = part.chunk else { continue }
@@ -286,6 +290,7 @@ public final class KioskDownload: Sendable {
                 }
                 try handle.seek(toOffset: chunk.offset)
                 try handle.write(contentsOf: original)
+                hasher.update(data: original)
                 offset += UInt64(original.count)
                 fetched += UInt64(original.count)
                 progress.bytesDone = offset
@@ -336,8 +341,8 @@ public final class KioskDownload: Sendable {
         try file?.synchronize()
         try file?.close()
         file = nil
-        // Check the whole file against the announced SHA-256, then move it into place.
-        guard try Self.sha256(of: partialURL) == done.sha256 else {
+        // Check the whole file against the announced SHA-256 (hashed as it was written), then move it into place.
+        guard Array(hasher.finalize()).hexString == done.sha256 else {
             _ = try? PrivateFiles.remove(partialURL.path)
             _ = try? PrivateFiles.remove(stateURL.path)
             throw KioskError(.downloadFailed, "the downloaded file's SHA-256 does not match; it was removed")
@@ -357,11 +362,19 @@ public final class KioskDownload: Sendable {
 
     private struct RestartFromScratch: Error {}
 
-    private static func sha256(of url: URL) throws -> String {
+    /// A hasher fed with the first `count` bytes of the file at `url`.
+    private static func sha256(of url: URL, upTo count: UInt64) throws -> SHA256 {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() }
         var hasher = SHA256()
-        while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty { hasher.update(data: data) }
-        return Array(hasher.finalize()).hexString
+        var remaining = count
+        while remaining > 0, let data = try handle.read(upToCount: Int(min(remaining, 1 << 20))), !data.isEmpty {
+            hasher.update(data: data)
+            remaining -= UInt64(data.count)
+        }
+        guard remaining == 0 else {
+            throw KioskError(.downloadFailed, "the partial download is shorter than its saved progress")
+        }
+        return hasher
     }
 }

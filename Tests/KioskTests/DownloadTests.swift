@@ -62,6 +62,39 @@ import Testing
         }
     }
 
+    /// The SHA-256 is taken as bytes arrive; a resume reads back what was already there, so a byte damaged on disk
+    /// before the resume still fails the check (and the partial is removed), it is not carried into the file.
+    @Test func aPartialDamagedOnDiskFailsTheChecksumAfterTheResume() async throws {
+        let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 8 << 20)) ?? Data())
+        try await withSession(content: ["book.swift": book]) { session in
+            let kiosk = try session.makeClient(account: try session.makeAccount())
+            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
+                Issue.record("expected success"); return
+            }
+            let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let interrupted = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
+            for await event in interrupted.events {
+                if event.state == .active, event.bytesDone > 0 { interrupted.pause() }
+                if event.state == .paused { break }
+            }
+            let partial = directory.appendingPathComponent(".book.swift.kiosk-partial")
+            let handle = try FileHandle(forUpdating: partial)
+            try handle.seek(toOffset: 100)
+            let original = try #require(try handle.read(upToCount: 1)?.first)
+            try handle.seek(toOffset: 100)
+            try handle.write(contentsOf: [original ^ 0xFF])
+            try handle.close()
+
+            let resumed = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
+            let error = await #expect(throws: KioskError.self) { _ = try await resumed.result() }
+            #expect(error?.code == .downloadFailed && error?.message.contains("SHA-256") == true, "\(String(describing: error))")
+            #expect(!FileManager.default.fileExists(atPath: partial.path), "the damaged partial is removed")
+            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("book.swift").path))
+            await kiosk.close()
+        }
+    }
+
     @Test func interruptedDownloadResumesAfterTheProcessRestarts() async throws {
         // 32 MiB of noise (128 chunks), so the pause lands well before the end even on a loaded machine.
         let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 32 << 20)) ?? Data())
