@@ -279,7 +279,11 @@ public final class RPCClient: Sendable {
             } catch {
                 try? await channel.close()
                 // Not retried: a certificate that does not verify will not start to in the next second.
-                throw RPCError(.unavailable, "TLS handshake with \(target) failed: \(error)", source: .connect)
+                if TransportSecurityError.isCertificateRefusal(error) {
+                    throw RPCError(.unavailable, "TLS handshake with \(target) failed: \(error)", source: .connect)
+                }
+                // The peer went away mid-handshake (EOF, reset: a server at its connection cap): retried with backoff.
+                throw TransportSecurityError("the TLS handshake with \(target) did not complete: \(error)")
             }
         }
         guard let connection = installed.withLockedValue({ $0 }) else {

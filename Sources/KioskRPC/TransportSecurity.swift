@@ -12,6 +12,13 @@ public struct TransportSecurityError: Error, CustomStringConvertible, Sendable {
     public init(_ message: String) { self.message = message }
     public var description: String { message }
 
+    /// True when a handshake failed because the server's certificate was refused (untrusted, expired,
+    /// another name), as opposed to the connection ending during it.
+    static func isCertificateRefusal(_ error: any Error) -> Bool {
+        if error is NIOSSLExtraError { return true }
+        return String(describing: error).uppercased().contains("CERTIFICATE")
+    }
+
     /// The TLS handshake did not finish within the connect timeout.
     static let handshakeTimedOut = TransportSecurityError("the TLS handshake did not finish within the connect timeout")
 }
@@ -225,7 +232,10 @@ final class TLSWriteCoalescingHandler: ChannelOutboundHandler, RemovableChannelH
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        writePending(context: context)
+        // Removed with the channel: what was never flushed is not written.
+        promise?.fail(ChannelError.ioOnClosedChannel)
+        pending = nil
+        promise = nil
     }
 
     private func writePending(context: ChannelHandlerContext) {

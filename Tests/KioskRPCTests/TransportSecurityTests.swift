@@ -48,7 +48,7 @@ import Testing
         let untrusted = await #expect(throws: RPCError.self) { try await Self.echo(wrongRoot, 1) }
         #expect(untrusted?.code == .unavailable)
         #expect(untrusted?.isConnectFailure == true)
-        #expect(untrusted?.message.contains("TLS handshake") == true)
+        #expect(untrusted?.message.hasPrefix("TLS handshake with") == true, "a certificate refusal, not retried: \(String(describing: untrusted))")
         await wrongRoot.close()
 
 
@@ -71,7 +71,7 @@ import Testing
         let byAddress = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
             backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: files.caCertificatePath)))
         let misnamed = await #expect(throws: RPCError.self) { try await Self.echo(byAddress, 1) }
-        #expect(misnamed?.message.contains("TLS handshake") == true)
+        #expect(misnamed?.message.hasPrefix("TLS handshake with") == true, "a certificate refusal, not retried: \(String(describing: misnamed))")
         await byAddress.close()
         let byName = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
             backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: files.caCertificatePath, serverName: "store.example.com")))
@@ -116,6 +116,28 @@ import Testing
         #expect(try await Self.echo(stillOld, 4) == 4)
         await after.close()
         await stillOld.close()
+        await server.shutdown()
+    }
+
+    /// A TLS server at its connection cap closes a new connection (a TLS client could not read a plaintext
+    /// GOAWAY); the client counts it as a failed attempt and retries with backoff, not as a certificate error.
+    @Test func aTLSServerAtItsCapClosesAndTheClientRetries() async throws {
+        let files = try Self.certificates()
+        let identity = try ServerTLSIdentity(certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
+        let server = RPCServer(configuration: ServerConfiguration(limits: ServerLimits(maximumConnections: 1), tls: identity),
+                               services: [TestService(probe: Probe())])
+        try await server.start()
+        let port = try #require(server.port)
+        let tls = try ClientTLS(trustRootsPath: files.caCertificatePath)
+        let first = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: Self.noRetry, tls: tls))
+        #expect(try await Self.echo(first, 1) == 1)
+        let twoAttempts = ConnectionBackoff(initial: .milliseconds(5), maximum: .milliseconds(5), multiplier: 1, jitter: 0, maximumAttempts: 2)
+        let second = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: twoAttempts, tls: tls))
+        let refused = await #expect(throws: RPCError.self) { try await Self.echo(second, 2) }
+        #expect(refused?.code == .unavailable)
+        #expect(refused?.message.contains("after 2 attempt(s)") == true, "\(String(describing: refused))")
+        await second.close()
+        await first.close()
         await server.shutdown()
     }
 

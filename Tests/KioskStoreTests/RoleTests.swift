@@ -72,11 +72,22 @@ import Testing
                 "/kiosk.store.v1.Store/PublicKeys", request: StoreV1.PublicKeysRequest(), response: StoreV1.PublicKeysResponse.self)
             #expect(keys.keys.count == 1)
 
-            // A revoked credential is refused as unknown.
+            // A revoked credential is refused as unknown, and the feed it holds open ends with 16.
+            var open = fixture.client.serverStreaming(
+                "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(), response: StoreV1.Revocation.self,
+                options: CallOptions(metadata: options(content).metadata)).makeAsyncIterator()
+            #expect(try await open.next() != nil)
             let credentials = try fixture.store.ledger.serviceCredentials()
             #expect(Set(credentials.map(\.role)) == [.content, .admin])
             try fixture.store.revokeServiceCredential(id: try #require(credentials.first { $0.role == .content }).id)
             #expect(await watch(fixture, token: content) == .unauthenticated)
+            var ended: StatusCode?
+            do {
+                while try await open.next() != nil {}
+            } catch let error as RPCError {
+                ended = error.code
+            }
+            #expect(ended == .unauthenticated, "the open feed of a revoked credential ends")
         }
     }
 
