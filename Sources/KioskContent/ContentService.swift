@@ -27,12 +27,24 @@ public struct ContentService: RPCService {
                     compressedSize: item.compressedSize, sha256: item.sha256, title: item.entry.title, chunkSize: item.chunkSize)
             })
         }
-        router.registerUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self, authenticator: caller) { request, context in
+        // Inline: decided on the event loop that read the request (a signature check, no I/O), unless
+        // the receipt names a key not fetched yet.
+        router.registerInlineUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self, authenticator: caller) { request, context in
             _ = try library.item(request.productID)
-            let decision = try await gate.authorize(
-                receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken,
-                caller: context.principal as? ReceiptGate.AccountLookup)
-            return ContentV1.AuthorizeResponse(status: decision.status.rawValue, allowed: decision.allowed, refusal: decision.refusal, reason: decision.reason)
+            let caller = context.principal as? ReceiptGate.AccountLookup
+            // The authenticator has checked the token already: it is only read again without it.
+            let token = caller == nil ? context.metadata.bearerToken : nil
+            @Sendable func answer(_ decision: AccessDecision) -> ContentV1.AuthorizeResponse {
+                ContentV1.AuthorizeResponse(status: decision.status.rawValue, allowed: decision.allowed, refusal: decision.refusal, reason: decision.reason)
+            }
+            switch try gate.authorizeNow(receipt: request.signedReceipt, productID: request.productID, token: token, caller: caller) {
+            case .decided(let decision):
+                return .response(answer(decision))
+            case .unknownKey:
+                return .suspend {
+                    answer(try await gate.authorize(receipt: request.signedReceipt, productID: request.productID, token: token, caller: caller))
+                }
+            }
         }
         router.registerServerStreaming(Self.method("Download"), request: ContentV1.DownloadRequest.self, response: ContentV1.DownloadPart.self, authenticator: caller) { request, writer, context in
             let item = try library.item(request.productID)
@@ -106,5 +118,9 @@ struct CallerAuthenticator: RPCAuthenticator {
 
     func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
         try gate.checkCaller(token: context.metadata.bearerToken)
+    }
+
+    func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication {
+        .principal(try gate.checkCaller(token: context.metadata.bearerToken))
     }
 }

@@ -105,54 +105,89 @@ final class ReceiptGate: Sendable {
     /// - Throws: ``RPCError`` UNAUTHENTICATED for a missing, invalid or expired access token.
     /// - Parameter caller: the token's account as ``checkCaller(token:)`` found it for this call, if it ran.
     func authorize(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil) async throws -> AccessDecision {
-        guard let token, !token.isEmpty else {
-            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
+        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller) {
+        case .decided(let decision):
+            return decision
+        case .unknownKey(let verifier):
+            // A key rotated in after the last fetch: fetch the keys (at most once a second) and decide again.
+            _ = await refreshKeysIfUnknown(receipt, checkedWith: verifier)
+            switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller) {
+            case .decided(let decision): return decision
+            case .unknownKey: return .refused(.notAuthentic, "the receipt's key \(Self.keyID(of: receipt).debugDescription) is not one of the store's keys")
+            }
         }
-        let nowMs = now
-        if let stale = staleness(nowMs: nowMs) { return stale }
-        let account: String
+    }
+
+    /// What ``authorizeNow(receipt:productID:token:caller:)`` could tell without waiting.
+    enum Attempt {
+        case decided(AccessDecision)
+        /// The receipt names a key `verifier` does not know: the keys have to be fetched first.
+        case unknownKey(ReceiptVerifier)
+    }
+
+    /// Decides without suspending, unless the receipt names a key not known
+    /// yet (then ``authorize(receipt:productID:token:caller:)`` fetches the
+    /// keys): the content service's Authorize runs this inline, on the event
+    /// loop that read the request.
+    /// - Parameter caller: the token's account as ``checkCaller(token:)`` found it; `token` is not read when given.
+    func authorizeNow(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil) throws -> Attempt {
         let lookup: AccountLookup
-        if let caller { lookup = caller } else { lookup = try accountID(token: token, nowMs: nowMs) }
+        let nowMs = now
+        if let caller {
+            lookup = caller
+        } else {
+            guard let token, !token.isEmpty else {
+                throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
+            }
+            lookup = try accountID(token: token, nowMs: nowMs)
+        }
+        if let stale = staleness(nowMs: nowMs) { return .decided(stale) }
+        let account: String
         switch lookup {
         case .account(let id): account = id
-        case .refused(let decision): return decision
+        case .refused(let decision): return .decided(decision)
         }
 
         // The receipt's hash is the cache key; with the cache off it is not worth computing.
-        let key = configuration.cacheSize > 0 ? Array(SHA256.hash(data: receipt)) : nil
-        var payload = state.withLockedValue { state -> ReceiptV1.ReceiptPayload? in
-            if let key { return state.cache.lookup(key) }
-            return state.cache.missed()
+        let key = configuration.cacheSize > 0 ? ReceiptDigest(receipt) : nil
+        let (cached, verifier) = state.withLockedValue { state -> (ReceiptV1.ReceiptPayload?, ReceiptVerifier) in
+            (key.map { state.cache.lookup($0) } ?? state.cache.missed(), state.verifier)
         }
-        if payload == nil {
-            let verifier = state.withLockedValue { $0.verifier }
-            var check = verifier.verify(receipt, nowMs: nowMs)
-            if check.status == .notAuthentic, await refreshKeysIfUnknown(receipt, checkedWith: verifier) {
-                check = state.withLockedValue { $0.verifier }.verify(receipt, nowMs: nowMs)
+        let payload: ReceiptV1.ReceiptPayload
+        if let cached {
+            payload = cached
+        } else {
+            let check = verifier.verify(receipt, nowMs: nowMs)
+            if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty, !verifier.knows(keyID: keyID) {
+                return .unknownKey(verifier)
             }
             guard check.status == .valid, let verified = check.payload else {
-                return .refused(check.status, check.message)
+                return .decided(.refused(check.status, check.message))
             }
             state.withLockedValue { state in
                 if let key, !state.revoked.contains(verified.transactionID) { state.cache.insert(key, verified) }
             }
             payload = verified
         }
-        guard let payload else { return .refused(.malformed, "receipt could not be read") }
         if payload.expiresDateMs > 0, payload.expiresDateMs <= nowMs {
-            return .refused(.subscriptionExpired, "subscription expired")
+            return .decided(.refused(.subscriptionExpired, "subscription expired"))
         }
         if state.withLockedValue({ $0.revoked.contains(payload.transactionID) }) {
-            return AccessDecision(status: .valid, refusal: "revoked", reason: "the purchase was refunded or revoked")
+            return .decided(AccessDecision(status: .valid, refusal: "revoked", reason: "the purchase was refunded or revoked"))
         }
         guard payload.accountID == account else {
-            return AccessDecision(status: .valid, refusal: "wrong_account", reason: "the receipt belongs to another account")
+            return .decided(AccessDecision(status: .valid, refusal: "wrong_account", reason: "the receipt belongs to another account"))
         }
         guard payload.productID == productID else {
-            return AccessDecision(status: .valid, refusal: "wrong_product",
-                                  reason: "the receipt is for \(payload.productID), not \(productID)")
+            return .decided(AccessDecision(status: .valid, refusal: "wrong_product",
+                                           reason: "the receipt is for \(payload.productID), not \(productID)"))
         }
-        return .granted(account: account)
+        return .decided(.granted(account: account))
+    }
+
+    /// The key id a receipt names, if it decodes.
+    private static func keyID(of receipt: [UInt8]) -> String? {
+        (try? ReceiptV1.SignedReceipt(serializedBytes: receipt))?.keyID
     }
 
     private func staleness(nowMs: Int64) -> AccessDecision? {

@@ -1,10 +1,28 @@
+import Crypto
 import KioskAPI
+
+/// The SHA-256 of a receipt's bytes, as four words: hashed and compared
+/// without an array (the verified-receipt cache's key).
+struct ReceiptDigest: Hashable, Sendable {
+    var a: UInt64, b: UInt64, c: UInt64, d: UInt64
+
+    init(_ bytes: [UInt8]) {
+        let digest = SHA256.hash(data: bytes)
+        (a, b, c, d) = digest.withUnsafeBytes { raw in
+            (raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+             raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self))
+        }
+    }
+
+    /// A digest's bits are already uniform: one word is hash enough.
+    func hash(into hasher: inout Hasher) { hasher.combine(a) }
+}
 
 /// A bounded least-recently-used cache of verified receipts, keyed by the
 /// SHA-256 of the receipt bytes. Capacity 0 turns it off.
 struct VerifiedReceiptCache {
     private struct Node {
-        var key: [UInt8]
+        var key: ReceiptDigest
         var payload: ReceiptV1.ReceiptPayload
         var previous: Int?
         var next: Int?
@@ -12,7 +30,7 @@ struct VerifiedReceiptCache {
 
     let capacity: Int
     private var nodes: [Node] = []
-    private var index: [[UInt8]: Int] = [:]
+    private var index: [ReceiptDigest: Int] = [:]
     private var head: Int?  // most recent
     private var tail: Int?  // least recent
     private var free: [Int] = []
@@ -26,7 +44,7 @@ struct VerifiedReceiptCache {
     var count: Int { index.count }
 
     /// The payload verified for `key`, counting a hit or a miss.
-    mutating func lookup(_ key: [UInt8]) -> ReceiptV1.ReceiptPayload? {
+    mutating func lookup(_ key: ReceiptDigest) -> ReceiptV1.ReceiptPayload? {
         guard let slot = index[key] else {
             misses += 1
             return nil
@@ -42,7 +60,7 @@ struct VerifiedReceiptCache {
         return nil
     }
 
-    mutating func insert(_ key: [UInt8], _ payload: ReceiptV1.ReceiptPayload) {
+    mutating func insert(_ key: ReceiptDigest, _ payload: ReceiptV1.ReceiptPayload) {
         guard capacity > 0 else { return }
         if let slot = index[key] {
             nodes[slot].payload = payload

@@ -18,10 +18,14 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     private let onUnusable: @Sendable () -> Void
     private var context: ChannelHandlerContext?
     private var loopBoundSelf: NIOLoopBound<ClientConnectionHandler>?
-    private var deadlines: [UInt32: Scheduled<Void>] = [:]
+    private var deadlines: CallDeadlines?
+    /// The timeouts of the calls that have one, for the DEADLINE_EXCEEDED message.
+    private var timeouts: [UInt32: (timeout: Duration, method: String)] = [:]
     /// Why the connection is failing, when known before it closes (keepalive, a bad frame).
     private var failure: RPCError?
     private var reportedUnusable = false
+    /// A flush is queued on the event loop (``flushSoon()``).
+    private var flushScheduled = false
 
     init(target: String, logger: Logger, onUnusable: @escaping @Sendable () -> Void) {
         self.machine = StateMachine(target: target)
@@ -33,6 +37,13 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.loopBoundSelf = NIOLoopBound(self, eventLoop: context.eventLoop)
+        self.deadlines = CallDeadlines(eventLoop: context.eventLoop) { [weak self] id in self?.deadlinePassed(id) }
+    }
+
+    private func deadlinePassed(_ id: UInt32) {
+        guard let (timeout, method) = timeouts.removeValue(forKey: id) else { return }
+        perform(machine.abandon(callID: id, error: RPCError(
+            .deadlineExceeded, "deadline of \(timeout) exceeded calling \(method)", source: .local)))
     }
 
     // MARK: From callers (on the event loop)
@@ -48,18 +59,27 @@ final class ClientConnectionHandler: ChannelInboundHandler {
             call.phase = .opened(id)
             guard let context else { return }
             // The deadline first: a failed write closes the channel (and clears deadlines) inside the flush.
-            if let timeout, let loopBoundSelf {
-                let method = call.method
-                deadlines[id] = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
-                    let handler = loopBoundSelf.value
-                    handler.deadlines[id] = nil
-                    handler.perform(handler.machine.abandon(callID: id, error: RPCError(
-                        .deadlineExceeded, "deadline of \(timeout) exceeded calling \(method)", source: .local)))
-                }
+            if let timeout {
+                timeouts[id] = (timeout, call.method)
+                deadlines?.add(id, at: context.eventLoop.now + TimeAmount(timeout))
             }
             context.write(wrapOutboundOut(Frame(type: .headers, callID: id, message: headers, allocator: context.channel.allocator)), promise: nil)
-            context.writeAndFlush(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
+            context.write(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
+            flushSoon()
             if retire { markUnusable() }
+        }
+    }
+
+    /// Flushes once the event loop has run what is queued now: the calls
+    /// opened by callers that one read's responses woke go out in one write,
+    /// as a server flushes once per read.
+    private func flushSoon() {
+        guard !flushScheduled, let context, let loopBoundSelf else { return }
+        flushScheduled = true
+        context.eventLoop.execute {
+            let handler = loopBoundSelf.value
+            handler.flushScheduled = false
+            handler.context?.flush()
         }
     }
 
@@ -118,8 +138,8 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     func channelInactive(context: ChannelHandlerContext) {
         perform(machine.channelInactive(reason: failure))
         markUnusable()
-        for deadline in deadlines.values { deadline.cancel() }
-        deadlines.removeAll()
+        deadlines?.removeAll()
+        timeouts.removeAll()
         context.fireChannelInactive()
     }
 
@@ -177,7 +197,8 @@ final class ClientConnectionHandler: ChannelInboundHandler {
 
     private func stopDeadline(of call: ClientCall) {
         guard case .opened(let id) = call.phase else { return }
-        deadlines.removeValue(forKey: id)?.cancel()
+        deadlines?.remove(id)
+        timeouts.removeValue(forKey: id)
     }
 
     private func markUnusable() {

@@ -1,6 +1,6 @@
 import KioskWire
-import NIOConcurrencyHelpers
 import NIOCore
+import Synchronization
 
 /// A service: a set of methods registered on an ``RPCRouter``.
 public protocol RPCService: Sendable {
@@ -22,6 +22,35 @@ public protocol RPCAuthenticator: Sendable {
     /// reads as ``ServerContext/principal``; throws to refuse the call (an
     /// ``RPCError`` or ``RPCErrorConvertible`` with code 16, 7 or 14).
     func authenticate(_ context: ServerContext) async throws -> (any Sendable)?
+
+    /// Checks the credentials without suspending, for a method registered with
+    /// ``RPCRouter/registerInlineUnary(_:request:response:authenticator:handler:)``,
+    /// which then runs on the event loop that read the request, with no task.
+    /// Returns ``InlineAuthentication/suspend`` (the default) when the check
+    /// has to wait: the call then runs as a task, through ``authenticate(_:)``.
+    func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication
+}
+
+extension RPCAuthenticator {
+    public func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication { .suspend }
+}
+
+/// What ``RPCAuthenticator/authenticateInline(_:)`` found.
+public enum InlineAuthentication: Sendable {
+    /// The caller (``ServerContext/principal``), checked.
+    case principal((any Sendable)?)
+    /// The check has to wait (a lookup, a fetch): run it as a task.
+    case suspend
+}
+
+/// What an inline unary handler answers.
+public enum InlineAnswer<Response: WireMessage>: Sendable {
+    /// The response, at once: written from the event loop, flushed with the
+    /// other responses of the same read.
+    case response(Response)
+    /// The answer needs to wait for something (I/O, a fetch): `body` runs as
+    /// a task, like a ``RPCRouter/registerUnary(_:request:response:authenticator:handler:)`` handler.
+    case suspend(@Sendable () async throws -> Response)
 }
 
 /// Sends the messages of a server-streaming call.
@@ -57,8 +86,19 @@ public struct RPCRouter: Sendable {
         /// Checks credentials before the request is decoded; nil: the method is open to anyone.
         var authenticator: (any RPCAuthenticator)?
         var run: @Sendable (_ payload: ByteBuffer, _ flags: FrameFlags, _ call: ServerCall, _ context: ServerContext) async throws -> Void
+        /// For inline unary methods: decodes, runs the handler and encodes on the event loop.
+        var inline: InlineRun?
         /// Calls opened on this method (shared by every copy of the router).
         let calls = CallCounter()
+    }
+
+    typealias InlineRun = @Sendable (_ payload: ByteBuffer, _ flags: FrameFlags, _ codec: MessageCodec, _ compress: Bool, _ context: ServerContext) throws -> InlineOutcome
+
+    /// What an inline method's run gave.
+    enum InlineOutcome: Sendable {
+        case finished(ByteBuffer, FrameFlags)
+        /// The rest runs as a task; it completes or fails the call itself.
+        case suspended(@Sendable (ServerCall) async throws -> Void)
     }
 
     private(set) var methods: [String: Method] = [:]
@@ -92,6 +132,46 @@ public struct RPCRouter: Sendable {
         }
     }
 
+    /// Registers a unary method whose handler answers without suspending (or
+    /// says it has to: ``InlineAnswer/suspend(_:)``): it runs on the event
+    /// loop that read the request, with no task and no thread hop, and its
+    /// response is flushed with the others of the same read, as a bare
+    /// SwiftNIO server would. The handler must not block: CPU work of the
+    /// order of a signature check is fine, I/O or a contended lock is not.
+    /// With ``ServerConfiguration/runsHandlersOnEventLoop`` off, it runs as a task like any handler.
+    /// - Parameter authenticator: checks the caller first, inline when its ``RPCAuthenticator/authenticateInline(_:)`` can.
+    public mutating func registerInlineUnary<Request: WireMessage, Response: WireMessage>(
+        _ method: String, request: Request.Type = Request.self, response: Response.Type = Response.self,
+        authenticator: (any RPCAuthenticator)? = nil,
+        handler: @escaping @Sendable (Request, ServerContext) throws -> InlineAnswer<Response>
+    ) {
+        var registered = Method(kind: .unary, authenticator: authenticator) { payload, flags, call, context in
+            let request = try call.codec.decode(Request.self, payload: payload, flags: flags)
+            let response: Response
+            switch try handler(request, context) {
+            case .response(let answer): response = answer
+            case .suspend(let body): response = try await body()
+            }
+            let (bytes, outFlags) = try call.codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
+            call.complete(withResponse: bytes, flags: outFlags)
+        }
+        registered.inline = { payload, flags, codec, compress, context in
+            let request = try codec.decode(Request.self, payload: payload, flags: flags)
+            switch try handler(request, context) {
+            case .response(let response):
+                let (bytes, outFlags) = try codec.encodeWithinLimit(response, compress: compress, what: "response")
+                return .finished(bytes, outFlags)
+            case .suspend(let body):
+                return .suspended { call in
+                    let response = try await body()
+                    let (bytes, outFlags) = try call.codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
+                    call.complete(withResponse: bytes, flags: outFlags)
+                }
+            }
+        }
+        methods[method] = registered
+    }
+
     /// Registers a server-streaming method: one request, any number of responses.
     /// - Parameter authenticator: checks the caller before the request is decoded; nil leaves the method open.
     public mutating func registerServerStreaming<Request: WireMessage, Response: WireMessage>(
@@ -121,7 +201,7 @@ public struct RPCRouter: Sendable {
 
 /// Counts the calls one method has opened.
 final class CallCounter: Sendable {
-    private let count = NIOLockedValueBox<UInt64>(0)
-    func increment() { count.withLockedValue { $0 += 1 } }
-    var value: UInt64 { count.withLockedValue { $0 } }
+    private let count = Atomic<UInt64>(0)
+    func increment() { count.add(1, ordering: .relaxed) }
+    var value: UInt64 { count.load(ordering: .relaxed) }
 }

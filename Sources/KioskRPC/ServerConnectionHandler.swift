@@ -21,7 +21,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         /// Until the handler starts (it then lives in the ServerCall).
         var context: ServerContext?
         var task: Task<Void, Never>?
-        var deadlineTimer: Scheduled<Void>?
+        /// The call's timeout, when it has a deadline (watched by the connection's ``CallDeadlines``).
+        var timeoutMs: UInt32 = 0
         var requestTimer: Scheduled<Void>?
         /// Run once the call's last frame has been written to the socket (or the connection is gone).
         var whenWritten: [@Sendable () -> Void] = []
@@ -33,7 +34,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
         func cancel() {
             task?.cancel()
-            deadlineTimer?.cancel()
             requestTimer?.cancel()
         }
     }
@@ -52,9 +52,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private var executor: EventLoopTaskExecutor?
     private var remoteAddress = "unknown"
     private var handshakeTimer: Scheduled<Void>?
+    private var deadlines: CallDeadlines?
     /// Calls opened in the current read batch: their request timers are armed
     /// at its end only if the request did not come with them (it usually does).
-    private var openedInBatch: [UInt32] = []
+    private var openedInBatch: [(callID: UInt32, timeoutMs: UInt32, deadline: NIODeadline?)] = []
     /// True between channelRead and channelReadComplete: writes made then are flushed once, at the end of the batch.
     private var inReadBatch = false
     private var flushPending = false
@@ -81,6 +82,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
             remoteAddress = "\(address.ipAddress ?? "?"):\(address.port ?? 0)"
         }
         handshakeTimer = schedule(in: limits.handshakeTimeout) { $0.machine.handshakeTimedOut() }
+        deadlines = CallDeadlines(eventLoop: context.eventLoop) { [weak self] callID in
+            guard let self, let timeoutMs = self.resources[callID]?.timeoutMs else { return }
+            self.perform(self.machine.deadlineExpired(callID: callID, timeoutMs: timeoutMs))
+        }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -177,6 +182,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         perform(machine.channelInactive())
         handshakeTimer?.cancel()
+        deadlines?.removeAll()
         context.fireChannelInactive()
     }
 
@@ -246,15 +252,12 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         case .none:
             break
         case .openCall(let callID, let timeoutMs):
+            let deadline = timeoutMs > 0 ? (context?.eventLoop.now ?? .now()) + .milliseconds(Int64(timeoutMs)) : nil
             if inReadBatch {
-                openedInBatch.append(callID)
+                // Armed at the end of the read, for the calls still open then: an inline call answered in the same read needs no timer.
+                openedInBatch.append((callID, timeoutMs, deadline))
             } else {
-                armRequestTimer(callID)
-            }
-            if timeoutMs > 0 {
-                resources[callID]?.deadlineTimer = schedule(in: .milliseconds(Int64(timeoutMs))) {
-                    $0.machine.deadlineExpired(callID: callID, timeoutMs: timeoutMs)
-                }
+                armTimers(callID, timeoutMs: timeoutMs, deadline: deadline)
             }
         case .startHandler(let callID, let payload, let flags):
             startHandler(callID: callID, payload: payload, flags: flags)
@@ -323,9 +326,12 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         call.context = nil
         call.requestTimer?.cancel()
         call.requestTimer = nil
+        let method = call.method
+        if runsHandlersOnEventLoop, let inline = method.inline, runInline(inline, call: call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec) {
+            return
+        }
         let serverCall = ServerCall(id: callID, context: callContext, codec: codec,
                                     compressResponses: flags.contains(.compressed), connection: loopBoundSelf)
-        let method = call.method
         let body: @Sendable () async -> Void = {
             do {
                 var context = serverCall.context
@@ -343,6 +349,37 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         } else {
             call.task = Task(operation: body)
         }
+    }
+
+    /// Runs an inline method here, on the event loop, inside the read that
+    /// brought its request: no task, and its response goes out with the read's
+    /// one flush. Returns false when its authenticator has to suspend (the
+    /// call then runs as a task, from the start).
+    private func runInline(_ inline: RPCRouter.InlineRun, call: CallResources, callID: UInt32, context callContext: ServerContext,
+                           payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) -> Bool {
+        var callContext = callContext
+        let compress = flags.contains(.compressed)
+        do {
+            if let authenticator = call.method.authenticator {
+                guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else { return false }
+                callContext.principal = principal
+            }
+            switch try inline(payload, flags, codec, compress, callContext) {
+            case .finished(let bytes, let outFlags):
+                perform(machine.handlerFinished(callID: callID, response: (bytes, outFlags)))
+            case .suspended(let body):
+                guard let loopBoundSelf else { return true }
+                let serverCall = ServerCall(id: callID, context: callContext, codec: codec, compressResponses: compress, connection: loopBoundSelf)
+                let task: @Sendable () async -> Void = {
+                    do { try await body(serverCall) } catch { serverCall.fail(RPCError.from(handlerError: error)) }
+                }
+                call.task = executor.map { Task(executorPreference: $0, operation: task) } ?? Task(operation: task)
+            }
+        } catch {
+            let failure = RPCError.from(handlerError: error)
+            perform(machine.handlerFailed(callID: callID, status: CallStatus(code: failure.code.rawValue, message: failure.message, metadata: failure.metadata)))
+        }
+        return true
     }
 
     /// Closes the connection once `written` completes (at once without it):
@@ -364,6 +401,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private func end(_ ended: StateMachine.CallEnded) -> EventLoopFuture<Void>? {
         let resources = self.resources.removeValue(forKey: ended.callID)
         resources?.cancel()
+        if resources?.timeoutMs ?? 0 > 0 { deadlines?.remove(ended.callID) }
         if let response = ended.ending.response {
             write(.message, callID: ended.callID, flags: response.flags, payload: response.payload)
         }
@@ -388,21 +426,34 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     private func armRequestTimers() {
         guard !openedInBatch.isEmpty else { return }
-        for callID in openedInBatch { armRequestTimer(callID) }
+        for (callID, timeoutMs, deadline) in openedInBatch { armTimers(callID, timeoutMs: timeoutMs, deadline: deadline) }
         openedInBatch.removeAll(keepingCapacity: true)
     }
 
-    /// Arms the request timer of a call still waiting for its request.
-    private func armRequestTimer(_ callID: UInt32) {
-        guard let call = resources[callID], call.task == nil else { return }
-        call.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
+    /// Arms the timers of a call still open: its deadline, if it has one, and
+    /// its request timer while it waits for its request.
+    private func armTimers(_ callID: UInt32, timeoutMs: UInt32, deadline: NIODeadline?) {
+        guard let call = resources[callID] else { return }
+        if let deadline {
+            call.timeoutMs = timeoutMs
+            deadlines?.add(callID, at: deadline)
+        }
+        if call.task == nil && call.context != nil {
+            call.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
+        }
     }
 
     /// Runs `event` on the machine after `delay` and performs its action.
     private func schedule(in delay: TimeAmount, _ event: @escaping (ServerConnectionHandler) -> StateMachine.Action) -> Scheduled<Void>? {
+        guard let context else { return nil }
+        return schedule(at: context.eventLoop.now + delay, event)
+    }
+
+    /// Runs `event` on the machine at `deadline` and performs its action.
+    private func schedule(at deadline: NIODeadline, _ event: @escaping (ServerConnectionHandler) -> StateMachine.Action) -> Scheduled<Void>? {
         guard let context, let loopBoundSelf else { return nil }
         let loopBoundEvent = NIOLoopBound(event, eventLoop: context.eventLoop)
-        return context.eventLoop.scheduleTask(in: delay) {
+        return context.eventLoop.scheduleTask(deadline: deadline) {
             let handler = loopBoundSelf.value
             handler.perform(loopBoundEvent.value(handler))
         }

@@ -6,34 +6,61 @@ import CProtobufC
 /// An arena lives only inside ``WireMessage/withCMessage(_:)``: nothing it hands
 /// out may be kept after that call returns.
 public final class CArena {
+    /// Small allocations are carved out of one block, so a message of a few
+    /// fields costs one malloc, not one per field.
+    private static let blockSize = 1024
+    /// The first block (most messages need no other) and the rest.
+    private var first: UnsafeMutableRawPointer?
     private var blocks: [UnsafeMutableRawPointer] = []
+    private var current: UnsafeMutableRawPointer?
+    private var used = 0
 
     init() {}
 
     deinit {
+        first?.deallocate()
         for block in blocks { block.deallocate() }
     }
 
     /// Allocates zeroed memory for `count` values of `T`.
     public func allocate<T>(_ type: T.Type, count: Int = 1) -> UnsafeMutablePointer<T> {
         let bytes = MemoryLayout<T>.stride * max(count, 1)
-        let raw = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: MemoryLayout<T>.alignment)
+        let raw = allocateRaw(bytes, alignment: MemoryLayout<T>.alignment)
         raw.initializeMemory(as: UInt8.self, repeating: 0, count: bytes)
-        blocks.append(raw)
         return raw.bindMemory(to: T.self, capacity: max(count, 1))
+    }
+
+    private func allocateRaw(_ bytes: Int, alignment: Int) -> UnsafeMutableRawPointer {
+        let alignment = max(alignment, 16)
+        if bytes > Self.blockSize / 2 {
+            let raw = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: alignment)
+            blocks.append(raw)
+            return raw
+        }
+        let start = (used + alignment - 1) & ~(alignment - 1)
+        if let current, start + bytes <= Self.blockSize {
+            used = start + bytes
+            return current + start
+        }
+        let block = UnsafeMutableRawPointer.allocate(byteCount: Self.blockSize, alignment: 16)
+        if first == nil { first = block } else { blocks.append(block) }
+        current = block
+        used = bytes
+        return block
     }
 
     /// A NUL-terminated copy of `string`.
     ///
     /// A Swift string holding U+0000 is cut at that point, as C strings are.
     public func cString(_ string: String) -> UnsafeMutablePointer<CChar>? {
-        var utf8 = Array(string.utf8)
-        utf8.append(0)
-        let out = allocate(CChar.self, count: utf8.count)
-        utf8.withUnsafeBytes { src in
-            UnsafeMutableRawPointer(out).copyMemory(from: src.baseAddress!, byteCount: src.count)
+        var string = string
+        return string.withUTF8 { utf8 in
+            let out = allocate(CChar.self, count: utf8.count + 1)
+            if let base = utf8.baseAddress {
+                UnsafeMutableRawPointer(out).copyMemory(from: base, byteCount: utf8.count)
+            }
+            return out
         }
-        return out
     }
 
     /// A protobuf-c `bytes` value holding a copy of `bytes`.

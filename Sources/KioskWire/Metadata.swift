@@ -22,8 +22,13 @@ public struct Metadata: Hashable, Sendable, RandomAccessCollection, ExpressibleB
 
     /// The first text value for `key`, if any.
     public subscript(key: String) -> String? {
-        let key = key.lowercased()
+        let key = Self.lowercased(key)
         return entries.first { $0.key == key }?.value
+    }
+
+    /// `key` lower-cased, without a copy when it already is (as keys in code are).
+    private static func lowercased(_ key: String) -> String {
+        key.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") } || !key.utf8.allSatisfy { $0 < 0x80 } ? key.lowercased() : key
     }
 
     /// Every text value for `key`, in order.
@@ -52,17 +57,18 @@ public struct Metadata: Hashable, Sendable, RandomAccessCollection, ExpressibleB
     /// The token of an `authorization: Bearer <token>` pair, if present.
     public var bearerToken: String? {
         guard let value = self["authorization"] else { return nil }
-        let prefix = "bearer "
-        guard value.count > prefix.count, value.lowercased().hasPrefix(prefix) else { return nil }
-        return String(value.dropFirst(prefix.count)).trimmingCharacters(in: " ")
-    }
-}
-
-extension String {
-    fileprivate func trimmingCharacters(in character: Character) -> String {
-        var s = Substring(self)
-        while s.first == character { s.removeFirst() }
-        while s.last == character { s.removeLast() }
-        return String(s)
+        // "Bearer " in any case, then the token without the spaces around it.
+        let utf8 = value.utf8
+        var index = utf8.startIndex
+        for expected in "bearer".utf8 {
+            guard index != utf8.endIndex, utf8[index] | 0x20 == expected else { return nil }
+            index = utf8.index(after: index)
+        }
+        guard index != utf8.endIndex, utf8[index] == UInt8(ascii: " ") else { return nil }
+        var end = utf8.endIndex
+        while index != end, utf8[index] == UInt8(ascii: " ") { index = utf8.index(after: index) }
+        while index != end, utf8[utf8.index(before: end)] == UInt8(ascii: " ") { end = utf8.index(before: end) }
+        guard index != end else { return nil }
+        return String(value[index..<end])
     }
 }

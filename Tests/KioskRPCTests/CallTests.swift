@@ -15,6 +15,26 @@ import Testing
         }
     }
 
+    /// Inline handlers answer at once, or suspend and answer from a task;
+    /// behind an authenticator that cannot check inline, they run as a task.
+    @Test func inlineUnaryCalls() async throws {
+        try await withServer { _, client in
+            try await withThrowingTaskGroup(of: (UInt64, UInt64).self) { group in
+                for i in UInt64(0)..<200 {
+                    group.addTask { (i, try await client.unary(TestService.prefix + "InlineEcho", request: Ping(opaque: i), response: Ping.self).opaque) }
+                }
+                for try await (sent, got) in group { #expect(got == (sent % 2 == 1 ? sent * 10 : sent)) }
+            }
+            let ok = CallOptions(metadata: ["authorization": "Bearer ok"])
+            #expect(try await client.unary(TestService.prefix + "InlineBehindAsync", request: Ping(opaque: 1), response: Ping.self, options: ok).opaque == 101)
+            let refused = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "InlineBehindAsync", request: Ping(opaque: 1), response: Ping.self,
+                                       options: CallOptions(metadata: ["authorization": "Bearer no"]))
+            }
+            #expect(refused?.code == .unauthenticated)
+        }
+    }
+
     @Test func serverStreamingCall() async throws {
         try await withServer { _, client in
             var received: [UInt64] = []

@@ -16,13 +16,27 @@ import Testing
         func authenticate(_ context: ServerContext) async throws -> (any Sendable)? { nil }
     }
 
-    func makeChannel(limits: ServerLimits = Self.limits, preface: Bool = true, shutdown: ShutdownFlag = ShutdownFlag()) throws -> EmbeddedChannel {
+    /// Refuses inline, checking nothing else: a token "ok" passes, anything else is 16.
+    struct Gatekeeper: RPCAuthenticator {
+        func authenticate(_ context: ServerContext) async throws -> (any Sendable)? { nil }
+        func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication {
+            guard context.metadata.bearerToken == "ok" else { throw RPCError(.unauthenticated, "not ok") }
+            return .principal("gatekeeper")
+        }
+    }
+
+    func makeChannel(limits: ServerLimits = Self.limits, preface: Bool = true, shutdown: ShutdownFlag = ShutdownFlag(),
+                     runsHandlersOnEventLoop: Bool = false) throws -> EmbeddedChannel {
         var router = RPCRouter()
         router.registerUnary("/t.S/Echo", request: Ping.self, response: Ping.self) { request, _ in request }
         router.registerUnary("/t.S/Locked", request: Ping.self, response: Ping.self, authenticator: Locked()) { request, _ in request }
+        router.registerInlineUnary("/t.S/Inline", request: Ping.self, response: Ping.self, authenticator: Gatekeeper()) { request, context in
+            guard request.opaque != 7 else { throw RPCError(.permissionDenied, "seven is refused") }
+            return .response(Ping(opaque: request.opaque + (context.principal as? String == "gatekeeper" ? 1000 : 0)))
+        }
         let handler = ServerConnectionHandler(
             router: router, limits: limits, maximumMessageSize: 1024, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
-            shutdown: shutdown, runsHandlersOnEventLoop: false)
+            shutdown: shutdown, runsHandlersOnEventLoop: runsHandlersOnEventLoop)
         let channel = EmbeddedChannel()
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
@@ -43,6 +57,34 @@ import Testing
     func status(_ frame: Frame?) throws -> CallStatus? {
         guard let frame, frame.type == .trailers else { return nil }
         return try frame.decode(CallStatus.self)
+    }
+
+    /// Inline calls run inside the read that brought them, with no task, and
+    /// their answers leave with one flush at the end of the read, as a bare
+    /// NIO server's do; statuses thrown by the handler or the authenticator
+    /// end the call like a task's would.
+    @Test func inlineCallsOfOneReadAreAnsweredTogetherAtTheEndOfTheRead() throws {
+        let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 10), runsHandlersOnEventLoop: true)
+        let bearer: Metadata = ["authorization": "Bearer ok"]
+        for (id, opaque) in [(1, 1), (3, 7), (5, 5)] as [(UInt32, UInt64)] {
+            channel.pipeline.fireChannelRead(headers(id, "/t.S/Inline", timeoutMs: 1000, metadata: bearer))
+            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)))
+        }
+        channel.pipeline.fireChannelRead(headers(9, "/t.S/Inline", metadata: ["authorization": "Bearer no"]))
+        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 9, message: Ping(opaque: 2)))
+        #expect(try written(channel).isEmpty, "nothing is flushed before the read ends")
+        channel.pipeline.fireChannelReadComplete()
+        let frames = try written(channel)
+        #expect(frames.map(\.callID) == [1, 1, 3, 5, 5, 9])
+        #expect(try frames[0].decode(Ping.self).opaque == 1001, "the authenticator's principal reached the handler")
+        #expect(try status(frames[1])?.code == 0)
+        #expect(try status(frames[2]).map { ($0.code, $0.message) } ?? (0, "") == (StatusCode.permissionDenied.rawValue, "seven is refused"))
+        #expect(try frames[3].decode(Ping.self).opaque == 1005)
+        #expect(try status(frames[5]).map { ($0.code, $0.message) } ?? (0, "") == (StatusCode.unauthenticated.rawValue, "not ok"))
+        // No deadline timer was left behind for the calls answered in the read: nothing fires later.
+        channel.embeddedEventLoop.advanceTime(by: .seconds(2))
+        #expect(try written(channel).isEmpty)
+        _ = try? channel.finish()
     }
 
     @Test func connectionWithoutPrefaceIsClosedAfterTheHandshakeTimeout() throws {

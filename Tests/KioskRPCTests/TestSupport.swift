@@ -102,6 +102,15 @@ struct TestFailure: Error, CustomStringConvertible {
 }
 
 /// A service exercising every shape of call, with `Ping` as the all-purpose message.
+/// Checks only asynchronously (no authenticateInline): a token "ok" is worth 100.
+struct AsyncOnly: RPCAuthenticator {
+    func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
+        await Task.yield()
+        guard context.metadata.bearerToken == "ok" else { throw RPCError(.unauthenticated, "not ok") }
+        return UInt64(100)
+    }
+}
+
 struct TestService: RPCService {
     static let prefix = "/kiosk.test.v1.Test/"
     var serviceName: String { "kiosk.test.v1.Test" }
@@ -110,6 +119,19 @@ struct TestService: RPCService {
     func register(in router: inout RPCRouter) {
         let probe = self.probe
         router.registerUnary(Self.prefix + "Echo", request: Ping.self, response: Ping.self) { request, _ in request }
+        // Inline: answers at once, unless opaque is odd: then it suspends (as a key fetch would) and answers later.
+        router.registerInlineUnary(Self.prefix + "InlineEcho", request: Ping.self, response: Ping.self) { request, _ in
+            guard request.opaque % 2 == 1 else { return .response(request) }
+            return .suspend {
+                try await Task.sleep(for: .milliseconds(1))
+                return Ping(opaque: request.opaque * 10)
+            }
+        }
+        // Inline, behind an authenticator that can only check asynchronously: the call runs as a task.
+        router.registerInlineUnary(Self.prefix + "InlineBehindAsync", request: Ping.self, response: Ping.self,
+                                   authenticator: AsyncOnly()) { request, context in
+            .response(Ping(opaque: request.opaque + (context.principal as? UInt64 ?? 0)))
+        }
         router.registerServerStreaming(Self.prefix + "Count", request: Ping.self, response: Ping.self) { request, writer, _ in
             for i in 0..<request.opaque { try await writer.send(Ping(opaque: i)) }
         }
