@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what Kiosk needs to build on Debian: libprotobuf-c, protoc-c and zlib
-# and SQLite headers, curl and openssl (the Swift toolchain itself must already be on PATH). Idempotent:
+# Installs what Kiosk needs to build on Debian: libprotobuf-c, protoc-c, zlib,
+# libdeflate and SQLite headers, curl and openssl (the Swift toolchain itself must already be on PATH). Idempotent:
 # does nothing when everything is there.
 set -euo pipefail
 
@@ -8,6 +8,7 @@ missing=()
 pkg-config --exists libprotobuf-c 2>/dev/null || missing+=(libprotobuf-c-dev)
 command -v protoc-c >/dev/null 2>&1 || missing+=(protobuf-c-compiler)
 pkg-config --exists zlib 2>/dev/null || missing+=(zlib1g-dev)
+pkg-config --exists libdeflate 2>/dev/null || missing+=(libdeflate-dev)
 pkg-config --exists sqlite3 2>/dev/null || missing+=(libsqlite3-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v curl >/dev/null 2>&1 || missing+=(curl)

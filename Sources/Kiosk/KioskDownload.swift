@@ -245,6 +245,30 @@ public final class KioskDownload: Sendable {
         // The SHA-256 is taken as the bytes arrive (a resumed download reads back only what it already
         // had), not by reading the whole file again at the end.
         var hasher = SHA256()
+        // Chunks inflate on every core at once and come back in order; `received` counts what was
+        // handed to the pipeline, `offset` what was checked, hashed and written.
+        var pipeline = ChunkPipeline()
+        var received = offset
+        defer { pipeline.cancelAll() }
+        func write(_ inflated: ChunkPipeline.Inflated) throws {
+            defer { pipeline.recycle(inflated) }
+            guard let handle = file, var progress = saved, inflated.offset == offset else {
+                throw KioskError(.downloadFailed, "chunk \(inflated.index) arrived out of order")
+            }
+            try Self.write(inflated.bytes, to: handle.fileDescriptor, at: offset)
+            hasher.update(bufferPointer: inflated.bytes)
+            offset += UInt64(inflated.count)
+            fetched += UInt64(inflated.count)
+            progress.bytesDone = offset
+            saved = progress
+            if offset - savedBytes >= progressSaveBytes || savedAt.duration(to: .now) >= .seconds(1) {
+                try persist(progress)
+            }
+            let elapsed = started.duration(to: .now)
+            let rate = Double(fetched) / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
+            let remaining = rate > 0 ? Duration.milliseconds(Int64(Double(progress.totalSize - offset) / rate * 1000)) : nil
+            emit(.active, bytesDone: offset, total: progress.totalSize, remaining: remaining)
+        }
         func persist(_ progress: PartialState) throws {
             guard let file, progress.bytesDone > savedBytes else { return }
             try file.synchronize()
@@ -272,40 +296,24 @@ public final class KioskDownload: Sendable {
                     emit(.active, bytesDone: offset, total: header.totalSize)
                 }
                 guard let chunk = part.chunk else { continue }
-                guard let handle = file, var progress = saved, chunk.offset == offset else {
+                guard file != nil, saved != nil, chunk.offset == received else {
                     throw KioskError(.downloadFailed, "chunk \(chunk.index) arrived out of order")
                 }
-                let original: [UInt8]
-                if chunk.compressed {
-                    do {
-                        original = Array(try Zlib.decompress(ByteBuffer(bytes: chunk.data), limit: Int(chunk.originalLength)).readableBytesView)
-                    } catch {
-                        throw KioskError(.downloadFailed, "chunk \(chunk.index) does not inflate: \(error)")
-                    }
-                } else {
-                    original = chunk.data
+                guard chunk.originalLength <= max(saved?.chunkSize ?? 0, 1 << 20) else {
+                    throw KioskError(.downloadFailed, "chunk \(chunk.index) claims \(chunk.originalLength) bytes, more than a chunk holds")
                 }
-                guard original.count == Int(chunk.originalLength), Zlib.crc32(original) == chunk.crc32 else {
-                    throw KioskError(.downloadFailed, "chunk \(chunk.index) is damaged (length or CRC-32)")
+                received += UInt64(chunk.originalLength)
+                // Inflated on the other cores while the chunks before it are hashed and written here.
+                pipeline.submit(chunk)
+                while pipeline.count > pipeline.width, let inflated = try await pipeline.next() {
+                    try write(inflated)
                 }
-                try handle.seek(toOffset: chunk.offset)
-                try handle.write(contentsOf: original)
-                hasher.update(data: original)
-                offset += UInt64(original.count)
-                fetched += UInt64(original.count)
-                progress.bytesDone = offset
-                saved = progress
-                if offset - savedBytes >= progressSaveBytes || savedAt.duration(to: .now) >= .seconds(1) {
-                    try persist(progress)
-                }
-                let elapsed = started.duration(to: .now)
-                let rate = Double(fetched) / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
-                let remaining = rate > 0 ? Duration.milliseconds(Int64(Double(progress.totalSize - offset) / rate * 1000)) : nil
-                emit(.active, bytesDone: offset, total: progress.totalSize, remaining: remaining)
             }
+            while let inflated = try await pipeline.next() { try write(inflated) }
         } catch let error where error is RestartFromScratch || (offset > 0 && (error as? RPCError)?.code == .outOfRange) {
             // The file changed since the partial download (a new version, or a smaller one the saved
             // offset lies beyond): start over from 0, once.
+            pipeline.cancelAll()
             try? file?.close()
             file = nil
             _ = try? PrivateFiles.remove(partialURL.path)
@@ -313,6 +321,7 @@ public final class KioskDownload: Sendable {
             return try await fetch(mayRenewToken: mayRenewToken)
         } catch let error as RPCError {
             // What was fetched and checked is kept for the resume (or the retry below).
+            pipeline.cancelAll()
             if let progress = saved { try? persist(progress) }
             if Task.isCancelled { throw CancellationError() }
             if error.code == .unauthenticated, mayRenewToken {
@@ -331,6 +340,7 @@ public final class KioskDownload: Sendable {
             }
         } catch {
             // Paused, cancelled, or a damaged chunk: the checked chunks before it are kept for the resume.
+            pipeline.cancelAll()
             if let progress = saved { try? persist(progress) }
             throw error
         }
@@ -361,6 +371,19 @@ public final class KioskDownload: Sendable {
     }
 
     private struct RestartFromScratch: Error {}
+
+    /// Writes all of `bytes` at `offset` of the file open as `descriptor`.
+    private static func write(_ bytes: UnsafeRawBufferPointer, to descriptor: Int32, at offset: UInt64) throws {
+        var done = 0
+        while done < bytes.count {
+            let written = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw KioskError(.downloadFailed, "cannot write the download: \(String(cString: strerror(errno)))")
+            }
+            done += written
+        }
+    }
 
     /// A hasher fed with the first `count` bytes of the file at `url`.
     private static func sha256(of url: URL, upTo count: UInt64) throws -> SHA256 {

@@ -42,7 +42,7 @@ public struct ContentService: RPCService {
                 return .response(answer(decision))
             case .unknownKey:
                 return .suspend {
-                    answer(try await gate.authorize(receipt: request.signedReceipt, productID: request.productID, token: token, caller: caller))
+                    answer(try await gate.authorizeAfterFetchingKeys(receipt: request.signedReceipt, productID: request.productID, token: token, caller: caller))
                 }
             }
         }

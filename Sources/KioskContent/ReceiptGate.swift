@@ -108,40 +108,44 @@ final class ReceiptGate: Sendable {
         switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller) {
         case .decided(let decision):
             return decision
-        case .unknownKey(let verifier):
-            // A key rotated in after the last fetch: fetch the keys (at most once a second) and decide again.
-            _ = await refreshKeysIfUnknown(receipt, checkedWith: verifier)
-            switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller) {
-            case .decided(let decision): return decision
-            case .unknownKey: return .refused(.notAuthentic, "the receipt's key \(Self.keyID(of: receipt).debugDescription) is not one of the store's keys")
-            }
+        case .unknownKey:
+            return try await authorizeAfterFetchingKeys(receipt: receipt, productID: productID, token: token, caller: caller)
         }
     }
 
-    /// What ``authorizeNow(receipt:productID:token:caller:)`` could tell without waiting.
+    /// Finishes a decision ``authorizeNow(receipt:productID:token:caller:useCache:)`` left
+    /// at ``Attempt/unknownKey(_:)``: fetches the keys (at most once a second) and decides again,
+    /// without counting a second cache miss.
+    func authorizeAfterFetchingKeys(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup?) async throws -> AccessDecision {
+        let verifier = state.withLockedValue { $0.verifier }
+        _ = await refreshKeysIfUnknown(receipt, checkedWith: verifier)
+        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller, useCache: false) {
+        case .decided(let decision): return decision
+        case .unknownKey(let message): return .refused(.notAuthentic, message)
+        }
+    }
+
+    /// What ``authorizeNow(receipt:productID:token:caller:useCache:)`` could tell without waiting.
     enum Attempt {
         case decided(AccessDecision)
-        /// The receipt names a key `verifier` does not know: the keys have to be fetched first.
-        case unknownKey(ReceiptVerifier)
+        /// The receipt names a key not known yet (the verifier's message): the keys have to be fetched first.
+        case unknownKey(String)
     }
 
     /// Decides without suspending, unless the receipt names a key not known
-    /// yet (then ``authorize(receipt:productID:token:caller:)`` fetches the
-    /// keys): the content service's Authorize runs this inline, on the event
+    /// yet (then ``authorizeAfterFetchingKeys(receipt:productID:token:caller:)`` fetches the
+    /// keys and decides): the content service's Authorize runs this inline, on the event
     /// loop that read the request.
-    /// - Parameter caller: the token's account as ``checkCaller(token:)`` found it; `token` is not read when given.
-    func authorizeNow(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil) throws -> Attempt {
-        let lookup: AccountLookup
-        let nowMs = now
-        if let caller {
-            lookup = caller
-        } else {
-            guard let token, !token.isEmpty else {
-                throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
-            }
-            lookup = try accountID(token: token, nowMs: nowMs)
+    /// - Parameters:
+    ///   - caller: the token's account as ``checkCaller(token:)`` found it; `token` is only checked for presence then.
+    ///   - useCache: false after a key fetch: the lookup (and its miss) was counted by the first attempt.
+    func authorizeNow(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil, useCache: Bool = true) throws -> Attempt {
+        guard caller != nil || !(token ?? "").isEmpty else {
+            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
         }
+        let nowMs = now
         if let stale = staleness(nowMs: nowMs) { return .decided(stale) }
+        let lookup = try caller ?? accountID(token: token ?? "", nowMs: nowMs)
         let account: String
         switch lookup {
         case .account(let id): account = id
@@ -151,7 +155,8 @@ final class ReceiptGate: Sendable {
         // The receipt's hash is the cache key; with the cache off it is not worth computing.
         let key = configuration.cacheSize > 0 ? ReceiptDigest(receipt) : nil
         let (cached, verifier) = state.withLockedValue { state -> (ReceiptV1.ReceiptPayload?, ReceiptVerifier) in
-            (key.map { state.cache.lookup($0) } ?? state.cache.missed(), state.verifier)
+            guard useCache else { return (nil, state.verifier) }
+            return (key.map { state.cache.lookup($0) } ?? state.cache.missed(), state.verifier)
         }
         let payload: ReceiptV1.ReceiptPayload
         if let cached {
@@ -159,7 +164,7 @@ final class ReceiptGate: Sendable {
         } else {
             let check = verifier.verify(receipt, nowMs: nowMs)
             if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty, !verifier.knows(keyID: keyID) {
-                return .unknownKey(verifier)
+                return .unknownKey(check.message)
             }
             guard check.status == .valid, let verified = check.payload else {
                 return .decided(.refused(check.status, check.message))

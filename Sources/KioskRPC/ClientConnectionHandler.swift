@@ -58,7 +58,7 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         case .send(let id, let retire):
             call.phase = .opened(id)
             guard let context else { return }
-            // The deadline first: a failed write closes the channel (and clears deadlines) inside the flush.
+            // The deadline first: a write that fails closes the channel, which clears the deadlines.
             if let timeout {
                 timeouts[id] = (timeout, call.method)
                 deadlines?.add(id, at: context.eventLoop.now + TimeAmount(timeout))

@@ -55,7 +55,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private var deadlines: CallDeadlines?
     /// Calls opened in the current read batch: their request timers are armed
     /// at its end only if the request did not come with them (it usually does).
-    private var openedInBatch: [(callID: UInt32, timeoutMs: UInt32, deadline: NIODeadline?)] = []
+    private var openedInBatch: [UInt32] = []
     /// True between channelRead and channelReadComplete: writes made then are flushed once, at the end of the batch.
     private var inReadBatch = false
     private var flushPending = false
@@ -252,12 +252,16 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         case .none:
             break
         case .openCall(let callID, let timeoutMs):
-            let deadline = timeoutMs > 0 ? (context?.eventLoop.now ?? .now()) + .milliseconds(Int64(timeoutMs)) : nil
+            // The deadline is watched at once (an entry in the connection's one deadline timer, no task scheduled).
+            if timeoutMs > 0, let call = resources[callID], let context {
+                call.timeoutMs = timeoutMs
+                deadlines?.add(callID, at: context.eventLoop.now + .milliseconds(Int64(timeoutMs)))
+            }
             if inReadBatch {
-                // Armed at the end of the read, for the calls still open then: an inline call answered in the same read needs no timer.
-                openedInBatch.append((callID, timeoutMs, deadline))
+                // Armed at the end of the read for the calls still waiting for their request: it usually came in the same read.
+                openedInBatch.append(callID)
             } else {
-                armTimers(callID, timeoutMs: timeoutMs, deadline: deadline)
+                armRequestTimer(callID)
             }
         case .startHandler(let callID, let payload, let flags):
             startHandler(callID: callID, payload: payload, flags: flags)
@@ -426,21 +430,14 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     private func armRequestTimers() {
         guard !openedInBatch.isEmpty else { return }
-        for (callID, timeoutMs, deadline) in openedInBatch { armTimers(callID, timeoutMs: timeoutMs, deadline: deadline) }
+        for callID in openedInBatch { armRequestTimer(callID) }
         openedInBatch.removeAll(keepingCapacity: true)
     }
 
-    /// Arms the timers of a call still open: its deadline, if it has one, and
-    /// its request timer while it waits for its request.
-    private func armTimers(_ callID: UInt32, timeoutMs: UInt32, deadline: NIODeadline?) {
-        guard let call = resources[callID] else { return }
-        if let deadline {
-            call.timeoutMs = timeoutMs
-            deadlines?.add(callID, at: deadline)
-        }
-        if call.task == nil && call.context != nil {
-            call.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
-        }
+    /// Arms the request timer of a call still waiting for its request.
+    private func armRequestTimer(_ callID: UInt32) {
+        guard let call = resources[callID], call.task == nil, call.context != nil else { return }
+        call.requestTimer = schedule(in: limits.requestTimeout) { $0.machine.requestTimedOut(callID: callID) }
     }
 
     /// Runs `event` on the machine after `delay` and performs its action.

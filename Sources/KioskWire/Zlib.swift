@@ -1,3 +1,4 @@
+import CDeflate
 import CZlib
 import NIOCore
 
@@ -26,17 +27,10 @@ public enum Zlib {
         return output
     }
 
-    /// The CRC-32 (zlib's, as in gzip and PNG) of `bytes`.
+    /// The CRC-32 (zlib's, as in gzip and PNG) of `bytes` (libdeflate's, several times zlib's speed).
     public static func crc32(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
         guard let base = bytes.baseAddress, bytes.count > 0 else { return 0 }
-        var crc = CZlib.crc32(0, nil, 0)
-        var offset = 0
-        while offset < bytes.count {
-            let length = min(bytes.count - offset, Int(UInt32.max))
-            crc = CZlib.crc32(crc, base.advanced(by: offset).assumingMemoryBound(to: Bytef.self), uInt(length))
-            offset += length
-        }
-        return UInt32(truncatingIfNeeded: crc)
+        return libdeflate_crc32(0, base, bytes.count)
     }
 
     /// The CRC-32 of `bytes`.
@@ -97,5 +91,46 @@ public enum Zlib {
         }
         try result.get()
         return output
+    }
+
+    /// Inflates whole zlib streams of known size into memory the caller
+    /// owns, with libdeflate (the same RFC 1950 format, about 2.5 times
+    /// zlib's speed): no growing buffer, no copy. Not thread-safe: one per
+    /// thread or task.
+    public final class Inflater {
+        private let decompressor: OpaquePointer
+
+        public init() {
+            guard let decompressor = libdeflate_alloc_decompressor() else { fatalError("libdeflate could not allocate a decompressor") }
+            self.decompressor = decompressor
+        }
+
+        deinit { libdeflate_free_decompressor(decompressor) }
+
+        /// Inflates the zlib stream `source` into `destination`, which must be
+        /// exactly as long as the stream's content; its Adler-32 is checked.
+        /// - Throws: ``WireError`` `decompressionFailed` for a corrupt or
+        ///   truncated stream, bytes after its end, or content of another length.
+        public func inflate(_ source: UnsafeRawBufferPointer, into destination: UnsafeMutableRawBufferPointer) throws(WireError) {
+            var placeholder: UInt8 = 0
+            var consumed = 0
+            var produced = 0
+            let result = withUnsafeMutableBytes(of: &placeholder) { fallback in
+                libdeflate_zlib_decompress_ex(
+                    decompressor, source.baseAddress ?? UnsafeRawPointer(fallback.baseAddress!), source.count,
+                    destination.baseAddress ?? fallback.baseAddress!, destination.count, &consumed, &produced)
+            }
+            switch result {
+            case LIBDEFLATE_SUCCESS:
+                guard consumed == source.count else { throw WireError(.decompressionFailed, "bytes follow the end of the zlib stream") }
+                guard produced == destination.count else {
+                    throw WireError(.decompressionFailed, "the zlib stream holds \(produced) bytes, not \(destination.count)")
+                }
+            case LIBDEFLATE_INSUFFICIENT_SPACE:
+                throw WireError(.decompressionFailed, "the zlib stream holds more than \(destination.count) bytes")
+            default:
+                throw WireError(.decompressionFailed, "the zlib stream is corrupt or truncated")
+            }
+        }
     }
 }

@@ -86,6 +86,19 @@ import Testing
         }
     }
 
+    /// A suspended inline call is a task like any other: its deadline cancels it on the server.
+    @Test func deadlineEndsASuspendedInlineCall() async throws {
+        let probe = Probe()
+        try await withServer(probe: probe) { _, client in
+            let error = await #expect(throws: RPCError.self) {
+                try await client.unary(TestService.prefix + "InlineHold", request: Ping(opaque: 3), response: Ping.self,
+                                       options: CallOptions(timeout: .milliseconds(100)))
+            }
+            #expect(error?.code == .deadlineExceeded)
+            await probe.wait(for: .cancelled(3))
+        }
+    }
+
     @Test func cancelledTaskSendsCancelToTheHandler() async throws {
         let probe = Probe()
         try await withServer(probe: probe) { _, client in

@@ -87,6 +87,24 @@ import Testing
         _ = try? channel.finish()
     }
 
+    /// An inline call whose request comes in a later read than its HEADERS
+    /// is answered then; its deadline was watched from the HEADERS on.
+    @Test func inlineCallWhoseRequestComesInALaterRead() throws {
+        let channel = try makeChannel(runsHandlersOnEventLoop: true)
+        let bearer: Metadata = ["authorization": "Bearer ok"]
+        try channel.writeInbound(headers(1, "/t.S/Inline", timeoutMs: 500, metadata: bearer))
+        try channel.writeInbound(headers(3, "/t.S/Inline", timeoutMs: 500, metadata: bearer))
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(300))
+        try channel.writeInbound(Frame(type: .message, flags: .endStream, callID: 1, message: Ping(opaque: 4)))
+        let frames = try written(channel)
+        #expect(frames.map(\.callID) == [1, 1])
+        #expect(try frames[0].decode(Ping.self).opaque == 1004)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(200))
+        let expired = try #require(try status(written(channel).first))
+        #expect(expired.code == StatusCode.deadlineExceeded.rawValue, "call 3 never sent its request: its deadline ends it")
+        _ = try? channel.finish()
+    }
+
     @Test func connectionWithoutPrefaceIsClosedAfterTheHandshakeTimeout() throws {
         let channel = try makeChannel(preface: false)
         channel.embeddedEventLoop.advanceTime(by: .seconds(4))

@@ -127,6 +127,18 @@ struct TestService: RPCService {
                 return Ping(opaque: request.opaque * 10)
             }
         }
+        // Inline, then suspended until cancelled (a deadline, a CANCEL): emits .cancelled(opaque) when it is.
+        router.registerInlineUnary(Self.prefix + "InlineHold", request: Ping.self, response: Ping.self) { request, _ in
+            .suspend {
+                do {
+                    try await Task.sleep(for: .seconds(60))
+                } catch {
+                    probe.emit(.cancelled(request.opaque))
+                    throw error
+                }
+                return request
+            }
+        }
         // Inline, behind an authenticator that can only check asynchronously: the call runs as a task.
         router.registerInlineUnary(Self.prefix + "InlineBehindAsync", request: Ping.self, response: Ping.self,
                                    authenticator: AsyncOnly()) { request, context in
