@@ -261,15 +261,26 @@ public final class KioskDownload: Sendable {
             fetched += UInt64(inflated.count)
             progress.bytesDone = offset
             saved = progress
-            if offset - savedBytes >= progressSaveBytes || savedAt.duration(to: .now) >= .seconds(1) {
-                try persist(progress)
+            // (The last chunk needs no save: the file is checked and moved into place next.)
+            if offset < progress.totalSize, offset - savedBytes >= progressSaveBytes || savedAt.duration(to: .now) >= .seconds(1) {
+                saveSoon(progress)
             }
             let elapsed = started.duration(to: .now)
             let rate = Double(fetched) / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
             let remaining = rate > 0 ? Duration.milliseconds(Int64(Double(progress.totalSize - offset) / rate * 1000)) : nil
             emit(.active, bytesDone: offset, total: progress.totalSize, remaining: remaining)
         }
+        // Saves in the background (fsyncs block a thread for tens of ms: not the one hashing and writing),
+        // one at a time; a final save waits for the one running.
+        let saver = ProgressSaver(stateURL: stateURL)
+        defer { saver.settle() }
+        func saveSoon(_ progress: PartialState) {
+            guard let file, progress.bytesDone > savedBytes, saver.start(progress, syncing: file.fileDescriptor) else { return }
+            savedBytes = progress.bytesDone
+            savedAt = .now
+        }
         func persist(_ progress: PartialState) throws {
+            try saver.wait()
             guard let file, progress.bytesDone > savedBytes else { return }
             try file.synchronize()
             try PrivateFiles.writeAtomically(JSONEncoder().encode(progress), to: stateURL.path)
@@ -280,6 +291,7 @@ public final class KioskDownload: Sendable {
             for try await part in stream {
                 try Task.checkCancellation()
                 if let header = part.header {
+                    guard file == nil else { throw KioskError(.downloadFailed, "the content service sent a second header") }
                     let sha = header.sha256.hexString
                     if let previous = saved, previous.version != header.contentVersion || previous.sha256 != sha {
                         // The file changed since the partial download: start over.
@@ -314,6 +326,7 @@ public final class KioskDownload: Sendable {
             // The file changed since the partial download (a new version, or a smaller one the saved
             // offset lies beyond): start over from 0, once.
             pipeline.cancelAll()
+            saver.settle()
             try? file?.close()
             file = nil
             _ = try? PrivateFiles.remove(partialURL.path)
@@ -325,6 +338,7 @@ public final class KioskDownload: Sendable {
             if let progress = saved { try? persist(progress) }
             if Task.isCancelled { throw CancellationError() }
             if error.code == .unauthenticated, mayRenewToken {
+                saver.settle()
                 try? file?.close()
                 file = nil
                 client.dropAccessToken()
@@ -348,6 +362,7 @@ public final class KioskDownload: Sendable {
         guard let done = saved, done.bytesDone == done.totalSize else {
             throw KioskError(.downloadFailed, "the download of \(productID) ended early; resume it")
         }
+        try saver.wait()
         try file?.synchronize()
         try file?.close()
         file = nil
@@ -371,6 +386,56 @@ public final class KioskDownload: Sendable {
     }
 
     private struct RestartFromScratch: Error {}
+
+    /// Saves a download's progress on a thread of its own: fsyncs the bytes
+    /// it claims (written before the save started), then writes the state
+    /// file atomically. One save at a time: ``start(_:syncing:)`` declines
+    /// while one runs, and ``wait()`` waits for it and reports its failure.
+    private final class ProgressSaver: @unchecked Sendable {
+        private let stateURL: URL
+        private let queue = DispatchQueue(label: "kiosk.download.progress")
+        private let lock = NIOLock()
+        private var running = false
+        private var failure: Error?
+
+        init(stateURL: URL) { self.stateURL = stateURL }
+
+        /// Starts saving `progress`; false when a save is still running (the caller tries again later).
+        func start(_ progress: PartialState, syncing descriptor: Int32) -> Bool {
+            let started = lock.withLock { () -> Bool in
+                guard !running else { return false }
+                running = true
+                return true
+            }
+            guard started else { return false }
+            let stateURL = self.stateURL
+            queue.async {
+                var error: Error?
+                do {
+                    guard fsync(descriptor) == 0 else { throw KioskError(.downloadFailed, "cannot fsync the download: \(String(cString: strerror(errno)))") }
+                    try PrivateFiles.writeAtomically(JSONEncoder().encode(progress), to: stateURL.path)
+                } catch let caught {
+                    error = caught
+                }
+                self.lock.withLock {
+                    self.running = false
+                    if let error { self.failure = error }
+                }
+            }
+            return true
+        }
+
+        /// Waits for the running save, if any; throws if a save failed.
+        func wait() throws {
+            queue.sync {}
+            if let failure = lock.withLock({ () -> Error? in defer { failure = nil }; return failure }) { throw failure }
+        }
+
+        /// Waits for the running save, if any, ignoring its outcome (before the file it fsyncs is closed).
+        func settle() {
+            queue.sync {}
+        }
+    }
 
     /// Writes all of `bytes` at `offset` of the file open as `descriptor`.
     private static func write(_ bytes: UnsafeRawBufferPointer, to descriptor: Int32, at offset: UInt64) throws {
