@@ -126,7 +126,7 @@ public struct ReceiptVerifier: Sendable {
 
     /// Why the key was not valid when it signed the receipt, or nil when it was.
     private func windowRefusal(_ payload: ReceiptV1.ReceiptPayload, key: ReceiptPublicKey) -> String? {
-        let window = "validity window \(key.validityWindow) (ms since 1970)"
+        var window: String { "validity window \(key.validityWindow) (ms since 1970)" }
         if payload.signedDateMs != 0 {
             guard !key.isValid(atMs: payload.signedDateMs) else { return nil }
             return "receipt was signed at \(payload.signedDateMs) by key \(key.id), outside the key's \(window)"

@@ -24,6 +24,8 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     /// Why the connection is failing, when known before it closes (keepalive, a bad frame).
     private var failure: RPCError?
     private var reportedUnusable = false
+    /// The last HEADERS sent and their encoding.
+    private var lastHeaders: (headers: CallHeaders, payload: ByteBuffer)?
     /// A flush is queued on the event loop (``flushSoon()``).
     private var flushScheduled = false
 
@@ -63,11 +65,21 @@ final class ClientConnectionHandler: ChannelInboundHandler {
                 timeouts[id] = (timeout, call.method)
                 deadlines?.add(id, at: context.eventLoop.now + TimeAmount(timeout))
             }
-            context.write(wrapOutboundOut(Frame(type: .headers, callID: id, message: headers, allocator: context.channel.allocator)), promise: nil)
+            context.write(wrapOutboundOut(Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator))), promise: nil)
             context.write(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
             flushSoon()
             if retire { markUnusable() }
         }
+    }
+
+    /// The encoding of `headers`: the previous call's bytes when they are the
+    /// same HEADERS (a client's calls to one method usually are).
+    private func encoded(_ headers: CallHeaders, allocator: ByteBufferAllocator) -> ByteBuffer {
+        if let last = lastHeaders, last.headers == headers { return last.payload }
+        var payload = allocator.buffer(capacity: 0)
+        headers.serialize(into: &payload)
+        lastHeaders = (headers, payload)
+        return payload
     }
 
     /// Flushes once the event loop has run what is queued now: the calls

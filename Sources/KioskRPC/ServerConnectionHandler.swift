@@ -53,6 +53,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private var remoteAddress = "unknown"
     private var handshakeTimer: Scheduled<Void>?
     private var deadlines: CallDeadlines?
+    /// The last HEADERS payload that decoded, as decoded and routed.
+    private var lastHeaders: (payload: ByteBuffer, headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route)?
+    /// The payload of TRAILERS with a plain OK (no message, no metadata): no bytes at all.
+    private var emptyPayload = ByteBuffer()
     /// Calls opened in the current read batch: their request timers are armed
     /// at its end only if the request did not come with them (it usually does).
     private var openedInBatch: [UInt32] = []
@@ -144,12 +148,24 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     private func receivedHeaders(_ frame: Frame) {
-        let headers = try? frame.decode(CallHeaders.self)
+        let headers: CallHeaders?
         var method: RPCRouter.Method?
         var route = StateMachine.Route.unknown
-        if let headers, let found = router.method(named: headers.method) {
-            method = found
-            route = found.authenticator != nil && (headers.metadata["authorization"] ?? "").isEmpty ? .missingCredential : .found
+        if let last = lastHeaders, last.payload == frame.payload {
+            // The same HEADERS as the call before (a client's calls usually are): decoded and routed already.
+            (headers, method, route) = (last.headers, last.method, last.route)
+        } else {
+            headers = try? frame.decode(CallHeaders.self)
+            if let headers, let found = router.method(named: headers.method) {
+                method = found
+                route = found.authenticator != nil && (headers.metadata["authorization"] ?? "").isEmpty ? .missingCredential : .found
+            }
+            if let headers, let context {
+                // Kept as a copy: the frame's payload is a slice of the read buffer, which it would keep alive.
+                var payload = context.channel.allocator.buffer(capacity: frame.payload.readableBytes)
+                payload.writeImmutableBuffer(frame.payload)
+                lastHeaders = (payload, headers, method, route)
+            }
         }
         let action = machine.receivedHeaders(callID: frame.callID, headers: headers, route: route)
         if case .openCall(let callID, let timeoutMs) = action, let method, let headers {
@@ -412,7 +428,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         let whenWritten = resources?.whenWritten ?? []
         var written: EventLoopFuture<Void>?
         if let status = ended.ending.status, let context {
-            let trailers = Frame(type: .trailers, callID: ended.callID, message: status.bounded, allocator: context.channel.allocator)
+            let trailers = status.code == StatusCode.ok.rawValue && status.message.isEmpty && status.metadata.isEmpty
+                ? Frame(type: .trailers, callID: ended.callID, payload: emptyPayload)
+                : Frame(type: .trailers, callID: ended.callID, message: status.bounded, allocator: context.channel.allocator)
             if whenWritten.isEmpty && ended.then != .close {
                 context.write(wrapOutboundOut(trailers), promise: nil)
             } else {

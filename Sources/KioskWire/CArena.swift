@@ -15,6 +15,7 @@ public final class CArena {
     private var current: UnsafeMutableRawPointer?
     private var used = 0
 
+    @usableFromInline
     init() {}
 
     deinit {

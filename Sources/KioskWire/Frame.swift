@@ -85,6 +85,7 @@ public struct Frame: Sendable, Hashable {
     }
 
     /// Creates a frame whose payload is the encoding of `message`.
+    @inlinable
     public init(type: FrameType, flags: FrameFlags = [], callID: UInt32, message: some WireMessage, allocator: ByteBufferAllocator = ByteBufferAllocator()) {
         var buffer = allocator.buffer(capacity: 0)
         message.serialize(into: &buffer)
@@ -92,6 +93,7 @@ public struct Frame: Sendable, Hashable {
     }
 
     /// Decodes the payload as `M`.
+    @inlinable
     public func decode<M: WireMessage>(_ type: M.Type) throws(WireError) -> M {
         try M(serializedBytes: payload)
     }

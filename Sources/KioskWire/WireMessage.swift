@@ -37,6 +37,7 @@ public protocol WireMessage: Sendable {
 
 extension WireMessage {
     /// Builds this message's C struct inside `arena` (for a message-typed field of another message).
+    @inlinable
     public func makeCStruct(in arena: CArena) -> UnsafeMutablePointer<CStruct> {
         let c = arena.allocate(CStruct.self)
         Self.cInit(c)
@@ -45,6 +46,7 @@ extension WireMessage {
     }
 
     /// Calls `body` with this message as a protobuf-c message; the pointer is valid only inside `body`.
+    @inlinable
     public func withCMessage<R>(_ body: (UnsafePointer<ProtobufCMessage>) throws -> R) rethrows -> R {
         let arena = CArena()
         return try withExtendedLifetime(arena) {
@@ -54,11 +56,13 @@ extension WireMessage {
     }
 
     /// The number of bytes ``serializedBytes()`` produces.
+    @inlinable
     public var serializedSize: Int {
         withCMessage { protobuf_c_message_get_packed_size($0) }
     }
 
     /// The protobuf encoding of this message.
+    @inlinable
     public func serializedBytes() -> [UInt8] {
         withCMessage { message in
             let size = protobuf_c_message_get_packed_size(message)
@@ -70,6 +74,7 @@ extension WireMessage {
 
     /// Appends the protobuf encoding of this message to `buffer`; returns the bytes written.
     @discardableResult
+    @inlinable
     public func serialize(into buffer: inout ByteBuffer) -> Int {
         withCMessage { message in
             let size = protobuf_c_message_get_packed_size(message)
@@ -83,6 +88,7 @@ extension WireMessage {
     /// Decodes a message from its protobuf encoding.
     ///
     /// - Throws: ``WireError`` with code `malformedMessage` when the bytes are not a valid message.
+    @inlinable
     public init(serializedBytes bytes: UnsafeRawBufferPointer) throws(WireError) {
         var placeholder: UInt8 = 0
         let unpacked: UnsafeMutablePointer<CStruct>?
@@ -101,6 +107,7 @@ extension WireMessage {
     }
 
     /// Decodes a message from its protobuf encoding.
+    @inlinable
     public init(serializedBytes bytes: some Collection<UInt8>) throws(WireError) {
         let result: Result<Self, WireError>? = bytes.withContiguousStorageIfAvailable { buffer in
             Result { () throws(WireError) in try Self(serializedBytes: UnsafeRawBufferPointer(buffer)) }
@@ -113,6 +120,7 @@ extension WireMessage {
     }
 
     /// Decodes a message from the readable bytes of `buffer`, leaving the buffer untouched.
+    @inlinable
     public init(serializedBytes buffer: ByteBuffer) throws(WireError) {
         let result = buffer.withUnsafeReadableBytes { bytes in
             Result { () throws(WireError) in try Self(serializedBytes: bytes) }

@@ -2,6 +2,7 @@ import Foundation
 import Histogram
 import KioskRPC
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// What a load run measured.
 struct LoadResult {
@@ -34,7 +35,7 @@ func runLoad(
     measuring: () async -> Void = {},
     call: @escaping @Sendable (_ worker: Int, _ sequence: Int) async -> String?
 ) async -> LoadResult {
-    let sequence = NIOLockedValueBox(0)
+    let sequence = Counter()
     func phase(_ length: Duration, record: Bool) async -> LoadResult {
         let start = ContinuousClock.now
         let end = start + length
@@ -59,7 +60,7 @@ func runLoad(
                             due = ContinuousClock.now
                             guard due < end else { break }
                         }
-                        let number = sequence.withLockedValue { value in defer { value += 1 }; return value }
+                        let number = sequence.next()
                         let failure = await call(worker, number)
                         if record {
                             calls += 1
@@ -87,8 +88,16 @@ func runLoad(
     if warmup > .zero { _ = await phase(warmup, record: false) }
     await measuring()
     var result = await phase(duration, record: true)
-    result.issued = sequence.withLockedValue { $0 }
+    result.issued = sequence.value
     return result
+}
+
+/// A counter shared by the workers, without a lock.
+final class Counter: Sendable {
+    private let count = Atomic<Int>(0)
+    /// The next number (0, 1, 2…).
+    func next() -> Int { count.add(1, ordering: .relaxed).oldValue }
+    var value: Int { count.load(ordering: .relaxed) }
 }
 
 /// Runs `body`, then stops the bench's own services (when it started them)
