@@ -43,10 +43,12 @@ public struct DownloadEvent: Hashable, Sendable {
     }
 }
 
-/// What is remembered beside a partial download, so it resumes after a restart.
 /// Bytes fetched between two saves of a download's progress (or a second, whichever comes first).
 private let progressSaveBytes: UInt64 = 8 << 20
+/// The largest chunk a download accepts, whatever the content service says (its own limit is 16 MiB).
+private let largestChunk: UInt32 = 16 << 20
 
+/// What is remembered beside a partial download, so it resumes after a restart.
 private struct PartialState: Codable, Hashable {
     var productID: String
     var version: String
@@ -60,9 +62,10 @@ private struct PartialState: Codable, Hashable {
 ///
 /// The file is written to a hidden temporary name in the destination
 /// directory, checked against the SHA-256 the content service announced, then
-/// renamed into place (atomic on one file system). After each complete chunk
-/// the progress is saved beside it, so a broken download — even one broken by
-/// a crash — resumes from its last complete chunk with the same receipt.
+/// renamed into place (atomic on one file system). Every few MiB (or every
+/// second) the progress is saved beside it — the bytes it claims fsynced
+/// first — so a broken download, even one broken by a crash, resumes from
+/// its last save with the same receipt.
 ///
 /// What the download writes is private to the user: the partial file, its
 /// saved progress and so the finished file are 0600, a destination directory
@@ -88,6 +91,8 @@ public final class KioskDownload: Sendable {
         var stopping: Task<Void, Never>?
         var last = DownloadEvent(state: .waiting, bytesDone: 0, totalBytes: 0)
         var done = false
+        /// Set by ``cancel()``: nothing starts again.
+        var cancelled = false
         /// Callers of `result()`, resumed when the download ends.
         var waiters: [CheckedContinuation<URL, Error>] = []
     }
@@ -123,14 +128,17 @@ public final class KioskDownload: Sendable {
 
     /// Goes on after ``pause()``, from the last complete chunk.
     public func resume() {
-        let paused = state.withLockedValue { !$0.done && $0.task == nil }
+        let paused = state.withLockedValue { !$0.done && !$0.cancelled && $0.task == nil }
         if paused { start() }
     }
 
     /// Stops and removes the partial file.
     public func cancel() {
         let (task, stopping) = state.withLockedValue { state in
-            defer { state.task = nil }
+            defer {
+                state.task = nil
+                state.cancelled = true
+            }
             return (state.task, state.stopping)
         }
         Task {
@@ -227,6 +235,7 @@ public final class KioskDownload: Sendable {
         try PrivateFiles.makeDirectory(destination.deletingLastPathComponent().path, tighteningExisting: false)
         var saved = savedState()
         var offset = saved?.bytesDone ?? 0
+        let resumedFrom = offset
         if saved == nil {
             _ = try? PrivateFiles.remove(partialURL.path)
         }
@@ -263,19 +272,20 @@ public final class KioskDownload: Sendable {
             saved = progress
             // (The last chunk needs no save: the file is checked and moved into place next.)
             if offset < progress.totalSize, offset - savedBytes >= progressSaveBytes || savedAt.duration(to: .now) >= .seconds(1) {
-                saveSoon(progress)
+                try saveSoon(progress)
             }
             let elapsed = started.duration(to: .now)
             let rate = Double(fetched) / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
-            let remaining = rate > 0 ? Duration.milliseconds(Int64(Double(progress.totalSize - offset) / rate * 1000)) : nil
+            let seconds = Double(progress.totalSize - min(offset, progress.totalSize)) / rate
+            let remaining = rate > 0 && seconds < 1e9 ? Duration.milliseconds(Int64(seconds * 1000)) : nil
             emit(.active, bytesDone: offset, total: progress.totalSize, remaining: remaining)
         }
         // Saves in the background (fsyncs block a thread for tens of ms: not the one hashing and writing),
         // one at a time; a final save waits for the one running.
         let saver = ProgressSaver(stateURL: stateURL)
         defer { saver.settle() }
-        func saveSoon(_ progress: PartialState) {
-            guard let file, progress.bytesDone > savedBytes, saver.start(progress, syncing: file.fileDescriptor) else { return }
+        func saveSoon(_ progress: PartialState) throws {
+            guard let file, progress.bytesDone > savedBytes, try saver.start(progress, syncing: file.fileDescriptor) else { return }
             savedBytes = progress.bytesDone
             savedAt = .now
         }
@@ -311,8 +321,9 @@ public final class KioskDownload: Sendable {
                 guard file != nil, saved != nil, chunk.offset == received else {
                     throw KioskError(.downloadFailed, "chunk \(chunk.index) arrived out of order")
                 }
-                guard chunk.originalLength <= max(saved?.chunkSize ?? 0, 1 << 20) else {
-                    throw KioskError(.downloadFailed, "chunk \(chunk.index) claims \(chunk.originalLength) bytes, more than a chunk holds")
+                guard chunk.originalLength <= min(max(saved?.chunkSize ?? 0, 1 << 20), largestChunk),
+                      UInt64(chunk.originalLength) <= (saved?.totalSize ?? 0) - received else {
+                    throw KioskError(.downloadFailed, "chunk \(chunk.index) claims \(chunk.originalLength) bytes, more than a chunk holds or the file has left")
                 }
                 received += UInt64(chunk.originalLength)
                 // Inflated on the other cores while the chunks before it are hashed and written here.
@@ -322,7 +333,7 @@ public final class KioskDownload: Sendable {
                 }
             }
             while let inflated = try await pipeline.next() { try write(inflated) }
-        } catch let error where error is RestartFromScratch || (offset > 0 && (error as? RPCError)?.code == .outOfRange) {
+        } catch let error where error is RestartFromScratch || (resumedFrom > 0 && (error as? RPCError)?.code == .outOfRange) {
             // The file changed since the partial download (a new version, or a smaller one the saved
             // offset lies beyond): start over from 0, once.
             pipeline.cancelAll()
@@ -333,8 +344,10 @@ public final class KioskDownload: Sendable {
             _ = try? PrivateFiles.remove(stateURL.path)
             return try await fetch(mayRenewToken: mayRenewToken)
         } catch let error as RPCError {
-            // What was fetched and checked is kept for the resume (or the retry below).
+            // What was fetched and checked is kept for the resume (or the retry below); a save that
+            // failed ends the download with its error instead: nothing written after it can be trusted.
             pipeline.cancelAll()
+            try saver.wait()
             if let progress = saved { try? persist(progress) }
             if Task.isCancelled { throw CancellationError() }
             if error.code == .unauthenticated, mayRenewToken {
@@ -353,8 +366,10 @@ public final class KioskDownload: Sendable {
                 throw KioskError.from(error, doing: "downloading \(productID)")
             }
         } catch {
-            // Paused, cancelled, or a damaged chunk: the checked chunks before it are kept for the resume.
+            // Paused, cancelled, or a damaged chunk: the checked chunks before it are kept for the resume
+            // (unless a save failed: its error ends the download).
             pipeline.cancelAll()
+            try saver.wait()
             if let progress = saved { try? persist(progress) }
             throw error
         }
@@ -401,8 +416,11 @@ public final class KioskDownload: Sendable {
         init(stateURL: URL) { self.stateURL = stateURL }
 
         /// Starts saving `progress`; false when a save is still running (the caller tries again later).
-        func start(_ progress: PartialState, syncing descriptor: Int32) -> Bool {
-            let started = lock.withLock { () -> Bool in
+        /// - Throws: the error of an earlier save that failed: once an fsync has failed, no later one
+        ///   proves anything (Linux reports a writeback error once), so the download ends.
+        func start(_ progress: PartialState, syncing descriptor: Int32) throws -> Bool {
+            let started = try lock.withLock { () throws -> Bool in
+                if let failure { throw failure }
                 guard !running else { return false }
                 running = true
                 return true
@@ -425,10 +443,10 @@ public final class KioskDownload: Sendable {
             return true
         }
 
-        /// Waits for the running save, if any; throws if a save failed.
+        /// Waits for the running save, if any; throws if a save failed (every time: the failure stays).
         func wait() throws {
             queue.sync {}
-            if let failure = lock.withLock({ () -> Error? in defer { failure = nil }; return failure }) { throw failure }
+            if let failure = lock.withLock({ failure }) { throw failure }
         }
 
         /// Waits for the running save, if any, ignoring its outcome (before the file it fsyncs is closed).

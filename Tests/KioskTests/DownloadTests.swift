@@ -174,6 +174,8 @@ import Testing
                 if event.state == .active, event.bytesDone > 0, !partialSeen {
                     partialSeen = FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path)
                     cancelled.cancel()
+                    // A resume right after the cancel starts nothing again (it would write after the cancel's removal).
+                    cancelled.resume()
                 }
                 lastState = event.state
             }
