@@ -3,9 +3,10 @@
 # the ratios between them (issue #14's table). Release builds; every server is
 # its own process on 127.0.0.1, so server and load-generator CPU per call are
 # measured apart (/proc of the server's pid):
-#   verify cold K=4 C=64 (ROUNDS rounds, medians): the bare SwiftNIO reference
-#     (nio-verify), Kiosk plaintext, Kiosk over TLS;
-#   serial cold K=1 C=1: the same three;
+#   verify cold K=4 C=64: the bare SwiftNIO reference (nio-verify), Kiosk
+#     plaintext, Kiosk over TLS, all three servers up at once and the rounds
+#     alternating between them (medians of ROUNDS rounds);
+#   serial cold K=1 C=1: the same three, alternating;
 #   download of the reference's 64 MiB text file (gzip ratio ~2.6), whole
 #     process, output verified: nginx gzip_static → curl --compressed | sha256sum
 #     (the reference's run.sh: curl checks nothing, sha256sum is the check), and
@@ -15,7 +16,7 @@
 #   Scripts/bench.sh [ROUNDS]      (default 3; LOAD_S=10 SERIAL_S=5 in the environment)
 # The reference is built once into ~/.cache/kiosk-reference (KIOSK_REFERENCE_BUILD);
 # KIOSK_REFERENCE points at the reference programs (default ../shared/reference).
-# Installs nginx when missing. About 8 minutes after the builds.
+# Installs nginx when missing. About 4 minutes a round after the builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -48,73 +49,112 @@ def at(path):
     return v
 print(" ".join(str(at(p)) for p in sys.argv[1:]))' "$@"; }
 
-# ---- the bare SwiftNIO reference ----
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$refbin/nio-verify-server" --port "$port" --key-seed "$seed" --threads 2 > /dev/null 2>&1 &
-nio_pid=$!
-trap 'kill $nio_pid 2>/dev/null || true' EXIT
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
-for round in $(seq "$rounds"); do
-  out=$("$refbin/nio-verify-load" --port "$port" --key-seed "$seed" --connections 4 --concurrency 64 --duration "$load_s" \
-        --warmup 2 --receipts 10000 --server-pid "$nio_pid" --json)
-  echo "cold nio $(echo "$out" | fields calls_per_s latency_us.p50 latency_us.p99 cpu.server_us_per_call cpu.client_us_per_call errors)" >> "$results"
-done
-out=$("$refbin/nio-verify-load" --port "$port" --key-seed "$seed" --connections 1 --concurrency 1 --duration "$serial_s" \
-      --warmup 1 --receipts 10000 --server-pid "$nio_pid" --json)
-echo "serial nio $(echo "$out" | fields calls_per_s latency_us.p50 latency_us.p99 cpu.server_us_per_call cpu.client_us_per_call errors)" >> "$results"
-kill "$nio_pid"; wait "$nio_pid" 2>/dev/null || true
-trap - EXIT
+# Every server is started once and the rounds alternate between them (reference, Kiosk plaintext,
+# Kiosk TLS), so the VM's slow minutes fall on all three alike instead of on whichever ran then.
+data="$ref/nginx-content/data/www/content.txt"
+stopfile=$(mktemp -u)
+cleanup_all() {
+  touch "$stopfile"   # the services' subshells stop their services and exit
+  kill "$nio_pid" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -f "$stopfile" "$results" "$results".*
+}
+nio_pid=""
+trap cleanup_all EXIT
 
-# ---- nginx → curl | sha256sum (the reference's own script; its (b) row) ----
-echo "bench: nginx reference"
-(cd "$ref/nginx-content" && RUNS="$rounds" ./run.sh > /dev/null 2>&1)
-python3 - "$ref/nginx-content/data/results.txt" >> "$results" <<'PY'
+# The bare SwiftNIO reference.
+nio_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$refbin/nio-verify-server" --port "$nio_port" --key-seed "$seed" --threads 2 > /dev/null 2>&1 &
+nio_pid=$!
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$nio_port") 2>/dev/null && break; sleep 0.05; done
+
+# nginx's data (the reference's run.sh generates it on its first run).
+echo "bench: nginx reference (data)"
+(cd "$ref/nginx-content" && RUNS=1 ./run.sh > /dev/null 2>&1)
+sha=$(sha256sum "$data" | cut -d' ' -f1)
+
+# Kiosk, plaintext and TLS: each pair of services in a subshell that stays up until $stopfile appears.
+for mode in plain tls; do
+  (
+    KIOSK_TLS=$([ "$mode" = tls ] && echo 1 || echo 0)
+    . Scripts/services.sh
+    start_store
+    mkdir -p "$work/content/books"
+    cp "$data" "$work/content/books/swift-book.txt"
+    start_content "$(new_credential content)"
+    token=$(new_token)
+    echo "$content $content_pid $work $store $token ${KIOSK_TLS_CA:-}" > "$results.$mode"
+    while [ ! -f "$stopfile" ]; do sleep 0.2; done
+  ) &
+done
+for mode in plain tls; do
+  for _ in $(seq 600); do [ -s "$results.$mode" ] && break; sleep 0.1; done
+  [ -s "$results.$mode" ] || { echo "bench: the $mode services did not start" >&2; exit 1; }
+done
+
+# One verify run against Kiosk in MODE: prints calls/s p50 p99 server-µs client-µs errors.
+kiosk_verify() {
+  local mode=$1; shift
+  read -r content content_pid work store token ca < "$results.$mode"
+  local tls=(); [ -n "$ca" ] && tls=(--tls-ca "$ca")
+  "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
+    --product book.swift "${tls[@]}" --server-pid "$content_pid" --json "$@" 2>/dev/null \
+    | python3 -c 'import json, sys
+r = json.loads(sys.stdin.read()); n = max(r["calls"], 1)
+print(r["calls_per_second"], r["latency_us"]["p50"], r["latency_us"]["p99"],
+      round(r["server_cpu_seconds"] * 1e6 / n, 1), round(r["client_cpu_seconds"] * 1e6 / n, 1), r["errors"])'
+}
+nio_verify() {
+  "$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --server-pid "$nio_pid" --json "$@" \
+    | fields calls_per_s latency_us.p50 latency_us.p99 cpu.server_us_per_call cpu.client_us_per_call errors
+}
+# `kiosk ARGS…` as the buyer of the services in MODE.
+kiosk_as() {
+  local mode=$1; shift
+  read -r content content_pid work store token ca < "$results.$mode"
+  (
+    export KIOSK_STORE="$store" KIOSK_CONTENT="$content" KIOSK_TOKEN="$token" KIOSK_STATE_DIR="$work/phone"
+    if [ -n "$ca" ]; then export KIOSK_TLS_CA="$ca"; else unset KIOSK_TLS_CA; fi
+    "$bin/kiosk" "$@"
+  )
+}
+# One `kiosk download` in MODE, timed (the process checks SHA-256 and fsyncs); the file is compared after.
+kiosk_download() {
+  local mode=$1
+  read -r content content_pid work store token ca < "$results.$mode"
+  local out="$work/out"
+  rm -rf "$out"
+  sync
+  local t0 t1
+  t0=$(date +%s.%N)
+  kiosk_as "$mode" download book.swift --out "$out" > /dev/null
+  t1=$(date +%s.%N)
+  [ "$(sha256sum "$out/book.swift" | cut -d' ' -f1)" = "$sha" ] || { echo "bench: the downloaded file differs" >&2; exit 1; }
+  python3 -c "print(f'{$(stat -c %s "$data") / ($t1 - $t0) / 1e6:.1f} 0 0 0 0 0')"
+}
+for mode in plain tls; do kiosk_as "$mode" buy book.swift > /dev/null; done
+
+for round in $(seq "$rounds"); do
+  echo "bench: round $round of $rounds"
+  echo "cold nio $(nio_verify --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 10000)" >> "$results"
+  for mode in plain tls; do
+    echo "cold kiosk-$mode $(kiosk_verify $mode --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 150000)" >> "$results"
+  done
+  echo "serial nio $(nio_verify --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 10000)" >> "$results"
+  for mode in plain tls; do
+    echo "serial kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000)" >> "$results"
+  done
+  # nginx → curl | sha256sum: the reference's own script, one measured run (after its warm-up run).
+  (cd "$ref/nginx-content" && RUNS=1 ./run.sh > /dev/null 2>&1)
+  python3 - "$ref/nginx-content/data/results.txt" >> "$results" <<'PY'
 import sys
 for line in open(sys.argv[1]):
     k, t, n = line.split()
     if k == "b": print(f"download nginx {int(n) / float(t) / 1e6:.1f} 0 0 0 0 0")
 PY
-data="$ref/nginx-content/data/www/content.txt"
-sha=$(sha256sum "$data" | cut -d' ' -f1)
-
-# ---- Kiosk, plaintext then TLS: verify (separate processes) and download ----
-for mode in plain tls; do
-  (
-    KIOSK_TLS=$([ "$mode" = tls ] && echo 1 || echo 0)
-    . Scripts/services.sh
-    label=$mode
-    start_store
-    mkdir -p "$work/content/books"
-    cp "$data" "$work/content/books/swift-book.txt"
-    start_content "$(new_credential content)"
-    ca=(); [ "$mode" = tls ] && ca=(--tls-ca "$KIOSK_TLS_CA")
-    verify() {
-      "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
-        --product book.swift "${ca[@]}" --server-pid "$content_pid" --json "$@" 2>/dev/null \
-        | python3 -c 'import json, sys
-r = json.loads(sys.stdin.read()); n = max(r["calls"], 1)
-print(r["calls_per_second"], r["latency_us"]["p50"], r["latency_us"]["p99"],
-      round(r["server_cpu_seconds"] * 1e6 / n, 1), round(r["client_cpu_seconds"] * 1e6 / n, 1), r["errors"])'
-    }
-    for round in $(seq "$rounds"); do
-      echo "cold kiosk-$label $(verify --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 150000)" >> "$results"
-    done
-    echo "serial kiosk-$label $(verify --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000)" >> "$results"
-    export KIOSK_STORE="$store" KIOSK_CONTENT="$content" KIOSK_TOKEN="$(new_token)" KIOSK_STATE_DIR="$work/phone"
-    "$bin/kiosk" buy book.swift > /dev/null
-    for round in $(seq "$rounds"); do
-      rm -rf "$work/out"
-      sync
-      # Timed: the kiosk process, which checks the SHA-256 of what it writes and fsyncs the file before
-      # moving it into place. The sha256sum after it is this script's own check, outside the timing.
-      t0=$(date +%s.%N)
-      "$bin/kiosk" download book.swift --out "$work/out" > /dev/null
-      t1=$(date +%s.%N)
-      got=$(sha256sum "$work/out/book.swift" | cut -d' ' -f1)
-      [ "$got" = "$sha" ] || { echo "bench: the downloaded file differs" >&2; exit 1; }
-      echo "download kiosk-$label $(python3 -c "print(f'{$(stat -c %s "$data") / ($t1 - $t0) / 1e6:.1f}')") 0 0 0 0 0" >> "$results"
-    done
-  )
+  for mode in plain tls; do
+    echo "download kiosk-$mode $(kiosk_download $mode)" >> "$results"
+  done
 done
 
 python3 - "$results" "$rounds" <<'PY'
@@ -142,4 +182,3 @@ print(f"| download 64 MiB text, verified, MB/s | {nginx:.0f} | {plain:.0f} | {tl
 errors = sum(r[5] for (kind, _), values in rows.items() for r in values if kind != "download")
 print(f"errors in all runs: {errors:.0f}")
 PY
-rm -f "$results"
