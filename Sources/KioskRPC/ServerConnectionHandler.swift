@@ -53,6 +53,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private var remoteAddress = "unknown"
     private var handshakeTimer: Scheduled<Void>?
     private var deadlines: CallDeadlines?
+    /// HEADERS up to this size are remembered for the next call: a peer can make a connection hold this
+    /// much more, not the 16 KiB a HEADERS frame may carry.
+    static let largestRememberedHeaders = 2048
     /// The last HEADERS payload that decoded, as decoded and routed.
     private var lastHeaders: (payload: ByteBuffer, headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route)?
     /// The payload of TRAILERS with a plain OK (no message, no metadata): no bytes at all.
@@ -76,6 +79,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     /// Calls open now (for tests).
     var openCalls: Int { machine.openCalls }
+
+    /// Bytes of HEADERS remembered for the next call (for tests).
+    var rememberedHeadersBytes: Int { lastHeaders?.payload.readableBytes ?? 0 }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -160,7 +166,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 method = found
                 route = found.authenticator != nil && (headers.metadata["authorization"] ?? "").isEmpty ? .missingCredential : .found
             }
-            if let headers, let context {
+            if let headers, let context, frame.payload.readableBytes <= Self.largestRememberedHeaders {
                 // Kept as a copy: the frame's payload is a slice of the read buffer, which it would keep alive.
                 var payload = context.channel.allocator.buffer(capacity: frame.payload.readableBytes)
                 payload.writeImmutableBuffer(frame.payload)

@@ -81,6 +81,21 @@ import Testing
         #expect(try status(frames[2]).map { ($0.code, $0.message) } ?? (0, "") == (StatusCode.permissionDenied.rawValue, "seven is refused"))
         #expect(try frames[3].decode(Ping.self).opaque == 1005)
         #expect(try status(frames[5]).map { ($0.code, $0.message) } ?? (0, "") == (StatusCode.unauthenticated.rawValue, "not ok"))
+        // HEADERS over 2 KiB are not remembered (a peer cannot make a connection keep 16 KiB), and still served.
+        let handler = try channel.pipeline.syncOperations.handler(type: ServerConnectionHandler.self)
+        let remembered = handler.rememberedHeadersBytes
+        #expect(remembered > 0 && remembered < 200, "the small HEADERS before were remembered")
+        var big = bearer
+        big.add("x-padding", String(repeating: "p", count: 3000))
+        for id in [11, 13] as [UInt32] {
+            channel.pipeline.fireChannelRead(headers(id, "/t.S/Inline", metadata: big))
+            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: 6)))
+        }
+        channel.pipeline.fireChannelReadComplete()
+        let bigFrames = try written(channel)
+        #expect(bigFrames.map(\.callID) == [11, 11, 13, 13])
+        #expect(try bigFrames[2].decode(Ping.self).opaque == 1006)
+        #expect(handler.rememberedHeadersBytes == remembered, "HEADERS over 2 KiB are not kept")
         // No deadline timer was left behind for the calls answered in the read: nothing fires later.
         channel.embeddedEventLoop.advanceTime(by: .seconds(2))
         #expect(try written(channel).isEmpty)
