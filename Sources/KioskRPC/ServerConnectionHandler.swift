@@ -59,7 +59,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// The last HEADERS payload that decoded, as decoded and routed.
     private var lastHeaders: (payload: ByteBuffer, headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route)?
     /// The payload of TRAILERS with a plain OK (no message, no metadata): no bytes at all.
-    private var emptyPayload = ByteBuffer()
+    private let emptyPayload = ByteBuffer()
     /// Calls opened in the current read batch: their request timers are armed
     /// at its end only if the request did not come with them (it usually does).
     private var openedInBatch: [UInt32] = []
