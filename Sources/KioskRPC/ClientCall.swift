@@ -17,13 +17,13 @@ final class ClientCall: @unchecked Sendable {
 
     /// The one response of a unary call, handed over at TRAILERS.
     final class UnarySlot: @unchecked Sendable {
-        private var continuation: CheckedContinuation<Received, Error>?
+        private var continuation: UnsafeContinuation<Received, Error>?
         private var message: Received?
         private var extraMessages = false
         private var outcome: Result<Received, Error>?
 
         /// Installs the waiting caller (on the event loop); resumes at once if the call already ended.
-        func wait(with continuation: CheckedContinuation<Received, Error>) {
+        func wait(with continuation: UnsafeContinuation<Received, Error>) {
             if let outcome {
                 continuation.resume(with: outcome)
             } else {

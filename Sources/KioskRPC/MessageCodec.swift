@@ -22,10 +22,10 @@ struct MessageCodec: Sendable {
     /// The payload and flags of a MESSAGE frame carrying `message`, refusing one
     /// the peer would reject as over its size limit.
     /// - Throws: ``RPCError`` RESOURCE_EXHAUSTED.
-    func encodeWithinLimit(_ message: some WireMessage, compress: Bool, what: String) throws(RPCError) -> (ByteBuffer, FrameFlags) {
+    func encodeWithinLimit(_ message: some WireMessage, compress: Bool, what: @autoclosure () -> String) throws(RPCError) -> (ByteBuffer, FrameFlags) {
         let (payload, flags) = encode(message, compress: compress)
         guard payload.readableBytes <= maximumMessageSize else {
-            throw RPCError(.resourceExhausted, "\(what) of \(payload.readableBytes) bytes exceeds the message size limit of \(maximumMessageSize) bytes", source: .local)
+            throw RPCError(.resourceExhausted, "\(what()) of \(payload.readableBytes) bytes exceeds the message size limit of \(maximumMessageSize) bytes", source: .local)
         }
         return (payload, flags)
     }

@@ -65,9 +65,10 @@ public final class RPCClient: Sendable {
         let slot = ClientCall.UnarySlot()
         let call = ClientCall(method: method, connection: prepared.connection.handler, sink: .unary(slot))
         let handler = prepared.connection.handler
-        // One continuation, resumed at TRAILERS: no stream for a call with one answer.
+        // One continuation, resumed at TRAILERS: no stream for a call with one answer. Unsafe rather than
+        // checked (which allocates a canary per call): UnarySlot resumes it exactly once.
         let received = try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ClientCall.Received, Error>) in
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<ClientCall.Received, Error>) in
                 handler.eventLoop.runOnLoop {
                     slot.wait(with: continuation)
                     prepared.open(call)
@@ -240,7 +241,7 @@ public final class RPCClient: Sendable {
                     promise.futureResult.whenComplete { _ in deadline.cancel() }
                     do {
                         try channel.pipeline.syncOperations.addHandlers([
-                            try tls.makeHandler(host: host), TLSHandshakeHandler(handshake: promise), TLSWriteCoalescingHandler()])
+                            try tls.makeHandler(host: host), TLSHandshakeHandler(handshake: promise)])
                     } catch {
                         promise.fail(error)
                         return channel.eventLoop.makeFailedFuture(error)
@@ -260,7 +261,7 @@ public final class RPCClient: Sendable {
                     try channel.pipeline.syncOperations.addHandlers([
                         PrefaceHandler(),
                         ByteToMessageHandler(FrameDecoder(expectPreface: false, limits: FrameLimits(maximumMessageSize: configuration.maximumMessageSize))),
-                        MessageToByteHandler(FrameEncoder()),
+                        FrameWriter(),
                         KeepaliveHandler(configuration: configuration.keepalive),
                         handler,
                     ])

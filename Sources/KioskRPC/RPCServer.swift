@@ -98,7 +98,7 @@ public final class RPCServer: Sendable {
                     return Self.refuse(channel, maximumConnections: limits.maximumConnections)
                 }
                 if let tls = configuration.tls {
-                    do { try channel.pipeline.syncOperations.addHandlers([tls.makeHandler(), TLSWriteCoalescingHandler()]) } catch {
+                    do { try channel.pipeline.syncOperations.addHandler(tls.makeHandler()) } catch {
                         return channel.eventLoop.makeFailedFuture(error)
                     }
                 }
@@ -110,7 +110,7 @@ public final class RPCServer: Sendable {
                     let frameLimits = FrameLimits(maximumMessageSize: configuration.maximumMessageSize, maximumHeadersSize: limits.maximumHeadersSize)
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(FrameDecoder(expectPreface: true, limits: frameLimits)),
-                        MessageToByteHandler(FrameEncoder()),
+                        FrameWriter(),
                         KeepaliveHandler(configuration: configuration.keepalive),
                         handler,
                     ])

@@ -101,10 +101,13 @@ public struct Frame: Sendable, Hashable {
     /// Appends the frame's wire bytes to `buffer`.
     public func write(to buffer: inout ByteBuffer) {
         buffer.reserveCapacity(minimumWritableBytes: Frame.headerSize + payload.readableBytes)
-        buffer.writeInteger(UInt32(Frame.lengthOverhead + payload.readableBytes), endianness: .big)
-        buffer.writeInteger(type.rawValue)
-        buffer.writeInteger(flags.rawValue)
-        buffer.writeInteger(callID, endianness: .big)
+        writeHeader(to: &buffer)
         buffer.writeImmutableBuffer(payload)
+    }
+
+    /// Appends the frame's header (the 10 bytes before the payload) to `buffer`.
+    public func writeHeader(to buffer: inout ByteBuffer) {
+        buffer.writeMultipleIntegers(
+            UInt32(Frame.lengthOverhead + payload.readableBytes), type.rawValue, flags.rawValue, callID, endianness: .big)
     }
 }

@@ -74,8 +74,8 @@ import Testing
         #expect(frame.type.rawValue == 200 && frame.callID == 9 && frame.payload.readableBytes == 0)
     }
 
-    @Test func encoderWritesTheSameBytes() throws {
-        let channel = EmbeddedChannel(handler: MessageToByteHandler(FrameEncoder()))
+    @Test func writerWritesTheSameBytes() throws {
+        let channel = EmbeddedChannel(handler: FrameWriter())
         let frame = Frame(type: .goAway, callID: 0, message: GoAway(lastCallID: 5, code: 8, message: "too big"))
         try channel.writeOutbound(frame)
         let written = try #require(try channel.readOutbound(as: ByteBuffer.self))
@@ -83,5 +83,32 @@ import Testing
         frame.write(to: &expected)
         #expect(written == expected)
         #expect(try channel.finish().isClean)
+    }
+
+    /// The frames written between two flushes leave as one buffer; a payload
+    /// over `passThroughSize` leaves in its own buffer, after the header.
+    @Test func writerGathersFramesBetweenFlushes() throws {
+        let channel = EmbeddedChannel(handler: FrameWriter())
+        let small = [Frame(type: .headers, callID: 1, payload: ByteBuffer(string: "h")),
+                     Frame(type: .message, flags: .endStream, callID: 1, payload: ByteBuffer(string: "request")),
+                     Frame(type: .message, callID: 3)]
+        let big = Frame(type: .message, callID: 5, payload: ByteBuffer(repeating: 7, count: FrameWriter.passThroughSize + 1))
+        let promises = (0..<4).map { _ in channel.eventLoop.makePromise(of: Void.self) }
+        for (frame, promise) in zip(small, promises) { channel.write(frame, promise: promise) }
+        #expect(try channel.readOutbound(as: ByteBuffer.self) == nil)  // nothing before the flush
+        channel.write(big, promise: promises[3])
+        channel.flush()
+        var expected = ByteBuffer()
+        for frame in small { frame.write(to: &expected) }
+        big.writeHeader(to: &expected)
+        #expect(try channel.readOutbound(as: ByteBuffer.self) == expected)
+        #expect(try channel.readOutbound(as: ByteBuffer.self) == big.payload)  // the same bytes, not a copy
+        #expect(try channel.readOutbound(as: ByteBuffer.self) == nil)
+        for promise in promises { try promise.futureResult.wait() }
+        // What is written and never flushed fails its promise when the channel goes.
+        let unflushed = channel.eventLoop.makePromise(of: Void.self)
+        channel.write(small[0], promise: unflushed)
+        _ = try? channel.finish()
+        #expect(throws: ChannelError.self) { try unflushed.futureResult.wait() }
     }
 }
