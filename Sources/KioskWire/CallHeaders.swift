@@ -20,9 +20,6 @@ public struct CallHeaders: Hashable, Sendable {
 extension CallHeaders: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__CallHeaders
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__call_headers__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__rpc__v1__call_headers__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             method: try CField.string(c.method, field: "CallHeaders.method"),

@@ -20,9 +20,6 @@ public struct CallStatus: Hashable, Sendable {
 extension CallStatus: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__CallStatus
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__call_status__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__rpc__v1__call_status__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             code: c.code,

@@ -21,9 +21,6 @@ public struct GoAway: Hashable, Sendable {
 extension GoAway: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__GoAway
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__go_away__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__rpc__v1__go_away__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(lastCallID: c.last_call_id, code: c.code, message: try CField.string(c.message, field: "GoAway.message"))
     }

@@ -14,9 +14,6 @@ public struct HealthCheckRequest: Hashable, Sendable {
 extension HealthCheckRequest: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__HealthCheckRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__health_check_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__rpc__v1__health_check_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(service: try CField.string(c.service, field: "HealthCheckRequest.service"))
     }
@@ -62,9 +59,6 @@ public struct HealthCheckResponse: Hashable, Sendable {
 extension HealthCheckResponse: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__HealthCheckResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__health_check_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__rpc__v1__health_check_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(status: ServingStatus(rawValue: Int32(truncatingIfNeeded: c.status.rawValue)))
     }

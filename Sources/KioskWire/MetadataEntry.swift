@@ -23,9 +23,6 @@ public struct MetadataEntry: Hashable, Sendable {
 extension MetadataEntry: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__Metadata
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__metadata__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__rpc__v1__metadata__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             key: try CField.string(c.key, field: "Metadata.key"),

@@ -14,9 +14,6 @@ public struct Ping: Hashable, Sendable {
 extension Ping: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__Ping
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__ping__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__rpc__v1__ping__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) { self.init(opaque: c.opaque) }
     public func fill(_ c: inout CStruct, arena: CArena) { c.opaque = opaque }
 }

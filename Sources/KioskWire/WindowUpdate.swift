@@ -15,9 +15,6 @@ public struct WindowUpdate: Hashable, Sendable {
 extension WindowUpdate: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__WindowUpdate
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__window_update__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__rpc__v1__window_update__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) { self.init(increment: c.increment) }
     public func fill(_ c: inout CStruct, arena: CArena) { c.increment = increment }
 }

@@ -4,19 +4,18 @@ import NIOCore
 /// A Swift value type bridged to one protoc-c generated message.
 ///
 /// Encoding builds the C struct in a ``CArena`` and packs it with
-/// `protobuf_c_message_pack`; decoding unpacks with the generated `…__unpack`,
-/// copies every field into Swift values and frees the C message exactly once.
-/// No C pointer outlives the call that made it.
+/// `protobuf_c_message_pack`; decoding unpacks with `protobuf_c_message_unpack`
+/// into a bump allocator over a stack buffer (``decodingArenaSize`` bytes; what
+/// does not fit is malloc'd and freed), copies every field into Swift values
+/// and frees the C message exactly once. No C pointer outlives the call that
+/// made it.
 ///
-/// Bridging a new message takes the five obvious members:
+/// Bridging a new message takes the four obvious members:
 ///
 /// ```swift
 /// extension Ping: WireMessage {
 ///     public typealias CStruct = Kiosk__Rpc__V1__Ping
 ///     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__ping__init(c) }
-///     public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-///         kiosk__rpc__v1__ping__unpack(nil, n, p)
-///     }
 ///     public init(cStruct c: CStruct) throws(WireError) { self.init(opaque: c.opaque) }
 ///     public func fill(_ c: inout CStruct, arena: CArena) { c.opaque = opaque }
 /// }
@@ -27,8 +26,6 @@ public protocol WireMessage: Sendable {
 
     /// Initialises a C struct to the message's defaults (the generated `…__init`).
     static func cInit(_ c: UnsafeMutablePointer<CStruct>)
-    /// Unpacks bytes with the generated `…__unpack`; nil when they are not a valid message.
-    static func cUnpack(_ count: Int, _ bytes: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>?
     /// Copies the fields of an unpacked C struct into a Swift value.
     init(cStruct: CStruct) throws(WireError)
     /// Writes the fields into an initialised C struct; any memory comes from `arena`.
@@ -90,23 +87,34 @@ extension WireMessage {
     /// - Throws: ``WireError`` with code `malformedMessage` when the bytes are not a valid message.
     @inlinable
     public init(serializedBytes bytes: UnsafeRawBufferPointer) throws(WireError) {
-        var placeholder: UInt8 = 0
-        let unpacked: UnsafeMutablePointer<CStruct>?
-        if let base = bytes.baseAddress, bytes.count > 0 {
-            unpacked = Self.cUnpack(bytes.count, base.assumingMemoryBound(to: UInt8.self))
-        } else {
-            unpacked = withUnsafePointer(to: &placeholder) { Self.cUnpack(0, $0) }
+        // The message's descriptor, from a defaults-initialised struct (the generated `…__init` sets it).
+        let descriptor = withUnsafeTemporaryAllocation(of: CStruct.self, capacity: 1) { c in
+            Self.cInit(c.baseAddress!)
+            return UnsafeRawPointer(c.baseAddress!).assumingMemoryBound(to: ProtobufCMessage.self).pointee.descriptor
         }
-        guard let unpacked else {
-            throw WireError(.malformedMessage, "\(bytes.count) bytes are not a valid \(Self.self) message")
+        let result = withUnsafeTemporaryAllocation(byteCount: decodingArenaSize, alignment: 16) { space in
+            Result { () throws(WireError) -> Self in
+                var arena = KioskUnpackArena()
+                kiosk_unpack_arena_init(&arena, space.baseAddress, space.count)
+                return try withUnsafeMutablePointer(to: &arena) { arena throws(WireError) -> Self in
+                    let allocator = UnsafeMutableRawPointer(arena).assumingMemoryBound(to: ProtobufCAllocator.self)
+                    var placeholder: UInt8 = 0
+                    let unpacked = withUnsafePointer(to: &placeholder) { placeholder in
+                        protobuf_c_message_unpack(
+                            descriptor, allocator, bytes.count,
+                            bytes.baseAddress.map { $0.assumingMemoryBound(to: UInt8.self) } ?? placeholder)
+                    }
+                    guard let unpacked else {
+                        throw WireError(.malformedMessage, "\(bytes.count) bytes are not a valid \(Self.self) message")
+                    }
+                    defer { protobuf_c_message_free_unpacked(unpacked, allocator) }
+                    return try Self(cStruct: UnsafeRawPointer(unpacked).assumingMemoryBound(to: CStruct.self).pointee)
+                }
+            }
         }
-        defer {
-            protobuf_c_message_free_unpacked(UnsafeMutableRawPointer(unpacked).assumingMemoryBound(to: ProtobufCMessage.self), nil)
-        }
-        try self.init(cStruct: unpacked.pointee)
+        self = try result.get()
     }
 
-    /// Decodes a message from its protobuf encoding.
     @inlinable
     public init(serializedBytes bytes: some Collection<UInt8>) throws(WireError) {
         let result: Result<Self, WireError>? = bytes.withContiguousStorageIfAvailable { buffer in
@@ -128,3 +136,7 @@ extension WireMessage {
         self = try result.get()
     }
 }
+
+/// Bytes of stack a decode carves the C message out of (its struct, strings
+/// and bytes fields); a message needing more takes the rest from malloc.
+public let decodingArenaSize = 2048

@@ -26,6 +26,19 @@ import Testing
             ])))
     }
 
+    /// Decoding carves the C message out of a stack arena of `decodingArenaSize`
+    /// bytes and takes the rest from malloc: messages around, across and far
+    /// past that size decode the same.
+    @Test func messagesAcrossTheDecodingArenaRoundTrip() throws {
+        for count in [0, 1, 10, 30, 31, 32, 33, 40, 100, 1_000] {
+            let entries = (0..<count).map { MetadataEntry(key: "k\($0)", value: String(repeating: "v", count: 40 + $0 % 7)) }
+            try roundTrip(CallHeaders(method: "/kiosk.content.v1.Content/Authorize", metadata: Metadata(entries)))
+        }
+        for size in [decodingArenaSize - 200, decodingArenaSize - 1, decodingArenaSize, decodingArenaSize + 1, 4 * decodingArenaSize] {
+            try roundTrip(GoAway(lastCallID: 1, code: 2, message: String(repeating: "m", count: size)))
+        }
+    }
+
     @Test func callStatusRoundTrip() throws {
         try roundTrip(CallStatus(code: 0))
         try roundTrip(CallStatus(code: 16, message: Self.nonASCII, metadata: ["retry-after": "5"]))

@@ -17,9 +17,6 @@ extension ContentV1 {
 extension ContentV1.ListContentRequest: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__ListContentRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__list_content_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__list_content_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init()
     }
@@ -62,9 +59,6 @@ extension ContentV1 {
 extension ContentV1.ContentItem: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__ContentItem
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__content_item__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__content_item__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             productID: try CField.string(c.product_id, field: "ContentItem.product_id"),
@@ -103,9 +97,6 @@ extension ContentV1 {
 extension ContentV1.ListContentResponse: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__ListContentResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__list_content_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__list_content_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             items: try CField.messages(c.n_items, c.items, as: ContentV1.ContentItem.self, field: "ListContentResponse.items")
@@ -135,9 +126,6 @@ extension ContentV1 {
 extension ContentV1.AuthorizeRequest: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__AuthorizeRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__authorize_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__authorize_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             signedReceipt: CField.bytes(c.signed_receipt),
@@ -179,9 +167,6 @@ extension ContentV1 {
 extension ContentV1.AuthorizeResponse: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__AuthorizeResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__authorize_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__authorize_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             status: c.status,
@@ -220,9 +205,6 @@ extension ContentV1 {
 extension ContentV1.DownloadRequest: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__DownloadRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__download_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__download_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             signedReceipt: CField.bytes(c.signed_receipt),
@@ -268,9 +250,6 @@ extension ContentV1 {
 extension ContentV1.DownloadHeader: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__DownloadHeader
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__download_header__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__download_header__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             contentVersion: try CField.string(c.content_version, field: "DownloadHeader.content_version"),
@@ -322,9 +301,6 @@ extension ContentV1 {
 extension ContentV1.DownloadChunk: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__DownloadChunk
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__download_chunk__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__download_chunk__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             index: c.index,
@@ -364,9 +340,6 @@ extension ContentV1 {
 extension ContentV1.DownloadPart: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__DownloadPart
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__download_part__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__download_part__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             header: try CField.message(c.header, as: ContentV1.DownloadHeader.self),
@@ -391,9 +364,6 @@ extension ContentV1 {
 extension ContentV1.StatsRequest: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__StatsRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__stats_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__stats_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init()
     }
@@ -442,9 +412,6 @@ extension ContentV1 {
 extension ContentV1.StatsResponse: WireMessage {
     public typealias CStruct = Kiosk__Content__V1__StatsResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__content__v1__stats_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__content__v1__stats_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             cacheHits: c.cache_hits,

@@ -108,9 +108,6 @@ extension ReceiptV1 {
 extension ReceiptV1.ReceiptPayload: WireMessage {
     public typealias CStruct = Kiosk__Receipt__V1__ReceiptPayload
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__receipt__v1__receipt_payload__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__receipt__v1__receipt_payload__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             transactionID: try CField.string(c.transaction_id, field: "ReceiptPayload.transaction_id"),
@@ -165,9 +162,6 @@ extension ReceiptV1 {
 extension ReceiptV1.SignedReceipt: WireMessage {
     public typealias CStruct = Kiosk__Receipt__V1__SignedReceipt
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__receipt__v1__signed_receipt__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__receipt__v1__signed_receipt__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             payload: CField.bytes(c.payload),
@@ -216,9 +210,6 @@ extension ReceiptV1 {
 extension ReceiptV1.AccessTokenPayload: WireMessage {
     public typealias CStruct = Kiosk__Receipt__V1__AccessTokenPayload
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__receipt__v1__access_token_payload__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__receipt__v1__access_token_payload__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             accountID: try CField.string(c.account_id, field: "AccessTokenPayload.account_id"),
@@ -262,9 +253,6 @@ extension ReceiptV1 {
 extension ReceiptV1.SignedAccessToken: WireMessage {
     public typealias CStruct = Kiosk__Receipt__V1__SignedAccessToken
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__receipt__v1__signed_access_token__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__receipt__v1__signed_access_token__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             payload: CField.bytes(c.payload),

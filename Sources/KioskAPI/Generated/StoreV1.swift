@@ -48,9 +48,6 @@ extension StoreV1 {
 extension StoreV1.Product: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__Product
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__product__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__product__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             id: try CField.string(c.id, field: "Product.id"),
@@ -95,9 +92,6 @@ extension StoreV1 {
 extension StoreV1.ListProductsRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__ListProductsRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_products_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__list_products_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             productIDs: try CField.strings(c.n_product_ids, c.product_ids, field: "ListProductsRequest.product_ids")
@@ -127,9 +121,6 @@ extension StoreV1 {
 extension StoreV1.ListProductsResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__ListProductsResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_products_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__list_products_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             products: try CField.messages(c.n_products, c.products, as: StoreV1.Product.self, field: "ListProductsResponse.products"),
@@ -154,9 +145,6 @@ extension StoreV1 {
 extension StoreV1.GetAccountRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__GetAccountRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__get_account_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__get_account_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init()
     }
@@ -187,9 +175,6 @@ extension StoreV1 {
 extension StoreV1.Account: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__Account
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__account__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__account__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             accountID: try CField.string(c.account_id, field: "Account.account_id"),
@@ -226,9 +211,6 @@ extension StoreV1 {
 extension StoreV1.PurchaseRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__PurchaseRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__purchase_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__purchase_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             productID: try CField.string(c.product_id, field: "PurchaseRequest.product_id"),
@@ -344,9 +326,6 @@ extension StoreV1 {
 extension StoreV1.Transaction: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__Transaction
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__transaction__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__transaction__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             transactionID: try CField.string(c.transaction_id, field: "Transaction.transaction_id"),
@@ -417,9 +396,6 @@ extension StoreV1 {
 extension StoreV1.PurchaseResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__PurchaseResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__purchase_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__purchase_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             transaction: try CField.message(c.transaction, as: StoreV1.Transaction.self),
@@ -457,9 +433,6 @@ extension StoreV1 {
 extension StoreV1.UnfinishedRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__UnfinishedRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__unfinished_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__unfinished_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             pageSize: c.page_size,
@@ -494,9 +467,6 @@ extension StoreV1 {
 extension StoreV1.UnfinishedResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__UnfinishedResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__unfinished_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__unfinished_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             transactions: try CField.messages(c.n_transactions, c.transactions, as: StoreV1.Transaction.self, field: "UnfinishedResponse.transactions"),
@@ -527,9 +497,6 @@ extension StoreV1 {
 extension StoreV1.FinishRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__FinishRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__finish_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__finish_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             transactionID: try CField.string(c.transaction_id, field: "FinishRequest.transaction_id")
@@ -556,9 +523,6 @@ extension StoreV1 {
 extension StoreV1.FinishResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__FinishResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__finish_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__finish_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             alreadyFinished: c.already_finished != 0
@@ -590,9 +554,6 @@ extension StoreV1 {
 extension StoreV1.RestoreRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__RestoreRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__restore_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__restore_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             pageSize: c.page_size,
@@ -625,9 +586,6 @@ extension StoreV1 {
 extension StoreV1.HistoryRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__HistoryRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__history_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__history_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             pageSize: c.page_size,
@@ -662,9 +620,6 @@ extension StoreV1 {
 extension StoreV1.HistoryResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__HistoryResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__history_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__history_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             transactions: try CField.messages(c.n_transactions, c.transactions, as: StoreV1.Transaction.self, field: "HistoryResponse.transactions"),
@@ -695,9 +650,6 @@ extension StoreV1 {
 extension StoreV1.SpendCreditsRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__SpendCreditsRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__spend_credits_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__spend_credits_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             amount: c.amount
@@ -727,9 +679,6 @@ extension StoreV1 {
 extension StoreV1.SpendCreditsResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__SpendCreditsResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__spend_credits_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__spend_credits_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             balance: c.balance,
@@ -758,9 +707,6 @@ extension StoreV1 {
 extension StoreV1.VerifyReceiptRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__VerifyReceiptRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__verify_receipt_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__verify_receipt_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             signedReceipt: CField.bytes(c.signed_receipt)
@@ -801,9 +747,6 @@ extension StoreV1 {
 extension StoreV1.VerifyReceiptResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__VerifyReceiptResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__verify_receipt_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__verify_receipt_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             status: c.status,
@@ -834,9 +777,6 @@ extension StoreV1 {
 extension StoreV1.PublicKeysRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__PublicKeysRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__public_keys_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__public_keys_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init()
     }
@@ -871,9 +811,6 @@ extension StoreV1 {
 extension StoreV1.PublicKey: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__PublicKey
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__public_key__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__public_key__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             keyID: try CField.string(c.key_id, field: "PublicKey.key_id"),
@@ -906,9 +843,6 @@ extension StoreV1 {
 extension StoreV1.PublicKeysResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__PublicKeysResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__public_keys_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__public_keys_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             keys: try CField.messages(c.n_keys, c.keys, as: StoreV1.PublicKey.self, field: "PublicKeysResponse.keys")
@@ -935,9 +869,6 @@ extension StoreV1 {
 extension StoreV1.WatchRevocationsRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__WatchRevocationsRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__watch_revocations_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__watch_revocations_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             since: c.since
@@ -988,9 +919,6 @@ extension StoreV1 {
 extension StoreV1.Revocation: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__Revocation
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__revocation__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__revocation__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             cursor: c.cursor,
@@ -1031,9 +959,6 @@ extension StoreV1 {
 extension StoreV1.AccessTokenRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__AccessTokenRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__access_token_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__access_token_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             audience: try CField.string(c.audience, field: "AccessTokenRequest.audience")
@@ -1063,9 +988,6 @@ extension StoreV1 {
 extension StoreV1.AccessTokenResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__AccessTokenResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__access_token_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__access_token_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             accessToken: try CField.string(c.access_token, field: "AccessTokenResponse.access_token"),
@@ -1097,9 +1019,6 @@ extension StoreV1 {
 extension StoreV1.RefundRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__RefundRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__refund_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__refund_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             transactionID: try CField.string(c.transaction_id, field: "RefundRequest.transaction_id"),
@@ -1128,9 +1047,6 @@ extension StoreV1 {
 extension StoreV1.ApproveRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__ApproveRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__approve_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__approve_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             transactionID: try CField.string(c.transaction_id, field: "ApproveRequest.transaction_id")
@@ -1157,9 +1073,6 @@ extension StoreV1 {
 extension StoreV1.CreateAccountRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__CreateAccountRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__create_account_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__create_account_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             paymentsDisabled: c.payments_disabled != 0
@@ -1189,9 +1102,6 @@ extension StoreV1 {
 extension StoreV1.CreateAccountResponse: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__CreateAccountResponse
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__create_account_response__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__create_account_response__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             accountID: try CField.string(c.account_id, field: "CreateAccountResponse.account_id"),
@@ -1216,9 +1126,6 @@ extension StoreV1 {
 extension StoreV1.RotateKeyRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__RotateKeyRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__rotate_key_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__rotate_key_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init()
     }
@@ -1246,9 +1153,6 @@ extension StoreV1 {
 extension StoreV1.RetireKeyRequest: WireMessage {
     public typealias CStruct = Kiosk__Store__V1__RetireKeyRequest
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__retire_key_request__init(c) }
-    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {
-        kiosk__store__v1__retire_key_request__unpack(nil, n, p)
-    }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             keyID: try CField.string(c.key_id, field: "RetireKeyRequest.key_id"),
