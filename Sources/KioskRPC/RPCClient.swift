@@ -58,10 +58,25 @@ public final class RPCClient: Sendable {
 
     /// Makes a unary call: one request, one response.
     /// - Throws: ``RPCError``: the server's status, a deadline, a cancellation or a connection failure.
+    @inlinable
     public func unary<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions()
     ) async throws -> Response {
-        let prepared = try await prepare(method, request, options)
+        // Inlinable, so that encoding and decoding are specialised for the caller's types: generic
+        // protobuf-c bridging costs runtime metadata lookups and value-witness copies on every call.
+        let payload = try await unaryCall(method, options: options) { request.serialize(into: &$0) }
+        do {
+            return try Response(serializedBytes: payload)
+        } catch {
+            throw RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote)
+        }
+    }
+
+    /// A unary call's untyped part: sends the request `serialize` writes and
+    /// returns the response's bytes (inflated when they came compressed).
+    @usableFromInline
+    func unaryCall(_ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void) async throws -> ByteBuffer {
+        let prepared = try await prepare(method, options, serialize)
         let slot = ClientCall.UnarySlot()
         let call = ClientCall(method: method, connection: prepared.connection.handler, sink: .unary(slot))
         let handler = prepared.connection.handler
@@ -78,9 +93,9 @@ public final class RPCClient: Sendable {
             call.cancel()
         }
         do {
-            return try prepared.codec.decode(Response.self, payload: received.payload, flags: received.flags)
+            return try prepared.codec.inflated(received.payload, flags: received.flags)
         } catch {
-            throw RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote)
+            throw RPCError(.internal, "response to \(method) cannot be inflated: \(error.message)", source: .remote)
         }
     }
 
@@ -98,7 +113,7 @@ public final class RPCClient: Sendable {
 
     /// Opens a call on the current connection, connecting first if needed.
     func startCall(method: String, request: some WireMessage, options: CallOptions) async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec) {
-        let prepared = try await prepare(method, request, options)
+        let prepared = try await prepare(method, options) { request.serialize(into: &$0) }
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: ClientCall.Received.self)
         let call = ClientCall(method: method, connection: prepared.connection.handler, sink: .stream(continuation))
         continuation.onTermination = { reason in
@@ -124,11 +139,11 @@ public final class RPCClient: Sendable {
     }
 
     /// Connects if needed and encodes the request, refusing one over the size limit.
-    private func prepare(_ method: String, _ request: some WireMessage, _ options: CallOptions) async throws -> PreparedCall {
+    private func prepare(_ method: String, _ options: CallOptions, _ serialize: (inout ByteBuffer) -> Void) async throws -> PreparedCall {
         if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
         let connection = try await self.connection()
         let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
-        let (payload, flags) = try codec.encodeWithinLimit(request, compress: options.compress, what: "request to \(method)")
+        let (payload, flags) = try codec.encodeWithinLimit(compress: options.compress, what: "request to \(method)", serialize)
         let timeout = options.timeout ?? configuration.defaultTimeout
         let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
         return PreparedCall(connection: connection, codec: codec, payload: payload, flags: flags, headers: headers, timeout: timeout)

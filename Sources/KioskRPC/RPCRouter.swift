@@ -140,31 +140,62 @@ public struct RPCRouter: Sendable {
     /// order of a signature check is fine, I/O or a contended lock is not.
     /// With ``ServerConfiguration/runsHandlersOnEventLoop`` off, it runs as a task like any handler.
     /// - Parameter authenticator: checks the caller first, inline when its ``RPCAuthenticator/authenticateInline(_:)`` can.
+    @inlinable
     public mutating func registerInlineUnary<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request.Type = Request.self, response: Response.Type = Response.self,
         authenticator: (any RPCAuthenticator)? = nil,
         handler: @escaping @Sendable (Request, ServerContext) throws -> InlineAnswer<Response>
     ) {
-        var registered = Method(kind: .unary, authenticator: authenticator) { payload, flags, call, context in
-            let request = try call.codec.decode(Request.self, payload: payload, flags: flags)
-            let response: Response
-            switch try handler(request, context) {
-            case .response(let answer): response = answer
-            case .suspend(let body): response = try await body()
+        // Inlinable, so that decoding and encoding are specialised for the service's types (generic
+        // protobuf-c bridging costs runtime metadata lookups and value-witness copies on every call);
+        // the rest is untyped: bytes in, bytes out.
+        registerInlineUnaryBytes(method, authenticator: authenticator) { bytes, context throws -> InlineBytes in
+            switch try handler(try Request(serializedBytes: bytes), context) {
+            case .response(let response):
+                var encoded = ByteBuffer()
+                response.serialize(into: &encoded)
+                return .response(encoded)
+            case .suspend(let body):
+                return .suspend {
+                    var encoded = ByteBuffer()
+                    try await body().serialize(into: &encoded)
+                    return encoded
+                }
             }
-            let (bytes, outFlags) = try call.codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
+        }
+    }
+
+    /// What an inline method's typed part answers: the response's encoding, or the task that will give it.
+    @usableFromInline
+    enum InlineBytes: Sendable {
+        case response(ByteBuffer)
+        case suspend(@Sendable () async throws -> ByteBuffer)
+    }
+
+    /// Registers an inline unary method from its typed part `answer` (request
+    /// bytes, inflated, to ``InlineBytes``).
+    @usableFromInline
+    mutating func registerInlineUnaryBytes(
+        _ method: String, authenticator: (any RPCAuthenticator)?,
+        answer: @escaping @Sendable (ByteBuffer, ServerContext) throws -> InlineBytes
+    ) {
+        var registered = Method(kind: .unary, authenticator: authenticator) { payload, flags, call, context in
+            let encoded: ByteBuffer
+            switch try answer(try call.codec.inflated(payload, flags: flags), context) {
+            case .response(let bytes): encoded = bytes
+            case .suspend(let body): encoded = try await body()
+            }
+            let (bytes, outFlags) = try call.codec.framed(encoded, compress: call.compressResponses, what: "response")
             call.complete(withResponse: bytes, flags: outFlags)
         }
         registered.inline = { payload, flags, codec, compress, context in
-            let request = try codec.decode(Request.self, payload: payload, flags: flags)
-            switch try handler(request, context) {
-            case .response(let response):
-                let (bytes, outFlags) = try codec.encodeWithinLimit(response, compress: compress, what: "response")
+            switch try answer(try codec.inflated(payload, flags: flags), context) {
+            case .response(let encoded):
+                let (bytes, outFlags) = try codec.framed(encoded, compress: compress, what: "response")
                 return .finished(bytes, outFlags)
             case .suspend(let body):
                 return .suspended { call in
-                    let response = try await body()
-                    let (bytes, outFlags) = try call.codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
+                    let (bytes, outFlags) = try call.codec.framed(try await body(), compress: call.compressResponses, what: "response")
                     call.complete(withResponse: bytes, flags: outFlags)
                 }
             }
