@@ -184,9 +184,6 @@ def main():
         w(f"extension {namespace}.{name}: WireMessage {{")
         w(f"    public typealias CStruct = {c_type}")
         w(f"    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) {{ {fn}__init(c) }}")
-        w(f"    public static func cUnpack(_ n: Int, _ p: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CStruct>? {{")
-        w(f"        {fn}__unpack(nil, n, p)")
-        w("    }")
         w("    public init(cStruct c: CStruct) throws(WireError) {")
         if not fields:
             w("        self.init()")
