@@ -8,7 +8,8 @@ import NIOCore
 ///
 /// A payload larger than ``passThroughSize`` (a download chunk) is not
 /// copied: what was gathered before it and its header are written, then the
-/// payload's own buffer.
+/// payload's own buffer (under TLS, a record of its own: sealing is per
+/// write).
 public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler {
     public typealias OutboundIn = Frame
     public typealias OutboundOut = ByteBuffer

@@ -24,7 +24,8 @@ public protocol WireMessage: Sendable {
     /// The protoc-c struct of the message.
     associatedtype CStruct
 
-    /// Initialises a C struct to the message's defaults (the generated `…__init`).
+    /// Initialises a C struct to the message's defaults, descriptor included (the generated `…__init`):
+    /// decoding reads the descriptor from it.
     static func cInit(_ c: UnsafeMutablePointer<CStruct>)
     /// Copies the fields of an unpacked C struct into a Swift value.
     init(cStruct: CStruct) throws(WireError)
@@ -95,8 +96,9 @@ extension WireMessage {
         let result = withUnsafeTemporaryAllocation(byteCount: decodingArenaSize, alignment: 16) { space in
             Result { () throws(WireError) -> Self in
                 var arena = KioskUnpackArena()
-                kiosk_unpack_arena_init(&arena, space.baseAddress, space.count)
                 return try withUnsafeMutablePointer(to: &arena) { arena throws(WireError) -> Self in
+                    // Initialised through this pointer: the arena keeps its own address (allocator_data).
+                    kiosk_unpack_arena_init(arena, space.baseAddress, space.count)
                     let allocator = UnsafeMutableRawPointer(arena).assumingMemoryBound(to: ProtobufCAllocator.self)
                     var placeholder: UInt8 = 0
                     let unpacked = withUnsafePointer(to: &placeholder) { placeholder in
@@ -139,4 +141,6 @@ extension WireMessage {
 
 /// Bytes of stack a decode carves the C message out of (its struct, strings
 /// and bytes fields); a message needing more takes the rest from malloc.
-public let decodingArenaSize = 2048
+/// At most 1 KiB: larger temporary allocations make Swift check the thread's
+/// stack bounds at run time on every call.
+public let decodingArenaSize = 1024
