@@ -9,45 +9,29 @@ struct MessageCodec: Sendable {
     var maximumMessageSize: Int
     var allocator: ByteBufferAllocator
 
-    /// The payload and flags of a MESSAGE frame carrying `message`.
-    func encode(_ message: some WireMessage, compress: Bool) -> (ByteBuffer, FrameFlags) {
-        encode(compress: compress) { message.serialize(into: &$0) }
-    }
-
-    /// The payload and flags of a MESSAGE frame carrying what `serialize` writes.
-    func encode(compress: Bool, _ serialize: (inout ByteBuffer) -> Void) -> (ByteBuffer, FrameFlags) {
+    /// A message's encoding: what `serialize` writes into a new buffer.
+    func encoding(_ serialize: (inout ByteBuffer) -> Void) -> ByteBuffer {
         var buffer = allocator.buffer(capacity: 0)
         serialize(&buffer)
-        return compressed(buffer, compress: compress)
-    }
-
-    /// A message's encoding as a MESSAGE payload: compressed when asked and worth it.
-    func compressed(_ buffer: ByteBuffer, compress: Bool) -> (ByteBuffer, FrameFlags) {
-        guard compress, buffer.readableBytes >= Self.compressionThreshold else { return (buffer, []) }
-        let compressed = Zlib.compress(buffer, allocator: allocator)
-        guard compressed.readableBytes < buffer.readableBytes else { return (buffer, []) }
-        return (compressed, .compressed)
+        return buffer
     }
 
     /// The payload and flags of a MESSAGE frame carrying `message`, refusing one
     /// the peer would reject as over its size limit.
     /// - Throws: ``RPCError`` RESOURCE_EXHAUSTED.
     func encodeWithinLimit(_ message: some WireMessage, compress: Bool, what: @autoclosure () -> String) throws(RPCError) -> (ByteBuffer, FrameFlags) {
-        try encodeWithinLimit(compress: compress, what: what()) { message.serialize(into: &$0) }
+        try framed(encoding { message.serialize(into: &$0) }, compress: compress, what: what())
     }
 
-    /// ``encodeWithinLimit(_:compress:what:)`` for what `serialize` writes.
-    func encodeWithinLimit(compress: Bool, what: @autoclosure () -> String, _ serialize: (inout ByteBuffer) -> Void) throws(RPCError) -> (ByteBuffer, FrameFlags) {
-        try withinLimit(encode(compress: compress, serialize), what: what())
-    }
-
-    /// The MESSAGE payload and flags for a message's `encoding`, compressed when asked, refusing one over the size limit.
+    /// The MESSAGE payload and flags for a message's `encoding`: compressed when
+    /// asked and worth it, refusing one over the size limit.
+    /// - Throws: ``RPCError`` RESOURCE_EXHAUSTED.
     func framed(_ encoding: ByteBuffer, compress: Bool, what: @autoclosure () -> String) throws(RPCError) -> (ByteBuffer, FrameFlags) {
-        try withinLimit(compressed(encoding, compress: compress), what: what())
-    }
-
-    private func withinLimit(_ encoded: (ByteBuffer, FrameFlags), what: @autoclosure () -> String) throws(RPCError) -> (ByteBuffer, FrameFlags) {
-        let (payload, flags) = encoded
+        var (payload, flags) = (encoding, FrameFlags())
+        if compress, encoding.readableBytes >= Self.compressionThreshold {
+            let compressed = Zlib.compress(encoding, allocator: allocator)
+            if compressed.readableBytes < encoding.readableBytes { (payload, flags) = (compressed, .compressed) }
+        }
         guard payload.readableBytes <= maximumMessageSize else {
             throw RPCError(.resourceExhausted, "\(what()) of \(payload.readableBytes) bytes exceeds the message size limit of \(maximumMessageSize) bytes", source: .local)
         }

@@ -143,7 +143,7 @@ public final class RPCClient: Sendable {
         if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
         let connection = try await self.connection()
         let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
-        let (payload, flags) = try codec.encodeWithinLimit(compress: options.compress, what: "request to \(method)", serialize)
+        let (payload, flags) = try codec.framed(codec.encoding(serialize), compress: options.compress, what: "request to \(method)")
         let timeout = options.timeout ?? configuration.defaultTimeout
         let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
         return PreparedCall(connection: connection, codec: codec, payload: payload, flags: flags, headers: headers, timeout: timeout)
