@@ -31,13 +31,13 @@ public struct ServiceCredentialRecord: Hashable, Sendable {
     /// When it was revoked (0: in use).
     public var revokedMs: Int64
 
-    init(row: Row) {
-        id = row["id"]
+    init(row: LedgerRow) throws {
+        id = try row["id"]
         // The table's CHECK allows content and admin only; anything else gets the role with no service method.
-        role = CallerRole(rawValue: row["role"]) ?? .account
-        name = row["name"]
-        createdMs = row["created_ms"]
-        revokedMs = row["revoked_ms"]
+        role = CallerRole(rawValue: try row["role"]) ?? .account
+        name = try row["name"]
+        createdMs = try row["created_ms"]
+        revokedMs = try row["revoked_ms"]
     }
 }
 
@@ -75,39 +75,36 @@ extension Ledger {
     }
 
     func addServiceCredential(id: String, role: CallerRole, name: String, tokenHash: [UInt8], nowMs: Int64) throws {
-        try pool.write { db in
+        try backend.write { db in
             try db.execute(
-                sql: "INSERT INTO service_credentials (id, role, name, token_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
-                arguments: [id, role.rawValue, name, Data(tokenHash), nowMs])
+                "INSERT INTO service_credentials (id, role, name, token_hash, created_ms) VALUES (?, ?, ?, ?, ?)", [id, role.rawValue, name, tokenHash, nowMs])
         }
     }
 
     /// The credential a secret's hash belongs to, unless revoked.
     func serviceCredential(tokenHash: [UInt8]) async throws -> ServiceCredentialRecord? {
-        try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM service_credentials WHERE token_hash = ? AND revoked_ms = 0",
-                             arguments: [Data(tokenHash)]).map(ServiceCredentialRecord.init)
+        try await backend.read { db in
+            try db.fetchOne("SELECT * FROM service_credentials WHERE token_hash = ? AND revoked_ms = 0", [tokenHash]).map(ServiceCredentialRecord.init)
         }
     }
 
     /// The ids of the revoked service credentials.
-    static func revokedServiceCredentialIDs(_ db: Database) throws -> Set<String> {
-        Set(try String.fetchAll(db, sql: "SELECT id FROM service_credentials WHERE revoked_ms > 0"))
+    static func revokedServiceCredentialIDs(_ db: any LedgerDatabase) throws -> Set<String> {
+        Set(try db.values(String.self, "SELECT id FROM service_credentials WHERE revoked_ms > 0"))
     }
 
     /// Every service credential, revoked ones included, oldest first.
     public func serviceCredentials() throws -> [ServiceCredentialRecord] {
-        try pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM service_credentials ORDER BY created_ms, id").map(ServiceCredentialRecord.init)
+        try backend.read { db in
+            try db.fetchAll("SELECT * FROM service_credentials ORDER BY created_ms, id").map(ServiceCredentialRecord.init)
         }
     }
 
     /// Marks a credential revoked; false when there is no such credential.
     func revokeServiceCredential(id: String, nowMs: Int64) throws -> Bool {
-        try pool.write { db in
-            try db.execute(sql: "UPDATE service_credentials SET revoked_ms = ? WHERE id = ? AND revoked_ms = 0", arguments: [nowMs, id])
-            if db.changesCount > 0 { return true }
-            return try Bool.fetchOne(db, sql: "SELECT 1 FROM service_credentials WHERE id = ?", arguments: [id]) ?? false
+        try backend.write { db in
+            if try db.execute("UPDATE service_credentials SET revoked_ms = ? WHERE id = ? AND revoked_ms = 0", [nowMs, id]) > 0 { return true }
+            return try db.value(Bool.self, "SELECT 1 FROM service_credentials WHERE id = ?", [id]) ?? false
         }
     }
 }

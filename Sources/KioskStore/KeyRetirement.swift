@@ -25,8 +25,8 @@ extension Ledger {
     ///   every receipt committed before it was signed earlier (see ``KeyStore/signer(_:at:_:)``).
     func retirePublicKey(id: String, atMs requested: Int64?, now: () -> Int64) throws -> ReceiptPublicKey {
         var retired: ReceiptPublicKey?
-        try pool.writeWithoutTransaction { db in
-          try db.inTransaction(.immediate) {
+        // The backend's write holds the ledger's write lock before the body runs (SQLite: BEGIN IMMEDIATE).
+        try backend.write { db in
             let atMs = requested ?? now()
             let keys = try Self.publicKeys(db)
             guard let index = keys.firstIndex(where: { $0.id == id }) else {
@@ -46,18 +46,16 @@ extension Ledger {
             if key.isRetired {
                 if atMs == key.notAfterMs {
                     retired = key
-                    return .commit
+                    return
                 }
                 guard atMs < key.notAfterMs else {
                     throw StoreError(.conflict, "signing key \(id) is already retired at \(key.notAfterMs) ms; a later time would make "
                                      + "receipts it signed after that verify again")
                 }
             }
-            try db.execute(sql: "UPDATE signing_keys SET not_after_ms = ? WHERE id = ?", arguments: [atMs, id])
+            try db.execute("UPDATE signing_keys SET not_after_ms = ? WHERE id = ?", [atMs, id])
             key.notAfterMs = atMs
             retired = key
-            return .commit
-          }
         }
         guard let retired else { throw StoreError(.internalFailure, "retiring signing key \(id) did not complete") }
         return retired

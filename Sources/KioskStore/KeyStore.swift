@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import GRDB
 import KioskAPI
 import NIOConcurrencyHelpers
 #if canImport(Glibc)
@@ -46,7 +45,7 @@ final class KeyStore: Sendable {
     /// another process, `keys rotate` then `keys retire`) covers that time; then the active key. A
     /// retirement committed after this transaction takes its time after it, so a receipt signed here is
     /// never one its own key refuses.
-    func signer(_ chosen: ReceiptSigningKey, at signedAtMs: Int64, _ db: Database) throws -> ReceiptSigningKey {
+    func signer(_ chosen: ReceiptSigningKey, at signedAtMs: Int64, _ db: any LedgerDatabase) throws -> ReceiptSigningKey {
         let keys = try Ledger.publicKeys(db)
         if let current = keys.first(where: { $0.id == chosen.id }), current.isValid(atMs: signedAtMs) { return chosen }
         guard let newest = keys.last(where: { !$0.isRetired }) else {

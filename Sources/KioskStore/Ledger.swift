@@ -61,30 +61,30 @@ public struct TransactionRecord: Hashable, Sendable {
             currency: currency, environment: environment, refundCreditShortfall: refundCreditShortfall)
     }
 
-    init(row: Row) {
-        id = row["id"]
-        originalID = row["original_id"]
-        accountID = row["account_id"]
-        productID = row["product_id"]
-        productType = ReceiptV1.ProductType(rawValue: row["product_type"])
-        quantity = UInt32(clamping: row["quantity"] as Int64)
-        state = StoreV1.TransactionState(rawValue: row["state"])
-        purchaseMs = row["purchase_ms"]
-        expiresMs = row["expires_ms"]
-        price = row["price"]
-        currency = row["currency"]
-        paymentMethod = row["payment_method"]
-        paymentID = row["payment_id"]
-        errorCode = UInt32(clamping: row["error_code"] as Int64)
-        errorReason = row["error_reason"]
-        errorMessage = row["error_message"]
-        receipt = (row["receipt"] as Data?).map { Array($0) }
-        finished = row["finished"]
-        revokedMs = row["revoked_ms"]
-        revocationReason = row["revocation_reason"]
-        environment = ReceiptV1.Environment(rawValue: row["environment"])
-        credits = UInt64(clamping: row["credits"] as Int64)
-        refundCreditShortfall = UInt64(clamping: row["refund_credit_shortfall"] as Int64)
+    init(row: LedgerRow) throws {
+        id = try row["id"]
+        originalID = try row["original_id"]
+        accountID = try row["account_id"]
+        productID = try row["product_id"]
+        productType = ReceiptV1.ProductType(rawValue: try row["product_type"])
+        quantity = UInt32(clamping: try row["quantity"] as Int64)
+        state = StoreV1.TransactionState(rawValue: try row["state"])
+        purchaseMs = try row["purchase_ms"]
+        expiresMs = try row["expires_ms"]
+        price = try row["price"]
+        currency = try row["currency"]
+        paymentMethod = try row["payment_method"]
+        paymentID = try row["payment_id"]
+        errorCode = UInt32(clamping: try row["error_code"] as Int64)
+        errorReason = try row["error_reason"]
+        errorMessage = try row["error_message"]
+        receipt = try row["receipt"] as [UInt8]?
+        finished = try row["finished"]
+        revokedMs = try row["revoked_ms"]
+        revocationReason = try row["revocation_reason"]
+        environment = ReceiptV1.Environment(rawValue: try row["environment"])
+        credits = UInt64(clamping: try row["credits"] as Int64)
+        refundCreditShortfall = UInt64(clamping: try row["refund_credit_shortfall"] as Int64)
     }
 
     init(
@@ -117,18 +117,17 @@ public struct TransactionRecord: Hashable, Sendable {
         self.refundCreditShortfall = 0
     }
 
-    func insert(_ db: Database) throws {
+    func insert(_ db: any LedgerDatabase) throws {
         try db.execute(
-            sql: """
+            """
                 INSERT INTO transactions (id, original_id, account_id, product_id, product_type, quantity, state,
                   purchase_ms, expires_ms, price, currency, payment_method, payment_id, error_code, error_reason,
                   error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
-            arguments: [
+                """, [
                 id, originalID, accountID, productID, productType.rawValue, Int64(quantity), state.rawValue,
                 purchaseMs, expiresMs, price, currency, paymentMethod, paymentID, Int64(errorCode), errorReason,
-                errorMessage, receipt.map { Data($0) }, finished, revokedMs, revocationReason, environment.rawValue,
+                errorMessage, receipt, finished, revokedMs, revocationReason, environment.rawValue,
                 Int64(clamping: credits),
             ])
     }
@@ -143,10 +142,10 @@ public struct AccountRecord: Hashable, Sendable {
     /// Credits held.
     public var creditBalance: UInt64
 
-    init(row: Row) {
-        id = row["id"]
-        paymentsAllowed = row["payments_allowed"]
-        creditBalance = UInt64(clamping: row["credit_balance"] as Int64)
+    init(row: LedgerRow) throws {
+        id = try row["id"]
+        paymentsAllowed = try row["payments_allowed"]
+        creditBalance = UInt64(clamping: try row["credit_balance"] as Int64)
     }
 }
 
@@ -167,14 +166,14 @@ public struct RevocationRecord: Hashable, Sendable {
     /// Credits the refund could not take back because they were spent.
     public var creditShortfall: UInt64
 
-    init(row: Row) {
-        cursor = UInt64(clamping: row["cursor"] as Int64)
-        transactionID = row["transaction_id"]
-        originalTransactionID = row["original_transaction_id"]
-        accountID = row["account_id"]
-        revokedMs = row["revoked_ms"]
-        reason = row["reason"]
-        creditShortfall = UInt64(clamping: row["credit_shortfall"] as Int64)
+    init(row: LedgerRow) throws {
+        cursor = UInt64(clamping: try row["cursor"] as Int64)
+        transactionID = try row["transaction_id"]
+        originalTransactionID = try row["original_transaction_id"]
+        accountID = try row["account_id"]
+        revokedMs = try row["revoked_ms"]
+        reason = try row["reason"]
+        creditShortfall = UInt64(clamping: try row["credit_shortfall"] as Int64)
     }
 
     /// The revocation as sent on the wire.
@@ -193,35 +192,31 @@ public final class Ledger: Sendable {
     /// The database file name inside the data dir.
     public static let fileName = "ledger.sqlite"
 
-    let pool: DatabasePool
-    private let group: GroupCommit
+    /// Where the ledger is kept.
+    let backend: any LedgerBackend
+    /// The SQLite backend, when that is where it is kept (its pragmas, its group commits).
+    let sqlite: SQLiteLedgerBackend?
 
-    /// Opens (creating and migrating if needed) the ledger in `directory`.
+    /// Opens (creating and migrating if needed) the embedded SQLite ledger in `directory`.
     public init(directory: String) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(10)
-        configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
-        pool = try DatabasePool(path: (directory as NSString).appendingPathComponent(Self.fileName), configuration: configuration)
-        // GRDB's WAL set-up runs after `prepareDatabase` on the writer and sets
-        // `synchronous = NORMAL` (no fsync at commit): set FULL again on the
-        // pool's one writer connection, after it. Readers keep prepareDatabase's FULL.
-        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        try Self.migrator.migrate(pool)
-        group = GroupCommit(pool: pool)
+        let sqlite = try SQLiteLedgerBackend(path: (directory as NSString).appendingPathComponent(Self.fileName), migrator: Self.migrator)
+        self.sqlite = sqlite
+        backend = sqlite
     }
+
+    /// The SQLite database, for checks that are SQLite's own (query plans, pragmas). Nil on another backend.
+    var pool: DatabasePool? { sqlite?.pool }
 
     /// Runs `body` as one write of the next group commit (see ``GroupCommit``):
     /// atomic on its own (a savepoint), serial with every other write, and on
     /// disk (fsynced) when this returns.
-    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        try await group.write(body)
+    func write<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+        try await backend.groupWrite(body)
     }
 
-    /// Group commits made by this process (each one fsync of the WAL) and the writes they carried.
-    public var commitStatistics: (commits: Int, writes: Int) { group.statistics }
+    /// Group commits made by this process (each one fsync of the WAL) and the writes they carried (0, 0 off SQLite).
+    public var commitStatistics: (commits: Int, writes: Int) { sqlite?.group.statistics ?? (0, 0) }
 
     /// The versioned schema. Add a migration for every change; never edit a shipped one.
     static var migrator: DatabaseMigrator {
@@ -306,6 +301,7 @@ public final class Ledger: Sendable {
 
     /// `PRAGMA synchronous` on the writer and on a reader: 2 is FULL.
     public func synchronousModes() throws -> (writer: Int, reader: Int) {
+        guard let pool else { return (-1, -1) }
         let writer = try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
         let reader = try pool.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
         return (writer, reader)
@@ -315,32 +311,32 @@ public final class Ledger: Sendable {
 
     /// The environment this ledger's receipts are signed for, once a store has opened it.
     public func environment() throws -> ReceiptV1.Environment? {
-        try pool.read { db in
-            try String.fetchOne(db, sql: "SELECT value FROM settings WHERE key = 'environment'").flatMap(ReceiptV1.Environment.init(name:))
+        try backend.read { db in
+            try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'").flatMap(ReceiptV1.Environment.init(name:))
         }
     }
 
     /// A value of the settings table.
     func setting(_ key: String) throws -> String? {
-        try pool.read { db in try String.fetchOne(db, sql: "SELECT value FROM settings WHERE key = ?", arguments: [key]) }
+        try backend.read { db in try db.value(String.self, "SELECT value FROM settings WHERE key = ?", [key]) }
     }
 
     /// Sets a value of the settings table.
     func setSetting(_ key: String, _ value: String) throws {
-        try pool.write { db in
-            try db.execute(sql: "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", arguments: [key, value])
+        try backend.write { db in
+            try db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
         }
     }
 
     /// Binds the ledger to `environment` on first use; refuses another environment later.
     func claim(environment: ReceiptV1.Environment) throws {
-        try pool.write { db in
-            if let stored = try String.fetchOne(db, sql: "SELECT value FROM settings WHERE key = 'environment'") {
+        try backend.write { db in
+            if let stored = try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'") {
                 guard stored == environment.name else {
                     throw StoreError(.conflict, "the data dir holds a \(stored) ledger; it cannot be served as \(environment.name)")
                 }
             } else {
-                try db.execute(sql: "INSERT INTO settings (key, value) VALUES ('environment', ?)", arguments: [environment.name])
+                try db.execute("INSERT INTO settings (key, value) VALUES ('environment', ?)", [environment.name])
             }
         }
     }
@@ -349,33 +345,31 @@ public final class Ledger: Sendable {
 
     /// Creates an account whose bearer token hashes to `tokenHash`.
     public func createAccount(id: String, tokenHash: [UInt8], paymentsAllowed: Bool, nowMs: Int64) throws {
-        try pool.write { db in
+        try backend.write { db in
             try db.execute(
-                sql: "INSERT INTO accounts (id, token_hash, payments_allowed, created_ms) VALUES (?, ?, ?, ?)",
-                arguments: [id, Data(tokenHash), paymentsAllowed, nowMs])
+                "INSERT INTO accounts (id, token_hash, payments_allowed, created_ms) VALUES (?, ?, ?, ?)", [id, tokenHash, paymentsAllowed, nowMs])
         }
     }
 
     /// The account whose token hashes to `tokenHash`.
     public func account(tokenHash: [UInt8]) async throws -> AccountRecord? {
-        try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM accounts WHERE token_hash = ?", arguments: [Data(tokenHash)]).map(AccountRecord.init)
+        try await backend.read { db in
+            try db.fetchOne("SELECT * FROM accounts WHERE token_hash = ?", [tokenHash]).map(AccountRecord.init)
         }
     }
 
     /// The account with `id`.
     public func account(id: String) throws -> AccountRecord? {
-        try pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM accounts WHERE id = ?", arguments: [id]).map(AccountRecord.init)
+        try backend.read { db in
+            try db.fetchOne("SELECT * FROM accounts WHERE id = ?", [id]).map(AccountRecord.init)
         }
     }
 
     /// Allows or forbids the account's payments; false when there is no such account.
     @discardableResult
     public func setPaymentsAllowed(accountID: String, _ allowed: Bool) throws -> Bool {
-        try pool.write { db in
-            try db.execute(sql: "UPDATE accounts SET payments_allowed = ? WHERE id = ?", arguments: [allowed, accountID])
-            return db.changesCount > 0
+        try backend.write { db in
+            try db.execute("UPDATE accounts SET payments_allowed = ? WHERE id = ?", [allowed, accountID]) > 0
         }
     }
 
@@ -383,51 +377,44 @@ public final class Ledger: Sendable {
 
     /// The transaction with `id`.
     public func transaction(id: String) throws -> TransactionRecord? {
-        try pool.read { db in try Self.transaction(db, id: id) }
+        try backend.read { db in try Self.transaction(db, id: id) }
     }
 
-    static func transaction(_ db: Database, id: String) throws -> TransactionRecord? {
-        try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE id = ?", arguments: [id]).map(TransactionRecord.init)
+    static func transaction(_ db: any LedgerDatabase, id: String) throws -> TransactionRecord? {
+        try db.fetchOne("SELECT * FROM transactions WHERE id = ?", [id]).map(TransactionRecord.init)
     }
 
-    static func transaction(_ db: Database, paymentID: String) throws -> TransactionRecord? {
-        try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE payment_id = ?", arguments: [paymentID]).map(TransactionRecord.init)
+    static func transaction(_ db: any LedgerDatabase, paymentID: String) throws -> TransactionRecord? {
+        try db.fetchOne("SELECT * FROM transactions WHERE payment_id = ?", [paymentID]).map(TransactionRecord.init)
     }
 
-    static func account(_ db: Database, id: String) throws -> AccountRecord? {
-        try Row.fetchOne(db, sql: "SELECT * FROM accounts WHERE id = ?", arguments: [id]).map(AccountRecord.init)
+    static func account(_ db: any LedgerDatabase, id: String) throws -> AccountRecord? {
+        try db.fetchOne("SELECT * FROM accounts WHERE id = ?", [id]).map(AccountRecord.init)
     }
 
     /// A live purchase of a product bought once (a non-consumable, or an
     /// auto-renewable subscription unexpired at `nowMs`); one indexed lookup.
-    static func owned(_ db: Database, accountID: String, productID: String, type: ReceiptV1.ProductType, nowMs: Int64) throws -> TransactionRecord? {
+    static func owned(_ db: any LedgerDatabase, accountID: String, productID: String, type: ReceiptV1.ProductType, nowMs: Int64) throws -> TransactionRecord? {
         guard type == .nonConsumable || type == .autoRenewableSubscription else { return nil }
-        return try Row.fetchOne(
-            db,
-            sql: """
+        return try db.fetchOne("""
                 SELECT * FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0
-                  AND (product_type = 2 OR expires_ms > ?) ORDER BY rowid LIMIT 1
-                """,
-            arguments: [accountID, productID, nowMs]
+                  AND (product_type = 2 OR expires_ms > ?) ORDER BY \(db.dialect.insertionOrder) LIMIT 1
+                """, [accountID, productID, nowMs]
         ).map(TransactionRecord.init)
     }
 
     /// A subscription's history for a new period: the first purchase's original id and the latest expiry.
-    static func subscription(_ db: Database, accountID: String, productID: String) throws -> (originalID: String?, latestExpiryMs: Int64) {
-        let originalID = try String.fetchOne(
-            db, sql: "SELECT original_id FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0 ORDER BY rowid LIMIT 1",
-            arguments: [accountID, productID])
-        let latest = try Int64.fetchOne(
-            db, sql: "SELECT MAX(expires_ms) FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0",
-            arguments: [accountID, productID]) ?? 0
+    static func subscription(_ db: any LedgerDatabase, accountID: String, productID: String) throws -> (originalID: String?, latestExpiryMs: Int64) {
+        let originalID = try db.value(String.self, "SELECT original_id FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0 ORDER BY \(db.dialect.insertionOrder) LIMIT 1", [accountID, productID])
+        let latest = try db.value(Int64.self, "SELECT MAX(expires_ms) FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0", [accountID, productID]) ?? 0
         return (originalID, latest)
     }
 
     /// Inserts a transaction and, for a purchased consumable, its credits.
-    static func insertTransaction(_ record: TransactionRecord, _ db: Database) throws {
+    static func insertTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase) throws {
         do {
             try record.insert(db)
-        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded")
         }
         if record.state == .purchased, record.credits > 0 {
@@ -436,42 +423,45 @@ public final class Ledger: Sendable {
     }
 
     /// Moves credits and records the movement; the balance's CHECK keeps it from going below 0.
-    static func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64, _ db: Database) throws {
-        try db.execute(sql: "UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", arguments: [amount, account])
+    static func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64, _ db: any LedgerDatabase) throws {
+        try db.execute("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", [amount, account])
         try db.execute(
-            sql: "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)",
-            arguments: [account, amount, transaction, reason, nowMs])
+            "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)", [account, amount, transaction, reason, nowMs])
     }
 
     // MARK: Idempotency keys
 
     /// The answer stored for an idempotency key, checked in the same write that will store a new one.
     /// - Throws: ``StoreError`` 6 when the key was used for another request.
-    static func remembered(_ db: Database, account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
-        guard let key, let row = try Row.fetchOne(db, sql: "SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?", arguments: [account, key]) else {
+    static func remembered(_ db: any LedgerDatabase, account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
+        guard let key, let row = try db.fetchOne("SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?", [account, key]) else {
             return nil
         }
-        let storedOperation: String = row["operation"]
-        let storedHash: Data = row["request_hash"]
-        guard storedOperation == operation, Array(storedHash) == hash else {
+        let storedOperation: String = try row["operation"]
+        let storedHash: [UInt8] = try row["request_hash"]
+        guard storedOperation == operation, storedHash == hash else {
             throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different \(storedOperation) request; use a new key for a new request")
         }
-        return Array(row["response"] as Data)
+        return try row["response"] as [UInt8]
     }
 
     /// Stores an idempotency key's answer (nothing without a key). An answer already stored stays, unless `replacing`.
     static func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
-                         replacing: Bool = false, _ db: Database) throws {
+                         replacing: Bool = false, _ db: any LedgerDatabase) throws {
         guard let key else { return }
         try db.execute(
-            sql: "INSERT OR \(replacing ? "REPLACE" : "IGNORE") INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
-            arguments: [account, key, operation, Data(hash), Data(response), nowMs])
+            """
+                INSERT INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (account_id, key) DO \(replacing
+                  ? "UPDATE SET operation = excluded.operation, request_hash = excluded.request_hash, response = excluded.response, created_ms = excluded.created_ms"
+                  : "NOTHING")
+                """, [account, key, operation, hash, response, nowMs])
     }
 
     /// Every transaction of an account, oldest first.
     public func transactions(accountID: String) throws -> [TransactionRecord] {
-        try pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM transactions WHERE account_id = ? ORDER BY purchase_ms, rowid", arguments: [accountID])
+        try backend.read { db in
+            try db.fetchAll("SELECT * FROM transactions WHERE account_id = ? ORDER BY purchase_ms, \(db.dialect.insertionOrder)", [accountID])
                 .map(TransactionRecord.init)
         }
     }
@@ -524,34 +514,34 @@ public final class Ledger: Sendable {
         case .restorable: "state = 1 AND revoked_ms = 0 AND product_type != 1"
         case .history: "1 = 1"
         }
-        let rows = try await pool.read { db in
-            try Row.fetchAll(
-                db, sql: "SELECT rowid AS row_position, * FROM transactions WHERE account_id = ? AND \(filter) AND rowid > ? ORDER BY rowid LIMIT ?",
-                arguments: [accountID, after, pageSize + 1])
+        let rows = try await backend.read { db in
+            let order = db.dialect.insertionOrder
+            return try db.fetchAll(
+                "SELECT \(order) AS row_position, * FROM transactions WHERE account_id = ? AND \(filter) AND \(order) > ? ORDER BY \(order) LIMIT ?",
+                [accountID, after, pageSize + 1])
         }
         let hasMore = rows.count > pageSize
         let kept = rows.prefix(pageSize)
-        let last: Int64? = kept.last?["row_position"]
-        return TransactionPage(transactions: kept.map(TransactionRecord.init), nextPageToken: hasMore ? last.map { "r\($0)" } ?? "" : "", hasMore: hasMore)
+        let last: Int64? = try kept.last?["row_position"]
+        return TransactionPage(transactions: try kept.map(TransactionRecord.init), nextPageToken: hasMore ? last.map { "r\($0)" } ?? "" : "", hasMore: hasMore)
     }
 
-    static func markFinished(transactionID: String, _ db: Database) throws {
-        try db.execute(sql: "UPDATE transactions SET finished = 1 WHERE id = ?", arguments: [transactionID])
+    static func markFinished(transactionID: String, _ db: any LedgerDatabase) throws {
+        try db.execute("UPDATE transactions SET finished = 1 WHERE id = ?", [transactionID])
     }
 
     /// Rewrites a transaction in place (an approval: DEFERRED → PURCHASED), keeping its row and so its place
     /// in the account's pages; a purchased consumable's credits are added.
-    static func replaceTransaction(_ record: TransactionRecord, _ db: Database) throws {
+    static func replaceTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase) throws {
         do {
             try db.execute(
-                sql: """
+                """
                     UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
                       price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ? WHERE id = ?
-                    """,
-                arguments: [record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue, record.purchaseMs,
-                            record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID, record.receipt.map { Data($0) },
+                    """, [record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue, record.purchaseMs,
+                            record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID, record.receipt,
                             record.finished, Int64(clamping: record.credits), record.id])
-        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)")
         }
         if record.state == .purchased, record.credits > 0 {
@@ -562,7 +552,7 @@ public final class Ledger: Sendable {
     /// Revokes a purchased transaction in one write: its row marked, a revocation
     /// in the feed, a consumable's credits taken back as far as the balance goes
     /// and the rest recorded as the shortfall on both.
-    static func revoke(transactionID: String, reason: String, nowMs: Int64, _ db: Database) throws -> RevocationRecord {
+    static func revoke(transactionID: String, reason: String, nowMs: Int64, _ db: any LedgerDatabase) throws -> RevocationRecord {
         guard let current = try transaction(db, id: transactionID), current.state == .purchased else {
             throw StoreError(.conflict, "transaction \(transactionID) is not purchased")
         }
@@ -577,34 +567,30 @@ public final class Ledger: Sendable {
                 try addCredits(-taken, account: current.accountID, transaction: transactionID, reason: "refund", nowMs: nowMs, db)
             }
         }
-        try db.execute(sql: "UPDATE transactions SET revoked_ms = ?, revocation_reason = ?, refund_credit_shortfall = ? WHERE id = ?",
-                       arguments: [nowMs, reason, shortfall, transactionID])
-        try db.execute(
-            sql: """
+        try db.execute("UPDATE transactions SET revoked_ms = ?, revocation_reason = ?, refund_credit_shortfall = ? WHERE id = ?", [nowMs, reason, shortfall, transactionID])
+        guard let revocation = try db.fetchOne(
+            """
                 INSERT INTO revocations (transaction_id, original_transaction_id, account_id, revoked_ms, reason, credit_shortfall)
-                VALUES (?, ?, ?, ?, ?, ?)
-                """,
-            arguments: [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall])
-        let cursor = db.lastInsertedRowID
-        guard let revocation = try Row.fetchOne(db, sql: "SELECT * FROM revocations WHERE cursor = ?", arguments: [cursor]).map(RevocationRecord.init) else {
-            throw StoreError(.internalFailure, "revocation \(cursor) vanished in its own write")
+                VALUES (?, ?, ?, ?, ?, ?) RETURNING *
+                """, [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall]).map(RevocationRecord.init) else {
+            throw StoreError(.internalFailure, "revocation of \(transactionID) vanished in its own write")
         }
         return revocation
     }
 
     /// An account's balance and the sum of its credit movements, read together (equal in a sound ledger).
     public func balanceAndMovements(accountID: String) throws -> (balance: Int64, movements: Int64) {
-        try pool.read { db in
-            let balance = try Int64.fetchOne(db, sql: "SELECT credit_balance FROM accounts WHERE id = ?", arguments: [accountID]) ?? 0
-            let movements = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(amount), 0) FROM credit_movements WHERE account_id = ?", arguments: [accountID]) ?? 0
+        try backend.read { db in
+            let balance = try db.value(Int64.self, "SELECT credit_balance FROM accounts WHERE id = ?", [accountID]) ?? 0
+            let movements = try db.value(Int64.self, "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM credit_movements WHERE account_id = ?", [accountID]) ?? 0
             return (balance, movements)
         }
     }
 
     /// Sum of an account's credit movements (equal to its balance in a sound ledger).
     public func creditMovementsTotal(accountID: String) throws -> Int64 {
-        try pool.read { db in
-            try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(amount), 0) FROM credit_movements WHERE account_id = ?", arguments: [accountID]) ?? 0
+        try backend.read { db in
+            try db.value(Int64.self, "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM credit_movements WHERE account_id = ?", [accountID]) ?? 0
         }
     }
 
@@ -612,36 +598,34 @@ public final class Ledger: Sendable {
 
     /// Revocations after `cursor`, oldest first, at most `limit`.
     public func revocations(after cursor: UInt64, limit: Int = 500) async throws -> [RevocationRecord] {
-        try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM revocations WHERE cursor > ? ORDER BY cursor LIMIT ?",
-                             arguments: [Int64(clamping: cursor), limit]).map(RevocationRecord.init)
+        try await backend.read { db in
+            try db.fetchAll("SELECT * FROM revocations WHERE cursor > ? ORDER BY cursor LIMIT ?", [Int64(clamping: cursor), limit]).map(RevocationRecord.init)
         }
     }
 
     /// The public signing keys, in the order they were added (the last one signs), with their retirement time (0: none).
     public func publicKeys() throws -> [ReceiptPublicKey] {
-        try pool.read { db in try Self.publicKeys(db) }
+        try backend.read { db in try Self.publicKeys(db) }
     }
 
-    static func publicKeys(_ db: Database) throws -> [ReceiptPublicKey] {
-        try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY rowid").map { row in
-            ReceiptPublicKey(id: row["id"], rawRepresentation: Array(row["public_key"] as Data), notBeforeMs: row["not_before_ms"],
-                             notAfterMs: row["not_after_ms"])
+    static func publicKeys(_ db: any LedgerDatabase) throws -> [ReceiptPublicKey] {
+        try db.fetchAll("SELECT * FROM signing_keys ORDER BY \(db.dialect.insertionOrder)").map { row in
+            ReceiptPublicKey(id: try row["id"], rawRepresentation: try row["public_key"] as [UInt8], notBeforeMs: try row["not_before_ms"],
+                             notAfterMs: try row["not_after_ms"])
         }
     }
 
     func addPublicKey(_ key: ReceiptPublicKey) throws {
-        try pool.write { db in
-            try db.execute(sql: "INSERT OR IGNORE INTO signing_keys (id, public_key, not_before_ms) VALUES (?, ?, ?)",
-                           arguments: [key.id, Data(key.rawRepresentation), key.notBeforeMs])
+        try backend.write { db in
+            try db.execute("INSERT INTO signing_keys (id, public_key, not_before_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", [key.id, key.rawRepresentation, key.notBeforeMs])
         }
     }
 
     /// Removes every transaction, credit movement, revocation, payment intent and
     /// idempotency key, and sets every balance to 0; accounts and keys stay. For tests.
     public func clearTransactions() throws {
-        try pool.write { db in
-            try db.execute(sql: """
+        try backend.write { db in
+            try db.execute("""
                 DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations;
                 DELETE FROM idempotency_keys; DELETE FROM payment_intents; UPDATE accounts SET credit_balance = 0;
                 """)
@@ -651,9 +635,8 @@ public final class Ledger: Sendable {
     /// Removes idempotency keys older than `cutoffMs`; returns how many.
     @discardableResult
     public func pruneIdempotencyKeys(olderThanMs cutoffMs: Int64) throws -> Int {
-        try pool.write { db in
-            try db.execute(sql: "DELETE FROM idempotency_keys WHERE created_ms < ?", arguments: [cutoffMs])
-            return db.changesCount
+        try backend.write { db in
+            try db.execute("DELETE FROM idempotency_keys WHERE created_ms < ?", [cutoffMs])
         }
     }
 }

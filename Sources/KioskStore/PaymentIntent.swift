@@ -106,27 +106,27 @@ public struct PaymentIntent: Hashable, Sendable {
         self.attemptMs = purchaseMs
     }
 
-    init(row: Row) {
-        kind = Kind(rawValue: row["kind"]) ?? .purchase
-        paymentID = row["payment_id"]
-        transactionID = row["transaction_id"]
-        accountID = row["account_id"]
-        productID = row["product_id"]
-        productType = ReceiptV1.ProductType(rawValue: row["product_type"])
-        creditsPerUnit = UInt64(clamping: row["credits_per_unit"] as Int64)
-        subscriptionPeriod = row["subscription_period"]
-        quantity = UInt32(clamping: row["quantity"] as Int64)
-        unitPrice = row["unit_price"]
-        currency = row["currency"]
-        paymentMethod = row["payment_method"]
-        purchaseMs = row["purchase_ms"]
-        idempotencyKey = row["idempotency_key"]
-        requestHash = Array(row["request_hash"] as Data)
-        state = State(rawValue: row["state"]) ?? .pending
-        outcome = row["outcome"]
-        owner = row["owner"]
-        createdMs = row["created_ms"]
-        attemptMs = row["updated_ms"]
+    init(row: LedgerRow) throws {
+        kind = Kind(rawValue: try row["kind"]) ?? .purchase
+        paymentID = try row["payment_id"]
+        transactionID = try row["transaction_id"]
+        accountID = try row["account_id"]
+        productID = try row["product_id"]
+        productType = ReceiptV1.ProductType(rawValue: try row["product_type"])
+        creditsPerUnit = UInt64(clamping: try row["credits_per_unit"] as Int64)
+        subscriptionPeriod = try row["subscription_period"]
+        quantity = UInt32(clamping: try row["quantity"] as Int64)
+        unitPrice = try row["unit_price"]
+        currency = try row["currency"]
+        paymentMethod = try row["payment_method"]
+        purchaseMs = try row["purchase_ms"]
+        idempotencyKey = try row["idempotency_key"]
+        requestHash = try row["request_hash"] as [UInt8]
+        state = State(rawValue: try row["state"]) ?? .pending
+        outcome = try row["outcome"]
+        owner = try row["owner"]
+        createdMs = try row["created_ms"]
+        attemptMs = try row["updated_ms"]
     }
 }
 
@@ -192,38 +192,36 @@ extension Ledger {
         }
     }
 
-    static func intent(_ db: Database, id: String) throws -> PaymentIntent? {
-        try Row.fetchOne(db, sql: "SELECT * FROM payment_intents WHERE id = ?", arguments: [id]).map(PaymentIntent.init)
+    static func intent(_ db: any LedgerDatabase, id: String) throws -> PaymentIntent? {
+        try db.fetchOne("SELECT * FROM payment_intents WHERE id = ?", [id]).map(PaymentIntent.init)
     }
 
     /// Writes a new pending intent.
     /// - Throws: ``StoreError`` ABORTED (10) when the account already has a payment of this owned-once product in flight.
-    static func insert(_ intent: PaymentIntent, nowMs: Int64, _ db: Database) throws {
+    static func insert(_ intent: PaymentIntent, nowMs: Int64, _ db: any LedgerDatabase) throws {
         do {
             try db.execute(
-                sql: """
+                """
                     INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
                       credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
                       idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?)
-                    """,
-                arguments: [
+                    """, [
                     intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID, intent.productID,
                     intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod, Int64(intent.quantity),
                     intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
-                    Data(intent.requestHash), intent.exclusive, intent.owner, intent.createdMs, nowMs,
+                    intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs,
                 ])
-        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
         }
     }
 
     /// Takes over a pending or closed intent for another attempt (a client's retry): pending again, owned by `owner`.
-    static func reopen(_ intent: PaymentIntent, owner: String, nowMs: Int64, _ db: Database) throws -> PaymentIntent {
+    static func reopen(_ intent: PaymentIntent, owner: String, nowMs: Int64, _ db: any LedgerDatabase) throws -> PaymentIntent {
         do {
-            try db.execute(sql: "UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?",
-                           arguments: [owner, nowMs, intent.id])
-        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+            try db.execute("UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?", [owner, nowMs, intent.id])
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
         }
         var reopened = intent
@@ -234,72 +232,65 @@ extension Ledger {
     }
 
     /// Marks an intent completed or closed, with why.
-    static func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: Database) throws {
-        try db.execute(sql: "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?",
-                       arguments: [state.rawValue, outcome, nowMs, intentID])
+    static func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: any LedgerDatabase) throws {
+        try db.execute("UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?", [state.rawValue, outcome, nowMs, intentID])
     }
 
     /// Settles an intent only if it is still pending under the same owner (another attempt did not take it over).
     /// Returns true when it did.
-    static func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: Database) throws -> Bool {
+    static func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: any LedgerDatabase) throws -> Bool {
         try db.execute(
-            sql: "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ? AND updated_ms = ?",
-            arguments: [state.rawValue, outcome, nowMs, intent.id, intent.owner, intent.attemptMs])
-        return db.changesCount > 0
+            "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ? AND updated_ms = ?",
+            [state.rawValue, outcome, nowMs, intent.id, intent.owner, intent.attemptMs]) > 0
     }
 
     /// Intents reconciliation closed as not charged before `beforeMs`, not looked at again yet (the second look).
     func closedUncharged(before beforeMs: Int64) throws -> [PaymentIntent] {
-        try pool.read { db in
-            try Row.fetchAll(
-                db, sql: "SELECT * FROM payment_intents WHERE state = 'closed' AND outcome = 'reconciled:not_charged' AND updated_ms < ? LIMIT 500",
-                arguments: [beforeMs]
+        try backend.read { db in
+            try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome = 'reconciled:not_charged' AND updated_ms < ? LIMIT 500", [beforeMs]
             ).map(PaymentIntent.init)
         }
     }
 
     /// Intents charged for something the account already owned, whose refund the processor has not confirmed yet.
     func refundsDue() throws -> [PaymentIntent] {
-        try pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM payment_intents WHERE state = 'closed' AND outcome LIKE 'refund_due:%' LIMIT 500")
+        try backend.read { db in
+            try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome LIKE 'refund_due:%' LIMIT 500")
                 .map(PaymentIntent.init)
         }
     }
 
     /// A page of pending intents, oldest first, after `cursor` (created, id).
     public func openIntents(after cursor: (Int64, String)? = nil, limit: Int = 500) throws -> [PaymentIntent] {
-        try pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
+        try backend.read { db in
+            try db.fetchAll("""
                     SELECT * FROM payment_intents WHERE state = 'pending' AND (created_ms > ? OR (created_ms = ? AND id > ?))
                     ORDER BY created_ms, id LIMIT ?
-                    """,
-                arguments: [cursor?.0 ?? Int64.min, cursor?.0 ?? Int64.min, cursor?.1 ?? "", limit]
+                    """, [cursor?.0 ?? Int64.min, cursor?.0 ?? Int64.min, cursor?.1 ?? "", limit]
             ).map(PaymentIntent.init)
         }
     }
 
     /// The intent with `id` (`kind:paymentID`).
     public func intent(id: String) throws -> PaymentIntent? {
-        try pool.read { db in try Self.intent(db, id: id) }
+        try backend.read { db in try Self.intent(db, id: id) }
     }
 
     /// Intents settled by reconciliation: found charged (and recorded), found not charged (and closed).
     public func reconciledCounts() throws -> (charged: Int, closed: Int) {
-        try pool.read { db in
-            let charged = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:charged:%' OR outcome LIKE 'second-look:charged:%'") ?? 0
-            let closed = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:not_charged%'") ?? 0
+        try backend.read { db in
+            let charged = try db.value(Int.self, "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:charged:%' OR outcome LIKE 'second-look:charged:%'") ?? 0
+            let closed = try db.value(Int.self, "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:not_charged%'") ?? 0
             return (charged, closed)
         }
     }
 
     /// Counts of intents by state, for checks and the crash test.
     public func intentCounts() throws -> [PaymentIntent.State: Int] {
-        try pool.read { db in
+        try backend.read { db in
             var counts: [PaymentIntent.State: Int] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM payment_intents GROUP BY state") {
-                if let state = PaymentIntent.State(rawValue: row["state"]) { counts[state] = row["n"] }
+            for row in try db.fetchAll("SELECT state, COUNT(*) AS n FROM payment_intents GROUP BY state") {
+                if let state = PaymentIntent.State(rawValue: try row["state"]) { counts[state] = try row["n"] }
             }
             return counts
         }

@@ -1,4 +1,3 @@
-import GRDB
 import KioskRPC
 import NIOConcurrencyHelpers
 
@@ -136,8 +135,8 @@ final class RevocationFeed: Sendable {
     private func look() async {
         var changed = false
         do {
-            // One read of the ledger for the cheap parts, on GRDB's reader (never blocking a Swift concurrency thread).
-            let (latest, fingerprint, revoked) = try await ledger.pool.read { db in
+            // One read of the ledger for the cheap parts, off the Swift concurrency threads (GRDB's reader).
+            let (latest, fingerprint, revoked) = try await ledger.backend.read { db in
                 (try Ledger.latestRevocationCursor(db),
                  try Ledger.publicKeys(db).map { "\($0.id)/\($0.notAfterMs)" },
                  try Ledger.revokedServiceCredentialIDs(db))
@@ -188,7 +187,7 @@ final class RevocationFeed: Sendable {
 
 extension Ledger {
     /// The highest revocation cursor (0 when there is none).
-    static func latestRevocationCursor(_ db: Database) throws -> UInt64 {
-        UInt64(clamping: try Int64.fetchOne(db, sql: "SELECT MAX(cursor) FROM revocations") ?? 0)
+    static func latestRevocationCursor(_ db: any LedgerDatabase) throws -> UInt64 {
+        UInt64(clamping: try db.value(Int64.self, "SELECT MAX(cursor) FROM revocations") ?? 0)
     }
 }

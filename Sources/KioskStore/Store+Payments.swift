@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import KioskAPI
 import KioskRPC
 import KioskWire
@@ -254,7 +253,7 @@ extension Store {
     }
 
     /// A PURCHASED record of an intent, with its signed receipt, expiry and credits; read and written in one write.
-    private func purchasedRecord(_ intent: PaymentIntent, _ db: Database, signer: ReceiptSigningKey) throws -> TransactionRecord {
+    private func purchasedRecord(_ intent: PaymentIntent, _ db: any LedgerDatabase, signer: ReceiptSigningKey) throws -> TransactionRecord {
         var record = TransactionRecord(intent, id: intent.transactionID, state: .purchased, purchaseMs: intent.purchaseMs,
                                        environment: configuration.environment)
         if let period = SubscriptionPeriod(iso8601: intent.subscriptionPeriod) {

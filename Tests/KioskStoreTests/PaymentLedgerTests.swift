@@ -54,7 +54,7 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             let modes = try store.ledger.synchronousModes()
             #expect(modes.writer == 2, "the writer must fsync the WAL at every commit (2 = FULL), got \(modes.writer)")
             #expect(modes.reader == 2, "readers: 2 = FULL, got \(modes.reader)")
-            let journal = try store.ledger.pool.read { db in try String.fetchOne(db, sql: "PRAGMA journal_mode") }
+            let journal = try #require(store.ledger.pool).read { db in try String.fetchOne(db, sql: "PRAGMA journal_mode") }
             #expect(journal == "wal")
         }
     }
@@ -389,7 +389,7 @@ private final class HeldChargeProcessor: PaymentProcessor {
     static func seed(_ store: Store, account: String, count: Int) async throws -> [String] {
         let product = try #require(testCatalog.product("credits.5"))
         let ids = (0..<count).map { String(format: "tx_seed_%06d", $0) }
-        try await store.ledger.pool.write { db in
+        try await store.ledger.write { db in
             for (index, id) in ids.enumerated() {
                 var record = TransactionRecord(
                     id: id, originalID: id, accountID: account, product: product, quantity: 1, state: .purchased, purchaseMs: 1_800_000_000_000 + Int64(index),
@@ -453,7 +453,7 @@ private final class HeldChargeProcessor: PaymentProcessor {
 
     @Test func pageQueriesReadAnIndexNotTheAccountsHistory() async throws {
         try await withStore { store, _ in
-            let plans = try await store.ledger.pool.read { db -> [String] in
+            let plans = try await #require(store.ledger.pool).read { db -> [String] in
                 ["state = 1 AND finished = 0", "state = 1 AND revoked_ms = 0 AND product_type != 1", "1 = 1"].map { filter in
                     let rows = (try? Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT rowid, * FROM transactions WHERE account_id = 'a' AND \(filter) AND rowid > 0 ORDER BY rowid LIMIT 10")) ?? []
                     return rows.map { $0["detail"] as String }.joined(separator: "; ")

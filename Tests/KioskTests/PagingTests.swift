@@ -14,7 +14,7 @@ import Testing
             let account = try session.makeAccount()
             let product = try #require(session.catalog.product("credits.5"))
             let count = 20_000
-            try await session.store.ledger.pool.write { db in
+            try await session.store.ledger.write { db in
                 for index in 0..<count {
                     let id = String(format: "tx_sdk_%06d", index)
                     var record = TransactionRecord(

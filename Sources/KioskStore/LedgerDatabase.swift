@@ -1,0 +1,218 @@
+import Foundation
+
+/// A value bound to a ledger statement or read from one of its rows: the
+/// four kinds every backend stores (booleans are integers 0 and 1, as SQLite
+/// keeps them; PostgreSQL's columns are `BIGINT`, `TEXT` and `BYTEA`).
+public enum LedgerValue: Sendable, Hashable {
+    case null
+    case integer(Int64)
+    case text(String)
+    case bytes([UInt8])
+}
+
+/// A Swift value that can be bound to a ledger statement's `?`.
+public protocol LedgerArgument: Sendable {
+    /// The value as stored.
+    var ledgerValue: LedgerValue { get }
+}
+
+/// A Swift value a ledger row's column can be read as.
+public protocol LedgerColumn {
+    /// Reads `value`, found in `column`.
+    /// - Throws: ``LedgerError`` when the stored kind is not this type's.
+    init(ledgerValue value: LedgerValue, column: String) throws
+}
+
+extension Int64: LedgerArgument, LedgerColumn {
+    public var ledgerValue: LedgerValue { .integer(self) }
+    public init(ledgerValue value: LedgerValue, column: String) throws {
+        guard case .integer(let integer) = value else { throw LedgerError.mismatch(column, value, "an integer") }
+        self = integer
+    }
+}
+
+extension Int: LedgerArgument, LedgerColumn {
+    public var ledgerValue: LedgerValue { .integer(Int64(self)) }
+    public init(ledgerValue value: LedgerValue, column: String) throws {
+        self = Int(try Int64(ledgerValue: value, column: column))
+    }
+}
+
+extension UInt32: LedgerArgument {
+    public var ledgerValue: LedgerValue { .integer(Int64(self)) }
+}
+
+extension Int32: LedgerArgument, LedgerColumn {
+    public var ledgerValue: LedgerValue { .integer(Int64(self)) }
+    public init(ledgerValue value: LedgerValue, column: String) throws {
+        let integer = try Int64(ledgerValue: value, column: column)
+        guard let narrow = Int32(exactly: integer) else { throw LedgerError(.schema, "ledger column \(column) holds \(integer), out of a 32-bit range") }
+        self = narrow
+    }
+}
+
+extension Bool: LedgerArgument, LedgerColumn {
+    public var ledgerValue: LedgerValue { .integer(self ? 1 : 0) }
+    public init(ledgerValue value: LedgerValue, column: String) throws {
+        self = try Int64(ledgerValue: value, column: column) != 0
+    }
+}
+
+extension String: LedgerArgument, LedgerColumn {
+    public var ledgerValue: LedgerValue { .text(self) }
+    public init(ledgerValue value: LedgerValue, column: String) throws {
+        guard case .text(let text) = value else { throw LedgerError.mismatch(column, value, "text") }
+        self = text
+    }
+}
+
+extension Array: LedgerArgument where Element == UInt8 {
+    public var ledgerValue: LedgerValue { .bytes(self) }
+}
+
+extension Array: LedgerColumn where Element == UInt8 {
+    public init(ledgerValue value: LedgerValue, column: String) throws {
+        guard case .bytes(let bytes) = value else { throw LedgerError.mismatch(column, value, "bytes") }
+        self = bytes
+    }
+}
+
+extension Optional: LedgerArgument where Wrapped: LedgerArgument {
+    public var ledgerValue: LedgerValue { map(\.ledgerValue) ?? .null }
+}
+
+extension Optional: LedgerColumn where Wrapped: LedgerColumn {
+    public init(ledgerValue value: LedgerValue, column: String) throws {
+        self = value == .null ? nil : try Wrapped(ledgerValue: value, column: column)
+    }
+}
+
+/// One row a ledger statement read: its values by column name.
+public struct LedgerRow: Sendable {
+    /// The names of a result's columns and where each is, shared by its rows.
+    public final class Columns: Sendable {
+        let names: [String]
+        let index: [String: Int]
+
+        public init(_ names: [String]) {
+            self.names = names
+            // With a name twice (`SELECT rowid AS x, *`), the first one read wins, as in SQLite and GRDB.
+            index = Dictionary(names.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
+        }
+    }
+
+    let columns: Columns
+    let values: [LedgerValue]
+
+    public init(columns: Columns, values: [LedgerValue]) {
+        self.columns = columns
+        self.values = values
+    }
+
+    /// The value in `column`, read as the type the caller needs.
+    /// - Throws: ``LedgerError`` when there is no such column or it holds another kind of value.
+    public subscript<T: LedgerColumn>(_ column: String) -> T {
+        get throws {
+            guard let position = columns.index[column] else {
+                throw LedgerError(.schema, "the ledger row has no column \(column) (it has \(columns.names.joined(separator: ", ")))")
+            }
+            return try T(ledgerValue: values[position], column: column)
+        }
+    }
+
+    /// The first column's value.
+    func first<T: LedgerColumn>(_ type: T.Type) throws -> T {
+        guard let value = values.first else { throw LedgerError(.schema, "the ledger row has no columns") }
+        return try T(ledgerValue: value, column: columns.names.first ?? "?")
+    }
+}
+
+/// Why the ledger refused a statement, in terms both backends share.
+public struct LedgerError: Error, CustomStringConvertible, Sendable {
+    public enum Kind: Sendable {
+        /// A UNIQUE or PRIMARY KEY constraint: the row exists already.
+        case uniqueViolation
+        /// A CHECK constraint (a balance below 0, a state not allowed).
+        case checkViolation
+        /// The database could not serialise the transaction with a concurrent one; retrying it may succeed.
+        case serializationFailure
+        /// The schema is not what this version expects.
+        case schema
+        /// The database is unreachable or failed.
+        case unavailable
+    }
+
+    public var kind: Kind
+    public var message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    static func mismatch(_ column: String, _ value: LedgerValue, _ expected: String) -> LedgerError {
+        LedgerError(.schema, "ledger column \(column) holds \(value.kindName), not \(expected)")
+    }
+
+    public var description: String { "ledger: \(message)" }
+}
+
+extension LedgerValue {
+    var kindName: String {
+        switch self {
+        case .null: "NULL"
+        case .integer: "an integer"
+        case .text: "text"
+        case .bytes: "bytes"
+        }
+    }
+}
+
+/// The SQL that differs between the ledger's backends.
+public struct LedgerDialect: Sendable, Hashable {
+    /// The backend's name, for messages and figures.
+    public var name: String
+    /// The column that orders a table's rows as they were inserted: SQLite's `rowid`, PostgreSQL's `seq`.
+    public var insertionOrder: String
+
+    public static let sqlite = LedgerDialect(name: "sqlite", insertionOrder: "rowid")
+    public static let postgres = LedgerDialect(name: "postgres", insertionOrder: "seq")
+}
+
+/// The statements of one ledger transaction, on whichever backend holds the
+/// ledger. SQL is written once, in the subset both SQLite (3.35+) and
+/// PostgreSQL speak: `?` placeholders, `INSERT … ON CONFLICT`, `RETURNING`,
+/// `CAST(… AS BIGINT)` around sums; ``LedgerDialect`` names what differs.
+public protocol LedgerDatabase {
+    /// Which SQL dialect this is.
+    var dialect: LedgerDialect { get }
+    /// Runs one statement; returns how many rows it changed.
+    @discardableResult
+    func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int
+    /// Runs one statement and returns every row it read.
+    func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow]
+}
+
+extension LedgerDatabase {
+    @discardableResult
+    func execute(_ sql: String) throws -> Int { try execute(sql, []) }
+
+    /// Every row a statement without arguments read.
+    func fetchAll(_ sql: String) throws -> [LedgerRow] { try fetchAll(sql, []) }
+
+    /// The first row a statement read, if any.
+    func fetchOne(_ sql: String, _ arguments: [any LedgerArgument] = []) throws -> LedgerRow? {
+        try fetchAll(sql, arguments).first
+    }
+
+    /// The first column of the first row a statement read; nil when it read none or that value is NULL.
+    func value<T: LedgerColumn>(_ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []) throws -> T? {
+        guard let row = try fetchOne(sql, arguments) else { return nil }
+        return try row.first(T?.self)
+    }
+
+    /// The first column of every row a statement read (NULLs skipped).
+    func values<T: LedgerColumn>(_ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []) throws -> [T] {
+        try fetchAll(sql, arguments).compactMap { try $0.first(T?.self) }
+    }
+}
