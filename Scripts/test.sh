@@ -4,8 +4,10 @@
 # With no arguments it also fuzzes the wire decoders for 30 s first
 # (Scripts/fuzz.sh; longer runs: Scripts/fuzz.sh SECONDS) and kills the store
 # with SIGKILL 20 times under purchase load (Scripts/crash-test.sh; longer
-# runs: Scripts/crash-test.sh KILLS). Arguments go to `swift test` (e.g.
-# --filter WireContractTests) and skip both.
+# runs: Scripts/crash-test.sh KILLS), and after the whole suite runs the
+# store's tests (KioskStoreTests) again on PostgreSQL: a throwaway cluster on
+# 127.0.0.1 (Scripts/postgres.sh; installs Debian's postgresql when missing).
+# Arguments go to `swift test` (e.g. --filter WireContractTests) and skip all three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./Scripts/setup.sh
@@ -18,3 +20,8 @@ fi
 # refused within a second, keepalive, backpressure windows) that a machine
 # busy with every other test at once cannot keep. About 45 s here.
 swift test --skip-build --no-parallel "$@"
+if [ $# -eq 0 ]; then
+  echo "test: the store's tests again, on a PostgreSQL ledger"
+  ./Scripts/postgres.sh install > /dev/null
+  KIOSK_TEST_LEDGER=postgres swift test --skip-build --no-parallel --filter KioskStoreTests
+fi

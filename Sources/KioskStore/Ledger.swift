@@ -205,6 +205,15 @@ public final class Ledger: Sendable {
         backend = sqlite
     }
 
+    /// Opens (migrating if needed) the ledger in a PostgreSQL database.
+    public init(postgres location: PostgresLocation) throws {
+        sqlite = nil
+        backend = try PostgresLedgerBackend(location: location)
+    }
+
+    /// Which backend holds the ledger (`sqlite`, `postgres`).
+    public var backendName: String { backend.dialect.name }
+
     /// The SQLite database, for checks that are SQLite's own (query plans, pragmas). Nil on another backend.
     var pool: DatabasePool? { sqlite?.pool }
 

@@ -140,6 +140,8 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
         case schema
         /// The database is unreachable or failed.
         case unavailable
+        /// The database refused a statement for another reason (its message says which).
+        case refused
     }
 
     public var kind: Kind

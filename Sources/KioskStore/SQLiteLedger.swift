@@ -15,8 +15,10 @@ protocol LedgerBackend: Sendable {
     /// Runs `body` in a read transaction, off the caller's thread.
     func read<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
     /// Runs `body` in a write transaction of its own, committed (durably) before this returns.
+    @discardableResult
     func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T
     /// Runs `body` as one durable write of the next group commit.
+    @discardableResult
     func groupWrite<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
 }
 
@@ -55,10 +57,12 @@ final class SQLiteLedgerBackend: LedgerBackend {
         try await pool.read { db in try body(SQLiteLedgerDatabase(db: db)) }
     }
 
+    @discardableResult
     func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
         try pool.write { db in try body(SQLiteLedgerDatabase(db: db)) }
     }
 
+    @discardableResult
     func groupWrite<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
         try await group.write { db in try body(SQLiteLedgerDatabase(db: db)) }
     }

@@ -28,7 +28,7 @@ public final class Store: Sendable {
     /// (``StoreServer``); opening one bound to another environment fails.
     public init(configuration: StoreConfiguration) throws {
         self.configuration = configuration
-        self.ledger = try Ledger(directory: configuration.dataDirectory)
+        self.ledger = try configuration.database.map { try Ledger(postgres: $0) } ?? Ledger(directory: configuration.dataDirectory)
         if let bound = try ledger.environment(), bound != configuration.environment {
             throw StoreError(.conflict, "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
         }

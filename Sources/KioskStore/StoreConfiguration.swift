@@ -3,8 +3,11 @@ import KioskAPI
 
 /// Configuration of a ``Store``.
 public struct StoreConfiguration: Sendable {
-    /// Directory holding the ledger (`ledger.sqlite`) and the signing keys (`keys/`).
+    /// Directory holding the ledger (`ledger.sqlite`, unless ``database`` names another) and the signing keys (`keys/`).
     public var dataDirectory: String
+    /// A PostgreSQL database to keep the ledger in instead of the data dir's SQLite file
+    /// (`kiosk-store serve --database postgres://…`); nil: the embedded SQLite ledger.
+    public var database: PostgresLocation?
     /// The products sold.
     public var catalog: Catalog
     /// Sandbox or production: written into every receipt.
@@ -66,5 +69,6 @@ public struct StoreConfiguration: Sendable {
         self.reconcileInterval = reconcileInterval
         self.accessTokenLifetime = accessTokenLifetime
         self.clock = clock
+        self.database = nil
     }
 }

@@ -17,22 +17,57 @@ struct KioskStoreCommand: AsyncParsableCommand {
 struct DataDirOptions: ParsableArguments {
     @Option(name: .customLong("data-dir"), help: "Directory of the ledger and signing keys.")
     var dataDir: String
+    @Option(name: .customLong("database"),
+            help: "Keep the ledger in PostgreSQL (postgres://user@host:port/database) instead of the data dir's SQLite file; also KIOSK_STORE_DATABASE.")
+    var database: String?
+    @Option(name: .customLong("database-password-file"),
+            help: "File holding the PostgreSQL user's password; also KIOSK_STORE_DATABASE_PASSWORD (never in the URL on a command line).")
+    var databasePasswordFile: String?
+
+    /// The PostgreSQL database from --database or the environment; nil for the data dir's SQLite ledger.
+    func postgres() throws -> PostgresLocation? {
+        let environment = ProcessInfo.processInfo.environment
+        guard let url = database ?? environment["KIOSK_STORE_DATABASE"], !url.isEmpty else { return nil }
+        var password = environment["KIOSK_STORE_DATABASE_PASSWORD"]
+        if let databasePasswordFile {
+            do {
+                password = try String(contentsOfFile: databasePasswordFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            } catch {
+                throw ValidationError("cannot read the database password from \(databasePasswordFile): \(error.localizedDescription)")
+            }
+        }
+        do {
+            return try PostgresLocation(url: url, password: password)
+        } catch let error as StoreError {
+            throw ValidationError(error.message)
+        }
+    }
+
+    /// The store's configuration on this data dir and ledger.
+    func configuration(catalog: Catalog, environment: ReceiptV1.Environment) throws -> StoreConfiguration {
+        var configuration = StoreConfiguration(dataDirectory: dataDir, catalog: catalog, environment: environment)
+        configuration.database = try postgres()
+        return configuration
+    }
 
     /// Opens the store on the data dir, in the environment it was first served with.
     /// Only `creating` commands (`account create`) may start a new data dir: for
     /// the others a mistyped path is an error, not a fresh ledger and key.
     func openStore(catalog: String? = nil, environment: ReceiptV1.Environment? = nil, creating: Bool = false,
                    payments: PaymentOptions? = nil) throws -> Store {
-        let ledgerFile = (dataDir as NSString).appendingPathComponent(Ledger.fileName)
-        guard creating || FileManager.default.fileExists(atPath: ledgerFile) else {
+        let postgres = try postgres()
+        // The data dir's own file: the SQLite ledger, or on PostgreSQL the signing keys (a mistyped
+        // database name fails to connect; a mistyped data dir must not start a new signing key).
+        let marker = postgres == nil ? Ledger.fileName : "keys"
+        guard creating || FileManager.default.fileExists(atPath: (dataDir as NSString).appendingPathComponent(marker)) else {
             throw ValidationError("no ledger in \(dataDir): give the --data-dir of a store (`serve` or `account create` starts one)")
         }
-        let ledgerEnvironment = try Ledger(directory: dataDir).environment()
+        let ledgerEnvironment = try (postgres.map { try Ledger(postgres: $0) } ?? Ledger(directory: dataDir)).environment()
         let chosen = environment ?? ledgerEnvironment ?? .sandbox
         let loaded = try catalog.map { path -> Catalog in
             do { return try Catalog.load(path: path) } catch { throw ValidationError("bad catalog: \(error)") }
         } ?? Catalog(bundleID: "com.example.kiosk", products: [])
-        var configuration = StoreConfiguration(dataDirectory: dataDir, catalog: loaded, environment: chosen)
+        var configuration = try configuration(catalog: loaded, environment: chosen)
         if let payments { try payments.apply(to: &configuration) }
         return try Store(configuration: configuration)
     }
@@ -107,7 +142,7 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-store: bad catalog: \(error)\n".utf8))
             throw ExitCode(2)
         }
-        var configuration = StoreConfiguration(dataDirectory: data.dataDir, catalog: loadedCatalog, environment: environment)
+        var configuration = try data.configuration(catalog: loadedCatalog, environment: environment)
         try payments.apply(to: &configuration)
         let server: StoreServer
         let tls: ServerTLSIdentity?
@@ -124,6 +159,9 @@ struct Serve: AsyncParsableCommand {
             throw ExitCode(2)
         } catch let error as TransportSecurityError {
             FileHandle.standardError.write(Data("kiosk-store: \(error.message)\n".utf8))
+            throw ExitCode(2)
+        } catch let error as LedgerError {
+            FileHandle.standardError.write(Data("kiosk-store: \(error.description)\n".utf8))
             throw ExitCode(2)
         }
         // Scripts and tests read this line to learn the port.

@@ -120,15 +120,15 @@ import Testing
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // Opening (account create, admin commands) does not bind: the README's order, accounts first, can make a production store.
-        let opened = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .sandbox))
+        let opened = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .sandbox).onTestLedger())
         _ = try opened.createAccount()
         #expect(try opened.ledger.environment() == nil)
         let production = try Store(configuration: StoreConfiguration(
-            dataDirectory: directory, catalog: testCatalog, environment: .production, paymentProcessor: LiveCardProcessor()))
+            dataDirectory: directory, catalog: testCatalog, environment: .production, paymentProcessor: LiveCardProcessor()).onTestLedger())
         try production.prepareToServe()
         #expect(try production.ledger.environment() == .production)
         #expect(throws: StoreError.self) {
-            try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .sandbox))
+            try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .sandbox).onTestLedger())
         }
     }
 
@@ -136,7 +136,7 @@ import Testing
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let error = #expect(throws: StoreError.self) {
-            try StoreServer(store: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .production))
+            try StoreServer(store: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, environment: .production).onTestLedger())
         }
         #expect(error?.code == .failedPrecondition)
         #expect(error?.message.contains("simulated processor is for sandbox only") == true, "\(String(describing: error))")

@@ -103,7 +103,7 @@ import Testing
             "--environment", "production", "--payment-processor", "stripe", "--stripe-key-file", keyFile,
             "--stripe-api-base", "http://127.0.0.1:9"])
         await server.signal(SIGTERM)
-        #expect(try Ledger(directory: directory).environment() == .production)
+        #expect(try testLedger(directory: directory).environment() == .production)
     }
 
     @Test func badCatalogStopsStartUpWithAClearMessage() async throws {
@@ -130,7 +130,7 @@ import Testing
         // `account create` starts one.
         let (created, _, _) = try await StoreProcess.outcome(["account", "create", "--data-dir", missing])
         #expect(created == 0)
-        #expect(FileManager.default.fileExists(atPath: missing + "/ledger.sqlite"))
+        #expect(FileManager.default.fileExists(atPath: missing + (TestLedger.isPostgres ? "/keys" : "/ledger.sqlite")))
     }
 
     /// `tls create-dev` makes a CA and a server pair; `serve --tls-cert/--tls-key` serves it and takes a new

@@ -22,6 +22,13 @@ final class StoreProcess: Sendable {
             .appendingPathComponent("Scripts/examples/catalog.json").path
     }
 
+    /// On the PostgreSQL test ledger, `KIOSK_STORE_DATABASE` naming the database of the command's `--data-dir`.
+    static func ledgerEnvironment(_ arguments: [String]) throws -> [String: String] {
+        guard let flag = arguments.firstIndex(of: "--data-dir"), flag + 1 < arguments.count,
+              let location = try TestLedger.database(for: arguments[flag + 1]) else { return [:] }
+        return ["KIOSK_STORE_DATABASE": location.description]
+    }
+
     /// Runs a `kiosk-store` command to completion and returns its standard output.
     static func run(_ arguments: [String]) async throws -> String {
         let result = try await outcome(arguments)
@@ -34,6 +41,7 @@ final class StoreProcess: Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
+        let environment = try environment.merging(ledgerEnvironment(arguments)) { mine, _ in mine }
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         }
@@ -56,6 +64,10 @@ final class StoreProcess: Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         process.arguments = ["serve", "--data-dir", dataDirectory, "--catalog", Self.exampleCatalog, "--port", "0", "--log-level", "error"] + extraArguments
+        let environment = try Self.ledgerEnvironment(process.arguments ?? [])
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -148,7 +160,7 @@ final class StoreProcess: Sendable {
 
         // Phase 2: restart on the same data dir.
         let second = try await StoreProcess(dataDirectory: directory)
-        let ledger = try Ledger(directory: directory)
+        let ledger = try testLedger(directory: directory)
         let account = try #require(try await ledger.account(tokenHash: Store.hash(token)))
         let recorded = try ledger.transactions(accountID: account.id)
         let recordedIDs = Set(recorded.map(\.id))

@@ -61,7 +61,7 @@ import Testing
             junk.keyID = "junk-key"
             #expect(try await fixture.store.verifyReceipt(junk.serializedBytes()).check.status == .notAuthentic)
             // … then `keys rotate` runs in another process, and a receipt is signed with the new key.
-            let other = try Store(configuration: StoreConfiguration(dataDirectory: fixture.dataDirectory, catalog: testCatalog))
+            let other = try Store(configuration: StoreConfiguration(dataDirectory: fixture.dataDirectory, catalog: testCatalog).onTestLedger())
             _ = try other.rotateKeys()
             let fresh = try #require(try other.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
             // Within the reload's rate limit it is still valid: the call waits for the next reload instead of refusing it.

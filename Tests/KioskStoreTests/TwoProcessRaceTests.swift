@@ -19,7 +19,7 @@ import Testing
         let catalog = try Catalog.load(path: StoreProcess.exampleCatalog)
         // Every charge takes 40 ms in both processes, so each one's check and charge overlap the other's.
         let store = try Store(configuration: StoreConfiguration(
-            dataDirectory: directory, catalog: catalog, paymentProcessor: SimulatedPaymentProcessor(chargeLog: chargeLog, delay: .milliseconds(40))))
+            dataDirectory: directory, catalog: catalog, paymentProcessor: SimulatedPaymentProcessor(chargeLog: chargeLog, delay: .milliseconds(40))).onTestLedger())
         var approvals = 0, purchases = 0, refusedByTheGuard = 0
         for round in 0..<Self.rounds {
             let (id, _) = try store.createAccount()

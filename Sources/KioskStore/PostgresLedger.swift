@@ -1,0 +1,362 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import PostgresNIO
+
+/// Where a PostgreSQL ledger is: `postgres://user@host:port/database`, the password apart
+/// (from a file or the environment, never on a command line other processes can read).
+public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public var user: String
+    public var database: String
+    public var password: String?
+
+    /// Reads `postgres://user@host:port/database` (or `postgresql://`); port 5432 when absent.
+    /// - Throws: ``StoreError`` invalid request naming what is wrong with the URL.
+    public init(url: String, password: String? = nil) throws {
+        guard let components = URLComponents(string: url), let scheme = components.scheme,
+              scheme == "postgres" || scheme == "postgresql" else {
+            throw StoreError.invalid("--database \"\(url.prefix(200))\" is not a postgres://user@host:port/database URL")
+        }
+        guard let host = components.host, !host.isEmpty else { throw StoreError.invalid("--database \(url.prefix(200)): no host") }
+        guard let user = components.user, !user.isEmpty else {
+            throw StoreError.invalid("--database \(url.prefix(200)): no user (postgres://USER@host:port/database)")
+        }
+        let database = String(components.path.drop(while: { $0 == "/" }))
+        guard !database.isEmpty else { throw StoreError.invalid("--database \(url.prefix(200)): no database name after the port") }
+        self.host = host
+        self.port = components.port ?? 5432
+        self.user = user
+        self.database = database
+        self.password = password ?? components.password
+    }
+
+    /// The URL without its password.
+    public var description: String { "postgres://\(user)@\(host):\(port)/\(database)" }
+}
+
+/// The PostgreSQL backend: the same ledger in a PostgreSQL database, shared by
+/// any number of store processes.
+///
+/// Every write is one `SERIALIZABLE` transaction, retried when PostgreSQL
+/// reports a serialization failure or a deadlock: the invariants the SQLite
+/// backend gets from its single writer (an idempotency key answered once,
+/// a product owned once, a balance never below 0) hold here from the
+/// database's constraints and serializability, whatever the number of
+/// processes. Commits wait for the WAL flush (`synchronous_commit` on, as
+/// PostgreSQL ships): an answer the store sends is on disk.
+///
+/// The store's ledger code is synchronous (one body per transaction); a body
+/// runs on one of this backend's threads, holding one connection, and waits
+/// there for each statement's answer, never on an event loop or a Swift
+/// concurrency thread (the async entry points hop to those threads first).
+final class PostgresLedgerBackend: LedgerBackend {
+    var dialect: LedgerDialect { .postgres }
+
+    /// Most retries of a transaction PostgreSQL could not serialize.
+    static let maximumRetries = 20
+
+    let location: PostgresLocation
+    private let group: MultiThreadedEventLoopGroup
+    private let threads: NIOThreadPool
+    private let connections: ConnectionPool
+    private let logger: Logger
+
+    /// Connects (the first connection at once, the others when needed) and migrates the schema.
+    init(location: PostgresLocation, connections size: Int = 8, logger: Logger = Logger(label: "kiosk-store.postgres")) throws {
+        self.location = location
+        self.logger = logger
+        group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        threads = NIOThreadPool(numberOfThreads: size)
+        threads.start()
+        let configuration = PostgresConnection.Configuration(
+            host: location.host, port: location.port, username: location.user, password: location.password,
+            database: location.database, tls: .disable)
+        connections = ConnectionPool(size: size, group: group, configuration: configuration, logger: logger)
+        do {
+            try PostgresMigrations.migrate(self)
+        } catch {
+            shutdown()
+            throw error
+        }
+    }
+
+    deinit { shutdown() }
+
+    private func shutdown() {
+        connections.closeAll()
+        try? threads.syncShutdownGracefully()
+        try? group.syncShutdownGracefully()
+    }
+
+    func read<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
+        try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+    }
+
+    func read<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+        try await threads.runIfActive { try self.read(body) }
+    }
+
+    @discardableResult
+    func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
+        try transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", body)
+    }
+
+    @discardableResult
+    func groupWrite<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+        try await threads.runIfActive { try self.write(body) }
+    }
+
+    /// Runs `body` between `begin` and COMMIT on one connection; again from the start when
+    /// PostgreSQL could not serialize it (40001) or chose it as a deadlock's victim (40P01).
+    func transaction<T>(_ begin: String, _ body: (any LedgerDatabase) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            let connection = try connections.checkOut()
+            let database = PostgresLedgerDatabase(connection: connection, logger: logger)
+            do {
+                try database.run(begin)
+                let value = try body(database)
+                try database.run("COMMIT")
+                connections.checkIn(connection)
+                return value
+            } catch {
+                // A failed statement leaves the transaction aborted: roll it back, or drop the connection.
+                if (try? database.run("ROLLBACK")) != nil {
+                    connections.checkIn(connection)
+                } else {
+                    connections.discard(connection)
+                }
+                if let ledgerError = error as? LedgerError, ledgerError.kind == .serializationFailure, attempt < Self.maximumRetries {
+                    attempt += 1
+                    // Back off a little, more each time, so the transactions that collided do not collide again.
+                    usleep(UInt32.random(in: 0...UInt32(min(attempt, 10) * 2_000)))
+                    continue
+                }
+                throw error
+            }
+        }
+    }
+}
+
+/// A fixed number of connections, opened when first needed; a caller waits for a free one.
+private final class ConnectionPool: Sendable {
+    private struct State {
+        var idle: [PostgresConnection] = []
+        var open = 0
+        var nextID = 0
+        var closed = false
+    }
+
+    private let size: Int
+    private let group: MultiThreadedEventLoopGroup
+    private let configuration: PostgresConnection.Configuration
+    private let logger: Logger
+    private let state = NIOLockedValueBox(State())
+    private let free: DispatchSemaphore
+
+    init(size: Int, group: MultiThreadedEventLoopGroup, configuration: PostgresConnection.Configuration, logger: Logger) {
+        self.size = size
+        self.group = group
+        self.configuration = configuration
+        self.logger = logger
+        free = DispatchSemaphore(value: size)
+    }
+
+    func checkOut() throws -> PostgresConnection {
+        free.wait()
+        enum Next { case use(PostgresConnection), connect(Int), closed }
+        let next = state.withLockedValue { state -> Next in
+            if state.closed { return .closed }
+            while let connection = state.idle.popLast() {
+                if !connection.isClosed { return .use(connection) }
+                state.open -= 1
+            }
+            state.open += 1
+            state.nextID += 1
+            return .connect(state.nextID)
+        }
+        switch next {
+        case .use(let connection):
+            return connection
+        case .closed:
+            free.signal()
+            throw LedgerError(.unavailable, "the ledger's PostgreSQL connections are closed")
+        case .connect(let id):
+            do {
+                return try waitFor(PostgresConnection.connect(on: group.next(), configuration: configuration, id: id, logger: logger))
+            } catch {
+                state.withLockedValue { $0.open -= 1 }
+                free.signal()
+                throw LedgerError(.unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
+            }
+        }
+    }
+
+    func checkIn(_ connection: PostgresConnection) {
+        let close = state.withLockedValue { state -> Bool in
+            if state.closed || connection.isClosed {
+                state.open -= 1
+                return true
+            }
+            state.idle.append(connection)
+            return false
+        }
+        if close { let _: EventLoopFuture<Void> = connection.close() }
+        free.signal()
+    }
+
+    func discard(_ connection: PostgresConnection) {
+        state.withLockedValue { $0.open -= 1 }
+        let _: EventLoopFuture<Void> = connection.close()
+        free.signal()
+    }
+
+    func closeAll() {
+        let idle = state.withLockedValue { state -> [PostgresConnection] in
+            state.closed = true
+            defer { state.idle = [] }
+            return state.idle
+        }
+        for connection in idle { try? waitFor(connection.close()) }
+    }
+}
+
+/// Waits on this thread (never an event loop's) for `future`.
+private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
+    let done = DispatchSemaphore(value: 0)
+    let result = NIOLockedValueBox<Result<T, any Error>?>(nil)
+    future.whenComplete { outcome in
+        result.withLockedValue { $0 = outcome }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLockedValue { $0! }.get()
+}
+
+/// One PostgreSQL connection inside a transaction, as a ``LedgerDatabase``.
+struct PostgresLedgerDatabase: LedgerDatabase {
+    let connection: PostgresConnection
+    let logger: Logger
+
+    var dialect: LedgerDialect { .postgres }
+
+    func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
+        if arguments.isEmpty, sql.contains(";") {
+            // Several statements (the schema, clearing): one at a time, the extended protocol takes one.
+            var changed = 0
+            for statement in Self.statements(sql) { changed += try execute(statement, []) }
+            return changed
+        }
+        return try translatingErrors { try waitFor(connection.query(Self.query(sql, arguments), logger: logger)).metadata.rows ?? 0 }
+    }
+
+    func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
+        let result = try translatingErrors { try waitFor(connection.query(Self.query(sql, arguments), logger: logger)) }
+        var columns: LedgerRow.Columns?
+        return try result.rows.map { row in
+            var values: [LedgerValue] = []
+            values.reserveCapacity(row.count)
+            var names: [String] = []
+            for cell in row {
+                if columns == nil { names.append(cell.columnName) }
+                values.append(try Self.value(cell))
+            }
+            let shared = columns ?? LedgerRow.Columns(names)
+            columns = shared
+            return LedgerRow(columns: shared, values: values)
+        }
+    }
+
+    /// A statement with no rows to read (BEGIN, COMMIT, ROLLBACK).
+    func run(_ sql: String) throws {
+        _ = try translatingErrors { try waitFor(connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)) }
+    }
+
+    /// The statements of a script, split at the semicolons outside quoted literals.
+    static func statements(_ sql: String) -> [String] {
+        var statements: [String] = [], current = ""
+        var quoted = false
+        for character in sql {
+            if character == "'" { quoted.toggle() }
+            if character == ";", !quoted {
+                statements.append(current)
+                current = ""
+            } else {
+                current.append(character)
+            }
+        }
+        statements.append(current)
+        return statements.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+    }
+
+    /// `?` placeholders as PostgreSQL's `$1, $2, …` (outside quoted literals), with the arguments bound.
+    static func query(_ sql: String, _ arguments: [any LedgerArgument]) -> PostgresQuery {
+        var text = ""
+        text.reserveCapacity(sql.utf8.count + 2 * arguments.count)
+        var number = 0
+        var quoted = false
+        for character in sql {
+            if character == "'" { quoted.toggle() }
+            if character == "?", !quoted {
+                number += 1
+                text += "$\(number)"
+            } else {
+                text.append(character)
+            }
+        }
+        var binds = PostgresBindings(capacity: arguments.count)
+        for argument in arguments {
+            switch argument.ledgerValue {
+            case .null: binds.appendNull()
+            case .integer(let integer): binds.append(integer)
+            case .text(let string): binds.append(string)
+            case .bytes(let bytes): binds.append(ByteBuffer(bytes: bytes))
+            }
+        }
+        return PostgresQuery(unsafeSQL: text, binds: binds)
+    }
+
+    static func value(_ cell: PostgresCell) throws -> LedgerValue {
+        guard cell.bytes != nil else { return .null }
+        switch cell.dataType {
+        case .int2, .int4, .int8:
+            return .integer(try cell.decode(Int64.self))
+        case .bool:
+            return .integer(try cell.decode(Bool.self) ? 1 : 0)
+        case .text, .varchar, .name, .bpchar:
+            return .text(try cell.decode(String.self))
+        case .bytea:
+            return .bytes(Array(buffer: try cell.decode(ByteBuffer.self)))
+        default:
+            throw LedgerError(.schema, "ledger column \(cell.columnName) has PostgreSQL type \(cell.dataType), which the ledger does not use")
+        }
+    }
+
+    /// PostgreSQL's SQLSTATEs as the ``LedgerError`` kinds both backends share; a lost connection as unavailable.
+    func translatingErrors<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as PSQLError {
+            switch error.serverInfo?[.sqlState] {
+            case "23505": throw LedgerError(.uniqueViolation, Self.describe(error))
+            case "23514": throw LedgerError(.checkViolation, Self.describe(error))
+            case "40001", "40P01": throw LedgerError(.serializationFailure, Self.describe(error))
+            case nil: throw LedgerError(.unavailable, "PostgreSQL: \(Self.describe(error))")
+            default: throw LedgerError(.refused, "PostgreSQL refused a ledger statement: \(Self.describe(error))")
+            }
+        }
+    }
+
+    /// The server's message when there is one (PSQLError's own description hides it).
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return "\(error)" }
+        if let info = error.serverInfo, let message = info[.message] {
+            return "\(message) (SQLSTATE \(info[.sqlState] ?? "?"))"
+        }
+        return "\(error.code)"
+    }
+}
