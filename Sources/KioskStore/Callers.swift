@@ -103,7 +103,10 @@ extension Ledger {
     /// Marks a credential revoked; false when there is no such credential.
     func revokeServiceCredential(id: String, nowMs: Int64) throws -> Bool {
         try backend.write { db in
-            if try db.execute("UPDATE service_credentials SET revoked_ms = ? WHERE id = ? AND revoked_ms = 0", [nowMs, id]) > 0 { return true }
+            if try db.execute("UPDATE service_credentials SET revoked_ms = ? WHERE id = ? AND revoked_ms = 0", [nowMs, id]) > 0 {
+                try Self.announceChange(db)
+                return true
+            }
             return try db.value(Bool.self, "SELECT 1 FROM service_credentials WHERE id = ?", [id]) ?? false
         }
     }

@@ -54,6 +54,7 @@ extension Ledger {
                 }
             }
             try db.execute("UPDATE signing_keys SET not_after_ms = ? WHERE id = ?", [atMs, id])
+            try Self.announceChange(db)
             key.notAfterMs = atMs
             retired = key
         }

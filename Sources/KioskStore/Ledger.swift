@@ -211,6 +211,20 @@ public final class Ledger: Sendable {
         backend = try PostgresLedgerBackend(location: location)
     }
 
+    /// Calls `body` when another process commits a change the revocation feed follows
+    /// (a revocation, a signing key added or retired, a service credential revoked), at once:
+    /// PostgreSQL's NOTIFY. Nothing on SQLite, whose feed polls the data dir's file.
+    func watchExternalChanges(_ body: @escaping @Sendable () -> Void) {
+        (backend as? PostgresLedgerBackend)?.watchChanges(body)
+    }
+
+    /// Inside a write: wakes every store watching this ledger (``watchExternalChanges(_:)``)
+    /// when the write commits (PostgreSQL delivers a NOTIFY at commit, never for a rollback).
+    static func announceChange(_ db: any LedgerDatabase) throws {
+        guard db.dialect == .postgres else { return }
+        try db.execute("SELECT pg_notify(?, '')", [PostgresLedgerBackend.changeChannel])
+    }
+
     /// Which backend holds the ledger (`sqlite`, `postgres`).
     public var backendName: String { backend.dialect.name }
 
@@ -419,8 +433,22 @@ public final class Ledger: Sendable {
         return (originalID, latest)
     }
 
+    /// Orders this write after every other write about the account's purchases, on PostgreSQL:
+    /// a write of the account's row, so of two concurrent writes about one account the second
+    /// waits for the first and then fails with a serialization failure, and is retried on a
+    /// snapshot that holds the first (PostgreSQL's "first updater wins"). Without it a
+    /// `SERIALIZABLE` write could check ownership on a snapshot older than a purchase it then
+    /// races (unique indexes are checked against the present, the ownership read against the
+    /// snapshot: an approval could pass both while a purchase completed, and charge twice).
+    /// SQLite runs one write at a time: nothing to do there.
+    static func serializeOnAccount(_ accountID: String, _ db: any LedgerDatabase) throws {
+        guard db.dialect == .postgres else { return }
+        try db.execute("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?", [accountID])
+    }
+
     /// Inserts a transaction and, for a purchased consumable, its credits.
     static func insertTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase) throws {
+        try serializeOnAccount(record.accountID, db)
         do {
             try record.insert(db)
         } catch let error as LedgerError where error.kind == .uniqueViolation {
@@ -542,6 +570,7 @@ public final class Ledger: Sendable {
     /// Rewrites a transaction in place (an approval: DEFERRED → PURCHASED), keeping its row and so its place
     /// in the account's pages; a purchased consumable's credits are added.
     static func replaceTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase) throws {
+        try serializeOnAccount(record.accountID, db)
         do {
             try db.execute(
                 """
@@ -566,6 +595,7 @@ public final class Ledger: Sendable {
             throw StoreError(.conflict, "transaction \(transactionID) is not purchased")
         }
         guard current.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
+        try serializeOnAccount(current.accountID, db)
         var shortfall: Int64 = 0
         if current.credits > 0 {
             let owed = Int64(clamping: current.credits)
@@ -584,6 +614,7 @@ public final class Ledger: Sendable {
                 """, [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall]).map(RevocationRecord.init) else {
             throw StoreError(.internalFailure, "revocation of \(transactionID) vanished in its own write")
         }
+        try announceChange(db)
         return revocation
     }
 
@@ -627,6 +658,7 @@ public final class Ledger: Sendable {
     func addPublicKey(_ key: ReceiptPublicKey) throws {
         try backend.write { db in
             try db.execute("INSERT INTO signing_keys (id, public_key, not_before_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", [key.id, key.rawRepresentation, key.notBeforeMs])
+            try Self.announceChange(db)
         }
     }
 

@@ -199,6 +199,7 @@ extension Ledger {
     /// Writes a new pending intent.
     /// - Throws: ``StoreError`` ABORTED (10) when the account already has a payment of this owned-once product in flight.
     static func insert(_ intent: PaymentIntent, nowMs: Int64, _ db: any LedgerDatabase) throws {
+        try serializeOnAccount(intent.accountID, db)
         do {
             try db.execute(
                 """
@@ -219,6 +220,7 @@ extension Ledger {
 
     /// Takes over a pending or closed intent for another attempt (a client's retry): pending again, owned by `owner`.
     static func reopen(_ intent: PaymentIntent, owner: String, nowMs: Int64, _ db: any LedgerDatabase) throws -> PaymentIntent {
+        try serializeOnAccount(intent.accountID, db)
         do {
             try db.execute("UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?", [owner, nowMs, intent.id])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
@@ -233,13 +235,17 @@ extension Ledger {
 
     /// Marks an intent completed or closed, with why.
     static func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: any LedgerDatabase) throws {
+        if db.dialect == .postgres, let account = try db.value(String.self, "SELECT account_id FROM payment_intents WHERE id = ?", [intentID]) {
+            try serializeOnAccount(account, db)
+        }
         try db.execute("UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?", [state.rawValue, outcome, nowMs, intentID])
     }
 
     /// Settles an intent only if it is still pending under the same owner (another attempt did not take it over).
     /// Returns true when it did.
     static func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: any LedgerDatabase) throws -> Bool {
-        try db.execute(
+        try serializeOnAccount(intent.accountID, db)
+        return try db.execute(
             "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ? AND updated_ms = ?",
             [state.rawValue, outcome, nowMs, intent.id, intent.owner, intent.attemptMs]) > 0
     }

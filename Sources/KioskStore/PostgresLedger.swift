@@ -59,11 +59,17 @@ final class PostgresLedgerBackend: LedgerBackend {
     /// Most retries of a transaction PostgreSQL could not serialize.
     static let maximumRetries = 20
 
+    /// The channel a write that the revocation feed follows notifies (revocations, keys, credentials).
+    static let changeChannel = "kiosk_ledger_changed"
+
     let location: PostgresLocation
     private let group: MultiThreadedEventLoopGroup
     private let threads: NIOThreadPool
     private let connections: ConnectionPool
+    private let configuration: PostgresConnection.Configuration
     private let logger: Logger
+    /// The LISTEN connection and its task, when something watches for changes.
+    private let watcher = NIOLockedValueBox<(task: Task<Void, Never>?, connection: PostgresConnection?, stopped: Bool)>((nil, nil, false))
 
     /// Connects (the first connection at once, the others when needed) and migrates the schema.
     init(location: PostgresLocation, connections size: Int = 8, logger: Logger = Logger(label: "kiosk-store.postgres")) throws {
@@ -72,7 +78,7 @@ final class PostgresLedgerBackend: LedgerBackend {
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         threads = NIOThreadPool(numberOfThreads: size)
         threads.start()
-        let configuration = PostgresConnection.Configuration(
+        configuration = PostgresConnection.Configuration(
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
         connections = ConnectionPool(size: size, group: group, configuration: configuration, logger: logger)
@@ -84,12 +90,68 @@ final class PostgresLedgerBackend: LedgerBackend {
         }
     }
 
-    deinit { shutdown() }
+    deinit { shutdown(waiting: false) }
 
-    private func shutdown() {
-        connections.closeAll()
-        try? threads.syncShutdownGracefully()
-        try? group.syncShutdownGracefully()
+    /// Stops watching, closes the connections and stops the threads. `waiting`: only where
+    /// blocking is safe (the initialiser); the last reference may go on an event loop thread,
+    /// even one of this backend's own, so deinit never waits.
+    private func shutdown(waiting: Bool = true) {
+        let (task, listener) = watcher.withLockedValue { watcher in
+            watcher.stopped = true
+            return (watcher.task, watcher.connection)
+        }
+        task?.cancel()
+        // Each connection is closed (PostgreSQL's Terminate) before the threads stop; the closures
+        // keep the connections alive until their close completes.
+        let open = connections.closeAll() + (listener.map { [$0] } ?? [])
+        let closed = EventLoopFuture.andAllComplete(open.map { $0.close() as EventLoopFuture<Void> }, on: group.next())
+        if waiting {
+            try? waitFor(closed)
+            try? threads.syncShutdownGracefully()
+            try? group.syncShutdownGracefully()
+        } else {
+            let (threads, group) = (threads, group)
+            closed.whenComplete { _ in
+                withExtendedLifetime(open) {}
+                threads.shutdownGracefully { _ in }
+                group.shutdownGracefully { _ in }
+            }
+        }
+    }
+
+    /// Calls `body` each time any process commits a write that notifies ``changeChannel``
+    /// (PostgreSQL's LISTEN on a connection of its own), and once each time that connection
+    /// is (re)established, for what changed while nobody listened. A lost connection is
+    /// opened again after a second; meanwhile the caller's own polling covers.
+    func watchChanges(_ body: @escaping @Sendable () -> Void) {
+        let (group, configuration, logger, watcher) = (group, configuration, logger, watcher)
+        let task = Task.detached {
+            while !Task.isCancelled {
+                do {
+                    let connection = try await PostgresConnection.connect(on: group.next(), configuration: configuration, id: 0, logger: logger).get()
+                    let stopped = watcher.withLockedValue { watcher -> Bool in
+                        if !watcher.stopped { watcher.connection = connection }
+                        return watcher.stopped
+                    }
+                    if stopped {
+                        try? await connection.close()
+                        return
+                    }
+                    connection.addListener(channel: Self.changeChannel) { _, _ in body() }
+                    body()
+                    try await connection.closeFuture.get()
+                } catch {
+                    logger.debug("ledger change watch: \(PostgresLedgerDatabase.describe(error))")
+                }
+                // Not a synchronisation: the pause before connecting again to a database that went away.
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        let stopped = watcher.withLockedValue { watcher -> Bool in
+            if !watcher.stopped { watcher.task = task }
+            return watcher.stopped
+        }
+        if stopped { task.cancel() }
     }
 
     func read<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
@@ -215,13 +277,13 @@ private final class ConnectionPool: Sendable {
         free.signal()
     }
 
-    func closeAll() {
-        let idle = state.withLockedValue { state -> [PostgresConnection] in
+    /// Marks the pool closed and hands back its idle connections, for the caller to close.
+    func closeAll() -> [PostgresConnection] {
+        state.withLockedValue { state -> [PostgresConnection] in
             state.closed = true
             defer { state.idle = [] }
             return state.idle
         }
-        for connection in idle { try? waitFor(connection.close()) }
     }
 }
 

@@ -5,9 +5,10 @@ import NIOConcurrencyHelpers
 /// process, however many streams are open.
 ///
 /// One task looks for new revocations and key changes: at once when this
-/// process wrote one (``noteWritten()``), otherwise every poll interval (for
-/// refunds and key changes made by another process on the same data dir, such
-/// as `kiosk-store refund`). It keeps the most recent revocations in memory
+/// process wrote one (``noteWritten()``) or, on PostgreSQL, when another
+/// process committed one (its NOTIFY, ``Ledger/watchExternalChanges(_:)``),
+/// otherwise every poll interval (for refunds and key changes made by another
+/// process on the same data dir, such as `kiosk-store refund`). It keeps the most recent revocations in memory
 /// and wakes the streams, which read from that memory; only a stream resuming
 /// from a cursor older than the memory holds reads the ledger, a page at a time.
 final class RevocationFeed: Sendable {
@@ -51,8 +52,8 @@ final class RevocationFeed: Sendable {
 
     /// Starts the poller if it is not running (idempotent; a no-op once stopped).
     func start() {
-        state.withLockedValue { state in
-            guard state.poller == nil, !state.stopped else { return }
+        let started = state.withLockedValue { state -> Bool in
+            guard state.poller == nil, !state.stopped else { return false }
             // Weak: a feed nobody holds any more stops its poller.
             state.poller = Task { [weak self] in
                 while !Task.isCancelled {
@@ -60,7 +61,10 @@ final class RevocationFeed: Sendable {
                     do { try await next.signal.wait(after: next.generation, timeout: next.interval) } catch { return }
                 }
             }
+            return true
         }
+        // Other processes' revocations and key changes wake the poller as this process's own do.
+        if started { ledger.watchExternalChanges { [weak self] in self?.noteWritten() } }
     }
 
     private func lookOnce() async -> (signal: RevocationSignal, generation: UInt64, interval: Duration) {

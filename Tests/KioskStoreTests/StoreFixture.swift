@@ -158,9 +158,10 @@ struct StoreFixture {
                                                       options: CallOptions(timeout: .seconds(20), metadata: metadata))
     }
 
-    func buy(_ product: String, quantity: UInt32 = 1, method: String = goodCard, token: String, key: String? = UUID().uuidString) async throws -> StoreV1.PurchaseResponse {
+    func buy(_ product: String, quantity: UInt32 = 1, method: String = goodCard, token: String, key: String? = UUID().uuidString,
+             on client: RPCClient? = nil) async throws -> StoreV1.PurchaseResponse {
         try await call("Purchase", StoreV1.PurchaseRequest(productID: product, quantity: quantity, paymentMethod: method),
-                       as: StoreV1.PurchaseResponse.self, token: token, key: key)
+                       as: StoreV1.PurchaseResponse.self, token: token, key: key, on: client)
     }
 
     func balance(_ token: String) async throws -> UInt64 {
