@@ -233,9 +233,11 @@ public final class Ledger: Sendable {
 
     /// Runs `body` as one write of the next group commit (see ``GroupCommit``):
     /// atomic on its own (a savepoint), serial with every other write, and on
-    /// disk (fsynced) when this returns.
-    func write<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
-        try await backend.groupWrite(body)
+    /// disk (fsynced) when this returns. On PostgreSQL, writes naming the same
+    /// `account` run one after the other (a lock on it; see ``PostgresLedgerBackend``);
+    /// every write about an account's purchases names it.
+    func write<T: Sendable>(account: String? = nil, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+        try await backend.groupWrite(serializingOn: account, body)
     }
 
     /// Group commits made by this process (each one fsync of the WAL) and the writes they carried (0, 0 off SQLite).
@@ -397,6 +399,11 @@ public final class Ledger: Sendable {
     }
 
     // MARK: Transactions
+
+    /// The account a transaction belongs to (nil: no such transaction).
+    func accountOf(transactionID: String) async throws -> String? {
+        try await backend.read { db in try db.value(String.self, "SELECT account_id FROM transactions WHERE id = ?", [transactionID]) }
+    }
 
     /// The transaction with `id`.
     public func transaction(id: String) throws -> TransactionRecord? {

@@ -168,26 +168,39 @@ final class PostgresLedgerBackend: LedgerBackend {
     }
 
     @discardableResult
-    func groupWrite<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
-        try await threads.runIfActive { try self.write(body) }
+    func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+        try await threads.runIfActive { try self.transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", serializingOn: key, body) }
     }
 
     /// Runs `body` between `begin` and COMMIT on one connection; again from the start when
     /// PostgreSQL could not serialize it (40001) or chose it as a deadlock's victim (40P01).
-    func transaction<T>(_ begin: String, _ body: (any LedgerDatabase) throws -> T) throws -> T {
+    ///
+    /// With a `key` (an account id), the connection first takes a session advisory lock on it
+    /// and keeps it until after COMMIT: writes about one account then run one after the
+    /// other, each on a snapshot taken after the one before committed (as SQLite's single
+    /// writer does), instead of colliding and retrying; writes about other accounts run on.
+    func transaction<T>(_ begin: String, serializingOn key: String? = nil, _ body: (any LedgerDatabase) throws -> T) throws -> T {
         var attempt = 0
         while true {
             let connection = try connections.checkOut()
             let database = PostgresLedgerDatabase(connection: connection, logger: logger)
+            var locked = false
             do {
+                if let key {
+                    try database.execute("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
+                    locked = true
+                }
                 try database.run(begin)
                 let value = try body(database)
                 try database.run("COMMIT")
+                if let key { try database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key]) }
                 connections.checkIn(connection)
                 return value
             } catch {
-                // A failed statement leaves the transaction aborted: roll it back, or drop the connection.
-                if (try? database.run("ROLLBACK")) != nil {
+                // A failed statement leaves the transaction aborted: roll it back (and let go of the lock),
+                // or drop the connection (PostgreSQL then releases its locks).
+                if (try? database.run("ROLLBACK")) != nil,
+                   !locked || (try? database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key ?? ""])) != nil {
                     connections.checkIn(connection)
                 } else {
                     connections.discard(connection)

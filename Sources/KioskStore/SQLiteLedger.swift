@@ -17,9 +17,10 @@ protocol LedgerBackend: Sendable {
     /// Runs `body` in a write transaction of its own, committed (durably) before this returns.
     @discardableResult
     func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T
-    /// Runs `body` as one durable write of the next group commit.
+    /// Runs `body` as one durable write of the next group commit. Writes with the same
+    /// `key` (an account id) run one after the other (SQLite runs every write so).
     @discardableResult
-    func groupWrite<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
+    func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
 }
 
 /// The embedded backend: an SQLite database in WAL mode in the data dir (GRDB).
@@ -63,7 +64,7 @@ final class SQLiteLedgerBackend: LedgerBackend {
     }
 
     @discardableResult
-    func groupWrite<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
         try await group.write { db in try body(SQLiteLedgerDatabase(db: db)) }
     }
 }

@@ -103,7 +103,7 @@ extension Store {
         let nowMs = now
         let paymentID = order.paymentID(or: transactionID)
         let instance = self.instance
-        return try await ledger.write { db -> PurchaseStart in
+        return try await ledger.write(account: order.account) { db -> PurchaseStart in
             if let bytes = try Ledger.remembered(db, account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
                 return .answered(PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)))
             }
@@ -189,7 +189,7 @@ extension Store {
         let prefix = via.map { "\($0):" } ?? ""
         let nowMs = now
         let signer = try keys.activeKey()
-        let (answer, refundDue) = try await ledger.write { db -> (PurchaseOutcome, Bool) in
+        let (answer, refundDue) = try await ledger.write(account: intent.accountID) { db -> (PurchaseOutcome, Bool) in
             let response: PurchaseOutcome
             switch outcome {
             case .succeeded(let reference):
@@ -243,7 +243,7 @@ extension Store {
         do {
             try await configuration.paymentProcessor.refund(intent.request, reason: "duplicate")
             let nowMs = now
-            try await ledger.write { db in
+            try await ledger.write(account: intent.accountID) { db in
                 try Ledger.settle(intent.id, .closed, outcome: "refunded_duplicate", nowMs: nowMs, db)
             }
             return true
@@ -306,7 +306,7 @@ extension Store {
         let nowMs = now
         return try await Task {
             // The key's answer, the balance check and the movement are one write: two processes cannot spend one key twice.
-            try await ledger.write { db -> SpendOutcome in
+            try await ledger.write(account: account.id) { db -> SpendOutcome in
                 if let bytes = try Ledger.remembered(db, account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
                     return SpendOutcome(balance: try StoreV1.SpendCreditsResponse(serializedBytes: bytes).balance, replayed: true)
                 }
@@ -371,7 +371,9 @@ extension Store {
     private func startApproval(_ transactionID: String) async throws -> PaymentIntent {
         let nowMs = now
         let instance = self.instance
-        return try await ledger.write { db -> PaymentIntent in
+        // The account, read before the write (a transaction's account never changes), orders the write with the account's others.
+        let account = try await ledger.accountOf(transactionID: transactionID)
+        return try await ledger.write(account: account) { db -> PaymentIntent in
             guard let deferred = try Ledger.transaction(db, id: transactionID), deferred.state == .deferred else {
                 throw StoreError(.conflict, "transaction \(transactionID) is not waiting for approval")
             }
@@ -403,7 +405,7 @@ extension Store {
         let label = (via.map { "\($0):" } ?? "") + "charged:\(reference)"
         let nowMs = now
         let signer = try keys.activeKey()
-        let (record, refundDue) = try await ledger.write { db -> (TransactionRecord?, Bool) in
+        let (record, refundDue) = try await ledger.write(account: intent.accountID) { db -> (TransactionRecord?, Bool) in
             let current = try Ledger.transaction(db, id: intent.transactionID)
             if let current, current.state == .purchased {
                 try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
@@ -430,7 +432,7 @@ extension Store {
 
     private func close(_ intent: PaymentIntent, outcome: String) async throws {
         let nowMs = now
-        try await ledger.write { db in try Ledger.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs, db) }
+        try await ledger.write(account: intent.accountID) { db in try Ledger.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs, db) }
     }
 
     // MARK: Refunds
@@ -459,7 +461,7 @@ extension Store {
             }
         }
         let nowMs = now
-        let revocation = try await ledger.write { db -> RevocationRecord in
+        let revocation = try await ledger.write(account: record.accountID) { db -> RevocationRecord in
             try Ledger.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs, db)
         }
         feed.noteWritten()
@@ -567,7 +569,7 @@ extension Store {
                 settled.charged += 1
             case (.deferred, _), (.notCharged, _):
                 let nowMs = now
-                try await ledger.write { db in
+                try await ledger.write(account: current.accountID) { db in
                     try Ledger.settle(current.id, .closed, outcome: Self.closedUncharged + ":confirmed", nowMs: nowMs, db)
                 }
             }
@@ -597,7 +599,7 @@ extension Store {
                 settled.deferred += 1
             case (.notCharged, _), (.deferred, .approval):
                 let closedMs = now
-                let changed = try await ledger.write { db in
+                let changed = try await ledger.write(account: current.accountID) { db in
                     try Ledger.settleIfUnchanged(current, .closed, outcome: Self.closedUncharged, nowMs: closedMs, db)
                 }
                 if changed { settled.closed += 1 }

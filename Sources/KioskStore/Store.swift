@@ -107,7 +107,7 @@ public final class Store: Sendable {
     /// Marks a transaction finished; returns true when it already was.
     public func finish(account: AccountRecord, transactionID: String) async throws -> Bool {
         guard !transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
-        return try await ledger.write { db in
+        return try await ledger.write(account: account.id) { db in
             guard let record = try Ledger.transaction(db, id: transactionID), record.accountID == account.id else {
                 throw StoreError.notFound("no transaction \(transactionID) for this account")
             }
