@@ -73,8 +73,11 @@ public final class KioskClient: Sendable {
             connectTimeout: .seconds(3),
             backoff: ConnectionBackoff(initial: .milliseconds(50), maximum: .seconds(1), multiplier: 2, jitter: 0.2, maximumAttempts: 2),
             defaultTimeout: configuration.callTimeout, tls: tls)
-        store = RPCClient(host: configuration.storeHost, port: configuration.storePort, configuration: rpc)
-        content = RPCClient(host: configuration.contentHost, port: configuration.contentPort, configuration: rpc)
+        guard !configuration.storeEndpoints.isEmpty, !configuration.contentEndpoints.isEmpty else {
+            throw KioskError(.invalidRequest, "the configuration lists no store or no content endpoint")
+        }
+        store = RPCClient(endpoints: configuration.storeEndpoints, configuration: rpc)
+        content = RPCClient(endpoints: configuration.contentEndpoints, configuration: rpc)
         do {
             if let former = try PrivateFiles.makeDirectory(configuration.stateDirectory, tighteningExisting: true) {
                 configuration.logger.notice(
@@ -142,11 +145,35 @@ public final class KioskClient: Sendable {
         _ method: String, _ request: Request, _ response: Response.Type, idempotencyKey: String? = nil, doing what: String
     ) async throws -> Response {
         do {
-            return try await store.unary("/kiosk.store.v1.Store/\(method)", request: request, response: response,
-                                         options: options(idempotencyKey: idempotencyKey))
+            return try await failingOver(store) {
+                try await store.unary("/kiosk.store.v1.Store/\(method)", request: request, response: response,
+                                      options: options(idempotencyKey: idempotencyKey))
+            }
         } catch {
             throw KioskError.from(error, doing: what)
         }
+    }
+
+    /// Runs `call`, and again when the connection it went out on was lost
+    /// while another replica is listed: once per other endpoint. Every store
+    /// call is safe to repeat (reads, and writes that carry an idempotency key
+    /// or set a state), so a replica killed mid-call costs a retry, not an error.
+    func failingOver<T>(_ client: RPCClient, _ call: () async throws -> T) async throws -> T {
+        var retries = client.endpoints.count - 1
+        while true {
+            do {
+                return try await call()
+            } catch let error as RPCError where retries > 0 && Self.isLostConnection(error) && !Task.isCancelled {
+                retries -= 1
+                configuration.logger.debug("retrying on another replica: \(error.message)")
+            }
+        }
+    }
+
+    /// True for a call that failed because its connection went away (not a server's answer, not a deadline).
+    static func isLostConnection(_ error: Error) -> Bool {
+        guard let error = error as? RPCError else { return false }
+        return error.code == .unavailable && (error.source == .connection || error.source == .unprocessed)
     }
 
     // MARK: Products
@@ -376,15 +403,26 @@ public final class KioskClient: Sendable {
     /// subscriptions, not revoked), with its original transaction id; then the
     /// sequence ends, or throws a ``KioskError``.
     public func restore() -> AsyncThrowingStream<Transaction, Error> {
-        let stream = store.serverStreaming("/kiosk.store.v1.Store/Restore", request: StoreV1.RestoreRequest(),
-                                           response: StoreV1.Transaction.self, options: options())
-        return AsyncThrowingStream { continuation in
+        AsyncThrowingStream { continuation in
             let task = Task {
-                do {
-                    for try await message in stream { continuation.yield(Transaction(message)) }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: KioskError.from(error, doing: "restoring purchases"))
+                // A stream broken by a lost connection starts again on another replica; what was yielded is not yielded twice.
+                var yielded: Set<String> = []
+                var retries = store.endpoints.count - 1
+                while true {
+                    let stream = store.serverStreaming("/kiosk.store.v1.Store/Restore", request: StoreV1.RestoreRequest(),
+                                                       response: StoreV1.Transaction.self, options: options())
+                    do {
+                        for try await message in stream where yielded.insert(message.transactionID).inserted {
+                            continuation.yield(Transaction(message))
+                        }
+                        continuation.finish()
+                        return
+                    } catch where retries > 0 && Self.isLostConnection(error) && !Task.isCancelled {
+                        retries -= 1
+                    } catch {
+                        continuation.finish(throwing: KioskError.from(error, doing: "restoring purchases"))
+                        return
+                    }
                 }
             }
             continuation.onTermination = { _ in task.cancel() }
@@ -418,8 +456,10 @@ public final class KioskClient: Sendable {
         let listed: ContentV1.ListContentResponse
         do {
             // Open to anyone: no token goes with it.
-            listed = try await content.unary("/kiosk.content.v1.Content/ListContent", request: ContentV1.ListContentRequest(),
-                                             response: ContentV1.ListContentResponse.self, options: CallOptions(timeout: configuration.callTimeout))
+            listed = try await failingOver(content) {
+                try await content.unary("/kiosk.content.v1.Content/ListContent", request: ContentV1.ListContentRequest(),
+                                        response: ContentV1.ListContentResponse.self, options: CallOptions(timeout: configuration.callTimeout))
+            }
         } catch {
             throw KioskError.from(error, doing: "listing hosted content")
         }

@@ -1,16 +1,40 @@
 import Foundation
+import KioskRPC
 import Logging
+
+/// A service's address, `host:port`: ``ServiceEndpoint/list(parsing:)`` reads `a:7301,b:7301`.
+public typealias ServiceEndpoint = KioskRPC.Endpoint
 
 /// Configuration of a ``KioskClient``.
 public struct KioskConfiguration: Sendable {
-    /// The store's host.
-    public var storeHost: String
-    /// The store's port.
-    public var storePort: Int
-    /// The content service's host.
-    public var contentHost: String
-    /// The content service's port.
-    public var contentPort: Int
+    /// The store's replicas. Calls go to the first that connects and stay on
+    /// it while it answers; when its connection is lost, a call in flight is
+    /// sent again (a purchase with the same idempotency key, so it is never
+    /// charged twice) to the next one that connects.
+    public var storeEndpoints: [ServiceEndpoint]
+    /// The content service's replicas, used as ``storeEndpoints`` are; a
+    /// download broken by a lost connection resumes on the next one.
+    public var contentEndpoints: [ServiceEndpoint]
+    /// The first store endpoint's host; setting it replaces that endpoint's host.
+    public var storeHost: String {
+        get { storeEndpoints[0].host }
+        set { storeEndpoints[0].host = newValue }
+    }
+    /// The first store endpoint's port; setting it replaces that endpoint's port.
+    public var storePort: Int {
+        get { storeEndpoints[0].port }
+        set { storeEndpoints[0].port = newValue }
+    }
+    /// The first content endpoint's host; setting it replaces that endpoint's host.
+    public var contentHost: String {
+        get { contentEndpoints[0].host }
+        set { contentEndpoints[0].host = newValue }
+    }
+    /// The first content endpoint's port; setting it replaces that endpoint's port.
+    public var contentPort: Int {
+        get { contentEndpoints[0].port }
+        set { contentEndpoints[0].port = newValue }
+    }
     /// The account's bearer token (from `kiosk-store account create`).
     public var token: String
     /// The app's bundle id.
@@ -48,7 +72,8 @@ public struct KioskConfiguration: Sendable {
 
     /// Creates a configuration: store on 127.0.0.1:7301, content on 127.0.0.1:7302,
     /// 10 s call timeout, retries from 200 ms up to 5 s, updates polled every 2 s,
-    /// logging to `Logger(label: "kiosk")`, plaintext (loopback only).
+    /// logging to `Logger(label: "kiosk")`, plaintext (loopback only). Set
+    /// ``storeEndpoints`` and ``contentEndpoints`` for replicas.
     public init(
         storeHost: String = "127.0.0.1", storePort: Int = 7301, contentHost: String = "127.0.0.1", contentPort: Int = 7302,
         token: String, bundleID: String = "com.example.kiosk", stateDirectory: String,
@@ -58,10 +83,8 @@ public struct KioskConfiguration: Sendable {
         transportSecurity: TransportSecurity = .plaintext
     ) {
         self.transportSecurity = transportSecurity
-        self.storeHost = storeHost
-        self.storePort = storePort
-        self.contentHost = contentHost
-        self.contentPort = contentPort
+        self.storeEndpoints = [ServiceEndpoint(host: storeHost, port: storePort)]
+        self.contentEndpoints = [ServiceEndpoint(host: contentHost, port: contentPort)]
         self.token = token
         self.bundleID = bundleID
         self.stateDirectory = stateDirectory

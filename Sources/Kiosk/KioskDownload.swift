@@ -230,8 +230,12 @@ public final class KioskDownload: Sendable {
         return saved
     }
 
-    /// - Parameter mayRenewToken: a refused access token (expired, or its key retired) is renewed once.
-    private func fetch(mayRenewToken: Bool = true) async throws -> URL {
+    /// - Parameters:
+    ///   - mayRenewToken: a refused access token (expired, or its key retired) is renewed once.
+    ///   - failovers: how many times a download broken by a lost connection resumes at once on
+    ///     another replica (nil: once per other content endpoint).
+    private func fetch(mayRenewToken: Bool = true, failovers: Int? = nil) async throws -> URL {
+        let failovers = failovers ?? client.content.endpoints.count - 1
         try PrivateFiles.makeDirectory(destination.deletingLastPathComponent().path, tighteningExisting: false)
         var saved = savedState()
         var offset = saved?.bytesDone ?? 0
@@ -342,7 +346,7 @@ public final class KioskDownload: Sendable {
             file = nil
             _ = try? PrivateFiles.remove(partialURL.path)
             _ = try? PrivateFiles.remove(stateURL.path)
-            return try await fetch(mayRenewToken: mayRenewToken)
+            return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers)
         } catch let error as RPCError {
             // What was fetched and checked is kept for the resume (or the retry below); a save that
             // failed ends the download with its error instead: nothing written after it can be trusted.
@@ -355,7 +359,14 @@ public final class KioskDownload: Sendable {
                 try? file?.close()
                 file = nil
                 client.dropAccessToken()
-                return try await fetch(mayRenewToken: false)
+                return try await fetch(mayRenewToken: false, failovers: failovers)
+            }
+            if failovers > 0, KioskClient.isLostConnection(error) {
+                // The replica went away: resume from the last saved chunk on the next one.
+                saver.settle()
+                try? file?.close()
+                file = nil
+                return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers - 1)
             }
             switch error.code {
             case .permissionDenied, .failedPrecondition, .invalidArgument, .unauthenticated:

@@ -7,10 +7,19 @@ public struct ContentConfiguration: Sendable {
     public var contentDirectory: String
     /// Where prepared chunks and their indexes are kept; default `<content>/.kiosk-prepared`.
     public var preparedDirectory: String
-    /// The store's address.
-    public var storeHost: String
-    /// The store's port.
-    public var storePort: Int
+    /// The store's replicas, tried in order (the one that worked last first):
+    /// the service follows keys and revocations through whichever answers.
+    public var storeEndpoints: [Endpoint]
+    /// The first store endpoint's host; setting it replaces that endpoint's host.
+    public var storeHost: String {
+        get { storeEndpoints[0].host }
+        set { storeEndpoints[0].host = newValue }
+    }
+    /// The first store endpoint's port; setting it replaces that endpoint's port.
+    public var storePort: Int {
+        get { storeEndpoints[0].port }
+        set { storeEndpoints[0].port = newValue }
+    }
     /// The service's credential at the store (role `content`, from `kiosk-store
     /// service create --role content`), for `WatchRevocations`.
     public var storeCredential: String
@@ -51,8 +60,7 @@ public struct ContentConfiguration: Sendable {
     ) {
         self.contentDirectory = contentDirectory
         self.preparedDirectory = preparedDirectory ?? contentDirectory + "/.kiosk-prepared"
-        self.storeHost = storeHost
-        self.storePort = storePort
+        self.storeEndpoints = [Endpoint(host: storeHost, port: storePort)]
         self.storeCredential = storeCredential
         self.storeTLS = storeTLS
         self.environment = environment

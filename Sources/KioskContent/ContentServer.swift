@@ -27,8 +27,7 @@ public final class ContentServer: Sendable {
         self.configuration = configuration
         self.manifest = try Manifest.load(contentDirectory: configuration.contentDirectory)
         self.logger = logger
-        let link = StoreLink(host: configuration.storeHost, port: configuration.storePort, credential: configuration.storeCredential,
-                             tls: configuration.storeTLS)
+        let link = StoreLink(endpoints: configuration.storeEndpoints, credential: configuration.storeCredential, tls: configuration.storeTLS)
         self.gate = ReceiptGate(configuration: configuration, link: link, logger: logger)
         let service = ContentService(
             library: library, gate: gate,

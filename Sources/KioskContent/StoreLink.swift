@@ -9,13 +9,13 @@ struct StoreLink: Sendable {
     let client: RPCClient
     let token: String
 
-    init(host: String, port: Int, credential: String, tls: ClientTLS?) {
+    init(endpoints: [Endpoint], credential: String, tls: ClientTLS?) {
         // Short keepalive: a store that stops answering is noticed within seconds.
         let configuration = ClientConfiguration(
             connectTimeout: .seconds(2),
             backoff: ConnectionBackoff(initial: .milliseconds(50), maximum: .milliseconds(500), multiplier: 2, jitter: 0.2, maximumAttempts: 2),
             keepalive: Keepalive(interval: .seconds(2), timeout: .seconds(2)), tls: tls)
-        self.client = RPCClient(host: host, port: port, configuration: configuration)
+        self.client = RPCClient(endpoints: endpoints, configuration: configuration)
         self.token = credential
     }
 

@@ -23,6 +23,10 @@ public struct ClientConfiguration: Sendable {
     /// Speak plaintext to a host that is not loopback: tokens and receipts
     /// then cross the network in the clear.
     public var allowsPlaintextOffLoopback: Bool
+    /// With several endpoints, make the first connection to a random one
+    /// instead of the first listed, so that many clients given the same list
+    /// spread over the replicas (gRPC's `shuffleAddressList`).
+    public var startsAtRandomEndpoint: Bool
 
     /// 5 s connect timeout, ``ConnectionBackoff/defaults``, keepalive every 30 s
     /// with a 10 s timeout, 4 MiB messages, no default deadline, no TLS (so loopback only).
@@ -37,8 +41,10 @@ public struct ClientConfiguration: Sendable {
         defaultTimeout: Duration? = nil,
         transportConfigurator: (@Sendable (Channel) -> EventLoopFuture<Void>)? = nil,
         tls: ClientTLS? = nil,
-        allowsPlaintextOffLoopback: Bool = false
+        allowsPlaintextOffLoopback: Bool = false,
+        startsAtRandomEndpoint: Bool = false
     ) {
+        self.startsAtRandomEndpoint = startsAtRandomEndpoint
         self.tls = tls
         self.allowsPlaintextOffLoopback = allowsPlaintextOffLoopback
         self.connectTimeout = connectTimeout

@@ -148,8 +148,9 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        perform(machine.channelInactive(reason: failure))
+        // Retired before the calls fail: one retried at once must not be routed here again.
         markUnusable()
+        perform(machine.channelInactive(reason: failure))
         deadlines?.removeAll()
         timeouts.removeAll()
         context.fireChannelInactive()

@@ -74,7 +74,7 @@ struct ClientConnectionStateMachine<Call> {
     /// The caller opens a call.
     mutating func openCall(_ call: Call, method: String) -> OnOpen {
         guard case .active(var active) = state else {
-            return .fail(RPCError(.unavailable, "\(closingReason.message); the call to \(method) was not sent", source: .connection))
+            return .fail(RPCError(.unavailable, "\(closingReason.message); the call to \(method) was not sent", source: .unprocessed))
         }
         state = ._modifying
         let id = active.nextCallID
@@ -145,7 +145,7 @@ struct ClientConnectionStateMachine<Call> {
             active.calls.removeValue(forKey: id)
             failing.append(entry.call)
         }
-        let error = RPCError(.unavailable, "\(reason); the call was not started", source: .connection)
+        let error = RPCError(.unavailable, "\(reason); the call was not started", source: .unprocessed)
         let closing = RPCError(code == .ok ? .unavailable : code, reason, source: .connection)
         if active.calls.isEmpty {
             state = .closed(reason: closing)

@@ -13,6 +13,15 @@ import NIOPosix
 /// ``RPCError/Source/connect``; one that fails on the server throws the
 /// server's status with ``RPCError/Source/remote``.
 ///
+/// Given several endpoints (replicas of one service), the client picks the
+/// first that connects, as gRPC's `pick_first` does: it stays on it while the
+/// connection lives (keepalive PINGs notice a server that stopped answering),
+/// and when the connection is lost the next call connects again, trying the
+/// endpoint that last worked first and then the others in order. One attempt of
+/// ``ConnectionBackoff`` is one pass over every endpoint. Calls in flight on a
+/// lost connection fail with ``RPCError/Source/connection``; retrying them
+/// (with the same idempotency key) is the caller's choice, as the SDK does.
+///
 /// ```swift
 /// let client = RPCClient(host: "127.0.0.1", port: 7301)
 /// let health = try await client.unary("/kiosk.rpc.v1.Health/Check",
@@ -26,10 +35,12 @@ public final class RPCClient: Sendable {
         case closed
     }
 
-    /// The server's host.
-    public let host: String
-    /// The server's port.
-    public let port: Int
+    /// The servers this client connects to, in the order it tries them.
+    public let endpoints: [Endpoint]
+    /// The first endpoint's host.
+    public var host: String { endpoints[0].host }
+    /// The first endpoint's port.
+    public var port: Int { endpoints[0].port }
     /// The client's configuration.
     public let configuration: ClientConfiguration
     /// The event loop of this client's connections. Callers that make many calls
@@ -38,21 +49,44 @@ public final class RPCClient: Sendable {
     public let eventLoop: EventLoop
     private let logger: Logger
     private let state = NIOLockedValueBox(State.idle)
+    /// The index in ``endpoints`` that connected last: the next connection tries it first.
+    private let preferred: NIOLockedValueBox<Int>
 
-    /// Creates a client; no connection is made until the first call.
-    public init(
+    /// Creates a client of one server; no connection is made until the first call.
+    public convenience init(
         host: String, port: Int, configuration: ClientConfiguration = .defaults,
         group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "kiosk.rpc.client", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
-        self.host = host
-        self.port = port
+        self.init(endpoints: [Endpoint(host: host, port: port)], configuration: configuration, group: group, logger: logger)
+    }
+
+    /// Creates a client of the replicas at `endpoints` (at least one); no
+    /// connection is made until the first call. The first connection tries
+    /// them in order (from a random one with
+    /// ``ClientConfiguration/startsAtRandomEndpoint``).
+    public init(
+        endpoints: [Endpoint], configuration: ClientConfiguration = .defaults,
+        group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "kiosk.rpc.client", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) {
+        precondition(!endpoints.isEmpty, "an RPCClient needs at least one endpoint")
+        self.endpoints = endpoints
         self.configuration = configuration
         self.eventLoop = group.next()
         self.logger = logger
+        self.preferred = NIOLockedValueBox(configuration.startsAtRandomEndpoint ? Int.random(in: 0..<endpoints.count) : 0)
     }
 
-    private var target: String { "\(host):\(port)" }
+    private var target: String { endpoints.map(\.description).joined(separator: ",") }
+
+    /// The endpoint of the connection calls go to now; nil while there is none.
+    public var connectedEndpoint: Endpoint? {
+        state.withLockedValue { state in
+            if case .ready(let connection) = state, !connection.isRetired { return connection.endpoint }
+            return nil
+        }
+    }
 
     // MARK: Calls
 
@@ -76,6 +110,20 @@ public final class RPCClient: Sendable {
     /// returns the response's bytes (inflated when they came compressed).
     @usableFromInline
     func unaryCall(_ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void) async throws -> ByteBuffer {
+        // A call the server never started (its connection was going away) is sent again on a new
+        // connection, as gRPC's transparent retry does: once per endpoint, and once more.
+        var retries = endpoints.count
+        while true {
+            do {
+                return try await unaryCallOnce(method, options: options, serialize: serialize)
+            } catch let error as RPCError where error.source == .unprocessed && retries > 0 && !Task.isCancelled {
+                retries -= 1
+                logger.debug("sending \(method) again: \(error.message)")
+            }
+        }
+    }
+
+    private func unaryCallOnce(_ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void) async throws -> ByteBuffer {
         let prepared = try await prepare(method, options, serialize)
         let slot = ClientCall.UnarySlot()
         let call = ClientCall(method: method, connection: prepared.connection.handler, sink: .unary(slot))
@@ -199,8 +247,27 @@ public final class RPCClient: Sendable {
         var attempt = 0
         while true {
             attempt += 1
-            do {
-                let connection = try await connectOnce()
+            let start = preferred.withLockedValue { $0 }
+            var failures: [String] = []
+            var refusals: [RPCError] = []
+            var connected: (ClientConnection, Int)?
+            // One attempt is one pass over the endpoints, from the one that worked last.
+            for offset in 0..<endpoints.count {
+                let index = (start + offset) % endpoints.count
+                let endpoint = endpoints[index]
+                do {
+                    connected = (try await connectOnce(to: endpoint), index)
+                    break
+                } catch let error as RPCError {
+                    // Refused for good (TLS trust, plaintext off loopback): not retried with backoff.
+                    refusals.append(error)
+                    failures.append(endpoints.count > 1 ? "\(endpoint): \(error.message)" : error.message)
+                } catch {
+                    logger.debug("connection attempt \(attempt) to \(endpoint) failed: \(error)")
+                    failures.append(endpoints.count > 1 ? "\(endpoint): \(error)" : "\(error)")
+                }
+            }
+            if let (connection, index) = connected {
                 let usable = state.withLockedValue { state -> Bool in
                     guard case .connecting = state else { return false }
                     state = .ready(connection)
@@ -210,30 +277,27 @@ public final class RPCClient: Sendable {
                     try? await connection.channel.close()
                     throw RPCError(.unavailable, "client for \(target) is closed", source: .local)
                 }
+                preferred.withLockedValue { $0 = index }
                 return connection
-            } catch let error as RPCError {
-                // Not retried, but the next call must try again rather than await this failed attempt forever.
+            }
+            let refused = refusals.count == endpoints.count
+            if refused || attempt >= max(configuration.backoff.maximumAttempts, 1) {
+                // The next call must try again rather than await this failed attempt forever.
                 state.withLockedValue { state in
                     if case .connecting = state { state = .idle }
                 }
-                throw error
-            } catch {
-                logger.debug("connection attempt \(attempt) to \(target) failed: \(error)")
-                if attempt >= max(configuration.backoff.maximumAttempts, 1) {
-                    state.withLockedValue { state in
-                        if case .connecting = state { state = .idle }
-                    }
-                    throw RPCError(.unavailable, "cannot connect to \(target) after \(attempt) attempt(s): \(error)", source: .connect)
-                }
-                try? await Task.sleep(for: configuration.backoff.delay(afterAttempt: attempt))
+                if refused, refusals.count == 1 { throw refusals[0] }
+                let what = refused ? "every endpoint refused" : "after \(attempt) attempt(s)"
+                throw RPCError(.unavailable, "cannot connect to \(target) \(what): \(failures.joined(separator: "; "))", source: .connect)
             }
+            try? await Task.sleep(for: configuration.backoff.delay(afterAttempt: attempt))
         }
     }
 
-    private func connectOnce() async throws -> ClientConnection {
+    private func connectOnce(to endpoint: Endpoint) async throws -> ClientConnection {
         let configuration = self.configuration
-        let target = self.target
-        let host = self.host
+        let target = endpoint.description
+        let host = endpoint.host
         if configuration.tls == nil, !configuration.allowsPlaintextOffLoopback, !Loopback.contains(host: host) {
             throw RPCError(.unavailable, "refusing to send calls in plaintext to \(target), which is not a loopback address: configure TLS trust roots, or allow insecure plaintext", source: .connect)
         }
@@ -280,11 +344,12 @@ public final class RPCClient: Sendable {
                         KeepaliveHandler(configuration: configuration.keepalive),
                         handler,
                     ])
-                    let connection = ClientConnection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), retired: retired)
+                    let connection = ClientConnection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop),
+                                                      retired: retired, endpoint: endpoint)
                     installed.withLockedValue { $0 = connection }
                 }
             }
-        let channel = try await bootstrap.connect(host: host, port: port).get()
+        let channel = try await bootstrap.connect(host: host, port: endpoint.port).get()
         if let handshake = handshake.withLockedValue({ $0 }) {
             do {
                 try await handshake.get()
@@ -316,6 +381,8 @@ struct ClientConnection: Sendable {
     let handler: NIOLoopBound<ClientConnectionHandler>
     /// Set once the connection takes no new calls (GOAWAY received, or closed).
     let retired: NIOLockedValueBox<Bool>
+    /// The server it is connected to.
+    let endpoint: Endpoint
 
     var isRetired: Bool { retired.withLockedValue { $0 } }
 }

@@ -25,7 +25,20 @@ struct OutputOptions: ParsableArguments {
     @Option(help: "Write the full latency percentile distribution (HdrHistogram text format, µs) to this file.") var histogram: String?
     @Option(help: "Draw latency by percentile to this SVG file.") var plot: String?
     @Option(help: "Label of the run in the plot.") var label: String?
-    @Option(name: .customLong("server-pid"), help: "A local server process to report CPU and peak RSS of.") var serverPID: Int32?
+    @Option(name: .customLong("server-pid"), help: "A local server process to report CPU and peak RSS of; repeat it for replicas (CPU summed, the largest peak RSS).")
+    var serverPIDs: [Int32] = []
+
+    /// The servers' CPU and memory now (nil without --server-pid, or when one is gone).
+    func serverStats() -> ProcessStats? {
+        guard !serverPIDs.isEmpty else { return nil }
+        var total = ProcessStats(cpuSeconds: 0, peakRSSBytes: 0)
+        for pid in serverPIDs {
+            guard let stats = ProcessStats.of(pid: pid) else { return nil }
+            total.cpuSeconds += stats.cpuSeconds
+            total.peakRSSBytes = max(total.peakRSSBytes, stats.peakRSSBytes)
+        }
+        return total
+    }
 
     func finish(_ report: Report, started: ProcessStats, serverBefore: ProcessStats?) throws {
         var report = report
@@ -33,7 +46,7 @@ struct OutputOptions: ParsableArguments {
         report.fields.append(("cpus", ProcessStats.placement()))
         report.fields.append(("client_cpu_seconds", round2(now.cpuSeconds - started.cpuSeconds)))
         report.fields.append(("client_peak_rss_mib", now.peakRSSBytes / (1 << 20)))
-        if let pid = serverPID, let server = ProcessStats.of(pid: pid) {
+        if let server = serverStats() {
             report.fields.append(("server_cpu_seconds", round2(server.cpuSeconds - (serverBefore?.cpuSeconds ?? 0))))
             report.fields.append(("server_peak_rss_mib", server.peakRSSBytes / (1 << 20)))
         }
@@ -65,10 +78,38 @@ struct TransportOptions: ParsableArguments {
     }
 }
 
-func hostPort(_ text: String) throws -> (String, Int) {
-    let parts = text.split(separator: ":")
-    guard parts.count == 2, let port = Int(parts[1]) else { throw ValidationError("\(text) is not host:port") }
-    return (String(parts[0]), port)
+/// `host:port[,host:port…]`: one service or its replicas.
+func endpointList(_ text: String) throws -> [Endpoint] {
+    do {
+        return try Endpoint.list(parsing: text)
+    } catch {
+        throw ValidationError("\(error)")
+    }
+}
+
+/// Clients of `endpoints`, the i-th starting at the i-th endpoint, so connections spread over replicas and each fails over to the others.
+func spreadClients(_ count: Int, over endpoints: [Endpoint], configuration: ClientConfiguration) -> [RPCClient] {
+    (0..<max(count, 1)).map { index in
+        let start = index % endpoints.count
+        return RPCClient(endpoints: Array(endpoints[start...] + endpoints[..<start]), configuration: configuration)
+    }
+}
+
+/// Calls that failed because their connection was lost and were sent again to another replica.
+let lostConnectionRetries = NIOLockedValueBox(0)
+
+/// Runs `call`, again (once per other endpoint of `client`) when its connection was lost: what the SDK does,
+/// so a replica killed under load costs retries, not failed calls.
+func retryingLostConnection<T>(_ client: RPCClient, _ call: () async throws -> T) async throws -> T {
+    var retries = client.endpoints.count - 1
+    while true {
+        do {
+            return try await call()
+        } catch let error as RPCError where retries > 0 && error.code == .unavailable && (error.source == .connection || error.source == .unprocessed) {
+            retries -= 1
+            lostConnectionRetries.withLockedValue { $0 += 1 }
+        }
+    }
 }
 
 struct Verify: AsyncParsableCommand {
@@ -80,7 +121,8 @@ struct Verify: AsyncParsableCommand {
             path); --raw verifies the same receipts in-process on one thread, with no network: the machine's ceiling.
             """)
 
-    @Option(help: "A running content service, host:port (default: start one here).") var content: String?
+    @Option(help: "A running content service, host:port, or its replicas host:port,host:port (connections spread over them, each failing over to the others; default: start one here).")
+    var content: String?
     @Option(name: .customLong("store-data-dir"), help: "With --content: the data dir of its store, to mint receipts and an account.") var storeDataDir: String?
     @Option(help: "With --content: the catalog of that store.") var catalog: String?
     @Option(help: "With --content: the hosted product to authorize.") var product: String?
@@ -103,7 +145,7 @@ struct Verify: AsyncParsableCommand {
         let minted: [[UInt8]]
         let keys: [ReceiptPublicKey]
         let environment: ReceiptV1.Environment
-        let host: String, port: Int
+        let endpoints: [Endpoint]
         if let content {
             guard let storeDataDir, let catalog else {
                 throw ValidationError("with --content, give --store-data-dir and --catalog of its store to mint receipts")
@@ -117,7 +159,7 @@ struct Verify: AsyncParsableCommand {
             clientConfiguration.tls = try transport.clientTLS()
             minted = try store.mintReceipts(accountID: account.id, productID: productID, count: repeatReceipt ? 1 : receipts)
             keys = try store.publicKeys()
-            (host, port) = try hostPort(content)
+            endpoints = try endpointList(content)
         } else {
             // Cold runs on the bench's own service turn its cache off: no call can be a hit.
             let services = try await LocalServices.start(cacheSize: repeatReceipt ? 10_000 : 0, tls: transport.tls)
@@ -127,7 +169,7 @@ struct Verify: AsyncParsableCommand {
             clientConfiguration = try services.clientConfiguration(clientConfiguration)
             environment = services.store.store.configuration.environment
             keys = try services.store.store.publicKeys()
-            (host, port) = ("127.0.0.1", services.content.port ?? 0)
+            endpoints = [Endpoint(host: "127.0.0.1", port: services.content.port ?? 0)]
             do {
                 minted = try services.store.store.mintReceipts(accountID: services.buyer.id, productID: productID, count: repeatReceipt ? 1 : receipts)
             } catch {
@@ -139,22 +181,21 @@ struct Verify: AsyncParsableCommand {
             if raw {
                 try rawRun(receipts: minted, keys: keys, environment: environment)
             } else {
-                try await load(host: host, port: port, token: token, productID: productID, minted: minted, inProcess: local != nil,
+                try await load(endpoints: endpoints, token: token, productID: productID, minted: minted, inProcess: local != nil,
                                clientConfiguration: clientConfiguration)
             }
         }
     }
 
-    private func load(host: String, port: Int, token: String, productID: String, minted: [[UInt8]], inProcess: Bool,
+    private func load(endpoints: [Endpoint], token: String, productID: String, minted: [[UInt8]], inProcess: Bool,
                       clientConfiguration: ClientConfiguration) async throws {
-        let clients = (0..<max(connections, 1)).map { _ in
-            RPCClient(host: host, port: port, configuration: clientConfiguration)
-        }
+        let clients = spreadClients(connections, over: endpoints, configuration: clientConfiguration)
         let options = bearer(token)
         let receiptsCopy = minted
-        let statsClient = clients[0]
+        // One per replica: the cache hit ratio is the sum of theirs.
+        let statsClients = endpoints.map { RPCClient(endpoints: [$0], configuration: clientConfiguration) }
         // Counters and CPU time are read after the warm-up: the figures are the measured part's.
-        var before = ContentV1.StatsResponse()
+        var before: [ContentV1.StatsResponse?] = []
         var started = ProcessStats.current()
         var serverBefore: ProcessStats?
         var statsError: Error?
@@ -162,16 +203,19 @@ struct Verify: AsyncParsableCommand {
             concurrency: max(concurrency, 1), warmup: .milliseconds(Int64(warmup * 1000)), duration: .milliseconds(Int64(duration * 1000)),
             rate: rate, executors: clients.map { EventLoopTaskExecutor($0.eventLoop) },
             measuring: {
-                do { before = try await stats(statsClient) } catch { statsError = error }
+                do { before = try await stats(statsClients, required: true) } catch { statsError = error }
                 started = ProcessStats.current()
-                serverBefore = output.serverPID.flatMap(ProcessStats.of(pid:))
+                serverBefore = output.serverStats()
             }
         ) { worker, sequence in
             let receipt = receiptsCopy[sequence % receiptsCopy.count]
+            let client = clients[worker % clients.count]
             do {
-                let answer = try await clients[worker % clients.count].unary(
-                    "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: productID),
-                    response: ContentV1.AuthorizeResponse.self, options: options)
+                let answer = try await retryingLostConnection(client) {
+                    try await client.unary(
+                        "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: productID),
+                        response: ContentV1.AuthorizeResponse.self, options: options)
+                }
                 return answer.allowed ? nil : "refused_\(answer.status)_\(answer.refusal)"
             } catch let error as RPCError {
                 return "rpc_\(error.code.name)"
@@ -179,17 +223,18 @@ struct Verify: AsyncParsableCommand {
                 return "other"
             }
         }
-        let after = try await stats(statsClient)
-        for client in clients { await client.close() }
+        let after = try await stats(statsClients, required: false)
+        for client in clients + statsClients { await client.close() }
         if let statsError { throw statsError }
-        let hits = after.cacheHits - before.cacheHits, misses = after.cacheMisses - before.cacheMisses
+        let (hits, misses) = cacheCounts(before: before, after: after)
         var report = Report(title: "verify " + (repeatReceipt ? "warm (one receipt, cached)" : "cold (distinct receipts)"))
         report.result = result
         report.fields = [
             ("connections", connections), ("concurrency", concurrency), ("receipts", minted.count),
             ("mode", rate.map { "open loop, \(Int($0)) calls/s" } ?? "closed loop"),
             ("cache_hit_ratio", hits + misses == 0 ? 0 : round2(Double(hits) / Double(hits + misses) * 100) / 100),
-            ("server", inProcess ? "in-process (cache \(repeatReceipt ? "on" : "off"))" : "\(host):\(port)"),
+            ("server", inProcess ? "in-process (cache \(repeatReceipt ? "on" : "off"))" : endpoints.map(\.description).joined(separator: ",")),
+            ("retried_after_lost_connection", lostConnectionRetries.withLockedValue { $0 }),
             ("transport", clientConfiguration.tls == nil ? "plaintext" : "TLS"),
         ]
         if !repeatReceipt, minted.count < result.issued, !inProcess {
@@ -198,8 +243,30 @@ struct Verify: AsyncParsableCommand {
         try output.finish(report, started: started, serverBefore: serverBefore)
     }
 
-    private func stats(_ client: RPCClient) async throws -> ContentV1.StatsResponse {
-        try await client.unary("/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self)
+    /// Each replica's counters; nil for one that does not answer (killed) unless `required`.
+    private func stats(_ clients: [RPCClient], required: Bool) async throws -> [ContentV1.StatsResponse?] {
+        var all: [ContentV1.StatsResponse?] = []
+        for client in clients {
+            do {
+                all.append(try await client.unary("/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self))
+            } catch where !required {
+                all.append(nil)
+            }
+        }
+        return all
+    }
+
+    /// Cache hits and misses between two reads of the replicas' counters; a replica restarted in
+    /// between (its counters lower) counts from zero, one that did not answer counts nothing.
+    private func cacheCounts(before: [ContentV1.StatsResponse?], after: [ContentV1.StatsResponse?]) -> (hits: UInt64, misses: UInt64) {
+        var hits: UInt64 = 0, misses: UInt64 = 0
+        for (first, last) in zip(before, after) {
+            guard let last else { continue }
+            let restarted = first.map { last.cacheHits < $0.cacheHits || last.cacheMisses < $0.cacheMisses } ?? true
+            hits += last.cacheHits - (restarted ? 0 : first?.cacheHits ?? 0)
+            misses += last.cacheMisses - (restarted ? 0 : first?.cacheMisses ?? 0)
+        }
+        return (hits, misses)
     }
 
     private func rawRun(receipts: [[UInt8]], keys: [ReceiptPublicKey], environment: ReceiptV1.Environment) throws {
@@ -325,8 +392,14 @@ struct DownloadBench: AsyncParsableCommand {
 
 struct PurchaseBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "purchase", abstract: "Durable purchases per second against the store.")
-    @Option(help: "A running store, host:port (default: start one here).") var store: String?
-    @Option(help: "With --store: a buyer's bearer token.") var token: String?
+    @Option(help: "A running store, host:port, or its replicas host:port,host:port (connections spread over them, each failing over to the others; default: start one here).")
+    var store: String?
+    @Option(help: "With --store: a buyer's bearer token; repeat it for several buyers (worker i buys as the i-th, round robin).")
+    var token: [String] = []
+    @Option(help: "The product bought, one at a time.") var product = "credits.5"
+    @Option(help: "Connections (one per store replica when not given).") var connections: Int?
+    @Option(help: "Write each answered purchase as a line `idempotency-key transaction-id` to this file (to check them against the ledger).")
+    var answered: String?
     @Option(help: "Purchases in flight (C).") var concurrency = 16
     @Option(help: "Seconds measured.") var duration = 10.0
     @Option(help: "Seconds of warm-up.") var warmup = 1.0
@@ -335,26 +408,28 @@ struct PurchaseBench: AsyncParsableCommand {
 
     func run() async throws {
         var local: LocalServices?
-        let host: String, port: Int, buyerToken: String
+        let endpoints: [Endpoint], buyerTokens: [String]
         var clientConfiguration = ClientConfiguration()
         if let store {
-            guard let token else { throw ValidationError("with --store, give --token") }
-            (host, port) = try hostPort(store)
-            buyerToken = token
+            guard !token.isEmpty else { throw ValidationError("with --store, give --token") }
+            endpoints = try endpointList(store)
+            buyerTokens = token
             clientConfiguration.tls = try transport.clientTLS()
         } else {
             let services = try await LocalServices.start(cacheSize: 0, tls: transport.tls)
             local = services
-            (host, port, buyerToken) = ("127.0.0.1", services.store.port ?? 0, services.buyer.token)
+            (endpoints, buyerTokens) = ([Endpoint(host: "127.0.0.1", port: services.store.port ?? 0)], [services.buyer.token])
             clientConfiguration = try services.clientConfiguration()
         }
         try await stopping(local) {
-            try await measure(host: host, port: port, buyerToken: buyerToken, inProcess: local != nil, clientConfiguration: clientConfiguration)
+            try await measure(endpoints: endpoints, buyerTokens: buyerTokens, inProcess: local != nil, clientConfiguration: clientConfiguration)
         }
     }
 
-    private func measure(host: String, port: Int, buyerToken: String, inProcess: Bool, clientConfiguration: ClientConfiguration) async throws {
-        let client = RPCClient(host: host, port: port, configuration: clientConfiguration)
+    private func measure(endpoints: [Endpoint], buyerTokens: [String], inProcess: Bool, clientConfiguration: ClientConfiguration) async throws {
+        let clients = spreadClients(connections ?? endpoints.count, over: endpoints, configuration: clientConfiguration)
+        let product = self.product
+        let answers = NIOLockedValueBox<[String]>([])
         let run = UUID().uuidString
         var started = ProcessStats.current()
         var serverBefore: ProcessStats?
@@ -362,26 +437,40 @@ struct PurchaseBench: AsyncParsableCommand {
                                    duration: .milliseconds(Int64(duration * 1000)), rate: nil,
                                    measuring: {
                                        started = ProcessStats.current()
-                                       serverBefore = output.serverPID.flatMap(ProcessStats.of(pid:))
-                                   }) { _, sequence in
-            var options = bearer(buyerToken)
-            options.metadata.add("idempotency-key", "\(run)-\(sequence)")
+                                       serverBefore = output.serverStats()
+                                   }) { worker, sequence in
+            var options = bearer(buyerTokens[worker % buyerTokens.count])
+            let key = "\(run)-\(sequence)"
+            options.metadata.add("idempotency-key", key)
+            let client = clients[worker % clients.count]
             do {
-                let response = try await client.unary(
-                    "/kiosk.store.v1.Store/Purchase",
-                    request: StoreV1.PurchaseRequest(productID: "credits.5", quantity: 1, paymentMethod: "test-card:4242424242424242"),
-                    response: StoreV1.PurchaseResponse.self, options: options)
-                return response.transaction?.state == .purchased ? nil : "not_purchased"
+                // A retry after a lost connection keeps the key: the store answers it with the purchase it recorded, if it did.
+                let response = try await retryingLostConnection(client) {
+                    try await client.unary(
+                        "/kiosk.store.v1.Store/Purchase",
+                        request: StoreV1.PurchaseRequest(productID: product, quantity: 1, paymentMethod: "test-card:4242424242424242"),
+                        response: StoreV1.PurchaseResponse.self, options: options)
+                }
+                guard let transaction = response.transaction, transaction.state == .purchased else { return "not_purchased" }
+                answers.withLockedValue { $0.append("\(key) \(transaction.transactionID)") }
+                return nil
             } catch let error as RPCError {
                 return "rpc_\(error.code.name)"
             } catch {
                 return "other"
             }
         }
-        await client.close()
+        for client in clients { await client.close() }
+        if let answered {
+            let lines = answers.withLockedValue { $0 }
+            try (lines.map { $0 + "\n" }.joined()).write(toFile: answered, atomically: true, encoding: .utf8)
+        }
         var report = Report(title: "purchase (durable, committed before the answer)")
         report.result = result
-        report.fields = [("concurrency", concurrency), ("server", inProcess ? "in-process" : "\(host):\(port)")]
+        report.fields = [("concurrency", concurrency), ("buyers", buyerTokens.count),
+                         ("server", inProcess ? "in-process" : endpoints.map(\.description).joined(separator: ",")),
+                         ("answered_purchases", answers.withLockedValue { $0.count }),
+                         ("retried_after_lost_connection", lostConnectionRetries.withLockedValue { $0 })]
         try output.finish(report, started: started, serverBefore: serverBefore)
     }
 }

@@ -24,7 +24,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one.") var port = 7302
     @Option(name: .customLong("content-dir"), help: "Directory with manifest.json and the hosted files.") var contentDir: String
     @Option(name: .customLong("prepared-dir"), help: "Where prepared chunks are kept (default: <content-dir>/.kiosk-prepared).") var preparedDir: String?
-    @Option(help: "The store, host:port.") var store = "127.0.0.1:7301"
+    @Option(help: "The store: host:port, or replicas of one store as host:port,host:port (tried in order; the one that worked last first).") var store = "127.0.0.1:7301"
     @Option(name: .customLong("store-credential"),
             help: "The service credential at the store, role content (kiosk-store service create --role content), or KIOSK_STORE_CREDENTIAL.")
     var storeCredential: String?
@@ -49,8 +49,12 @@ struct Serve: AsyncParsableCommand {
     func run() async throws {
         bootstrapStandardErrorLogging(level: logLevel)
         let logger = Logger(label: "kiosk-content")
-        let parts = store.split(separator: ":")
-        guard parts.count == 2, let storePort = Int(parts[1]) else { throw ValidationError("--store must be host:port") }
+        let storeEndpoints: [Endpoint]
+        do {
+            storeEndpoints = try Endpoint.list(parsing: store)
+        } catch {
+            throw ValidationError("--store: \(error)")
+        }
         guard let credential = storeCredential ?? ProcessInfo.processInfo.environment["KIOSK_STORE_CREDENTIAL"], !credential.isEmpty else {
             throw ValidationError("a store credential is needed: --store-credential or KIOSK_STORE_CREDENTIAL (kiosk-store service create --role content)")
         }
@@ -66,11 +70,12 @@ struct Serve: AsyncParsableCommand {
 
         guard (1...16_384).contains(chunkSizeKiB) else { throw ValidationError("--chunk-size-kib must be 1…16384") }
         if let bundleID, bundleID.isEmpty { throw ValidationError("--bundle-id must not be empty (leave it out to accept any bundle id)") }
-        let configuration = ContentConfiguration(
-            contentDirectory: contentDir, preparedDirectory: preparedDir, storeHost: String(parts[0]), storePort: storePort,
+        var configuration = ContentConfiguration(
+            contentDirectory: contentDir, preparedDirectory: preparedDir,
             storeCredential: credential, storeTLS: storeTLS, environment: environment, acceptSandbox: acceptSandbox, bundleID: bundleID, cacheSize: cacheSize,
             maximumStaleness: .seconds(maxStaleness), chunkSize: UInt32(chunkSizeKiB * 1024),
             maximumDownloadsPerAccount: maxDownloadsPerAccount, maximumDownloads: maxDownloads)
+        configuration.storeEndpoints = storeEndpoints
         let server: ContentServer
         do {
             server = try ContentServer(

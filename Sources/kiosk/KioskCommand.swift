@@ -20,8 +20,9 @@ struct KioskCommand: AsyncParsableCommand {
 
 /// Options every command takes; flags win over the environment.
 struct Connection: ParsableArguments {
-    @Option(help: "The store, host:port (or KIOSK_STORE).") var store: String?
-    @Option(help: "The content service, host:port (or KIOSK_CONTENT).") var content: String?
+    @Option(help: "The store, host:port, or its replicas as host:port,host:port (or KIOSK_STORE); a call whose connection is lost is sent again to the next.")
+    var store: String?
+    @Option(help: "The content service, host:port or host:port,host:port (or KIOSK_CONTENT).") var content: String?
     @Option(help: "The account's bearer token (or KIOSK_TOKEN).") var token: String?
     @Option(name: .customLong("tls-ca"), help: "PEM trust roots of the services' TLS certificates (or KIOSK_TLS_CA); without it, plaintext to loopback only.")
     var tlsCA: String?
@@ -38,22 +39,22 @@ struct Connection: ParsableArguments {
         ProcessInfo.processInfo.environment[name].flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    private func address(_ flag: String?, _ variable: String, default port: Int) throws -> (String, Int) {
+    private func endpoints(_ flag: String?, _ variable: String, default port: Int) throws -> [ServiceEndpoint] {
         let text = flag ?? env(variable) ?? "127.0.0.1:\(port)"
-        let parts = text.split(separator: ":")
-        guard parts.count == 2, let number = Int(parts[1]) else { throw ValidationError("\(text) is not host:port") }
-        return (String(parts[0]), number)
+        do {
+            return try ServiceEndpoint.list(parsing: text)
+        } catch {
+            throw ValidationError("\(error)")
+        }
     }
 
     func client() throws -> KioskClient {
         guard let token = token ?? env("KIOSK_TOKEN") else {
             throw ValidationError("an account token is needed: --token or KIOSK_TOKEN (kiosk-store account create)")
         }
-        let (storeHost, storePort) = try address(store, "KIOSK_STORE", default: 7301)
-        let (contentHost, contentPort) = try address(content, "KIOSK_CONTENT", default: 7302)
-        var configuration = KioskConfiguration(
-            storeHost: storeHost, storePort: storePort, contentHost: contentHost, contentPort: contentPort, token: token,
-            stateDirectory: stateDirectory)
+        var configuration = KioskConfiguration(token: token, stateDirectory: stateDirectory)
+        configuration.storeEndpoints = try endpoints(store, "KIOSK_STORE", default: 7301)
+        configuration.contentEndpoints = try endpoints(content, "KIOSK_CONTENT", default: 7302)
         if let ca = tlsCA ?? env("KIOSK_TLS_CA") {
             configuration.transportSecurity = .tls(trustRootsPath: ca)
         } else if tlsSystemRoots {

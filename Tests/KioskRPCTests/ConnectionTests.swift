@@ -96,6 +96,10 @@ import Testing
             _ = try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
             try await RawPeer.with(port: port) { second in
                 try await second.send(Frame.preface)
+                // Admitted on its own event loop: the third must come after the server counted the second.
+                let admitted = ContinuousClock.now + .seconds(10)
+                while server.connectionCount < 2, ContinuousClock.now < admitted { try await Task.sleep(for: .milliseconds(5)) }
+                #expect(server.connectionCount == 2)
                 try await RawPeer.with(port: port) { third in
                     try await third.send(Frame.preface)
                     let refusal = try #require(try await third.readFrame())

@@ -11,20 +11,29 @@ import Testing
 final class RecordingRelay: Sendable {
     let recorded = NIOLockedValueBox<[UInt8]>([])
     private let listener: NIOLockedValueBox<Channel?> = NIOLockedValueBox(nil)
+    private let connections = NIOLockedValueBox<[Channel]>([])
+    /// Bytes relayed from the target so far, and the count at which the relay dies (nil: never).
+    private let fromTarget = NIOLockedValueBox(0)
+    let cutAfter: Int?
 
     var port: Int { listener.withLockedValue { $0?.localAddress?.port } ?? 0 }
 
-    static func start(to targetPort: Int) async throws -> RecordingRelay {
-        let relay = RecordingRelay()
+    init(cutAfter: Int? = nil) { self.cutAfter = cutAfter }
+
+    /// - Parameter cutAfter: once this many bytes came back from the target, the relay dies as a killed
+    ///   process would: it stops listening (a reconnect is refused) and drops every connection.
+    static func start(to targetPort: Int, cutAfter: Int? = nil) async throws -> RecordingRelay {
+        let relay = RecordingRelay(cutAfter: cutAfter)
         let group = MultiThreadedEventLoopGroup.singleton
         let channel = try await ServerBootstrap(group: group)
             .childChannelOption(.autoRead, value: false)
             .childChannelInitializer { inbound in
+                relay.connections.withLockedValue { $0.append(inbound) }
                 let inboundHandler = RelayHandler(relay: relay)
                 return inbound.pipeline.addHandler(inboundHandler).flatMap {
                     ClientBootstrap(group: inbound.eventLoop)
                         .channelInitializer { outbound in
-                            let outboundHandler = RelayHandler(relay: relay)
+                            let outboundHandler = RelayHandler(relay: relay, fromTarget: true)
                             outboundHandler.partner = inbound
                             return outbound.pipeline.addHandler(outboundHandler)
                         }
@@ -44,6 +53,21 @@ final class RecordingRelay: Sendable {
         try? await listener.withLockedValue { $0 }?.close()
     }
 
+    /// Dies now: the listener first (so no reconnect lands here), then every connection.
+    func kill() async {
+        await close()
+        for connection in connections.withLockedValue({ $0 }) { try? await connection.close() }
+    }
+
+    /// Counts bytes from the target; true once the relay should die.
+    fileprivate func relayedFromTarget(_ count: Int) -> Bool {
+        guard let cutAfter else { return false }
+        return fromTarget.withLockedValue { total in
+            total += count
+            return total >= cutAfter
+        }
+    }
+
     /// True when `needle` appears anywhere in what crossed.
     func saw(_ needle: [UInt8]) -> Bool {
         let haystack = recorded.withLockedValue { $0 }
@@ -60,13 +84,22 @@ final class RecordingRelay: Sendable {
 private final class RelayHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     let relay: RecordingRelay
+    let fromTarget: Bool
     var partner: Channel?
 
-    init(relay: RecordingRelay) { self.relay = relay }
+    init(relay: RecordingRelay, fromTarget: Bool = false) {
+        self.relay = relay
+        self.fromTarget = fromTarget
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = unwrapInboundIn(data)
         relay.recorded.withLockedValue { $0 += Array(buffer.readableBytesView) }
+        if fromTarget, relay.relayedFromTarget(buffer.readableBytes) {
+            let relay = self.relay
+            Task { await relay.kill() }
+            return
+        }
         partner?.writeAndFlush(buffer, promise: nil)
     }
 
