@@ -6,21 +6,42 @@ import NIOConcurrencyHelpers
 import Glibc
 #endif
 
-/// The store's Ed25519 signing keys: private keys in `keys/` of the data dir
-/// (one file each, mode 0600), public keys in the ledger. The newest key signs;
-/// every key keeps verifying what it signed (a retired one: what it signed up to its retirement).
+/// The store's Ed25519 signing keys: public keys in the ledger; private keys
+/// sealed beside them with the key-encryption key when the store has one
+/// (replicas share them), else in `keys/` of the data dir (one file each, mode
+/// 0600). The newest key signs; every key keeps verifying what it signed (a
+/// retired one: what it signed up to its retirement).
 final class KeyStore: Sendable {
     private let directory: String
     private let ledger: Ledger
+    private let keyEncryptionKey: KeyEncryptionKey?
     private let cache = NIOLockedValueBox<ReceiptSigningKey?>(nil)
 
-    /// Opens the key store, generating the first key when there is none.
-    init(dataDirectory: String, ledger: Ledger, nowMs: Int64) throws {
+    /// Opens the key store, generating the first key when there is none. With a
+    /// key-encryption key, keys kept only in `keys/` are sealed into the ledger
+    /// (a store becoming replicated), and the newest key is opened at once: a
+    /// wrong key-encryption key fails here, not at the first purchase.
+    init(dataDirectory: String, ledger: Ledger, nowMs: Int64, keyEncryptionKey: KeyEncryptionKey? = nil) throws {
         self.directory = (dataDirectory as NSString).appendingPathComponent("keys")
         self.ledger = ledger
+        self.keyEncryptionKey = keyEncryptionKey
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        if try ledger.publicKeys().isEmpty {
+        let existing = try ledger.publicKeys()
+        if existing.isEmpty {
             _ = try rotate(nowMs: nowMs)
+        } else if let keyEncryptionKey {
+            for key in existing where try ledger.sealedPrivateKey(id: key.id) == nil {
+                guard FileManager.default.fileExists(atPath: path(for: key.id)) else { continue }
+                let signingKey = try loadFile(key)
+                try ledger.sealPrivateKey(id: key.id, sealed: keyEncryptionKey.seal(Array(signingKey.privateKey.rawRepresentation), keyID: key.id))
+            }
+        }
+        if let newest = try ledger.publicKeys().last {
+            do {
+                _ = try load(newest)
+            } catch let error as StoreError where keyEncryptionKey == nil && error.message.contains("is missing") {
+                throw StoreError(.internalFailure, error.message + ": a ledger shared by store replicas needs their private keys sealed in it; give every replica the same --key-encryption-key-file")
+            }
         }
     }
 
@@ -51,7 +72,7 @@ final class KeyStore: Sendable {
         guard let newest = keys.last(where: { !$0.isRetired }) else {
             throw StoreError(.internalFailure, "every signing key is retired: add one with `kiosk-store keys rotate`")
         }
-        return try load(newest)
+        return try load(newest, db)
     }
 
     /// The key that signs access tokens: the newest usable key that has been
@@ -70,8 +91,12 @@ final class KeyStore: Sendable {
     /// Adds a new signing key; it signs from now on.
     func rotate(nowMs: Int64) throws -> ReceiptPublicKey {
         let signingKey = ReceiptSigningKey(privateKey: Curve25519.Signing.PrivateKey(), notBeforeMs: nowMs)
-        try writePrivateKey(signingKey)
-        try ledger.addPublicKey(signingKey.publicKey)
+        if let keyEncryptionKey {
+            try ledger.addPublicKey(signingKey.publicKey, sealed: keyEncryptionKey.seal(Array(signingKey.privateKey.rawRepresentation), keyID: signingKey.id))
+        } else {
+            try writePrivateKey(signingKey)
+            try ledger.addPublicKey(signingKey.publicKey)
+        }
         return signingKey.publicKey
     }
 
@@ -79,10 +104,25 @@ final class KeyStore: Sendable {
         (directory as NSString).appendingPathComponent("\(id).ed25519")
     }
 
-    private func load(_ publicKey: ReceiptPublicKey) throws -> ReceiptSigningKey {
+    /// The private half of `publicKey`: sealed in the ledger (read through `db` inside a transaction), else its file.
+    private func load(_ publicKey: ReceiptPublicKey, _ db: (any LedgerDatabase)? = nil) throws -> ReceiptSigningKey {
+        guard let sealed = try ledger.sealedPrivateKey(id: publicKey.id, db) else { return try loadFile(publicKey) }
+        guard let keyEncryptionKey else {
+            throw StoreError(.internalFailure, "signing key \(publicKey.id) is sealed in the ledger: give this store the key-encryption key of its replicas (--key-encryption-key-file)")
+        }
+        let raw = try keyEncryptionKey.unseal(sealed, keyID: publicKey.id)
+        let key = ReceiptSigningKey(privateKey: try Curve25519.Signing.PrivateKey(rawRepresentation: raw), notBeforeMs: publicKey.notBeforeMs)
+        guard key.id == publicKey.id else {
+            throw StoreError(.internalFailure, "the sealed private half of signing key \(publicKey.id) does not match it")
+        }
+        return key
+    }
+
+    private func loadFile(_ publicKey: ReceiptPublicKey) throws -> ReceiptSigningKey {
         let file = path(for: publicKey.id)
         guard let data = FileManager.default.contents(atPath: file) else {
-            throw StoreError(.internalFailure, "private key file \(file) for signing key \(publicKey.id) is missing")
+            let hint = keyEncryptionKey == nil ? "" : " and it has no sealed copy in the ledger (start the store that made it once with the key-encryption key, to seal it)"
+            throw StoreError(.internalFailure, "private key file \(file) for signing key \(publicKey.id) is missing\(hint)")
         }
         let privateKey = try Curve25519.Signing.PrivateKey(rawRepresentation: data)
         let key = ReceiptSigningKey(privateKey: privateKey, notBeforeMs: publicKey.notBeforeMs)

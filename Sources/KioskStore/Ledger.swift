@@ -321,6 +321,7 @@ public final class Ledger: Sendable {
         registerV2(&migrator)
         registerV3(&migrator)
         registerV4(&migrator)
+        registerV5(&migrator)
         return migrator
     }
 

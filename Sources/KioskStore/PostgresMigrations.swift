@@ -129,6 +129,9 @@ enum PostgresMigrations {
               revoked_ms BIGINT NOT NULL DEFAULT 0
             );
             """),
+        ("v5-sealed-signing-keys", """
+            ALTER TABLE signing_keys ADD COLUMN sealed_private_key BYTEA;
+            """),
     ]
 
     /// A key for `pg_advisory_xact_lock`: stores starting together migrate one at a time.

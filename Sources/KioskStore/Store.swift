@@ -33,7 +33,8 @@ public final class Store: Sendable {
             throw StoreError(.conflict, "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
         }
         self.instance = try InstanceLock(dataDirectory: configuration.dataDirectory)
-        self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock())
+        self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock(),
+                                 keyEncryptionKey: configuration.keyEncryptionKey)
         self.verifier = NIOLockedValueBox(Self.makeVerifier(keys: try ledger.publicKeys(), configuration: configuration))
         self.feed = RevocationFeed(ledger: ledger, pollInterval: configuration.revocationPollInterval)
         // Keys rotated or retired by another process (`kiosk-store keys …` on the data dir) reach this store's verifier too.

@@ -8,6 +8,10 @@ public struct StoreConfiguration: Sendable {
     /// A PostgreSQL database to keep the ledger in instead of the data dir's SQLite file
     /// (`kiosk-store serve --database postgres://…`); nil: the embedded SQLite ledger.
     public var database: PostgresLocation?
+    /// Seals the private signing keys into the ledger, so every store replica on
+    /// one database signs with the same keys (give them all the same one); nil:
+    /// private keys in the data dir's `keys/`, for a single store process.
+    public var keyEncryptionKey: KeyEncryptionKey?
     /// The products sold.
     public var catalog: Catalog
     /// Sandbox or production: written into every receipt.
@@ -70,5 +74,6 @@ public struct StoreConfiguration: Sendable {
         self.accessTokenLifetime = accessTokenLifetime
         self.clock = clock
         self.database = nil
+        self.keyEncryptionKey = nil
     }
 }

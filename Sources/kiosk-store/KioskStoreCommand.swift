@@ -23,6 +23,21 @@ struct DataDirOptions: ParsableArguments {
     @Option(name: .customLong("database-password-file"),
             help: "File holding the PostgreSQL user's password; also KIOSK_STORE_DATABASE_PASSWORD (never in the URL on a command line).")
     var databasePasswordFile: String?
+    @Option(name: .customLong("key-encryption-key-file"),
+            help: "File holding the key that seals the private signing keys in the ledger (kiosk-store keys new-kek), the same for every replica on one database; also KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE. Without it the private keys stay in the data dir.")
+    var keyEncryptionKeyFile: String?
+
+    /// The key-encryption key from --key-encryption-key-file or the environment; nil: private keys in the data dir.
+    func keyEncryptionKey() throws -> KeyEncryptionKey? {
+        guard let path = keyEncryptionKeyFile ?? ProcessInfo.processInfo.environment["KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE"], !path.isEmpty else {
+            return nil
+        }
+        do {
+            return try KeyEncryptionKey(contentsOfFile: path)
+        } catch let error as StoreError {
+            throw ValidationError(error.message)
+        }
+    }
 
     /// The PostgreSQL database from --database or the environment; nil for the data dir's SQLite ledger.
     func postgres() throws -> PostgresLocation? {
@@ -47,6 +62,7 @@ struct DataDirOptions: ParsableArguments {
     func configuration(catalog: Catalog, environment: ReceiptV1.Environment) throws -> StoreConfiguration {
         var configuration = StoreConfiguration(dataDirectory: dataDir, catalog: catalog, environment: environment)
         configuration.database = try postgres()
+        configuration.keyEncryptionKey = try keyEncryptionKey()
         return configuration
     }
 
@@ -144,6 +160,9 @@ struct Serve: AsyncParsableCommand {
         }
         var configuration = try data.configuration(catalog: loadedCatalog, environment: environment)
         try payments.apply(to: &configuration)
+        if configuration.database != nil, configuration.keyEncryptionKey == nil {
+            logger.warning("the private signing keys stay in this data dir: another store on this database cannot sign; give every replica the same --key-encryption-key-file")
+        }
         let server: StoreServer
         let tls: ServerTLSIdentity?
         // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.
@@ -350,7 +369,23 @@ struct Reconcile: AsyncParsableCommand {
 }
 
 struct Keys: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Manage receipt signing keys.", subcommands: [Rotate.self, Retire.self, Export.self])
+    static let configuration = CommandConfiguration(abstract: "Manage receipt signing keys.", subcommands: [Rotate.self, Retire.self, Export.self, NewKEK.self])
+
+    struct NewKEK: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "new-kek",
+            abstract: "Write a new key-encryption key to FILE (0600, never replacing one): give it to every store replica as --key-encryption-key-file.",
+            discussion: "Stores given it seal their private signing keys into the ledger with it (keys kept in a data dir are sealed at the next start), so replicas on one PostgreSQL database share the keys.")
+        @Argument(help: "The file to create.") var file: String
+        func run() async throws {
+            do {
+                let key = try KeyEncryptionKey.generate(toFile: file)
+                print("wrote key-encryption key \(key.fingerprint) to \(file)")
+            } catch let error as StoreError {
+                throw ValidationError(error.message)
+            }
+        }
+    }
 
     struct Rotate: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add a new signing key; old keys keep verifying.")

@@ -6,7 +6,7 @@ import KioskWire
 import Testing
 
 /// Two stores on one PostgreSQL ledger, as two replicas behind a load balancer
-/// would be: each its own data dir (and signing key), one database.
+/// would be: each its own data dir, one database, the signing keys sealed in it with one key-encryption key.
 @Suite(.enabled(if: TestLedger.isPostgres, "two stores on one ledger need the PostgreSQL backend"), .timeLimit(.minutes(1)))
 struct ReplicaTests {
     /// A second store served on `first`'s database; `body` gets it and a client of it.
@@ -21,6 +21,7 @@ struct ReplicaTests {
             paymentProcessor: SimulatedPaymentProcessor(delay: .milliseconds(20)),
             revocationPollInterval: pollInterval)
         configuration.database = first.store.configuration.database
+        configuration.keyEncryptionKey = try SealedKeyTests.kek()
         let server = try StoreServer(store: configuration)
         try await server.start()
         let client = RPCClient(host: "127.0.0.1", port: try #require(server.port))
@@ -39,7 +40,7 @@ struct ReplicaTests {
     /// The second store polls the ledger every 10 minutes: a refund committed by the first reaches
     /// the second's WatchRevocations stream only through PostgreSQL's NOTIFY (the suite's time limit is a minute).
     @Test func aRefundOnOneStoreReachesTheOtherStoresWatchersThroughNotify() async throws {
-        try await StoreFixture.with { first in
+        try await StoreFixture.with(keyEncryptionKey: try SealedKeyTests.kek()) { first in
             try await Self.withSecondStore(of: first) { second, client in
                 let token = try first.newAccount()
                 let transaction = try #require(try await first.buy("filter.sepia", token: token).transaction)
@@ -63,7 +64,7 @@ struct ReplicaTests {
     /// The same purchase (one idempotency key) sent to both replicas at once, twenty times:
     /// one transaction each time (one payment intent, so one charge), and every answer names it.
     @Test func oneIdempotencyKeyOnTwoReplicasRecordsOnePurchase() async throws {
-        try await StoreFixture.with { first in
+        try await StoreFixture.with(keyEncryptionKey: try SealedKeyTests.kek()) { first in
             try await Self.withSecondStore(of: first) { _, client in
                 let token = try first.newAccount()
                 for round in 0..<20 {

@@ -120,13 +120,16 @@ struct StoreFixture {
 
     static func with<R>(
         environment: ReceiptV1.Environment = .sandbox, dataDirectory: String = temporaryDirectory(),
+        keyEncryptionKey: KeyEncryptionKey? = nil,
         _ body: (StoreFixture) async throws -> R
     ) async throws -> R {
         let clock = TestClock()
-        let server = try StoreServer(store: StoreConfiguration(
+        var configuration = try StoreConfiguration(
             dataDirectory: dataDirectory, catalog: testCatalog, environment: environment,
             paymentProcessor: environment == .production ? LiveCardProcessor() : SimulatedPaymentProcessor(),
-            revocationPollInterval: .milliseconds(50), clock: { clock.now }).onTestLedger())
+            revocationPollInterval: .milliseconds(50), clock: { clock.now }).onTestLedger()
+        configuration.keyEncryptionKey = keyEncryptionKey
+        let server = try StoreServer(store: configuration)
         try await server.start()
         let client = RPCClient(host: "127.0.0.1", port: try #require(server.port))
         let fixture = StoreFixture(server: server, client: client, clock: clock, dataDirectory: dataDirectory)
