@@ -6,8 +6,10 @@
 # with SIGKILL 20 times under purchase load (Scripts/crash-test.sh; longer
 # runs: Scripts/crash-test.sh KILLS), and after the whole suite runs the
 # store's tests (KioskStoreTests) again on PostgreSQL: a throwaway cluster on
-# 127.0.0.1 (Scripts/postgres.sh; installs Debian's postgresql when missing).
-# Arguments go to `swift test` (e.g. --filter WireContractTests) and skip all three.
+# 127.0.0.1 (Scripts/postgres.sh; installs Debian's postgresql when missing),
+# then the short form of Scripts/scale-out.sh (PostgreSQL + 2 stores + 2
+# content replicas, one of each killed with SIGKILL under load, 8 s).
+# Arguments go to `swift test` (e.g. --filter WireContractTests) and skip all four.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./Scripts/setup.sh
@@ -24,4 +26,6 @@ if [ $# -eq 0 ]; then
   echo "test: the store's tests again, on a PostgreSQL ledger"
   ./Scripts/postgres.sh install > /dev/null
   KIOSK_TEST_LEDGER=postgres swift test --skip-build --no-parallel --filter KioskStoreTests
+  echo "test: replicas on PostgreSQL, killed under load (Scripts/scale-out.sh --short)"
+  ./Scripts/scale-out.sh --short
 fi

@@ -16,7 +16,7 @@ struct KioskBench: AsyncParsableCommand {
         commandName: "kiosk-bench",
         abstract: "Load-tests Kiosk: receipt verification, downloads and purchases.",
         discussion: "Without --content / --store the bench starts its own store and content service on 127.0.0.1.",
-        subcommands: [Verify.self, DownloadBench.self, PurchaseBench.self, TokenFlood.self, CrashTest.self, Floor.self, Plot.self])
+        subcommands: [Verify.self, DownloadBench.self, PurchaseBench.self, RefundLatency.self, TokenFlood.self, CrashTest.self, Floor.self, Plot.self])
 }
 
 /// Output options every load command takes.
@@ -123,8 +123,7 @@ struct Verify: AsyncParsableCommand {
 
     @Option(help: "A running content service, host:port, or its replicas host:port,host:port (connections spread over them, each failing over to the others; default: start one here).")
     var content: String?
-    @Option(name: .customLong("store-data-dir"), help: "With --content: the data dir of its store, to mint receipts and an account.") var storeDataDir: String?
-    @Option(help: "With --content: the catalog of that store.") var catalog: String?
+    @OptionGroup(title: "With --content: its store's ledger, to mint receipts and an account") var storeAccess: StoreAccess
     @Option(help: "With --content: the hosted product to authorize.") var product: String?
     @Option(help: "Distinct receipts made before the timed part.") var receipts = 20_000
     @Option(help: "Connections (K).") var connections = 4
@@ -147,12 +146,8 @@ struct Verify: AsyncParsableCommand {
         let environment: ReceiptV1.Environment
         let endpoints: [Endpoint]
         if let content {
-            guard let storeDataDir, let catalog else {
-                throw ValidationError("with --content, give --store-data-dir and --catalog of its store to mint receipts")
-            }
-            let loaded = try Catalog.load(path: catalog)
-            environment = try Ledger(directory: storeDataDir).environment() ?? .sandbox
-            let store = try Store(configuration: StoreConfiguration(dataDirectory: storeDataDir, catalog: loaded, environment: environment))
+            let (store, loaded) = try storeAccess.open(needing: "with --content, to mint receipts")
+            environment = store.configuration.environment
             productID = product ?? loaded.products.first { $0.hostedContent }?.id ?? ""
             let account = try store.createAccount()
             token = try store.issueAccessToken(account: try await store.authenticate(token: account.token), audience: AccessToken.contentAudience).token
@@ -397,6 +392,8 @@ struct PurchaseBench: AsyncParsableCommand {
     @Option(help: "With --store: a buyer's bearer token; repeat it for several buyers (worker i buys as the i-th, round robin).")
     var token: [String] = []
     @Option(help: "The product bought, one at a time.") var product = "credits.5"
+    @Option(name: .customLong("payment-method"), help: "The payment method (pm_card_visa for a store on Stripe or its double).")
+    var paymentMethod = "test-card:4242424242424242"
     @Option(help: "Connections (one per store replica when not given).") var connections: Int?
     @Option(help: "Write each answered purchase as a line `idempotency-key transaction-id` to this file (to check them against the ledger).")
     var answered: String?
@@ -429,6 +426,7 @@ struct PurchaseBench: AsyncParsableCommand {
     private func measure(endpoints: [Endpoint], buyerTokens: [String], inProcess: Bool, clientConfiguration: ClientConfiguration) async throws {
         let clients = spreadClients(connections ?? endpoints.count, over: endpoints, configuration: clientConfiguration)
         let product = self.product
+        let paymentMethod = self.paymentMethod
         let answers = NIOLockedValueBox<[String]>([])
         let run = UUID().uuidString
         var started = ProcessStats.current()
@@ -448,7 +446,7 @@ struct PurchaseBench: AsyncParsableCommand {
                 let response = try await retryingLostConnection(client) {
                     try await client.unary(
                         "/kiosk.store.v1.Store/Purchase",
-                        request: StoreV1.PurchaseRequest(productID: product, quantity: 1, paymentMethod: "test-card:4242424242424242"),
+                        request: StoreV1.PurchaseRequest(productID: product, quantity: 1, paymentMethod: paymentMethod),
                         response: StoreV1.PurchaseResponse.self, options: options)
                 }
                 guard let transaction = response.transaction, transaction.state == .purchased else { return "not_purchased" }

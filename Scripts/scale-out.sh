@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Kiosk past one machine, proven by killing it: a throwaway PostgreSQL
+# (Scripts/postgres.sh), two kiosk-store replicas on it (their signing keys
+# sealed in the ledger with one key-encryption key) and two kiosk-content
+# replicas following both stores, all on 127.0.0.1. Under load through all of
+# them — `kiosk-bench purchase` (4 buyers, the endpoint list of both stores),
+# `kiosk-bench verify` (connections spread over both content replicas) and the
+# SDK itself (`kiosk buy` and `kiosk download` in a loop, given both endpoints
+# of each service) — one store and one content replica are killed with
+# SIGKILL and restarted on the same ports. The stores take payments from the
+# Stripe double (stripe-double, its own process), which counts the charges it
+# made, honouring Idempotency-Key as Stripe does. Then it prints and checks:
+#   answered purchases found in the ledger (lost: must be 0), the processor's
+#   charges against the ledger's transactions (a double charge or a charge
+#   without a purchase makes them differ), idempotency keys with more than
+#   one charged payment (0), payment intents left open (0), balances
+#   equal to the sum of their credit movements (0 differ), the load's failed
+#   calls (0: a call whose replica died is sent again to the other), the SDK's
+#   calls (each succeeded, or was queued and sent with its key on the next run),
+#   and how long a refund takes to reach both content replicas (≤ 1 s).
+# The long form also measures verify calls/s and server CPU per call against 1
+# and then 2 content replicas (on one machine the CPU is shared: CPU per call
+# is what scales).
+#
+#   Scripts/scale-out.sh [SECONDS]    release build, SECONDS of load (default 30), then the figures
+#   Scripts/scale-out.sh --short      the test command's form: debug build (already built), 8 s, no figures
+set -euo pipefail
+cd "$(dirname "$0")/.."
+short=0
+if [ "${1:-}" = "--short" ]; then short=1; shift; fi
+seconds=${1:-$([ "$short" = 1 ] && echo 8 || echo 30)}
+./Scripts/setup.sh > /dev/null
+if [ "$short" = 1 ]; then
+  config=debug; receipts=3000
+  for product in kiosk-store kiosk-content kiosk-bench kiosk stripe-double; do swift build --product "$product" > /dev/null; done
+else
+  config=release; receipts=60000
+  for product in kiosk-store kiosk-content kiosk-bench kiosk stripe-double; do swift build -c release --product "$product" > /dev/null; done
+fi
+bin=$(swift build -c "$config" --show-bin-path)
+work=$(mktemp -d)
+declare -A pid=()
+loops=()
+cleanup() {
+  touch "$work/stop" 2>/dev/null || true
+  for p in "${pid[@]}" "${loops[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+say() { echo "scale-out: $*"; }
+
+read -r url pgdir pgbin < <(./Scripts/postgres.sh start $$)
+./Scripts/postgres.sh createdb "$url" kiosk
+database=${url%/postgres}/kiosk
+pgport=$(echo "$url" | sed -E 's#.*:([0-9]+)/.*#\1#')
+sql() { "$pgbin/psql" -X -q -A -t -h 127.0.0.1 -p "$pgport" -U kiosk -d kiosk -v ON_ERROR_STOP=1 "$@"; }
+
+"$bin/kiosk-store" keys new-kek "$work/kek" > /dev/null
+ledger=(--database "$database" --key-encryption-key-file "$work/kek")
+catalog=Scripts/examples/catalog.json
+card=pm_card_visa
+
+"$bin/stripe-double" > "$work/stripe.out" &
+pid[stripe]=$!
+for _ in $(seq 1 200); do grep -q "listening on" "$work/stripe.out" 2>/dev/null && break; sleep 0.05; done
+stripe=$(sed -n 's/^stripe-double listening on \([^ ]*\).*/\1/p' "$work/stripe.out")
+echo "sk_test_kiosk_stripe_double" > "$work/stripe.key"
+bench_payments=(--stripe-key-file "$work/stripe.key" --stripe-api-base "http://$stripe")
+payments=(--payment-processor stripe --stripe-key-file "$work/stripe.key" --stripe-api-base "http://$stripe" --stripe-lookup-delay-ms 0)
+
+tokens=()
+for _ in 1 2 3 4 5; do
+  tokens+=("$("$bin/kiosk-store" account create --data-dir "$work/store1" "${ledger[@]}" --json | sed 's/.*"token":"\([^"]*\)".*/\1/')")
+done
+credential=$("$bin/kiosk-store" service create --role content --name scale-out --data-dir "$work/store1" "${ledger[@]}" --json \
+  | sed 's/.*"credential":"\([^"]*\)".*/\1/')
+
+mkdir -p "$work/content/books"
+python3 -c 'import random; random.seed(7); w=["kiosk","swift","store","receipt","verify","content","replica","ledger"]
+print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(40000)))' > "$work/content/books/swift-book.txt"
+cp Scripts/examples/content/manifest.json "$work/content/manifest.json"
+
+# start NAME PORT: a store (store1, store2) or content replica (content1, content2); PORT 0 picks one.
+# Sets address[NAME] and pid[NAME]; each start logs to its own file.
+declare -A address=()
+starts=0
+start() {
+  local name=$1 port=$2 log
+  starts=$((starts + 1)); log="$work/$name.$starts.out"
+  case "$name" in
+    store*) "$bin/kiosk-store" serve --data-dir "$work/$name" "${ledger[@]}" "${payments[@]}" --catalog "$catalog" \
+              --host 127.0.0.1 --port "$port" --log-level warning > "$log" 2>&1 & ;;
+    content*) "$bin/kiosk-content" serve --content-dir "$work/content" --prepared-dir "$work/$name-prepared" \
+              --store "${address[store1]},${address[store2]}" --store-credential "$credential" \
+              --host 127.0.0.1 --port "$port" --log-level warning > "$log" 2>&1 & ;;
+  esac
+  pid[$name]=$!
+  for _ in $(seq 1 600); do grep -q "listening on" "$log" 2>/dev/null && break; sleep 0.05; done
+  grep -q "listening on" "$log" || { cat "$log" >&2; say "$name did not start"; exit 1; }
+  address[$name]=$(sed -n "s/^kiosk-[a-z]* listening on \([^ ]*\).*/\1/p" "$log")
+}
+start store1 0
+start store2 0
+start content1 0
+start content2 0
+stores="${address[store1]},${address[store2]}"
+contents="${address[content1]},${address[content2]}"
+say "PostgreSQL on 127.0.0.1:$pgport; stores $stores; content $contents; $seconds s of load ($config build)"
+
+# The SDK's own calls during the kill: one buyer's `kiosk buy` and another's `kiosk download`, in loops.
+sdk=(--store "$stores" --content "$contents" --json)
+"$bin/kiosk" buy book.swift --payment-method "$card" "${sdk[@]}" --token "${tokens[4]}" --state-dir "$work/sdk-download" > /dev/null
+sdk_loop() {  # NAME COMMAND…: runs the command until told to stop, a line per outcome in $work/NAME.outcomes
+  local name=$1; shift
+  while [ ! -f "$work/stop" ]; do
+    local output status=0
+    output=$("$@" 2>&1) || status=$?
+    echo "$status $output" | tr '\n' ' ' >> "$work/$name.outcomes"; echo >> "$work/$name.outcomes"
+  done
+}
+sdk_loop buy "$bin/kiosk" buy credits.5 --payment-method "$card" "${sdk[@]}" --token "${tokens[3]}" --state-dir "$work/sdk-buy" &
+loops+=($!)
+sdk_loop download bash -c "rm -rf '$work/dl' && '$bin/kiosk' download book.swift --out '$work/dl' ${sdk[*]} --token '${tokens[4]}' --state-dir '$work/sdk-download'" &
+loops+=($!)
+
+"$bin/kiosk-bench" purchase --store "$stores" --token "${tokens[0]}" --token "${tokens[1]}" --token "${tokens[2]}" --token "${tokens[3]}" \
+  --payment-method "$card" --concurrency 8 --duration "$seconds" --warmup 0 --answered "$work/answered.txt" --json > "$work/purchase.json" 2> "$work/purchase.err" &
+purchase_pid=$!
+"$bin/kiosk-bench" verify --content "$contents" --store-data-dir "$work/bench" --catalog "$catalog" \
+  --store-database "$database" --key-encryption-key-file "$work/kek" "${bench_payments[@]}" --receipts "$receipts" \
+  --connections 4 --concurrency 16 --duration "$seconds" --warmup 0 --json > "$work/verify.json" 2> "$work/verify.err" &
+verify_pid=$!
+
+sleep $((seconds / 3))
+say "kill -9 store1 (pid ${pid[store1]}) and content1 (pid ${pid[content1]}) under load"
+kill -9 "${pid[store1]}" "${pid[content1]}"
+wait "${pid[store1]}" "${pid[content1]}" 2>/dev/null || true
+sleep 1
+start store1 "${address[store1]##*:}"
+start content1 "${address[content1]##*:}"
+say "restarted both on their ports"
+
+purchase_status=0; verify_status=0
+wait "$purchase_pid" || purchase_status=$?
+wait "$verify_pid" || verify_status=$?
+touch "$work/stop"
+for p in "${loops[@]}"; do wait "$p" 2>/dev/null || true; done
+loops=()
+
+# Queued SDK payments are sent with their keys on the next run (any command sends them first).
+"$bin/kiosk" balance "${sdk[@]}" --token "${tokens[3]}" --state-dir "$work/sdk-buy" > /dev/null
+still_queued=$(find "$work/sdk-buy/journal" -maxdepth 1 -type f 2>/dev/null | wc -l)
+
+# The ledger against what was answered and charged.
+# (Before refund-latency: its purchases are its own in-process store's, not the processor's.)
+sql -c "CREATE TABLE scale_answered (key TEXT, id TEXT)"
+sql -c "\\copy scale_answered FROM '$work/answered.txt' WITH (FORMAT text, DELIMITER ' ')"
+grep -o '"transaction_id":"[^"]*"' "$work/buy.outcomes" | sed 's/.*:"\(.*\)"/sdk \1/' > "$work/sdk-answered.txt" || true
+sql -c "\\copy scale_answered FROM '$work/sdk-answered.txt' WITH (FORMAT text, DELIMITER ' ')"
+answered=$(sql -c "SELECT count(*) FROM scale_answered")
+lost=$(sql -c "SELECT count(*) FROM scale_answered a WHERE NOT EXISTS (SELECT 1 FROM transactions t WHERE t.id = a.id AND t.state = 1)")
+transactions=$(sql -c "SELECT count(*) FROM transactions WHERE state = 1")
+charges=$(curl -s "http://$stripe/_double/stats" | python3 -c "import json,sys; print(json.load(sys.stdin)['charges'])")
+keys_charged_twice=$(sql -c "SELECT count(*) FROM (SELECT i.account_id, i.idempotency_key FROM payment_intents i JOIN transactions t ON t.id = i.transaction_id AND t.state = 1 WHERE i.idempotency_key IS NOT NULL GROUP BY 1, 2 HAVING count(*) > 1) d")
+open_intents=$(sql -c "SELECT count(*) FROM payment_intents WHERE state = 'pending'")
+balances=$(sql -c "SELECT count(*) FROM accounts")
+unbalanced=$(sql -c "SELECT count(*) FROM accounts a WHERE a.credit_balance <> COALESCE((SELECT SUM(m.amount) FROM credit_movements m WHERE m.account_id = a.id), 0)")
+
+refund_status=0
+"$bin/kiosk-bench" refund-latency --content "$contents" --store-data-dir "$work/bench" --catalog "$catalog" \
+  --store-database "$database" --key-encryption-key-file "$work/kek" "${bench_payments[@]}" --refunds 5 --payment-method "$card" --json > "$work/refunds.json" 2> "$work/refunds.err" || refund_status=$?
+
+
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d$2)" "$1" 2>/dev/null || echo "?"; }
+count_status() { awk -v s="$2" '$1 == s' "$work/$1.outcomes" 2>/dev/null | wc -l; }
+purchase_errors=$(field "$work/purchase.json" "['errors']")
+verify_errors=$(field "$work/verify.json" "['errors']")
+sdk_buys=$(wc -l < "$work/buy.outcomes"); sdk_bought=$(count_status buy 0); sdk_queued=$(count_status buy 3)
+sdk_downloads=$(wc -l < "$work/download.outcomes"); sdk_downloaded=$(count_status download 0)
+refund_max=$(field "$work/refunds.json" "['max_ms']"); refund_missed=$(field "$work/refunds.json" "['missed']")
+
+cat <<EOF
+== scale-out: PostgreSQL + 2 stores + 2 content replicas, store1 and content1 killed (SIGKILL) and restarted mid-load
+purchases (kiosk-bench, 4 buyers, C=8)  $(field "$work/purchase.json" "['calls']") answered, $(field "$work/purchase.json" "['calls_per_second']")/s, errors $purchase_errors, sent again after a lost connection $(field "$work/purchase.json" "['retried_after_lost_connection']")
+verify (kiosk-bench, K=4 C=16)          $(field "$work/verify.json" "['calls']") calls, $(field "$work/verify.json" "['calls_per_second']")/s, errors $verify_errors, sent again after a lost connection $(field "$work/verify.json" "['retried_after_lost_connection']")
+SDK: kiosk buy                          $sdk_buys runs: $sdk_bought purchased, $sdk_queued queued (sent with their keys on the next run: $still_queued still queued), $((sdk_buys - sdk_bought - sdk_queued)) failed
+SDK: kiosk download                     $sdk_downloads runs: $sdk_downloaded verified on disk, $((sdk_downloads - sdk_downloaded)) failed
+answered purchases                      $answered, lost (not in the ledger) $lost
+ledger transactions (purchased)         $transactions
+processor charges                       $charges (ledger transactions − charges: $((transactions - charges))); idempotency keys charged twice $keys_charged_twice
+payment intents left open               $open_intents
+balances                                $balances accounts, $unbalanced differ from their movements
+refund → both content replicas          slowest $refund_max ms of 5 refunds, not reached $refund_missed
+EOF
+
+failed=0
+check() { if [ "$2" != "$3" ]; then say "FAILED: $1 is $2, must be $3"; failed=1; fi; }
+check "the purchase load's exit status" "$purchase_status" 0
+check "the verify load's exit status" "$verify_status" 0
+check "the purchase load's failed calls" "$purchase_errors" 0
+check "the verify load's failed calls" "$verify_errors" 0
+check "SDK buys that failed" "$((sdk_buys - sdk_bought - sdk_queued))" 0
+check "SDK payments still queued" "$still_queued" 0
+check "SDK downloads that failed" "$((sdk_downloads - sdk_downloaded))" 0
+check "lost answered purchases" "$lost" 0
+check "the processor's charges" "$charges" "$transactions"
+check "idempotency keys charged twice" "$keys_charged_twice" 0
+check "payment intents left open" "$open_intents" 0
+check "balances that differ from their movements" "$unbalanced" 0
+check "refund-latency's exit status" "$refund_status" 0
+if [ "$refund_max" = "?" ] || awk -v m="$refund_max" 'BEGIN { exit !(m > 1000) }'; then say "FAILED: a refund took $refund_max ms to reach a content replica (limit 1000)"; failed=1; fi
+[ "$sdk_buys" -gt 0 ] && [ "$sdk_downloads" -gt 0 ] || { say "FAILED: the SDK loops did not run"; failed=1; }
+if [ "$failed" = 1 ]; then
+  for log in "$work"/*.out "$work"/*.err; do echo "--- $log"; tail -5 "$log"; done
+  exit 1
+fi
+
+if [ "$short" = 0 ]; then
+  # Verify against one content replica, then both: calls/s and the servers' CPU per call, same receipts.
+  figures() {  # ENDPOINTS PIDS…
+    local endpoints=$1; shift
+    local pids=(); for p in "$@"; do pids+=(--server-pid "$p"); done
+    "$bin/kiosk-bench" verify --content "$endpoints" --store-data-dir "$work/bench" --catalog "$catalog" \
+      --store-database "$database" --key-encryption-key-file "$work/kek" "${bench_payments[@]}" --receipts "$receipts" \
+      --connections 4 --concurrency 64 --duration 10 --warmup 2 "${pids[@]}" --json
+  }
+  for replicas in 1 2 1 2; do
+    if [ "$replicas" = 1 ]; then out=$(figures "${address[content1]}" "${pid[content1]}")
+    else out=$(figures "$contents" "${pid[content1]}" "${pid[content2]}"); fi
+    echo "$out" | python3 -c "import json,sys; d=json.load(sys.stdin); print('verify, $replicas content replica(s): %d calls/s, p50 %.0f us, p99 %.0f us, server CPU %.0f us/call, errors %d, cache hit ratio %s' % (d['calls_per_second'], d['latency_us']['p50'], d['latency_us']['p99'], d['server_cpu_seconds']/d['calls']*1e6, d['errors'], d['cache_hit_ratio']))"
+  done
+fi
+say "passed"
