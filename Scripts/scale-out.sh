@@ -182,8 +182,8 @@ refund_max=$(field "$work/refunds.json" "['max_ms']"); refund_missed=$(field "$w
 
 cat <<EOF
 == scale-out: PostgreSQL + 2 stores + 2 content replicas, store1 and content1 killed (SIGKILL) and restarted mid-load
-purchases (kiosk-bench, 4 buyers, C=8)  $(field "$work/purchase.json" "['calls']") answered, $(field "$work/purchase.json" "['calls_per_second']")/s, errors $purchase_errors, sent again after a lost connection $(field "$work/purchase.json" "['retried_after_lost_connection']")
-verify (kiosk-bench, K=4 C=16)          $(field "$work/verify.json" "['calls']") calls, $(field "$work/verify.json" "['calls_per_second']")/s, errors $verify_errors, sent again after a lost connection $(field "$work/verify.json" "['retried_after_lost_connection']")
+purchases (kiosk-bench, 4 buyers, C=8)  $(field "$work/purchase.json" "['calls']") answered, $(field "$work/purchase.json" "['calls_per_second']")/s, errors $purchase_errors $(field "$work/purchase.json" "['errors_by_kind']"), sent again after a lost connection $(field "$work/purchase.json" "['retried_after_lost_connection']"), after ABORTED (in progress elsewhere) $(field "$work/purchase.json" "['retried_after_aborted']")
+verify (kiosk-bench, K=4 C=16)          $(field "$work/verify.json" "['calls']") calls, $(field "$work/verify.json" "['calls_per_second']")/s, errors $verify_errors $(field "$work/verify.json" "['errors_by_kind']"), sent again after a lost connection $(field "$work/verify.json" "['retried_after_lost_connection']")
 SDK: kiosk buy                          $sdk_buys runs: $sdk_bought purchased, $sdk_queued queued (sent with their keys on the next run: $still_queued still queued), $((sdk_buys - sdk_bought - sdk_queued)) failed
 SDK: kiosk download                     $sdk_downloads runs: $sdk_downloaded verified on disk, $((sdk_downloads - sdk_downloaded)) failed
 answered purchases                      $answered, lost (not in the ledger) $lost
@@ -213,6 +213,8 @@ if [ "$refund_max" = "?" ] || awk -v m="$refund_max" 'BEGIN { exit !(m > 1000) }
 [ "$sdk_buys" -gt 0 ] && [ "$sdk_downloads" -gt 0 ] || { say "FAILED: the SDK loops did not run"; failed=1; }
 if [ "$failed" = 1 ]; then
   for log in "$work"/*.out "$work"/*.err; do echo "--- $log"; tail -5 "$log"; done
+  echo "--- load errors: $(field "$work/purchase.json" "['error_samples']") $(field "$work/verify.json" "['error_samples']")"
+  echo "--- SDK runs that failed"; awk '$1 != 0 && $1 != 3' "$work/buy.outcomes" "$work/download.outcomes" | head -5
   exit 1
 fi
 

@@ -155,17 +155,26 @@ public final class KioskClient: Sendable {
     }
 
     /// Runs `call`, and again when the connection it went out on was lost
-    /// while another replica is listed: once per other endpoint. Every store
+    /// while another replica is listed (``RPCClient/lostConnectionRetries`` times). Every store
     /// call is safe to repeat (reads, and writes that carry an idempotency key
     /// or set a state), so a replica killed mid-call costs a retry, not an error.
+    ///
+    /// A store answers ABORTED when another store process is making the same payment (a replica that
+    /// took it and was killed, until the database sees its session end): sent again after 25 ms,
+    /// doubling, up to 6 times (about 1.6 s), with the same key.
     func failingOver<T>(_ client: RPCClient, _ call: () async throws -> T) async throws -> T {
-        var retries = client.endpoints.count - 1
+        var retries = client.lostConnectionRetries
+        var busy = 0
         while true {
             do {
                 return try await call()
             } catch let error as RPCError where retries > 0 && Self.isLostConnection(error) && !Task.isCancelled {
                 retries -= 1
                 configuration.logger.debug("retrying on another replica: \(error.message)")
+            } catch let error as RPCError where error.code == .aborted && error.source == .remote && busy < 6 && !Task.isCancelled {
+                busy += 1
+                configuration.logger.debug("sending again: \(error.message)")
+                try await Task.sleep(for: .milliseconds(25 << (busy - 1)))
             }
         }
     }
@@ -407,7 +416,7 @@ public final class KioskClient: Sendable {
             let task = Task {
                 // A stream broken by a lost connection starts again on another replica; what was yielded is not yielded twice.
                 var yielded: Set<String> = []
-                var retries = store.endpoints.count - 1
+                var retries = store.lostConnectionRetries
                 while true {
                     let stream = store.serverStreaming("/kiosk.store.v1.Store/Restore", request: StoreV1.RestoreRequest(),
                                                        response: StoreV1.Transaction.self, options: options())

@@ -233,9 +233,9 @@ public final class KioskDownload: Sendable {
     /// - Parameters:
     ///   - mayRenewToken: a refused access token (expired, or its key retired) is renewed once.
     ///   - failovers: how many times a download broken by a lost connection resumes at once on
-    ///     another replica (nil: once per other content endpoint).
+    ///     another replica (nil: ``RPCClient/lostConnectionRetries``).
     private func fetch(mayRenewToken: Bool = true, failovers: Int? = nil) async throws -> URL {
-        let failovers = failovers ?? client.content.endpoints.count - 1
+        let failovers = failovers ?? client.content.lostConnectionRetries
         try PrivateFiles.makeDirectory(destination.deletingLastPathComponent().path, tighteningExisting: false)
         var saved = savedState()
         var offset = saved?.bytesDone ?? 0

@@ -80,6 +80,11 @@ public final class RPCClient: Sendable {
 
     private var target: String { endpoints.map(\.description).joined(separator: ",") }
 
+    /// How many times a caller may send a call again after its connection was lost: one per
+    /// endpoint when there are several (a new connection can still land on the replica that is
+    /// dying, which accepts for a moment after its connections dropped), none with one endpoint.
+    public var lostConnectionRetries: Int { endpoints.count > 1 ? endpoints.count : 0 }
+
     /// The endpoint of the connection calls go to now; nil while there is none.
     public var connectedEndpoint: Endpoint? {
         state.withLockedValue { state in

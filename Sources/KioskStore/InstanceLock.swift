@@ -9,14 +9,19 @@ import Glibc
 ///
 /// Each opened ``Store`` holds an exclusive `flock` on
 /// `instances/<id>.lock` in its data dir for as long as the process lives; the
-/// kernel drops the lock when the process dies, however it dies.
+/// kernel drops the lock when the process dies, however it dies. On a
+/// PostgreSQL ledger, shared by store replicas each with a data dir of its
+/// own, the instance also holds a session advisory lock in the database (see
+/// ``PostgresLedgerBackend/holdInstanceLock(_:)``), and liveness is asked there:
+/// an intent of a live replica elsewhere is never taken for a dead one's.
 final class InstanceLock: Sendable {
     /// This instance's id, written as the owner of its intents.
     let id: String
     private let directory: String
     private let descriptor: Int32
+    private let shared: PostgresLedgerBackend?
 
-    init(dataDirectory: String) throws {
+    init(dataDirectory: String, ledger: Ledger? = nil) throws {
         directory = (dataDirectory as NSString).appendingPathComponent("instances")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         id = "inst_" + Store.randomHex(bytes: 8)
@@ -27,6 +32,14 @@ final class InstanceLock: Sendable {
             close(descriptor)
             throw StoreError(.internalFailure, "cannot lock \(path): \(String(cString: strerror(errno)))")
         }
+        shared = ledger?.backend as? PostgresLedgerBackend
+        do {
+            try shared?.holdInstanceLock(id)
+        } catch {
+            unlink(path)
+            close(descriptor)
+            throw error
+        }
     }
 
     deinit {
@@ -35,9 +48,14 @@ final class InstanceLock: Sendable {
     }
 
     /// True when `owner` is this instance or another process that still holds its lock.
-    func isAlive(_ owner: String) -> Bool {
+    /// - Parameter db: the caller's open transaction, if any (on PostgreSQL the question is asked on its connection).
+    func isAlive(_ owner: String, _ db: (any LedgerDatabase)? = nil) -> Bool {
         if owner == id { return true }
         guard owner.hasPrefix("inst_"), !owner.contains("/") else { return false }
+        if let shared {
+            // Unknown (the database unreachable): alive, so nothing is taken over on a guess; the intent's grace period still ends it.
+            return (try? shared.isInstanceAlive(owner, db)) ?? true
+        }
         let path = (directory as NSString).appendingPathComponent(owner + ".lock")
         let fd = open(path, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { return false }  // no lock file: its process ended

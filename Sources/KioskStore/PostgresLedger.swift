@@ -70,6 +70,8 @@ final class PostgresLedgerBackend: LedgerBackend {
     private let logger: Logger
     /// The LISTEN connection and its task, when something watches for changes.
     private let watcher = NIOLockedValueBox<(task: Task<Void, Never>?, connection: PostgresConnection?, stopped: Bool)>((nil, nil, false))
+    /// The connection holding this process's instance lock (``holdInstanceLock(_:)``).
+    private let instanceHolder = NIOLockedValueBox<PostgresConnection?>(nil)
 
     /// Connects (the first connection at once, the others when needed) and migrates the schema.
     init(location: PostgresLocation, connections size: Int = 8, logger: Logger = Logger(label: "kiosk-store.postgres")) throws {
@@ -103,7 +105,8 @@ final class PostgresLedgerBackend: LedgerBackend {
         task?.cancel()
         // Each connection is closed (PostgreSQL's Terminate) before the threads stop; the closures
         // keep the connections alive until their close completes.
-        let open = connections.closeAll() + (listener.map { [$0] } ?? [])
+        let holder = instanceHolder.withLockedValue { holder in defer { holder = nil }; return holder }
+        let open = connections.closeAll() + (listener.map { [$0] } ?? []) + (holder.map { [$0] } ?? [])
         let closed = EventLoopFuture.andAllComplete(open.map { $0.close() as EventLoopFuture<Void> }, on: group.next())
         if waiting {
             try? waitFor(closed)
@@ -156,6 +159,51 @@ final class PostgresLedgerBackend: LedgerBackend {
 
     func read<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
         try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+    }
+
+    // MARK: Instances
+
+    /// The advisory lock key of a store instance (apart from the account keys: those hash bare account ids).
+    private static func instanceKey(_ instance: String) -> String { "kiosk-instance:" + instance }
+
+    /// Holds a session advisory lock named after `instance`, on a connection of its own, for as long
+    /// as this backend lives: PostgreSQL lets it go when that session ends, however the process ends
+    /// (a SIGKILL closes its socket at once). Other store processes on the database, whatever their
+    /// data dir, ask ``isInstanceAlive(_:)``.
+    func holdInstanceLock(_ instance: String) throws {
+        let connection: PostgresConnection
+        do {
+            connection = try waitFor(PostgresConnection.connect(on: group.next(), configuration: configuration, id: -1, logger: logger))
+        } catch {
+            throw LedgerError(.unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
+        }
+        do {
+            _ = try PostgresLedgerDatabase(connection: connection, logger: logger)
+                .execute("SELECT pg_advisory_lock(hashtextextended(?, 0))", [Self.instanceKey(instance)])
+        } catch {
+            let _: EventLoopFuture<Void> = connection.close()
+            throw error
+        }
+        let logger = self.logger
+        connection.closeFuture.whenComplete { _ in
+            logger.debug("the connection holding instance \(instance)'s lock closed")
+        }
+        let previous = instanceHolder.withLockedValue { holder in defer { holder = connection }; return holder }
+        if let previous { let _: EventLoopFuture<Void> = previous.close() }
+    }
+
+    /// True when some session holds `instance`'s lock: its store process is alive. Asked on `db`, the
+    /// connection of the caller's transaction, when there is one (a connection of the pool otherwise):
+    /// a write never waits for a second connection while holding one.
+    func isInstanceAlive(_ instance: String, _ db: (any LedgerDatabase)? = nil) throws -> Bool {
+        let key = Self.instanceKey(instance)
+        let ask = { (db: any LedgerDatabase) throws -> Bool in
+            guard try db.value(Bool.self, "SELECT pg_try_advisory_lock(hashtextextended(?, 0))", [key]) == true else { return true }
+            _ = try db.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key])
+            return false
+        }
+        if let db { return try ask(db) }
+        return try transaction("BEGIN", ask)
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {

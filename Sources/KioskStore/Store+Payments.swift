@@ -131,7 +131,7 @@ extension Store {
             }
             if let earlierIntent, earlierIntent.state == .pending {
                 // Its outcome was never recorded. Another live process may be asking the processor right now.
-                if earlierIntent.owner != instance.id, instance.isAlive(earlierIntent.owner) {
+                if earlierIntent.owner != instance.id, instance.isAlive(earlierIntent.owner, db) {
                     throw StoreError(.inProgress, "this payment is being made by another store process; retry with the same idempotency-key")
                 }
                 // Ask again with the same payment id (the processor deduplicates on it), as the same transaction.
@@ -386,7 +386,7 @@ extension Store {
             }
             let paymentID = deferred.paymentID ?? deferred.id
             if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)") {
-                if earlier.state == .pending, earlier.owner != instance.id, instance.isAlive(earlier.owner) {
+                if earlier.state == .pending, earlier.owner != instance.id, instance.isAlive(earlier.owner, db) {
                     throw StoreError(.conflict, "transaction \(transactionID) is being approved by another process")
                 }
                 return try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db)

@@ -32,7 +32,7 @@ public final class Store: Sendable {
         if let bound = try ledger.environment(), bound != configuration.environment {
             throw StoreError(.conflict, "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
         }
-        self.instance = try InstanceLock(dataDirectory: configuration.dataDirectory)
+        self.instance = try InstanceLock(dataDirectory: configuration.dataDirectory, ledger: ledger)
         self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock(),
                                  keyEncryptionKey: configuration.keyEncryptionKey)
         self.verifier = NIOLockedValueBox(Self.makeVerifier(keys: try ledger.publicKeys(), configuration: configuration))

@@ -101,15 +101,33 @@ let lostConnectionRetries = NIOLockedValueBox(0)
 /// Runs `call`, again (once per other endpoint of `client`) when its connection was lost: what the SDK does,
 /// so a replica killed under load costs retries, not failed calls.
 func retryingLostConnection<T>(_ client: RPCClient, _ call: () async throws -> T) async throws -> T {
-    var retries = client.endpoints.count - 1
+    var retries = client.lostConnectionRetries
+    var busy = 0
     while true {
         do {
             return try await call()
         } catch let error as RPCError where retries > 0 && error.code == .unavailable && (error.source == .connection || error.source == .unprocessed) {
             retries -= 1
             lostConnectionRetries.withLockedValue { $0 += 1 }
+        } catch let error as RPCError where error.code == .aborted && error.source == .remote && busy < 6 {
+            // Another store process is making this payment (one just killed, until its database session ends): as the SDK does.
+            busy += 1
+            abortedRetries.withLockedValue { $0 += 1 }
+            try await Task.sleep(for: .milliseconds(25 << (busy - 1)))
         }
     }
+}
+
+/// Calls answered ABORTED (the payment in progress on another store process) and sent again.
+let abortedRetries = NIOLockedValueBox(0)
+
+/// The first few failed calls' errors, in full, for the report.
+let errorSamples = NIOLockedValueBox<[String]>([])
+
+/// The error's kind for the report's counts, keeping its text as a sample.
+func errorKind(_ error: RPCError) -> String {
+    errorSamples.withLockedValue { if $0.count < 5 { $0.append(error.description) } }
+    return "rpc_\(error.code.name)"
 }
 
 struct Verify: AsyncParsableCommand {
@@ -213,7 +231,7 @@ struct Verify: AsyncParsableCommand {
                 }
                 return answer.allowed ? nil : "refused_\(answer.status)_\(answer.refusal)"
             } catch let error as RPCError {
-                return "rpc_\(error.code.name)"
+                return errorKind(error)
             } catch {
                 return "other"
             }
@@ -230,6 +248,7 @@ struct Verify: AsyncParsableCommand {
             ("cache_hit_ratio", hits + misses == 0 ? 0 : round2(Double(hits) / Double(hits + misses) * 100) / 100),
             ("server", inProcess ? "in-process (cache \(repeatReceipt ? "on" : "off"))" : endpoints.map(\.description).joined(separator: ",")),
             ("retried_after_lost_connection", lostConnectionRetries.withLockedValue { $0 }),
+            ("error_samples", errorSamples.withLockedValue { $0 }),
             ("transport", clientConfiguration.tls == nil ? "plaintext" : "TLS"),
         ]
         if !repeatReceipt, minted.count < result.issued, !inProcess {
@@ -453,7 +472,7 @@ struct PurchaseBench: AsyncParsableCommand {
                 answers.withLockedValue { $0.append("\(key) \(transaction.transactionID)") }
                 return nil
             } catch let error as RPCError {
-                return "rpc_\(error.code.name)"
+                return errorKind(error)
             } catch {
                 return "other"
             }
@@ -468,7 +487,10 @@ struct PurchaseBench: AsyncParsableCommand {
         report.fields = [("concurrency", concurrency), ("buyers", buyerTokens.count),
                          ("server", inProcess ? "in-process" : endpoints.map(\.description).joined(separator: ",")),
                          ("answered_purchases", answers.withLockedValue { $0.count }),
-                         ("retried_after_lost_connection", lostConnectionRetries.withLockedValue { $0 })]
+                         ("retried_after_lost_connection", lostConnectionRetries.withLockedValue { $0 }),
+            ("error_samples", errorSamples.withLockedValue { $0 }),
+                         ("retried_after_aborted", abortedRetries.withLockedValue { $0 }),
+                         ("error_samples", errorSamples.withLockedValue { $0 })]
         try output.finish(report, started: started, serverBefore: serverBefore)
     }
 }

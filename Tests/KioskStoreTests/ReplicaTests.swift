@@ -84,4 +84,31 @@ struct ReplicaTests {
             }
         }
     }
+
+    /// Replicas keep their data dirs apart, so the lock files that tell a dead store's payment intents
+    /// from a live one's cannot be seen across them: on PostgreSQL liveness is a session advisory lock.
+    /// (Before, a replica took every other replica's intents for a dead process's: it reconciled
+    /// payments that were being charged.)
+    @Test func aReplicaInAnotherDataDirIsAliveForAsLongAsItsDatabaseSession() async throws {
+        try await StoreFixture.with(keyEncryptionKey: try SealedKeyTests.kek()) { first in
+            try await Self.withSecondStore(of: first) { second, _ in
+                #expect(second.store.instance.isAlive(first.store.instance.id))
+                #expect(first.store.instance.isAlive(second.store.instance.id))
+                #expect(!second.store.instance.isAlive("inst_00000000deadbeef"), "never seen: dead")
+
+                // Another process's session takes the lock, then ends (as a killed process's does): the lock goes with it.
+                let location = try #require(first.store.configuration.database)
+                var other: Ledger? = try Ledger(postgres: location)
+                try #require(other?.backend as? PostgresLedgerBackend).holdInstanceLock("inst_00000000cafebabe")
+                #expect(second.store.instance.isAlive("inst_00000000cafebabe"))
+                other = nil
+                let deadline = ContinuousClock.now + .seconds(10)
+                while second.store.instance.isAlive("inst_00000000cafebabe"), ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(10))
+                }
+                #expect(!second.store.instance.isAlive("inst_00000000cafebabe"))
+                _ = other
+            }
+        }
+    }
 }
