@@ -195,9 +195,10 @@ public final class RPCServer: Sendable {
         state.withLockedValue { $0.admitted.count }
     }
 
-    /// Shuts down gracefully: sends GOAWAY on every connection, lets in-flight
-    /// calls finish for up to `gracePeriod` (refusing new ones with UNAVAILABLE),
-    /// ends what is left with UNAVAILABLE, then closes the listener.
+    /// Shuts down gracefully: stops listening (a new connection is refused, so a
+    /// client given other replicas connects to one of them), sends GOAWAY on
+    /// every connection, lets in-flight calls finish for up to `gracePeriod`
+    /// (refusing new ones with UNAVAILABLE), then ends what is left with UNAVAILABLE.
     public func shutdown(gracePeriod: Duration? = nil) async {
         let grace = gracePeriod ?? configuration.shutdownGracePeriod
         let connections = startDraining()
@@ -222,9 +223,9 @@ public final class RPCServer: Sendable {
         logger.info("server shut down")
     }
 
-    /// Starts a graceful shutdown without waiting for it: from now on Health
-    /// answers NOT_SERVING, every connection gets GOAWAY, and calls opened
-    /// after it are refused with UNAVAILABLE. ``shutdown(gracePeriod:)`` finishes it.
+    /// Starts a graceful shutdown without waiting for it: the listener closes,
+    /// from now on Health answers NOT_SERVING, every connection gets GOAWAY, and
+    /// calls opened after it are refused with UNAVAILABLE. ``shutdown(gracePeriod:)`` finishes it.
     public func beginShutdown() {
         startDraining()
     }
@@ -232,17 +233,19 @@ public final class RPCServer: Sendable {
     @discardableResult
     private func startDraining() -> [Connection] {
         shutdownFlag.set()
-        let connections = state.withLockedValue { state in
+        let (connections, listener) = state.withLockedValue { state in
             state.shuttingDown = true
-            return Array(state.connections.values)
+            return (Array(state.connections.values), state.listener)
         }
+        // As gRPC servers do: no new connection lands on a server that is going away.
+        listener?.close(promise: nil)
         for connection in connections {
             connection.handler.eventLoop.execute { connection.handler.value.beginGracefulShutdown() }
         }
         return connections
     }
 
-    /// Waits until the listener is closed.
+    /// Waits until the listener is closed (when a shutdown begins).
     public func waitUntilClosed() async {
         guard let listener = state.withLockedValue({ $0.listener }) else { return }
         try? await listener.closeFuture.get()

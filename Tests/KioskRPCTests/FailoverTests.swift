@@ -61,6 +61,28 @@ import Testing
         try? await killed.close()
     }
 
+    @Test func aReplicaShuttingDownRefusesNewConnectionsSoClientsGoToTheOther() async throws {
+        let probe = Probe()
+        let (a, b) = (try await Self.server(probe: probe), try await Self.server())
+        let first = RPCClient(endpoints: [Self.endpoint(a), Self.endpoint(b)], configuration: Self.configuration)
+        // A call in flight keeps A draining for its grace period.
+        let held = Task { try await first.unary(TestService.prefix + "Hold", request: Ping(opaque: 9), response: Ping.self) }
+        await probe.wait(for: .started(9))
+        a.beginShutdown()
+        await a.waitUntilClosed()
+        // A client that has not connected yet, A listed first: refused by A, served by B.
+        let late = RPCClient(endpoints: [Self.endpoint(a), Self.endpoint(b)], configuration: Self.configuration)
+        #expect(try await late.unary(TestService.prefix + "Echo", request: Ping(opaque: 10), response: Ping.self).opaque == 10)
+        #expect(late.connectedEndpoint == Self.endpoint(b))
+        // The draining connection still finishes its call.
+        probe.release()
+        #expect(try await held.value.opaque == 9)
+        await a.shutdown()
+        await first.close()
+        await late.close()
+        await b.shutdown()
+    }
+
     @Test func everyEndpointDownIsAConnectFailureNamingThemAll() async throws {
         let (first, second) = (try ReservedPort(), try ReservedPort())
         let client = RPCClient(endpoints: [Self.endpoint(first.port), Self.endpoint(second.port)], configuration: Self.configuration)
