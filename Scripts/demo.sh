@@ -4,8 +4,10 @@
 # CA (kiosk-store tls create-dev), with a sample catalog and a
 # generated book in a temporary directory, then uses the `kiosk` command line
 # to buy credits ×4, buy and download the book, restore on a second device
-# (another state dir), verify a receipt, and stops the services. Prints each
-# step; exits non-zero as soon as one fails.
+# (another state dir), verify a receipt, subscribe to pro.monthly and watch it
+# renew (the sandbox store runs with --time-scale 259200: a month lasts 10 s),
+# turn its auto-renew off, and stops the services. Prints each step; exits
+# non-zero as soon as one fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./Scripts/setup.sh
@@ -17,7 +19,8 @@ bin=.build/debug
 step() { printf '\n== %s\n' "$*"; }
 
 step "store: catalog Scripts/examples/catalog.json (credits.5, credits.10, filter.sepia, book.swift, pro.monthly, season.pass)"
-start_store
+# A sandbox store whose subscription month lasts 10 s, renewals looked for twice a second.
+start_store --time-scale 259200 --renewal-interval-ms 500
 cat "$work/store.out"
 
 step "credentials: an account for the buyer, a service credential (role content) for the content service"
@@ -52,6 +55,22 @@ step "kiosk verify (the book's receipt, as restored on the second device)"
 KIOSK_STATE_DIR="$work/laptop" $bin/kiosk verify "$(ls "$work/laptop/receipts/"*.receipt | head -1)"
 step "kiosk entitlements"
 $bin/kiosk entitlements
+
+step "kiosk buy pro.monthly (an auto-renewable subscription; this store's month lasts 10 s)"
+$bin/kiosk buy pro.monthly
+$bin/kiosk subscriptions
+step "waiting for the store to renew it (charged with the same card, a new transaction with the same original id)"
+for _ in $(seq 1 60); do
+  $bin/kiosk subscriptions --json | grep -q '"periods_paid":[2-9]' && break
+  sleep 0.5
+done
+$bin/kiosk subscriptions
+$bin/kiosk subscriptions --json | grep -q '"periods_paid":[2-9]' || { echo "demo: the subscription did not renew" >&2; exit 1; }
+step "kiosk unfinished (the renewal, delivered to the app like a purchase)"
+$bin/kiosk unfinished
+step "kiosk auto-renew … off (it ends with the paid period, reason cancelled)"
+original=$($bin/kiosk subscriptions --json | sed 's/.*"original_transaction_id":"\([^"]*\)".*/\1/')
+$bin/kiosk auto-renew "$original" off
 
 step "stopping the services"
 kill "$content_pid" "$store_pid"

@@ -3,7 +3,7 @@
 # both over TLS with a development CA ($work/tls/ca.pem, exported as
 # KIOSK_TLS_CA for the kiosk command; KIOSK_TLS=0 before sourcing: plaintext),
 # and stops them and removes $work when the calling script exits.
-#   start_store                  → $store (host:port), $store_pid
+#   start_store [ARGS…]          → $store (host:port), $store_pid (ARGS go to `kiosk-store serve`)
 #   new_token                    prints the token of a new store account
 #   new_credential ROLE          prints a new service credential (content or admin)
 #   start_content CREDENTIAL     → $content (host:port), $content_pid; serves $work/content
@@ -32,7 +32,7 @@ make_certificates() {
 start_store() {
   make_certificates
   "$bin/kiosk-store" serve --data-dir "$work/store" --catalog Scripts/examples/catalog.json \
-    "${store_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning > "$work/store.out" &
+    "${store_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning "$@" > "$work/store.out" &
   store_pid=$!
   wait_for "$work/store.out"
   store=$(sed -n 's/^kiosk-store listening on \([^ ]*\).*/\1/p' "$work/store.out")

@@ -141,7 +141,7 @@ public final class KioskClient: Sendable {
         accessToken.withLockedValue { $0 = nil }
     }
 
-    private func storeCall<Request: WireMessage, Response: WireMessage>(
+    func storeCall<Request: WireMessage, Response: WireMessage>(
         _ method: String, _ request: Request, _ response: Response.Type, idempotencyKey: String? = nil, doing what: String
     ) async throws -> Response {
         do {
@@ -442,7 +442,14 @@ public final class KioskClient: Sendable {
     public var currentEntitlements: [Transaction] {
         get async throws {
             var out: [Transaction] = []
-            for try await transaction in restore() where transaction.isActive() { out.append(transaction) }
+            for try await transaction in restore() where transaction.productType != .autoRenewable && transaction.isActive() {
+                out.append(transaction)
+            }
+            // Auto-renewable subscriptions: the store's status decides (its clock; a grace period keeps the
+            // entitlement, an early expiry ends it), one entry per subscription, its latest transaction.
+            for status in try await subscriptionStatus() where status.isEntitled {
+                if let latest = status.latestTransaction, latest.revocationDate == nil { out.append(latest) }
+            }
             return out
         }
     }

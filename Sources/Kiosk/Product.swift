@@ -46,6 +46,8 @@ public struct Product: Hashable, Sendable, Identifiable {
     public var hostsContent: Bool
     /// The subscription period (ISO 8601, e.g. "P1M"), for subscriptions.
     public var subscriptionPeriod: String?
+    /// Auto-renewable subscriptions: period, group, level, grace and billing retry.
+    public var subscription: SubscriptionInfo?
 
     init(_ message: StoreV1.Product) {
         id = message.id
@@ -59,6 +61,11 @@ public struct Product: Hashable, Sendable, Identifiable {
         maxQuantity = message.maxQuantity
         hostsContent = message.hostedContent
         subscriptionPeriod = message.subscriptionPeriod.isEmpty ? nil : message.subscriptionPeriod
+        subscription = message.type == .autoRenewableSubscription
+            ? SubscriptionInfo(period: message.subscriptionPeriod, groupID: message.subscriptionGroup, groupLevel: message.groupLevel,
+                               gracePeriod: message.gracePeriod.isEmpty ? nil : message.gracePeriod,
+                               billingRetryPeriod: message.billingRetryPeriod)
+            : nil
     }
 }
 

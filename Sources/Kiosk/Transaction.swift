@@ -17,6 +17,9 @@ public struct Transaction: Hashable, Sendable, Identifiable {
     public var purchaseDate: Date
     /// When a subscription expires.
     public var expirationDate: Date?
+    /// When the subscription period this transaction paid for starts (a stacked non-renewing period starts
+    /// when the one before ends; a renewal's, when the period before ended).
+    public var periodStartDate: Date?
     /// When it was refunded or revoked.
     public var revocationDate: Date?
     /// Why it was revoked.
@@ -42,6 +45,7 @@ public struct Transaction: Hashable, Sendable, Identifiable {
         purchasedQuantity = message.quantity
         purchaseDate = Date(milliseconds: message.purchaseDateMs)
         expirationDate = message.expiresDateMs > 0 ? Date(milliseconds: message.expiresDateMs) : nil
+        periodStartDate = message.periodStartMs > 0 ? Date(milliseconds: message.periodStartMs) : nil
         revocationDate = message.revocationDateMs > 0 ? Date(milliseconds: message.revocationDateMs) : nil
         revocationReason = message.revocationReason.isEmpty ? nil : message.revocationReason
         accountID = message.accountID

@@ -23,11 +23,24 @@ public struct CatalogProduct: Hashable, Sendable {
     public var hostedContent: Bool
     /// The subscription period, for subscriptions.
     public var subscriptionPeriod: SubscriptionPeriod?
+    /// Auto-renewable subscriptions: the group (one active subscription per group and account); the product id when none is given.
+    public var subscriptionGroup: String
+    /// Auto-renewable subscriptions: the level in the group, 1 the highest tier.
+    public var groupLevel: UInt32
+    /// Auto-renewable subscriptions: how long a failed renewal keeps the entitlement; nil: no grace period.
+    public var gracePeriod: SubscriptionPeriod?
+    /// Auto-renewable subscriptions: how long the store retries a failed renewal before the subscription expires.
+    public var billingRetryPeriod: SubscriptionPeriod
+
+    /// The default billing retry period, as the App Store's: 60 days.
+    public static let defaultBillingRetryPeriod = SubscriptionPeriod(iso8601: "P60D")!
 
     /// Creates a product.
     public init(
         id: String, type: ReceiptV1.ProductType, title: String, description: String = "", price: String, currency: String,
-        credits: UInt64 = 0, maxQuantity: UInt32 = 1, hostedContent: Bool = false, subscriptionPeriod: SubscriptionPeriod? = nil
+        credits: UInt64 = 0, maxQuantity: UInt32 = 1, hostedContent: Bool = false, subscriptionPeriod: SubscriptionPeriod? = nil,
+        subscriptionGroup: String? = nil, groupLevel: UInt32 = 1, gracePeriod: SubscriptionPeriod? = nil,
+        billingRetryPeriod: SubscriptionPeriod = CatalogProduct.defaultBillingRetryPeriod
     ) {
         self.id = id
         self.type = type
@@ -39,6 +52,10 @@ public struct CatalogProduct: Hashable, Sendable {
         self.maxQuantity = maxQuantity
         self.hostedContent = hostedContent
         self.subscriptionPeriod = subscriptionPeriod
+        self.subscriptionGroup = type == .autoRenewableSubscription ? (subscriptionGroup ?? id) : ""
+        self.groupLevel = type == .autoRenewableSubscription ? groupLevel : 0
+        self.gracePeriod = gracePeriod
+        self.billingRetryPeriod = billingRetryPeriod
     }
 
     /// The product as sent on the wire.
@@ -46,7 +63,9 @@ public struct CatalogProduct: Hashable, Sendable {
         StoreV1.Product(
             id: id, type: type, title: title, description: description, price: price, currency: currency,
             creditsPerUnit: credits, maxQuantity: maxQuantity, hostedContent: hostedContent,
-            subscriptionPeriod: subscriptionPeriod?.description ?? "")
+            subscriptionPeriod: subscriptionPeriod?.description ?? "", subscriptionGroup: subscriptionGroup, groupLevel: groupLevel,
+            gracePeriod: type == .autoRenewableSubscription ? gracePeriod?.description ?? "" : "",
+            billingRetryPeriod: type == .autoRenewableSubscription ? billingRetryPeriod.description : "")
     }
 
     /// True for products bought once and owned: non-consumables and subscriptions.
@@ -83,7 +102,8 @@ public struct CatalogError: Error, Hashable, Sendable, CustomStringConvertible {
 ///     { "id": "filter.sepia", "type": "non-consumable", "title": "Sepia", "description": "A filter",
 ///       "price": "2.99", "currency": "USD" },
 ///     { "id": "pro.monthly", "type": "auto-renewable-subscription", "title": "Pro", "description": "Monthly",
-///       "price": "4.99", "currency": "USD", "subscription_period": "P1M" }
+///       "price": "4.99", "currency": "USD", "subscription_period": "P1M",
+///       "group": "pro", "level": 1, "grace_period": "P6D", "billing_retry_period": "P60D" }
 ///   ]
 /// }
 /// ```
@@ -104,6 +124,11 @@ public struct Catalog: Sendable {
     /// The product with `id`, if the catalog has it.
     public func product(_ id: String) -> CatalogProduct? { byID[id] }
 
+    /// The auto-renewable subscriptions of `group`, highest level (1) first.
+    public func products(inGroup group: String) -> [CatalogProduct] {
+        products.filter { $0.type == .autoRenewableSubscription && $0.subscriptionGroup == group }.sorted { $0.groupLevel < $1.groupLevel }
+    }
+
     /// Loads and validates a catalog file.
     /// - Throws: ``CatalogError`` naming the file, product and field at fault.
     public static func load(path: String) throws(CatalogError) -> Catalog {
@@ -122,7 +147,7 @@ public struct Catalog: Sendable {
     ]
     static let productFields: Set<String> = [
         "id", "type", "title", "description", "price", "currency", "credits", "max_quantity", "hosted_content",
-        "subscription_period",
+        "subscription_period", "group", "level", "grace_period", "billing_retry_period",
     ]
 
     /// Parses and validates catalog JSON.
@@ -207,9 +232,30 @@ public struct Catalog: Sendable {
             } else if periodText != nil {
                 throw fail(name, "subscription_period", "applies to subscriptions only")
             }
+            let renewing = type == .autoRenewableSubscription
+            func renewingOnly(_ field: String) throws(CatalogError) {
+                if !renewing, object[field] != nil { throw fail(name, field, "applies to auto-renewable subscriptions only") }
+            }
+            for field in ["group", "level", "grace_period", "billing_retry_period"] { try renewingOnly(field) }
+            let group = try string("group", required: false)
+            if let group {
+                guard !group.isEmpty, group.count <= 128 else { throw fail(name, "group", "must be a non-empty string (at most 128 characters)") }
+            }
+            let level = try integer("level") ?? 1
+            guard (1...1000).contains(level) else { throw fail(name, "level", "must be between 1 (the highest tier) and 1000") }
+            func duration(_ field: String) throws(CatalogError) -> SubscriptionPeriod? {
+                guard let text = try string(field, required: false) else { return nil }
+                guard let parsed = SubscriptionPeriod(iso8601: text) else {
+                    throw fail(name, field, "must be an ISO 8601 period such as \"P6D\" or \"P1M\"")
+                }
+                return parsed
+            }
+            let grace = try duration("grace_period")
+            let retry = try duration("billing_retry_period") ?? CatalogProduct.defaultBillingRetryPeriod
             products.append(CatalogProduct(
                 id: id, type: type, title: title, description: description, price: price, currency: currency,
-                credits: UInt64(credits ?? 0), maxQuantity: UInt32(maxQuantity), hostedContent: hosted, subscriptionPeriod: period))
+                credits: UInt64(credits ?? 0), maxQuantity: UInt32(maxQuantity), hostedContent: hosted, subscriptionPeriod: period,
+                subscriptionGroup: group, groupLevel: UInt32(level), gracePeriod: grace, billingRetryPeriod: retry))
         }
         return Catalog(bundleID: bundleID, products: products)
     }

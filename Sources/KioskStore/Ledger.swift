@@ -22,6 +22,8 @@ public struct TransactionRecord: Hashable, Sendable {
     public var purchaseMs: Int64
     /// Subscription expiry, milliseconds since 1970; 0 = none.
     public var expiresMs: Int64
+    /// Subscriptions: the start of the period paid for (a stacked non-renewing period starts when the one before ends); 0 = none.
+    public var periodStartMs: Int64
     /// Unit price, decimal string.
     public var price: String
     /// ISO 4217 currency code.
@@ -58,7 +60,7 @@ public struct TransactionRecord: Hashable, Sendable {
             quantity: quantity, state: state, purchaseDateMs: purchaseMs, expiresDateMs: expiresMs, accountID: accountID,
             errorCode: errorCode, errorReason: errorReason, errorMessage: errorMessage, signedReceipt: receipt ?? [],
             finished: finished, revocationDateMs: revokedMs, revocationReason: revocationReason, price: price,
-            currency: currency, environment: environment, refundCreditShortfall: refundCreditShortfall)
+            currency: currency, environment: environment, refundCreditShortfall: refundCreditShortfall, periodStartMs: periodStartMs)
     }
 
     init(row: LedgerRow) throws {
@@ -71,6 +73,7 @@ public struct TransactionRecord: Hashable, Sendable {
         state = StoreV1.TransactionState(rawValue: try row["state"])
         purchaseMs = try row["purchase_ms"]
         expiresMs = try row["expires_ms"]
+        periodStartMs = try row["period_start_ms"]
         price = try row["price"]
         currency = try row["currency"]
         paymentMethod = try row["payment_method"]
@@ -101,6 +104,7 @@ public struct TransactionRecord: Hashable, Sendable {
         self.state = state
         self.purchaseMs = purchaseMs
         self.expiresMs = expiresMs
+        self.periodStartMs = 0
         self.price = product.price
         self.currency = product.currency
         self.paymentMethod = paymentMethod
@@ -122,13 +126,13 @@ public struct TransactionRecord: Hashable, Sendable {
             """
                 INSERT INTO transactions (id, original_id, account_id, product_id, product_type, quantity, state,
                   purchase_ms, expires_ms, price, currency, payment_method, payment_id, error_code, error_reason,
-                  error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits, period_start_ms)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [
                 id, originalID, accountID, productID, productType.rawValue, Int64(quantity), state.rawValue,
                 purchaseMs, expiresMs, price, currency, paymentMethod, paymentID, Int64(errorCode), errorReason,
                 errorMessage, receipt, finished, revokedMs, revocationReason, environment.rawValue,
-                Int64(clamping: credits),
+                Int64(clamping: credits), periodStartMs,
             ])
     }
 }
@@ -322,6 +326,7 @@ public final class Ledger: Sendable {
         registerV3(&migrator)
         registerV4(&migrator)
         registerV5(&migrator)
+        registerV6(&migrator)
         return migrator
     }
 
@@ -427,6 +432,14 @@ public final class Ledger: Sendable {
     /// auto-renewable subscription unexpired at `nowMs`); one indexed lookup.
     static func owned(_ db: any LedgerDatabase, accountID: String, productID: String, type: ReceiptV1.ProductType, nowMs: Int64) throws -> TransactionRecord? {
         guard type == .nonConsumable || type == .autoRenewableSubscription else { return nil }
+        if type == .autoRenewableSubscription {
+            // The subscription's row decides: paid up, or in its grace period (a renewal's payment failed but the
+            // entitlement is kept); expired early (`expire`) or in billing retry is not owned.
+            if let row = try db.fetchOne("SELECT * FROM subscriptions WHERE account_id = ? AND product_id = ? ORDER BY expires_ms DESC LIMIT 1",
+                                         [accountID, productID]).map(SubscriptionRecord.init) {
+                return row.isEntitled(atMs: nowMs) ? try transaction(db, id: row.latestTransactionID) : nil
+            }
+        }
         return try db.fetchOne("""
                 SELECT * FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0
                   AND (product_type = 2 OR expires_ms > ?) ORDER BY \(db.dialect.insertionOrder) LIMIT 1
@@ -583,10 +596,11 @@ public final class Ledger: Sendable {
             try db.execute(
                 """
                     UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
-                      price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ? WHERE id = ?
+                      price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ?,
+                      period_start_ms = ? WHERE id = ?
                     """, [record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue, record.purchaseMs,
                             record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID, record.receipt,
-                            record.finished, Int64(clamping: record.credits), record.id])
+                            record.finished, Int64(clamping: record.credits), record.periodStartMs, record.id])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)")
         }
@@ -615,6 +629,9 @@ public final class Ledger: Sendable {
             }
         }
         try db.execute("UPDATE transactions SET revoked_ms = ?, revocation_reason = ?, refund_credit_shortfall = ? WHERE id = ?", [nowMs, reason, shortfall, transactionID])
+        // Refunding a subscription's newest transaction ends the subscription (REVOKED): nothing renews it.
+        try db.execute("UPDATE subscriptions SET state = 5, due_ms = 0, will_auto_renew = 0, updated_ms = ? WHERE latest_transaction_id = ?",
+                       [nowMs, transactionID])
         guard let revocation = try db.fetchOne(
             """
                 INSERT INTO revocations (transaction_id, original_transaction_id, account_id, revoked_ms, reason, credit_shortfall)

@@ -17,6 +17,8 @@ public struct PaymentIntent: Hashable, Sendable {
         case purchase
         /// The approval of a DEFERRED (ask-to-buy) transaction: the processor's `approve`.
         case approval
+        /// An auto-renewable subscription's renewal, charged by the store at the end of a period: the processor's `charge`.
+        case renewal
     }
 
     /// Where the intent stands.
@@ -78,7 +80,8 @@ public struct PaymentIntent: Hashable, Sendable {
     /// The processor's request for this payment.
     public var request: PaymentRequest {
         PaymentRequest(paymentID: paymentID, accountID: accountID, productID: productID, quantity: quantity,
-                       unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, isApproval: kind == .approval)
+                       unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, isApproval: kind == .approval,
+                       isRenewal: kind == .renewal)
     }
 
     init(kind: Kind, paymentID: String, transactionID: String, accountID: String, product: CatalogProduct, quantity: UInt32,

@@ -23,11 +23,15 @@ public struct PaymentRequest: Hashable, Sendable {
     public var paymentMethod: String
     /// True for the charge of an approved ask-to-buy request (``PaymentProcessor/approve(_:)``).
     public var isApproval: Bool
+    /// True for a subscription renewal the store charges at the end of a period, without the buyer present
+    /// (a merchant-initiated charge of the stored payment method).
+    public var isRenewal: Bool
 
     /// Creates a request.
     public init(paymentID: String, accountID: String, productID: String, quantity: UInt32, unitPrice: String, currency: String, paymentMethod: String,
-                isApproval: Bool = false) {
+                isApproval: Bool = false, isRenewal: Bool = false) {
         self.isApproval = isApproval
+        self.isRenewal = isRenewal
         self.paymentID = paymentID
         self.accountID = accountID
         self.productID = productID

@@ -132,6 +132,8 @@ enum PostgresMigrations {
         ("v5-sealed-signing-keys", """
             ALTER TABLE signing_keys ADD COLUMN sealed_private_key BYTEA;
             """),
+        // The SQLite statements with PostgreSQL's 64-bit integers (INTEGER is 32 bits there).
+        ("v6-subscriptions", Ledger.v6Subscriptions.replacingOccurrences(of: "INTEGER", with: "BIGINT")),
     ]
 
     /// A key for `pg_advisory_xact_lock`: stores starting together migrate one at a time.

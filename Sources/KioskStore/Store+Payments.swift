@@ -150,13 +150,23 @@ extension Store {
             if let owned = try Ledger.owned(db, accountID: order.account, productID: product.id, type: product.type, nowMs: nowMs) {
                 return try answer(PurchaseOutcome(result: .purchased(owned), alreadyOwned: true))
             }
+            var unitPrice = product.price
+            switch try self.groupChange(db, accountID: order.account, to: product, nowMs: nowMs) {
+            case .none:
+                break
+            case .atRenewal(let current):
+                // A downgrade or crossgrade: nothing is charged now; the next renewal is of the new product.
+                return try answer(PurchaseOutcome(result: .purchased(current), alreadyOwned: true))
+            case .upgrade(let price):
+                unitPrice = price
+            }
             if let earlierIntent, earlierIntent.state == .closed {
                 // Closed uncharged (reconciliation found nothing): this retry pays, as the same transaction.
                 return .charge(try Ledger.reopen(earlierIntent, owner: instance.id, nowMs: nowMs, db))
             }
             let intent = PaymentIntent(
                 kind: .purchase, paymentID: paymentID, transactionID: transactionID, accountID: order.account, product: product,
-                quantity: order.quantity, unitPrice: product.price, currency: product.currency, paymentMethod: order.paymentMethod,
+                quantity: order.quantity, unitPrice: unitPrice, currency: product.currency, paymentMethod: order.paymentMethod,
                 purchaseMs: nowMs, idempotencyKey: order.idempotencyKey, requestHash: order.requestHash, owner: instance.id)
             try Ledger.insert(intent, nowMs: nowMs, db)
             return .charge(intent)
@@ -205,6 +215,7 @@ extension Store {
                 } else {
                     let record = try self.purchasedRecord(intent, db, signer: signer)
                     try Ledger.insertTransaction(record, db)
+                    try self.subscriptionBought(record, nowMs: nowMs, db)
                     response = PurchaseOutcome(result: .purchased(record))
                 }
                 try Ledger.settle(intent.id, .completed, outcome: "\(prefix)charged:\(reference)", nowMs: nowMs, db)
@@ -253,16 +264,30 @@ extension Store {
     }
 
     /// A PURCHASED record of an intent, with its signed receipt, expiry and credits; read and written in one write.
-    private func purchasedRecord(_ intent: PaymentIntent, _ db: any LedgerDatabase, signer: ReceiptSigningKey) throws -> TransactionRecord {
+    /// A subscription renewal passes its subscription's original id and the start of the period it pays for.
+    func purchasedRecord(_ intent: PaymentIntent, _ db: any LedgerDatabase, signer: ReceiptSigningKey,
+                         renewing: (originalID: String, periodStartMs: Int64)? = nil) throws -> TransactionRecord {
         var record = TransactionRecord(intent, id: intent.transactionID, state: .purchased, purchaseMs: intent.purchaseMs,
                                        environment: configuration.environment)
         if let period = SubscriptionPeriod(iso8601: intent.subscriptionPeriod) {
-            let history = try Ledger.subscription(db, accountID: intent.accountID, productID: intent.productID)
-            if intent.productType == .autoRenewableSubscription, let first = history.originalID {
-                record.originalID = first
+            if let renewing {
+                record.originalID = renewing.originalID
+                record.periodStartMs = renewing.periodStartMs
+            } else {
+                let history = try Ledger.subscription(db, accountID: intent.accountID, productID: intent.productID)
+                if intent.productType == .autoRenewableSubscription,
+                   let group = try groupSubscription(db, accountID: intent.accountID, productID: intent.productID) {
+                    // One subscription per group: an upgrade or a resubscription continues it.
+                    record.originalID = group.originalID
+                } else if intent.productType == .autoRenewableSubscription, let first = history.originalID {
+                    record.originalID = first
+                }
+                // A non-renewing period bought while another runs starts when that one ends; an auto-renewable one
+                // is bought only when the account is not subscribed (or in billing retry): it starts now.
+                record.periodStartMs = intent.productType == .autoRenewableSubscription
+                    ? intent.purchaseMs : max(intent.purchaseMs, history.latestExpiryMs)
             }
-            // A new period starts when the current one ends.
-            record.expiresMs = period.end(fromMs: max(intent.purchaseMs, history.latestExpiryMs))
+            record.expiresMs = period.end(fromMs: record.periodStartMs, timeScale: timeScale)
         }
         record.credits = intent.productType == .consumable ? intent.creditsPerUnit * UInt64(intent.quantity) : 0
         // Signed now, by the store's clock; never before the key's own start (a clock a step behind the
@@ -277,7 +302,7 @@ extension Store {
             transactionID: record.id, originalTransactionID: record.originalID, productID: record.productID,
             productType: record.productType, quantity: record.quantity, purchaseDateMs: record.purchaseMs,
             expiresDateMs: record.expiresMs, accountID: record.accountID, bundleID: catalog.bundleID,
-            environment: record.environment)
+            environment: record.environment, periodStartMs: record.periodStartMs)
         return try key.sign(payload, signedAtMs: signedAtMs).serializedBytes()
     }
 
@@ -422,6 +447,7 @@ extension Store {
             // Updated in place: the transaction keeps its id and its place in the account's history.
             let record = try self.purchasedRecord(intent, db, signer: signer)
             try Ledger.replaceTransaction(record, db)
+            try self.subscriptionBought(record, nowMs: nowMs, db)
             try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
             return (record, false)
         }
@@ -567,6 +593,9 @@ extension Store {
             case (.charged(let reference), .approval):
                 _ = try? await completeApproval(current, reference: reference, via: "second-look")
                 settled.charged += 1
+            case (.charged(let reference), .renewal):
+                try await completeRenewal(current, reference: reference, via: "second-look")
+                settled.charged += 1
             case (.deferred, _), (.notCharged, _):
                 let nowMs = now
                 try await ledger.write(account: current.accountID) { db in
@@ -594,6 +623,15 @@ extension Store {
             case (.charged(let reference), .approval):
                 _ = try? await completeApproval(current, reference: reference, via: "reconciled")
                 settled.charged += 1
+            case (.charged(let reference), .renewal):
+                try await completeRenewal(current, reference: reference, via: "reconciled")
+                settled.charged += 1
+            case (.deferred, .renewal):
+                // A renewal is never deferred: nothing was charged.
+                let closedMs = now
+                _ = try await ledger.write(account: current.accountID) { db in
+                    try Ledger.settleIfUnchanged(current, .closed, outcome: Self.closedUncharged, nowMs: closedMs, db)
+                }
             case (.deferred, .purchase):
                 _ = try await completePurchase(current, .deferred, via: "reconciled")
                 settled.deferred += 1

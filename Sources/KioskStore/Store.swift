@@ -20,6 +20,7 @@ public final class Store: Sendable {
     private let verifier: NIOLockedValueBox<ReceiptVerifier>
     /// What `WatchRevocations` streams follow.
     let feed: RevocationFeed
+    private let timeScaleBox: NIOLockedValueBox<Double>
     private let lastKeyRefresh = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
 
     /// Opens the store on its data dir, creating the ledger and the first signing key if needed.
@@ -37,6 +38,7 @@ public final class Store: Sendable {
                                  keyEncryptionKey: configuration.keyEncryptionKey)
         self.verifier = NIOLockedValueBox(Self.makeVerifier(keys: try ledger.publicKeys(), configuration: configuration))
         self.feed = RevocationFeed(ledger: ledger, pollInterval: configuration.revocationPollInterval)
+        self.timeScaleBox = NIOLockedValueBox(configuration.environment == .production ? 1 : max(1, configuration.timeScale))
         // Keys rotated or retired by another process (`kiosk-store keys …` on the data dir) reach this store's verifier too.
         feed.onKeysChanged { [weak self] in self?.refreshVerifier() }
         try pruneIdempotencyKeys()
@@ -58,6 +60,15 @@ public final class Store: Sendable {
     }
 
     var catalog: Catalog { configuration.catalog }
+
+    /// How many times faster than the calendar subscription periods run (``StoreConfiguration/timeScale``); 1 in production.
+    public var timeScale: Double { timeScaleBox.withLockedValue { $0 } }
+
+    /// Changes the time scale of periods that start from now on (a sandbox store; a production store keeps 1).
+    public func setTimeScale(_ scale: Double) {
+        guard configuration.environment != .production else { return }
+        timeScaleBox.withLockedValue { $0 = max(1, scale) }
+    }
     var now: Int64 { configuration.clock() }
 
     // MARK: Accounts
@@ -182,6 +193,31 @@ public final class Store: Sendable {
             verdict.revocationMs = record.revokedMs
             verdict.revocationReason = record.revocationReason
             verdict.check.message = "valid, but revoked: \(record.revocationReason)"
+        }
+        if payload.productType == .autoRenewableSubscription, let row = try ledger.subscription(originalID: payload.originalTransactionID),
+           row.accountID == payload.accountID {
+            // The subscription, not the one receipt, says whether the buyer is entitled: a receipt of an
+            // earlier period of a subscription that renewed is good (use the latest), one of a subscription
+            // that ended is 21006, whatever date the receipt itself carries.
+            let status = try statusMessage(row)
+            verdict.subscription = status
+            verdict.latestTransaction = status.latestTransaction
+            let nowMs = now
+            if verdict.revocationMs == 0 {
+                if row.isEntitled(atMs: nowMs) {
+                    if verdict.check.status == .subscriptionExpired {
+                        verdict.check.status = .valid
+                        verdict.check.message = row.state == .inGracePeriod
+                            ? "valid: the subscription is in its grace period until \(row.graceEndMs) (a renewal payment failed)"
+                            : "valid: the subscription renewed; latest_transaction is the current period's"
+                    }
+                } else if verdict.check.status == .valid {
+                    verdict.check.status = .subscriptionExpired
+                    verdict.check.message = "the subscription has ended (\(row.state), \(row.expirationReason))"
+                } else if verdict.check.status == .subscriptionExpired, row.state == .expired {
+                    verdict.check.message = "the subscription expired (\(row.expirationReason))"
+                }
+            }
         }
         return verdict
     }

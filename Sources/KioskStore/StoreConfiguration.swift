@@ -42,6 +42,13 @@ public struct StoreConfiguration: Sendable {
     /// How long an access token for the content service is accepted (the SDK
     /// asks for a new one before it runs out).
     public var accessTokenLifetime: Duration
+    /// How often a serving store charges the subscription renewals that are due
+    /// (and moves failed ones through grace, billing retry and expiry).
+    public var renewalInterval: Duration
+    /// Sandbox only: subscription periods, grace and billing retry run this many times
+    /// faster than the calendar (720: a month lasts an hour), as the App Store sandbox's
+    /// accelerated renewals but exact. A production store always uses 1.
+    public var timeScale: Double
     /// Called after a purchase is committed and before it is answered; for
     /// tests that lose the answer on the way (KioskTesting's `holdNextAnswer`).
     public var purchaseCommitted: (@Sendable (PurchaseOutcome) async -> Void)?
@@ -75,5 +82,7 @@ public struct StoreConfiguration: Sendable {
         self.clock = clock
         self.database = nil
         self.keyEncryptionKey = nil
+        self.renewalInterval = .seconds(10)
+        self.timeScale = 1
     }
 }

@@ -98,4 +98,8 @@ public struct ReceiptVerdict: Hashable, Sendable {
     public var revocationMs: Int64 = 0
     /// Why it was refunded.
     public var revocationReason = ""
+    /// Auto-renewable subscriptions: the newest transaction of the receipt's subscription.
+    public var latestTransaction: StoreV1.Transaction?
+    /// Auto-renewable subscriptions: where the subscription stands.
+    public var subscription: StoreV1.SubscriptionStatus?
 }

@@ -6,7 +6,8 @@ import NIOConcurrencyHelpers
 ///
 /// Serving binds the data dir to the store's environment, refuses the
 /// simulated payment processor in production, and settles pending payment
-/// intents at start-up and every ``StoreConfiguration/reconcileInterval``.
+/// intents at start-up and every ``StoreConfiguration/reconcileInterval``, and charges
+/// the subscription renewals that are due every ``StoreConfiguration/renewalInterval``.
 public final class StoreServer: Sendable {
     /// The store.
     public let store: Store
@@ -14,6 +15,7 @@ public final class StoreServer: Sendable {
     public let server: RPCServer
     private let logger: Logger
     private let upkeep = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    private let renewing = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     /// Opens the store and prepares its server; ``start()`` listens.
     /// - Throws: ``StoreError`` 9 for a production store with the simulated processor, or a data dir of another
@@ -46,7 +48,27 @@ public final class StoreServer: Sendable {
                 try? await Task.sleep(for: store.configuration.reconcileInterval)
             }
         }
+        let renewals = Task { [weak self] in
+            while !Task.isCancelled {
+                guard let self else { return }
+                await self.renewOnce()
+                try? await Task.sleep(for: store.configuration.renewalInterval)
+            }
+        }
         upkeep.withLockedValue { $0 = task }
+        renewing.withLockedValue { $0 = renewals }
+    }
+
+    private func renewOnce() async {
+        do {
+            let report = try await store.renewDueSubscriptions()
+            if report.renewed + report.failed + report.expired > 0 {
+                logger.notice("subscriptions", metadata: ["renewed": "\(report.renewed)", "failed": "\(report.failed)",
+                                                          "expired": "\(report.expired)", "left": "\(report.left)"])
+            }
+        } catch {
+            logger.warning("renewals failed: \(error)")
+        }
     }
 
     private func upkeepOnce() async {
@@ -67,6 +89,7 @@ public final class StoreServer: Sendable {
     /// Shuts down gracefully.
     public func shutdown() async {
         upkeep.withLockedValue { $0 }?.cancel()
+        renewing.withLockedValue { $0 }?.cancel()
         // Flag the shutdown first, then wake the WatchRevocations streams: they see it and end.
         server.beginShutdown()
         store.feed.stop()

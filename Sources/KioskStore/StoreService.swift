@@ -88,6 +88,14 @@ public struct StoreService: RPCService {
             let issued = try store.issueAccessToken(account: account, audience: request.audience)
             return StoreV1.AccessTokenResponse(accessToken: issued.token, expiresMs: issued.expiresMs)
         }
+        router.registerUnary(Self.method("SubscriptionStatus"), request: StoreV1.SubscriptionStatusRequest.self, response: StoreV1.SubscriptionStatusResponse.self, authenticator: auth) { request, context in
+            let account = try RoleAuthenticator.account(context)
+            return StoreV1.SubscriptionStatusResponse(subscriptions: try store.subscriptionStatuses(account: account, originalID: request.originalTransactionID))
+        }
+        router.registerUnary(Self.method("SetAutoRenew"), request: StoreV1.SetAutoRenewRequest.self, response: StoreV1.SubscriptionStatus.self, authenticator: auth) { request, context in
+            let account = try RoleAuthenticator.account(context)
+            return try await store.setAutoRenew(account: account, originalID: request.originalTransactionID, request.autoRenew)
+        }
         router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: contentServices) { request, writer, context in
             let feed = store.feed
             feed.start()

@@ -72,7 +72,8 @@ extension ReceiptVerdict {
     /// The answer as sent.
     public var message: StoreV1.VerifyReceiptResponse {
         StoreV1.VerifyReceiptResponse(status: check.status.rawValue, message: check.message, receipt: check.payload,
-                                      revocationDateMs: revocationMs, revocationReason: revocationReason)
+                                      revocationDateMs: revocationMs, revocationReason: revocationReason,
+                                      latestTransaction: latestTransaction, subscription: subscription)
     }
 }
 

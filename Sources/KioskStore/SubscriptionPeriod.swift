@@ -22,6 +22,14 @@ public struct SubscriptionPeriod: Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { "P\(count)\(unit.rawValue)" }
 
+    /// The instant one period after `startMs`, with the period shortened `timeScale` times
+    /// (a sandbox store's ``StoreConfiguration/timeScale``: 720 makes a month an hour).
+    public func end(fromMs startMs: Int64, timeScale: Double) -> Int64 {
+        let full = end(fromMs: startMs)
+        guard timeScale > 1 else { return full }
+        return startMs + max(1, Int64((Double(full - startMs) / timeScale).rounded()))
+    }
+
     /// The instant one period after `startMs`, in UTC, in milliseconds since 1970.
     public func end(fromMs startMs: Int64) -> Int64 {
         var calendar = Calendar(identifier: .gregorian)

@@ -48,6 +48,7 @@ public final class KioskTestSession: Sendable {
     private let root: String
     private let storeServer: NIOLockedValueBox<StoreServer?>
     private let holdAnswers: NIOLockedValueBox<Int>
+    private let clockOffset: NIOLockedValueBox<Int64>
 
     /// A sample catalog: `credits.5`, `credits.10`, the photo filter
     /// `filter.sepia`, the hosted book `book.swift` and the subscription `pro.monthly`.
@@ -73,8 +74,10 @@ public final class KioskTestSession: Sendable {
     }()
 
     private init(catalog: Catalog, payments: TestPaymentProcessor, root: String, storeServer: StoreServer, content: ContentServer,
-                 storePort: Int, contentPort: Int, holdAnswers: NIOLockedValueBox<Int>, trustRootsPath: String?, tls: ServerTLSIdentity?) {
+                 storePort: Int, contentPort: Int, holdAnswers: NIOLockedValueBox<Int>, clockOffset: NIOLockedValueBox<Int64>,
+                 trustRootsPath: String?, tls: ServerTLSIdentity?) {
         self.holdAnswers = holdAnswers
+        self.clockOffset = clockOffset
         self.trustRootsPath = trustRootsPath
         self.tls = tls
         self.catalog = catalog
@@ -114,8 +117,10 @@ public final class KioskTestSession: Sendable {
 
         let payments = TestPaymentProcessor()
         let holdAnswers = NIOLockedValueBox(0)
+        let clockOffset = NIOLockedValueBox<Int64>(0)
         let store = try StoreServer(
-            store: storeConfiguration(root: root, catalog: catalog, environment: environment, payments: payments, hold: holdAnswers),
+            store: storeConfiguration(root: root, catalog: catalog, environment: environment, payments: payments, hold: holdAnswers,
+                                      clockOffset: clockOffset),
             server: ServerConfiguration(tls: identity))
         try await store.start()
         let storePort = store.port ?? 0
@@ -129,15 +134,19 @@ public final class KioskTestSession: Sendable {
         _ = await contentServer.waitUntilReady()
         return KioskTestSession(catalog: catalog, payments: payments, root: root, storeServer: store, content: contentServer,
                                 storePort: storePort, contentPort: contentServer.port ?? 0, holdAnswers: holdAnswers,
-                                trustRootsPath: certificates?.caCertificatePath, tls: identity)
+                                clockOffset: clockOffset, trustRootsPath: certificates?.caCertificatePath, tls: identity)
     }
 
     private static func storeConfiguration(
-        root: String, catalog: Catalog, environment: ReceiptV1.Environment, payments: TestPaymentProcessor, hold: NIOLockedValueBox<Int>
+        root: String, catalog: Catalog, environment: ReceiptV1.Environment, payments: TestPaymentProcessor, hold: NIOLockedValueBox<Int>,
+        clockOffset: NIOLockedValueBox<Int64>
     ) -> StoreConfiguration {
         var configuration = StoreConfiguration(
             dataDirectory: root + "/store", catalog: catalog, environment: environment, paymentProcessor: payments,
-            revocationPollInterval: .milliseconds(50), revocationHeartbeat: .milliseconds(200))
+            revocationPollInterval: .milliseconds(50), revocationHeartbeat: .milliseconds(200),
+            clock: { Int64((Date().timeIntervalSince1970 * 1000).rounded()) + clockOffset.withLockedValue { $0 } })
+        // Renewals happen when the test drives the clock (``advance(by:)``), not on a timer.
+        configuration.renewalInterval = .seconds(3600)
         configuration.purchaseCommitted = { _ in
             let held = hold.withLockedValue { count -> Bool in
                 guard count > 0 else { return false }
@@ -240,6 +249,65 @@ public final class KioskTestSession: Sendable {
         try store.ledger.transactions(accountID: account.id).filter { $0.state == .deferred }.map(\.id)
     }
 
+    // MARK: Time and subscriptions
+
+    /// How fast subscriptions renew, as the App Store sandbox's renewal rates, but exact: periods, grace and
+    /// billing retry are shortened by ``timeScale``.
+    public struct RenewalRate: Hashable, Sendable {
+        /// How many times faster than the calendar.
+        public var timeScale: Double
+        public init(timeScale: Double) { self.timeScale = timeScale }
+        /// Calendar time.
+        public static let realTime = RenewalRate(timeScale: 1)
+        /// A one-month period lasts an hour (`kiosk-store serve --time-scale 720`).
+        public static let monthlyRenewalEveryHour = RenewalRate(timeScale: 720)
+        /// A one-month (30-day) period lasts a minute.
+        public static let everyMinute = RenewalRate(timeScale: 30 * 24 * 60)
+    }
+
+    /// The store's clock, in milliseconds since 1970 (real time plus what ``advance(by:)`` added).
+    public var nowMs: Int64 {
+        Int64((Date().timeIntervalSince1970 * 1000).rounded()) + clockOffset.withLockedValue { $0 }
+    }
+
+    /// Moves the store's clock forward, then runs the renewal engine as a serving store does on its timer:
+    /// every renewal now due is charged (once per period), failed ones move through grace and billing retry,
+    /// cancelled ones expire. Deterministic: nothing happens between two calls but what they do.
+    @discardableResult
+    public func advance(by duration: Duration) async throws -> Store.RenewalReport {
+        let (seconds, attoseconds) = duration.components
+        clockOffset.withLockedValue { $0 += seconds * 1000 + attoseconds / 1_000_000_000_000_000 }
+        return try await store.renewDueSubscriptions()
+    }
+
+    /// Runs the renewal engine now, without moving the clock.
+    @discardableResult
+    public func renewDueSubscriptions() async throws -> Store.RenewalReport {
+        try await store.renewDueSubscriptions()
+    }
+
+    /// The next `count` renewal payments are declined (`Int.max`: all of them until ``stopFailingRenewals()``).
+    public func failNextRenewal(count: Int = 1) { payments.failNextRenewals(count) }
+
+    /// Renewal payments go through again.
+    public func stopFailingRenewals() { payments.stopFailingRenewals() }
+
+    /// Ends a subscription now (no entitlement, nothing renews), as the sandbox's "expire".
+    @discardableResult
+    public func expire(originalID: String, reason: StoreV1.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
+        try await store.expireSubscription(originalID: originalID, reason: reason)
+    }
+
+    /// Sets how fast periods that start from now on run.
+    public func setRenewalRate(_ rate: RenewalRate) throws {
+        try store.setTimeScale(rate.timeScale)
+    }
+
+    /// Where a subscription stands.
+    public func subscription(originalID: String) throws -> SubscriptionRecord? {
+        try store.ledger.subscription(originalID: originalID)
+    }
+
     // MARK: Outages
 
     /// Stops the store (the content service keeps running); ``startStore()`` brings it back.
@@ -253,7 +321,8 @@ public final class KioskTestSession: Sendable {
         guard storeServer.withLockedValue({ $0 }) == nil else { return }
         let hold = holdAnswers
         let server = try StoreServer(
-            store: Self.storeConfiguration(root: root, catalog: catalog, environment: try ledgerEnvironment(), payments: payments, hold: hold),
+            store: Self.storeConfiguration(root: root, catalog: catalog, environment: try ledgerEnvironment(), payments: payments, hold: hold,
+                                           clockOffset: clockOffset),
             server: ServerConfiguration(port: storePort, tls: tls))
         try await server.start()
         storeServer.withLockedValue { $0 = server }

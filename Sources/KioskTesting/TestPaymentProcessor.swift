@@ -22,6 +22,8 @@ public final class TestPaymentProcessor: PaymentProcessor {
         var charges: [String: Int] = [:]
         var outcomes: [String: PaymentOutcome] = [:]
         var refunds: [String: Int] = [:]
+        var renewalDeclines = 0
+        var renewalCharges = 0
     }
 
     private let simulated = SimulatedPaymentProcessor()
@@ -43,6 +45,20 @@ public final class TestPaymentProcessor: PaymentProcessor {
         state.withLockedValue { $0.overrides.append(override) }
     }
 
+    /// The next `count` subscription renewals the store charges are declined (`card_declined`); `Int.max`: every one until
+    /// ``stopFailingRenewals()``. Purchases are not affected.
+    public func failNextRenewals(_ count: Int = 1) {
+        state.withLockedValue { $0.renewalDeclines = count == Int.max ? Int.max : $0.renewalDeclines + count }
+    }
+
+    /// Renewals are charged again.
+    public func stopFailingRenewals() {
+        state.withLockedValue { $0.renewalDeclines = 0 }
+    }
+
+    /// The number of subscription renewals charged.
+    public var renewalChargeCount: Int { state.withLockedValue { $0.renewalCharges } }
+
     /// How many times each payment id was charged (always once: repeats are deduplicated).
     public var charges: [String: Int] { state.withLockedValue { $0.charges } }
 
@@ -54,6 +70,14 @@ public final class TestPaymentProcessor: PaymentProcessor {
 
     public func charge(_ request: PaymentRequest) async throws -> PaymentOutcome {
         if let earlier = state.withLockedValue({ $0.outcomes[request.paymentID] }) { return earlier }
+        if request.isRenewal {
+            let declined = state.withLockedValue { state -> Bool in
+                guard state.renewalDeclines > 0 else { return false }
+                if state.renewalDeclines != Int.max { state.renewalDeclines -= 1 }
+                return true
+            }
+            if declined { return settle(request, .declined(reason: "card_declined", message: "renewal declined by the test session")) }
+        }
         let override = state.withLockedValue { state in state.overrides.isEmpty ? nil : state.overrides.removeFirst() }
         let outcome: PaymentOutcome
         switch override {
@@ -74,7 +98,12 @@ public final class TestPaymentProcessor: PaymentProcessor {
             state.outcomes[request.paymentID] = outcome
             return true
         }
-        if first, case .succeeded = outcome { state.withLockedValue { $0.charges[request.paymentID, default: 0] += 1 } }
+        if first, case .succeeded = outcome {
+            state.withLockedValue {
+                $0.charges[request.paymentID, default: 0] += 1
+                if request.isRenewal { $0.renewalCharges += 1 }
+            }
+        }
         return outcome
     }
 

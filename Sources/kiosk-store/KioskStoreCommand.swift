@@ -147,6 +147,16 @@ struct Serve: AsyncParsableCommand {
     @Flag(name: .customLong("insecure-plaintext"), help: "Serve plaintext on an address that is not loopback (refused in production).")
     var insecurePlaintext = false
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+    @Option(name: .customLong("time-scale"),
+            help: "Sandbox only: run subscription periods, grace and billing retry this many times faster than the calendar (720: a month in an hour). Ignored in production.")
+    var timeScale: Double = 1
+    @Option(name: .customLong("renewal-interval-ms"), help: "How often due subscription renewals are charged, in milliseconds.")
+    var renewalIntervalMs: Int = 10_000
+
+    func validate() throws {
+        guard timeScale >= 1, timeScale <= 1_000_000 else { throw ValidationError("--time-scale must be between 1 and 1000000") }
+        guard renewalIntervalMs >= 10 else { throw ValidationError("--renewal-interval-ms must be at least 10") }
+    }
 
     func run() async throws {
         bootstrapStandardErrorLogging(level: logLevel)
@@ -160,6 +170,15 @@ struct Serve: AsyncParsableCommand {
         }
         var configuration = try data.configuration(catalog: loadedCatalog, environment: environment)
         try payments.apply(to: &configuration)
+        configuration.renewalInterval = .milliseconds(renewalIntervalMs)
+        if timeScale != 1 {
+            if environment == .production {
+                logger.warning("--time-scale is ignored in production: subscriptions renew on the calendar")
+            } else {
+                configuration.timeScale = timeScale
+                logger.notice("sandbox time scale \(timeScale)×: a one-month period lasts \(Int((30 * 24 * 60 / timeScale).rounded())) minutes")
+            }
+        }
         if configuration.database != nil, configuration.keyEncryptionKey == nil {
             logger.warning("the private signing keys stay in this data dir: another store on this database cannot sign; give every replica the same --key-encryption-key-file")
         }

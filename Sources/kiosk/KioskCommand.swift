@@ -15,7 +15,7 @@ struct KioskCommand: AsyncParsableCommand {
             4 any other error, 64 bad usage.
             """,
         subcommands: [Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
-                      Unfinished.self, History.self, Finish.self, Verify.self, Download.self])
+                      Unfinished.self, History.self, Finish.self, Verify.self, Download.self, Subscriptions.self, AutoRenew.self])
 }
 
 /// Options every command takes; flags win over the environment.
@@ -126,6 +126,7 @@ func describe(_ transaction: Transaction) -> [String: Any] {
         "environment": transaction.environment,
     ]
     if let expiry = transaction.expirationDate { object["expiration_date"] = expiry.formatted(.iso8601) }
+    if let start = transaction.periodStartDate { object["period_start_date"] = start.formatted(.iso8601) }
     if let revoked = transaction.revocationDate { object["revocation_date"] = revoked.formatted(.iso8601) }
     if let reason = transaction.revocationReason { object["revocation_reason"] = reason }
     if transaction.refundCreditShortfall > 0 { object["refund_credit_shortfall"] = Int(clamping: transaction.refundCreditShortfall) }
@@ -222,6 +223,75 @@ struct Entitlements: AsyncParsableCommand {
         try await connection.run { kiosk in
             let owned = try await kiosk.currentEntitlements
             connection.emit(owned, key: "entitlements", empty: "no entitlements")
+        }
+    }
+}
+
+func describe(_ status: SubscriptionStatus) -> [String: Any] {
+    var object: [String: Any] = [
+        "original_transaction_id": status.originalTransactionID, "product_id": status.productID, "group": status.groupID,
+        "state": status.state.rawValue, "will_auto_renew": status.willAutoRenew, "expiration_date": status.expirationDate.formatted(.iso8601),
+        "periods_paid": Int(status.periodsPaid),
+    ]
+    if let reason = status.expirationReason { object["expiration_reason"] = reason.rawValue }
+    if let grace = status.gracePeriodExpirationDate { object["grace_period_expiration_date"] = grace.formatted(.iso8601) }
+    if let retry = status.billingRetryEndDate { object["billing_retry_end_date"] = retry.formatted(.iso8601) }
+    if let pending = status.pendingProductID { object["pending_product_id"] = pending }
+    if let price = status.renewalPrice { object["renewal_price"] = "\(price) \(status.currencyCode)" }
+    if let latest = status.latestTransaction { object["latest_transaction_id"] = latest.id }
+    return object
+}
+
+func line(_ status: SubscriptionStatus) -> String {
+    var text = "\(status.originalTransactionID)  \(status.productID)  \(status.state.rawValue)"
+    switch status.state {
+    case .active:
+        text += status.willAutoRenew
+            ? "  renews \(status.expirationDate.formatted(.iso8601))" + (status.renewalPrice.map { " for \($0) \(status.currencyCode)" } ?? "")
+            : "  auto-renew off, ends \(status.expirationDate.formatted(.iso8601))"
+    case .inGracePeriod:
+        text += "  payment failed; entitled until \(status.gracePeriodExpirationDate?.formatted(.iso8601) ?? "?"), retrying"
+    case .inBillingRetry:
+        text += "  payment failed; retrying until \(status.billingRetryEndDate?.formatted(.iso8601) ?? "?")"
+    case .expired:
+        text += "  ended \(status.expirationDate.formatted(.iso8601))" + (status.expirationReason.map { " (\($0.rawValue))" } ?? "")
+    case .revoked, .unknown:
+        break
+    }
+    return text + "  periods paid: \(status.periodsPaid)"
+}
+
+struct Subscriptions: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Where the account's auto-renewable subscriptions stand: state, renewal date and price, grace and retry, why one expired.")
+    @OptionGroup var connection: Connection
+    @Argument(help: "One subscription's original transaction id (default: all).") var originalTransactionID: String?
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let statuses = try await kiosk.subscriptionStatus(originalTransactionID: originalTransactionID)
+            connection.emit(["subscriptions": statuses.map(describe)],
+                            text: statuses.isEmpty ? "no subscriptions" : statuses.map(line).joined(separator: "\n"))
+        }
+    }
+}
+
+struct AutoRenew: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "auto-renew",
+        abstract: "Turn a subscription's auto-renew off (it ends with the paid period) or on again.")
+    @OptionGroup var connection: Connection
+    @Argument(help: "The subscription's original transaction id.") var originalTransactionID: String
+    @Argument(help: "on or off.") var setting: String
+
+    func validate() throws {
+        guard setting == "on" || setting == "off" else { throw ValidationError("say on or off, not \"\(setting)\"") }
+    }
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let status = try await kiosk.setAutoRenew(originalTransactionID: originalTransactionID, setting == "on")
+            connection.emit(describe(status), text: line(status))
         }
     }
 }

@@ -86,9 +86,13 @@ extension ReceiptV1 {
         /// then: not before its not_before_ms, not after its not_after_ms (retired).
         /// 0 in receipts of older stores: purchase_date_ms stands for it.
         public var signedDateMs: Int64
+        /// Subscriptions: when the paid period starts (with expires_date_ms, the
+        /// period this receipt covers); 0 in receipts of older stores and for other
+        /// products.
+        public var periodStartMs: Int64
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0) {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0, periodStartMs: Int64 = 0) {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -101,6 +105,7 @@ extension ReceiptV1 {
             self.environment = environment
             self.keyID = keyID
             self.signedDateMs = signedDateMs
+            self.periodStartMs = periodStartMs
         }
     }
 }
@@ -121,7 +126,8 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
             bundleID: try CField.string(c.bundle_id, field: "ReceiptPayload.bundle_id"),
             environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
             keyID: try CField.string(c.key_id, field: "ReceiptPayload.key_id"),
-            signedDateMs: c.signed_date_ms
+            signedDateMs: c.signed_date_ms,
+            periodStartMs: c.period_start_ms
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -137,6 +143,7 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
         c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
         c.key_id = arena.cString(keyID)
         c.signed_date_ms = signedDateMs
+        c.period_start_ms = periodStartMs
     }
 }
 

@@ -28,9 +28,21 @@ extension StoreV1 {
         public var hostedContent: Bool
         /// Subscriptions: ISO 8601 duration, e.g. "P1M".
         public var subscriptionPeriod: String
+        /// Auto-renewable subscriptions: the subscription group (one active
+        /// subscription per group and account; the product id when the catalog names
+        /// none) and the product's level in it (1 is the highest tier).
+        public var subscriptionGroup: String
+        /// `group_level` (field 12).
+        public var groupLevel: UInt32
+        /// Auto-renewable subscriptions: how long a failed renewal keeps the
+        /// entitlement (ISO 8601, empty: no grace period), and how long the store
+        /// keeps retrying the payment before the subscription expires.
+        public var gracePeriod: String
+        /// `billing_retry_period` (field 14).
+        public var billingRetryPeriod: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(id: String = "", type: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), title: String = "", description: String = "", price: String = "", currency: String = "", creditsPerUnit: UInt64 = 0, maxQuantity: UInt32 = 0, hostedContent: Bool = false, subscriptionPeriod: String = "") {
+        public init(id: String = "", type: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), title: String = "", description: String = "", price: String = "", currency: String = "", creditsPerUnit: UInt64 = 0, maxQuantity: UInt32 = 0, hostedContent: Bool = false, subscriptionPeriod: String = "", subscriptionGroup: String = "", groupLevel: UInt32 = 0, gracePeriod: String = "", billingRetryPeriod: String = "") {
             self.id = id
             self.type = type
             self.title = title
@@ -41,6 +53,10 @@ extension StoreV1 {
             self.maxQuantity = maxQuantity
             self.hostedContent = hostedContent
             self.subscriptionPeriod = subscriptionPeriod
+            self.subscriptionGroup = subscriptionGroup
+            self.groupLevel = groupLevel
+            self.gracePeriod = gracePeriod
+            self.billingRetryPeriod = billingRetryPeriod
         }
     }
 }
@@ -59,7 +75,11 @@ extension StoreV1.Product: WireMessage {
             creditsPerUnit: c.credits_per_unit,
             maxQuantity: c.max_quantity,
             hostedContent: c.hosted_content != 0,
-            subscriptionPeriod: try CField.string(c.subscription_period, field: "Product.subscription_period")
+            subscriptionPeriod: try CField.string(c.subscription_period, field: "Product.subscription_period"),
+            subscriptionGroup: try CField.string(c.subscription_group, field: "Product.subscription_group"),
+            groupLevel: c.group_level,
+            gracePeriod: try CField.string(c.grace_period, field: "Product.grace_period"),
+            billingRetryPeriod: try CField.string(c.billing_retry_period, field: "Product.billing_retry_period")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -73,6 +93,10 @@ extension StoreV1.Product: WireMessage {
         c.max_quantity = maxQuantity
         c.hosted_content = hostedContent ? 1 : 0
         c.subscription_period = arena.cString(subscriptionPeriod)
+        c.subscription_group = arena.cString(subscriptionGroup)
+        c.group_level = groupLevel
+        c.grace_period = arena.cString(gracePeriod)
+        c.billing_retry_period = arena.cString(billingRetryPeriod)
     }
 }
 
@@ -296,9 +320,13 @@ extension StoreV1 {
         /// A refunded consumable: credits the refund could not take back because
         /// they were already spent (the refund took what was left).
         public var refundCreditShortfall: UInt64
+        /// Subscriptions: when the period this transaction paid for starts (a
+        /// non-renewing period bought while another runs starts when that one ends;
+        /// a renewal's is the end of the period before). 0 for other products.
+        public var periodStartMs: Int64
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", errorCode: UInt32 = 0, errorReason: String = "", errorMessage: String = "", signedReceipt: [UInt8] = [], finished: Bool = false, revocationDateMs: Int64 = 0, revocationReason: String = "", price: String = "", currency: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), refundCreditShortfall: UInt64 = 0) {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", errorCode: UInt32 = 0, errorReason: String = "", errorMessage: String = "", signedReceipt: [UInt8] = [], finished: Bool = false, revocationDateMs: Int64 = 0, revocationReason: String = "", price: String = "", currency: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), refundCreditShortfall: UInt64 = 0, periodStartMs: Int64 = 0) {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -319,6 +347,7 @@ extension StoreV1 {
             self.currency = currency
             self.environment = environment
             self.refundCreditShortfall = refundCreditShortfall
+            self.periodStartMs = periodStartMs
         }
     }
 }
@@ -347,7 +376,8 @@ extension StoreV1.Transaction: WireMessage {
             price: try CField.string(c.price, field: "Transaction.price"),
             currency: try CField.string(c.currency, field: "Transaction.currency"),
             environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
-            refundCreditShortfall: c.refund_credit_shortfall
+            refundCreditShortfall: c.refund_credit_shortfall,
+            periodStartMs: c.period_start_ms
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -371,6 +401,7 @@ extension StoreV1.Transaction: WireMessage {
         c.currency = arena.cString(currency)
         c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
         c.refund_credit_shortfall = refundCreditShortfall
+        c.period_start_ms = periodStartMs
     }
 }
 
@@ -732,14 +763,24 @@ extension StoreV1 {
         public var revocationDateMs: Int64
         /// `revocation_reason` (field 5).
         public var revocationReason: String
+        /// Auto-renewable subscriptions: the newest transaction of the same
+        /// original_transaction_id (a later renewal, or the receipt itself) and where
+        /// the subscription stands. A receipt of a period that has ended is 21006
+        /// unless the subscription renewed and is still entitled (ACTIVE or
+        /// IN_GRACE_PERIOD): then 0, and latest_transaction is the renewal to use.
+        public var latestTransaction: StoreV1.Transaction?
+        /// `subscription` (field 7).
+        public var subscription: StoreV1.SubscriptionStatus?
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(status: UInt32 = 0, message: String = "", receipt: ReceiptV1.ReceiptPayload? = nil, revocationDateMs: Int64 = 0, revocationReason: String = "") {
+        public init(status: UInt32 = 0, message: String = "", receipt: ReceiptV1.ReceiptPayload? = nil, revocationDateMs: Int64 = 0, revocationReason: String = "", latestTransaction: StoreV1.Transaction? = nil, subscription: StoreV1.SubscriptionStatus? = nil) {
             self.status = status
             self.message = message
             self.receipt = receipt
             self.revocationDateMs = revocationDateMs
             self.revocationReason = revocationReason
+            self.latestTransaction = latestTransaction
+            self.subscription = subscription
         }
     }
 }
@@ -753,7 +794,9 @@ extension StoreV1.VerifyReceiptResponse: WireMessage {
             message: try CField.string(c.message, field: "VerifyReceiptResponse.message"),
             receipt: try CField.message(c.receipt, as: ReceiptV1.ReceiptPayload.self),
             revocationDateMs: c.revocation_date_ms,
-            revocationReason: try CField.string(c.revocation_reason, field: "VerifyReceiptResponse.revocation_reason")
+            revocationReason: try CField.string(c.revocation_reason, field: "VerifyReceiptResponse.revocation_reason"),
+            latestTransaction: try CField.message(c.latest_transaction, as: StoreV1.Transaction.self),
+            subscription: try CField.message(c.subscription, as: StoreV1.SubscriptionStatus.self)
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -762,6 +805,8 @@ extension StoreV1.VerifyReceiptResponse: WireMessage {
         c.receipt = receipt.map { $0.makeCStruct(in: arena) }
         c.revocation_date_ms = revocationDateMs
         c.revocation_reason = arena.cString(revocationReason)
+        c.latest_transaction = latestTransaction.map { $0.makeCStruct(in: arena) }
+        c.subscription = subscription.map { $0.makeCStruct(in: arena) }
     }
 }
 
@@ -1111,6 +1156,246 @@ extension StoreV1.CreateAccountResponse: WireMessage {
     public func fill(_ c: inout CStruct, arena: CArena) {
         c.account_id = arena.cString(accountID)
         c.token = arena.cString(token)
+    }
+}
+
+extension StoreV1 {
+    /// Where an auto-renewable subscription stands (the App Store's subscription
+    /// status). Renewals are charged by the store at the end of each period with
+    /// the payment method of the first purchase.
+    /// Open: values this version does not know are kept.
+    public struct SubscriptionState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public var rawValue: Int32
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+        /// `SUBSCRIPTION_STATE_UNSPECIFIED`.
+        public static let subscriptionStateUnspecified = SubscriptionState(rawValue: 0)
+        /// Paid up; renews at expires_date_ms unless will_auto_renew is false.
+        public static let active = SubscriptionState(rawValue: 1)
+        /// A renewal failed; the entitlement is kept until grace_period_expires_ms
+        /// while the store retries the payment.
+        public static let inGracePeriod = SubscriptionState(rawValue: 2)
+        /// A renewal failed and the grace period (if any) is over: no entitlement;
+        /// the store retries the payment until billing_retry_ends_ms.
+        public static let inBillingRetry = SubscriptionState(rawValue: 3)
+        /// Ended; expiration_reason says why.
+        public static let expired = SubscriptionState(rawValue: 4)
+        /// The latest transaction was refunded.
+        public static let revoked = SubscriptionState(rawValue: 5)
+        public var description: String {
+        switch rawValue {
+        case 0: "SUBSCRIPTION_STATE_UNSPECIFIED"
+        case 1: "ACTIVE"
+        case 2: "IN_GRACE_PERIOD"
+        case 3: "IN_BILLING_RETRY"
+        case 4: "EXPIRED"
+        case 5: "REVOKED"
+        default: "SubscriptionState(\(rawValue))"
+        }
+        }
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.ExpirationReason`.
+    /// Open: values this version does not know are kept.
+    public struct ExpirationReason: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public var rawValue: Int32
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+        /// `EXPIRATION_REASON_UNSPECIFIED`.
+        public static let expirationReasonUnspecified = ExpirationReason(rawValue: 0)
+        /// The buyer turned auto-renew off; it ended at the end of the period.
+        public static let cancelled = ExpirationReason(rawValue: 1)
+        /// Every payment retry failed until the billing retry period ended.
+        public static let billingError = ExpirationReason(rawValue: 2)
+        /// The buyer did not accept a price increase.
+        public static let priceIncreaseNotAccepted = ExpirationReason(rawValue: 3)
+        /// The product left the catalog.
+        public static let productUnavailable = ExpirationReason(rawValue: 4)
+        public var description: String {
+        switch rawValue {
+        case 0: "EXPIRATION_REASON_UNSPECIFIED"
+        case 1: "CANCELLED"
+        case 2: "BILLING_ERROR"
+        case 3: "PRICE_INCREASE_NOT_ACCEPTED"
+        case 4: "PRODUCT_UNAVAILABLE"
+        default: "ExpirationReason(\(rawValue))"
+        }
+        }
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.SubscriptionStatus`.
+    public struct SubscriptionStatus: Hashable, Sendable {
+        /// `original_transaction_id` (field 1).
+        public var originalTransactionID: String
+        /// The product subscribed to now.
+        public var productID: String
+        /// `subscription_group` (field 3).
+        public var subscriptionGroup: String
+        /// `state` (field 4).
+        public var state: StoreV1.SubscriptionState
+        /// `will_auto_renew` (field 5).
+        public var willAutoRenew: Bool
+        /// The end of the current (or last) paid period.
+        public var expiresDateMs: Int64
+        /// EXPIRED: why.
+        public var expirationReason: StoreV1.ExpirationReason
+        /// IN_GRACE_PERIOD: the entitlement ends here unless a retry succeeds.
+        public var gracePeriodExpiresMs: Int64
+        /// IN_GRACE_PERIOD, IN_BILLING_RETRY: when the store stops retrying.
+        public var billingRetryEndsMs: Int64
+        /// A downgrade or crossgrade that takes effect at the next renewal.
+        public var pendingProductID: String
+        /// What the next renewal charges (decimal string) and in which currency.
+        public var renewalPrice: String
+        /// `currency` (field 12).
+        public var currency: String
+        /// The newest transaction (the first purchase or the latest renewal).
+        public var latestTransaction: StoreV1.Transaction?
+        /// Periods paid so far (1 after the first purchase).
+        public var periodsPaid: UInt32
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0) {
+            self.originalTransactionID = originalTransactionID
+            self.productID = productID
+            self.subscriptionGroup = subscriptionGroup
+            self.state = state
+            self.willAutoRenew = willAutoRenew
+            self.expiresDateMs = expiresDateMs
+            self.expirationReason = expirationReason
+            self.gracePeriodExpiresMs = gracePeriodExpiresMs
+            self.billingRetryEndsMs = billingRetryEndsMs
+            self.pendingProductID = pendingProductID
+            self.renewalPrice = renewalPrice
+            self.currency = currency
+            self.latestTransaction = latestTransaction
+            self.periodsPaid = periodsPaid
+        }
+    }
+}
+
+extension StoreV1.SubscriptionStatus: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SubscriptionStatus
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__subscription_status__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            originalTransactionID: try CField.string(c.original_transaction_id, field: "SubscriptionStatus.original_transaction_id"),
+            productID: try CField.string(c.product_id, field: "SubscriptionStatus.product_id"),
+            subscriptionGroup: try CField.string(c.subscription_group, field: "SubscriptionStatus.subscription_group"),
+            state: StoreV1.SubscriptionState(rawValue: Int32(truncatingIfNeeded: c.state.rawValue)),
+            willAutoRenew: c.will_auto_renew != 0,
+            expiresDateMs: c.expires_date_ms,
+            expirationReason: StoreV1.ExpirationReason(rawValue: Int32(truncatingIfNeeded: c.expiration_reason.rawValue)),
+            gracePeriodExpiresMs: c.grace_period_expires_ms,
+            billingRetryEndsMs: c.billing_retry_ends_ms,
+            pendingProductID: try CField.string(c.pending_product_id, field: "SubscriptionStatus.pending_product_id"),
+            renewalPrice: try CField.string(c.renewal_price, field: "SubscriptionStatus.renewal_price"),
+            currency: try CField.string(c.currency, field: "SubscriptionStatus.currency"),
+            latestTransaction: try CField.message(c.latest_transaction, as: StoreV1.Transaction.self),
+            periodsPaid: c.periods_paid
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.original_transaction_id = arena.cString(originalTransactionID)
+        c.product_id = arena.cString(productID)
+        c.subscription_group = arena.cString(subscriptionGroup)
+        c.state = Kiosk__Store__V1__SubscriptionState(rawValue: .init(truncatingIfNeeded: state.rawValue))
+        c.will_auto_renew = willAutoRenew ? 1 : 0
+        c.expires_date_ms = expiresDateMs
+        c.expiration_reason = Kiosk__Store__V1__ExpirationReason(rawValue: .init(truncatingIfNeeded: expirationReason.rawValue))
+        c.grace_period_expires_ms = gracePeriodExpiresMs
+        c.billing_retry_ends_ms = billingRetryEndsMs
+        c.pending_product_id = arena.cString(pendingProductID)
+        c.renewal_price = arena.cString(renewalPrice)
+        c.currency = arena.cString(currency)
+        c.latest_transaction = latestTransaction.map { $0.makeCStruct(in: arena) }
+        c.periods_paid = periodsPaid
+    }
+}
+
+extension StoreV1 {
+    /// Empty original_transaction_id: every subscription of the account, one per
+    /// original transaction, newest first.
+    public struct SubscriptionStatusRequest: Hashable, Sendable {
+        /// `original_transaction_id` (field 1).
+        public var originalTransactionID: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(originalTransactionID: String = "") {
+            self.originalTransactionID = originalTransactionID
+        }
+    }
+}
+
+extension StoreV1.SubscriptionStatusRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SubscriptionStatusRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__subscription_status_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            originalTransactionID: try CField.string(c.original_transaction_id, field: "SubscriptionStatusRequest.original_transaction_id")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.original_transaction_id = arena.cString(originalTransactionID)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.SubscriptionStatusResponse`.
+    public struct SubscriptionStatusResponse: Hashable, Sendable {
+        /// `subscriptions` (field 1).
+        public var subscriptions: [StoreV1.SubscriptionStatus]
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(subscriptions: [StoreV1.SubscriptionStatus] = []) {
+            self.subscriptions = subscriptions
+        }
+    }
+}
+
+extension StoreV1.SubscriptionStatusResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SubscriptionStatusResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__subscription_status_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            subscriptions: try CField.messages(c.n_subscriptions, c.subscriptions, as: StoreV1.SubscriptionStatus.self, field: "SubscriptionStatusResponse.subscriptions")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        (c.n_subscriptions, c.subscriptions) = arena.messages(subscriptions)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.SetAutoRenewRequest`.
+    public struct SetAutoRenewRequest: Hashable, Sendable {
+        /// `original_transaction_id` (field 1).
+        public var originalTransactionID: String
+        /// `auto_renew` (field 2).
+        public var autoRenew: Bool
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(originalTransactionID: String = "", autoRenew: Bool = false) {
+            self.originalTransactionID = originalTransactionID
+            self.autoRenew = autoRenew
+        }
+    }
+}
+
+extension StoreV1.SetAutoRenewRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SetAutoRenewRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__set_auto_renew_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            originalTransactionID: try CField.string(c.original_transaction_id, field: "SetAutoRenewRequest.original_transaction_id"),
+            autoRenew: c.auto_renew != 0
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.original_transaction_id = arena.cString(originalTransactionID)
+        c.auto_renew = autoRenew ? 1 : 0
     }
 }
 

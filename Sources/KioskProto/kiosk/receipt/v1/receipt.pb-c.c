@@ -187,7 +187,7 @@ void   kiosk__receipt__v1__signed_access_token__free_unpacked
   assert(message->base.descriptor == &kiosk__receipt__v1__signed_access_token__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[12] =
+static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[13] =
 {
   {
     "transaction_id",
@@ -333,6 +333,18 @@ static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "period_start_ms",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__ReceiptPayload, period_start_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name[] = {
   7,   /* field[7] = account_id */
@@ -341,6 +353,7 @@ static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name
   6,   /* field[6] = expires_date_ms */
   10,   /* field[10] = key_id */
   1,   /* field[1] = original_transaction_id */
+  12,   /* field[12] = period_start_ms */
   2,   /* field[2] = product_id */
   3,   /* field[3] = product_type */
   5,   /* field[5] = purchase_date_ms */
@@ -351,7 +364,7 @@ static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name
 static const ProtobufCIntRange kiosk__receipt__v1__receipt_payload__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 12 }
+  { 0, 13 }
 };
 const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor =
 {
@@ -361,7 +374,7 @@ const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor
   "Kiosk__Receipt__V1__ReceiptPayload",
   "kiosk.receipt.v1",
   sizeof(Kiosk__Receipt__V1__ReceiptPayload),
-  12,
+  13,
   kiosk__receipt__v1__receipt_payload__field_descriptors,
   kiosk__receipt__v1__receipt_payload__field_indices_by_name,
   1,  kiosk__receipt__v1__receipt_payload__number_ranges,

@@ -1357,6 +1357,186 @@ void   kiosk__store__v1__create_account_response__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__create_account_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__subscription_status__init
+                     (Kiosk__Store__V1__SubscriptionStatus         *message)
+{
+  static const Kiosk__Store__V1__SubscriptionStatus init_value = KIOSK__STORE__V1__SUBSCRIPTION_STATUS__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__subscription_status__get_packed_size
+                     (const Kiosk__Store__V1__SubscriptionStatus *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__subscription_status__pack
+                     (const Kiosk__Store__V1__SubscriptionStatus *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__subscription_status__pack_to_buffer
+                     (const Kiosk__Store__V1__SubscriptionStatus *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SubscriptionStatus *
+       kiosk__store__v1__subscription_status__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SubscriptionStatus *)
+     protobuf_c_message_unpack (&kiosk__store__v1__subscription_status__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__subscription_status__free_unpacked
+                     (Kiosk__Store__V1__SubscriptionStatus *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__subscription_status_request__init
+                     (Kiosk__Store__V1__SubscriptionStatusRequest         *message)
+{
+  static const Kiosk__Store__V1__SubscriptionStatusRequest init_value = KIOSK__STORE__V1__SUBSCRIPTION_STATUS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__subscription_status_request__get_packed_size
+                     (const Kiosk__Store__V1__SubscriptionStatusRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__subscription_status_request__pack
+                     (const Kiosk__Store__V1__SubscriptionStatusRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__subscription_status_request__pack_to_buffer
+                     (const Kiosk__Store__V1__SubscriptionStatusRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SubscriptionStatusRequest *
+       kiosk__store__v1__subscription_status_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SubscriptionStatusRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__subscription_status_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__subscription_status_request__free_unpacked
+                     (Kiosk__Store__V1__SubscriptionStatusRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__subscription_status_response__init
+                     (Kiosk__Store__V1__SubscriptionStatusResponse         *message)
+{
+  static const Kiosk__Store__V1__SubscriptionStatusResponse init_value = KIOSK__STORE__V1__SUBSCRIPTION_STATUS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__subscription_status_response__get_packed_size
+                     (const Kiosk__Store__V1__SubscriptionStatusResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__subscription_status_response__pack
+                     (const Kiosk__Store__V1__SubscriptionStatusResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__subscription_status_response__pack_to_buffer
+                     (const Kiosk__Store__V1__SubscriptionStatusResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SubscriptionStatusResponse *
+       kiosk__store__v1__subscription_status_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SubscriptionStatusResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__subscription_status_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__subscription_status_response__free_unpacked
+                     (Kiosk__Store__V1__SubscriptionStatusResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_status_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__set_auto_renew_request__init
+                     (Kiosk__Store__V1__SetAutoRenewRequest         *message)
+{
+  static const Kiosk__Store__V1__SetAutoRenewRequest init_value = KIOSK__STORE__V1__SET_AUTO_RENEW_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__set_auto_renew_request__get_packed_size
+                     (const Kiosk__Store__V1__SetAutoRenewRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_auto_renew_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__set_auto_renew_request__pack
+                     (const Kiosk__Store__V1__SetAutoRenewRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_auto_renew_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__set_auto_renew_request__pack_to_buffer
+                     (const Kiosk__Store__V1__SetAutoRenewRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_auto_renew_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SetAutoRenewRequest *
+       kiosk__store__v1__set_auto_renew_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SetAutoRenewRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__set_auto_renew_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__set_auto_renew_request__free_unpacked
+                     (Kiosk__Store__V1__SetAutoRenewRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__set_auto_renew_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__rotate_key_request__init
                      (Kiosk__Store__V1__RotateKeyRequest         *message)
 {
@@ -1447,7 +1627,7 @@ void   kiosk__store__v1__retire_key_request__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__retire_key_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descriptors[10] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descriptors[14] =
 {
   {
     "id",
@@ -1569,15 +1749,67 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descripto
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "subscription_group",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Product, subscription_group),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "group_level",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Product, group_level),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "grace_period",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Product, grace_period),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "billing_retry_period",
+    14,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Product, billing_retry_period),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__product__field_indices_by_name[] = {
+  13,   /* field[13] = billing_retry_period */
   6,   /* field[6] = credits_per_unit */
   5,   /* field[5] = currency */
   3,   /* field[3] = description */
+  12,   /* field[12] = grace_period */
+  11,   /* field[11] = group_level */
   8,   /* field[8] = hosted_content */
   0,   /* field[0] = id */
   7,   /* field[7] = max_quantity */
   4,   /* field[4] = price */
+  10,   /* field[10] = subscription_group */
   9,   /* field[9] = subscription_period */
   2,   /* field[2] = title */
   1,   /* field[1] = type */
@@ -1585,7 +1817,7 @@ static const unsigned kiosk__store__v1__product__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__product__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 14 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor =
 {
@@ -1595,7 +1827,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor =
   "Kiosk__Store__V1__Product",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Product),
-  10,
+  14,
   kiosk__store__v1__product__field_descriptors,
   kiosk__store__v1__product__field_indices_by_name,
   1,  kiosk__store__v1__product__number_ranges,
@@ -1837,7 +2069,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__purchase_request__descriptor 
   (ProtobufCMessageInit) kiosk__store__v1__purchase_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descriptors[20] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descriptors[21] =
 {
   {
     "transaction_id",
@@ -2079,6 +2311,18 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "period_start_ms",
+    21,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Transaction, period_start_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
   8,   /* field[8] = account_id */
@@ -2090,6 +2334,7 @@ static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
   7,   /* field[7] = expires_date_ms */
   13,   /* field[13] = finished */
   1,   /* field[1] = original_transaction_id */
+  20,   /* field[20] = period_start_ms */
   16,   /* field[16] = price */
   2,   /* field[2] = product_id */
   3,   /* field[3] = product_type */
@@ -2105,7 +2350,7 @@ static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__transaction__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 20 }
+  { 0, 21 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor =
 {
@@ -2115,7 +2360,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor =
   "Kiosk__Store__V1__Transaction",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Transaction),
-  20,
+  21,
   kiosk__store__v1__transaction__field_descriptors,
   kiosk__store__v1__transaction__field_indices_by_name,
   1,  kiosk__store__v1__transaction__number_ranges,
@@ -2670,7 +2915,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_request__descr
   (ProtobufCMessageInit) kiosk__store__v1__verify_receipt_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_response__field_descriptors[5] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_response__field_descriptors[7] =
 {
   {
     "status",
@@ -2732,18 +2977,44 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_response_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "latest_transaction",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__VerifyReceiptResponse, latest_transaction),
+    &kiosk__store__v1__transaction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "subscription",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__VerifyReceiptResponse, subscription),
+    &kiosk__store__v1__subscription_status__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__verify_receipt_response__field_indices_by_name[] = {
+  5,   /* field[5] = latest_transaction */
   1,   /* field[1] = message */
   2,   /* field[2] = receipt */
   3,   /* field[3] = revocation_date_ms */
   4,   /* field[4] = revocation_reason */
   0,   /* field[0] = status */
+  6,   /* field[6] = subscription */
 };
 static const ProtobufCIntRange kiosk__store__v1__verify_receipt_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_response__descriptor =
 {
@@ -2753,7 +3024,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_response__desc
   "Kiosk__Store__V1__VerifyReceiptResponse",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__VerifyReceiptResponse),
-  5,
+  7,
   kiosk__store__v1__verify_receipt_response__field_descriptors,
   kiosk__store__v1__verify_receipt_response__field_indices_by_name,
   1,  kiosk__store__v1__verify_receipt_response__number_ranges,
@@ -3327,6 +3598,340 @@ const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__desc
   (ProtobufCMessageInit) kiosk__store__v1__create_account_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[14] =
+{
+  {
+    "original_transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, original_transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "product_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "subscription_group",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, subscription_group),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "state",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, state),
+    &kiosk__store__v1__subscription_state__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "will_auto_renew",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, will_auto_renew),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_date_ms",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, expires_date_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expiration_reason",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, expiration_reason),
+    &kiosk__store__v1__expiration_reason__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "grace_period_expires_ms",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, grace_period_expires_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "billing_retry_ends_ms",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, billing_retry_ends_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "pending_product_id",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, pending_product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "renewal_price",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, renewal_price),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "currency",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, currency),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "latest_transaction",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, latest_transaction),
+    &kiosk__store__v1__transaction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "periods_paid",
+    14,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, periods_paid),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__subscription_status__field_indices_by_name[] = {
+  8,   /* field[8] = billing_retry_ends_ms */
+  11,   /* field[11] = currency */
+  6,   /* field[6] = expiration_reason */
+  5,   /* field[5] = expires_date_ms */
+  7,   /* field[7] = grace_period_expires_ms */
+  12,   /* field[12] = latest_transaction */
+  0,   /* field[0] = original_transaction_id */
+  9,   /* field[9] = pending_product_id */
+  13,   /* field[13] = periods_paid */
+  1,   /* field[1] = product_id */
+  10,   /* field[10] = renewal_price */
+  3,   /* field[3] = state */
+  2,   /* field[2] = subscription_group */
+  4,   /* field[4] = will_auto_renew */
+};
+static const ProtobufCIntRange kiosk__store__v1__subscription_status__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 14 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SubscriptionStatus",
+  "SubscriptionStatus",
+  "Kiosk__Store__V1__SubscriptionStatus",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SubscriptionStatus),
+  14,
+  kiosk__store__v1__subscription_status__field_descriptors,
+  kiosk__store__v1__subscription_status__field_indices_by_name,
+  1,  kiosk__store__v1__subscription_status__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__subscription_status__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status_request__field_descriptors[1] =
+{
+  {
+    "original_transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatusRequest, original_transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__subscription_status_request__field_indices_by_name[] = {
+  0,   /* field[0] = original_transaction_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__subscription_status_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SubscriptionStatusRequest",
+  "SubscriptionStatusRequest",
+  "Kiosk__Store__V1__SubscriptionStatusRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SubscriptionStatusRequest),
+  1,
+  kiosk__store__v1__subscription_status_request__field_descriptors,
+  kiosk__store__v1__subscription_status_request__field_indices_by_name,
+  1,  kiosk__store__v1__subscription_status_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__subscription_status_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status_response__field_descriptors[1] =
+{
+  {
+    "subscriptions",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__SubscriptionStatusResponse, n_subscriptions),
+    offsetof(Kiosk__Store__V1__SubscriptionStatusResponse, subscriptions),
+    &kiosk__store__v1__subscription_status__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__subscription_status_response__field_indices_by_name[] = {
+  0,   /* field[0] = subscriptions */
+};
+static const ProtobufCIntRange kiosk__store__v1__subscription_status_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SubscriptionStatusResponse",
+  "SubscriptionStatusResponse",
+  "Kiosk__Store__V1__SubscriptionStatusResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SubscriptionStatusResponse),
+  1,
+  kiosk__store__v1__subscription_status_response__field_descriptors,
+  kiosk__store__v1__subscription_status_response__field_indices_by_name,
+  1,  kiosk__store__v1__subscription_status_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__subscription_status_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__set_auto_renew_request__field_descriptors[2] =
+{
+  {
+    "original_transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SetAutoRenewRequest, original_transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "auto_renew",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SetAutoRenewRequest, auto_renew),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__set_auto_renew_request__field_indices_by_name[] = {
+  1,   /* field[1] = auto_renew */
+  0,   /* field[0] = original_transaction_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__set_auto_renew_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__set_auto_renew_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SetAutoRenewRequest",
+  "SetAutoRenewRequest",
+  "Kiosk__Store__V1__SetAutoRenewRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SetAutoRenewRequest),
+  2,
+  kiosk__store__v1__set_auto_renew_request__field_descriptors,
+  kiosk__store__v1__set_auto_renew_request__field_indices_by_name,
+  1,  kiosk__store__v1__set_auto_renew_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__set_auto_renew_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 #define kiosk__store__v1__rotate_key_request__field_descriptors NULL
 #define kiosk__store__v1__rotate_key_request__field_indices_by_name NULL
 #define kiosk__store__v1__rotate_key_request__number_ranges NULL
@@ -3428,7 +4033,77 @@ const ProtobufCEnumDescriptor kiosk__store__v1__transaction_state__descriptor =
   kiosk__store__v1__transaction_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[12] =
+static const ProtobufCEnumValue kiosk__store__v1__subscription_state__enum_values_by_number[6] =
+{
+  { "SUBSCRIPTION_STATE_UNSPECIFIED", "KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED", 0 },
+  { "ACTIVE", "KIOSK__STORE__V1__SUBSCRIPTION_STATE__ACTIVE", 1 },
+  { "IN_GRACE_PERIOD", "KIOSK__STORE__V1__SUBSCRIPTION_STATE__IN_GRACE_PERIOD", 2 },
+  { "IN_BILLING_RETRY", "KIOSK__STORE__V1__SUBSCRIPTION_STATE__IN_BILLING_RETRY", 3 },
+  { "EXPIRED", "KIOSK__STORE__V1__SUBSCRIPTION_STATE__EXPIRED", 4 },
+  { "REVOKED", "KIOSK__STORE__V1__SUBSCRIPTION_STATE__REVOKED", 5 },
+};
+static const ProtobufCIntRange kiosk__store__v1__subscription_state__value_ranges[] = {
+{0, 0},{0, 6}
+};
+static const ProtobufCEnumValueIndex kiosk__store__v1__subscription_state__enum_values_by_name[6] =
+{
+  { "ACTIVE", 1 },
+  { "EXPIRED", 4 },
+  { "IN_BILLING_RETRY", 3 },
+  { "IN_GRACE_PERIOD", 2 },
+  { "REVOKED", 5 },
+  { "SUBSCRIPTION_STATE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor kiosk__store__v1__subscription_state__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SubscriptionState",
+  "SubscriptionState",
+  "Kiosk__Store__V1__SubscriptionState",
+  "kiosk.store.v1",
+  6,
+  kiosk__store__v1__subscription_state__enum_values_by_number,
+  6,
+  kiosk__store__v1__subscription_state__enum_values_by_name,
+  1,
+  kiosk__store__v1__subscription_state__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue kiosk__store__v1__expiration_reason__enum_values_by_number[5] =
+{
+  { "EXPIRATION_REASON_UNSPECIFIED", "KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED", 0 },
+  { "CANCELLED", "KIOSK__STORE__V1__EXPIRATION_REASON__CANCELLED", 1 },
+  { "BILLING_ERROR", "KIOSK__STORE__V1__EXPIRATION_REASON__BILLING_ERROR", 2 },
+  { "PRICE_INCREASE_NOT_ACCEPTED", "KIOSK__STORE__V1__EXPIRATION_REASON__PRICE_INCREASE_NOT_ACCEPTED", 3 },
+  { "PRODUCT_UNAVAILABLE", "KIOSK__STORE__V1__EXPIRATION_REASON__PRODUCT_UNAVAILABLE", 4 },
+};
+static const ProtobufCIntRange kiosk__store__v1__expiration_reason__value_ranges[] = {
+{0, 0},{0, 5}
+};
+static const ProtobufCEnumValueIndex kiosk__store__v1__expiration_reason__enum_values_by_name[5] =
+{
+  { "BILLING_ERROR", 2 },
+  { "CANCELLED", 1 },
+  { "EXPIRATION_REASON_UNSPECIFIED", 0 },
+  { "PRICE_INCREASE_NOT_ACCEPTED", 3 },
+  { "PRODUCT_UNAVAILABLE", 4 },
+};
+const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ExpirationReason",
+  "ExpirationReason",
+  "Kiosk__Store__V1__ExpirationReason",
+  "kiosk.store.v1",
+  5,
+  kiosk__store__v1__expiration_reason__enum_values_by_number,
+  5,
+  kiosk__store__v1__expiration_reason__enum_values_by_name,
+  1,
+  kiosk__store__v1__expiration_reason__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[14] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -3442,6 +4117,8 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "PublicKeys", &kiosk__store__v1__public_keys_request__descriptor, &kiosk__store__v1__public_keys_response__descriptor },
   { "WatchRevocations", &kiosk__store__v1__watch_revocations_request__descriptor, &kiosk__store__v1__revocation__descriptor },
   { "AccessToken", &kiosk__store__v1__access_token_request__descriptor, &kiosk__store__v1__access_token_response__descriptor },
+  { "SubscriptionStatus", &kiosk__store__v1__subscription_status_request__descriptor, &kiosk__store__v1__subscription_status_response__descriptor },
+  { "SetAutoRenew", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   11,        /* AccessToken */
@@ -3452,7 +4129,9 @@ const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   9,        /* PublicKeys */
   2,        /* Purchase */
   5,        /* Restore */
+  13,        /* SetAutoRenew */
   7,        /* SpendCredits */
+  12,        /* SubscriptionStatus */
   3,        /* Unfinished */
   8,        /* VerifyReceipt */
   10         /* WatchRevocations */
@@ -3464,7 +4143,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  12,
+  14,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -3563,6 +4242,22 @@ void kiosk__store__v1__store__access_token(ProtobufCService *service,
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__subscription_status(ProtobufCService *service,
+                                                  const Kiosk__Store__V1__SubscriptionStatusRequest *input,
+                                                  Kiosk__Store__V1__SubscriptionStatusResponse_Closure closure,
+                                                  void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__set_auto_renew(ProtobufCService *service,
+                                             const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                                             Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                             void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)

@@ -72,10 +72,16 @@ struct  Kiosk__Receipt__V1__ReceiptPayload
    * 0 in receipts of older stores: purchase_date_ms stands for it.
    */
   int64_t signed_date_ms;
+  /*
+   * Subscriptions: when the paid period starts (with expires_date_ms, the
+   * period this receipt covers); 0 in receipts of older stores and for other
+   * products.
+   */
+  int64_t period_start_ms;
 };
 #define KIOSK__RECEIPT__V1__RECEIPT_PAYLOAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__receipt__v1__receipt_payload__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 /*

@@ -46,6 +46,10 @@ typedef struct Kiosk__Store__V1__RefundRequest Kiosk__Store__V1__RefundRequest;
 typedef struct Kiosk__Store__V1__ApproveRequest Kiosk__Store__V1__ApproveRequest;
 typedef struct Kiosk__Store__V1__CreateAccountRequest Kiosk__Store__V1__CreateAccountRequest;
 typedef struct Kiosk__Store__V1__CreateAccountResponse Kiosk__Store__V1__CreateAccountResponse;
+typedef struct Kiosk__Store__V1__SubscriptionStatus Kiosk__Store__V1__SubscriptionStatus;
+typedef struct Kiosk__Store__V1__SubscriptionStatusRequest Kiosk__Store__V1__SubscriptionStatusRequest;
+typedef struct Kiosk__Store__V1__SubscriptionStatusResponse Kiosk__Store__V1__SubscriptionStatusResponse;
+typedef struct Kiosk__Store__V1__SetAutoRenewRequest Kiosk__Store__V1__SetAutoRenewRequest;
 typedef struct Kiosk__Store__V1__RotateKeyRequest Kiosk__Store__V1__RotateKeyRequest;
 typedef struct Kiosk__Store__V1__RetireKeyRequest Kiosk__Store__V1__RetireKeyRequest;
 
@@ -62,6 +66,57 @@ typedef enum _Kiosk__Store__V1__TransactionState {
   KIOSK__STORE__V1__TRANSACTION_STATE__DEFERRED = 3
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__TRANSACTION_STATE)
 } Kiosk__Store__V1__TransactionState;
+/*
+ * Where an auto-renewable subscription stands (the App Store's subscription
+ * status). Renewals are charged by the store at the end of each period with
+ * the payment method of the first purchase.
+ */
+typedef enum _Kiosk__Store__V1__SubscriptionState {
+  KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED = 0,
+  /*
+   * Paid up; renews at expires_date_ms unless will_auto_renew is false.
+   */
+  KIOSK__STORE__V1__SUBSCRIPTION_STATE__ACTIVE = 1,
+  /*
+   * A renewal failed; the entitlement is kept until grace_period_expires_ms
+   * while the store retries the payment.
+   */
+  KIOSK__STORE__V1__SUBSCRIPTION_STATE__IN_GRACE_PERIOD = 2,
+  /*
+   * A renewal failed and the grace period (if any) is over: no entitlement;
+   * the store retries the payment until billing_retry_ends_ms.
+   */
+  KIOSK__STORE__V1__SUBSCRIPTION_STATE__IN_BILLING_RETRY = 3,
+  /*
+   * Ended; expiration_reason says why.
+   */
+  KIOSK__STORE__V1__SUBSCRIPTION_STATE__EXPIRED = 4,
+  /*
+   * The latest transaction was refunded.
+   */
+  KIOSK__STORE__V1__SUBSCRIPTION_STATE__REVOKED = 5
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__SUBSCRIPTION_STATE)
+} Kiosk__Store__V1__SubscriptionState;
+typedef enum _Kiosk__Store__V1__ExpirationReason {
+  KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED = 0,
+  /*
+   * The buyer turned auto-renew off; it ended at the end of the period.
+   */
+  KIOSK__STORE__V1__EXPIRATION_REASON__CANCELLED = 1,
+  /*
+   * Every payment retry failed until the billing retry period ended.
+   */
+  KIOSK__STORE__V1__EXPIRATION_REASON__BILLING_ERROR = 2,
+  /*
+   * The buyer did not accept a price increase.
+   */
+  KIOSK__STORE__V1__EXPIRATION_REASON__PRICE_INCREASE_NOT_ACCEPTED = 3,
+  /*
+   * The product left the catalog.
+   */
+  KIOSK__STORE__V1__EXPIRATION_REASON__PRODUCT_UNAVAILABLE = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EXPIRATION_REASON)
+} Kiosk__Store__V1__ExpirationReason;
 
 /* --- messages --- */
 
@@ -90,10 +145,24 @@ struct  Kiosk__Store__V1__Product
    * Subscriptions: ISO 8601 duration, e.g. "P1M".
    */
   char *subscription_period;
+  /*
+   * Auto-renewable subscriptions: the subscription group (one active
+   * subscription per group and account; the product id when the catalog names
+   * none) and the product's level in it (1 is the highest tier).
+   */
+  char *subscription_group;
+  uint32_t group_level;
+  /*
+   * Auto-renewable subscriptions: how long a failed renewal keeps the
+   * entitlement (ISO 8601, empty: no grace period), and how long the store
+   * keeps retrying the payment before the subscription expires.
+   */
+  char *grace_period;
+  char *billing_retry_period;
 };
 #define KIOSK__STORE__V1__PRODUCT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__product__descriptor) \
-    , (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__ListProductsRequest
@@ -205,10 +274,16 @@ struct  Kiosk__Store__V1__Transaction
    * they were already spent (the refund took what was left).
    */
   uint64_t refund_credit_shortfall;
+  /*
+   * Subscriptions: when the period this transaction paid for starts (a
+   * non-renewing period bought while another runs starts when that one ends;
+   * a renewal's is the end of the period before). 0 for other products.
+   */
+  int64_t period_start_ms;
 };
 #define KIOSK__STORE__V1__TRANSACTION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__transaction__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, 0, 0 }
 
 
 struct  Kiosk__Store__V1__PurchaseResponse
@@ -383,10 +458,19 @@ struct  Kiosk__Store__V1__VerifyReceiptResponse
    */
   int64_t revocation_date_ms;
   char *revocation_reason;
+  /*
+   * Auto-renewable subscriptions: the newest transaction of the same
+   * original_transaction_id (a later renewal, or the receipt itself) and where
+   * the subscription stands. A receipt of a period that has ended is 21006
+   * unless the subscription renewed and is still entitled (ACTIVE or
+   * IN_GRACE_PERIOD): then 0, and latest_transaction is the renewal to use.
+   */
+  Kiosk__Store__V1__Transaction *latest_transaction;
+  Kiosk__Store__V1__SubscriptionStatus *subscription;
 };
 #define KIOSK__STORE__V1__VERIFY_RECEIPT_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__verify_receipt_response__descriptor) \
-    , 0, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string }
+    , 0, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, NULL, NULL }
 
 
 struct  Kiosk__Store__V1__PublicKeysRequest
@@ -550,6 +634,92 @@ struct  Kiosk__Store__V1__CreateAccountResponse
 #define KIOSK__STORE__V1__CREATE_ACCOUNT_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__create_account_response__descriptor) \
     , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__SubscriptionStatus
+{
+  ProtobufCMessage base;
+  char *original_transaction_id;
+  /*
+   * The product subscribed to now.
+   */
+  char *product_id;
+  char *subscription_group;
+  Kiosk__Store__V1__SubscriptionState state;
+  protobuf_c_boolean will_auto_renew;
+  /*
+   * The end of the current (or last) paid period.
+   */
+  int64_t expires_date_ms;
+  /*
+   * EXPIRED: why.
+   */
+  Kiosk__Store__V1__ExpirationReason expiration_reason;
+  /*
+   * IN_GRACE_PERIOD: the entitlement ends here unless a retry succeeds.
+   */
+  int64_t grace_period_expires_ms;
+  /*
+   * IN_GRACE_PERIOD, IN_BILLING_RETRY: when the store stops retrying.
+   */
+  int64_t billing_retry_ends_ms;
+  /*
+   * A downgrade or crossgrade that takes effect at the next renewal.
+   */
+  char *pending_product_id;
+  /*
+   * What the next renewal charges (decimal string) and in which currency.
+   */
+  char *renewal_price;
+  char *currency;
+  /*
+   * The newest transaction (the first purchase or the latest renewal).
+   */
+  Kiosk__Store__V1__Transaction *latest_transaction;
+  /*
+   * Periods paid so far (1 after the first purchase).
+   */
+  uint32_t periods_paid;
+};
+#define KIOSK__STORE__V1__SUBSCRIPTION_STATUS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_status__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0 }
+
+
+/*
+ * Empty original_transaction_id: every subscription of the account, one per
+ * original transaction, newest first.
+ */
+struct  Kiosk__Store__V1__SubscriptionStatusRequest
+{
+  ProtobufCMessage base;
+  char *original_transaction_id;
+};
+#define KIOSK__STORE__V1__SUBSCRIPTION_STATUS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_status_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__SubscriptionStatusResponse
+{
+  ProtobufCMessage base;
+  size_t n_subscriptions;
+  Kiosk__Store__V1__SubscriptionStatus **subscriptions;
+};
+#define KIOSK__STORE__V1__SUBSCRIPTION_STATUS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_status_response__descriptor) \
+    , 0,NULL }
+
+
+struct  Kiosk__Store__V1__SetAutoRenewRequest
+{
+  ProtobufCMessage base;
+  char *original_transaction_id;
+  protobuf_c_boolean auto_renew;
+};
+#define KIOSK__STORE__V1__SET_AUTO_RENEW_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__set_auto_renew_request__descriptor) \
+    , (char *)protobuf_c_empty_string, 0 }
 
 
 struct  Kiosk__Store__V1__RotateKeyRequest
@@ -1145,6 +1315,82 @@ Kiosk__Store__V1__CreateAccountResponse *
 void   kiosk__store__v1__create_account_response__free_unpacked
                      (Kiosk__Store__V1__CreateAccountResponse *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SubscriptionStatus methods */
+void   kiosk__store__v1__subscription_status__init
+                     (Kiosk__Store__V1__SubscriptionStatus         *message);
+size_t kiosk__store__v1__subscription_status__get_packed_size
+                     (const Kiosk__Store__V1__SubscriptionStatus   *message);
+size_t kiosk__store__v1__subscription_status__pack
+                     (const Kiosk__Store__V1__SubscriptionStatus   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__subscription_status__pack_to_buffer
+                     (const Kiosk__Store__V1__SubscriptionStatus   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SubscriptionStatus *
+       kiosk__store__v1__subscription_status__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__subscription_status__free_unpacked
+                     (Kiosk__Store__V1__SubscriptionStatus *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SubscriptionStatusRequest methods */
+void   kiosk__store__v1__subscription_status_request__init
+                     (Kiosk__Store__V1__SubscriptionStatusRequest         *message);
+size_t kiosk__store__v1__subscription_status_request__get_packed_size
+                     (const Kiosk__Store__V1__SubscriptionStatusRequest   *message);
+size_t kiosk__store__v1__subscription_status_request__pack
+                     (const Kiosk__Store__V1__SubscriptionStatusRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__subscription_status_request__pack_to_buffer
+                     (const Kiosk__Store__V1__SubscriptionStatusRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SubscriptionStatusRequest *
+       kiosk__store__v1__subscription_status_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__subscription_status_request__free_unpacked
+                     (Kiosk__Store__V1__SubscriptionStatusRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SubscriptionStatusResponse methods */
+void   kiosk__store__v1__subscription_status_response__init
+                     (Kiosk__Store__V1__SubscriptionStatusResponse         *message);
+size_t kiosk__store__v1__subscription_status_response__get_packed_size
+                     (const Kiosk__Store__V1__SubscriptionStatusResponse   *message);
+size_t kiosk__store__v1__subscription_status_response__pack
+                     (const Kiosk__Store__V1__SubscriptionStatusResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__subscription_status_response__pack_to_buffer
+                     (const Kiosk__Store__V1__SubscriptionStatusResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SubscriptionStatusResponse *
+       kiosk__store__v1__subscription_status_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__subscription_status_response__free_unpacked
+                     (Kiosk__Store__V1__SubscriptionStatusResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SetAutoRenewRequest methods */
+void   kiosk__store__v1__set_auto_renew_request__init
+                     (Kiosk__Store__V1__SetAutoRenewRequest         *message);
+size_t kiosk__store__v1__set_auto_renew_request__get_packed_size
+                     (const Kiosk__Store__V1__SetAutoRenewRequest   *message);
+size_t kiosk__store__v1__set_auto_renew_request__pack
+                     (const Kiosk__Store__V1__SetAutoRenewRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__set_auto_renew_request__pack_to_buffer
+                     (const Kiosk__Store__V1__SetAutoRenewRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SetAutoRenewRequest *
+       kiosk__store__v1__set_auto_renew_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__set_auto_renew_request__free_unpacked
+                     (Kiosk__Store__V1__SetAutoRenewRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__RotateKeyRequest methods */
 void   kiosk__store__v1__rotate_key_request__init
                      (Kiosk__Store__V1__RotateKeyRequest         *message);
@@ -1275,6 +1521,18 @@ typedef void (*Kiosk__Store__V1__CreateAccountRequest_Closure)
 typedef void (*Kiosk__Store__V1__CreateAccountResponse_Closure)
                  (const Kiosk__Store__V1__CreateAccountResponse *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__SubscriptionStatus_Closure)
+                 (const Kiosk__Store__V1__SubscriptionStatus *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__SubscriptionStatusRequest_Closure)
+                 (const Kiosk__Store__V1__SubscriptionStatusRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__SubscriptionStatusResponse_Closure)
+                 (const Kiosk__Store__V1__SubscriptionStatusResponse *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__SetAutoRenewRequest_Closure)
+                 (const Kiosk__Store__V1__SetAutoRenewRequest *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__RotateKeyRequest_Closure)
                  (const Kiosk__Store__V1__RotateKeyRequest *message,
                   void *closure_data);
@@ -1336,6 +1594,14 @@ struct Kiosk__Store__V1__Store_Service
                        const Kiosk__Store__V1__AccessTokenRequest *input,
                        Kiosk__Store__V1__AccessTokenResponse_Closure closure,
                        void *closure_data);
+  void (*subscription_status)(Kiosk__Store__V1__Store_Service *service,
+                              const Kiosk__Store__V1__SubscriptionStatusRequest *input,
+                              Kiosk__Store__V1__SubscriptionStatusResponse_Closure closure,
+                              void *closure_data);
+  void (*set_auto_renew)(Kiosk__Store__V1__Store_Service *service,
+                         const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                         Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                         void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -1355,7 +1621,9 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## verify_receipt,\
       function_prefix__ ## public_keys,\
       function_prefix__ ## watch_revocations,\
-      function_prefix__ ## access_token  }
+      function_prefix__ ## access_token,\
+      function_prefix__ ## subscription_status,\
+      function_prefix__ ## set_auto_renew  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -1404,6 +1672,14 @@ void kiosk__store__v1__store__access_token(ProtobufCService *service,
                                            const Kiosk__Store__V1__AccessTokenRequest *input,
                                            Kiosk__Store__V1__AccessTokenResponse_Closure closure,
                                            void *closure_data);
+void kiosk__store__v1__store__subscription_status(ProtobufCService *service,
+                                                  const Kiosk__Store__V1__SubscriptionStatusRequest *input,
+                                                  Kiosk__Store__V1__SubscriptionStatusResponse_Closure closure,
+                                                  void *closure_data);
+void kiosk__store__v1__store__set_auto_renew(ProtobufCService *service,
+                                             const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                                             Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                             void *closure_data);
 typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
 struct Kiosk__Store__V1__Admin_Service
 {
@@ -1465,6 +1741,8 @@ void kiosk__store__v1__admin__retire_key(ProtobufCService *service,
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__transaction_state__descriptor;
+extern const ProtobufCEnumDescriptor    kiosk__store__v1__subscription_state__descriptor;
+extern const ProtobufCEnumDescriptor    kiosk__store__v1__expiration_reason__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_products_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_products_response__descriptor;
@@ -1495,6 +1773,10 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__refund_request__descri
 extern const ProtobufCMessageDescriptor kiosk__store__v1__approve_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__create_account_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__set_auto_renew_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__rotate_key_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__retire_key_request__descriptor;
 extern const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor;

@@ -1,0 +1,132 @@
+import Foundation
+import KioskAPI
+
+/// What the catalog says of an auto-renewable subscription (StoreKit's `Product.SubscriptionInfo`).
+public struct SubscriptionInfo: Hashable, Sendable {
+    /// The period one payment buys (ISO 8601, e.g. "P1M").
+    public var period: String
+    /// The subscription group: an account has one active subscription per group.
+    public var groupID: String
+    /// The product's level in its group, 1 the highest tier.
+    public var groupLevel: UInt32
+    /// How long a failed renewal keeps the entitlement (ISO 8601); nil: no grace period.
+    public var gracePeriod: String?
+    /// How long the store retries a failed renewal's payment before the subscription expires (ISO 8601).
+    public var billingRetryPeriod: String
+}
+
+/// Where an auto-renewable subscription stands (the App Store's subscription status).
+public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
+    /// The states a subscription moves through:
+    ///
+    /// ```
+    /// purchase ─▶ active ──renewal charged──▶ active
+    ///              │  │
+    ///              │  └─auto-renew off, period ends─▶ expired (cancelled)
+    ///              └─renewal declined─▶ inGracePeriod ─grace ends─▶ inBillingRetry ─retry period ends─▶ expired (billingError)
+    ///                                       └──────retry charged──────────┴──▶ active (recovered)
+    /// refund of the latest transaction ─▶ revoked
+    /// ```
+    public enum State: String, Hashable, Sendable {
+        case active
+        case inGracePeriod = "in-grace-period"
+        case inBillingRetry = "in-billing-retry"
+        case expired
+        case revoked
+        case unknown
+    }
+
+    /// Why a subscription expired.
+    public enum ExpirationReason: String, Hashable, Sendable {
+        /// The buyer turned auto-renew off.
+        case cancelled
+        /// Every payment retry failed.
+        case billingError = "billing-error"
+        /// The buyer did not accept a price increase.
+        case priceIncreaseNotAccepted = "price-increase-not-accepted"
+        /// The product left the catalog.
+        case productUnavailable = "product-unavailable"
+    }
+
+    /// The original transaction id: the subscription's id.
+    public var id: String { originalTransactionID }
+    /// The first purchase's transaction id, shared by every renewal.
+    public var originalTransactionID: String
+    /// The product subscribed to now.
+    public var productID: String
+    /// The subscription group.
+    public var groupID: String
+    /// Where it stands.
+    public var state: State
+    /// False once the buyer turned auto-renew off.
+    public var willAutoRenew: Bool
+    /// The end of the current (or last) paid period.
+    public var expirationDate: Date
+    /// When expired: why.
+    public var expirationReason: ExpirationReason?
+    /// In the grace period: when the entitlement ends unless a payment retry succeeds.
+    public var gracePeriodExpirationDate: Date?
+    /// In grace or billing retry: when the store stops retrying.
+    public var billingRetryEndDate: Date?
+    /// A product switched to at the next renewal.
+    public var pendingProductID: String?
+    /// What the next renewal charges, and its currency.
+    public var renewalPrice: Decimal?
+    public var currencyCode: String
+    /// Periods paid so far.
+    public var periodsPaid: UInt32
+    /// The newest transaction (the first purchase or the latest renewal).
+    public var latestTransaction: Transaction?
+
+    /// True while the buyer is entitled: active, or in the grace period.
+    public var isEntitled: Bool { state == .active || state == .inGracePeriod }
+
+    init(_ message: StoreV1.SubscriptionStatus) {
+        originalTransactionID = message.originalTransactionID
+        productID = message.productID
+        groupID = message.subscriptionGroup
+        state = switch message.state {
+        case .active: .active
+        case .inGracePeriod: .inGracePeriod
+        case .inBillingRetry: .inBillingRetry
+        case .expired: .expired
+        case .revoked: .revoked
+        default: .unknown
+        }
+        willAutoRenew = message.willAutoRenew
+        expirationDate = Date(milliseconds: message.expiresDateMs)
+        expirationReason = switch message.expirationReason {
+        case .cancelled: .cancelled
+        case .billingError: .billingError
+        case .priceIncreaseNotAccepted: .priceIncreaseNotAccepted
+        case .productUnavailable: .productUnavailable
+        default: nil
+        }
+        gracePeriodExpirationDate = message.gracePeriodExpiresMs > 0 ? Date(milliseconds: message.gracePeriodExpiresMs) : nil
+        billingRetryEndDate = message.billingRetryEndsMs > 0 ? Date(milliseconds: message.billingRetryEndsMs) : nil
+        pendingProductID = message.pendingProductID.isEmpty ? nil : message.pendingProductID
+        renewalPrice = message.renewalPrice.isEmpty ? nil : Decimal(string: message.renewalPrice, locale: Locale(identifier: "en_US_POSIX"))
+        currencyCode = message.currency
+        periodsPaid = message.periodsPaid
+        latestTransaction = message.latestTransaction.map(Transaction.init)
+    }
+}
+
+extension KioskClient {
+    /// Where the account's auto-renewable subscriptions stand, newest first; or only the one with `originalTransactionID`.
+    public func subscriptionStatus(originalTransactionID: String? = nil) async throws -> [SubscriptionStatus] {
+        let response = try await storeCall(
+            "SubscriptionStatus", StoreV1.SubscriptionStatusRequest(originalTransactionID: originalTransactionID ?? ""),
+            StoreV1.SubscriptionStatusResponse.self, doing: "reading subscription status")
+        return response.subscriptions.map(SubscriptionStatus.init)
+    }
+
+    /// Turns a subscription's auto-renew off (it ends when the paid period does, reason `cancelled`) or on again.
+    /// - Throws: ``KioskError`` for an unknown subscription or one that has ended.
+    @discardableResult
+    public func setAutoRenew(originalTransactionID: String, _ on: Bool) async throws -> SubscriptionStatus {
+        SubscriptionStatus(try await storeCall(
+            "SetAutoRenew", StoreV1.SetAutoRenewRequest(originalTransactionID: originalTransactionID, autoRenew: on),
+            StoreV1.SubscriptionStatus.self, doing: on ? "turning auto-renew on" : "turning auto-renew off"))
+    }
+}

@@ -1,0 +1,380 @@
+import Foundation
+import KioskAPI
+
+// Auto-renewable subscriptions: the renewal engine, states and reasons, auto-renew, status.
+//
+// Every renewal is a payment like a purchase: a durable intent first (its payment id derived from
+// the original transaction, the period and the attempt, so however many store processes look at a
+// due subscription, a period is charged at most once), then the processor, then one write that
+// records the new transaction (same original id, signed receipt, unfinished: the SDK delivers it on
+// transactionUpdates) and moves the subscription's row. A declined renewal moves the row instead:
+// ACTIVE → IN_GRACE_PERIOD (entitlement kept, when the product has a grace period) → IN_BILLING_RETRY
+// (no entitlement) → EXPIRED with reason BILLING_ERROR when the billing retry period ends; a retry that
+// succeeds on the way recovers the same subscription.
+extension Ledger {
+    /// Inside the write that records a PURCHASED auto-renewable transaction (a purchase, an approval or a
+    /// renewal): its subscription is ACTIVE, paid until the transaction's expiry, renewing with its payment method.
+    static func subscriptionPaid(_ record: TransactionRecord, nowMs: Int64, _ db: any LedgerDatabase) throws {
+        guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
+        var row = try subscription(db, originalID: record.originalID)
+            ?? SubscriptionRecord(originalID: record.originalID, accountID: record.accountID, productID: record.productID,
+                                  paymentMethod: record.paymentMethod, expiresMs: record.expiresMs, latestTransactionID: record.id)
+        row.productID = record.productID
+        row.state = .active
+        row.willAutoRenew = true
+        row.paymentMethod = record.paymentMethod
+        row.periodsPaid += 1
+        row.expiresMs = record.expiresMs
+        row.graceEndMs = 0
+        row.retryEndMs = 0
+        row.dueMs = record.expiresMs
+        row.attempts = 0
+        row.expirationReason = .expirationReasonUnspecified
+        row.pendingProductID = ""
+        row.latestTransactionID = record.id
+        try row.upsert(db, nowMs: nowMs)
+    }
+}
+
+extension Store {
+    /// What one pass of the renewal engine did.
+    public struct RenewalReport: Hashable, Sendable {
+        /// Renewals charged and recorded (each a new transaction).
+        public var renewed = 0
+        /// Renewal payments declined (the subscription entered or stayed in grace or billing retry).
+        public var failed = 0
+        /// Subscriptions that expired (auto-renew off, billing retry over, product gone).
+        public var expired = 0
+        /// Left for a later pass: being renewed by another store process, or the processor did not answer.
+        public var left = 0
+    }
+
+    /// How long after a declined renewal the store tries the payment again: 1 day, doubling per attempt,
+    /// at most 8 days (in the store's time scale), within the billing retry period.
+    static func retryDelayMs(afterAttempt attempt: Int, timeScale: Double) -> Int64 {
+        let days = Int64(1) << Int64(min(max(attempt - 1, 0), 3))
+        return max(1, Int64((Double(days * 86_400_000) / timeScale).rounded()))
+    }
+
+    /// Charges every renewal that is due by the store's clock and moves failed and cancelled subscriptions on;
+    /// a serving store runs it every ``StoreConfiguration/renewalInterval``. A subscription several periods
+    /// behind (a clock advanced far) is renewed once per period, each its own charge.
+    @discardableResult
+    public func renewDueSubscriptions() async throws -> RenewalReport {
+        var report = RenewalReport()
+        var skipped: Set<String> = []
+        // Bounded: each step moves a row's due time forward or ends it, or sets it aside for this pass.
+        for _ in 0..<10_000 {
+            let due = try ledger.dueSubscriptions(atMs: now).filter { !skipped.contains($0.originalID) }
+            guard !due.isEmpty else { break }
+            for row in due {
+                do {
+                    if try await renew(row, report: &report) == false { skipped.insert(row.originalID) }
+                } catch {
+                    report.left += 1
+                    skipped.insert(row.originalID)
+                }
+            }
+        }
+        return report
+    }
+
+    private enum RenewalStep {
+        case nothing
+        case expired
+        case inProgress
+        case charge(PaymentIntent)
+    }
+
+    /// One step for one due subscription; false when it is left for a later pass.
+    private func renew(_ due: SubscriptionRecord, report: inout RenewalReport) async throws -> Bool {
+        let nowMs = now
+        let instance = self.instance
+        let catalog = self.catalog
+        let step = try await ledger.write(account: due.accountID) { db -> RenewalStep in
+            guard var row = try Ledger.subscription(db, originalID: due.originalID), row.isLive, row.dueMs <= nowMs else { return .nothing }
+            func expire(_ reason: StoreV1.ExpirationReason) throws -> RenewalStep {
+                row.state = .expired
+                row.expirationReason = reason
+                row.willAutoRenew = false
+                row.dueMs = 0
+                try row.upsert(db, nowMs: nowMs)
+                return .expired
+            }
+            if !row.willAutoRenew { return try expire(.cancelled) }
+            let productID = row.pendingProductID.isEmpty ? row.productID : row.pendingProductID
+            guard let product = catalog.product(productID), product.type == .autoRenewableSubscription else {
+                return try expire(.productUnavailable)
+            }
+            if row.state != .active, nowMs >= row.retryEndMs { return try expire(.billingError) }
+            if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.renewal.rawValue):\(row.renewalPaymentID)") {
+                switch earlier.state {
+                case .pending:
+                    if earlier.owner != instance.id, instance.isAlive(earlier.owner, db) { return .inProgress }
+                    return .charge(try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db))
+                case .completed:
+                    return .nothing
+                case .closed:
+                    // Found uncharged by reconciliation: the next attempt has a payment id of its own.
+                    row.attempts += 1
+                    try row.upsert(db, nowMs: nowMs)
+                }
+            }
+            // Renewed on time (or within grace), the new period follows the old one; recovered from billing retry, it starts now.
+            let start = row.state == .inBillingRetry ? nowMs : row.expiresMs
+            var intent = PaymentIntent(
+                kind: .renewal, paymentID: row.renewalPaymentID, transactionID: Store.newTransactionID(), accountID: row.accountID,
+                product: product, quantity: 1, unitPrice: product.price, currency: product.currency, paymentMethod: row.paymentMethod,
+                purchaseMs: start, idempotencyKey: nil, requestHash: [], owner: instance.id)
+            intent.createdMs = nowMs
+            intent.attemptMs = nowMs
+            try Ledger.insert(intent, nowMs: nowMs, db)
+            return .charge(intent)
+        }
+        switch step {
+        case .nothing:
+            return false
+        case .expired:
+            report.expired += 1
+            return true
+        case .inProgress:
+            report.left += 1
+            return false
+        case .charge(let intent):
+            enum Charged: Sendable { case renewed, failed, unknown }
+            let charged = try await locks.withLock(intent.paymentID) { () async throws -> Charged in
+                let outcome: PaymentOutcome
+                do {
+                    outcome = try await configuration.paymentProcessor.charge(intent.request)
+                } catch {
+                    // Unknown: the intent stays pending; the next pass asks again with the same payment id, or reconciliation settles it.
+                    return .unknown
+                }
+                switch outcome {
+                case .succeeded(let reference):
+                    try await completeRenewal(intent, reference: reference)
+                    return .renewed
+                case .declined(let reason, _):
+                    try await renewalFailed(intent, outcome: "declined:\(reason)")
+                case .cancelled:
+                    try await renewalFailed(intent, outcome: "cancelled")
+                case .deferred:
+                    try await renewalFailed(intent, outcome: "deferred")
+                }
+                return .failed
+            }
+            switch charged {
+            case .renewed: report.renewed += 1
+            case .failed: report.failed += 1
+            case .unknown: report.left += 1
+            }
+            return charged != .unknown
+        }
+    }
+
+    /// The subscription a renewal intent pays for, and whether the intent is for the period it is renewing now.
+    private static func renewedSubscription(_ intent: PaymentIntent, _ db: any LedgerDatabase) throws -> (SubscriptionRecord, current: Bool)? {
+        // renew_<original>_<period>_<attempt>
+        let parts = intent.paymentID.split(separator: "_")
+        guard parts.count >= 4, parts.first == "renew", let period = Int(parts[parts.count - 2]) else { return nil }
+        let originalID = parts[1..<(parts.count - 2)].joined(separator: "_")
+        guard let row = try Ledger.subscription(db, originalID: originalID) else { return nil }
+        return (row, row.isLive && row.periodsPaid == period)
+    }
+
+    /// One write: the renewal's transaction (same original id, signed, unfinished), the subscription ACTIVE for
+    /// the new period, the intent completed. A charge for a period already paid (another way) is refunded.
+    func completeRenewal(_ intent: PaymentIntent, reference: String, via: String? = nil) async throws {
+        let label = (via.map { "\($0):" } ?? "") + "charged:\(reference)"
+        let nowMs = now
+        let signer = try keys.activeKey()
+        let refundDue = try await ledger.write(account: intent.accountID) { db -> Bool in
+            if try Ledger.transaction(db, paymentID: intent.paymentID) != nil {
+                try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
+                return false
+            }
+            guard let (row, current) = try Self.renewedSubscription(intent, db), current else {
+                try Ledger.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs, db)
+                return true
+            }
+            let record = try self.purchasedRecord(intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
+            try Ledger.insertTransaction(record, db)
+            try Ledger.subscriptionPaid(record, nowMs: nowMs, db)
+            try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
+            return false
+        }
+        if refundDue { await refundDuplicate(intent) }
+    }
+
+    /// One write: the intent closed, the subscription into grace or billing retry (or expired when the
+    /// retry period is over), the next attempt scheduled.
+    private func renewalFailed(_ intent: PaymentIntent, outcome: String) async throws {
+        let nowMs = now
+        let scale = timeScale
+        let catalog = self.catalog
+        try await ledger.write(account: intent.accountID) { db in
+            try Ledger.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs, db)
+            guard let (found, current) = try Self.renewedSubscription(intent, db), current else { return }
+            var row = found
+            let product = catalog.product(intent.productID)
+            row.attempts += 1
+            if row.state == .active {
+                // The first failure, at the end of the period.
+                let end = row.expiresMs
+                row.retryEndMs = (product?.billingRetryPeriod ?? CatalogProduct.defaultBillingRetryPeriod).end(fromMs: end, timeScale: scale)
+                if let grace = product?.gracePeriod {
+                    row.state = .inGracePeriod
+                    row.graceEndMs = min(grace.end(fromMs: end, timeScale: scale), row.retryEndMs)
+                } else {
+                    row.state = .inBillingRetry
+                }
+            }
+            if row.state == .inGracePeriod, nowMs >= row.graceEndMs { row.state = .inBillingRetry }
+            if nowMs >= row.retryEndMs {
+                row.state = .expired
+                row.expirationReason = .billingError
+                row.willAutoRenew = false
+                row.dueMs = 0
+            } else {
+                var due = min(nowMs + Self.retryDelayMs(afterAttempt: row.attempts, timeScale: scale), row.retryEndMs)
+                if row.state == .inGracePeriod { due = min(due, row.graceEndMs) }
+                row.dueMs = due
+            }
+            try row.upsert(db, nowMs: nowMs)
+        }
+    }
+
+    // MARK: Groups: upgrades, downgrades, crossgrades
+
+    /// The account's subscription in `productID`'s group (any state, the latest ending first), if any.
+    func groupSubscription(_ db: any LedgerDatabase, accountID: String, productID: String) throws -> SubscriptionRecord? {
+        guard let product = catalog.product(productID), product.type == .autoRenewableSubscription else { return nil }
+        let members = catalog.products(inGroup: product.subscriptionGroup).map(\.id)
+        return try Ledger.subscriptions(db, accountID: accountID, productIDs: members).first
+    }
+
+    enum GroupChange {
+        /// No other live subscription in the group: an ordinary purchase.
+        case none
+        /// A lower or equal level: the subscription switches at its next renewal (returned: the current transaction).
+        case atRenewal(TransactionRecord)
+        /// A higher level: at once, charged this (the new price less the unused part of the current period).
+        case upgrade(price: String)
+    }
+
+    /// What buying `product` means for the account's subscription in its group (inside the purchase's write).
+    func groupChange(_ db: any LedgerDatabase, accountID: String, to product: CatalogProduct, nowMs: Int64) throws -> GroupChange {
+        guard product.type == .autoRenewableSubscription,
+              var current = try groupSubscription(db, accountID: accountID, productID: product.id),
+              current.productID != product.id, current.isEntitled(atMs: nowMs),
+              let latest = try Ledger.transaction(db, id: current.latestTransactionID) else { return .none }
+        let currentLevel = catalog.product(current.productID)?.groupLevel ?? UInt32.max
+        if product.groupLevel >= currentLevel {
+            current.pendingProductID = product.id
+            current.willAutoRenew = true
+            try current.upsert(db, nowMs: nowMs)
+            return .atRenewal(latest)
+        }
+        return .upgrade(price: Self.upgradePrice(newPrice: product.price, oldPrice: latest.price, periodStartMs: latest.periodStartMs,
+                                                 periodEndMs: latest.expiresMs, nowMs: nowMs))
+    }
+
+    /// The new price less the unused part of the current period (prorated by time), never below 0, in cents.
+    static func upgradePrice(newPrice: String, oldPrice: String, periodStartMs: Int64, periodEndMs: Int64, nowMs: Int64) -> String {
+        let posix = Locale(identifier: "en_US_POSIX")
+        guard let new = Decimal(string: newPrice, locale: posix), let old = Decimal(string: oldPrice, locale: posix),
+              periodEndMs > periodStartMs else { return newPrice }
+        let unused = min(max(periodEndMs - nowMs, 0), periodEndMs - periodStartMs)
+        var credit = old * Decimal(unused) / Decimal(periodEndMs - periodStartMs)
+        var roundedCredit = Decimal()
+        NSDecimalRound(&roundedCredit, &credit, 2, .plain)
+        var due = max(new - roundedCredit, 0)
+        var roundedDue = Decimal()
+        NSDecimalRound(&roundedDue, &due, 2, .plain)
+        return "\(roundedDue)"
+    }
+
+    /// Inside the write that records a PURCHASED auto-renewable transaction bought by the buyer: an upgrade ends the
+    /// old product's transaction (revoked, reason "upgraded", so content services stop honouring it), then the
+    /// subscription is ACTIVE on the new product.
+    func subscriptionBought(_ record: TransactionRecord, nowMs: Int64, _ db: any LedgerDatabase) throws {
+        guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
+        if let row = try Ledger.subscription(db, originalID: record.originalID), row.productID != record.productID,
+           row.isEntitled(atMs: nowMs), let old = try Ledger.transaction(db, id: row.latestTransactionID),
+           old.state == .purchased, old.revokedMs == 0 {
+            _ = try Ledger.revoke(transactionID: old.id, reason: "upgraded to \(record.productID)", nowMs: nowMs, db)
+        }
+        try Ledger.subscriptionPaid(record, nowMs: nowMs, db)
+    }
+
+    // MARK: The buyer's side
+
+    /// Turns a subscription's auto-renew off (it ends at the end of the paid period, reason CANCELLED;
+    /// in grace or billing retry it ends now) or on again.
+    /// - Throws: ``StoreError`` NOT_FOUND for another account's or an unknown subscription, FAILED_PRECONDITION-like
+    ///   conflict (9) for one that has ended.
+    public func setAutoRenew(account: AccountRecord, originalID: String, _ on: Bool) async throws -> StoreV1.SubscriptionStatus {
+        guard !originalID.isEmpty else { throw StoreError.invalid("original_transaction_id is required") }
+        let nowMs = now
+        let row = try await ledger.write(account: account.id) { db -> SubscriptionRecord in
+            guard var row = try Ledger.subscription(db, originalID: originalID), row.accountID == account.id else {
+                throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
+            }
+            guard row.isLive else {
+                throw StoreError(.conflict, "subscription \(originalID) has ended (\(row.state), \(row.expirationReason)); buy it again to subscribe")
+            }
+            row.willAutoRenew = on
+            if !on, row.state != .active {
+                row.state = .expired
+                row.expirationReason = .cancelled
+                row.dueMs = 0
+            }
+            try row.upsert(db, nowMs: nowMs)
+            return row
+        }
+        return try statusMessage(row)
+    }
+
+    /// Ends a subscription now, as the App Store sandbox's "expire": no entitlement from now on, nothing renews.
+    public func expireSubscription(originalID: String, reason: StoreV1.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
+        guard let found = try ledger.subscription(originalID: originalID) else {
+            throw StoreError.notFound("no auto-renewable subscription \(originalID)")
+        }
+        let nowMs = now
+        return try await ledger.write(account: found.accountID) { db -> SubscriptionRecord in
+            guard var row = try Ledger.subscription(db, originalID: originalID) else { throw StoreError.notFound("no auto-renewable subscription \(originalID)") }
+            guard row.isLive else { return row }
+            row.state = .expired
+            row.expirationReason = reason
+            row.willAutoRenew = false
+            row.expiresMs = min(row.expiresMs, nowMs)
+            row.dueMs = 0
+            try row.upsert(db, nowMs: nowMs)
+            return row
+        }
+    }
+
+    /// Where the account's subscriptions stand: all of them, or the one with `originalID`.
+    public func subscriptionStatuses(account: AccountRecord, originalID: String = "") throws -> [StoreV1.SubscriptionStatus] {
+        if !originalID.isEmpty {
+            guard let row = try ledger.subscription(originalID: originalID), row.accountID == account.id else {
+                throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
+            }
+            return [try statusMessage(row)]
+        }
+        return try ledger.subscriptions(accountID: account.id).map(statusMessage)
+    }
+
+    /// A subscription's status as sent on the wire.
+    func statusMessage(_ row: SubscriptionRecord) throws -> StoreV1.SubscriptionStatus {
+        let product = catalog.product(row.productID)
+        let renewing = catalog.product(row.pendingProductID.isEmpty ? row.productID : row.pendingProductID)
+        return StoreV1.SubscriptionStatus(
+            originalTransactionID: row.originalID, productID: row.productID, subscriptionGroup: product?.subscriptionGroup ?? row.productID,
+            state: row.state, willAutoRenew: row.willAutoRenew, expiresDateMs: row.expiresMs, expirationReason: row.expirationReason,
+            gracePeriodExpiresMs: row.state == .inGracePeriod ? row.graceEndMs : 0,
+            billingRetryEndsMs: row.state == .inGracePeriod || row.state == .inBillingRetry ? row.retryEndMs : 0,
+            pendingProductID: row.pendingProductID, renewalPrice: renewing?.price ?? "", currency: renewing?.currency ?? "",
+            latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message, periodsPaid: UInt32(clamping: row.periodsPaid))
+    }
+}

@@ -1,0 +1,193 @@
+import Foundation
+import GRDB
+import KioskAPI
+
+/// One row of the `subscriptions` table: where an auto-renewable subscription
+/// stands, one row per original transaction.
+///
+/// The row moves with every purchase, renewal, failed renewal, refund and
+/// auto-renew change, in the same ledger write as the transaction or payment
+/// intent it follows, so it never disagrees with the ledger. `due_ms` is when
+/// the renewal engine must look at it next (the period's end, the next payment
+/// retry, the end of grace or of billing retry); 0 once it has ended.
+public struct SubscriptionRecord: Hashable, Sendable {
+    /// The first purchase's transaction id, shared by every renewal.
+    public var originalID: String
+    /// The account.
+    public var accountID: String
+    /// The product subscribed to now.
+    public var productID: String
+    /// ACTIVE, IN_GRACE_PERIOD, IN_BILLING_RETRY, EXPIRED or REVOKED.
+    public var state: StoreV1.SubscriptionState
+    /// False once the buyer turned auto-renew off.
+    public var willAutoRenew: Bool
+    /// What renewals are charged to: the payment method of the latest purchase.
+    public var paymentMethod: String
+    /// Periods paid so far (1 after the first purchase); the next renewal's payment id counts from it.
+    public var periodsPaid: Int
+    /// The end of the current (or last) paid period.
+    public var expiresMs: Int64
+    /// IN_GRACE_PERIOD: when the entitlement ends unless a retry succeeds.
+    public var graceEndMs: Int64
+    /// IN_GRACE_PERIOD, IN_BILLING_RETRY: when the store stops retrying.
+    public var retryEndMs: Int64
+    /// When the renewal engine looks at it next; 0 once it has ended.
+    public var dueMs: Int64
+    /// Failed payment attempts for the period being renewed (each attempt has its own payment id).
+    public var attempts: Int
+    /// EXPIRED: why.
+    public var expirationReason: StoreV1.ExpirationReason
+    /// A downgrade or crossgrade that takes effect at the next renewal; empty when none.
+    public var pendingProductID: String
+    /// The newest transaction.
+    public var latestTransactionID: String
+
+    init(row: LedgerRow) throws {
+        originalID = try row["original_id"]
+        accountID = try row["account_id"]
+        productID = try row["product_id"]
+        state = StoreV1.SubscriptionState(rawValue: try row["state"])
+        willAutoRenew = try row["will_auto_renew"]
+        paymentMethod = try row["payment_method"]
+        periodsPaid = try row["periods_paid"]
+        expiresMs = try row["expires_ms"]
+        graceEndMs = try row["grace_end_ms"]
+        retryEndMs = try row["retry_end_ms"]
+        dueMs = try row["due_ms"]
+        attempts = try row["attempts"]
+        expirationReason = StoreV1.ExpirationReason(rawValue: try row["expiration_reason"])
+        pendingProductID = try row["pending_product_id"]
+        latestTransactionID = try row["latest_transaction_id"]
+    }
+
+    /// True while the buyer is entitled to the product: paid up, or in the grace period.
+    public func isEntitled(atMs nowMs: Int64) -> Bool {
+        switch state {
+        case .active: nowMs < expiresMs
+        case .inGracePeriod: nowMs < graceEndMs
+        default: false
+        }
+    }
+
+    /// True until the subscription has ended (expired or revoked).
+    public var isLive: Bool { state == .active || state == .inGracePeriod || state == .inBillingRetry }
+
+    /// The payment id of the next renewal attempt: the same (original transaction, period, attempt) is
+    /// charged at most once however many store processes try it; each retry after a decline is a new attempt.
+    public var renewalPaymentID: String { "renew_\(originalID)_\(periodsPaid)_\(attempts)" }
+
+    func upsert(_ db: any LedgerDatabase, nowMs: Int64) throws {
+        try db.execute(
+            """
+                INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,
+                  expires_ms, grace_end_ms, retry_end_ms, due_ms, attempts, expiration_reason, pending_product_id,
+                  latest_transaction_id, updated_ms)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (original_id) DO UPDATE SET product_id = excluded.product_id, state = excluded.state,
+                  will_auto_renew = excluded.will_auto_renew, payment_method = excluded.payment_method,
+                  periods_paid = excluded.periods_paid, expires_ms = excluded.expires_ms, grace_end_ms = excluded.grace_end_ms,
+                  retry_end_ms = excluded.retry_end_ms, due_ms = excluded.due_ms, attempts = excluded.attempts,
+                  expiration_reason = excluded.expiration_reason, pending_product_id = excluded.pending_product_id,
+                  latest_transaction_id = excluded.latest_transaction_id, updated_ms = excluded.updated_ms
+                """, [
+                originalID, accountID, productID, state.rawValue, willAutoRenew, paymentMethod, periodsPaid, expiresMs, graceEndMs,
+                retryEndMs, dueMs, attempts, expirationReason.rawValue, pendingProductID, latestTransactionID, nowMs,
+            ])
+    }
+
+    init(originalID: String, accountID: String, productID: String, paymentMethod: String, expiresMs: Int64, latestTransactionID: String) {
+        self.originalID = originalID
+        self.accountID = accountID
+        self.productID = productID
+        self.state = .active
+        self.willAutoRenew = true
+        self.paymentMethod = paymentMethod
+        self.periodsPaid = 0
+        self.expiresMs = expiresMs
+        self.graceEndMs = 0
+        self.retryEndMs = 0
+        self.dueMs = expiresMs
+        self.attempts = 0
+        self.expirationReason = .expirationReasonUnspecified
+        self.pendingProductID = ""
+        self.latestTransactionID = latestTransactionID
+    }
+}
+
+extension Ledger {
+    /// v6: where each auto-renewable subscription stands (``SubscriptionRecord``), and the start of a
+    /// subscription transaction's paid period. Subscriptions bought before it never renewed (a buyer
+    /// bought again): they are carried over with auto-renew off, so an upgrade charges nobody unasked.
+    static let v6Subscriptions = """
+        CREATE TABLE subscriptions (
+          original_id TEXT PRIMARY KEY,
+          account_id TEXT NOT NULL REFERENCES accounts(id),
+          product_id TEXT NOT NULL,
+          state INTEGER NOT NULL CHECK (state BETWEEN 1 AND 5),
+          will_auto_renew INTEGER NOT NULL DEFAULT 1,
+          payment_method TEXT NOT NULL,
+          periods_paid INTEGER NOT NULL,
+          expires_ms INTEGER NOT NULL,
+          grace_end_ms INTEGER NOT NULL DEFAULT 0,
+          retry_end_ms INTEGER NOT NULL DEFAULT 0,
+          due_ms INTEGER NOT NULL,
+          attempts INTEGER NOT NULL DEFAULT 0,
+          expiration_reason INTEGER NOT NULL DEFAULT 0,
+          pending_product_id TEXT NOT NULL DEFAULT '',
+          latest_transaction_id TEXT NOT NULL,
+          updated_ms INTEGER NOT NULL
+        );
+        CREATE INDEX subscriptions_by_account ON subscriptions(account_id);
+        CREATE INDEX subscriptions_due ON subscriptions(due_ms) WHERE state IN (1, 2, 3);
+        ALTER TABLE transactions ADD COLUMN period_start_ms INTEGER NOT NULL DEFAULT 0;
+        INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,
+          expires_ms, due_ms, latest_transaction_id, updated_ms)
+          SELECT t.original_id, t.account_id, t.product_id, 1, 0, t.payment_method,
+            (SELECT COUNT(*) FROM transactions c WHERE c.original_id = t.original_id AND c.state = 1),
+            t.expires_ms, t.expires_ms, t.id, t.purchase_ms
+          FROM transactions t
+          WHERE t.product_type = 4 AND t.state = 1 AND t.revoked_ms = 0 AND NOT EXISTS (
+            SELECT 1 FROM transactions u WHERE u.original_id = t.original_id AND u.state = 1 AND u.revoked_ms = 0
+              AND u.expires_ms > t.expires_ms)
+          ON CONFLICT DO NOTHING;
+        """
+
+    static func registerV6(_ migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("v6-subscriptions") { db in
+            try db.execute(sql: v6Subscriptions)
+        }
+    }
+
+    static func subscription(_ db: any LedgerDatabase, originalID: String) throws -> SubscriptionRecord? {
+        try db.fetchOne("SELECT * FROM subscriptions WHERE original_id = ?", [originalID]).map(SubscriptionRecord.init)
+    }
+
+    /// The subscription with `originalID`, if any.
+    public func subscription(originalID: String) throws -> SubscriptionRecord? {
+        try backend.read { db in try Self.subscription(db, originalID: originalID) }
+    }
+
+    /// An account's subscriptions, newest first.
+    public func subscriptions(accountID: String) throws -> [SubscriptionRecord] {
+        try backend.read { db in
+            try db.fetchAll("SELECT * FROM subscriptions WHERE account_id = ? ORDER BY expires_ms DESC, original_id", [accountID])
+                .map(SubscriptionRecord.init)
+        }
+    }
+
+    /// Live subscriptions the renewal engine must look at by `nowMs`, soonest first.
+    public func dueSubscriptions(atMs nowMs: Int64, limit: Int = 200) throws -> [SubscriptionRecord] {
+        try backend.read { db in
+            try db.fetchAll("SELECT * FROM subscriptions WHERE state IN (1, 2, 3) AND due_ms <= ? ORDER BY due_ms, original_id LIMIT ?",
+                            [nowMs, limit]).map(SubscriptionRecord.init)
+        }
+    }
+
+    /// An account's subscriptions to any of `productIDs` (a subscription group), the latest ending first.
+    static func subscriptions(_ db: any LedgerDatabase, accountID: String, productIDs: [String]) throws -> [SubscriptionRecord] {
+        guard !productIDs.isEmpty else { return [] }
+        let marks = Array(repeating: "?", count: productIDs.count).joined(separator: ", ")
+        return try db.fetchAll("SELECT * FROM subscriptions WHERE account_id = ? AND product_id IN (\(marks)) ORDER BY expires_ms DESC, original_id",
+                               [accountID] + productIDs).map(SubscriptionRecord.init)
+    }
+}

@@ -1,0 +1,368 @@
+import Foundation
+import KioskAPI
+@testable import KioskStore
+import KioskTesting
+import Testing
+
+/// Auto-renewable subscriptions on a driven clock: renewals, grace, billing retry, expiry, auto-renew.
+/// No server and no timer: each test moves the clock and runs the renewal engine itself.
+@Suite struct SubscriptionTests {
+    static let day: Int64 = 86_400_000
+
+    static let catalog = Catalog(bundleID: "com.example.monkeys", products: [
+        CatalogProduct(id: "pro.monthly", type: .autoRenewableSubscription, title: "Pro", price: "4.99", currency: "USD",
+                       subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"), subscriptionGroup: "pro", groupLevel: 1,
+                       gracePeriod: SubscriptionPeriod(iso8601: "P6D"), billingRetryPeriod: SubscriptionPeriod(iso8601: "P30D")!),
+        CatalogProduct(id: "basic.monthly", type: .autoRenewableSubscription, title: "Basic", price: "1.99", currency: "USD",
+                       subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"), subscriptionGroup: "pro", groupLevel: 2),
+        CatalogProduct(id: "lite.monthly", type: .autoRenewableSubscription, title: "Lite", price: "1.99", currency: "USD",
+                       subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"), billingRetryPeriod: SubscriptionPeriod(iso8601: "P10D")!),
+        CatalogProduct(id: "pass.week", type: .nonRenewingSubscription, title: "Week pass", price: "0.99", currency: "USD",
+                       subscriptionPeriod: SubscriptionPeriod(iso8601: "P7D")),
+    ])
+
+    struct Fixture {
+        let store: Store
+        let directory: String
+        let clock: TestClock
+        let payments: TestPaymentProcessor
+
+        /// A second store process on the same data dir (or database), same clock and processor.
+        func secondStore() throws -> Store {
+            try Store(configuration: store.configuration)
+        }
+
+        func subscribe(_ productID: String = "pro.monthly") async throws -> (AccountRecord, TransactionRecord) {
+            let (id, _) = try store.createAccount()
+            let account = try #require(try store.ledger.account(id: id))
+            let outcome = try await store.purchase(account: account, productID: productID, quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+            guard case .purchased(let record) = outcome.result else { throw StoreError.invalid("not purchased: \(outcome.result)") }
+            return (account, record)
+        }
+
+        func owns(_ account: AccountRecord, _ productID: String) throws -> Bool {
+            let now = clock.now
+            return try store.ledger.backend.read { db in
+                try Ledger.owned(db, accountID: account.id, productID: productID, type: .autoRenewableSubscription, nowMs: now)
+            } != nil
+        }
+
+        func row(_ originalID: String) throws -> SubscriptionRecord { try #require(try store.ledger.subscription(originalID: originalID)) }
+    }
+
+    static func withFixture<R>(_ body: (Fixture) async throws -> R) async throws -> R {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let clock = TestClock()
+        let payments = TestPaymentProcessor()
+        let store = try Store(configuration: StoreConfiguration(
+            dataDirectory: directory, catalog: catalog, paymentProcessor: payments, clock: { clock.now }).onTestLedger())
+        try store.prepareToServe()
+        return try await body(Fixture(store: store, directory: directory, clock: clock, payments: payments))
+    }
+
+    @Test func onePeriodAdvancedGivesOneRenewalAndOneCharge() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe()
+            #expect(try f.row(first.id).state == .active)
+            #expect(try f.row(first.id).periodsPaid == 1)
+            #expect(first.periodStartMs == first.purchaseMs)
+
+            // Nothing is due before the period ends.
+            f.clock.advance(byMs: first.expiresMs - f.clock.now - 1)
+            #expect(try await f.store.renewDueSubscriptions() == Store.RenewalReport())
+
+            f.clock.advance(byMs: 1)
+            let report = try await f.store.renewDueSubscriptions()
+            #expect(report.renewed == 1)
+            #expect(f.payments.renewalChargeCount == 1)
+            let row = try f.row(first.id)
+            #expect(row.state == .active && row.periodsPaid == 2)
+            let renewal = try #require(try f.store.ledger.transaction(id: row.latestTransactionID))
+            #expect(renewal.id != first.id && renewal.originalID == first.id)
+            #expect(renewal.periodStartMs == first.expiresMs, "the new period follows the old one")
+            #expect(renewal.expiresMs == SubscriptionPeriod(iso8601: "P1M")!.end(fromMs: first.expiresMs))
+            #expect(!renewal.finished, "a renewal is delivered as an unfinished transaction")
+            // Its receipt is signed and carries the same original id and the period's start.
+            let verdict = try await f.store.verifyReceipt(try #require(renewal.receipt))
+            #expect(verdict.check.status == .valid)
+            #expect(verdict.check.payload?.originalTransactionID == first.id)
+            #expect(verdict.check.payload?.periodStartMs == first.expiresMs)
+            let unfinished = try await f.store.ledger.page(.unfinished, accountID: account.id, pageSize: 10, pageToken: "")
+            #expect(unfinished.transactions.map(\.id).contains(renewal.id))
+
+            // Running again at the same instant charges nothing more.
+            #expect(try await f.store.renewDueSubscriptions().renewed == 0)
+            #expect(f.payments.renewalChargeCount == 1)
+            // The old period's receipt: the subscription renewed, so it is good, and names the renewal as the latest.
+            let old = try await f.store.verifyReceipt(try #require(first.receipt))
+            #expect(old.check.status == .valid)
+            #expect(old.latestTransaction?.transactionID == renewal.id)
+        }
+    }
+
+    @Test func twoStoreProcessesOnOneLedgerRenewAPeriodOnce() async throws {
+        try await Self.withFixture { f in
+            let second = try f.secondStore()
+            var originals: [String] = []
+            for _ in 0..<6 { originals.append(try await f.subscribe().1.id) }
+            f.clock.advance(byMs: 32 * Self.day)
+            async let a = f.store.renewDueSubscriptions()
+            async let b = second.renewDueSubscriptions()
+            let (reportA, reportB) = try await (a, b)
+            #expect(reportA.renewed + reportB.renewed == 6)
+            #expect(f.payments.renewalChargeCount == 6, "one charge per subscription and period")
+            #expect(f.payments.charges.values.allSatisfy { $0 == 1 })
+            for original in originals {
+                let row = try f.row(original)
+                #expect(row.periodsPaid == 2 && row.state == .active)
+                let transactions = try f.store.ledger.transactions(accountID: row.accountID)
+                #expect(transactions.count == 2)
+            }
+        }
+    }
+
+    @Test func aClockFarAheadRenewsEachPeriodInTurn() async throws {
+        try await Self.withFixture { f in
+            let (_, first) = try await f.subscribe()
+            f.clock.advance(byMs: 95 * Self.day)  // three period ends (about 31, 61, 92 days)
+            let report = try await f.store.renewDueSubscriptions()
+            #expect(report.renewed == 3)
+            let row = try f.row(first.id)
+            #expect(row.periodsPaid == 4 && row.expiresMs > f.clock.now)
+        }
+    }
+
+    @Test func aFailedRenewalGoesThroughGraceAndBillingRetryAndRecovers() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe()
+            f.payments.failNextRenewals(Int.max)
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().failed == 1)
+            var row = try f.row(first.id)
+            #expect(row.state == .inGracePeriod)
+            #expect(row.graceEndMs == SubscriptionPeriod(iso8601: "P6D")!.end(fromMs: first.expiresMs))
+            // In grace the buyer keeps the product: owned, and the receipt verifies.
+            #expect(try f.owns(account, "pro.monthly"))
+            #expect(try await f.store.verifyReceipt(try #require(first.receipt)).check.status == .valid)
+
+            // Retries keep failing; past the grace period it is billing retry: no entitlement.
+            f.clock.advance(byMs: 7 * Self.day)
+            _ = try await f.store.renewDueSubscriptions()
+            row = try f.row(first.id)
+            #expect(row.state == .inBillingRetry)
+            #expect(row.attempts == 2, "one attempt at the period end, one when the grace period was over")
+            #expect(!(try f.owns(account, "pro.monthly")))
+            let verdict = try await f.store.verifyReceipt(try #require(first.receipt))
+            #expect(verdict.check.status == .subscriptionExpired)
+            #expect(verdict.subscription?.state == .inBillingRetry)
+
+            // The card works again: the next retry recovers the same subscription, its period starting now.
+            f.payments.stopFailingRenewals()
+            f.clock.advance(byMs: row.dueMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 1)
+            row = try f.row(first.id)
+            #expect(row.state == .active && row.periodsPaid == 2 && row.expirationReason == .expirationReasonUnspecified)
+            let renewal = try #require(try f.store.ledger.transaction(id: row.latestTransactionID))
+            #expect(renewal.originalID == first.id)
+            #expect(renewal.periodStartMs == f.clock.now, "recovered from billing retry, the new period starts at the recovery")
+            #expect(f.payments.renewalChargeCount == 1, "declined attempts charge nothing")
+        }
+    }
+
+    @Test func aRenewalThatNeverSucceedsExpiresWithBillingErrorAnd21006() async throws {
+        try await Self.withFixture { f in
+            let (_, first) = try await f.subscribe()
+            f.payments.failNextRenewals(Int.max)
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            _ = try await f.store.renewDueSubscriptions()
+            #expect(try f.row(first.id).state == .inGracePeriod)
+            f.clock.advance(byMs: 7 * Self.day)
+            _ = try await f.store.renewDueSubscriptions()
+            #expect(try f.row(first.id).state == .inBillingRetry)
+            f.clock.advance(byMs: 30 * Self.day)
+            let report = try await f.store.renewDueSubscriptions()
+            #expect(report.expired + report.failed >= 1)
+            let row = try f.row(first.id)
+            #expect(row.state == .expired)
+            #expect(row.expirationReason == .billingError)
+            #expect(row.dueMs == 0)
+            let verdict = try await f.store.verifyReceipt(try #require(first.receipt))
+            #expect(verdict.check.status == .subscriptionExpired)
+            #expect(verdict.check.status.rawValue == 21006)
+            #expect(verdict.subscription?.expirationReason == .billingError)
+            #expect(f.payments.renewalChargeCount == 0)
+            // Nothing is due any more.
+            f.clock.advance(byMs: 90 * Self.day)
+            #expect(try await f.store.renewDueSubscriptions() == Store.RenewalReport())
+        }
+    }
+
+    @Test func withoutAGracePeriodAFailedRenewalLosesTheEntitlementAtOnce() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe("lite.monthly")
+            f.payments.failNextRenewals(1)
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            _ = try await f.store.renewDueSubscriptions()
+            #expect(try f.row(first.id).state == .inBillingRetry)
+            #expect(!(try f.owns(account, "lite.monthly")))
+            // The next attempt (a day later) succeeds.
+            f.clock.advance(byMs: Self.day)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 1)
+            #expect(try f.row(first.id).state == .active)
+        }
+    }
+
+    @Test func autoRenewOffEndsTheSubscriptionAtPeriodEndWithReasonCancelled() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe()
+            let status = try await f.store.setAutoRenew(account: account, originalID: first.id, false)
+            #expect(status.willAutoRenew == false && status.state == .active)
+            // Still entitled until the period ends; nothing is charged.
+            f.clock.advance(byMs: first.expiresMs - f.clock.now - 1)
+            #expect(try f.owns(account, "pro.monthly"))
+            f.clock.advance(byMs: 1)
+            #expect(try await f.store.renewDueSubscriptions().expired == 1)
+            let row = try f.row(first.id)
+            #expect(row.state == .expired && row.expirationReason == .cancelled)
+            #expect(f.payments.renewalChargeCount == 0)
+            #expect(try await f.store.verifyReceipt(try #require(first.receipt)).check.status == .subscriptionExpired)
+            // An ended subscription cannot be switched back on; buying again resubscribes, same original id.
+            await #expect(throws: StoreError.self) { try await f.store.setAutoRenew(account: account, originalID: first.id, true) }
+            let again = try await f.store.purchase(account: account, productID: "pro.monthly", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+            guard case .purchased(let record) = again.result else { Issue.record("not purchased"); return }
+            #expect(record.originalID == first.id)
+            #expect(try f.row(first.id).state == .active && f.row(first.id).willAutoRenew)
+        }
+    }
+
+    @Test func anUpgradeMidPeriodCreditsTheUnusedPartAndSwitchesAtOnce() async throws {
+        try await Self.withFixture { f in
+            let (account, basic) = try await f.subscribe("basic.monthly")
+            // Half way through the period (the month's length, whatever month it is).
+            let half = (basic.expiresMs - basic.periodStartMs) / 2
+            f.clock.advance(byMs: half)
+            let outcome = try await f.store.purchase(account: account, productID: "pro.monthly", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+            guard case .purchased(let pro) = outcome.result else { Issue.record("not purchased: \(outcome.result)"); return }
+            #expect(!outcome.alreadyOwned)
+            #expect(pro.originalID == basic.id, "the same subscription, on a higher level")
+            #expect(pro.price == "3.99", "4.99 less half of 1.99 (1.00 rounded)")
+            #expect(pro.periodStartMs == f.clock.now, "an upgrade takes effect at once")
+            let row = try f.row(basic.id)
+            #expect(row.productID == "pro.monthly" && row.state == .active && row.latestTransactionID == pro.id)
+            #expect(try f.owns(account, "pro.monthly"))
+            #expect(!(try f.owns(account, "basic.monthly")))
+            let old = try #require(try f.store.ledger.transaction(id: basic.id))
+            #expect(old.revokedMs == f.clock.now && old.revocationReason == "upgraded to pro.monthly")
+            #expect(Store.upgradePrice(newPrice: "4.99", oldPrice: "1.99", periodStartMs: 0, periodEndMs: 100, nowMs: 0) == "3")
+            #expect(Store.upgradePrice(newPrice: "1.00", oldPrice: "9.99", periodStartMs: 0, periodEndMs: 100, nowMs: 10) == "0")
+        }
+    }
+
+    @Test func aDowngradeSwitchesAtTheNextRenewal() async throws {
+        try await Self.withFixture { f in
+            let (account, pro) = try await f.subscribe("pro.monthly")
+            let outcome = try await f.store.purchase(account: account, productID: "basic.monthly", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+            guard case .purchased(let answered) = outcome.result else { Issue.record("not purchased: \(outcome.result)"); return }
+            #expect(outcome.alreadyOwned && answered.id == pro.id, "nothing is charged now: the current period stays pro")
+            #expect(f.payments.chargeCount == 1)
+            var row = try f.row(pro.id)
+            #expect(row.productID == "pro.monthly" && row.pendingProductID == "basic.monthly")
+            let status = try f.store.subscriptionStatuses(account: account)
+            #expect(status.count == 1 && status[0].pendingProductID == "basic.monthly" && status[0].renewalPrice == "1.99")
+            #expect(status[0].subscriptionGroup == "pro")
+
+            f.clock.advance(byMs: pro.expiresMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 1)
+            row = try f.row(pro.id)
+            #expect(row.productID == "basic.monthly" && row.pendingProductID == "" && row.periodsPaid == 2)
+            let renewal = try #require(try f.store.ledger.transaction(id: row.latestTransactionID))
+            #expect(renewal.productID == "basic.monthly" && renewal.price == "1.99" && renewal.originalID == pro.id)
+            #expect(try f.owns(account, "basic.monthly"))
+            #expect(!(try f.owns(account, "pro.monthly")))
+        }
+    }
+
+    @Test func anotherAccountCannotTouchASubscription() async throws {
+        try await Self.withFixture { f in
+            let (_, first) = try await f.subscribe()
+            let (otherID, _) = try f.store.createAccount()
+            let other = try #require(try f.store.ledger.account(id: otherID))
+            await #expect(throws: StoreError.self) { try await f.store.setAutoRenew(account: other, originalID: first.id, false) }
+            #expect(throws: StoreError.self) { try f.store.subscriptionStatuses(account: other, originalID: first.id) }
+            #expect(try f.store.subscriptionStatuses(account: other).isEmpty)
+            #expect(try f.row(first.id).willAutoRenew)
+        }
+    }
+
+    @Test func refundingTheLatestTransactionRevokesTheSubscription() async throws {
+        try await Self.withFixture { f in
+            let (_, first) = try await f.subscribe()
+            _ = try await f.store.refund(transactionID: first.id, reason: "customer request")
+            #expect(try f.row(first.id).state == .revoked)
+            f.clock.advance(byMs: 40 * Self.day)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 0)
+            #expect(f.payments.renewalChargeCount == 0)
+        }
+    }
+
+    @Test func expireNowEndsTheEntitlementAtOnce() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe()
+            try await f.store.expireSubscription(originalID: first.id)
+            #expect(!(try f.owns(account, "pro.monthly")))
+            #expect(try await f.store.verifyReceipt(try #require(first.receipt)).check.status == .subscriptionExpired)
+            f.clock.advance(byMs: 40 * Self.day)
+            #expect(try await f.store.renewDueSubscriptions() == Store.RenewalReport())
+        }
+    }
+
+    @Test func stackedNonRenewingPeriodsCarryTheirStart() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe("pass.week")
+            let again = try await f.store.purchase(account: account, productID: "pass.week", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+            guard case .purchased(let second) = again.result else { Issue.record("not purchased"); return }
+            #expect(first.periodStartMs == first.purchaseMs)
+            #expect(second.periodStartMs == first.expiresMs, "a second week bought during the first starts when the first ends")
+            #expect(second.expiresMs == first.expiresMs + 7 * Self.day)
+            #expect(try f.store.ledger.subscription(originalID: first.id) == nil, "non-renewing periods have no renewal state")
+        }
+    }
+
+    @Test func aTimeScaleShortensPeriodsInSandboxOnly() async throws {
+        try await Self.withFixture { f in
+            f.store.setTimeScale(720)
+            let (_, first) = try await f.subscribe()
+            let month = SubscriptionPeriod(iso8601: "P1M")!.end(fromMs: first.periodStartMs) - first.periodStartMs
+            #expect(first.expiresMs - first.periodStartMs == Int64((Double(month) / 720).rounded()))
+        }
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var production = try StoreConfiguration(dataDirectory: directory, catalog: Self.catalog, environment: .production).onTestLedger()
+        production.timeScale = 720
+        let store = try Store(configuration: production)
+        #expect(store.timeScale == 1)
+        store.setTimeScale(720)
+        #expect(store.timeScale == 1)
+    }
+
+    @Test func theCatalogNamesWhatIsWrongWithSubscriptionFields() throws {
+        func parse(_ product: String) throws(CatalogError) -> Catalog {
+            try Catalog.parse(Data(#"{"products": [\#(product)]}"#.utf8), file: "catalog.json")
+        }
+        let good = try parse(#"{"id": "pro", "type": "auto-renewable-subscription", "title": "Pro", "price": "4.99", "currency": "USD", "subscription_period": "P1M", "group": "g", "level": 2, "grace_period": "P3D", "billing_retry_period": "P20D"}"#)
+        let product = try #require(good.product("pro"))
+        #expect(product.subscriptionGroup == "g" && product.groupLevel == 2)
+        #expect(product.gracePeriod?.description == "P3D" && product.billingRetryPeriod.description == "P20D")
+        #expect(product.message.gracePeriod == "P3D")
+        #expect(throws: CatalogError.self) {
+            try parse(#"{"id": "x", "type": "non-consumable", "title": "X", "price": "1", "currency": "USD", "group": "g"}"#)
+        }
+        do {
+            _ = try parse(#"{"id": "pro", "type": "auto-renewable-subscription", "title": "Pro", "price": "4.99", "currency": "USD", "subscription_period": "P1M", "grace_period": "six days"}"#)
+            Issue.record("accepted a bad grace period")
+        } catch {
+            #expect(error.field == "grace_period")
+        }
+    }
+}
