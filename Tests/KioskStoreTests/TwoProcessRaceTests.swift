@@ -31,8 +31,9 @@ import Testing
             }
 
             async let approval = Self.approveInAnotherProcess(directory: directory, transactionID: deferred.id, chargeLog: chargeLog)
-            // Stagger the purchase over the other process's start-up so that some rounds meet inside each other's charge.
-            try await Task.sleep(for: .milliseconds(20 + (round % 6) * 15))
+            // Stagger the purchase over the other process's start-up (longer on PostgreSQL: a connection and a
+            // migration check per schema version) so that some rounds meet inside each other's charge.
+            try await Task.sleep(for: .milliseconds(20 + (round % 8) * 40))
             var purchased = false
             do {
                 let response = try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "buy")
