@@ -4,8 +4,8 @@
 # CA (kiosk-store tls create-dev), with a sample catalog and a
 # generated book in a temporary directory, then uses the `kiosk` command line
 # to buy credits ×4, buy and download the book, restore on a second device
-# (another state dir), verify a receipt, subscribe to pro.monthly and watch it
-# renew (the sandbox store runs with --time-scale 259200: a month lasts 10 s),
+# (another state dir), verify a receipt, subscribe to pro.monthly with its
+# free trial and watch it renew (the sandbox store runs with --time-scale 259200: a month lasts 10 s),
 # turn its auto-renew off, and stops the services. Prints each step; exits
 # non-zero as soon as one fails.
 set -euo pipefail
@@ -18,8 +18,8 @@ bin=.build/debug
 . Scripts/services.sh
 step() { printf '\n== %s\n' "$*"; }
 
-step "store: catalog Scripts/examples/catalog.json (credits.5, credits.10, filter.sepia, book.swift, pro.monthly, season.pass)"
-# A sandbox store whose subscription month lasts 10 s, renewals looked for twice a second.
+step "store: catalog Scripts/examples/catalog.json (credits.5, credits.10, filter.sepia, book.swift, pro.monthly, basic.monthly, season.pass)"
+# A sandbox store whose subscription month lasts 10 s (a week 2.3 s), renewals looked for twice a second.
 start_store --time-scale 259200 --renewal-interval-ms 500
 cat "$work/store.out"
 
@@ -56,10 +56,10 @@ KIOSK_STATE_DIR="$work/laptop" $bin/kiosk verify "$(ls "$work/laptop/receipts/"*
 step "kiosk entitlements"
 $bin/kiosk entitlements
 
-step "kiosk buy pro.monthly (an auto-renewable subscription; this store's month lasts 10 s)"
-$bin/kiosk buy pro.monthly
+step "kiosk buy pro.monthly --offer introductory (an auto-renewable subscription, a one-week free trial first; this store's month lasts 10 s)"
+$bin/kiosk buy pro.monthly --offer introductory
 $bin/kiosk subscriptions
-step "waiting for the store to renew it (charged with the same card, a new transaction with the same original id)"
+step "waiting for the store to renew it (the trial over, charged 4.99 with the same card: a new transaction, same original id)"
 for _ in $(seq 1 60); do
   $bin/kiosk subscriptions --json | grep -q '"periods_paid":[2-9]' && break
   sleep 0.5

@@ -224,14 +224,16 @@ public final class KioskClient: Sendable {
     ///   transaction arrives on ``transactionUpdates``) or `.userCancelled`.
     /// - Throws: ``KioskError``: `paymentNotAllowed`, `productUnavailable`,
     ///   `paymentInvalid`, `invalidRequest`, `notAuthenticated`, `unknown`.
-    public func purchase(_ product: Product, quantity: UInt32 = 1, paymentMethod: String) async throws -> PurchaseResult {
-        try await purchase(productID: product.id, quantity: quantity, paymentMethod: paymentMethod)
+    public func purchase(_ product: Product, quantity: UInt32 = 1, paymentMethod: String, offer: SubscriptionOffer? = nil) async throws -> PurchaseResult {
+        try await purchase(productID: product.id, quantity: quantity, paymentMethod: paymentMethod, offer: offer)
     }
 
-    /// Buys `quantity` of the product with `productID`; see ``purchase(_:quantity:paymentMethod:)``.
-    public func purchase(productID: String, quantity: UInt32 = 1, paymentMethod: String) async throws -> PurchaseResult {
+    /// Buys `quantity` of the product with `productID`; see ``purchase(_:quantity:paymentMethod:offer:)``.
+    /// - Parameter offer: an auto-renewable subscription's introductory or (signed) promotional offer; a refused offer
+    ///   throws `invalidOfferIdentifier`, `invalidSignature`, `missingOfferParams` or `ineligibleForOffer`.
+    public func purchase(productID: String, quantity: UInt32 = 1, paymentMethod: String, offer: SubscriptionOffer? = nil) async throws -> PurchaseResult {
         let entry = JournalEntry(key: UUID().uuidString, productID: productID, quantity: quantity, paymentMethod: paymentMethod,
-                                 createdMs: Date().milliseconds)
+                                 createdMs: Date().milliseconds, offer: offer)
         // In flight before it is journaled, so the background work never sends it at the same time.
         state.withLockedValue { _ = $0.inFlight.insert(entry.key) }
         defer { state.withLockedValue { _ = $0.inFlight.remove(entry.key) } }
@@ -259,7 +261,8 @@ public final class KioskClient: Sendable {
 
     private func send(_ entry: JournalEntry) async throws -> StoreV1.PurchaseResponse {
         try await storeCall(
-            "Purchase", StoreV1.PurchaseRequest(productID: entry.productID, quantity: entry.quantity, paymentMethod: entry.paymentMethod),
+            "Purchase", StoreV1.PurchaseRequest(productID: entry.productID, quantity: entry.quantity, paymentMethod: entry.paymentMethod,
+                                                offer: entry.offer?.message),
             StoreV1.PurchaseResponse.self, idempotencyKey: entry.key, doing: "purchasing \(entry.productID)")
     }
 
@@ -279,6 +282,10 @@ public final class KioskClient: Sendable {
             case 3: throw KioskError(.paymentInvalid, message.errorMessage)
             case 4: throw KioskError(.paymentNotAllowed, message.errorMessage)
             case 5: throw KioskError(.productUnavailable, message.errorMessage)
+            case 11: throw KioskError(.invalidOfferIdentifier, message.errorMessage)
+            case 12: throw KioskError(.invalidSignature, message.errorMessage)
+            case 13: throw KioskError(.missingOfferParams, message.errorMessage)
+            case 18: throw KioskError(.ineligibleForOffer, message.errorMessage)
             default: throw KioskError(.unknown, message.errorMessage)
             }
         default:

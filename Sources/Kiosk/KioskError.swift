@@ -18,6 +18,14 @@ public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let paymentNotAllowed = Code(rawValue: 4)
         /// 5: the product is not in the store's catalog.
         public static let productUnavailable = Code(rawValue: 5)
+        /// 11: the subscription offer asked for does not exist for the product.
+        public static let invalidOfferIdentifier = Code(rawValue: 11)
+        /// 12: a promotional offer's signature is not valid (unknown key, altered, expired, nonce used).
+        public static let invalidSignature = Code(rawValue: 12)
+        /// 13: a promotional offer lacks its key id, nonce, timestamp or signature.
+        public static let missingOfferParams = Code(rawValue: 13)
+        /// 18: the account may not have the offer (an introductory offer the second time).
+        public static let ineligibleForOffer = Code(rawValue: 18)
         /// 16: the account token is missing or not valid.
         public static let notAuthenticated = Code(rawValue: 16)
         /// 5000: the request was refused as invalid (quantity out of range, …).
@@ -40,6 +48,10 @@ public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
             case .paymentInvalid: "paymentInvalid"
             case .paymentNotAllowed: "paymentNotAllowed"
             case .productUnavailable: "productUnavailable"
+            case .invalidOfferIdentifier: "invalidOfferIdentifier"
+            case .invalidSignature: "invalidSignature"
+            case .missingOfferParams: "missingOfferParams"
+            case .ineligibleForOffer: "ineligibleForOffer"
             case .notAuthenticated: "notAuthenticated"
             case .invalidRequest: "invalidRequest"
             case .insufficientCredits: "insufficientCredits"

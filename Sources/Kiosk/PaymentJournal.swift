@@ -30,6 +30,8 @@ struct JournalEntry: Codable, Hashable, Sendable {
     var quantity: UInt32
     var paymentMethod: String
     var createdMs: Int64
+    /// The subscription offer asked for; absent in entries of older versions.
+    var offer: SubscriptionOffer?
 }
 
 /// The store-and-forward journal: one small file per payment in `<state>/journal/`

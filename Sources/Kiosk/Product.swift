@@ -64,7 +64,9 @@ public struct Product: Hashable, Sendable, Identifiable {
         subscription = message.type == .autoRenewableSubscription
             ? SubscriptionInfo(period: message.subscriptionPeriod, groupID: message.subscriptionGroup, groupLevel: message.groupLevel,
                                gracePeriod: message.gracePeriod.isEmpty ? nil : message.gracePeriod,
-                               billingRetryPeriod: message.billingRetryPeriod)
+                               billingRetryPeriod: message.billingRetryPeriod,
+                               introductoryOffer: message.introductoryOffer.map(SubscriptionOfferInfo.init),
+                               promotionalOffers: message.promotionalOffers.map(SubscriptionOfferInfo.init))
             : nil
     }
 }

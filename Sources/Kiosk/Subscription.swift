@@ -1,5 +1,48 @@
 import Foundation
+@_exported import struct KioskAPI.PromotionalOfferSignature
 import KioskAPI
+
+/// An offer a subscription purchase asks for (StoreKit's `Product.PurchaseOption.promotionalOffer` and
+/// introductory offers).
+public enum SubscriptionOffer: Hashable, Sendable, Codable {
+    /// The product's introductory offer (a free trial or a reduced price), once per group and account.
+    case introductory
+    /// A promotional offer the app's server signed for this buyer (``PromotionalOfferSignature/sign(privateKey:keyID:bundleID:productID:offerID:accountID:nonce:timestampMs:)``).
+    case promotional(offerID: String, keyID: String, nonce: String, timestampMs: Int64, signature: [UInt8])
+
+    /// A signed promotional offer.
+    public static func promotional(_ signed: PromotionalOfferSignature) -> SubscriptionOffer {
+        .promotional(offerID: signed.offerID, keyID: signed.keyID, nonce: signed.nonce, timestampMs: signed.timestampMs, signature: signed.signature)
+    }
+
+    var message: StoreV1.SubscriptionOffer {
+        switch self {
+        case .introductory:
+            StoreV1.SubscriptionOffer(offerID: "introductory")
+        case .promotional(let offerID, let keyID, let nonce, let timestampMs, let signature):
+            StoreV1.SubscriptionOffer(offerID: offerID, keyID: keyID, nonce: nonce, timestampMs: timestampMs, signature: signature)
+        }
+    }
+}
+
+/// A subscription offer's terms, as the catalog states them.
+public struct SubscriptionOfferInfo: Hashable, Sendable {
+    /// `introductory`, or the promotional offer's id.
+    public var id: String
+    /// The price of one offer period (0: a free trial).
+    public var price: Decimal
+    /// One offer period (ISO 8601).
+    public var period: String
+    /// How many periods the price applies to.
+    public var periodCount: UInt32
+
+    init(_ message: StoreV1.OfferInfo) {
+        id = message.id
+        price = Decimal(string: message.price, locale: Locale(identifier: "en_US_POSIX")) ?? 0
+        period = message.period
+        periodCount = message.periods
+    }
+}
 
 /// What the catalog says of an auto-renewable subscription (StoreKit's `Product.SubscriptionInfo`).
 public struct SubscriptionInfo: Hashable, Sendable {
@@ -13,6 +56,10 @@ public struct SubscriptionInfo: Hashable, Sendable {
     public var gracePeriod: String?
     /// How long the store retries a failed renewal's payment before the subscription expires (ISO 8601).
     public var billingRetryPeriod: String
+    /// The introductory offer, if the product has one.
+    public var introductoryOffer: SubscriptionOfferInfo?
+    /// The promotional offers the app's server may sign.
+    public var promotionalOffers: [SubscriptionOfferInfo]
 }
 
 /// Where an auto-renewable subscription stands (the App Store's subscription status).
@@ -56,6 +103,8 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
     public var productID: String
     /// The subscription group.
     public var groupID: String
+    /// The offer the next renewal is still under, if any (its price is ``renewalPrice``).
+    public var renewalOfferID: String?
     /// Where it stands.
     public var state: State
     /// False once the buyer turned auto-renew off.
@@ -85,6 +134,7 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
         originalTransactionID = message.originalTransactionID
         productID = message.productID
         groupID = message.subscriptionGroup
+        renewalOfferID = message.renewalOfferID.isEmpty ? nil : message.renewalOfferID
         state = switch message.state {
         case .active: .active
         case .inGracePeriod: .inGracePeriod
@@ -113,6 +163,13 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
 }
 
 extension KioskClient {
+    /// True when the account may have `product`'s introductory offer: it has never subscribed in the product's group
+    /// (StoreKit's `isEligibleForIntroOffer`).
+    public func isEligibleForIntroOffer(_ product: Product) async throws -> Bool {
+        guard let info = product.subscription, info.introductoryOffer != nil else { return false }
+        return try await !subscriptionStatus().contains { $0.groupID == info.groupID }
+    }
+
     /// Where the account's auto-renewable subscriptions stand, newest first; or only the one with `originalTransactionID`.
     public func subscriptionStatus(originalTransactionID: String? = nil) async throws -> [SubscriptionStatus] {
         let response = try await storeCall(

@@ -20,6 +20,8 @@ public struct Transaction: Hashable, Sendable, Identifiable {
     /// When the subscription period this transaction paid for starts (a stacked non-renewing period starts
     /// when the one before ends; a renewal's, when the period before ended).
     public var periodStartDate: Date?
+    /// A subscription bought or renewed under an offer: `introductory` or the promotional offer's id.
+    public var offerID: String?
     /// When it was refunded or revoked.
     public var revocationDate: Date?
     /// Why it was revoked.
@@ -46,6 +48,7 @@ public struct Transaction: Hashable, Sendable, Identifiable {
         purchaseDate = Date(milliseconds: message.purchaseDateMs)
         expirationDate = message.expiresDateMs > 0 ? Date(milliseconds: message.expiresDateMs) : nil
         periodStartDate = message.periodStartMs > 0 ? Date(milliseconds: message.periodStartMs) : nil
+        offerID = message.offerID.isEmpty ? nil : message.offerID
         revocationDate = message.revocationDateMs > 0 ? Date(milliseconds: message.revocationDateMs) : nil
         revocationReason = message.revocationReason.isEmpty ? nil : message.revocationReason
         accountID = message.accountID

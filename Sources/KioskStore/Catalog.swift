@@ -32,6 +32,16 @@ public struct CatalogProduct: Hashable, Sendable {
     /// Auto-renewable subscriptions: how long the store retries a failed renewal before the subscription expires.
     public var billingRetryPeriod: SubscriptionPeriod
 
+    /// Auto-renewable subscriptions: the introductory offer (once per group and account), if any.
+    public var introductoryOffer: OfferTerms?
+    /// Auto-renewable subscriptions: the offers the app's server may sign for a buyer.
+    public var promotionalOffers: [OfferTerms] = []
+
+    /// The offer with `id` (`introductory` or a promotional offer's).
+    public func offer(_ id: String) -> OfferTerms? {
+        id == OfferTerms.introductoryID ? introductoryOffer : promotionalOffers.first { $0.id == id }
+    }
+
     /// The default billing retry period, as the App Store's: 60 days.
     public static let defaultBillingRetryPeriod = SubscriptionPeriod(iso8601: "P60D")!
 
@@ -65,11 +75,38 @@ public struct CatalogProduct: Hashable, Sendable {
             creditsPerUnit: credits, maxQuantity: maxQuantity, hostedContent: hostedContent,
             subscriptionPeriod: subscriptionPeriod?.description ?? "", subscriptionGroup: subscriptionGroup, groupLevel: groupLevel,
             gracePeriod: type == .autoRenewableSubscription ? gracePeriod?.description ?? "" : "",
-            billingRetryPeriod: type == .autoRenewableSubscription ? billingRetryPeriod.description : "")
+            billingRetryPeriod: type == .autoRenewableSubscription ? billingRetryPeriod.description : "",
+            introductoryOffer: introductoryOffer?.message, promotionalOffers: promotionalOffers.map(\.message))
     }
 
     /// True for products bought once and owned: non-consumables and subscriptions.
     public var isRestorable: Bool { type != .consumable }
+}
+
+/// A subscription offer's terms: `price` for `periods` periods of `period` each, then the product's price.
+public struct OfferTerms: Hashable, Sendable {
+    /// The id of the introductory offer.
+    public static let introductoryID = "introductory"
+    /// `introductory`, or the promotional offer's id.
+    public var id: String
+    /// The price of one offer period, a decimal string ("0" is a free trial).
+    public var price: String
+    /// How long one offer period lasts.
+    public var period: SubscriptionPeriod
+    /// How many periods the offer price applies to (the first purchase counts as one).
+    public var periods: Int
+
+    public init(id: String, price: String, period: SubscriptionPeriod, periods: Int) {
+        self.id = id
+        self.price = price
+        self.period = period
+        self.periods = periods
+    }
+
+    /// The terms as sent on the wire.
+    public var message: StoreV1.OfferInfo {
+        StoreV1.OfferInfo(id: id, price: price, period: period.description, periods: UInt32(periods))
+    }
 }
 
 /// Why a catalog was refused: names the file, the product and the field.
@@ -112,12 +149,15 @@ public struct Catalog: Sendable {
     public var bundleID: String
     /// The products, in file order.
     public var products: [CatalogProduct]
+    /// The public halves (raw 32-byte Ed25519) of the keys the app's server signs promotional offers with, by key id.
+    public var offerKeys: [String: [UInt8]]
     private var byID: [String: CatalogProduct]
 
     /// Creates a catalog from products; ids must be unique.
-    public init(bundleID: String, products: [CatalogProduct]) {
+    public init(bundleID: String, products: [CatalogProduct], offerKeys: [String: [UInt8]] = [:]) {
         self.bundleID = bundleID
         self.products = products
+        self.offerKeys = offerKeys
         self.byID = Dictionary(products.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
@@ -147,7 +187,7 @@ public struct Catalog: Sendable {
     ]
     static let productFields: Set<String> = [
         "id", "type", "title", "description", "price", "currency", "credits", "max_quantity", "hosted_content",
-        "subscription_period", "group", "level", "grace_period", "billing_retry_period",
+        "subscription_period", "group", "level", "grace_period", "billing_retry_period", "introductory_offer", "promotional_offers",
     ]
 
     /// Parses and validates catalog JSON.
@@ -158,8 +198,18 @@ public struct Catalog: Sendable {
         guard case .object(let root)? = JSONValue.parse(data) else {
             throw fail(nil, nil, "is not a JSON object")
         }
-        for key in root.keys where key != "bundle_id" && key != "products" {
-            throw fail(nil, key, "unknown field (expected \"bundle_id\" and \"products\")")
+        for key in root.keys where key != "bundle_id" && key != "products" && key != "offer_keys" {
+            throw fail(nil, key, "unknown field (expected \"bundle_id\", \"products\" and \"offer_keys\")")
+        }
+        var offerKeys: [String: [UInt8]] = [:]
+        if let value = root["offer_keys"] {
+            guard case .object(let keys) = value else { throw fail(nil, "offer_keys", "must be an object: key id → hex Ed25519 public key") }
+            for (keyID, hex) in keys {
+                guard case .string(let text) = hex, let raw = hexBytes(text), raw.count == 32, !keyID.isEmpty, !keyID.contains("\n") else {
+                    throw fail(nil, "offer_keys", "key \"\(keyID)\" must be 64 hex digits (a raw Ed25519 public key)")
+                }
+                offerKeys[keyID] = raw
+            }
         }
         var bundleID = "com.example.kiosk"
         if let value = root["bundle_id"] {
@@ -236,7 +286,56 @@ public struct Catalog: Sendable {
             func renewingOnly(_ field: String) throws(CatalogError) {
                 if !renewing, object[field] != nil { throw fail(name, field, "applies to auto-renewable subscriptions only") }
             }
-            for field in ["group", "level", "grace_period", "billing_retry_period"] { try renewingOnly(field) }
+            for field in ["group", "level", "grace_period", "billing_retry_period", "introductory_offer", "promotional_offers"] {
+                try renewingOnly(field)
+            }
+            func terms(_ value: JSONValue, field: String, id fixedID: String?) throws(CatalogError) -> OfferTerms {
+                guard case .object(let offer) = value else { throw fail(name, field, "must be an object with price, period and periods") }
+                for key in offer.keys where !["id", "price", "period", "periods"].contains(key) {
+                    throw fail(name, field, "unknown offer field \"\(key)\"")
+                }
+                var offerID = fixedID ?? ""
+                if fixedID == nil {
+                    guard case .string(let text)? = offer["id"], !text.isEmpty, text != OfferTerms.introductoryID, text.count <= 64,
+                          text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
+                        throw fail(name, field, "each offer needs an \"id\" of ASCII letters, digits, '.', '_' and '-' (not \"introductory\")")
+                    }
+                    offerID = text
+                }
+                guard case .string(let price)? = offer["price"], isDecimal(price) else {
+                    throw fail(name, field, "offer \(offerID): \"price\" must be a decimal string such as \"0.99\" (\"0\" for a free trial)")
+                }
+                var offerPeriod = period
+                if let value = offer["period"] {
+                    guard case .string(let text) = value, let parsed = SubscriptionPeriod(iso8601: text) else {
+                        throw fail(name, field, "offer \(offerID): \"period\" must be an ISO 8601 period such as \"P1W\"")
+                    }
+                    offerPeriod = parsed
+                }
+                var count = 1
+                if let value = offer["periods"] {
+                    guard case .number(let number) = value, let whole = Int(exactly: number), (1...120).contains(whole) else {
+                        throw fail(name, field, "offer \(offerID): \"periods\" must be a whole number from 1 to 120")
+                    }
+                    count = whole
+                }
+                guard let offerPeriod else { throw fail(name, field, "offer \(offerID): needs a period") }
+                return OfferTerms(id: offerID, price: price, period: offerPeriod, periods: count)
+            }
+            let introductory = try object["introductory_offer"].map { value throws(CatalogError) in
+                try terms(value, field: "introductory_offer", id: OfferTerms.introductoryID)
+            }
+            var promotional: [OfferTerms] = []
+            if let value = object["promotional_offers"] {
+                guard case .array(let offers) = value else { throw fail(name, "promotional_offers", "must be an array of offers") }
+                for offer in offers {
+                    let parsed = try terms(offer, field: "promotional_offers", id: nil)
+                    guard !promotional.contains(where: { $0.id == parsed.id }) else {
+                        throw fail(name, "promotional_offers", "offer id \"\(parsed.id)\" appears twice")
+                    }
+                    promotional.append(parsed)
+                }
+            }
             let group = try string("group", required: false)
             if let group {
                 guard !group.isEmpty, group.count <= 128 else { throw fail(name, "group", "must be a non-empty string (at most 128 characters)") }
@@ -252,12 +351,26 @@ public struct Catalog: Sendable {
             }
             let grace = try duration("grace_period")
             let retry = try duration("billing_retry_period") ?? CatalogProduct.defaultBillingRetryPeriod
-            products.append(CatalogProduct(
+            var product = CatalogProduct(
                 id: id, type: type, title: title, description: description, price: price, currency: currency,
                 credits: UInt64(credits ?? 0), maxQuantity: UInt32(maxQuantity), hostedContent: hosted, subscriptionPeriod: period,
-                subscriptionGroup: group, groupLevel: UInt32(level), gracePeriod: grace, billingRetryPeriod: retry))
+                subscriptionGroup: group, groupLevel: UInt32(level), gracePeriod: grace, billingRetryPeriod: retry)
+            product.introductoryOffer = introductory
+            product.promotionalOffers = promotional
+            products.append(product)
         }
-        return Catalog(bundleID: bundleID, products: products)
+        return Catalog(bundleID: bundleID, products: products, offerKeys: offerKeys)
+    }
+
+    private static func hexBytes(_ text: String) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let byte = UInt8(String(decoding: digits[index..<index + 2], as: UTF8.self), radix: 16) else { return nil }
+            out.append(byte)
+        }
+        return out
     }
 
     private static func isDecimal(_ text: String) -> Bool {

@@ -24,6 +24,8 @@ public struct TransactionRecord: Hashable, Sendable {
     public var expiresMs: Int64
     /// Subscriptions: the start of the period paid for (a stacked non-renewing period starts when the one before ends); 0 = none.
     public var periodStartMs: Int64
+    /// Subscriptions bought or renewed under an offer: `introductory` or the promotional offer's id; empty: none.
+    public var offerID: String
     /// Unit price, decimal string.
     public var price: String
     /// ISO 4217 currency code.
@@ -60,7 +62,8 @@ public struct TransactionRecord: Hashable, Sendable {
             quantity: quantity, state: state, purchaseDateMs: purchaseMs, expiresDateMs: expiresMs, accountID: accountID,
             errorCode: errorCode, errorReason: errorReason, errorMessage: errorMessage, signedReceipt: receipt ?? [],
             finished: finished, revocationDateMs: revokedMs, revocationReason: revocationReason, price: price,
-            currency: currency, environment: environment, refundCreditShortfall: refundCreditShortfall, periodStartMs: periodStartMs)
+            currency: currency, environment: environment, refundCreditShortfall: refundCreditShortfall, periodStartMs: periodStartMs,
+            offerID: offerID)
     }
 
     init(row: LedgerRow) throws {
@@ -74,6 +77,7 @@ public struct TransactionRecord: Hashable, Sendable {
         purchaseMs = try row["purchase_ms"]
         expiresMs = try row["expires_ms"]
         periodStartMs = try row["period_start_ms"]
+        offerID = try row["offer_id"]
         price = try row["price"]
         currency = try row["currency"]
         paymentMethod = try row["payment_method"]
@@ -105,6 +109,7 @@ public struct TransactionRecord: Hashable, Sendable {
         self.purchaseMs = purchaseMs
         self.expiresMs = expiresMs
         self.periodStartMs = 0
+        self.offerID = ""
         self.price = product.price
         self.currency = product.currency
         self.paymentMethod = paymentMethod
@@ -126,13 +131,13 @@ public struct TransactionRecord: Hashable, Sendable {
             """
                 INSERT INTO transactions (id, original_id, account_id, product_id, product_type, quantity, state,
                   purchase_ms, expires_ms, price, currency, payment_method, payment_id, error_code, error_reason,
-                  error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits, period_start_ms)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits, period_start_ms, offer_id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [
                 id, originalID, accountID, productID, productType.rawValue, Int64(quantity), state.rawValue,
                 purchaseMs, expiresMs, price, currency, paymentMethod, paymentID, Int64(errorCode), errorReason,
                 errorMessage, receipt, finished, revokedMs, revocationReason, environment.rawValue,
-                Int64(clamping: credits), periodStartMs,
+                Int64(clamping: credits), periodStartMs, offerID,
             ])
     }
 }
@@ -597,10 +602,10 @@ public final class Ledger: Sendable {
                 """
                     UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
                       price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ?,
-                      period_start_ms = ? WHERE id = ?
+                      period_start_ms = ?, offer_id = ? WHERE id = ?
                     """, [record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue, record.purchaseMs,
                             record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID, record.receipt,
-                            record.finished, Int64(clamping: record.credits), record.periodStartMs, record.id])
+                            record.finished, Int64(clamping: record.credits), record.periodStartMs, record.offerID, record.id])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)")
         }

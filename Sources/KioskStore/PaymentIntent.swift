@@ -59,6 +59,8 @@ public struct PaymentIntent: Hashable, Sendable {
     public var paymentMethod: String
     /// Purchase time, milliseconds since 1970: the transaction's purchase date.
     public var purchaseMs: Int64
+    /// The subscription offer the price is under (`introductory` or a promotional offer's id); empty: none.
+    public var offerID: String = ""
     /// The client's idempotency key, if any.
     public var idempotencyKey: String?
     /// The purchase request's hash, to answer the key later.
@@ -124,6 +126,7 @@ public struct PaymentIntent: Hashable, Sendable {
         paymentMethod = try row["payment_method"]
         purchaseMs = try row["purchase_ms"]
         idempotencyKey = try row["idempotency_key"]
+        offerID = try row["offer_id"]
         requestHash = try row["request_hash"] as [UInt8]
         state = State(rawValue: try row["state"]) ?? .pending
         outcome = try row["outcome"]
@@ -208,13 +211,13 @@ extension Ledger {
                 """
                     INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
                       credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
-                      idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?)
+                      idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?)
                     """, [
                     intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID, intent.productID,
                     intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod, Int64(intent.quantity),
                     intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
-                    intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs,
+                    intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs, intent.offerID,
                 ])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")

@@ -24,16 +24,18 @@ extension Store {
     /// Once started, a purchase is not cancelled with the calling task: it is
     /// charged and committed whole, and a retry with its key gets the answer.
     public func purchase(
-        account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?
+        account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?,
+        offer: StoreV1.SubscriptionOffer? = nil
     ) async throws -> PurchaseOutcome {
         try await Task {
             try await uncancellablePurchase(account: account, productID: productID, quantity: quantity,
-                                            paymentMethod: paymentMethod, idempotencyKey: idempotencyKey)
+                                            paymentMethod: paymentMethod, idempotencyKey: idempotencyKey, offer: offer)
         }.value
     }
 
     private func uncancellablePurchase(
-        account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?
+        account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?,
+        offer: StoreV1.SubscriptionOffer?
     ) async throws -> PurchaseOutcome {
         guard !productID.isEmpty else { throw StoreError.invalid("product_id is required") }
         guard !paymentMethod.isEmpty else { throw StoreError.invalid("payment_method is required, e.g. \"test-card:4242424242424242\"") }
@@ -43,9 +45,12 @@ extension Store {
         guard quantity >= 1, quantity <= maxQuantity else {
             throw StoreError.invalid("quantity \(quantity) is outside 1…\(maxQuantity) for product \(productID)")
         }
+        let offer = offer.flatMap { $0.offerID.isEmpty && $0.keyID.isEmpty && $0.nonce.isEmpty && $0.signature.isEmpty ? nil : $0 }
+        // The offer is part of the request: a key reused with another offer is another request.
+        let offerText = offer.map { "\u{0}offer\u{0}\($0.offerID)\u{0}\($0.keyID)\u{0}\($0.nonce)\u{0}\($0.timestampMs)\u{0}\($0.signature.hexString)" } ?? ""
         let order = Order(account: account.id, productID: productID, product: product, quantity: quantity, paymentMethod: paymentMethod,
-                          idempotencyKey: idempotencyKey,
-                          requestHash: Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)"))
+                          idempotencyKey: idempotencyKey, offer: offer,
+                          requestHash: Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)\(offerText)"))
         // Calls with the same key queue here, so a racing retry replays the first answer; other purchases
         // (of the same account too) run at once and commit together: the database guards them.
         let transactionID = Self.newTransactionID()
@@ -81,6 +86,7 @@ extension Store {
         var quantity: UInt32
         var paymentMethod: String
         var idempotencyKey: String?
+        var offer: StoreV1.SubscriptionOffer?
         var requestHash: [UInt8]
 
         /// The payment's stable id: the same key of the same account pays once.
@@ -151,26 +157,54 @@ extension Store {
                 return try answer(PurchaseOutcome(result: .purchased(owned), alreadyOwned: true))
             }
             var unitPrice = product.price
-            switch try self.groupChange(db, accountID: order.account, to: product, nowMs: nowMs) {
-            case .none:
-                break
-            case .atRenewal(let current):
-                // A downgrade or crossgrade: nothing is charged now; the next renewal is of the new product.
-                return try answer(PurchaseOutcome(result: .purchased(current), alreadyOwned: true))
-            case .upgrade(let price):
-                unitPrice = price
+            var offerTerms: OfferTerms?
+            if let offer = order.offer {
+                switch try self.checkOffer(offer, for: product, accountID: order.account, nowMs: nowMs, db) {
+                case .accepted(let terms):
+                    offerTerms = terms
+                    unitPrice = terms.price
+                case .refused(let code, let reason, let message):
+                    return try refuse(code: code, reason, message)
+                }
+            }
+            if offerTerms == nil {
+                switch try self.groupChange(db, accountID: order.account, to: product, nowMs: nowMs) {
+                case .none:
+                    break
+                case .atRenewal(let current):
+                    // A downgrade or crossgrade: nothing is charged now; the next renewal is of the new product.
+                    return try answer(PurchaseOutcome(result: .purchased(current), alreadyOwned: true))
+                case .upgrade(let price):
+                    unitPrice = price
+                }
             }
             if let earlierIntent, earlierIntent.state == .closed {
                 // Closed uncharged (reconciliation found nothing): this retry pays, as the same transaction.
                 return .charge(try Ledger.reopen(earlierIntent, owner: instance.id, nowMs: nowMs, db))
             }
-            let intent = PaymentIntent(
+            var intent = PaymentIntent(
                 kind: .purchase, paymentID: paymentID, transactionID: transactionID, accountID: order.account, product: product,
                 quantity: order.quantity, unitPrice: unitPrice, currency: product.currency, paymentMethod: order.paymentMethod,
                 purchaseMs: nowMs, idempotencyKey: order.idempotencyKey, requestHash: order.requestHash, owner: instance.id)
+            if let offerTerms {
+                intent.offerID = offerTerms.id
+                intent.subscriptionPeriod = offerTerms.period.description
+            }
             try Ledger.insert(intent, nowMs: nowMs, db)
             return .charge(intent)
         }
+    }
+
+    /// The processor's charge; nothing to charge (a free trial, an upgrade fully credited) is not sent to it.
+    func processorCharge(_ request: PaymentRequest) async throws -> PaymentOutcome {
+        if request.amountMinorUnits == 0 { return .succeeded(reference: "no_charge") }
+        return try await configuration.paymentProcessor.charge(request)
+    }
+
+    /// The processor's lookup; a payment of nothing was never sent to it and counts as charged.
+    func processorLookup(_ request: PaymentRequest) async throws -> PaymentLookup {
+        if request.amountMinorUnits == 0 { return .charged(reference: "no_charge") }
+        return try await configuration.paymentProcessor.lookup(request)
     }
 
     /// How long a processor is trusted to deduplicate a payment id (Stripe keeps idempotency keys 24 hours).
@@ -178,7 +212,7 @@ extension Store {
 
     private func lookup(_ intent: PaymentIntent) async throws -> PaymentLookup {
         do {
-            return try await configuration.paymentProcessor.lookup(intent.request)
+            return try await processorLookup(intent.request)
         } catch {
             throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key later")
         }
@@ -187,7 +221,7 @@ extension Store {
     /// Step 2: the processor. An unknown outcome leaves the intent pending.
     private func charge(_ intent: PaymentIntent) async throws -> PaymentOutcome {
         do {
-            return try await configuration.paymentProcessor.charge(intent.request)
+            return try await processorCharge(intent.request)
         } catch {
             throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key, or the store settles it with the processor")
         }
@@ -289,6 +323,7 @@ extension Store {
             }
             record.expiresMs = period.end(fromMs: record.periodStartMs, timeScale: timeScale)
         }
+        record.offerID = intent.offerID
         record.credits = intent.productType == .consumable ? intent.creditsPerUnit * UInt64(intent.quantity) : 0
         // Signed now, by the store's clock; never before the key's own start (a clock a step behind the
         // process that rotated it must not make a receipt its own key refuses).
@@ -302,7 +337,7 @@ extension Store {
             transactionID: record.id, originalTransactionID: record.originalID, productID: record.productID,
             productType: record.productType, quantity: record.quantity, purchaseDateMs: record.purchaseMs,
             expiresDateMs: record.expiresMs, accountID: record.accountID, bundleID: catalog.bundleID,
-            environment: record.environment, periodStartMs: record.periodStartMs)
+            environment: record.environment, periodStartMs: record.periodStartMs, offerID: record.offerID)
         return try key.sign(payload, signedAtMs: signedAtMs).serializedBytes()
     }
 
@@ -586,7 +621,7 @@ extension Store {
         var settled = report
         try await locks.withLock(intent.paymentID) {
             guard let current = try ledger.intent(id: intent.id), current.state == .closed, current.outcome == Self.closedUncharged else { return }
-            switch (try await configuration.paymentProcessor.lookup(current.request), current.kind) {
+            switch (try await processorLookup(current.request), current.kind) {
             case (.charged(let reference), .purchase):
                 _ = try await completePurchase(current, .succeeded(reference: reference), via: "second-look")
                 settled.charged += 1
@@ -615,7 +650,7 @@ extension Store {
             // Read again under the lock: a retry in this process may have settled it meanwhile.
             guard let current = try ledger.intent(id: intent.id), current.state == .pending, current.owner == intent.owner,
                   current.attemptMs == intent.attemptMs else { return }
-            let lookup = try await configuration.paymentProcessor.lookup(current.request)
+            let lookup = try await processorLookup(current.request)
             switch (lookup, current.kind) {
             case (.charged(let reference), .purchase):
                 _ = try await completePurchase(current, .succeeded(reference: reference), via: "reconciled")

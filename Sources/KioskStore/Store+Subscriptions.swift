@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import KioskAPI
 
@@ -14,7 +15,7 @@ import KioskAPI
 extension Ledger {
     /// Inside the write that records a PURCHASED auto-renewable transaction (a purchase, an approval or a
     /// renewal): its subscription is ACTIVE, paid until the transaction's expiry, renewing with its payment method.
-    static func subscriptionPaid(_ record: TransactionRecord, nowMs: Int64, _ db: any LedgerDatabase) throws {
+    static func subscriptionPaid(_ record: TransactionRecord, renewal: Bool = false, nowMs: Int64, _ db: any LedgerDatabase) throws {
         guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
         var row = try subscription(db, originalID: record.originalID)
             ?? SubscriptionRecord(originalID: record.originalID, accountID: record.accountID, productID: record.productID,
@@ -32,6 +33,15 @@ extension Ledger {
         row.expirationReason = .expirationReasonUnspecified
         row.pendingProductID = ""
         row.latestTransactionID = record.id
+        if record.offerID.isEmpty {
+            row.offerID = ""
+            row.offerPeriodsUsed = 0
+        } else if renewal, row.offerID == record.offerID {
+            row.offerPeriodsUsed += 1
+        } else {
+            row.offerID = record.offerID
+            row.offerPeriodsUsed = 1
+        }
         try row.upsert(db, nowMs: nowMs)
     }
 }
@@ -102,10 +112,8 @@ extension Store {
                 return .expired
             }
             if !row.willAutoRenew { return try expire(.cancelled) }
-            let productID = row.pendingProductID.isEmpty ? row.productID : row.pendingProductID
-            guard let product = catalog.product(productID), product.type == .autoRenewableSubscription else {
-                return try expire(.productUnavailable)
-            }
+            guard let terms = Self.renewalTerms(row, catalog: catalog) else { return try expire(.productUnavailable) }
+            let product = terms.product
             if row.state != .active, nowMs >= row.retryEndMs { return try expire(.billingError) }
             if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.renewal.rawValue):\(row.renewalPaymentID)") {
                 switch earlier.state {
@@ -124,8 +132,10 @@ extension Store {
             let start = row.state == .inBillingRetry ? nowMs : row.expiresMs
             var intent = PaymentIntent(
                 kind: .renewal, paymentID: row.renewalPaymentID, transactionID: Store.newTransactionID(), accountID: row.accountID,
-                product: product, quantity: 1, unitPrice: product.price, currency: product.currency, paymentMethod: row.paymentMethod,
+                product: product, quantity: 1, unitPrice: terms.price, currency: product.currency, paymentMethod: row.paymentMethod,
                 purchaseMs: start, idempotencyKey: nil, requestHash: [], owner: instance.id)
+            intent.subscriptionPeriod = terms.period.description
+            intent.offerID = terms.offerID
             intent.createdMs = nowMs
             intent.attemptMs = nowMs
             try Ledger.insert(intent, nowMs: nowMs, db)
@@ -145,7 +155,7 @@ extension Store {
             let charged = try await locks.withLock(intent.paymentID) { () async throws -> Charged in
                 let outcome: PaymentOutcome
                 do {
-                    outcome = try await configuration.paymentProcessor.charge(intent.request)
+                    outcome = try await processorCharge(intent.request)
                 } catch {
                     // Unknown: the intent stays pending; the next pass asks again with the same payment id, or reconciliation settles it.
                     return .unknown
@@ -199,7 +209,7 @@ extension Store {
             }
             let record = try self.purchasedRecord(intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
             try Ledger.insertTransaction(record, db)
-            try Ledger.subscriptionPaid(record, nowMs: nowMs, db)
+            try Ledger.subscriptionPaid(record, renewal: true, nowMs: nowMs, db)
             try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
             return false
         }
@@ -243,6 +253,97 @@ extension Store {
             try row.upsert(db, nowMs: nowMs)
         }
     }
+
+    /// What the next renewal of `row` is: the product (a pending downgrade's, or the current one), and the price and
+    /// period — an offer's while periods of it are left, else the product's. Nil when the product left the catalog.
+    static func renewalTerms(_ row: SubscriptionRecord, catalog: Catalog)
+        -> (product: CatalogProduct, price: String, period: SubscriptionPeriod, offerID: String)? {
+        let switching = !row.pendingProductID.isEmpty
+        guard let product = catalog.product(switching ? row.pendingProductID : row.productID), product.type == .autoRenewableSubscription,
+              let period = product.subscriptionPeriod else { return nil }
+        if !switching, !row.offerID.isEmpty, let offer = product.offer(row.offerID), row.offerPeriodsUsed < offer.periods {
+            return (product, offer.price, offer.period, offer.id)
+        }
+        return (product, product.price, period, "")
+    }
+
+    // MARK: Offers
+
+    enum OfferCheck {
+        case accepted(OfferTerms)
+        case refused(FailedPurchase.Code, String, String)
+    }
+
+    /// Whether a purchase may have the offer it asks for (inside the purchase's write). A promotional offer's
+    /// nonce is used up here, in the same write as the payment's intent.
+    func checkOffer(_ offer: StoreV1.SubscriptionOffer, for product: CatalogProduct, accountID: String, nowMs: Int64,
+                    _ db: any LedgerDatabase) throws -> OfferCheck {
+        guard product.type == .autoRenewableSubscription else {
+            return .refused(.invalidOfferIdentifier, "invalid_offer", "offers apply to auto-renewable subscriptions only; \(product.id) is not one")
+        }
+        guard !offer.offerID.isEmpty else {
+            return .refused(.missingOfferParams, "missing_offer_parameters", "the offer has no offer_id (\"introductory\" or a promotional offer's id)")
+        }
+        guard let terms = product.offer(offer.offerID) else {
+            let known = ([product.introductoryOffer?.id].compactMap { $0 } + product.promotionalOffers.map(\.id)).joined(separator: ", ")
+            return .refused(.invalidOfferIdentifier, "invalid_offer",
+                            "\(product.id) has no offer \"\(offer.offerID)\" (its offers: \(known.isEmpty ? "none" : known))")
+        }
+        let current = try groupSubscription(db, accountID: accountID, productID: product.id)
+        if terms.id == OfferTerms.introductoryID {
+            if let current {
+                return .refused(.ineligibleForOffer, "ineligible_for_offer",
+                                "the introductory offer is once per subscription group and account: this account subscribed to \(current.productID) in group \(product.subscriptionGroup) before (\(current.originalID))")
+            }
+            return .accepted(terms)
+        }
+        var missing: [String] = []
+        if offer.keyID.isEmpty { missing.append("key_id") }
+        if offer.nonce.isEmpty { missing.append("nonce") }
+        if offer.timestampMs == 0 { missing.append("timestamp_ms") }
+        if offer.signature.isEmpty { missing.append("signature") }
+        guard missing.isEmpty else {
+            return .refused(.missingOfferParams, "missing_offer_parameters",
+                            "promotional offer \(terms.id) needs \(missing.joined(separator: ", ")) signed by the app's server")
+        }
+        guard PromotionalOfferSignature.isWellFormed(nonce: offer.nonce) else {
+            return .refused(.missingOfferParams, "invalid_nonce", "the offer's nonce must be 8 to 64 of A-Z, a-z, 0-9 and '-'")
+        }
+        guard let raw = catalog.offerKeys[offer.keyID], let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else {
+            return .refused(.invalidSignature, "unknown_offer_key", "key_id \"\(offer.keyID)\" is not one of the catalog's offer_keys")
+        }
+        if offer.timestampMs < nowMs - Self.offerSignatureLifetimeMs {
+            return .refused(.invalidSignature, "offer_signature_expired",
+                            "the offer was signed at \(offer.timestampMs), more than 24 hours before the store's clock (\(nowMs)); sign a new one")
+        }
+        if offer.timestampMs > nowMs + 300_000 {
+            return .refused(.invalidSignature, "offer_signature_in_the_future",
+                            "the offer's timestamp \(offer.timestampMs) is more than 5 minutes after the store's clock (\(nowMs))")
+        }
+        let signature = PromotionalOfferSignature(offerID: terms.id, keyID: offer.keyID, nonce: offer.nonce, timestampMs: offer.timestampMs,
+                                                  signature: offer.signature)
+        guard signature.isValid(publicKey: key, bundleID: catalog.bundleID, productID: product.id, accountID: accountID) else {
+            return .refused(.invalidSignature, "invalid_offer_signature",
+                            "the signature does not match key \(offer.keyID) over (bundle \(catalog.bundleID), product \(product.id), offer \(terms.id), this account, nonce, timestamp): signed for another buyer, product or offer, or altered")
+        }
+        if try db.value(String.self, "SELECT nonce FROM offer_nonces WHERE nonce = ?", [offer.nonce]) != nil {
+            return .refused(.invalidSignature, "offer_nonce_used", "the offer's nonce \(offer.nonce) was used before: each signed offer is good for one purchase")
+        }
+        if let current, current.isEntitled(atMs: nowMs) {
+            return .refused(.ineligibleForOffer, "ineligible_for_offer",
+                            "this account is subscribed to \(current.productID) in group \(product.subscriptionGroup) now; a promotional offer starts a subscription")
+        }
+        // Used up in the purchase's own write (the unique key also stops a racing second use).
+        do {
+            try db.execute("INSERT INTO offer_nonces (nonce, account_id, created_ms) VALUES (?, ?, ?)", [offer.nonce, accountID, nowMs])
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
+            return .refused(.invalidSignature, "offer_nonce_used", "the offer's nonce \(offer.nonce) was used before: each signed offer is good for one purchase")
+        }
+        return .accepted(terms)
+    }
+
+    /// How long a promotional offer's signature is accepted after its timestamp.
+    static let offerSignatureLifetimeMs: Int64 = 24 * 3600 * 1000
 
     // MARK: Groups: upgrades, downgrades, crossgrades
 
@@ -336,6 +437,7 @@ extension Store {
     }
 
     /// Ends a subscription now, as the App Store sandbox's "expire": no entitlement from now on, nothing renews.
+    @discardableResult
     public func expireSubscription(originalID: String, reason: StoreV1.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
         guard let found = try ledger.subscription(originalID: originalID) else {
             throw StoreError.notFound("no auto-renewable subscription \(originalID)")
@@ -368,13 +470,14 @@ extension Store {
     /// A subscription's status as sent on the wire.
     func statusMessage(_ row: SubscriptionRecord) throws -> StoreV1.SubscriptionStatus {
         let product = catalog.product(row.productID)
-        let renewing = catalog.product(row.pendingProductID.isEmpty ? row.productID : row.pendingProductID)
+        let terms = Self.renewalTerms(row, catalog: catalog)
         return StoreV1.SubscriptionStatus(
             originalTransactionID: row.originalID, productID: row.productID, subscriptionGroup: product?.subscriptionGroup ?? row.productID,
             state: row.state, willAutoRenew: row.willAutoRenew, expiresDateMs: row.expiresMs, expirationReason: row.expirationReason,
             gracePeriodExpiresMs: row.state == .inGracePeriod ? row.graceEndMs : 0,
             billingRetryEndsMs: row.state == .inGracePeriod || row.state == .inBillingRetry ? row.retryEndMs : 0,
-            pendingProductID: row.pendingProductID, renewalPrice: renewing?.price ?? "", currency: renewing?.currency ?? "",
-            latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message, periodsPaid: UInt32(clamping: row.periodsPaid))
+            pendingProductID: row.pendingProductID, renewalPrice: terms?.price ?? "", currency: terms?.product.currency ?? "",
+            latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message, periodsPaid: UInt32(clamping: row.periodsPaid),
+            renewalOfferID: terms?.offerID ?? "")
     }
 }

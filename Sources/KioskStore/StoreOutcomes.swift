@@ -14,6 +14,14 @@ public struct FailedPurchase: Hashable, Sendable {
         case paymentNotAllowed = 4
         /// The product is not in the catalog.
         case productUnavailable = 5
+        /// The subscription offer asked for does not exist for the product.
+        case invalidOfferIdentifier = 11
+        /// A promotional offer's signature is not valid (unknown key, altered, expired, its nonce used).
+        case invalidSignature = 12
+        /// A promotional offer without its key id, nonce, timestamp or signature.
+        case missingOfferParams = 13
+        /// The account may not have the offer (an introductory offer the second time).
+        case ineligibleForOffer = 18
     }
 
     /// Why.

@@ -43,7 +43,7 @@ public struct StoreService: RPCService {
             let account = try RoleAuthenticator.account(context)
             return try await store.purchase(
                 account: account, productID: request.productID, quantity: request.quantity, paymentMethod: request.paymentMethod,
-                idempotencyKey: context.metadata["idempotency-key"]).message
+                idempotencyKey: context.metadata["idempotency-key"], offer: request.offer).message
         }
         router.registerUnary(Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self, response: StoreV1.UnfinishedResponse.self, authenticator: auth) { request, context in
             let account = try RoleAuthenticator.account(context)

@@ -41,6 +41,10 @@ public struct SubscriptionRecord: Hashable, Sendable {
     public var pendingProductID: String
     /// The newest transaction.
     public var latestTransactionID: String
+    /// The offer the subscription runs under (`introductory` or a promotional offer's id); empty: none.
+    public var offerID: String
+    /// Periods paid under ``offerID`` so far.
+    public var offerPeriodsUsed: Int
 
     init(row: LedgerRow) throws {
         originalID = try row["original_id"]
@@ -58,6 +62,8 @@ public struct SubscriptionRecord: Hashable, Sendable {
         expirationReason = StoreV1.ExpirationReason(rawValue: try row["expiration_reason"])
         pendingProductID = try row["pending_product_id"]
         latestTransactionID = try row["latest_transaction_id"]
+        offerID = try row["offer_id"]
+        offerPeriodsUsed = try row["offer_periods_used"]
     }
 
     /// True while the buyer is entitled to the product: paid up, or in the grace period.
@@ -81,17 +87,18 @@ public struct SubscriptionRecord: Hashable, Sendable {
             """
                 INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,
                   expires_ms, grace_end_ms, retry_end_ms, due_ms, attempts, expiration_reason, pending_product_id,
-                  latest_transaction_id, updated_ms)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  latest_transaction_id, offer_id, offer_periods_used, updated_ms)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (original_id) DO UPDATE SET product_id = excluded.product_id, state = excluded.state,
                   will_auto_renew = excluded.will_auto_renew, payment_method = excluded.payment_method,
                   periods_paid = excluded.periods_paid, expires_ms = excluded.expires_ms, grace_end_ms = excluded.grace_end_ms,
                   retry_end_ms = excluded.retry_end_ms, due_ms = excluded.due_ms, attempts = excluded.attempts,
                   expiration_reason = excluded.expiration_reason, pending_product_id = excluded.pending_product_id,
-                  latest_transaction_id = excluded.latest_transaction_id, updated_ms = excluded.updated_ms
+                  latest_transaction_id = excluded.latest_transaction_id, offer_id = excluded.offer_id,
+                  offer_periods_used = excluded.offer_periods_used, updated_ms = excluded.updated_ms
                 """, [
                 originalID, accountID, productID, state.rawValue, willAutoRenew, paymentMethod, periodsPaid, expiresMs, graceEndMs,
-                retryEndMs, dueMs, attempts, expirationReason.rawValue, pendingProductID, latestTransactionID, nowMs,
+                retryEndMs, dueMs, attempts, expirationReason.rawValue, pendingProductID, latestTransactionID, offerID, offerPeriodsUsed, nowMs,
             ])
     }
 
@@ -111,6 +118,8 @@ public struct SubscriptionRecord: Hashable, Sendable {
         self.expirationReason = .expirationReasonUnspecified
         self.pendingProductID = ""
         self.latestTransactionID = latestTransactionID
+        self.offerID = ""
+        self.offerPeriodsUsed = 0
     }
 }
 
@@ -135,8 +144,17 @@ extension Ledger {
           expiration_reason INTEGER NOT NULL DEFAULT 0,
           pending_product_id TEXT NOT NULL DEFAULT '',
           latest_transaction_id TEXT NOT NULL,
+          offer_id TEXT NOT NULL DEFAULT '',
+          offer_periods_used INTEGER NOT NULL DEFAULT 0,
           updated_ms INTEGER NOT NULL
         );
+        CREATE TABLE offer_nonces (
+          nonce TEXT PRIMARY KEY,
+          account_id TEXT NOT NULL,
+          created_ms INTEGER NOT NULL
+        );
+        ALTER TABLE transactions ADD COLUMN offer_id TEXT NOT NULL DEFAULT '';
+        ALTER TABLE payment_intents ADD COLUMN offer_id TEXT NOT NULL DEFAULT '';
         CREATE INDEX subscriptions_by_account ON subscriptions(account_id);
         CREATE INDEX subscriptions_due ON subscriptions(due_ms) WHERE state IN (1, 2, 3);
         ALTER TABLE transactions ADD COLUMN period_start_ms INTEGER NOT NULL DEFAULT 0;

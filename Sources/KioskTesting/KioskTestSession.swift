@@ -51,7 +51,8 @@ public final class KioskTestSession: Sendable {
     private let clockOffset: NIOLockedValueBox<Int64>
 
     /// A sample catalog: `credits.5`, `credits.10`, the photo filter
-    /// `filter.sepia`, the hosted book `book.swift` and the subscription `pro.monthly`.
+    /// `filter.sepia`, the hosted book `book.swift` and the subscription `pro.monthly`
+    /// (with a one-week free trial as its introductory offer).
     public static let sampleCatalog = Catalog(bundleID: "com.example.monkeys", products: [
         CatalogProduct(id: "credits.5", type: .consumable, title: "5 Monkey Credits", description: "A handful of credits",
                        price: "0.99", currency: "USD", credits: 5, maxQuantity: 10),
@@ -61,8 +62,12 @@ public final class KioskTestSession: Sendable {
                        price: "2.99", currency: "USD"),
         CatalogProduct(id: "book.swift", type: .nonConsumable, title: "The Swift Book", description: "Hosted by the content service",
                        price: "9.99", currency: "USD", hostedContent: true),
-        CatalogProduct(id: "pro.monthly", type: .autoRenewableSubscription, title: "Pro", description: "Everything, monthly",
-                       price: "4.99", currency: "USD", subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M")),
+        {
+            var pro = CatalogProduct(id: "pro.monthly", type: .autoRenewableSubscription, title: "Pro", description: "Everything, monthly",
+                                     price: "4.99", currency: "USD", subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"))
+            pro.introductoryOffer = OfferTerms(id: OfferTerms.introductoryID, price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1)
+            return pro
+        }(),
     ])
 
     /// The sample hosted file of `book.swift`: 1 MiB of generated text.

@@ -127,6 +127,7 @@ func describe(_ transaction: Transaction) -> [String: Any] {
     ]
     if let expiry = transaction.expirationDate { object["expiration_date"] = expiry.formatted(.iso8601) }
     if let start = transaction.periodStartDate { object["period_start_date"] = start.formatted(.iso8601) }
+    if let offer = transaction.offerID { object["offer_id"] = offer }
     if let revoked = transaction.revocationDate { object["revocation_date"] = revoked.formatted(.iso8601) }
     if let reason = transaction.revocationReason { object["revocation_reason"] = reason }
     if transaction.refundCreditShortfall > 0 { object["refund_credit_shortfall"] = Int(clamping: transaction.refundCreditShortfall) }
@@ -137,6 +138,7 @@ func describe(_ transaction: Transaction) -> [String: Any] {
 func line(_ transaction: Transaction) -> String {
     var text = "\(transaction.id)  \(transaction.productID) ×\(transaction.purchasedQuantity)  original \(transaction.originalID)"
     if let expiry = transaction.expirationDate { text += "  expires \(expiry.formatted(.iso8601))" }
+    if let offer = transaction.offerID { text += "  offer \(offer)" }
     if transaction.state != "PURCHASED" { text += "  \(transaction.state)" }
     if transaction.revocationDate != nil { text += "  REVOKED" }
     if transaction.refundCreditShortfall > 0 { text += " (\(transaction.refundCreditShortfall) credits already spent)" }
@@ -173,11 +175,35 @@ struct Buy: AsyncParsableCommand {
     @Option(help: "Units to buy.") var quantity: UInt32 = 1
     @Option(name: .customLong("payment-method"), help: "E.g. test-card:4242424242424242, test-cancel, test-ask.")
     var paymentMethod = "test-card:4242424242424242"
+    @Option(help: "A subscription offer: introductory, or a promotional offer's id (with the --offer-* values the app's server signed).")
+    var offer: String?
+    @Option(name: .customLong("offer-key-id"), help: "Promotional offer: the signing key's id.") var offerKeyID = ""
+    @Option(name: .customLong("offer-nonce"), help: "Promotional offer: its single-use nonce.") var offerNonce = ""
+    @Option(name: .customLong("offer-timestamp-ms"), help: "Promotional offer: when it was signed (ms since 1970).") var offerTimestampMs: Int64 = 0
+    @Option(name: .customLong("offer-signature"), help: "Promotional offer: the Ed25519 signature, hex.") var offerSignature = ""
+
+    var subscriptionOffer: SubscriptionOffer? {
+        get throws {
+            guard let offer else { return nil }
+            if offer == "introductory" { return .introductory }
+            var signature: [UInt8] = []
+            let digits = Array(offerSignature.utf8)
+            guard digits.count % 2 == 0 else { throw ValidationError("--offer-signature must be hex digits") }
+            for index in stride(from: 0, to: digits.count, by: 2) {
+                guard let byte = UInt8(String(decoding: digits[index..<index + 2], as: UTF8.self), radix: 16) else {
+                    throw ValidationError("--offer-signature must be hex digits")
+                }
+                signature.append(byte)
+            }
+            return .promotional(offerID: offer, keyID: offerKeyID, nonce: offerNonce, timestampMs: offerTimestampMs, signature: signature)
+        }
+    }
 
     func run() async throws {
+        let offer = try subscriptionOffer
         try await connection.run { kiosk in
             let queuedBefore = kiosk.queuedPaymentCount
-            switch try await kiosk.purchase(productID: product, quantity: quantity, paymentMethod: paymentMethod) {
+            switch try await kiosk.purchase(productID: product, quantity: quantity, paymentMethod: paymentMethod, offer: offer) {
             case .success(let transaction):
                 let receipt = try saveReceipt(transaction, with: kiosk)
                 var object = describe(transaction)

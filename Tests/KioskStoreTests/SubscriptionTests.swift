@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import KioskAPI
 @testable import KioskStore
@@ -9,6 +10,8 @@ import Testing
 @Suite struct SubscriptionTests {
     static let day: Int64 = 86_400_000
 
+    static let offerKey = Curve25519.Signing.PrivateKey()
+
     static let catalog = Catalog(bundleID: "com.example.monkeys", products: [
         CatalogProduct(id: "pro.monthly", type: .autoRenewableSubscription, title: "Pro", price: "4.99", currency: "USD",
                        subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"), subscriptionGroup: "pro", groupLevel: 1,
@@ -19,7 +22,14 @@ import Testing
                        subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"), billingRetryPeriod: SubscriptionPeriod(iso8601: "P10D")!),
         CatalogProduct(id: "pass.week", type: .nonRenewingSubscription, title: "Week pass", price: "0.99", currency: "USD",
                        subscriptionPeriod: SubscriptionPeriod(iso8601: "P7D")),
-    ])
+        {
+            var product = CatalogProduct(id: "plus.monthly", type: .autoRenewableSubscription, title: "Plus", price: "2.99", currency: "USD",
+                                         subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"))
+            product.introductoryOffer = OfferTerms(id: "introductory", price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1)
+            product.promotionalOffers = [OfferTerms(id: "winback", price: "0.99", period: SubscriptionPeriod(iso8601: "P1M")!, periods: 2)]
+            return product
+        }(),
+    ], offerKeys: ["app-key-1": Array(offerKey.publicKey.rawRepresentation)])
 
     struct Fixture {
         let store: Store
@@ -283,6 +293,100 @@ import Testing
         }
     }
 
+    func buy(_ f: Fixture, _ account: AccountRecord, _ productID: String, offer: StoreV1.SubscriptionOffer?) async throws -> PurchaseOutcome {
+        try await f.store.purchase(account: account, productID: productID, quantity: 1, paymentMethod: goodCard, idempotencyKey: nil, offer: offer)
+    }
+
+    @Test func aFreeTrialThenThePriceAndTheIntroductoryOfferOnlyOnce() async throws {
+        try await Self.withFixture { f in
+            let (id, _) = try f.store.createAccount()
+            let account = try #require(try f.store.ledger.account(id: id))
+            let outcome = try await buy(f, account, "plus.monthly", offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
+            guard case .purchased(let trial) = outcome.result else { Issue.record("not purchased: \(outcome.result)"); return }
+            #expect(trial.price == "0" && trial.offerID == "introductory")
+            #expect(trial.expiresMs == trial.periodStartMs + 7 * Self.day, "the trial lasts its own period")
+            #expect(f.payments.chargeCount == 0, "a free trial charges nothing")
+            let trialReceipt = try #require(trial.receipt)
+            let payload = try #require(try await f.store.verifyReceipt(trialReceipt).check.payload)
+            #expect(payload.offerID == "introductory")
+            #expect(try f.store.subscriptionStatuses(account: account).first?.renewalPrice == "2.99")
+
+            f.clock.advance(byMs: trial.expiresMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 1)
+            let row = try f.row(trial.id)
+            let renewal = try #require(try f.store.ledger.transaction(id: row.latestTransactionID))
+            #expect(renewal.price == "2.99" && renewal.offerID == "")
+            #expect(renewal.expiresMs == SubscriptionPeriod(iso8601: "P1M")!.end(fromMs: trial.expiresMs))
+            #expect(f.payments.renewalChargeCount == 1)
+
+            // Ended and bought again: the introductory offer is refused, named.
+            _ = try await f.store.expireSubscription(originalID: trial.id)
+            let again = try await buy(f, account, "plus.monthly", offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
+            guard case .failed(let refused) = again.result else { Issue.record("the second introductory offer was not refused"); return }
+            #expect(refused.code == .ineligibleForOffer && refused.reason == "ineligible_for_offer")
+            #expect(refused.message.contains("once per subscription group"))
+        }
+    }
+
+    @Test func aPromotionalOfferSignedByTheAppsServerAndEveryWayItIsRefused() async throws {
+        try await Self.withFixture { f in
+            let (id, _) = try f.store.createAccount()
+            let account = try #require(try f.store.ledger.account(id: id))
+            func signed(for accountID: String = id, offer: String = "winback", product: String = "plus.monthly", nonce: String = UUID().uuidString,
+                        at timestampMs: Int64? = nil) throws -> StoreV1.SubscriptionOffer {
+                let signature = try PromotionalOfferSignature.sign(
+                    privateKey: Self.offerKey, keyID: "app-key-1", bundleID: Self.catalog.bundleID, productID: product, offerID: offer,
+                    accountID: accountID, nonce: nonce, timestampMs: timestampMs ?? f.clock.now)
+                return StoreV1.SubscriptionOffer(offerID: signature.offerID, keyID: signature.keyID, nonce: signature.nonce,
+                                                 timestampMs: signature.timestampMs, signature: signature.signature)
+            }
+            func refusal(_ offer: StoreV1.SubscriptionOffer, product: String = "plus.monthly") async throws -> FailedPurchase? {
+                if case .failed(let failed) = try await buy(f, account, product, offer: offer).result { return failed }
+                return nil
+            }
+            var tampered = try signed()
+            tampered.signature[10] ^= 0x01
+            #expect(try await refusal(tampered)?.reason == "invalid_offer_signature")
+            #expect(try await refusal(tampered)?.code == .invalidSignature)
+            #expect(try await refusal(try signed(for: "acct_someone_else"))?.reason == "invalid_offer_signature")
+            var otherKey = try signed()
+            otherKey.keyID = "app-key-2"
+            #expect(try await refusal(otherKey)?.reason == "unknown_offer_key")
+            #expect(try await refusal(try signed(at: f.clock.now - 25 * 3600 * 1000))?.reason == "offer_signature_expired")
+            #expect(try await refusal(try signed(at: f.clock.now + 3600 * 1000))?.reason == "offer_signature_in_the_future")
+            #expect(try await refusal(StoreV1.SubscriptionOffer(offerID: "winback"))?.code == .missingOfferParams)
+            #expect(try await refusal(StoreV1.SubscriptionOffer(offerID: "summer"))?.code == .invalidOfferIdentifier)
+            #expect(try await refusal(try signed(product: "credits.5"), product: "pass.week")?.code == .invalidOfferIdentifier)
+            #expect(f.payments.chargeCount == 0)
+
+            // A good one: the offer price for its periods, then the product's.
+            let good = try signed(nonce: "nonce-0001-winback")
+            guard case .purchased(let first) = try await buy(f, account, "plus.monthly", offer: good).result else {
+                Issue.record("a valid promotional offer was refused"); return
+            }
+            #expect(first.price == "0.99" && first.offerID == "winback")
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            _ = try await f.store.renewDueSubscriptions()
+            var row = try f.row(first.id)
+            let second = try #require(try f.store.ledger.transaction(id: row.latestTransactionID))
+            #expect(second.price == "0.99" && second.offerID == "winback", "the offer's second period")
+            f.clock.advance(byMs: second.expiresMs - f.clock.now)
+            _ = try await f.store.renewDueSubscriptions()
+            row = try f.row(first.id)
+            let third = try #require(try f.store.ledger.transaction(id: row.latestTransactionID))
+            #expect(third.price == "2.99" && third.offerID == "", "after the offer's periods, the product's price")
+
+            // A signed offer is good for one purchase: its nonce is used up.
+            _ = try await f.store.expireSubscription(originalID: first.id)
+            let winback = try signed(nonce: "nonce-0002-winback")
+            guard case .purchased = try await buy(f, account, "plus.monthly", offer: winback).result else {
+                Issue.record("a valid promotional offer was refused after the subscription ended"); return
+            }
+            _ = try await f.store.expireSubscription(originalID: first.id)
+            #expect(try await refusal(winback)?.reason == "offer_nonce_used")
+        }
+    }
+
     @Test func anotherAccountCannotTouchASubscription() async throws {
         try await Self.withFixture { f in
             let (_, first) = try await f.subscribe()
@@ -309,7 +413,7 @@ import Testing
     @Test func expireNowEndsTheEntitlementAtOnce() async throws {
         try await Self.withFixture { f in
             let (account, first) = try await f.subscribe()
-            try await f.store.expireSubscription(originalID: first.id)
+            _ = try await f.store.expireSubscription(originalID: first.id)
             #expect(!(try f.owns(account, "pro.monthly")))
             #expect(try await f.store.verifyReceipt(try #require(first.receipt)).check.status == .subscriptionExpired)
             f.clock.advance(byMs: 40 * Self.day)
@@ -357,6 +461,23 @@ import Testing
         #expect(product.message.gracePeriod == "P3D")
         #expect(throws: CatalogError.self) {
             try parse(#"{"id": "x", "type": "non-consumable", "title": "X", "price": "1", "currency": "USD", "group": "g"}"#)
+        }
+        let offers = try parse(#"{"id": "pro", "type": "auto-renewable-subscription", "title": "Pro", "price": "4.99", "currency": "USD", "subscription_period": "P1M", "introductory_offer": {"price": "0", "period": "P1W"}, "promotional_offers": [{"id": "winback", "price": "1.99", "periods": 3}]}"#)
+        let offered = try #require(offers.product("pro"))
+        #expect(offered.introductoryOffer == OfferTerms(id: "introductory", price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1))
+        #expect(offered.offer("winback")?.periods == 3 && offered.offer("winback")?.period.description == "P1M")
+        #expect(offered.message.promotionalOffers.map(\.id) == ["winback"])
+        do {
+            _ = try parse(#"{"id": "pro", "type": "auto-renewable-subscription", "title": "Pro", "price": "4.99", "currency": "USD", "subscription_period": "P1M", "promotional_offers": [{"id": "introductory", "price": "1"}]}"#)
+            Issue.record("accepted a promotional offer named introductory")
+        } catch {
+            #expect(error.field == "promotional_offers")
+        }
+        do {
+            _ = try Catalog.parse(Data(#"{"offer_keys": {"k": "abcd"}, "products": []}"#.utf8), file: "catalog.json")
+            Issue.record("accepted a short offer key")
+        } catch {
+            #expect(error.field == "offer_keys")
         }
         do {
             _ = try parse(#"{"id": "pro", "type": "auto-renewable-subscription", "title": "Pro", "price": "4.99", "currency": "USD", "subscription_period": "P1M", "grace_period": "six days"}"#)

@@ -51,6 +51,35 @@ import Testing
         await session.shutdown()
     }
 
+    @Test func aFreeTrialOnceThroughTheSDK() async throws {
+        let session = try await KioskTestSession.start(tls: false)
+        let account = try session.makeAccount()
+        let kiosk = try session.makeClient(account: account)
+        let pro = try #require(try await kiosk.products(for: ["pro.monthly"]).products.first)
+        #expect(pro.subscription?.introductoryOffer?.price == 0)
+        #expect(pro.subscription?.introductoryOffer?.period == "P1W")
+        #expect(try await kiosk.isEligibleForIntroOffer(pro))
+        guard case .success(let trial) = try await kiosk.purchase(pro, paymentMethod: "test-card:4242424242424242", offer: .introductory) else {
+            Issue.record("expected success"); return
+        }
+        #expect(trial.offerID == "introductory")
+        #expect(session.payments.chargeCount == 0)
+        #expect(try await kiosk.isEligibleForIntroOffer(pro) == false)
+        try await session.expire(originalID: trial.id)
+        let refused = await #expect(throws: KioskError.self) {
+            try await kiosk.purchase(pro, paymentMethod: "test-card:4242424242424242", offer: .introductory)
+        }
+        #expect(refused?.code == .ineligibleForOffer)
+        // Without the offer it is bought at the product's price.
+        guard case .success(let paid) = try await kiosk.purchase(pro, paymentMethod: "test-card:4242424242424242") else {
+            Issue.record("expected success"); return
+        }
+        #expect(paid.originalID == trial.id && paid.offerID == nil)
+        #expect(session.payments.chargeCount == 1)
+        await kiosk.close()
+        await session.shutdown()
+    }
+
     @Test func graceKeepsTheEntitlementAndExpireEndsIt() async throws {
         let session = try await KioskTestSession.start(tls: false)
         let account = try session.makeAccount()

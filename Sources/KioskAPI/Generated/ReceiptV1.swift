@@ -90,9 +90,12 @@ extension ReceiptV1 {
         /// period this receipt covers); 0 in receipts of older stores and for other
         /// products.
         public var periodStartMs: Int64
+        /// Subscriptions bought or renewed under an offer: "introductory" or the
+        /// promotional offer's id; empty otherwise.
+        public var offerID: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0, periodStartMs: Int64 = 0) {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0, periodStartMs: Int64 = 0, offerID: String = "") {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -106,6 +109,7 @@ extension ReceiptV1 {
             self.keyID = keyID
             self.signedDateMs = signedDateMs
             self.periodStartMs = periodStartMs
+            self.offerID = offerID
         }
     }
 }
@@ -127,7 +131,8 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
             environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
             keyID: try CField.string(c.key_id, field: "ReceiptPayload.key_id"),
             signedDateMs: c.signed_date_ms,
-            periodStartMs: c.period_start_ms
+            periodStartMs: c.period_start_ms,
+            offerID: try CField.string(c.offer_id, field: "ReceiptPayload.offer_id")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -144,6 +149,7 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
         c.key_id = arena.cString(keyID)
         c.signed_date_ms = signedDateMs
         c.period_start_ms = periodStartMs
+        c.offer_id = arena.cString(offerID)
     }
 }
 

@@ -40,9 +40,15 @@ extension StoreV1 {
         public var gracePeriod: String
         /// `billing_retry_period` (field 14).
         public var billingRetryPeriod: String
+        /// Auto-renewable subscriptions: the introductory offer (a free trial or a
+        /// reduced price), once per subscription group and account; unset: none.
+        public var introductoryOffer: StoreV1.OfferInfo?
+        /// Auto-renewable subscriptions: offers the app's server may sign for a
+        /// buyer (PurchaseRequest.offer).
+        public var promotionalOffers: [StoreV1.OfferInfo]
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(id: String = "", type: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), title: String = "", description: String = "", price: String = "", currency: String = "", creditsPerUnit: UInt64 = 0, maxQuantity: UInt32 = 0, hostedContent: Bool = false, subscriptionPeriod: String = "", subscriptionGroup: String = "", groupLevel: UInt32 = 0, gracePeriod: String = "", billingRetryPeriod: String = "") {
+        public init(id: String = "", type: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), title: String = "", description: String = "", price: String = "", currency: String = "", creditsPerUnit: UInt64 = 0, maxQuantity: UInt32 = 0, hostedContent: Bool = false, subscriptionPeriod: String = "", subscriptionGroup: String = "", groupLevel: UInt32 = 0, gracePeriod: String = "", billingRetryPeriod: String = "", introductoryOffer: StoreV1.OfferInfo? = nil, promotionalOffers: [StoreV1.OfferInfo] = []) {
             self.id = id
             self.type = type
             self.title = title
@@ -57,6 +63,8 @@ extension StoreV1 {
             self.groupLevel = groupLevel
             self.gracePeriod = gracePeriod
             self.billingRetryPeriod = billingRetryPeriod
+            self.introductoryOffer = introductoryOffer
+            self.promotionalOffers = promotionalOffers
         }
     }
 }
@@ -79,7 +87,9 @@ extension StoreV1.Product: WireMessage {
             subscriptionGroup: try CField.string(c.subscription_group, field: "Product.subscription_group"),
             groupLevel: c.group_level,
             gracePeriod: try CField.string(c.grace_period, field: "Product.grace_period"),
-            billingRetryPeriod: try CField.string(c.billing_retry_period, field: "Product.billing_retry_period")
+            billingRetryPeriod: try CField.string(c.billing_retry_period, field: "Product.billing_retry_period"),
+            introductoryOffer: try CField.message(c.introductory_offer, as: StoreV1.OfferInfo.self),
+            promotionalOffers: try CField.messages(c.n_promotional_offers, c.promotional_offers, as: StoreV1.OfferInfo.self, field: "Product.promotional_offers")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -97,6 +107,50 @@ extension StoreV1.Product: WireMessage {
         c.group_level = groupLevel
         c.grace_period = arena.cString(gracePeriod)
         c.billing_retry_period = arena.cString(billingRetryPeriod)
+        c.introductory_offer = introductoryOffer.map { $0.makeCStruct(in: arena) }
+        (c.n_promotional_offers, c.promotional_offers) = arena.messages(promotionalOffers)
+    }
+}
+
+extension StoreV1 {
+    /// A subscription offer: `price` (decimal string; "0" is a free trial) for
+    /// `periods` periods of `period` (ISO 8601) each, then the product's price.
+    public struct OfferInfo: Hashable, Sendable {
+        /// "introductory", or the promotional offer's id.
+        public var id: String
+        /// `price` (field 2).
+        public var price: String
+        /// `period` (field 3).
+        public var period: String
+        /// `periods` (field 4).
+        public var periods: UInt32
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(id: String = "", price: String = "", period: String = "", periods: UInt32 = 0) {
+            self.id = id
+            self.price = price
+            self.period = period
+            self.periods = periods
+        }
+    }
+}
+
+extension StoreV1.OfferInfo: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__OfferInfo
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__offer_info__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            id: try CField.string(c.id, field: "OfferInfo.id"),
+            price: try CField.string(c.price, field: "OfferInfo.price"),
+            period: try CField.string(c.period, field: "OfferInfo.period"),
+            periods: c.periods
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.id = arena.cString(id)
+        c.price = arena.cString(price)
+        c.period = arena.cString(period)
+        c.periods = periods
     }
 }
 
@@ -222,12 +276,15 @@ extension StoreV1 {
         public var quantity: UInt32
         /// E.g. "test-card:4242424242424242"; see the README's payment methods.
         public var paymentMethod: String
+        /// Auto-renewable subscriptions: an offer to apply; unset: the product's price.
+        public var offer: StoreV1.SubscriptionOffer?
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(productID: String = "", quantity: UInt32 = 0, paymentMethod: String = "") {
+        public init(productID: String = "", quantity: UInt32 = 0, paymentMethod: String = "", offer: StoreV1.SubscriptionOffer? = nil) {
             self.productID = productID
             self.quantity = quantity
             self.paymentMethod = paymentMethod
+            self.offer = offer
         }
     }
 }
@@ -239,13 +296,69 @@ extension StoreV1.PurchaseRequest: WireMessage {
         self.init(
             productID: try CField.string(c.product_id, field: "PurchaseRequest.product_id"),
             quantity: c.quantity,
-            paymentMethod: try CField.string(c.payment_method, field: "PurchaseRequest.payment_method")
+            paymentMethod: try CField.string(c.payment_method, field: "PurchaseRequest.payment_method"),
+            offer: try CField.message(c.offer, as: StoreV1.SubscriptionOffer.self)
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         c.product_id = arena.cString(productID)
         c.quantity = quantity
         c.payment_method = arena.cString(paymentMethod)
+        c.offer = offer.map { $0.makeCStruct(in: arena) }
+    }
+}
+
+extension StoreV1 {
+    /// The offer a purchase asks for. The introductory offer needs only its id;
+    /// a promotional offer is signed by the app's server with an Ed25519 key the
+    /// catalog lists (offer_keys): the signature covers
+    /// "KIOSK-OFFER-V1\n" bundle_id "\n" key_id "\n" product_id "\n" offer_id
+    /// "\n" account_id "\n" nonce "\n" timestamp_ms (decimal), UTF-8. The store
+    /// refuses it (a FAILED transaction, error_code as StoreKit's SKError:
+    /// 11 invalid offer identifier, 12 invalid signature, 13 missing offer
+    /// parameters, 18 ineligible for offer) with a reason naming what is wrong.
+    public struct SubscriptionOffer: Hashable, Sendable {
+        /// "introductory", or a promotional offer's id.
+        public var offerID: String
+        /// Promotional offers: the signing key's id (a key of the catalog's offer_keys).
+        public var keyID: String
+        /// Promotional offers: single use, 8 to 64 of [A-Za-z0-9-].
+        public var nonce: String
+        /// Promotional offers: when the app's server signed it (ms since 1970);
+        /// accepted for 24 hours (and up to 5 minutes ahead of the store's clock).
+        public var timestampMs: Int64
+        /// Promotional offers: the 64-byte Ed25519 signature.
+        public var signature: [UInt8]
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(offerID: String = "", keyID: String = "", nonce: String = "", timestampMs: Int64 = 0, signature: [UInt8] = []) {
+            self.offerID = offerID
+            self.keyID = keyID
+            self.nonce = nonce
+            self.timestampMs = timestampMs
+            self.signature = signature
+        }
+    }
+}
+
+extension StoreV1.SubscriptionOffer: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SubscriptionOffer
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__subscription_offer__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            offerID: try CField.string(c.offer_id, field: "SubscriptionOffer.offer_id"),
+            keyID: try CField.string(c.key_id, field: "SubscriptionOffer.key_id"),
+            nonce: try CField.string(c.nonce, field: "SubscriptionOffer.nonce"),
+            timestampMs: c.timestamp_ms,
+            signature: CField.bytes(c.signature)
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.offer_id = arena.cString(offerID)
+        c.key_id = arena.cString(keyID)
+        c.nonce = arena.cString(nonce)
+        c.timestamp_ms = timestampMs
+        c.signature = arena.binary(signature)
     }
 }
 
@@ -324,9 +437,12 @@ extension StoreV1 {
         /// non-renewing period bought while another runs starts when that one ends;
         /// a renewal's is the end of the period before). 0 for other products.
         public var periodStartMs: Int64
+        /// Subscriptions bought or renewed under an offer: "introductory" or the
+        /// promotional offer's id (price is then the offer's).
+        public var offerID: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", errorCode: UInt32 = 0, errorReason: String = "", errorMessage: String = "", signedReceipt: [UInt8] = [], finished: Bool = false, revocationDateMs: Int64 = 0, revocationReason: String = "", price: String = "", currency: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), refundCreditShortfall: UInt64 = 0, periodStartMs: Int64 = 0) {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", errorCode: UInt32 = 0, errorReason: String = "", errorMessage: String = "", signedReceipt: [UInt8] = [], finished: Bool = false, revocationDateMs: Int64 = 0, revocationReason: String = "", price: String = "", currency: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), refundCreditShortfall: UInt64 = 0, periodStartMs: Int64 = 0, offerID: String = "") {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -348,6 +464,7 @@ extension StoreV1 {
             self.environment = environment
             self.refundCreditShortfall = refundCreditShortfall
             self.periodStartMs = periodStartMs
+            self.offerID = offerID
         }
     }
 }
@@ -377,7 +494,8 @@ extension StoreV1.Transaction: WireMessage {
             currency: try CField.string(c.currency, field: "Transaction.currency"),
             environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
             refundCreditShortfall: c.refund_credit_shortfall,
-            periodStartMs: c.period_start_ms
+            periodStartMs: c.period_start_ms,
+            offerID: try CField.string(c.offer_id, field: "Transaction.offer_id")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -402,6 +520,7 @@ extension StoreV1.Transaction: WireMessage {
         c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
         c.refund_credit_shortfall = refundCreditShortfall
         c.period_start_ms = periodStartMs
+        c.offer_id = arena.cString(offerID)
     }
 }
 
@@ -1255,9 +1374,11 @@ extension StoreV1 {
         public var latestTransaction: StoreV1.Transaction?
         /// Periods paid so far (1 after the first purchase).
         public var periodsPaid: UInt32
+        /// The offer the next renewal is still under (its price is renewal_price); empty: none.
+        public var renewalOfferID: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0) {
+        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "") {
             self.originalTransactionID = originalTransactionID
             self.productID = productID
             self.subscriptionGroup = subscriptionGroup
@@ -1272,6 +1393,7 @@ extension StoreV1 {
             self.currency = currency
             self.latestTransaction = latestTransaction
             self.periodsPaid = periodsPaid
+            self.renewalOfferID = renewalOfferID
         }
     }
 }
@@ -1294,7 +1416,8 @@ extension StoreV1.SubscriptionStatus: WireMessage {
             renewalPrice: try CField.string(c.renewal_price, field: "SubscriptionStatus.renewal_price"),
             currency: try CField.string(c.currency, field: "SubscriptionStatus.currency"),
             latestTransaction: try CField.message(c.latest_transaction, as: StoreV1.Transaction.self),
-            periodsPaid: c.periods_paid
+            periodsPaid: c.periods_paid,
+            renewalOfferID: try CField.string(c.renewal_offer_id, field: "SubscriptionStatus.renewal_offer_id")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -1312,6 +1435,7 @@ extension StoreV1.SubscriptionStatus: WireMessage {
         c.currency = arena.cString(currency)
         c.latest_transaction = latestTransaction.map { $0.makeCStruct(in: arena) }
         c.periods_paid = periodsPaid
+        c.renewal_offer_id = arena.cString(renewalOfferID)
     }
 }
 

@@ -187,7 +187,7 @@ void   kiosk__receipt__v1__signed_access_token__free_unpacked
   assert(message->base.descriptor == &kiosk__receipt__v1__signed_access_token__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[13] =
+static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[14] =
 {
   {
     "transaction_id",
@@ -345,6 +345,18 @@ static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "offer_id",
+    14,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__ReceiptPayload, offer_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name[] = {
   7,   /* field[7] = account_id */
@@ -352,6 +364,7 @@ static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name
   9,   /* field[9] = environment */
   6,   /* field[6] = expires_date_ms */
   10,   /* field[10] = key_id */
+  13,   /* field[13] = offer_id */
   1,   /* field[1] = original_transaction_id */
   12,   /* field[12] = period_start_ms */
   2,   /* field[2] = product_id */
@@ -364,7 +377,7 @@ static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name
 static const ProtobufCIntRange kiosk__receipt__v1__receipt_payload__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 13 }
+  { 0, 14 }
 };
 const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor =
 {
@@ -374,7 +387,7 @@ const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor
   "Kiosk__Receipt__V1__ReceiptPayload",
   "kiosk.receipt.v1",
   sizeof(Kiosk__Receipt__V1__ReceiptPayload),
-  13,
+  14,
   kiosk__receipt__v1__receipt_payload__field_descriptors,
   kiosk__receipt__v1__receipt_payload__field_indices_by_name,
   1,  kiosk__receipt__v1__receipt_payload__number_ranges,

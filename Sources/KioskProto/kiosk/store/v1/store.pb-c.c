@@ -52,6 +52,51 @@ void   kiosk__store__v1__product__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__product__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__offer_info__init
+                     (Kiosk__Store__V1__OfferInfo         *message)
+{
+  static const Kiosk__Store__V1__OfferInfo init_value = KIOSK__STORE__V1__OFFER_INFO__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__offer_info__get_packed_size
+                     (const Kiosk__Store__V1__OfferInfo *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__offer_info__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__offer_info__pack
+                     (const Kiosk__Store__V1__OfferInfo *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__offer_info__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__offer_info__pack_to_buffer
+                     (const Kiosk__Store__V1__OfferInfo *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__offer_info__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__OfferInfo *
+       kiosk__store__v1__offer_info__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__OfferInfo *)
+     protobuf_c_message_unpack (&kiosk__store__v1__offer_info__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__offer_info__free_unpacked
+                     (Kiosk__Store__V1__OfferInfo *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__offer_info__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__list_products_request__init
                      (Kiosk__Store__V1__ListProductsRequest         *message)
 {
@@ -275,6 +320,51 @@ void   kiosk__store__v1__purchase_request__free_unpacked
   if(!message)
     return;
   assert(message->base.descriptor == &kiosk__store__v1__purchase_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__subscription_offer__init
+                     (Kiosk__Store__V1__SubscriptionOffer         *message)
+{
+  static const Kiosk__Store__V1__SubscriptionOffer init_value = KIOSK__STORE__V1__SUBSCRIPTION_OFFER__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__subscription_offer__get_packed_size
+                     (const Kiosk__Store__V1__SubscriptionOffer *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_offer__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__subscription_offer__pack
+                     (const Kiosk__Store__V1__SubscriptionOffer *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_offer__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__subscription_offer__pack_to_buffer
+                     (const Kiosk__Store__V1__SubscriptionOffer *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_offer__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SubscriptionOffer *
+       kiosk__store__v1__subscription_offer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SubscriptionOffer *)
+     protobuf_c_message_unpack (&kiosk__store__v1__subscription_offer__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__subscription_offer__free_unpacked
+                     (Kiosk__Store__V1__SubscriptionOffer *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__subscription_offer__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 void   kiosk__store__v1__transaction__init
@@ -1627,7 +1717,7 @@ void   kiosk__store__v1__retire_key_request__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__retire_key_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descriptors[14] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descriptors[16] =
 {
   {
     "id",
@@ -1797,6 +1887,30 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descripto
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "introductory_offer",
+    15,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Product, introductory_offer),
+    &kiosk__store__v1__offer_info__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "promotional_offers",
+    16,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__Product, n_promotional_offers),
+    offsetof(Kiosk__Store__V1__Product, promotional_offers),
+    &kiosk__store__v1__offer_info__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__product__field_indices_by_name[] = {
   13,   /* field[13] = billing_retry_period */
@@ -1807,8 +1921,10 @@ static const unsigned kiosk__store__v1__product__field_indices_by_name[] = {
   11,   /* field[11] = group_level */
   8,   /* field[8] = hosted_content */
   0,   /* field[0] = id */
+  14,   /* field[14] = introductory_offer */
   7,   /* field[7] = max_quantity */
   4,   /* field[4] = price */
+  15,   /* field[15] = promotional_offers */
   10,   /* field[10] = subscription_group */
   9,   /* field[9] = subscription_period */
   2,   /* field[2] = title */
@@ -1817,7 +1933,7 @@ static const unsigned kiosk__store__v1__product__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__product__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 0, 16 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor =
 {
@@ -1827,11 +1943,88 @@ const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor =
   "Kiosk__Store__V1__Product",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Product),
-  14,
+  16,
   kiosk__store__v1__product__field_descriptors,
   kiosk__store__v1__product__field_indices_by_name,
   1,  kiosk__store__v1__product__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__product__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__offer_info__field_descriptors[4] =
+{
+  {
+    "id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferInfo, id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "price",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferInfo, price),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "period",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferInfo, period),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "periods",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferInfo, periods),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__offer_info__field_indices_by_name[] = {
+  0,   /* field[0] = id */
+  2,   /* field[2] = period */
+  3,   /* field[3] = periods */
+  1,   /* field[1] = price */
+};
+static const ProtobufCIntRange kiosk__store__v1__offer_info__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__offer_info__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.OfferInfo",
+  "OfferInfo",
+  "Kiosk__Store__V1__OfferInfo",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__OfferInfo),
+  4,
+  kiosk__store__v1__offer_info__field_descriptors,
+  kiosk__store__v1__offer_info__field_indices_by_name,
+  1,  kiosk__store__v1__offer_info__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__offer_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor kiosk__store__v1__list_products_request__field_descriptors[1] =
@@ -2005,7 +2198,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__account__descriptor =
   (ProtobufCMessageInit) kiosk__store__v1__account__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__purchase_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__purchase_request__field_descriptors[4] =
 {
   {
     "product_id",
@@ -2043,8 +2236,21 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__purchase_request__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "offer",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__PurchaseRequest, offer),
+    &kiosk__store__v1__subscription_offer__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__purchase_request__field_indices_by_name[] = {
+  3,   /* field[3] = offer */
   2,   /* field[2] = payment_method */
   0,   /* field[0] = product_id */
   1,   /* field[1] = quantity */
@@ -2052,7 +2258,7 @@ static const unsigned kiosk__store__v1__purchase_request__field_indices_by_name[
 static const ProtobufCIntRange kiosk__store__v1__purchase_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__purchase_request__descriptor =
 {
@@ -2062,14 +2268,104 @@ const ProtobufCMessageDescriptor kiosk__store__v1__purchase_request__descriptor 
   "Kiosk__Store__V1__PurchaseRequest",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__PurchaseRequest),
-  3,
+  4,
   kiosk__store__v1__purchase_request__field_descriptors,
   kiosk__store__v1__purchase_request__field_indices_by_name,
   1,  kiosk__store__v1__purchase_request__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__purchase_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descriptors[21] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_offer__field_descriptors[5] =
+{
+  {
+    "offer_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionOffer, offer_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "key_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionOffer, key_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "nonce",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionOffer, nonce),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "timestamp_ms",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionOffer, timestamp_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "signature",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionOffer, signature),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__subscription_offer__field_indices_by_name[] = {
+  1,   /* field[1] = key_id */
+  2,   /* field[2] = nonce */
+  0,   /* field[0] = offer_id */
+  4,   /* field[4] = signature */
+  3,   /* field[3] = timestamp_ms */
+};
+static const ProtobufCIntRange kiosk__store__v1__subscription_offer__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__subscription_offer__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SubscriptionOffer",
+  "SubscriptionOffer",
+  "Kiosk__Store__V1__SubscriptionOffer",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SubscriptionOffer),
+  5,
+  kiosk__store__v1__subscription_offer__field_descriptors,
+  kiosk__store__v1__subscription_offer__field_indices_by_name,
+  1,  kiosk__store__v1__subscription_offer__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__subscription_offer__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descriptors[22] =
 {
   {
     "transaction_id",
@@ -2323,6 +2619,18 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "offer_id",
+    22,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Transaction, offer_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
   8,   /* field[8] = account_id */
@@ -2333,6 +2641,7 @@ static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
   10,   /* field[10] = error_reason */
   7,   /* field[7] = expires_date_ms */
   13,   /* field[13] = finished */
+  21,   /* field[21] = offer_id */
   1,   /* field[1] = original_transaction_id */
   20,   /* field[20] = period_start_ms */
   16,   /* field[16] = price */
@@ -2350,7 +2659,7 @@ static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__transaction__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 21 }
+  { 0, 22 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor =
 {
@@ -2360,7 +2669,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor =
   "Kiosk__Store__V1__Transaction",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Transaction),
-  21,
+  22,
   kiosk__store__v1__transaction__field_descriptors,
   kiosk__store__v1__transaction__field_indices_by_name,
   1,  kiosk__store__v1__transaction__number_ranges,
@@ -3598,7 +3907,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__desc
   (ProtobufCMessageInit) kiosk__store__v1__create_account_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[14] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[15] =
 {
   {
     "original_transaction_id",
@@ -3768,6 +4077,18 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__fie
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "renewal_offer_id",
+    15,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, renewal_offer_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__subscription_status__field_indices_by_name[] = {
   8,   /* field[8] = billing_retry_ends_ms */
@@ -3780,6 +4101,7 @@ static const unsigned kiosk__store__v1__subscription_status__field_indices_by_na
   9,   /* field[9] = pending_product_id */
   13,   /* field[13] = periods_paid */
   1,   /* field[1] = product_id */
+  14,   /* field[14] = renewal_offer_id */
   10,   /* field[10] = renewal_price */
   3,   /* field[3] = state */
   2,   /* field[2] = subscription_group */
@@ -3788,7 +4110,7 @@ static const unsigned kiosk__store__v1__subscription_status__field_indices_by_na
 static const ProtobufCIntRange kiosk__store__v1__subscription_status__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 0, 15 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor =
 {
@@ -3798,7 +4120,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descript
   "Kiosk__Store__V1__SubscriptionStatus",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__SubscriptionStatus),
-  14,
+  15,
   kiosk__store__v1__subscription_status__field_descriptors,
   kiosk__store__v1__subscription_status__field_indices_by_name,
   1,  kiosk__store__v1__subscription_status__number_ranges,

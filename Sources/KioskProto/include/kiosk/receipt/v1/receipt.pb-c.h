@@ -78,10 +78,15 @@ struct  Kiosk__Receipt__V1__ReceiptPayload
    * products.
    */
   int64_t period_start_ms;
+  /*
+   * Subscriptions bought or renewed under an offer: "introductory" or the
+   * promotional offer's id; empty otherwise.
+   */
+  char *offer_id;
 };
 #define KIOSK__RECEIPT__V1__RECEIPT_PAYLOAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__receipt__v1__receipt_payload__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string }
 
 
 /*

@@ -17,11 +17,13 @@ PROTOBUF_C__BEGIN_DECLS
 #include "kiosk/receipt/v1/receipt.pb-c.h"
 
 typedef struct Kiosk__Store__V1__Product Kiosk__Store__V1__Product;
+typedef struct Kiosk__Store__V1__OfferInfo Kiosk__Store__V1__OfferInfo;
 typedef struct Kiosk__Store__V1__ListProductsRequest Kiosk__Store__V1__ListProductsRequest;
 typedef struct Kiosk__Store__V1__ListProductsResponse Kiosk__Store__V1__ListProductsResponse;
 typedef struct Kiosk__Store__V1__GetAccountRequest Kiosk__Store__V1__GetAccountRequest;
 typedef struct Kiosk__Store__V1__Account Kiosk__Store__V1__Account;
 typedef struct Kiosk__Store__V1__PurchaseRequest Kiosk__Store__V1__PurchaseRequest;
+typedef struct Kiosk__Store__V1__SubscriptionOffer Kiosk__Store__V1__SubscriptionOffer;
 typedef struct Kiosk__Store__V1__Transaction Kiosk__Store__V1__Transaction;
 typedef struct Kiosk__Store__V1__PurchaseResponse Kiosk__Store__V1__PurchaseResponse;
 typedef struct Kiosk__Store__V1__UnfinishedRequest Kiosk__Store__V1__UnfinishedRequest;
@@ -159,10 +161,41 @@ struct  Kiosk__Store__V1__Product
    */
   char *grace_period;
   char *billing_retry_period;
+  /*
+   * Auto-renewable subscriptions: the introductory offer (a free trial or a
+   * reduced price), once per subscription group and account; unset: none.
+   */
+  Kiosk__Store__V1__OfferInfo *introductory_offer;
+  /*
+   * Auto-renewable subscriptions: offers the app's server may sign for a
+   * buyer (PurchaseRequest.offer).
+   */
+  size_t n_promotional_offers;
+  Kiosk__Store__V1__OfferInfo **promotional_offers;
 };
 #define KIOSK__STORE__V1__PRODUCT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__product__descriptor) \
-    , (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0,NULL }
+
+
+/*
+ * A subscription offer: `price` (decimal string; "0" is a free trial) for
+ * `periods` periods of `period` (ISO 8601) each, then the product's price.
+ */
+struct  Kiosk__Store__V1__OfferInfo
+{
+  ProtobufCMessage base;
+  /*
+   * "introductory", or the promotional offer's id.
+   */
+  char *id;
+  char *price;
+  char *period;
+  uint32_t periods;
+};
+#define KIOSK__STORE__V1__OFFER_INFO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__offer_info__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
 
 
 struct  Kiosk__Store__V1__ListProductsRequest
@@ -228,10 +261,54 @@ struct  Kiosk__Store__V1__PurchaseRequest
    * E.g. "test-card:4242424242424242"; see the README's payment methods.
    */
   char *payment_method;
+  /*
+   * Auto-renewable subscriptions: an offer to apply; unset: the product's price.
+   */
+  Kiosk__Store__V1__SubscriptionOffer *offer;
 };
 #define KIOSK__STORE__V1__PURCHASE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__purchase_request__descriptor) \
-    , (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, NULL }
+
+
+/*
+ * The offer a purchase asks for. The introductory offer needs only its id;
+ * a promotional offer is signed by the app's server with an Ed25519 key the
+ * catalog lists (offer_keys): the signature covers
+ * "KIOSK-OFFER-V1\n" bundle_id "\n" key_id "\n" product_id "\n" offer_id
+ * "\n" account_id "\n" nonce "\n" timestamp_ms (decimal), UTF-8. The store
+ * refuses it (a FAILED transaction, error_code as StoreKit's SKError:
+ * 11 invalid offer identifier, 12 invalid signature, 13 missing offer
+ * parameters, 18 ineligible for offer) with a reason naming what is wrong.
+ */
+struct  Kiosk__Store__V1__SubscriptionOffer
+{
+  ProtobufCMessage base;
+  /*
+   * "introductory", or a promotional offer's id.
+   */
+  char *offer_id;
+  /*
+   * Promotional offers: the signing key's id (a key of the catalog's offer_keys).
+   */
+  char *key_id;
+  /*
+   * Promotional offers: single use, 8 to 64 of [A-Za-z0-9-].
+   */
+  char *nonce;
+  /*
+   * Promotional offers: when the app's server signed it (ms since 1970);
+   * accepted for 24 hours (and up to 5 minutes ahead of the store's clock).
+   */
+  int64_t timestamp_ms;
+  /*
+   * Promotional offers: the 64-byte Ed25519 signature.
+   */
+  ProtobufCBinaryData signature;
+};
+#define KIOSK__STORE__V1__SUBSCRIPTION_OFFER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_offer__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, {0,NULL} }
 
 
 struct  Kiosk__Store__V1__Transaction
@@ -280,10 +357,15 @@ struct  Kiosk__Store__V1__Transaction
    * a renewal's is the end of the period before). 0 for other products.
    */
   int64_t period_start_ms;
+  /*
+   * Subscriptions bought or renewed under an offer: "introductory" or the
+   * promotional offer's id (price is then the offer's).
+   */
+  char *offer_id;
 };
 #define KIOSK__STORE__V1__TRANSACTION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__transaction__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, 0, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__PurchaseResponse
@@ -680,10 +762,14 @@ struct  Kiosk__Store__V1__SubscriptionStatus
    * Periods paid so far (1 after the first purchase).
    */
   uint32_t periods_paid;
+  /*
+   * The offer the next renewal is still under (its price is renewal_price); empty: none.
+   */
+  char *renewal_offer_id;
 };
 #define KIOSK__STORE__V1__SUBSCRIPTION_STATUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_status__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -763,6 +849,25 @@ Kiosk__Store__V1__Product *
                       const uint8_t       *data);
 void   kiosk__store__v1__product__free_unpacked
                      (Kiosk__Store__V1__Product *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__OfferInfo methods */
+void   kiosk__store__v1__offer_info__init
+                     (Kiosk__Store__V1__OfferInfo         *message);
+size_t kiosk__store__v1__offer_info__get_packed_size
+                     (const Kiosk__Store__V1__OfferInfo   *message);
+size_t kiosk__store__v1__offer_info__pack
+                     (const Kiosk__Store__V1__OfferInfo   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__offer_info__pack_to_buffer
+                     (const Kiosk__Store__V1__OfferInfo   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__OfferInfo *
+       kiosk__store__v1__offer_info__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__offer_info__free_unpacked
+                     (Kiosk__Store__V1__OfferInfo *message,
                       ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__ListProductsRequest methods */
 void   kiosk__store__v1__list_products_request__init
@@ -858,6 +963,25 @@ Kiosk__Store__V1__PurchaseRequest *
                       const uint8_t       *data);
 void   kiosk__store__v1__purchase_request__free_unpacked
                      (Kiosk__Store__V1__PurchaseRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SubscriptionOffer methods */
+void   kiosk__store__v1__subscription_offer__init
+                     (Kiosk__Store__V1__SubscriptionOffer         *message);
+size_t kiosk__store__v1__subscription_offer__get_packed_size
+                     (const Kiosk__Store__V1__SubscriptionOffer   *message);
+size_t kiosk__store__v1__subscription_offer__pack
+                     (const Kiosk__Store__V1__SubscriptionOffer   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__subscription_offer__pack_to_buffer
+                     (const Kiosk__Store__V1__SubscriptionOffer   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SubscriptionOffer *
+       kiosk__store__v1__subscription_offer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__subscription_offer__free_unpacked
+                     (Kiosk__Store__V1__SubscriptionOffer *message,
                       ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__Transaction methods */
 void   kiosk__store__v1__transaction__init
@@ -1434,6 +1558,9 @@ void   kiosk__store__v1__retire_key_request__free_unpacked
 typedef void (*Kiosk__Store__V1__Product_Closure)
                  (const Kiosk__Store__V1__Product *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__OfferInfo_Closure)
+                 (const Kiosk__Store__V1__OfferInfo *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__ListProductsRequest_Closure)
                  (const Kiosk__Store__V1__ListProductsRequest *message,
                   void *closure_data);
@@ -1448,6 +1575,9 @@ typedef void (*Kiosk__Store__V1__Account_Closure)
                   void *closure_data);
 typedef void (*Kiosk__Store__V1__PurchaseRequest_Closure)
                  (const Kiosk__Store__V1__PurchaseRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__SubscriptionOffer_Closure)
+                 (const Kiosk__Store__V1__SubscriptionOffer *message,
                   void *closure_data);
 typedef void (*Kiosk__Store__V1__Transaction_Closure)
                  (const Kiosk__Store__V1__Transaction *message,
@@ -1744,11 +1874,13 @@ extern const ProtobufCEnumDescriptor    kiosk__store__v1__transaction_state__des
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__subscription_state__descriptor;
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__expiration_reason__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__offer_info__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_products_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_products_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__get_account_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__account__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__purchase_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_offer__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__purchase_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__unfinished_request__descriptor;
