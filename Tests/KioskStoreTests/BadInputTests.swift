@@ -64,10 +64,12 @@ import Testing
         try await StoreFixture.with { store in
             let token = try store.newAccount()
             // A Product has the PurchaseRequest's fields 1–3 (id, type → quantity, title → payment method) and
-            // seven more the store does not know: they are skipped, the purchase goes through.
-            let request = StoreV1.Product(id: "credits.5", type: ReceiptV1.ProductType(rawValue: 2), title: goodCard, description: "x",
+            // more the store does not know (5–14; its field 4, the description, is left empty: a PurchaseRequest's
+            // field 4 is the offer): they are skipped, the purchase goes through.
+            let request = StoreV1.Product(id: "credits.5", type: ReceiptV1.ProductType(rawValue: 2), title: goodCard, description: "",
                                           price: "1", currency: "ZZZ", creditsPerUnit: 99, maxQuantity: 7, hostedContent: true,
-                                          subscriptionPeriod: "P1D")
+                                          subscriptionPeriod: "P1D", subscriptionGroup: "g", groupLevel: 3, gracePeriod: "P1D",
+                                          billingRetryPeriod: "P2D")
             let response = try await store.call("Purchase", request, as: StoreV1.PurchaseResponse.self, token: token)
             #expect(response.transaction?.state == .purchased)
             #expect(response.transaction?.quantity == 2)
@@ -111,7 +113,8 @@ import Testing
         let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Scripts/examples/catalog.json").path
         let catalog = try Catalog.load(path: example)
-        #expect(catalog.products.count == 6)
+        #expect(catalog.products.count == 7)
+        #expect(catalog.product("pro.monthly")?.introductoryOffer?.price == "0")
         #expect(catalog.product("credits.5")?.credits == 5)
         #expect(catalog.product("season.pass")?.subscriptionPeriod == SubscriptionPeriod(iso8601: "P3M"))
     }
