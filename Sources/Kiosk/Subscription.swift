@@ -127,8 +127,9 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
     /// The newest transaction (the first purchase or the latest renewal).
     public var latestTransaction: Transaction?
 
-    /// True while the buyer is entitled: active, or in the grace period.
-    public var isEntitled: Bool { state == .active || state == .inGracePeriod }
+    /// True while the buyer is entitled, by the store's clock when it answered: within the paid period, or in
+    /// the grace period.
+    public var isEntitled: Bool
 
     init(_ message: StoreV1.SubscriptionStatus) {
         originalTransactionID = message.originalTransactionID
@@ -159,6 +160,7 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
         currencyCode = message.currency
         periodsPaid = message.periodsPaid
         latestTransaction = message.latestTransaction.map(Transaction.init)
+        isEntitled = message.entitled
     }
 }
 

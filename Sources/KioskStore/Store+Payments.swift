@@ -178,6 +178,10 @@ extension Store {
                     unitPrice = price
                 }
             }
+            if product.type == .autoRenewableSubscription,
+               try self.groupPaymentInFlight(db, accountID: order.account, productID: product.id, except: earlierIntent?.id) {
+                throw StoreError(.inProgress, "a payment for a subscription in \(product.id)'s group (a renewal, or another purchase) is in progress for this account; try again when it has finished")
+            }
             if let earlierIntent, earlierIntent.state == .closed {
                 // Closed uncharged (reconciliation found nothing): this retry pays, as the same transaction.
                 return .charge(try Ledger.reopen(earlierIntent, owner: instance.id, nowMs: nowMs, db))
@@ -443,6 +447,14 @@ extension Store {
             if let owned = try Ledger.owned(db, accountID: deferred.accountID, productID: product.id, type: product.type, nowMs: nowMs) {
                 throw StoreError(.conflict,
                                  "account \(deferred.accountID) already owns \(product.id) (transaction \(owned.id)); \(transactionID) was not charged")
+            }
+            // An ask-to-buy request is approved as asked: not as an upgrade or a downgrade of a subscription the account
+            // has in the group now (its price was asked for without one); the buyer asks again.
+            if product.type == .autoRenewableSubscription,
+               let current = try self.groupSubscription(db, accountID: deferred.accountID, productID: product.id),
+               current.productID != product.id, current.isEntitled(atMs: nowMs) {
+                throw StoreError(.conflict,
+                                 "account \(deferred.accountID) subscribes to \(current.productID) in \(product.id)'s group now; \(transactionID) was not charged: ask to buy again")
             }
             let paymentID = deferred.paymentID ?? deferred.id
             if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)") {

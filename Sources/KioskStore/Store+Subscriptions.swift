@@ -59,6 +59,12 @@ extension Store {
         public var left = 0
     }
 
+    /// How late past a period's end a renewal may be and still start when the period ended: three renewal passes
+    /// (at least a minute), in the store's time scale.
+    static func renewalLatenessMs(_ interval: Duration, timeScale: Double) -> Int64 {
+        max(interval.wholeMilliseconds * 3, Int64((60_000 / timeScale).rounded()))
+    }
+
     /// How long after a declined renewal the store tries the payment again: 1 day, doubling per attempt,
     /// at most 8 days (in the store's time scale), within the billing retry period.
     static func retryDelayMs(afterAttempt attempt: Int, timeScale: Double) -> Int64 {
@@ -73,13 +79,23 @@ extension Store {
     public func renewDueSubscriptions() async throws -> RenewalReport {
         var report = RenewalReport()
         var skipped: Set<String> = []
-        // Bounded: each step moves a row's due time forward or ends it, or sets it aside for this pass.
+        // Sweeps through the due rows a page at a time (a cursor, so rows set aside never hide the rest); a row
+        // renewed but still due (a clock far ahead) comes again in the next sweep. Bounded: each step moves a row's
+        // due time forward, ends it, or sets it aside for this pass.
+        var cursor: (Int64, String)?
+        var movedInSweep = false
         for _ in 0..<10_000 {
-            let due = try ledger.dueSubscriptions(atMs: now).filter { !skipped.contains($0.originalID) }
-            guard !due.isEmpty else { break }
-            for row in due {
+            let page = try ledger.dueSubscriptions(atMs: now, after: cursor)
+            guard let last = page.last else {
+                guard movedInSweep else { break }
+                cursor = nil
+                movedInSweep = false
+                continue
+            }
+            cursor = (last.dueMs, last.originalID)
+            for row in page where !skipped.contains(row.originalID) {
                 do {
-                    if try await renew(row, report: &report) == false { skipped.insert(row.originalID) }
+                    if try await renew(row, report: &report) { movedInSweep = true } else { skipped.insert(row.originalID) }
                 } catch {
                     report.left += 1
                     skipped.insert(row.originalID)
@@ -101,6 +117,8 @@ extension Store {
         let nowMs = now
         let instance = self.instance
         let catalog = self.catalog
+        let lateness = Self.renewalLatenessMs(configuration.renewalInterval, timeScale: timeScale)
+        let catchUp = configuration.catchUpRenewals
         let step = try await ledger.write(account: due.accountID) { db -> RenewalStep in
             guard var row = try Ledger.subscription(db, originalID: due.originalID), row.isLive, row.dueMs <= nowMs else { return .nothing }
             func expire(_ reason: StoreV1.ExpirationReason) throws -> RenewalStep {
@@ -117,19 +135,28 @@ extension Store {
             if row.state != .active, nowMs >= row.retryEndMs { return try expire(.billingError) }
             if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.renewal.rawValue):\(row.renewalPaymentID)") {
                 switch earlier.state {
+                case .pending where earlier.owner == instance.id:
+                    // Asked before without an answer: ask again under the same payment id (the processor deduplicates),
+                    // leaving its attempt time alone so reconciliation still settles it if the processor stays silent.
+                    return .charge(earlier)
                 case .pending:
-                    if earlier.owner != instance.id, instance.isAlive(earlier.owner, db) { return .inProgress }
+                    if instance.isAlive(earlier.owner, db) { return .inProgress }
                     return .charge(try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db))
                 case .completed:
                     return .nothing
                 case .closed:
-                    // Found uncharged by reconciliation: the next attempt has a payment id of its own.
-                    row.attempts += 1
-                    try row.upsert(db, nowMs: nowMs)
+                    // Closed uncharged by reconciliation (a processor whose lookup may lag): ask again under the
+                    // same payment id, never a new one, so a charge the lookup missed is not made twice.
+                    return .charge(try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db))
                 }
             }
-            // Renewed on time (or within grace), the new period follows the old one; recovered from billing retry, it starts now.
-            let start = row.state == .inBillingRetry ? nowMs : row.expiresMs
+            // A purchase in the group (an upgrade, a resubscription) is being paid: it decides; look again next pass.
+            if try self.groupPaymentInFlight(db, accountID: row.accountID, productID: product.id) { return .inProgress }
+            // Renewed on time (or within grace), the new period follows the old one; recovered from billing retry, it
+            // starts now; so does one renewed late (the store was down): past periods are never billed, unless the
+            // store catches up period by period (``StoreConfiguration/catchUpRenewals``: a test's driven clock).
+            let late = row.state == .active && nowMs - row.expiresMs > lateness && !catchUp
+            let start = row.state == .inBillingRetry || late ? nowMs : row.expiresMs
             var intent = PaymentIntent(
                 kind: .renewal, paymentID: row.renewalPaymentID, transactionID: Store.newTransactionID(), accountID: row.accountID,
                 product: product, quantity: 1, unitPrice: terms.price, currency: product.currency, paymentMethod: row.paymentMethod,
@@ -155,6 +182,12 @@ extension Store {
             let charged = try await locks.withLock(intent.paymentID) { () async throws -> Charged in
                 let outcome: PaymentOutcome
                 do {
+                    // First tried longer ago than the processor keeps idempotency keys: ask, never charge blindly.
+                    if intent.createdMs < now - Self.processorKeyLifetimeMs,
+                       case .charged(let reference) = try await processorLookup(intent.request) {
+                        try await completeRenewal(intent, reference: reference, via: "lookup")
+                        return .renewed
+                    }
                     outcome = try await processorCharge(intent.request)
                 } catch {
                     // Unknown: the intent stays pending; the next pass asks again with the same payment id, or reconciliation settles it.
@@ -345,6 +378,19 @@ extension Store {
     /// How long a promotional offer's signature is accepted after its timestamp.
     static let offerSignatureLifetimeMs: Int64 = 24 * 3600 * 1000
 
+    /// Inside a write: true when another payment for a product of `productID`'s subscription group is in flight for the
+    /// account (a renewal being charged while the buyer upgrades, or the reverse): one payment per group at a time.
+    func groupPaymentInFlight(_ db: any LedgerDatabase, accountID: String, productID: String, except intentID: String? = nil) throws -> Bool {
+        guard let product = catalog.product(productID), product.type == .autoRenewableSubscription else { return false }
+        let members = catalog.products(inGroup: product.subscriptionGroup).map(\.id)
+        // Ordered after any other write about the account first (PostgreSQL), so the check sees the other's intent.
+        try Ledger.serializeOnAccount(accountID, db)
+        let marks = Array(repeating: "?", count: members.count).joined(separator: ", ")
+        let pending = try db.values(String.self, "SELECT id FROM payment_intents WHERE account_id = ? AND state = 'pending' AND product_id IN (\(marks))",
+                                    [accountID] + members)
+        return pending.contains { $0 != intentID }
+    }
+
     // MARK: Groups: upgrades, downgrades, crossgrades
 
     /// The account's subscription in `productID`'s group (any state, the latest ending first), if any.
@@ -478,6 +524,6 @@ extension Store {
             billingRetryEndsMs: row.state == .inGracePeriod || row.state == .inBillingRetry ? row.retryEndMs : 0,
             pendingProductID: row.pendingProductID, renewalPrice: terms?.price ?? "", currency: terms?.product.currency ?? "",
             latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message, periodsPaid: UInt32(clamping: row.periodsPaid),
-            renewalOfferID: terms?.offerID ?? "")
+            renewalOfferID: terms?.offerID ?? "", entitled: row.isEntitled(atMs: now))
     }
 }

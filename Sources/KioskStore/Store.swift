@@ -204,14 +204,14 @@ public final class Store: Sendable {
             verdict.latestTransaction = status.latestTransaction
             let nowMs = now
             if verdict.revocationMs == 0 {
-                if row.isEntitled(atMs: nowMs) {
+                if row.isEntitled(atMs: nowMs), payload.productID == row.productID {
                     if verdict.check.status == .subscriptionExpired {
                         verdict.check.status = .valid
                         verdict.check.message = row.state == .inGracePeriod
                             ? "valid: the subscription is in its grace period until \(row.graceEndMs) (a renewal payment failed)"
                             : "valid: the subscription renewed; latest_transaction is the current period's"
                     }
-                } else if verdict.check.status == .valid {
+                } else if verdict.check.status == .valid, !row.isEntitled(atMs: nowMs) {
                     verdict.check.status = .subscriptionExpired
                     verdict.check.message = "the subscription has ended (\(row.state), \(row.expirationReason))"
                 } else if verdict.check.status == .subscriptionExpired, row.state == .expired {

@@ -49,6 +49,10 @@ public struct StoreConfiguration: Sendable {
     /// faster than the calendar (720: a month lasts an hour), as the App Store sandbox's
     /// accelerated renewals but exact. A production store always uses 1.
     public var timeScale: Double
+    /// A renewal charged later than three renewal passes after its period ended (the store was down) starts a
+    /// new period now, so past periods are never billed; true: each missed period is renewed in turn, its own
+    /// charge (what a test that jumps its clock ahead expects; ``KioskTestSession`` sets it).
+    public var catchUpRenewals: Bool = false
     /// Called after a purchase is committed and before it is answered; for
     /// tests that lose the answer on the way (KioskTesting's `holdNextAnswer`).
     public var purchaseCommitted: (@Sendable (PurchaseOutcome) async -> Void)?

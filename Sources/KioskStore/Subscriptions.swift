@@ -158,6 +158,7 @@ extension Ledger {
         CREATE INDEX subscriptions_by_account ON subscriptions(account_id);
         CREATE INDEX subscriptions_due ON subscriptions(due_ms) WHERE state IN (1, 2, 3);
         ALTER TABLE transactions ADD COLUMN period_start_ms INTEGER NOT NULL DEFAULT 0;
+        UPDATE transactions SET period_start_ms = purchase_ms WHERE product_type IN (3, 4);
         INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,
           expires_ms, due_ms, latest_transaction_id, updated_ms)
           SELECT t.original_id, t.account_id, t.product_id, 1, 0, t.payment_method,
@@ -193,11 +194,13 @@ extension Ledger {
         }
     }
 
-    /// Live subscriptions the renewal engine must look at by `nowMs`, soonest first.
-    public func dueSubscriptions(atMs nowMs: Int64, limit: Int = 200) throws -> [SubscriptionRecord] {
+    /// Live subscriptions the renewal engine must look at by `nowMs`, soonest first, after `cursor` (due, original id).
+    public func dueSubscriptions(atMs nowMs: Int64, after cursor: (Int64, String)? = nil, limit: Int = 200) throws -> [SubscriptionRecord] {
         try backend.read { db in
-            try db.fetchAll("SELECT * FROM subscriptions WHERE state IN (1, 2, 3) AND due_ms <= ? ORDER BY due_ms, original_id LIMIT ?",
-                            [nowMs, limit]).map(SubscriptionRecord.init)
+            try db.fetchAll("""
+                    SELECT * FROM subscriptions WHERE state IN (1, 2, 3) AND due_ms <= ? AND (due_ms > ? OR (due_ms = ? AND original_id > ?))
+                    ORDER BY due_ms, original_id LIMIT ?
+                    """, [nowMs, cursor?.0 ?? Int64.min, cursor?.0 ?? Int64.min, cursor?.1 ?? "", limit]).map(SubscriptionRecord.init)
         }
     }
 

@@ -152,6 +152,8 @@ public final class KioskTestSession: Sendable {
             clock: { Int64((Date().timeIntervalSince1970 * 1000).rounded()) + clockOffset.withLockedValue { $0 } })
         // Renewals happen when the test drives the clock (``advance(by:)``), not on a timer.
         configuration.renewalInterval = .seconds(3600)
+        // A clock advanced by months renews each period in turn, as a tester expects.
+        configuration.catchUpRenewals = true
         configuration.purchaseCommitted = { _ in
             let held = hold.withLockedValue { count -> Bool in
                 guard count > 0 else { return false }

@@ -60,13 +60,15 @@ import Testing
         func row(_ originalID: String) throws -> SubscriptionRecord { try #require(try store.ledger.subscription(originalID: originalID)) }
     }
 
-    static func withFixture<R>(_ body: (Fixture) async throws -> R) async throws -> R {
+    static func withFixture<R>(catchUp: Bool = false, _ body: (Fixture) async throws -> R) async throws -> R {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let clock = TestClock()
         let payments = TestPaymentProcessor()
-        let store = try Store(configuration: StoreConfiguration(
-            dataDirectory: directory, catalog: catalog, paymentProcessor: payments, clock: { clock.now }).onTestLedger())
+        var configuration = try StoreConfiguration(
+            dataDirectory: directory, catalog: catalog, paymentProcessor: payments, clock: { clock.now }).onTestLedger()
+        configuration.catchUpRenewals = catchUp
+        let store = try Store(configuration: configuration)
         try store.prepareToServe()
         return try await body(Fixture(store: store, directory: directory, clock: clock, payments: payments))
     }
@@ -132,8 +134,23 @@ import Testing
         }
     }
 
-    @Test func aClockFarAheadRenewsEachPeriodInTurn() async throws {
+    @Test func aLateRenewalStartsNowAndNeverBillsPastPeriods() async throws {
         try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe()
+            f.clock.advance(byMs: 95 * Self.day)  // the store was down for three period ends
+            #expect(!(try f.owns(account, "pro.monthly")), "not entitled while nothing renewed it")
+            let report = try await f.store.renewDueSubscriptions()
+            #expect(report.renewed == 1)
+            #expect(f.payments.renewalChargeCount == 1, "one charge, not one per missed period")
+            let row = try f.row(first.id)
+            let renewal = try #require(try f.store.ledger.transaction(id: row.latestTransactionID))
+            #expect(renewal.periodStartMs == f.clock.now && row.periodsPaid == 2)
+            #expect(try f.owns(account, "pro.monthly"))
+        }
+    }
+
+    @Test func aClockFarAheadRenewsEachPeriodInTurnWhenCatchingUp() async throws {
+        try await Self.withFixture(catchUp: true) { f in
             let (_, first) = try await f.subscribe()
             f.clock.advance(byMs: 95 * Self.day)  // three period ends (about 31, 61, 92 days)
             let report = try await f.store.renewDueSubscriptions()
@@ -266,6 +283,55 @@ import Testing
             #expect(old.revokedMs == f.clock.now && old.revocationReason == "upgraded to pro.monthly")
             #expect(Store.upgradePrice(newPrice: "4.99", oldPrice: "1.99", periodStartMs: 0, periodEndMs: 100, nowMs: 0) == "3")
             #expect(Store.upgradePrice(newPrice: "1.00", oldPrice: "9.99", periodStartMs: 0, periodEndMs: 100, nowMs: 10) == "0")
+        }
+    }
+
+    @Test func oneSubscriptionPaymentPerGroupAtATime() async throws {
+        try await Self.withFixture { f in
+            let (account, basic) = try await f.subscribe("basic.monthly")
+            // The renewal's charge goes unanswered: its intent stays pending.
+            f.payments.overrideNextPayment(.unreachable)
+            f.clock.advance(byMs: basic.expiresMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().left == 1)
+            // An upgrade now would race that payment: refused until it is settled.
+            await #expect(throws: StoreError.self) {
+                try await f.store.purchase(account: account, productID: "pro.monthly", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+            }
+            // The next pass asks again under the same payment id and records it; then the upgrade goes through.
+            #expect(try await f.store.renewDueSubscriptions().renewed == 1)
+            let outcome = try await f.store.purchase(account: account, productID: "pro.monthly", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+            guard case .purchased(let pro) = outcome.result else { Issue.record("not purchased: \(outcome.result)"); return }
+            #expect(pro.originalID == basic.id && f.payments.renewalChargeCount == 1)
+        }
+    }
+
+    @Test func aRenewalReconciliationClosedIsAskedAgainUnderTheSamePaymentID() async throws {
+        try await Self.withFixture { f in
+            let (_, first) = try await f.subscribe()
+            // Charged at the processor, the answer lost: the intent stays pending.
+            f.payments.overrideNextPayment(.chargeThenLoseAnswer)
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().left == 1)
+            let paymentID = try f.row(first.id).renewalPaymentID
+            // Reconciliation settles it (the test processor's lookup is exact): recorded once.
+            let report = try await f.store.reconcile(all: true)
+            #expect(report.charged == 1)
+            #expect(try f.row(first.id).periodsPaid == 2)
+            #expect(f.payments.charges[paymentID] == 1)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 0)
+            #expect(f.payments.chargeCount == 2, "the first purchase and one renewal")
+        }
+    }
+
+    @Test func anOldPeriodsReceiptOfAnotherProductIsNotGoodAfterADowngrade() async throws {
+        try await Self.withFixture { f in
+            let (account, pro) = try await f.subscribe("pro.monthly")
+            _ = try await f.store.purchase(account: account, productID: "basic.monthly", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+            f.clock.advance(byMs: pro.expiresMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 1)
+            let verdict = try await f.store.verifyReceipt(try #require(pro.receipt))
+            #expect(verdict.check.status == .subscriptionExpired, "the pro receipt's period ended and the subscription is basic now")
+            #expect(verdict.latestTransaction?.productID == "basic.monthly")
         }
     }
 

@@ -1376,9 +1376,12 @@ extension StoreV1 {
         public var periodsPaid: UInt32
         /// The offer the next renewal is still under (its price is renewal_price); empty: none.
         public var renewalOfferID: String
+        /// True while the buyer is entitled now, by the store's clock: ACTIVE within
+        /// its period, or IN_GRACE_PERIOD before grace_period_expires_ms.
+        public var entitled: Bool
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "") {
+        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "", entitled: Bool = false) {
             self.originalTransactionID = originalTransactionID
             self.productID = productID
             self.subscriptionGroup = subscriptionGroup
@@ -1394,6 +1397,7 @@ extension StoreV1 {
             self.latestTransaction = latestTransaction
             self.periodsPaid = periodsPaid
             self.renewalOfferID = renewalOfferID
+            self.entitled = entitled
         }
     }
 }
@@ -1417,7 +1421,8 @@ extension StoreV1.SubscriptionStatus: WireMessage {
             currency: try CField.string(c.currency, field: "SubscriptionStatus.currency"),
             latestTransaction: try CField.message(c.latest_transaction, as: StoreV1.Transaction.self),
             periodsPaid: c.periods_paid,
-            renewalOfferID: try CField.string(c.renewal_offer_id, field: "SubscriptionStatus.renewal_offer_id")
+            renewalOfferID: try CField.string(c.renewal_offer_id, field: "SubscriptionStatus.renewal_offer_id"),
+            entitled: c.entitled != 0
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -1436,6 +1441,7 @@ extension StoreV1.SubscriptionStatus: WireMessage {
         c.latest_transaction = latestTransaction.map { $0.makeCStruct(in: arena) }
         c.periods_paid = periodsPaid
         c.renewal_offer_id = arena.cString(renewalOfferID)
+        c.entitled = entitled ? 1 : 0
     }
 }
 

@@ -3907,7 +3907,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__desc
   (ProtobufCMessageInit) kiosk__store__v1__create_account_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[15] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[16] =
 {
   {
     "original_transaction_id",
@@ -4089,10 +4089,23 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__fie
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "entitled",
+    16,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, entitled),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__subscription_status__field_indices_by_name[] = {
   8,   /* field[8] = billing_retry_ends_ms */
   11,   /* field[11] = currency */
+  15,   /* field[15] = entitled */
   6,   /* field[6] = expiration_reason */
   5,   /* field[5] = expires_date_ms */
   7,   /* field[7] = grace_period_expires_ms */
@@ -4110,7 +4123,7 @@ static const unsigned kiosk__store__v1__subscription_status__field_indices_by_na
 static const ProtobufCIntRange kiosk__store__v1__subscription_status__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 15 }
+  { 0, 16 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor =
 {
@@ -4120,7 +4133,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descript
   "Kiosk__Store__V1__SubscriptionStatus",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__SubscriptionStatus),
-  15,
+  16,
   kiosk__store__v1__subscription_status__field_descriptors,
   kiosk__store__v1__subscription_status__field_indices_by_name,
   1,  kiosk__store__v1__subscription_status__number_ranges,

@@ -766,10 +766,15 @@ struct  Kiosk__Store__V1__SubscriptionStatus
    * The offer the next renewal is still under (its price is renewal_price); empty: none.
    */
   char *renewal_offer_id;
+  /*
+   * True while the buyer is entitled now, by the store's clock: ACTIVE within
+   * its period, or IN_GRACE_PERIOD before grace_period_expires_ms.
+   */
+  protobuf_c_boolean entitled;
 };
 #define KIOSK__STORE__V1__SUBSCRIPTION_STATUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_status__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
