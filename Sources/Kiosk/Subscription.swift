@@ -130,6 +130,9 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
     /// True while the buyer is entitled, by the store's clock when it answered: within the paid period, or in
     /// the grace period.
     public var isEntitled: Bool
+    /// The price went up since the buyer agreed to one: unless they consent (``KioskClient/consentToPriceIncrease(originalTransactionID:)``),
+    /// the subscription ends with its period, reason `priceIncreaseNotAccepted`.
+    public var priceIncreasePending: Bool
 
     init(_ message: StoreV1.SubscriptionStatus) {
         originalTransactionID = message.originalTransactionID
@@ -161,10 +164,19 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
         periodsPaid = message.periodsPaid
         latestTransaction = message.latestTransaction.map(Transaction.init)
         isEntitled = message.entitled
+        priceIncreasePending = message.priceIncreasePending
     }
 }
 
 extension KioskClient {
+    /// The buyer agrees to the product's new, higher price: the subscription renews at it (StoreKit's price-increase consent).
+    @discardableResult
+    public func consentToPriceIncrease(originalTransactionID: String) async throws -> SubscriptionStatus {
+        SubscriptionStatus(try await storeCall(
+            "ConsentToPriceIncrease", StoreV1.SetAutoRenewRequest(originalTransactionID: originalTransactionID),
+            StoreV1.SubscriptionStatus.self, doing: "agreeing to a price increase"))
+    }
+
     /// True when the account may have `product`'s introductory offer: it has never subscribed in the product's group
     /// (StoreKit's `isEligibleForIntroOffer`).
     public func isEligibleForIntroOffer(_ product: Product) async throws -> Bool {

@@ -15,7 +15,9 @@ import KioskAPI
 extension Ledger {
     /// Inside the write that records a PURCHASED auto-renewable transaction (a purchase, an approval or a
     /// renewal): its subscription is ACTIVE, paid until the transaction's expiry, renewing with its payment method.
-    static func subscriptionPaid(_ record: TransactionRecord, renewal: Bool = false, nowMs: Int64, _ db: any LedgerDatabase) throws {
+    /// - Parameter regularPrice: the product's price now, which the buyer agreed to by buying (or renewing at).
+    static func subscriptionPaid(_ record: TransactionRecord, regularPrice: String?, renewal: Bool = false, nowMs: Int64,
+                                 _ db: any LedgerDatabase) throws {
         guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
         var row = try subscription(db, originalID: record.originalID)
             ?? SubscriptionRecord(originalID: record.originalID, accountID: record.accountID, productID: record.productID,
@@ -33,6 +35,7 @@ extension Ledger {
         row.expirationReason = .expirationReasonUnspecified
         row.pendingProductID = ""
         row.latestTransactionID = record.id
+        if let regularPrice { row.acceptedPrice = regularPrice }
         if record.offerID.isEmpty {
             row.offerID = ""
             row.offerPeriodsUsed = 0
@@ -133,6 +136,7 @@ extension Store {
             guard let terms = Self.renewalTerms(row, catalog: catalog) else { return try expire(.productUnavailable) }
             let product = terms.product
             if row.state != .active, nowMs >= row.retryEndMs { return try expire(.billingError) }
+            if Self.priceIncreasePending(row, terms: terms) { return try expire(.priceIncreaseNotAccepted) }
             if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.renewal.rawValue):\(row.renewalPaymentID)") {
                 switch earlier.state {
                 case .pending where earlier.owner == instance.id:
@@ -242,7 +246,7 @@ extension Store {
             }
             let record = try self.purchasedRecord(intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
             try Ledger.insertTransaction(record, db)
-            try Ledger.subscriptionPaid(record, renewal: true, nowMs: nowMs, db)
+            try Ledger.subscriptionPaid(record, regularPrice: self.catalog.product(record.productID)?.price, renewal: true, nowMs: nowMs, db)
             try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
             return false
         }
@@ -298,6 +302,38 @@ extension Store {
             return (product, offer.price, offer.period, offer.id)
         }
         return (product, product.price, period, "")
+    }
+
+    /// True when the next renewal would charge a regular price above the one the buyer agreed to (a catalog price
+    /// increase without consent). A downgrade's price was chosen by the buyer; an offer's price is the offer's.
+    static func priceIncreasePending(_ row: SubscriptionRecord,
+                                     terms: (product: CatalogProduct, price: String, period: SubscriptionPeriod, offerID: String)?) -> Bool {
+        guard row.isLive, row.pendingProductID.isEmpty, let terms, terms.offerID.isEmpty, !row.acceptedPrice.isEmpty else { return false }
+        let posix = Locale(identifier: "en_US_POSIX")
+        guard let next = Decimal(string: terms.price, locale: posix), let agreed = Decimal(string: row.acceptedPrice, locale: posix) else { return false }
+        return next > agreed
+    }
+
+    /// The buyer agrees to the product's current price: the subscription renews at it.
+    public func consentToPriceIncrease(account: AccountRecord, originalID: String) async throws -> StoreV1.SubscriptionStatus {
+        guard !originalID.isEmpty else { throw StoreError.invalid("original_transaction_id is required") }
+        let nowMs = now
+        let catalog = self.catalog
+        let row = try await ledger.write(account: account.id) { db -> SubscriptionRecord in
+            guard var row = try Ledger.subscription(db, originalID: originalID), row.accountID == account.id else {
+                throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
+            }
+            guard row.isLive else {
+                throw StoreError(.conflict, "subscription \(originalID) has ended (\(row.state), \(row.expirationReason)); buy it again to subscribe")
+            }
+            guard let product = catalog.product(row.productID) else {
+                throw StoreError(.conflict, "\(row.productID) is no longer sold; the subscription ends with its period")
+            }
+            row.acceptedPrice = product.price
+            try row.upsert(db, nowMs: nowMs)
+            return row
+        }
+        return try statusMessage(row)
     }
 
     // MARK: Offers
@@ -451,7 +487,7 @@ extension Store {
            old.state == .purchased, old.revokedMs == 0 {
             _ = try Ledger.revoke(transactionID: old.id, reason: "upgraded to \(record.productID)", nowMs: nowMs, db)
         }
-        try Ledger.subscriptionPaid(record, nowMs: nowMs, db)
+        try Ledger.subscriptionPaid(record, regularPrice: catalog.product(record.productID)?.price, nowMs: nowMs, db)
     }
 
     // MARK: The buyer's side
@@ -524,6 +560,7 @@ extension Store {
             billingRetryEndsMs: row.state == .inGracePeriod || row.state == .inBillingRetry ? row.retryEndMs : 0,
             pendingProductID: row.pendingProductID, renewalPrice: terms?.price ?? "", currency: terms?.product.currency ?? "",
             latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message, periodsPaid: UInt32(clamping: row.periodsPaid),
-            renewalOfferID: terms?.offerID ?? "", entitled: row.isEntitled(atMs: now))
+            renewalOfferID: terms?.offerID ?? "", entitled: row.isEntitled(atMs: now),
+            priceIncreasePending: Self.priceIncreasePending(row, terms: terms))
     }
 }

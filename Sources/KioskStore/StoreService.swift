@@ -96,6 +96,10 @@ public struct StoreService: RPCService {
             let account = try RoleAuthenticator.account(context)
             return try await store.setAutoRenew(account: account, originalID: request.originalTransactionID, request.autoRenew)
         }
+        router.registerUnary(Self.method("ConsentToPriceIncrease"), request: StoreV1.SetAutoRenewRequest.self, response: StoreV1.SubscriptionStatus.self, authenticator: auth) { request, context in
+            let account = try RoleAuthenticator.account(context)
+            return try await store.consentToPriceIncrease(account: account, originalID: request.originalTransactionID)
+        }
         router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: contentServices) { request, writer, context in
             let feed = store.feed
             feed.start()

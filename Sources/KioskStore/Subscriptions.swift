@@ -45,6 +45,9 @@ public struct SubscriptionRecord: Hashable, Sendable {
     public var offerID: String
     /// Periods paid under ``offerID`` so far.
     public var offerPeriodsUsed: Int
+    /// The regular price the buyer agreed to (at purchase, or by consenting to an increase); empty: not known
+    /// (a subscription from before v6), taken as the current price.
+    public var acceptedPrice: String
 
     init(row: LedgerRow) throws {
         originalID = try row["original_id"]
@@ -64,6 +67,7 @@ public struct SubscriptionRecord: Hashable, Sendable {
         latestTransactionID = try row["latest_transaction_id"]
         offerID = try row["offer_id"]
         offerPeriodsUsed = try row["offer_periods_used"]
+        acceptedPrice = try row["accepted_price"]
     }
 
     /// True while the buyer is entitled to the product: paid up, or in the grace period.
@@ -87,18 +91,19 @@ public struct SubscriptionRecord: Hashable, Sendable {
             """
                 INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,
                   expires_ms, grace_end_ms, retry_end_ms, due_ms, attempts, expiration_reason, pending_product_id,
-                  latest_transaction_id, offer_id, offer_periods_used, updated_ms)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  latest_transaction_id, offer_id, offer_periods_used, accepted_price, updated_ms)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (original_id) DO UPDATE SET product_id = excluded.product_id, state = excluded.state,
                   will_auto_renew = excluded.will_auto_renew, payment_method = excluded.payment_method,
                   periods_paid = excluded.periods_paid, expires_ms = excluded.expires_ms, grace_end_ms = excluded.grace_end_ms,
                   retry_end_ms = excluded.retry_end_ms, due_ms = excluded.due_ms, attempts = excluded.attempts,
                   expiration_reason = excluded.expiration_reason, pending_product_id = excluded.pending_product_id,
                   latest_transaction_id = excluded.latest_transaction_id, offer_id = excluded.offer_id,
-                  offer_periods_used = excluded.offer_periods_used, updated_ms = excluded.updated_ms
+                  offer_periods_used = excluded.offer_periods_used, accepted_price = excluded.accepted_price,
+                  updated_ms = excluded.updated_ms
                 """, [
                 originalID, accountID, productID, state.rawValue, willAutoRenew, paymentMethod, periodsPaid, expiresMs, graceEndMs,
-                retryEndMs, dueMs, attempts, expirationReason.rawValue, pendingProductID, latestTransactionID, offerID, offerPeriodsUsed, nowMs,
+                retryEndMs, dueMs, attempts, expirationReason.rawValue, pendingProductID, latestTransactionID, offerID, offerPeriodsUsed, acceptedPrice, nowMs,
             ])
     }
 
@@ -120,6 +125,7 @@ public struct SubscriptionRecord: Hashable, Sendable {
         self.latestTransactionID = latestTransactionID
         self.offerID = ""
         self.offerPeriodsUsed = 0
+        self.acceptedPrice = ""
     }
 }
 
@@ -146,6 +152,7 @@ extension Ledger {
           latest_transaction_id TEXT NOT NULL,
           offer_id TEXT NOT NULL DEFAULT '',
           offer_periods_used INTEGER NOT NULL DEFAULT 0,
+          accepted_price TEXT NOT NULL DEFAULT '',
           updated_ms INTEGER NOT NULL
         );
         CREATE TABLE offer_nonces (

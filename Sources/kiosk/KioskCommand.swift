@@ -15,7 +15,7 @@ struct KioskCommand: AsyncParsableCommand {
             4 any other error, 64 bad usage.
             """,
         subcommands: [Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
-                      Unfinished.self, History.self, Finish.self, Verify.self, Download.self, Subscriptions.self, AutoRenew.self])
+                      Unfinished.self, History.self, Finish.self, Verify.self, Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self])
 }
 
 /// Options every command takes; flags win over the environment.
@@ -265,6 +265,8 @@ func describe(_ status: SubscriptionStatus) -> [String: Any] {
     if let pending = status.pendingProductID { object["pending_product_id"] = pending }
     if let price = status.renewalPrice { object["renewal_price"] = "\(price) \(status.currencyCode)" }
     if let latest = status.latestTransaction { object["latest_transaction_id"] = latest.id }
+    object["entitled"] = status.isEntitled
+    if status.priceIncreasePending { object["price_increase_pending"] = true }
     return object
 }
 
@@ -284,7 +286,13 @@ func line(_ status: SubscriptionStatus) -> String {
     case .revoked, .unknown:
         break
     }
+    if status.priceIncreasePending { text += "  price increase: not agreed (kiosk accept-price \(status.originalTransactionID))" }
     return text + "  periods paid: \(status.periodsPaid)"
+}
+
+extension Connection {
+    /// One subscription's status: its JSON object, or its line.
+    func emit(_ status: SubscriptionStatus) { emit(describe(status), text: line(status)) }
 }
 
 struct Subscriptions: AsyncParsableCommand {
@@ -316,8 +324,21 @@ struct AutoRenew: AsyncParsableCommand {
 
     func run() async throws {
         try await connection.run { kiosk in
-            let status = try await kiosk.setAutoRenew(originalTransactionID: originalTransactionID, setting == "on")
-            connection.emit(describe(status), text: line(status))
+            connection.emit(try await kiosk.setAutoRenew(originalTransactionID: originalTransactionID, setting == "on"))
+        }
+    }
+}
+
+struct AcceptPrice: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "accept-price",
+        abstract: "Agree to a subscription's new, higher price (without it, it ends with its period).")
+    @OptionGroup var connection: Connection
+    @Argument(help: "The subscription's original transaction id.") var originalTransactionID: String
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            connection.emit(try await kiosk.consentToPriceIncrease(originalTransactionID: originalTransactionID))
         }
     }
 }

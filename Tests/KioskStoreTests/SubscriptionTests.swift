@@ -453,6 +453,47 @@ import Testing
         }
     }
 
+    /// The same data dir served with `pro.monthly` at another price.
+    func repriced(_ f: Fixture, to price: String) throws -> Store {
+        var configuration = f.store.configuration
+        configuration.catalog = Catalog(bundleID: Self.catalog.bundleID, products: Self.catalog.products.map { product in
+            var changed = product
+            if product.id == "pro.monthly" { changed.price = price }
+            return changed
+        }, offerKeys: Self.catalog.offerKeys)
+        return try Store(configuration: configuration)
+    }
+
+    @Test func aPriceIncreaseWithoutConsentEndsTheSubscriptionAtPeriodEnd() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe()
+            let store = try repriced(f, to: "5.99")
+            let status = try #require(try store.subscriptionStatuses(account: account).first)
+            #expect(status.priceIncreasePending && status.renewalPrice == "5.99")
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            #expect(try await store.renewDueSubscriptions().expired == 1)
+            let row = try f.row(first.id)
+            #expect(row.state == .expired && row.expirationReason == .priceIncreaseNotAccepted)
+            #expect(f.payments.renewalChargeCount == 0)
+        }
+    }
+
+    @Test func aPriceIncreaseConsentedToRenewsAtTheNewPrice() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe()
+            let store = try repriced(f, to: "5.99")
+            let consented = try await store.consentToPriceIncrease(account: account, originalID: first.id)
+            #expect(!consented.priceIncreasePending)
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            #expect(try await store.renewDueSubscriptions().renewed == 1)
+            let renewal = try #require(try store.ledger.transaction(id: try f.row(first.id).latestTransactionID))
+            #expect(renewal.price == "5.99")
+            // A lower price needs no consent.
+            let cheaper = try repriced(f, to: "3.99")
+            #expect(try cheaper.subscriptionStatuses(account: account).first?.priceIncreasePending == false)
+        }
+    }
+
     @Test func anotherAccountCannotTouchASubscription() async throws {
         try await Self.withFixture { f in
             let (_, first) = try await f.subscribe()

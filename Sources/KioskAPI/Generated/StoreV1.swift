@@ -1379,9 +1379,13 @@ extension StoreV1 {
         /// True while the buyer is entitled now, by the store's clock: ACTIVE within
         /// its period, or IN_GRACE_PERIOD before grace_period_expires_ms.
         public var entitled: Bool
+        /// The product's price went up since the buyer agreed to one: without
+        /// ConsentToPriceIncrease the subscription expires at the end of its period
+        /// (reason PRICE_INCREASE_NOT_ACCEPTED) instead of renewing at the new price.
+        public var priceIncreasePending: Bool
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "", entitled: Bool = false) {
+        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "", entitled: Bool = false, priceIncreasePending: Bool = false) {
             self.originalTransactionID = originalTransactionID
             self.productID = productID
             self.subscriptionGroup = subscriptionGroup
@@ -1398,6 +1402,7 @@ extension StoreV1 {
             self.periodsPaid = periodsPaid
             self.renewalOfferID = renewalOfferID
             self.entitled = entitled
+            self.priceIncreasePending = priceIncreasePending
         }
     }
 }
@@ -1422,7 +1427,8 @@ extension StoreV1.SubscriptionStatus: WireMessage {
             latestTransaction: try CField.message(c.latest_transaction, as: StoreV1.Transaction.self),
             periodsPaid: c.periods_paid,
             renewalOfferID: try CField.string(c.renewal_offer_id, field: "SubscriptionStatus.renewal_offer_id"),
-            entitled: c.entitled != 0
+            entitled: c.entitled != 0,
+            priceIncreasePending: c.price_increase_pending != 0
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -1442,6 +1448,7 @@ extension StoreV1.SubscriptionStatus: WireMessage {
         c.periods_paid = periodsPaid
         c.renewal_offer_id = arena.cString(renewalOfferID)
         c.entitled = entitled ? 1 : 0
+        c.price_increase_pending = priceIncreasePending ? 1 : 0
     }
 }
 

@@ -3907,7 +3907,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__desc
   (ProtobufCMessageInit) kiosk__store__v1__create_account_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[16] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[17] =
 {
   {
     "original_transaction_id",
@@ -4101,6 +4101,18 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__fie
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "price_increase_pending",
+    17,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, price_increase_pending),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__subscription_status__field_indices_by_name[] = {
   8,   /* field[8] = billing_retry_ends_ms */
@@ -4113,6 +4125,7 @@ static const unsigned kiosk__store__v1__subscription_status__field_indices_by_na
   0,   /* field[0] = original_transaction_id */
   9,   /* field[9] = pending_product_id */
   13,   /* field[13] = periods_paid */
+  16,   /* field[16] = price_increase_pending */
   1,   /* field[1] = product_id */
   14,   /* field[14] = renewal_offer_id */
   10,   /* field[10] = renewal_price */
@@ -4123,7 +4136,7 @@ static const unsigned kiosk__store__v1__subscription_status__field_indices_by_na
 static const ProtobufCIntRange kiosk__store__v1__subscription_status__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 16 }
+  { 0, 17 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor =
 {
@@ -4133,7 +4146,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descript
   "Kiosk__Store__V1__SubscriptionStatus",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__SubscriptionStatus),
-  16,
+  17,
   kiosk__store__v1__subscription_status__field_descriptors,
   kiosk__store__v1__subscription_status__field_indices_by_name,
   1,  kiosk__store__v1__subscription_status__number_ranges,
@@ -4438,7 +4451,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
   kiosk__store__v1__expiration_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[14] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[15] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -4454,9 +4467,11 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "AccessToken", &kiosk__store__v1__access_token_request__descriptor, &kiosk__store__v1__access_token_response__descriptor },
   { "SubscriptionStatus", &kiosk__store__v1__subscription_status_request__descriptor, &kiosk__store__v1__subscription_status_response__descriptor },
   { "SetAutoRenew", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
+  { "ConsentToPriceIncrease", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   11,        /* AccessToken */
+  14,        /* ConsentToPriceIncrease */
   4,        /* Finish */
   1,        /* GetAccount */
   6,        /* History */
@@ -4478,7 +4493,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  14,
+  15,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -4593,6 +4608,14 @@ void kiosk__store__v1__store__set_auto_renew(ProtobufCService *service,
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__consent_to_price_increase(ProtobufCService *service,
+                                                        const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                                                        Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                                        void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)

@@ -771,10 +771,16 @@ struct  Kiosk__Store__V1__SubscriptionStatus
    * its period, or IN_GRACE_PERIOD before grace_period_expires_ms.
    */
   protobuf_c_boolean entitled;
+  /*
+   * The product's price went up since the buyer agreed to one: without
+   * ConsentToPriceIncrease the subscription expires at the end of its period
+   * (reason PRICE_INCREASE_NOT_ACCEPTED) instead of renewing at the new price.
+   */
+  protobuf_c_boolean price_increase_pending;
 };
 #define KIOSK__STORE__V1__SUBSCRIPTION_STATUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_status__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 /*
@@ -1737,6 +1743,10 @@ struct Kiosk__Store__V1__Store_Service
                          const Kiosk__Store__V1__SetAutoRenewRequest *input,
                          Kiosk__Store__V1__SubscriptionStatus_Closure closure,
                          void *closure_data);
+  void (*consent_to_price_increase)(Kiosk__Store__V1__Store_Service *service,
+                                    const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                                    Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                    void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -1758,7 +1768,8 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## watch_revocations,\
       function_prefix__ ## access_token,\
       function_prefix__ ## subscription_status,\
-      function_prefix__ ## set_auto_renew  }
+      function_prefix__ ## set_auto_renew,\
+      function_prefix__ ## consent_to_price_increase  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -1815,6 +1826,10 @@ void kiosk__store__v1__store__set_auto_renew(ProtobufCService *service,
                                              const Kiosk__Store__V1__SetAutoRenewRequest *input,
                                              Kiosk__Store__V1__SubscriptionStatus_Closure closure,
                                              void *closure_data);
+void kiosk__store__v1__store__consent_to_price_increase(ProtobufCService *service,
+                                                        const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                                                        Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                                        void *closure_data);
 typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
 struct Kiosk__Store__V1__Admin_Service
 {
