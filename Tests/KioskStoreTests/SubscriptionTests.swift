@@ -323,6 +323,40 @@ import Testing
         }
     }
 
+    @Test func aRenewalUnansweredForADayIsLookedUpNotChargedAgain() async throws {
+        try await Self.withFixture { f in
+            let (_, first) = try await f.subscribe()
+            f.payments.overrideNextPayment(.chargeThenLoseAnswer)
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().left == 1)
+            let paymentID = try f.row(first.id).renewalPaymentID
+            // A day later the processor no longer deduplicates that id (Stripe keeps keys 24 h): the store asks first.
+            f.payments.overrideNextPayment(.outcome(.succeeded(reference: "must-not-be-charged")))
+            f.clock.advance(byMs: Self.day)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 1)
+            #expect(f.payments.charges[paymentID] == 1)
+            #expect(f.payments.renewalChargeCount == 1)
+            let intent = try #require(try f.store.ledger.intent(id: "renewal:\(paymentID)"))
+            #expect(intent.outcome.hasPrefix("lookup:charged:"))
+        }
+    }
+
+    @Test func setAsideRowsDoNotHideTheRestOfTheDueList() async throws {
+        try await Self.withFixture { f in
+            // More due subscriptions than one page (200) whose payments go unanswered, then one that is fine.
+            var stuck: [String] = []
+            for _ in 0..<205 { stuck.append(try await f.subscribe().1.id) }
+            f.clock.advance(byMs: 1)
+            let (_, last) = try await f.subscribe()
+            for _ in 0..<205 { f.payments.overrideNextPayment(.unreachable) }
+            f.clock.advance(byMs: last.expiresMs - f.clock.now)
+            let report = try await f.store.renewDueSubscriptions()
+            #expect(report.left == 205)
+            #expect(report.renewed == 1, "the row after the first page is reached")
+            #expect(try f.row(last.id).periodsPaid == 2)
+        }
+    }
+
     @Test func anOldPeriodsReceiptOfAnotherProductIsNotGoodAfterADowngrade() async throws {
         try await Self.withFixture { f in
             let (account, pro) = try await f.subscribe("pro.monthly")
