@@ -6,7 +6,7 @@ Usage: gen-swift-messages.py PROTO NAMESPACE OUT.swift
 
 Handles the proto3 subset Kiosk uses: top-level messages and enums; fields
 of type string, bytes, bool, (u)int32, (u)int64, enum, message; `repeated`
-string and message fields. Comments above a message, enum or field become
+string, enum and message fields. Comments above a message, enum or field become
 doc comments.
 """
 import re
@@ -131,9 +131,13 @@ def main():
             w(f"    public struct {name}: RawRepresentable, Hashable, Sendable, CustomStringConvertible {{")
             w("        public var rawValue: Int32")
             w("        public init(rawValue: Int32) { self.rawValue = rawValue }")
+            # Values that all carry the enum's name as a prefix (EVENT_TYPE_REFUNDED) are named without it (.refunded).
+            prefix = re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper() + "_"
+            strip = all(f["name"].startswith(prefix) for f in item["fields"])
             for f in item["fields"]:
                 doc(f["doc"] or [f"`{f['name']}`."], "        ")
-                w(f"        public static let {camel(f['name'].lower())} = {name}(rawValue: {f['number']})")
+                value = f["name"][len(prefix):] if strip else f["name"]
+                w(f"        public static let {camel(value.lower())} = {name}(rawValue: {f['number']})")
             w("        public var description: String {")
             w("        switch rawValue {")
             for f in item["fields"]:
@@ -198,6 +202,8 @@ def main():
                         v = f"try CField.strings(c.n_{f['name']}, {cf}, field: {label})"
                     elif kind == "message":
                         v = f"try CField.messages(c.n_{f['name']}, {cf}, as: {st[1:-1]}.self, field: {label})"
+                    elif kind == "enum":
+                        v = f"try CField.values(c.n_{f['name']}, {cf}, field: {label}) {{ {st[1:-1]}(rawValue: Int32(truncatingIfNeeded: $0.rawValue)) }}"
                     else:
                         raise SystemExit(f"repeated {f['type']} is not supported ({name}.{f['name']})")
                 elif kind == "string":
@@ -219,7 +225,9 @@ def main():
         w("    public func fill(_ c: inout CStruct, arena: CArena) {")
         for f, sn, st, _, kind in fields:
             cf = f"c.{f['name']}"
-            if f["repeated"]:
+            if f["repeated"] and kind == "enum":
+                w(f"        (c.n_{f['name']}, {cf}) = arena.values({sn}.map {{ {f['c_elem']}(rawValue: .init(truncatingIfNeeded: $0.rawValue)) }})")
+            elif f["repeated"]:
                 fnname = "strings" if kind == "string" else "messages"
                 w(f"        (c.n_{f['name']}, {cf}) = arena.{fnname}({sn})")
             elif kind == "string":

@@ -404,6 +404,38 @@ public final class KioskClient: Sendable {
         }
     }
 
+    /// Every transaction of the account, consumables included, oldest first, read
+    /// a page at a time (ListTransactions) as the sequence is consumed; `filter`
+    /// narrows it. Also ``Transaction/all(in:)``.
+    public func allTransactions(productIDs: [String] = [], revokedOnly: Bool = false,
+                                pageSize: UInt32 = 100) -> AsyncThrowingStream<Transaction, Error> {
+        AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    var token = ""
+                    repeat {
+                        let request = StoreV1.ListTransactionsRequest(productIDs: productIDs, revoked: revokedOnly ? 1 : 0, limit: pageSize, pageToken: token)
+                        let page = try await self.storeCall("ListTransactions", request, StoreV1.ListTransactionsResponse.self,
+                                                            doing: "listing the account's transactions")
+                        for message in page.transactions { continuation.yield(Transaction(message)) }
+                        token = page.hasMore ? page.nextPageToken : ""
+                    } while !token.isEmpty && !Task.isCancelled
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    /// One of the account's transactions, by id.
+    /// - Throws: ``KioskError`` `.notFound`-like when the account has no such transaction.
+    public func transaction(id: String) async throws -> Transaction {
+        Transaction(try await storeCall("GetTransaction", StoreV1.GetTransactionRequest(transactionID: id), StoreV1.Transaction.self,
+                                        doing: "looking up transaction \(id)"))
+    }
+
     /// Marks a transaction finished (the app delivered it); idempotent.
     public func finish(_ transaction: Transaction) async throws {
         try await finish(transactionID: transaction.id)
@@ -530,9 +562,46 @@ public final class KioskClient: Sendable {
         if isNew { updates.yield(Transaction(message)) }
     }
 
+    /// Where the account's event log was read to: the events file of the state directory.
+    private var eventCursorPath: String { (configuration.stateDirectory as NSString).appendingPathComponent("events.cursor") }
+
+    /// Yields again, on ``transactionUpdates``, the transactions the store refunded or whose subscription
+    /// ended since the last look, reading the account's events after the saved cursor. The first time
+    /// (no cursor saved) it starts at the end of the log: what happened before this state directory is history.
+    private func followAccountEvents() async throws {
+        let saved = (try? String(contentsOfFile: eventCursorPath, encoding: .utf8)).flatMap { UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        var cursor = saved ?? 0
+        while true {
+            let request = StoreV1.ListEventsRequest(since: cursor, limit: 100, types: [.refunded, .expired])
+            let page: StoreV1.ListEventsResponse
+            do {
+                page = try await failingOver(store) {
+                    try await store.unary("/kiosk.store.v1.Store/ListEvents", request: request, response: StoreV1.ListEventsResponse.self,
+                                          options: options())
+                }
+            } catch let error as RPCError where error.code == .unimplemented {
+                throw EventLogUnsupported()
+            }
+            if saved != nil {
+                for signed in page.events {
+                    guard let event = try? StoreV1.Event(serializedBytes: signed.event), !event.transactionID.isEmpty else { continue }
+                    var transaction = try await self.transaction(id: event.transactionID)
+                    if event.type == .expired { transaction.expirationReason = "\(event.expirationReason)" }
+                    updates.yield(transaction)
+                }
+            }
+            if page.cursor != cursor || saved == nil {
+                cursor = page.cursor
+                try PrivateFiles.writeAtomically(Data("\(cursor)\n".utf8), to: eventCursorPath)
+            }
+            guard page.hasMore, !Task.isCancelled else { return }
+        }
+    }
+
     /// Sends queued payments and looks for transactions to deliver, until closed.
     private func synchronize() async {
         var delay = configuration.retryInitialDelay
+        var followsEvents = true
         while !Task.isCancelled, !state.withLockedValue({ $0.closed }) {
             var reachable = await replayJournal()
             if reachable {
@@ -542,6 +611,15 @@ public final class KioskClient: Sendable {
                     }
                 } catch {
                     reachable = false
+                }
+            }
+            if reachable, followsEvents {
+                do {
+                    try await followAccountEvents()
+                } catch is EventLogUnsupported {
+                    followsEvents = false  // a store older than the event log
+                } catch {
+                    configuration.logger.debug("reading the account's events failed: \(error)")
                 }
             }
             if Task.isCancelled { return }
@@ -555,3 +633,6 @@ public final class KioskClient: Sendable {
         }
     }
 }
+
+/// The store answers UNIMPLEMENTED to ListEvents: it predates the event log.
+private struct EventLogUnsupported: Error {}

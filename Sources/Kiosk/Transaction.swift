@@ -38,6 +38,9 @@ public struct Transaction: Hashable, Sendable, Identifiable {
     public var refundCreditShortfall: UInt64
     /// PURCHASED or DEFERRED (FAILED purchases are answered, never recorded).
     public var state: String
+    /// Set when ``KioskClient/transactionUpdates`` yields a subscription again because it ended:
+    /// why ("CANCELLED", "BILLING_ERROR", "PRICE_INCREASE_NOT_ACCEPTED", "PRODUCT_UNAVAILABLE").
+    public var expirationReason: String?
 
     init(_ message: StoreV1.Transaction) {
         id = message.transactionID
@@ -101,4 +104,12 @@ public struct VerificationResult: Hashable, Sendable {
 extension Date {
     init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
     var milliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded()) }
+}
+
+extension Transaction {
+    /// Every transaction of the account `kiosk` signs in as, oldest first, paged as it is
+    /// consumed (StoreKit's `Transaction.all`).
+    public static func all(in kiosk: KioskClient) -> AsyncThrowingStream<Transaction, Error> {
+        kiosk.allTransactions()
+    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import KioskAPI
+import NIOConcurrencyHelpers
 
 /// One row of the `transactions` table.
 public struct TransactionRecord: Hashable, Sendable {
@@ -203,6 +204,7 @@ public final class Ledger: Sendable {
 
     /// Where the ledger is kept.
     let backend: any LedgerBackend
+    private let writeObservers = NIOLockedValueBox<[@Sendable () -> Void]>([])
     /// The SQLite backend, when that is where it is kept (its pragmas, its group commits).
     let sqlite: SQLiteLedgerBackend?
 
@@ -246,7 +248,14 @@ public final class Ledger: Sendable {
     /// `account` run one after the other (a lock on it; see ``PostgresLedgerBackend``);
     /// every write about an account's purchases names it.
     func write<T: Sendable>(account: String? = nil, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
-        try await backend.groupWrite(serializingOn: account, body)
+        let result = try await backend.groupWrite(serializingOn: account, body)
+        writeObservers.withLockedValue { $0 }.forEach { $0() }
+        return result
+    }
+
+    /// Called after each write of this process through ``write(account:_:)`` commits (the event feed looks then).
+    func onWrite(_ body: @escaping @Sendable () -> Void) {
+        writeObservers.withLockedValue { $0.append(body) }
     }
 
     /// Group commits made by this process (each one fsync of the WAL) and the writes they carried (0, 0 off SQLite).
@@ -332,6 +341,7 @@ public final class Ledger: Sendable {
         registerV4(&migrator)
         registerV5(&migrator)
         registerV6(&migrator)
+        registerV7(&migrator)
         return migrator
     }
 
@@ -472,8 +482,9 @@ public final class Ledger: Sendable {
         try db.execute("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?", [accountID])
     }
 
-    /// Inserts a transaction and, for a purchased consumable, its credits.
-    static func insertTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase) throws {
+    /// Inserts a transaction and, for a purchased consumable, its credits, and records its event:
+    /// PURCHASED or DEFERRED by its state, or `event` (a renewal's RENEWED).
+    static func insertTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase, event: StoreV1.EventType? = nil) throws {
         try serializeOnAccount(record.accountID, db)
         do {
             try record.insert(db)
@@ -482,6 +493,9 @@ public final class Ledger: Sendable {
         }
         if record.state == .purchased, record.credits > 0 {
             try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs, db)
+        }
+        if let type = event ?? (record.state == .purchased ? .purchased : record.state == .deferred ? .deferred : nil) {
+            try recordEvent(EventRecord(type, record, nowMs: record.purchaseMs), db)
         }
     }
 
@@ -594,7 +608,7 @@ public final class Ledger: Sendable {
     }
 
     /// Rewrites a transaction in place (an approval: DEFERRED → PURCHASED), keeping its row and so its place
-    /// in the account's pages; a purchased consumable's credits are added.
+    /// in the account's pages; a purchased consumable's credits are added and APPROVED recorded.
     static func replaceTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase) throws {
         try serializeOnAccount(record.accountID, db)
         do {
@@ -611,6 +625,9 @@ public final class Ledger: Sendable {
         }
         if record.state == .purchased, record.credits > 0 {
             try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs, db)
+        }
+        if record.state == .purchased {
+            try recordEvent(EventRecord(.approved, record, nowMs: record.purchaseMs), db)
         }
     }
 
@@ -644,6 +661,7 @@ public final class Ledger: Sendable {
                 """, [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall]).map(RevocationRecord.init) else {
             throw StoreError(.internalFailure, "revocation of \(transactionID) vanished in its own write")
         }
+        try recordEvent(EventRecord(.refunded, current, nowMs: nowMs, reason: reason, creditShortfall: UInt64(clamping: shortfall)), db)
         try announceChange(db)
         return revocation
     }

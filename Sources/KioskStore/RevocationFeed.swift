@@ -1,3 +1,4 @@
+import KioskAPI
 import KioskRPC
 import NIOConcurrencyHelpers
 
@@ -26,9 +27,15 @@ final class RevocationFeed: Sendable {
         var lastGoodLook: ContinuousClock.Instant?
         /// Service credentials revoked (their open streams end).
         var revokedCredentials: Set<String> = []
+        /// Recent events, id order, signed once; every event above `eventFloor` is here.
+        var recentEvents: [FeedEvent] = []
+        /// The event id below which memory holds nothing (nil before the first look).
+        var eventFloor: UInt64?
     }
 
     private let ledger: Ledger
+    /// Signs an event as it is sent (the store's active key).
+    private let sign: @Sendable (EventRecord) throws -> StoreV1.SignedEvent
     private let pollInterval: Duration
     private let capacity: Int
     private let state = NIOLockedValueBox(State())
@@ -39,8 +46,10 @@ final class RevocationFeed: Sendable {
     /// Called on the poller when the key set changed (the store reloads its verifier).
     private let keysChangedHandler = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
 
-    init(ledger: Ledger, pollInterval: Duration, capacity: Int = 4096) {
+    init(ledger: Ledger, pollInterval: Duration, capacity: Int = 4096,
+         sign: @escaping @Sendable (EventRecord) throws -> StoreV1.SignedEvent) {
         self.ledger = ledger
+        self.sign = sign
         self.pollInterval = pollInterval
         self.capacity = capacity
     }
@@ -63,8 +72,12 @@ final class RevocationFeed: Sendable {
             }
             return true
         }
-        // Other processes' revocations and key changes wake the poller as this process's own do.
-        if started { ledger.watchExternalChanges { [weak self] in self?.noteWritten() } }
+        // Other processes' revocations and key changes wake the poller as this process's own do, and so
+        // does every write of this process (each may have recorded an event).
+        if started {
+            ledger.watchExternalChanges { [weak self] in self?.noteWritten() }
+            ledger.onWrite { [weak self] in self?.noteWritten() }
+        }
     }
 
     private func lookOnce() async -> (signal: RevocationSignal, generation: UInt64, interval: Duration) {
@@ -135,15 +148,64 @@ final class RevocationFeed: Sendable {
         return try await ledger.revocations(after: cursor, limit: limit)
     }
 
-    /// One look at the ledger: new revocations into memory, key changes counted; wakes the streams if anything changed.
+    /// Events after `cursor` of `types` (empty: any), at most `limit`, oldest first, and the id
+    /// the reader has seen through: pass it as the next `cursor` (events the filter left out move it).
+    func events(after cursor: UInt64, limit: Int = 500, types: [StoreV1.EventType] = []) async throws -> (events: [FeedEvent], through: UInt64) {
+        let wanted = Set(types)
+        let fromMemory = state.withLockedValue { state -> (events: [FeedEvent], through: UInt64)? in
+            guard let floor = state.eventFloor, cursor >= floor else { return nil }
+            var found: [FeedEvent] = []
+            var through = max(cursor, state.recentEvents.last?.record.id ?? floor)
+            let start = state.recentEvents.firstIndex { $0.record.id > cursor } ?? state.recentEvents.endIndex
+            for event in state.recentEvents[start...] where wanted.isEmpty || wanted.contains(event.record.type) {
+                found.append(event)
+                if found.count == limit {
+                    through = event.record.id
+                    break
+                }
+            }
+            return (found, through)
+        }
+        if let fromMemory { return fromMemory }
+        let (records, latest) = try await ledger.backend.read { db in
+            (try Ledger.events(db, after: cursor, limit: limit, types: types), try Ledger.latestEventID(db))
+        }
+        let signed = try records.map { FeedEvent(record: $0, signed: try sign($0)) }
+        // Ids commit in order: a short page read everything up to the latest id of the same snapshot.
+        return (signed, records.count == limit ? records.last?.id ?? cursor : max(cursor, latest))
+    }
+
+    /// One look at the ledger: new revocations and events into memory, key changes counted; wakes the streams if anything changed.
     private func look() async {
         var changed = false
         do {
             // One read of the ledger for the cheap parts, off the Swift concurrency threads (GRDB's reader).
-            let (latest, fingerprint, revoked) = try await ledger.backend.read { db in
+            let (latest, fingerprint, revoked, latestEvent) = try await ledger.backend.read { db in
                 (try Ledger.latestRevocationCursor(db),
                  try Ledger.publicKeys(db).map { "\($0.id)/\($0.notAfterMs)" },
-                 try Ledger.revokedServiceCredentialIDs(db))
+                 try Ledger.revokedServiceCredentialIDs(db),
+                 try Ledger.latestEventID(db))
+            }
+            if state.withLockedValue({ $0.eventFloor }) == nil {
+                state.withLockedValue { $0.eventFloor = latestEvent }
+                changed = true
+            }
+            while true {
+                let after = state.withLockedValue { $0.recentEvents.last?.record.id ?? $0.eventFloor ?? 0 }
+                guard after < latestEvent else { break }
+                let batch = try await ledger.events(after: after, limit: 500)
+                guard !batch.isEmpty else { break }
+                let signed = try batch.map { FeedEvent(record: $0, signed: try sign($0)) }
+                changed = true
+                state.withLockedValue { state in
+                    state.recentEvents.append(contentsOf: signed)
+                    if state.recentEvents.count > capacity {
+                        let dropped = state.recentEvents.count - capacity
+                        state.eventFloor = state.recentEvents[dropped - 1].record.id
+                        state.recentEvents.removeFirst(dropped)
+                    }
+                }
+                if batch.count < 500 { break }
             }
             if state.withLockedValue({ $0.floor }) == nil {
                 state.withLockedValue { $0.floor = latest }
@@ -187,6 +249,12 @@ final class RevocationFeed: Sendable {
         }
         if changed { published.notify() }
     }
+}
+
+/// An event as the feed holds it: the record and its signed form.
+struct FeedEvent: Sendable {
+    var record: EventRecord
+    var signed: StoreV1.SignedEvent
 }
 
 extension Ledger {

@@ -245,7 +245,7 @@ extension Store {
                 return true
             }
             let record = try self.purchasedRecord(intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
-            try Ledger.insertTransaction(record, db)
+            try Ledger.insertTransaction(record, db, event: .renewed)
             try Ledger.subscriptionPaid(record, regularPrice: self.catalog.product(record.productID)?.price, renewal: true, nowMs: nowMs, db)
             try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
             return false
@@ -329,8 +329,14 @@ extension Store {
             guard let product = catalog.product(row.productID) else {
                 throw StoreError(.conflict, "\(row.productID) is no longer sold; the subscription ends with its period")
             }
+            let changed = row.acceptedPrice != product.price
             row.acceptedPrice = product.price
             try row.upsert(db, nowMs: nowMs)
+            if changed {
+                try Ledger.recordEvent(EventRecord(
+                    type: .priceChanged, accountID: row.accountID, transactionID: row.latestTransactionID, originalTransactionID: row.originalID,
+                    productID: row.productID, createdMs: nowMs, price: product.price), db)
+            }
             return row
         }
         return try statusMessage(row)
@@ -506,7 +512,13 @@ extension Store {
             guard row.isLive else {
                 throw StoreError(.conflict, "subscription \(originalID) has ended (\(row.state), \(row.expirationReason)); buy it again to subscribe")
             }
+            let changed = row.willAutoRenew != on
             row.willAutoRenew = on
+            if changed {
+                try Ledger.recordEvent(EventRecord(
+                    type: .autoRenewChanged, accountID: row.accountID, transactionID: row.latestTransactionID, originalTransactionID: row.originalID,
+                    productID: row.productID, createdMs: nowMs, autoRenew: on), db)
+            }
             if !on, row.state != .active {
                 row.state = .expired
                 row.expirationReason = .cancelled

@@ -37,7 +37,10 @@ public final class Store: Sendable {
         self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock(),
                                  keyEncryptionKey: configuration.keyEncryptionKey)
         self.verifier = NIOLockedValueBox(Self.makeVerifier(keys: try ledger.publicKeys(), configuration: configuration))
-        self.feed = RevocationFeed(ledger: ledger, pollInterval: configuration.revocationPollInterval)
+        let keys = self.keys, environment = configuration.environment
+        self.feed = RevocationFeed(ledger: ledger, pollInterval: configuration.revocationPollInterval) { record in
+            try StoreV1.SignedEvent.sign(record.message(environment: environment), key: keys.activeKey())
+        }
         self.timeScaleBox = NIOLockedValueBox(configuration.environment == .production ? 1 : max(1, configuration.timeScale))
         // Keys rotated or retired by another process (`kiosk-store keys …` on the data dir) reach this store's verifier too.
         feed.onKeysChanged { [weak self] in self?.refreshVerifier() }

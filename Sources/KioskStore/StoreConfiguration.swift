@@ -53,6 +53,9 @@ public struct StoreConfiguration: Sendable {
     /// new period now, so past periods are never billed; true: each missed period is renewed in turn, its own
     /// charge (what a test that jumps its clock ahead expects; ``KioskTestSession`` sets it).
     public var catchUpRenewals: Bool = false
+    /// An ask-to-buy request not approved within this time is declined (reason "expired", a DECLINED event),
+    /// as the App Store's requests expire after a day; nil: requests wait for ever.
+    public var askToBuyExpiry: Duration? = .seconds(24 * 3600)
     /// Called after a purchase is committed and before it is answered; for
     /// tests that lose the answer on the way (KioskTesting's `holdNextAnswer`).
     public var purchaseCommitted: (@Sendable (PurchaseOutcome) async -> Void)?

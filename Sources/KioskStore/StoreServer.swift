@@ -61,6 +61,8 @@ public final class StoreServer: Sendable {
 
     private func renewOnce() async {
         do {
+            let declined = try await store.expireAskToBuyRequests()
+            if declined > 0 { logger.notice("ask-to-buy requests expired", metadata: ["declined": "\(declined)"]) }
             let report = try await store.renewDueSubscriptions()
             if report.renewed + report.failed + report.expired > 0 {
                 logger.notice("subscriptions", metadata: ["renewed": "\(report.renewed)", "failed": "\(report.failed)",

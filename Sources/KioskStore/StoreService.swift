@@ -6,8 +6,10 @@ import KioskWire
 ///
 /// Each method declares the callers it serves (``CallerRole``): `ListProducts`,
 /// `PublicKeys` (and Health) are open to anyone; `WatchRevocations` is for
-/// content services; `VerifyReceipt` for accounts and services; the rest for
-/// accounts. The bearer token is resolved from HEADERS, before the request is
+/// content services, `WatchEvents` for content and admin services;
+/// `VerifyReceipt` and `ListEvents` for accounts and services (an account
+/// lists its own events); `GetTransaction` for accounts (their own) and
+/// admins; the rest for accounts. The bearer token is resolved from HEADERS, before the request is
 /// decoded: unknown → UNAUTHENTICATED (16), wrong role → PERMISSION_DENIED (7).
 /// `Purchase` and `SpendCredits` honour the `idempotency-key` metadata.
 public struct StoreService: RPCService {
@@ -31,6 +33,8 @@ public struct StoreService: RPCService {
         let auth = RoleAuthenticator(store: store, .account)
         let verifiers = RoleAuthenticator(store: store, .account, .content, .admin)
         let contentServices = RoleAuthenticator(store: store, .content)
+        let services = RoleAuthenticator(store: store, .content, .admin)
+        let accountsAndAdmins = RoleAuthenticator(store: store, .account, .admin)
         router.registerUnary(Self.method("ListProducts"), request: StoreV1.ListProductsRequest.self, response: StoreV1.ListProductsResponse.self) { request, _ in
             let (found, invalid) = store.products(ids: request.productIDs)
             return StoreV1.ListProductsResponse(products: found.map(\.message), invalidProductIDs: invalid)
@@ -100,6 +104,30 @@ public struct StoreService: RPCService {
             let account = try RoleAuthenticator.account(context)
             return try await store.consentToPriceIncrease(account: account, originalID: request.originalTransactionID)
         }
+        router.registerServerStreaming(Self.method("WatchEvents"), request: StoreV1.WatchEventsRequest.self, response: StoreV1.WatchEventsResponse.self, authenticator: services) { request, writer, context in
+            try await Self.watchEvents(store: store, request, writer, context)
+        }
+        router.registerUnary(Self.method("ListEvents"), request: StoreV1.ListEventsRequest.self, response: StoreV1.ListEventsResponse.self, authenticator: verifiers) { request, context in
+            // A service pages the whole log; an account only its own events.
+            let accountID: String? = if case .account(let account)? = context.principal as? Caller { account.id } else { nil }
+            let page = try await store.listEvents(after: request.since, limit: request.limit, accountID: accountID, types: request.types)
+            return StoreV1.ListEventsResponse(events: try page.events.map(store.signed), cursor: page.cursor, hasMore: page.hasMore)
+        }
+        router.registerUnary(Self.method("GetTransaction"), request: StoreV1.GetTransactionRequest.self, response: StoreV1.Transaction.self, authenticator: accountsAndAdmins) { request, context in
+            guard !request.transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
+            let found = try store.ledger.transaction(id: request.transactionID)
+            // Another account's transaction is as unknown as one that does not exist.
+            if case .account(let account)? = context.principal as? Caller, found?.accountID != account.id { throw StoreError.notFound("no transaction \(request.transactionID) for this account") }
+            guard let found else { throw StoreError.notFound("no transaction \(request.transactionID)") }
+            return found.message
+        }
+        router.registerUnary(Self.method("ListTransactions"), request: StoreV1.ListTransactionsRequest.self, response: StoreV1.ListTransactionsResponse.self, authenticator: auth) { request, context in
+            let account = try RoleAuthenticator.account(context)
+            let page = try await store.ledger.listTransactions(accountID: account.id, filter: try TransactionFilter(request), limit: request.limit,
+                                                               pageToken: request.pageToken, revision: request.revision)
+            return StoreV1.ListTransactionsResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken,
+                                                    hasMore: page.hasMore, revision: page.revision)
+        }
         router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: contentServices) { request, writer, context in
             let feed = store.feed
             feed.start()
@@ -136,6 +164,45 @@ public struct StoreService: RPCService {
                 }
                 try await feed.waitForNews(after: generation, timeout: heartbeat)
             }
+        }
+    }
+
+    /// WatchEvents: the backlog after `since`, then each new event, exactly once and in order, with
+    /// heartbeats when caught up and a keys_changed notice when the signing keys change.
+    static func watchEvents(store: Store, _ request: StoreV1.WatchEventsRequest, _ writer: ServerStreamWriter<StoreV1.WatchEventsResponse>,
+                            _ context: ServerContext) async throws {
+        let feed = store.feed
+        feed.start()
+        let credentialID: String? = if case .service(let credential)? = context.principal as? Caller { credential.id } else { nil }
+        var cursor = request.since
+        var keyGeneration: UInt64?
+        var lastHeartbeat: ContinuousClock.Instant?
+        let heartbeat = store.configuration.revocationHeartbeat
+        while !Task.isCancelled, !context.isShuttingDown {
+            if let credentialID, feed.isRevoked(credentialID: credentialID) {
+                throw RPCError(.unauthenticated, "the service credential \(credentialID) was revoked")
+            }
+            try feed.requireCurrent()
+            let generation = feed.generation
+            if let known = keyGeneration, feed.keyGeneration != known {
+                keyGeneration = feed.keyGeneration
+                try await writer.send(StoreV1.WatchEventsResponse(cursor: cursor, keysChanged: true))
+            }
+            let (batch, through) = try await feed.events(after: cursor, types: request.types)
+            for event in batch {
+                try await writer.send(StoreV1.WatchEventsResponse(event: event.signed, cursor: event.record.id))
+                cursor = event.record.id
+            }
+            // Events the type filter left out move the cursor too (the next heartbeat says so).
+            cursor = max(cursor, through)
+            guard batch.isEmpty else { continue }
+            // Caught up: say so, at once and then about every `heartbeat`.
+            if keyGeneration == nil || lastHeartbeat.map({ $0.duration(to: .now) >= heartbeat }) ?? true {
+                try await writer.send(StoreV1.WatchEventsResponse(cursor: cursor, keysChanged: keyGeneration == nil))
+                keyGeneration = keyGeneration ?? feed.keyGeneration
+                lastHeartbeat = .now
+            }
+            try await feed.waitForNews(after: generation, timeout: heartbeat)
         }
     }
 }

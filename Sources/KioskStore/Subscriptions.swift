@@ -86,7 +86,13 @@ public struct SubscriptionRecord: Hashable, Sendable {
     /// charged at most once however many store processes try it; each retry after a decline is a new attempt.
     public var renewalPaymentID: String { "renew_\(originalID)_\(periodsPaid)_\(attempts)" }
 
+    /// Writes the row; a subscription that ends here (ACTIVE, grace or billing retry → EXPIRED) records EXPIRED.
     func upsert(_ db: any LedgerDatabase, nowMs: Int64) throws {
+        if state == .expired, let before = try Ledger.subscription(db, originalID: originalID), before.isLive {
+            try Ledger.recordEvent(EventRecord(
+                type: .expired, accountID: accountID, transactionID: latestTransactionID, originalTransactionID: originalID,
+                productID: productID, createdMs: nowMs, expirationReason: expirationReason), db)
+        }
         try db.execute(
             """
                 INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,

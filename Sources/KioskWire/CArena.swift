@@ -82,6 +82,14 @@ public final class CArena {
         return (elements.count, array)
     }
 
+    /// A protobuf-c repeated scalar or enum field: the count and an array of the values.
+    public func values<C>(_ elements: [C]) -> (Int, UnsafeMutablePointer<C>?) {
+        guard !elements.isEmpty else { return (0, nil) }
+        let array = allocate(C.self, count: elements.count)
+        for (i, element) in elements.enumerated() { array[i] = element }
+        return (elements.count, array)
+    }
+
     /// A protobuf-c repeated message field: the count and an array of pointers to
     /// filled C structs, one per element.
     public func messages<M: WireMessage>(_ elements: [M]) -> (Int, UnsafeMutablePointer<UnsafeMutablePointer<M.CStruct>?>?) {
@@ -127,6 +135,15 @@ public enum CField {
         out.reserveCapacity(count)
         for i in 0..<count { out.append(try string(array[i], field: field)) }
         return out
+    }
+
+    /// The elements of a protobuf-c repeated scalar or enum field, converted one by one.
+    public static func values<C, T>(
+        _ count: Int, _ array: UnsafeMutablePointer<C>?, field: String, _ convert: (C) -> T
+    ) throws(WireError) -> [T] {
+        guard count > 0 else { return [] }
+        guard let array else { throw WireError(.malformedMessage, "field \(field) has no elements") }
+        return (0..<count).map { convert(array[$0]) }
     }
 
     /// The elements of a protobuf-c repeated message field, converted one by one.

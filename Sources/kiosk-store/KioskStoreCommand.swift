@@ -10,7 +10,7 @@ struct KioskStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kiosk-store",
         abstract: "The Kiosk store service: catalog, payments, ledger, signed receipts.",
-        subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Refund.self, Reconcile.self, Keys.self, TLSCommand.self])
+        subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self, Reconcile.self, Events.self, Keys.self, TLSCommand.self])
 }
 
 /// Options every command that opens a data dir takes.
@@ -152,10 +152,13 @@ struct Serve: AsyncParsableCommand {
     var timeScale: Double = 1
     @Option(name: .customLong("renewal-interval-ms"), help: "How often due subscription renewals are charged, in milliseconds.")
     var renewalIntervalMs: Int = 10_000
+    @Option(name: .customLong("ask-to-buy-expiry-s"), help: "Decline ask-to-buy requests not approved within this many seconds (0: never).")
+    var askToBuyExpiryS: Int = 86_400
 
     func validate() throws {
         guard timeScale >= 1, timeScale <= 1_000_000 else { throw ValidationError("--time-scale must be between 1 and 1000000") }
         guard renewalIntervalMs >= 10 else { throw ValidationError("--renewal-interval-ms must be at least 10") }
+        guard askToBuyExpiryS >= 0 else { throw ValidationError("--ask-to-buy-expiry-s must be 0 (never) or more") }
     }
 
     func run() async throws {
@@ -171,6 +174,7 @@ struct Serve: AsyncParsableCommand {
         var configuration = try data.configuration(catalog: loadedCatalog, environment: environment)
         try payments.apply(to: &configuration)
         configuration.renewalInterval = .milliseconds(renewalIntervalMs)
+        configuration.askToBuyExpiry = askToBuyExpiryS == 0 ? nil : .seconds(askToBuyExpiryS)
         if timeScale != 1 {
             if environment == .production {
                 logger.warning("--time-scale is ignored in production: subscriptions renew on the calendar")
@@ -343,6 +347,69 @@ struct Approve: AsyncParsableCommand {
     func run() async throws {
         let record = try await data.openStore(catalog: catalog, payments: payments).approve(transactionID: transaction)
         print("transaction \(record.id): \(record.state.name)")
+    }
+}
+
+struct Decline: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Decline a deferred (ask-to-buy) transaction: it fails (SKError 2), nothing is charged.")
+    @OptionGroup var data: DataDirOptions
+    @Option(help: "Why (the DECLINED event's reason).") var reason = "declined"
+    @Argument(help: "The transaction id.") var transaction: String
+
+    func run() async throws {
+        let record = try await data.openStore().decline(transactionID: transaction, reason: reason)
+        print("transaction \(record.id): declined (\(record.state.name), \(record.errorReason))")
+    }
+}
+
+struct Events: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the event log (one line of JSON per event), or record a TEST event.", subcommands: [List.self, Test.self],
+        defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print events after a cursor, oldest first, as JSON lines.")
+        @OptionGroup var data: DataDirOptions
+        @Option(help: "Print events with an id above this one.") var since: UInt64 = 0
+        @Option(help: "Only these types (comma-separated: purchased,refunded,…).") var types: String?
+        @Option(help: "Only this account's events.") var account: String?
+        @Option(help: "At most this many (0: all).") var limit = 0
+        @Flag(help: "Keep printing new events as they are recorded (until interrupted).") var follow = false
+
+        func run() async throws {
+            let store = try data.openStore()
+            var wanted: [StoreV1.EventType] = []
+            for name in (types ?? "").split(separator: ",") {
+                guard let type = StoreV1.EventType(shortName: String(name.trimmingCharacters(in: .whitespaces))) else {
+                    throw ValidationError("unknown event type \(name)")
+                }
+                wanted.append(type)
+            }
+            var cursor = since
+            var printed = 0
+            while true {
+                let batch = try await store.ledger.events(after: cursor, limit: 500, accountID: account, types: wanted)
+                for event in batch {
+                    print(EventJSON.line(event, environment: store.configuration.environment))
+                    cursor = event.id
+                    printed += 1
+                    if limit > 0, printed >= limit { return }
+                }
+                if batch.count == 500 { continue }
+                guard follow else { return }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+    }
+
+    struct Test: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Record a TEST event, to check that watchers and receivers are wired up.")
+        @OptionGroup var data: DataDirOptions
+
+        func run() async throws {
+            let event = try await data.openStore().recordTestEvent()
+            print("event \(event.id): TEST")
+        }
     }
 }
 

@@ -528,6 +528,24 @@ import Testing
         }
     }
 
+    @Test func subscriptionChangesRecordEvents() async throws {
+        try await Self.withFixture { f in
+            let (account, first) = try await f.subscribe()
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 1)
+            let store = try repriced(f, to: "5.99")
+            _ = try await store.consentToPriceIncrease(account: account, originalID: first.id)
+            _ = try await store.setAutoRenew(account: account, originalID: first.id, false)
+            f.clock.advance(byMs: try f.row(first.id).expiresMs - f.clock.now)
+            #expect(try await store.renewDueSubscriptions().expired == 1)
+            let events = try await store.ledger.events(after: 0, accountID: account.id)
+            #expect(events.map(\.type) == [.purchased, .renewed, .priceChanged, .autoRenewChanged, .expired])
+            #expect(events.allSatisfy { $0.originalTransactionID == first.id })
+            #expect(events[1].transactionID != first.id && events[2].price == "5.99" && !events[3].autoRenew)
+            #expect(events[4].expirationReason == .cancelled)
+        }
+    }
+
     @Test func anotherAccountCannotTouchASubscription() async throws {
         try await Self.withFixture { f in
             let (_, first) = try await f.subscribe()

@@ -1537,6 +1537,455 @@ extension StoreV1.SetAutoRenewRequest: WireMessage {
 }
 
 extension StoreV1 {
+    /// What happened (the event log: one entry per change to a purchase, written in
+    /// the same ledger transaction as the change). Values carry the enum's name as
+    /// a prefix (TransactionState already has PURCHASED and DEFERRED in this
+    /// package); webhooks and tools print them without it ("REFUNDED").
+    /// Open: values this version does not know are kept.
+    public struct EventType: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public var rawValue: Int32
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+        /// `EVENT_TYPE_UNSPECIFIED`.
+        public static let unspecified = EventType(rawValue: 0)
+        /// A purchase was charged (or a free trial began): transaction_id is new.
+        public static let purchased = EventType(rawValue: 1)
+        /// An auto-renewable subscription renewed: a new transaction_id, the same original.
+        public static let renewed = EventType(rawValue: 2)
+        /// A purchase waits for approval (ask to buy).
+        public static let deferred = EventType(rawValue: 3)
+        /// A deferred purchase was approved and charged.
+        public static let approved = EventType(rawValue: 4)
+        /// A deferred purchase was declined, or its request expired (reason says which).
+        public static let declined = EventType(rawValue: 5)
+        /// A transaction was refunded or revoked (reason; credit_shortfall for a consumable).
+        public static let refunded = EventType(rawValue: 6)
+        /// A subscription ended (expiration_reason).
+        public static let expired = EventType(rawValue: 7)
+        /// The buyer turned a subscription's auto-renew off or on (auto_renew).
+        public static let autoRenewChanged = EventType(rawValue: 8)
+        /// The buyer accepted a subscription's new price (price).
+        public static let priceChanged = EventType(rawValue: 9)
+        /// Sent by an operator to check that receivers are wired up.
+        public static let test = EventType(rawValue: 10)
+        /// The buyer asked for a refund (reason); an operator grants it (EVENT_TYPE_REFUNDED) or denies it.
+        public static let refundRequested = EventType(rawValue: 11)
+        /// `EVENT_TYPE_REFUND_DENIED`.
+        public static let refundDenied = EventType(rawValue: 12)
+        public var description: String {
+        switch rawValue {
+        case 0: "EVENT_TYPE_UNSPECIFIED"
+        case 1: "EVENT_TYPE_PURCHASED"
+        case 2: "EVENT_TYPE_RENEWED"
+        case 3: "EVENT_TYPE_DEFERRED"
+        case 4: "EVENT_TYPE_APPROVED"
+        case 5: "EVENT_TYPE_DECLINED"
+        case 6: "EVENT_TYPE_REFUNDED"
+        case 7: "EVENT_TYPE_EXPIRED"
+        case 8: "EVENT_TYPE_AUTO_RENEW_CHANGED"
+        case 9: "EVENT_TYPE_PRICE_CHANGED"
+        case 10: "EVENT_TYPE_TEST"
+        case 11: "EVENT_TYPE_REFUND_REQUESTED"
+        case 12: "EVENT_TYPE_REFUND_DENIED"
+        default: "EventType(\(rawValue))"
+        }
+        }
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.Event`.
+    public struct Event: Hashable, Sendable {
+        /// Increases with every event the ledger records; also the cursor to resume after.
+        public var eventID: UInt64
+        /// `type` (field 2).
+        public var type: StoreV1.EventType
+        /// `account_id` (field 3).
+        public var accountID: String
+        /// `transaction_id` (field 4).
+        public var transactionID: String
+        /// `original_transaction_id` (field 5).
+        public var originalTransactionID: String
+        /// `product_id` (field 6).
+        public var productID: String
+        /// When the change was recorded (ms since 1970, the store's clock).
+        public var createdMs: Int64
+        /// `reason` (field 8).
+        public var reason: String
+        /// `credit_shortfall` (field 9).
+        public var creditShortfall: UInt64
+        /// `auto_renew` (field 10).
+        public var autoRenew: Bool
+        /// `price` (field 11).
+        public var price: String
+        /// `expiration_reason` (field 12).
+        public var expirationReason: StoreV1.ExpirationReason
+        /// `environment` (field 13).
+        public var environment: ReceiptV1.Environment
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(eventID: UInt64 = 0, type: StoreV1.EventType = StoreV1.EventType(rawValue: 0), accountID: String = "", transactionID: String = "", originalTransactionID: String = "", productID: String = "", createdMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false, price: String = "", expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0)) {
+            self.eventID = eventID
+            self.type = type
+            self.accountID = accountID
+            self.transactionID = transactionID
+            self.originalTransactionID = originalTransactionID
+            self.productID = productID
+            self.createdMs = createdMs
+            self.reason = reason
+            self.creditShortfall = creditShortfall
+            self.autoRenew = autoRenew
+            self.price = price
+            self.expirationReason = expirationReason
+            self.environment = environment
+        }
+    }
+}
+
+extension StoreV1.Event: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__Event
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__event__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            eventID: c.event_id,
+            type: StoreV1.EventType(rawValue: Int32(truncatingIfNeeded: c.type.rawValue)),
+            accountID: try CField.string(c.account_id, field: "Event.account_id"),
+            transactionID: try CField.string(c.transaction_id, field: "Event.transaction_id"),
+            originalTransactionID: try CField.string(c.original_transaction_id, field: "Event.original_transaction_id"),
+            productID: try CField.string(c.product_id, field: "Event.product_id"),
+            createdMs: c.created_ms,
+            reason: try CField.string(c.reason, field: "Event.reason"),
+            creditShortfall: c.credit_shortfall,
+            autoRenew: c.auto_renew != 0,
+            price: try CField.string(c.price, field: "Event.price"),
+            expirationReason: StoreV1.ExpirationReason(rawValue: Int32(truncatingIfNeeded: c.expiration_reason.rawValue)),
+            environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue))
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.event_id = eventID
+        c.type = Kiosk__Store__V1__EventType(rawValue: .init(truncatingIfNeeded: type.rawValue))
+        c.account_id = arena.cString(accountID)
+        c.transaction_id = arena.cString(transactionID)
+        c.original_transaction_id = arena.cString(originalTransactionID)
+        c.product_id = arena.cString(productID)
+        c.created_ms = createdMs
+        c.reason = arena.cString(reason)
+        c.credit_shortfall = creditShortfall
+        c.auto_renew = autoRenew ? 1 : 0
+        c.price = arena.cString(price)
+        c.expiration_reason = Kiosk__Store__V1__ExpirationReason(rawValue: .init(truncatingIfNeeded: expirationReason.rawValue))
+        c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
+    }
+}
+
+extension StoreV1 {
+    /// An event signed with the store's receipt keys (Ed25519 over
+    /// "KIOSK-EVENT-V1\n" followed by the bytes of `event`): a receiver verifies it
+    /// offline with PublicKeys, as it verifies receipts.
+    public struct SignedEvent: Hashable, Sendable {
+        /// An encoded Event.
+        public var event: [UInt8]
+        /// `signature` (field 2).
+        public var signature: [UInt8]
+        /// `key_id` (field 3).
+        public var keyID: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(event: [UInt8] = [], signature: [UInt8] = [], keyID: String = "") {
+            self.event = event
+            self.signature = signature
+            self.keyID = keyID
+        }
+    }
+}
+
+extension StoreV1.SignedEvent: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SignedEvent
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__signed_event__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            event: CField.bytes(c.event),
+            signature: CField.bytes(c.signature),
+            keyID: try CField.string(c.key_id, field: "SignedEvent.key_id")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.event = arena.binary(event)
+        c.signature = arena.binary(signature)
+        c.key_id = arena.cString(keyID)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.WatchEventsRequest`.
+    public struct WatchEventsRequest: Hashable, Sendable {
+        /// Deliver events with an id above this one (0: from the start).
+        public var since: UInt64
+        /// Only these types (empty: all).
+        public var types: [StoreV1.EventType]
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(since: UInt64 = 0, types: [StoreV1.EventType] = []) {
+            self.since = since
+            self.types = types
+        }
+    }
+}
+
+extension StoreV1.WatchEventsRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__WatchEventsRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__watch_events_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            since: c.since,
+            types: try CField.values(c.n_types, c.types, field: "WatchEventsRequest.types") { StoreV1.EventType(rawValue: Int32(truncatingIfNeeded: $0.rawValue)) }
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.since = since
+        (c.n_types, c.types) = arena.values(types.map { Kiosk__Store__V1__EventType(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
+    }
+}
+
+extension StoreV1 {
+    /// One event, or a heartbeat (no event): the stream is live and caught up to
+    /// `cursor`. The store sends a heartbeat when the backlog is delivered and
+    /// then about every second. Events a type filter leaves out still move the cursor.
+    public struct WatchEventsResponse: Hashable, Sendable {
+        /// `event` (field 1).
+        public var event: StoreV1.SignedEvent?
+        /// `cursor` (field 2).
+        public var cursor: UInt64
+        /// The store's signing keys changed: fetch PublicKeys again.
+        public var keysChanged: Bool
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(event: StoreV1.SignedEvent? = nil, cursor: UInt64 = 0, keysChanged: Bool = false) {
+            self.event = event
+            self.cursor = cursor
+            self.keysChanged = keysChanged
+        }
+    }
+}
+
+extension StoreV1.WatchEventsResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__WatchEventsResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__watch_events_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            event: try CField.message(c.event, as: StoreV1.SignedEvent.self),
+            cursor: c.cursor,
+            keysChanged: c.keys_changed != 0
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.event = event.map { $0.makeCStruct(in: arena) }
+        c.cursor = cursor
+        c.keys_changed = keysChanged ? 1 : 0
+    }
+}
+
+extension StoreV1 {
+    /// Services page the whole log; an account pages its own events.
+    public struct ListEventsRequest: Hashable, Sendable {
+        /// `since` (field 1).
+        public var since: UInt64
+        /// 0 means 100, at most 500.
+        public var limit: UInt32
+        /// `types` (field 3).
+        public var types: [StoreV1.EventType]
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(since: UInt64 = 0, limit: UInt32 = 0, types: [StoreV1.EventType] = []) {
+            self.since = since
+            self.limit = limit
+            self.types = types
+        }
+    }
+}
+
+extension StoreV1.ListEventsRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ListEventsRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_events_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            since: c.since,
+            limit: c.limit,
+            types: try CField.values(c.n_types, c.types, field: "ListEventsRequest.types") { StoreV1.EventType(rawValue: Int32(truncatingIfNeeded: $0.rawValue)) }
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.since = since
+        c.limit = limit
+        (c.n_types, c.types) = arena.values(types.map { Kiosk__Store__V1__EventType(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.ListEventsResponse`.
+    public struct ListEventsResponse: Hashable, Sendable {
+        /// `events` (field 1).
+        public var events: [StoreV1.SignedEvent]
+        /// Pass as `since` for the next page (the last event's id, or `since` when none).
+        public var cursor: UInt64
+        /// `has_more` (field 3).
+        public var hasMore: Bool
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(events: [StoreV1.SignedEvent] = [], cursor: UInt64 = 0, hasMore: Bool = false) {
+            self.events = events
+            self.cursor = cursor
+            self.hasMore = hasMore
+        }
+    }
+}
+
+extension StoreV1.ListEventsResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ListEventsResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_events_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            events: try CField.messages(c.n_events, c.events, as: StoreV1.SignedEvent.self, field: "ListEventsResponse.events"),
+            cursor: c.cursor,
+            hasMore: c.has_more != 0
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        (c.n_events, c.events) = arena.messages(events)
+        c.cursor = cursor
+        c.has_more = hasMore ? 1 : 0
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.GetTransactionRequest`.
+    public struct GetTransactionRequest: Hashable, Sendable {
+        /// `transaction_id` (field 1).
+        public var transactionID: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(transactionID: String = "") {
+            self.transactionID = transactionID
+        }
+    }
+}
+
+extension StoreV1.GetTransactionRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__GetTransactionRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__get_transaction_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            transactionID: try CField.string(c.transaction_id, field: "GetTransactionRequest.transaction_id")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.transaction_id = arena.cString(transactionID)
+    }
+}
+
+extension StoreV1 {
+    /// An account's transactions, consumables included, filtered, a page at a time
+    /// in the order the ledger recorded them. A first page (empty page_token) also
+    /// answers a revision: pass it as `revision` later to get only the transactions
+    /// that changed since (bought, approved, refunded, finished), as the App Store
+    /// Server API's transaction history does.
+    public struct ListTransactionsRequest: Hashable, Sendable {
+        /// Filters; empty or unspecified: any.
+        public var productIDs: [String]
+        /// `product_types` (field 2).
+        public var productTypes: [ReceiptV1.ProductType]
+        /// `state` (field 3).
+        public var state: StoreV1.TransactionState
+        /// 0 any, 1 only revoked, 2 only not revoked.
+        public var revoked: UInt32
+        /// `limit` (field 5).
+        public var limit: UInt32
+        /// `page_token` (field 6).
+        public var pageToken: String
+        /// `revision` (field 7).
+        public var revision: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(productIDs: [String] = [], productTypes: [ReceiptV1.ProductType] = [], state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), revoked: UInt32 = 0, limit: UInt32 = 0, pageToken: String = "", revision: String = "") {
+            self.productIDs = productIDs
+            self.productTypes = productTypes
+            self.state = state
+            self.revoked = revoked
+            self.limit = limit
+            self.pageToken = pageToken
+            self.revision = revision
+        }
+    }
+}
+
+extension StoreV1.ListTransactionsRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ListTransactionsRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_transactions_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            productIDs: try CField.strings(c.n_product_ids, c.product_ids, field: "ListTransactionsRequest.product_ids"),
+            productTypes: try CField.values(c.n_product_types, c.product_types, field: "ListTransactionsRequest.product_types") { ReceiptV1.ProductType(rawValue: Int32(truncatingIfNeeded: $0.rawValue)) },
+            state: StoreV1.TransactionState(rawValue: Int32(truncatingIfNeeded: c.state.rawValue)),
+            revoked: c.revoked,
+            limit: c.limit,
+            pageToken: try CField.string(c.page_token, field: "ListTransactionsRequest.page_token"),
+            revision: try CField.string(c.revision, field: "ListTransactionsRequest.revision")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        (c.n_product_ids, c.product_ids) = arena.strings(productIDs)
+        (c.n_product_types, c.product_types) = arena.values(productTypes.map { Kiosk__Receipt__V1__ProductType(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
+        c.state = Kiosk__Store__V1__TransactionState(rawValue: .init(truncatingIfNeeded: state.rawValue))
+        c.revoked = revoked
+        c.limit = limit
+        c.page_token = arena.cString(pageToken)
+        c.revision = arena.cString(revision)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.ListTransactionsResponse`.
+    public struct ListTransactionsResponse: Hashable, Sendable {
+        /// `transactions` (field 1).
+        public var transactions: [StoreV1.Transaction]
+        /// `next_page_token` (field 2).
+        public var nextPageToken: String
+        /// `has_more` (field 3).
+        public var hasMore: Bool
+        /// Everything up to here is in the pages of this listing: pass it as
+        /// `revision` to list only what changed after.
+        public var revision: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(transactions: [StoreV1.Transaction] = [], nextPageToken: String = "", hasMore: Bool = false, revision: String = "") {
+            self.transactions = transactions
+            self.nextPageToken = nextPageToken
+            self.hasMore = hasMore
+            self.revision = revision
+        }
+    }
+}
+
+extension StoreV1.ListTransactionsResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ListTransactionsResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_transactions_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            transactions: try CField.messages(c.n_transactions, c.transactions, as: StoreV1.Transaction.self, field: "ListTransactionsResponse.transactions"),
+            nextPageToken: try CField.string(c.next_page_token, field: "ListTransactionsResponse.next_page_token"),
+            hasMore: c.has_more != 0,
+            revision: try CField.string(c.revision, field: "ListTransactionsResponse.revision")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        (c.n_transactions, c.transactions) = arena.messages(transactions)
+        c.next_page_token = arena.cString(nextPageToken)
+        c.has_more = hasMore ? 1 : 0
+        c.revision = arena.cString(revision)
+    }
+}
+
+extension StoreV1 {
     /// `kiosk.store.v1.RotateKeyRequest`.
     public struct RotateKeyRequest: Hashable, Sendable {
 

@@ -1627,6 +1627,411 @@ void   kiosk__store__v1__set_auto_renew_request__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__set_auto_renew_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__event__init
+                     (Kiosk__Store__V1__Event         *message)
+{
+  static const Kiosk__Store__V1__Event init_value = KIOSK__STORE__V1__EVENT__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__event__get_packed_size
+                     (const Kiosk__Store__V1__Event *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__event__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__event__pack
+                     (const Kiosk__Store__V1__Event *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__event__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__event__pack_to_buffer
+                     (const Kiosk__Store__V1__Event *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__event__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__Event *
+       kiosk__store__v1__event__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__Event *)
+     protobuf_c_message_unpack (&kiosk__store__v1__event__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__event__free_unpacked
+                     (Kiosk__Store__V1__Event *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__event__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__signed_event__init
+                     (Kiosk__Store__V1__SignedEvent         *message)
+{
+  static const Kiosk__Store__V1__SignedEvent init_value = KIOSK__STORE__V1__SIGNED_EVENT__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__signed_event__get_packed_size
+                     (const Kiosk__Store__V1__SignedEvent *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__signed_event__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__signed_event__pack
+                     (const Kiosk__Store__V1__SignedEvent *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__signed_event__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__signed_event__pack_to_buffer
+                     (const Kiosk__Store__V1__SignedEvent *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__signed_event__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SignedEvent *
+       kiosk__store__v1__signed_event__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SignedEvent *)
+     protobuf_c_message_unpack (&kiosk__store__v1__signed_event__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__signed_event__free_unpacked
+                     (Kiosk__Store__V1__SignedEvent *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__signed_event__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__watch_events_request__init
+                     (Kiosk__Store__V1__WatchEventsRequest         *message)
+{
+  static const Kiosk__Store__V1__WatchEventsRequest init_value = KIOSK__STORE__V1__WATCH_EVENTS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__watch_events_request__get_packed_size
+                     (const Kiosk__Store__V1__WatchEventsRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__watch_events_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__watch_events_request__pack
+                     (const Kiosk__Store__V1__WatchEventsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__watch_events_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__watch_events_request__pack_to_buffer
+                     (const Kiosk__Store__V1__WatchEventsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__watch_events_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__WatchEventsRequest *
+       kiosk__store__v1__watch_events_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__WatchEventsRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__watch_events_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__watch_events_request__free_unpacked
+                     (Kiosk__Store__V1__WatchEventsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__watch_events_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__watch_events_response__init
+                     (Kiosk__Store__V1__WatchEventsResponse         *message)
+{
+  static const Kiosk__Store__V1__WatchEventsResponse init_value = KIOSK__STORE__V1__WATCH_EVENTS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__watch_events_response__get_packed_size
+                     (const Kiosk__Store__V1__WatchEventsResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__watch_events_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__watch_events_response__pack
+                     (const Kiosk__Store__V1__WatchEventsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__watch_events_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__watch_events_response__pack_to_buffer
+                     (const Kiosk__Store__V1__WatchEventsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__watch_events_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__WatchEventsResponse *
+       kiosk__store__v1__watch_events_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__WatchEventsResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__watch_events_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__watch_events_response__free_unpacked
+                     (Kiosk__Store__V1__WatchEventsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__watch_events_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__list_events_request__init
+                     (Kiosk__Store__V1__ListEventsRequest         *message)
+{
+  static const Kiosk__Store__V1__ListEventsRequest init_value = KIOSK__STORE__V1__LIST_EVENTS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__list_events_request__get_packed_size
+                     (const Kiosk__Store__V1__ListEventsRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_events_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__list_events_request__pack
+                     (const Kiosk__Store__V1__ListEventsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_events_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__list_events_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ListEventsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_events_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ListEventsRequest *
+       kiosk__store__v1__list_events_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ListEventsRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__list_events_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__list_events_request__free_unpacked
+                     (Kiosk__Store__V1__ListEventsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__list_events_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__list_events_response__init
+                     (Kiosk__Store__V1__ListEventsResponse         *message)
+{
+  static const Kiosk__Store__V1__ListEventsResponse init_value = KIOSK__STORE__V1__LIST_EVENTS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__list_events_response__get_packed_size
+                     (const Kiosk__Store__V1__ListEventsResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_events_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__list_events_response__pack
+                     (const Kiosk__Store__V1__ListEventsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_events_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__list_events_response__pack_to_buffer
+                     (const Kiosk__Store__V1__ListEventsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_events_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ListEventsResponse *
+       kiosk__store__v1__list_events_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ListEventsResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__list_events_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__list_events_response__free_unpacked
+                     (Kiosk__Store__V1__ListEventsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__list_events_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__get_transaction_request__init
+                     (Kiosk__Store__V1__GetTransactionRequest         *message)
+{
+  static const Kiosk__Store__V1__GetTransactionRequest init_value = KIOSK__STORE__V1__GET_TRANSACTION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__get_transaction_request__get_packed_size
+                     (const Kiosk__Store__V1__GetTransactionRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__get_transaction_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__get_transaction_request__pack
+                     (const Kiosk__Store__V1__GetTransactionRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__get_transaction_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__get_transaction_request__pack_to_buffer
+                     (const Kiosk__Store__V1__GetTransactionRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__get_transaction_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__GetTransactionRequest *
+       kiosk__store__v1__get_transaction_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__GetTransactionRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__get_transaction_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__get_transaction_request__free_unpacked
+                     (Kiosk__Store__V1__GetTransactionRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__get_transaction_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__list_transactions_request__init
+                     (Kiosk__Store__V1__ListTransactionsRequest         *message)
+{
+  static const Kiosk__Store__V1__ListTransactionsRequest init_value = KIOSK__STORE__V1__LIST_TRANSACTIONS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__list_transactions_request__get_packed_size
+                     (const Kiosk__Store__V1__ListTransactionsRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_transactions_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__list_transactions_request__pack
+                     (const Kiosk__Store__V1__ListTransactionsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_transactions_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__list_transactions_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ListTransactionsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_transactions_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ListTransactionsRequest *
+       kiosk__store__v1__list_transactions_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ListTransactionsRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__list_transactions_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__list_transactions_request__free_unpacked
+                     (Kiosk__Store__V1__ListTransactionsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__list_transactions_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__list_transactions_response__init
+                     (Kiosk__Store__V1__ListTransactionsResponse         *message)
+{
+  static const Kiosk__Store__V1__ListTransactionsResponse init_value = KIOSK__STORE__V1__LIST_TRANSACTIONS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__list_transactions_response__get_packed_size
+                     (const Kiosk__Store__V1__ListTransactionsResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_transactions_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__list_transactions_response__pack
+                     (const Kiosk__Store__V1__ListTransactionsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_transactions_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__list_transactions_response__pack_to_buffer
+                     (const Kiosk__Store__V1__ListTransactionsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_transactions_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ListTransactionsResponse *
+       kiosk__store__v1__list_transactions_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ListTransactionsResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__list_transactions_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__list_transactions_response__free_unpacked
+                     (Kiosk__Store__V1__ListTransactionsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__list_transactions_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__rotate_key_request__init
                      (Kiosk__Store__V1__RotateKeyRequest         *message)
 {
@@ -4280,6 +4685,738 @@ const ProtobufCMessageDescriptor kiosk__store__v1__set_auto_renew_request__descr
   (ProtobufCMessageInit) kiosk__store__v1__set_auto_renew_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors[13] =
+{
+  {
+    "event_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, event_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "type",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, type),
+    &kiosk__store__v1__event_type__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "account_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, account_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "transaction_id",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "original_transaction_id",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, original_transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "product_id",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_ms",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, created_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "credit_shortfall",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, credit_shortfall),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "auto_renew",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, auto_renew),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "price",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, price),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expiration_reason",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, expiration_reason),
+    &kiosk__store__v1__expiration_reason__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "environment",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, environment),
+    &kiosk__receipt__v1__environment__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
+  2,   /* field[2] = account_id */
+  9,   /* field[9] = auto_renew */
+  6,   /* field[6] = created_ms */
+  8,   /* field[8] = credit_shortfall */
+  12,   /* field[12] = environment */
+  0,   /* field[0] = event_id */
+  11,   /* field[11] = expiration_reason */
+  4,   /* field[4] = original_transaction_id */
+  10,   /* field[10] = price */
+  5,   /* field[5] = product_id */
+  7,   /* field[7] = reason */
+  3,   /* field[3] = transaction_id */
+  1,   /* field[1] = type */
+};
+static const ProtobufCIntRange kiosk__store__v1__event__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 13 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.Event",
+  "Event",
+  "Kiosk__Store__V1__Event",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__Event),
+  13,
+  kiosk__store__v1__event__field_descriptors,
+  kiosk__store__v1__event__field_indices_by_name,
+  1,  kiosk__store__v1__event__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__event__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__signed_event__field_descriptors[3] =
+{
+  {
+    "event",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SignedEvent, event),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "signature",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SignedEvent, signature),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "key_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SignedEvent, key_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__signed_event__field_indices_by_name[] = {
+  0,   /* field[0] = event */
+  2,   /* field[2] = key_id */
+  1,   /* field[1] = signature */
+};
+static const ProtobufCIntRange kiosk__store__v1__signed_event__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__signed_event__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SignedEvent",
+  "SignedEvent",
+  "Kiosk__Store__V1__SignedEvent",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SignedEvent),
+  3,
+  kiosk__store__v1__signed_event__field_descriptors,
+  kiosk__store__v1__signed_event__field_indices_by_name,
+  1,  kiosk__store__v1__signed_event__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__signed_event__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__watch_events_request__field_descriptors[2] =
+{
+  {
+    "since",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__WatchEventsRequest, since),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "types",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Kiosk__Store__V1__WatchEventsRequest, n_types),
+    offsetof(Kiosk__Store__V1__WatchEventsRequest, types),
+    &kiosk__store__v1__event_type__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__watch_events_request__field_indices_by_name[] = {
+  0,   /* field[0] = since */
+  1,   /* field[1] = types */
+};
+static const ProtobufCIntRange kiosk__store__v1__watch_events_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__watch_events_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.WatchEventsRequest",
+  "WatchEventsRequest",
+  "Kiosk__Store__V1__WatchEventsRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__WatchEventsRequest),
+  2,
+  kiosk__store__v1__watch_events_request__field_descriptors,
+  kiosk__store__v1__watch_events_request__field_indices_by_name,
+  1,  kiosk__store__v1__watch_events_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__watch_events_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__watch_events_response__field_descriptors[3] =
+{
+  {
+    "event",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__WatchEventsResponse, event),
+    &kiosk__store__v1__signed_event__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "cursor",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__WatchEventsResponse, cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "keys_changed",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__WatchEventsResponse, keys_changed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__watch_events_response__field_indices_by_name[] = {
+  1,   /* field[1] = cursor */
+  0,   /* field[0] = event */
+  2,   /* field[2] = keys_changed */
+};
+static const ProtobufCIntRange kiosk__store__v1__watch_events_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__watch_events_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.WatchEventsResponse",
+  "WatchEventsResponse",
+  "Kiosk__Store__V1__WatchEventsResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__WatchEventsResponse),
+  3,
+  kiosk__store__v1__watch_events_response__field_descriptors,
+  kiosk__store__v1__watch_events_response__field_indices_by_name,
+  1,  kiosk__store__v1__watch_events_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__watch_events_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_events_request__field_descriptors[3] =
+{
+  {
+    "since",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListEventsRequest, since),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListEventsRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "types",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Kiosk__Store__V1__ListEventsRequest, n_types),
+    offsetof(Kiosk__Store__V1__ListEventsRequest, types),
+    &kiosk__store__v1__event_type__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__list_events_request__field_indices_by_name[] = {
+  1,   /* field[1] = limit */
+  0,   /* field[0] = since */
+  2,   /* field[2] = types */
+};
+static const ProtobufCIntRange kiosk__store__v1__list_events_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__list_events_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ListEventsRequest",
+  "ListEventsRequest",
+  "Kiosk__Store__V1__ListEventsRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ListEventsRequest),
+  3,
+  kiosk__store__v1__list_events_request__field_descriptors,
+  kiosk__store__v1__list_events_request__field_indices_by_name,
+  1,  kiosk__store__v1__list_events_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__list_events_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_events_response__field_descriptors[3] =
+{
+  {
+    "events",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__ListEventsResponse, n_events),
+    offsetof(Kiosk__Store__V1__ListEventsResponse, events),
+    &kiosk__store__v1__signed_event__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "cursor",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListEventsResponse, cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "has_more",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListEventsResponse, has_more),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__list_events_response__field_indices_by_name[] = {
+  1,   /* field[1] = cursor */
+  0,   /* field[0] = events */
+  2,   /* field[2] = has_more */
+};
+static const ProtobufCIntRange kiosk__store__v1__list_events_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__list_events_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ListEventsResponse",
+  "ListEventsResponse",
+  "Kiosk__Store__V1__ListEventsResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ListEventsResponse),
+  3,
+  kiosk__store__v1__list_events_response__field_descriptors,
+  kiosk__store__v1__list_events_response__field_indices_by_name,
+  1,  kiosk__store__v1__list_events_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__list_events_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__get_transaction_request__field_descriptors[1] =
+{
+  {
+    "transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__GetTransactionRequest, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__get_transaction_request__field_indices_by_name[] = {
+  0,   /* field[0] = transaction_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__get_transaction_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__get_transaction_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.GetTransactionRequest",
+  "GetTransactionRequest",
+  "Kiosk__Store__V1__GetTransactionRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__GetTransactionRequest),
+  1,
+  kiosk__store__v1__get_transaction_request__field_descriptors,
+  kiosk__store__v1__get_transaction_request__field_indices_by_name,
+  1,  kiosk__store__v1__get_transaction_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__get_transaction_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_transactions_request__field_descriptors[7] =
+{
+  {
+    "product_ids",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, n_product_ids),
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, product_ids),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "product_types",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, n_product_types),
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, product_types),
+    &kiosk__receipt__v1__product_type__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "state",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, state),
+    &kiosk__store__v1__transaction_state__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "revoked",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, revoked),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "page_token",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "revision",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListTransactionsRequest, revision),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__list_transactions_request__field_indices_by_name[] = {
+  4,   /* field[4] = limit */
+  5,   /* field[5] = page_token */
+  0,   /* field[0] = product_ids */
+  1,   /* field[1] = product_types */
+  6,   /* field[6] = revision */
+  3,   /* field[3] = revoked */
+  2,   /* field[2] = state */
+};
+static const ProtobufCIntRange kiosk__store__v1__list_transactions_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 7 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__list_transactions_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ListTransactionsRequest",
+  "ListTransactionsRequest",
+  "Kiosk__Store__V1__ListTransactionsRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ListTransactionsRequest),
+  7,
+  kiosk__store__v1__list_transactions_request__field_descriptors,
+  kiosk__store__v1__list_transactions_request__field_indices_by_name,
+  1,  kiosk__store__v1__list_transactions_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__list_transactions_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_transactions_response__field_descriptors[4] =
+{
+  {
+    "transactions",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__ListTransactionsResponse, n_transactions),
+    offsetof(Kiosk__Store__V1__ListTransactionsResponse, transactions),
+    &kiosk__store__v1__transaction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_page_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListTransactionsResponse, next_page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "has_more",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListTransactionsResponse, has_more),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "revision",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListTransactionsResponse, revision),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__list_transactions_response__field_indices_by_name[] = {
+  2,   /* field[2] = has_more */
+  1,   /* field[1] = next_page_token */
+  3,   /* field[3] = revision */
+  0,   /* field[0] = transactions */
+};
+static const ProtobufCIntRange kiosk__store__v1__list_transactions_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__list_transactions_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ListTransactionsResponse",
+  "ListTransactionsResponse",
+  "Kiosk__Store__V1__ListTransactionsResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ListTransactionsResponse),
+  4,
+  kiosk__store__v1__list_transactions_response__field_descriptors,
+  kiosk__store__v1__list_transactions_response__field_indices_by_name,
+  1,  kiosk__store__v1__list_transactions_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__list_transactions_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 #define kiosk__store__v1__rotate_key_request__field_descriptors NULL
 #define kiosk__store__v1__rotate_key_request__field_indices_by_name NULL
 #define kiosk__store__v1__rotate_key_request__number_ranges NULL
@@ -4451,7 +5588,57 @@ const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
   kiosk__store__v1__expiration_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[15] =
+static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[13] =
+{
+  { "EVENT_TYPE_UNSPECIFIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED", 0 },
+  { "EVENT_TYPE_PURCHASED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PURCHASED", 1 },
+  { "EVENT_TYPE_RENEWED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWED", 2 },
+  { "EVENT_TYPE_DEFERRED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DEFERRED", 3 },
+  { "EVENT_TYPE_APPROVED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_APPROVED", 4 },
+  { "EVENT_TYPE_DECLINED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DECLINED", 5 },
+  { "EVENT_TYPE_REFUNDED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUNDED", 6 },
+  { "EVENT_TYPE_EXPIRED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_EXPIRED", 7 },
+  { "EVENT_TYPE_AUTO_RENEW_CHANGED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_AUTO_RENEW_CHANGED", 8 },
+  { "EVENT_TYPE_PRICE_CHANGED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PRICE_CHANGED", 9 },
+  { "EVENT_TYPE_TEST", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_TEST", 10 },
+  { "EVENT_TYPE_REFUND_REQUESTED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REQUESTED", 11 },
+  { "EVENT_TYPE_REFUND_DENIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_DENIED", 12 },
+};
+static const ProtobufCIntRange kiosk__store__v1__event_type__value_ranges[] = {
+{0, 0},{0, 13}
+};
+static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[13] =
+{
+  { "EVENT_TYPE_APPROVED", 4 },
+  { "EVENT_TYPE_AUTO_RENEW_CHANGED", 8 },
+  { "EVENT_TYPE_DECLINED", 5 },
+  { "EVENT_TYPE_DEFERRED", 3 },
+  { "EVENT_TYPE_EXPIRED", 7 },
+  { "EVENT_TYPE_PRICE_CHANGED", 9 },
+  { "EVENT_TYPE_PURCHASED", 1 },
+  { "EVENT_TYPE_REFUNDED", 6 },
+  { "EVENT_TYPE_REFUND_DENIED", 12 },
+  { "EVENT_TYPE_REFUND_REQUESTED", 11 },
+  { "EVENT_TYPE_RENEWED", 2 },
+  { "EVENT_TYPE_TEST", 10 },
+  { "EVENT_TYPE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor kiosk__store__v1__event_type__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.EventType",
+  "EventType",
+  "Kiosk__Store__V1__EventType",
+  "kiosk.store.v1",
+  13,
+  kiosk__store__v1__event_type__enum_values_by_number,
+  13,
+  kiosk__store__v1__event_type__enum_values_by_name,
+  1,
+  kiosk__store__v1__event_type__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[19] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -4468,14 +5655,21 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "SubscriptionStatus", &kiosk__store__v1__subscription_status_request__descriptor, &kiosk__store__v1__subscription_status_response__descriptor },
   { "SetAutoRenew", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
   { "ConsentToPriceIncrease", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
+  { "WatchEvents", &kiosk__store__v1__watch_events_request__descriptor, &kiosk__store__v1__watch_events_response__descriptor },
+  { "ListEvents", &kiosk__store__v1__list_events_request__descriptor, &kiosk__store__v1__list_events_response__descriptor },
+  { "GetTransaction", &kiosk__store__v1__get_transaction_request__descriptor, &kiosk__store__v1__transaction__descriptor },
+  { "ListTransactions", &kiosk__store__v1__list_transactions_request__descriptor, &kiosk__store__v1__list_transactions_response__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   11,        /* AccessToken */
   14,        /* ConsentToPriceIncrease */
   4,        /* Finish */
   1,        /* GetAccount */
+  17,        /* GetTransaction */
   6,        /* History */
+  16,        /* ListEvents */
   0,        /* ListProducts */
+  18,        /* ListTransactions */
   9,        /* PublicKeys */
   2,        /* Purchase */
   5,        /* Restore */
@@ -4484,6 +5678,7 @@ const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   12,        /* SubscriptionStatus */
   3,        /* Unfinished */
   8,        /* VerifyReceipt */
+  15,        /* WatchEvents */
   10         /* WatchRevocations */
 };
 const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
@@ -4493,7 +5688,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  15,
+  19,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -4616,6 +5811,38 @@ void kiosk__store__v1__store__consent_to_price_increase(ProtobufCService *servic
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__watch_events(ProtobufCService *service,
+                                           const Kiosk__Store__V1__WatchEventsRequest *input,
+                                           Kiosk__Store__V1__WatchEventsResponse_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__list_events(ProtobufCService *service,
+                                          const Kiosk__Store__V1__ListEventsRequest *input,
+                                          Kiosk__Store__V1__ListEventsResponse_Closure closure,
+                                          void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 16, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__get_transaction(ProtobufCService *service,
+                                              const Kiosk__Store__V1__GetTransactionRequest *input,
+                                              Kiosk__Store__V1__Transaction_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__list_transactions(ProtobufCService *service,
+                                                const Kiosk__Store__V1__ListTransactionsRequest *input,
+                                                Kiosk__Store__V1__ListTransactionsResponse_Closure closure,
+                                                void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 18, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)

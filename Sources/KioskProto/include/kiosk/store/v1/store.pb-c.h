@@ -52,6 +52,15 @@ typedef struct Kiosk__Store__V1__SubscriptionStatus Kiosk__Store__V1__Subscripti
 typedef struct Kiosk__Store__V1__SubscriptionStatusRequest Kiosk__Store__V1__SubscriptionStatusRequest;
 typedef struct Kiosk__Store__V1__SubscriptionStatusResponse Kiosk__Store__V1__SubscriptionStatusResponse;
 typedef struct Kiosk__Store__V1__SetAutoRenewRequest Kiosk__Store__V1__SetAutoRenewRequest;
+typedef struct Kiosk__Store__V1__Event Kiosk__Store__V1__Event;
+typedef struct Kiosk__Store__V1__SignedEvent Kiosk__Store__V1__SignedEvent;
+typedef struct Kiosk__Store__V1__WatchEventsRequest Kiosk__Store__V1__WatchEventsRequest;
+typedef struct Kiosk__Store__V1__WatchEventsResponse Kiosk__Store__V1__WatchEventsResponse;
+typedef struct Kiosk__Store__V1__ListEventsRequest Kiosk__Store__V1__ListEventsRequest;
+typedef struct Kiosk__Store__V1__ListEventsResponse Kiosk__Store__V1__ListEventsResponse;
+typedef struct Kiosk__Store__V1__GetTransactionRequest Kiosk__Store__V1__GetTransactionRequest;
+typedef struct Kiosk__Store__V1__ListTransactionsRequest Kiosk__Store__V1__ListTransactionsRequest;
+typedef struct Kiosk__Store__V1__ListTransactionsResponse Kiosk__Store__V1__ListTransactionsResponse;
 typedef struct Kiosk__Store__V1__RotateKeyRequest Kiosk__Store__V1__RotateKeyRequest;
 typedef struct Kiosk__Store__V1__RetireKeyRequest Kiosk__Store__V1__RetireKeyRequest;
 
@@ -119,6 +128,61 @@ typedef enum _Kiosk__Store__V1__ExpirationReason {
   KIOSK__STORE__V1__EXPIRATION_REASON__PRODUCT_UNAVAILABLE = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EXPIRATION_REASON)
 } Kiosk__Store__V1__ExpirationReason;
+/*
+ * What happened (the event log: one entry per change to a purchase, written in
+ * the same ledger transaction as the change). Values carry the enum's name as
+ * a prefix (TransactionState already has PURCHASED and DEFERRED in this
+ * package); webhooks and tools print them without it ("REFUNDED").
+ */
+typedef enum _Kiosk__Store__V1__EventType {
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED = 0,
+  /*
+   * A purchase was charged (or a free trial began): transaction_id is new.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PURCHASED = 1,
+  /*
+   * An auto-renewable subscription renewed: a new transaction_id, the same original.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWED = 2,
+  /*
+   * A purchase waits for approval (ask to buy).
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DEFERRED = 3,
+  /*
+   * A deferred purchase was approved and charged.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_APPROVED = 4,
+  /*
+   * A deferred purchase was declined, or its request expired (reason says which).
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DECLINED = 5,
+  /*
+   * A transaction was refunded or revoked (reason; credit_shortfall for a consumable).
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUNDED = 6,
+  /*
+   * A subscription ended (expiration_reason).
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_EXPIRED = 7,
+  /*
+   * The buyer turned a subscription's auto-renew off or on (auto_renew).
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_AUTO_RENEW_CHANGED = 8,
+  /*
+   * The buyer accepted a subscription's new price (price).
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PRICE_CHANGED = 9,
+  /*
+   * Sent by an operator to check that receivers are wired up.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_TEST = 10,
+  /*
+   * The buyer asked for a refund (reason); an operator grants it (EVENT_TYPE_REFUNDED) or denies it.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REQUESTED = 11,
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_DENIED = 12
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
+} Kiosk__Store__V1__EventType;
 
 /* --- messages --- */
 
@@ -817,6 +881,186 @@ struct  Kiosk__Store__V1__SetAutoRenewRequest
 #define KIOSK__STORE__V1__SET_AUTO_RENEW_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__set_auto_renew_request__descriptor) \
     , (char *)protobuf_c_empty_string, 0 }
+
+
+struct  Kiosk__Store__V1__Event
+{
+  ProtobufCMessage base;
+  /*
+   * Increases with every event the ledger records; also the cursor to resume after.
+   */
+  uint64_t event_id;
+  Kiosk__Store__V1__EventType type;
+  char *account_id;
+  char *transaction_id;
+  char *original_transaction_id;
+  char *product_id;
+  /*
+   * When the change was recorded (ms since 1970, the store's clock).
+   */
+  int64_t created_ms;
+  char *reason;
+  uint64_t credit_shortfall;
+  protobuf_c_boolean auto_renew;
+  char *price;
+  Kiosk__Store__V1__ExpirationReason expiration_reason;
+  Kiosk__Receipt__V1__Environment environment;
+};
+#define KIOSK__STORE__V1__EVENT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__event__descriptor) \
+    , 0, KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED }
+
+
+/*
+ * An event signed with the store's receipt keys (Ed25519 over
+ * "KIOSK-EVENT-V1\n" followed by the bytes of `event`): a receiver verifies it
+ * offline with PublicKeys, as it verifies receipts.
+ */
+struct  Kiosk__Store__V1__SignedEvent
+{
+  ProtobufCMessage base;
+  /*
+   * An encoded Event.
+   */
+  ProtobufCBinaryData event;
+  ProtobufCBinaryData signature;
+  char *key_id;
+};
+#define KIOSK__STORE__V1__SIGNED_EVENT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__signed_event__descriptor) \
+    , {0,NULL}, {0,NULL}, (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__WatchEventsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Deliver events with an id above this one (0: from the start).
+   */
+  uint64_t since;
+  /*
+   * Only these types (empty: all).
+   */
+  size_t n_types;
+  Kiosk__Store__V1__EventType *types;
+};
+#define KIOSK__STORE__V1__WATCH_EVENTS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__watch_events_request__descriptor) \
+    , 0, 0,NULL }
+
+
+/*
+ * One event, or a heartbeat (no event): the stream is live and caught up to
+ * `cursor`. The store sends a heartbeat when the backlog is delivered and
+ * then about every second. Events a type filter leaves out still move the cursor.
+ */
+struct  Kiosk__Store__V1__WatchEventsResponse
+{
+  ProtobufCMessage base;
+  Kiosk__Store__V1__SignedEvent *event;
+  uint64_t cursor;
+  /*
+   * The store's signing keys changed: fetch PublicKeys again.
+   */
+  protobuf_c_boolean keys_changed;
+};
+#define KIOSK__STORE__V1__WATCH_EVENTS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__watch_events_response__descriptor) \
+    , NULL, 0, 0 }
+
+
+/*
+ * Services page the whole log; an account pages its own events.
+ */
+struct  Kiosk__Store__V1__ListEventsRequest
+{
+  ProtobufCMessage base;
+  uint64_t since;
+  /*
+   * 0 means 100, at most 500.
+   */
+  uint32_t limit;
+  size_t n_types;
+  Kiosk__Store__V1__EventType *types;
+};
+#define KIOSK__STORE__V1__LIST_EVENTS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_events_request__descriptor) \
+    , 0, 0, 0,NULL }
+
+
+struct  Kiosk__Store__V1__ListEventsResponse
+{
+  ProtobufCMessage base;
+  size_t n_events;
+  Kiosk__Store__V1__SignedEvent **events;
+  /*
+   * Pass as `since` for the next page (the last event's id, or `since` when none).
+   */
+  uint64_t cursor;
+  protobuf_c_boolean has_more;
+};
+#define KIOSK__STORE__V1__LIST_EVENTS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_events_response__descriptor) \
+    , 0,NULL, 0, 0 }
+
+
+struct  Kiosk__Store__V1__GetTransactionRequest
+{
+  ProtobufCMessage base;
+  char *transaction_id;
+};
+#define KIOSK__STORE__V1__GET_TRANSACTION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__get_transaction_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * An account's transactions, consumables included, filtered, a page at a time
+ * in the order the ledger recorded them. A first page (empty page_token) also
+ * answers a revision: pass it as `revision` later to get only the transactions
+ * that changed since (bought, approved, refunded, finished), as the App Store
+ * Server API's transaction history does.
+ */
+struct  Kiosk__Store__V1__ListTransactionsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Filters; empty or unspecified: any.
+   */
+  size_t n_product_ids;
+  char **product_ids;
+  size_t n_product_types;
+  Kiosk__Receipt__V1__ProductType *product_types;
+  Kiosk__Store__V1__TransactionState state;
+  /*
+   * 0 any, 1 only revoked, 2 only not revoked.
+   */
+  uint32_t revoked;
+  uint32_t limit;
+  char *page_token;
+  char *revision;
+};
+#define KIOSK__STORE__V1__LIST_TRANSACTIONS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_transactions_request__descriptor) \
+    , 0,NULL, 0,NULL, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__ListTransactionsResponse
+{
+  ProtobufCMessage base;
+  size_t n_transactions;
+  Kiosk__Store__V1__Transaction **transactions;
+  char *next_page_token;
+  protobuf_c_boolean has_more;
+  /*
+   * Everything up to here is in the pages of this listing: pass it as
+   * `revision` to list only what changed after.
+   */
+  char *revision;
+};
+#define KIOSK__STORE__V1__LIST_TRANSACTIONS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_transactions_response__descriptor) \
+    , 0,NULL, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__RotateKeyRequest
@@ -1526,6 +1770,177 @@ Kiosk__Store__V1__SetAutoRenewRequest *
 void   kiosk__store__v1__set_auto_renew_request__free_unpacked
                      (Kiosk__Store__V1__SetAutoRenewRequest *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__Event methods */
+void   kiosk__store__v1__event__init
+                     (Kiosk__Store__V1__Event         *message);
+size_t kiosk__store__v1__event__get_packed_size
+                     (const Kiosk__Store__V1__Event   *message);
+size_t kiosk__store__v1__event__pack
+                     (const Kiosk__Store__V1__Event   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__event__pack_to_buffer
+                     (const Kiosk__Store__V1__Event   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__Event *
+       kiosk__store__v1__event__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__event__free_unpacked
+                     (Kiosk__Store__V1__Event *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SignedEvent methods */
+void   kiosk__store__v1__signed_event__init
+                     (Kiosk__Store__V1__SignedEvent         *message);
+size_t kiosk__store__v1__signed_event__get_packed_size
+                     (const Kiosk__Store__V1__SignedEvent   *message);
+size_t kiosk__store__v1__signed_event__pack
+                     (const Kiosk__Store__V1__SignedEvent   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__signed_event__pack_to_buffer
+                     (const Kiosk__Store__V1__SignedEvent   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SignedEvent *
+       kiosk__store__v1__signed_event__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__signed_event__free_unpacked
+                     (Kiosk__Store__V1__SignedEvent *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__WatchEventsRequest methods */
+void   kiosk__store__v1__watch_events_request__init
+                     (Kiosk__Store__V1__WatchEventsRequest         *message);
+size_t kiosk__store__v1__watch_events_request__get_packed_size
+                     (const Kiosk__Store__V1__WatchEventsRequest   *message);
+size_t kiosk__store__v1__watch_events_request__pack
+                     (const Kiosk__Store__V1__WatchEventsRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__watch_events_request__pack_to_buffer
+                     (const Kiosk__Store__V1__WatchEventsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__WatchEventsRequest *
+       kiosk__store__v1__watch_events_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__watch_events_request__free_unpacked
+                     (Kiosk__Store__V1__WatchEventsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__WatchEventsResponse methods */
+void   kiosk__store__v1__watch_events_response__init
+                     (Kiosk__Store__V1__WatchEventsResponse         *message);
+size_t kiosk__store__v1__watch_events_response__get_packed_size
+                     (const Kiosk__Store__V1__WatchEventsResponse   *message);
+size_t kiosk__store__v1__watch_events_response__pack
+                     (const Kiosk__Store__V1__WatchEventsResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__watch_events_response__pack_to_buffer
+                     (const Kiosk__Store__V1__WatchEventsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__WatchEventsResponse *
+       kiosk__store__v1__watch_events_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__watch_events_response__free_unpacked
+                     (Kiosk__Store__V1__WatchEventsResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ListEventsRequest methods */
+void   kiosk__store__v1__list_events_request__init
+                     (Kiosk__Store__V1__ListEventsRequest         *message);
+size_t kiosk__store__v1__list_events_request__get_packed_size
+                     (const Kiosk__Store__V1__ListEventsRequest   *message);
+size_t kiosk__store__v1__list_events_request__pack
+                     (const Kiosk__Store__V1__ListEventsRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__list_events_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ListEventsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ListEventsRequest *
+       kiosk__store__v1__list_events_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__list_events_request__free_unpacked
+                     (Kiosk__Store__V1__ListEventsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ListEventsResponse methods */
+void   kiosk__store__v1__list_events_response__init
+                     (Kiosk__Store__V1__ListEventsResponse         *message);
+size_t kiosk__store__v1__list_events_response__get_packed_size
+                     (const Kiosk__Store__V1__ListEventsResponse   *message);
+size_t kiosk__store__v1__list_events_response__pack
+                     (const Kiosk__Store__V1__ListEventsResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__list_events_response__pack_to_buffer
+                     (const Kiosk__Store__V1__ListEventsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ListEventsResponse *
+       kiosk__store__v1__list_events_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__list_events_response__free_unpacked
+                     (Kiosk__Store__V1__ListEventsResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__GetTransactionRequest methods */
+void   kiosk__store__v1__get_transaction_request__init
+                     (Kiosk__Store__V1__GetTransactionRequest         *message);
+size_t kiosk__store__v1__get_transaction_request__get_packed_size
+                     (const Kiosk__Store__V1__GetTransactionRequest   *message);
+size_t kiosk__store__v1__get_transaction_request__pack
+                     (const Kiosk__Store__V1__GetTransactionRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__get_transaction_request__pack_to_buffer
+                     (const Kiosk__Store__V1__GetTransactionRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__GetTransactionRequest *
+       kiosk__store__v1__get_transaction_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__get_transaction_request__free_unpacked
+                     (Kiosk__Store__V1__GetTransactionRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ListTransactionsRequest methods */
+void   kiosk__store__v1__list_transactions_request__init
+                     (Kiosk__Store__V1__ListTransactionsRequest         *message);
+size_t kiosk__store__v1__list_transactions_request__get_packed_size
+                     (const Kiosk__Store__V1__ListTransactionsRequest   *message);
+size_t kiosk__store__v1__list_transactions_request__pack
+                     (const Kiosk__Store__V1__ListTransactionsRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__list_transactions_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ListTransactionsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ListTransactionsRequest *
+       kiosk__store__v1__list_transactions_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__list_transactions_request__free_unpacked
+                     (Kiosk__Store__V1__ListTransactionsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ListTransactionsResponse methods */
+void   kiosk__store__v1__list_transactions_response__init
+                     (Kiosk__Store__V1__ListTransactionsResponse         *message);
+size_t kiosk__store__v1__list_transactions_response__get_packed_size
+                     (const Kiosk__Store__V1__ListTransactionsResponse   *message);
+size_t kiosk__store__v1__list_transactions_response__pack
+                     (const Kiosk__Store__V1__ListTransactionsResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__list_transactions_response__pack_to_buffer
+                     (const Kiosk__Store__V1__ListTransactionsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ListTransactionsResponse *
+       kiosk__store__v1__list_transactions_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__list_transactions_response__free_unpacked
+                     (Kiosk__Store__V1__ListTransactionsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__RotateKeyRequest methods */
 void   kiosk__store__v1__rotate_key_request__init
                      (Kiosk__Store__V1__RotateKeyRequest         *message);
@@ -1674,6 +2089,33 @@ typedef void (*Kiosk__Store__V1__SubscriptionStatusResponse_Closure)
 typedef void (*Kiosk__Store__V1__SetAutoRenewRequest_Closure)
                  (const Kiosk__Store__V1__SetAutoRenewRequest *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__Event_Closure)
+                 (const Kiosk__Store__V1__Event *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__SignedEvent_Closure)
+                 (const Kiosk__Store__V1__SignedEvent *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__WatchEventsRequest_Closure)
+                 (const Kiosk__Store__V1__WatchEventsRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__WatchEventsResponse_Closure)
+                 (const Kiosk__Store__V1__WatchEventsResponse *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ListEventsRequest_Closure)
+                 (const Kiosk__Store__V1__ListEventsRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ListEventsResponse_Closure)
+                 (const Kiosk__Store__V1__ListEventsResponse *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__GetTransactionRequest_Closure)
+                 (const Kiosk__Store__V1__GetTransactionRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ListTransactionsRequest_Closure)
+                 (const Kiosk__Store__V1__ListTransactionsRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ListTransactionsResponse_Closure)
+                 (const Kiosk__Store__V1__ListTransactionsResponse *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__RotateKeyRequest_Closure)
                  (const Kiosk__Store__V1__RotateKeyRequest *message,
                   void *closure_data);
@@ -1747,6 +2189,22 @@ struct Kiosk__Store__V1__Store_Service
                                     const Kiosk__Store__V1__SetAutoRenewRequest *input,
                                     Kiosk__Store__V1__SubscriptionStatus_Closure closure,
                                     void *closure_data);
+  void (*watch_events)(Kiosk__Store__V1__Store_Service *service,
+                       const Kiosk__Store__V1__WatchEventsRequest *input,
+                       Kiosk__Store__V1__WatchEventsResponse_Closure closure,
+                       void *closure_data);
+  void (*list_events)(Kiosk__Store__V1__Store_Service *service,
+                      const Kiosk__Store__V1__ListEventsRequest *input,
+                      Kiosk__Store__V1__ListEventsResponse_Closure closure,
+                      void *closure_data);
+  void (*get_transaction)(Kiosk__Store__V1__Store_Service *service,
+                          const Kiosk__Store__V1__GetTransactionRequest *input,
+                          Kiosk__Store__V1__Transaction_Closure closure,
+                          void *closure_data);
+  void (*list_transactions)(Kiosk__Store__V1__Store_Service *service,
+                            const Kiosk__Store__V1__ListTransactionsRequest *input,
+                            Kiosk__Store__V1__ListTransactionsResponse_Closure closure,
+                            void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -1769,7 +2227,11 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## access_token,\
       function_prefix__ ## subscription_status,\
       function_prefix__ ## set_auto_renew,\
-      function_prefix__ ## consent_to_price_increase  }
+      function_prefix__ ## consent_to_price_increase,\
+      function_prefix__ ## watch_events,\
+      function_prefix__ ## list_events,\
+      function_prefix__ ## get_transaction,\
+      function_prefix__ ## list_transactions  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -1830,6 +2292,22 @@ void kiosk__store__v1__store__consent_to_price_increase(ProtobufCService *servic
                                                         const Kiosk__Store__V1__SetAutoRenewRequest *input,
                                                         Kiosk__Store__V1__SubscriptionStatus_Closure closure,
                                                         void *closure_data);
+void kiosk__store__v1__store__watch_events(ProtobufCService *service,
+                                           const Kiosk__Store__V1__WatchEventsRequest *input,
+                                           Kiosk__Store__V1__WatchEventsResponse_Closure closure,
+                                           void *closure_data);
+void kiosk__store__v1__store__list_events(ProtobufCService *service,
+                                          const Kiosk__Store__V1__ListEventsRequest *input,
+                                          Kiosk__Store__V1__ListEventsResponse_Closure closure,
+                                          void *closure_data);
+void kiosk__store__v1__store__get_transaction(ProtobufCService *service,
+                                              const Kiosk__Store__V1__GetTransactionRequest *input,
+                                              Kiosk__Store__V1__Transaction_Closure closure,
+                                              void *closure_data);
+void kiosk__store__v1__store__list_transactions(ProtobufCService *service,
+                                                const Kiosk__Store__V1__ListTransactionsRequest *input,
+                                                Kiosk__Store__V1__ListTransactionsResponse_Closure closure,
+                                                void *closure_data);
 typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
 struct Kiosk__Store__V1__Admin_Service
 {
@@ -1893,6 +2371,7 @@ void kiosk__store__v1__admin__retire_key(ProtobufCService *service,
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__transaction_state__descriptor;
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__subscription_state__descriptor;
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__expiration_reason__descriptor;
+extern const ProtobufCEnumDescriptor    kiosk__store__v1__event_type__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__offer_info__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_products_request__descriptor;
@@ -1929,6 +2408,15 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__d
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__set_auto_renew_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__signed_event__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__watch_events_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__watch_events_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__list_events_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__list_events_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__get_transaction_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__list_transactions_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__list_transactions_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__rotate_key_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__retire_key_request__descriptor;
 extern const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor;

@@ -1,0 +1,70 @@
+import Foundation
+import Kiosk
+import KioskTesting
+import Testing
+
+/// What the SDK learns from the account's events: a refund of a delivered, finished purchase comes back on
+/// transactionUpdates with its revocation, and the entitlement is gone; lookups and the paged history.
+@Suite(.timeLimit(.minutes(1))) struct EventSessionTests {
+    /// Until the client's first look at the account's events saved its cursor (what happens after is news to it).
+    static func waitForEventCursor(_ directory: String) async throws {
+        let path = directory + "/events.cursor"
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !FileManager.default.fileExists(atPath: path) {
+            guard ContinuousClock.now < deadline else { throw KioskError(.unknown, "the client never read the account's events") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    @Test func aRefundAfterDeliveryComesBackOnUpdatesAndEndsTheEntitlement() async throws {
+        let session = try await KioskTestSession.start(tls: false)
+        let account = try session.makeAccount()
+        let directory = NSTemporaryDirectory() + "kiosk-events-" + UUID().uuidString
+        let kiosk = try session.makeClient(account: account, stateDirectory: directory)
+        try await Self.waitForEventCursor(directory)
+        let updates = kiosk.transactionUpdates
+        guard case .success(let bought) = try await kiosk.purchase(productID: "filter.sepia", paymentMethod: "test-card:4242424242424242") else {
+            Issue.record("expected success"); return
+        }
+        try await kiosk.finish(bought)
+        #expect(try await kiosk.currentEntitlements.map(\.id) == [bought.id])
+
+        try await session.refund(transactionID: bought.id, reason: "customer request")
+        var revoked: Transaction?
+        for await transaction in updates where transaction.id == bought.id {
+            revoked = transaction
+            break
+        }
+        #expect(revoked?.revocationDate != nil && revoked?.revocationReason == "customer request")
+        #expect(try await kiosk.currentEntitlements.isEmpty)
+
+        // Lookups and the paged history, consumables included.
+        guard case .success(let credits) = try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") else {
+            Issue.record("expected success"); return
+        }
+        #expect(try await kiosk.transaction(id: credits.id).productID == "credits.5")
+        var all: [String] = []
+        for try await transaction in Transaction.all(in: kiosk) { all.append(transaction.id) }
+        #expect(all == [bought.id, credits.id])
+        var refunded: [String] = []
+        for try await transaction in kiosk.allTransactions(revokedOnly: true, pageSize: 1) { refunded.append(transaction.id) }
+        #expect(refunded == [bought.id])
+        await #expect(throws: KioskError.self) { try await kiosk.transaction(id: "tx_unknown") }
+
+        // A new client on the same state directory resumes after the saved cursor: the old refund is not news.
+        await kiosk.close()
+        let again = try session.makeClient(account: account, stateDirectory: directory)
+        let laterUpdates = again.transactionUpdates
+        guard case .success(let other) = try await again.purchase(productID: "book.swift", paymentMethod: "test-card:4242424242424242") else {
+            Issue.record("expected success"); return
+        }
+        try await again.finish(other)
+        try await session.refund(transactionID: other.id)
+        for await transaction in laterUpdates where transaction.revocationDate != nil {
+            #expect(transaction.id == other.id, "the refund before the cursor is not yielded again")
+            break
+        }
+        await again.close()
+        await session.shutdown()
+    }
+}
