@@ -342,6 +342,7 @@ public final class Ledger: Sendable {
         registerV5(&migrator)
         registerV6(&migrator)
         registerV7(&migrator)
+        registerV8(&migrator)
         return migrator
     }
 

@@ -135,6 +135,7 @@ enum PostgresMigrations {
         // The SQLite statements with PostgreSQL's 64-bit integers (INTEGER is 32 bits there).
         ("v6-subscriptions", Ledger.v6Subscriptions.replacingOccurrences(of: "INTEGER", with: "BIGINT")),
         ("v7-events", Ledger.v7EventsPostgres),
+        ("v8-webhooks", Ledger.v8WebhooksPostgres),
     ]
 
     /// A key for `pg_advisory_xact_lock`: stores starting together migrate one at a time.

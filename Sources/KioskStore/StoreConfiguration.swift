@@ -56,6 +56,8 @@ public struct StoreConfiguration: Sendable {
     /// An ask-to-buy request not approved within this time is declined (reason "expired", a DECLINED event),
     /// as the App Store's requests expire after a day; nil: requests wait for ever.
     public var askToBuyExpiry: Duration? = .seconds(24 * 3600)
+    /// How a serving store delivers webhooks (`kiosk-store webhook add`): backoff, retry period, timeouts.
+    public var webhooks = WebhookPolicy()
     /// Called after a purchase is committed and before it is answered; for
     /// tests that lose the answer on the way (KioskTesting's `holdNextAnswer`).
     public var purchaseCommitted: (@Sendable (PurchaseOutcome) async -> Void)?

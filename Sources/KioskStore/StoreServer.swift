@@ -16,6 +16,7 @@ public final class StoreServer: Sendable {
     private let logger: Logger
     private let upkeep = NIOLockedValueBox<Task<Void, Never>?>(nil)
     private let renewing = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    private let delivering = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     /// Opens the store and prepares its server; ``start()`` listens.
     /// - Throws: ``StoreError`` 9 for a production store with the simulated processor, or a data dir of another
@@ -55,8 +56,29 @@ public final class StoreServer: Sendable {
                 try? await Task.sleep(for: store.configuration.renewalInterval)
             }
         }
+        // Webhooks: a pass after this process's writes (each may have recorded an event), or every poll interval;
+        // at once again while deliveries are due.
+        let written = RevocationSignal()
+        store.ledger.onWrite { written.notify() }
+        let hooks = Task { [weak self] in
+            while !Task.isCancelled {
+                let generation = written.generation
+                guard let self else { return }
+                var busy = false
+                do {
+                    if let report = try await store.deliverWebhooks() {
+                        busy = report.delivered > 0
+                        if report.givenUp > 0 { self.logger.warning("webhook deliveries failed for good", metadata: ["failed": "\(report.givenUp)"]) }
+                    }
+                } catch {
+                    self.logger.warning("webhook delivery failed: \(error)")
+                }
+                if !busy { try? await written.wait(after: generation, timeout: store.configuration.webhooks.pollInterval) }
+            }
+        }
         upkeep.withLockedValue { $0 = task }
         renewing.withLockedValue { $0 = renewals }
+        delivering.withLockedValue { $0 = hooks }
     }
 
     private func renewOnce() async {
@@ -92,6 +114,11 @@ public final class StoreServer: Sendable {
     public func shutdown() async {
         upkeep.withLockedValue { $0 }?.cancel()
         renewing.withLockedValue { $0 }?.cancel()
+        if let hooks = delivering.withLockedValue({ $0 }) {
+            hooks.cancel()
+            await hooks.value
+            await store.releaseWebhookLease()
+        }
         // Flag the shutdown first, then wake the WatchRevocations streams: they see it and end.
         server.beginShutdown()
         store.feed.stop()
