@@ -10,7 +10,7 @@ struct KioskStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kiosk-store",
         abstract: "The Kiosk store service: catalog, payments, ledger, signed receipts.",
-        subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self, Reconcile.self, Events.self, Keys.self, TLSCommand.self])
+        subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self, TLSCommand.self])
 }
 
 /// Options every command that opens a data dir takes.
@@ -409,6 +409,85 @@ struct Events: AsyncParsableCommand {
         func run() async throws {
             let event = try await data.openStore().recordTestEvent()
             print("event \(event.id): TEST")
+        }
+    }
+}
+
+struct WebhookCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "webhook", abstract: "Send every event to your back end: signed HTTP POSTs, retried until answered 2xx.",
+        subcommands: [Add.self, List.self, Remove.self, Deliveries.self, Redrive.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add a webhook; events recorded from now on are POSTed to URL by the serving store.")
+        @OptionGroup var data: DataDirOptions
+        @Option(name: .customLong("secret-file"), help: "File holding the shared secret (at least 16 bytes) the Kiosk-Signature HMAC is made with.")
+        var secretFile: String
+        @Option(help: "Also send the events after this id (a backfill); default: only new ones.") var since: UInt64?
+        @Argument(help: "The receiver's URL (https://…; http:// for a receiver on your own network).") var url: String
+
+        func run() async throws {
+            guard var secret = FileManager.default.contents(atPath: secretFile).map(Array.init) else {
+                throw ValidationError("cannot read the secret file \(secretFile)")
+            }
+            while let last = secret.last, last == 10 || last == 13 { secret.removeLast() }  // a trailing newline is not part of it
+            let hook = try await data.openStore().addWebhook(url: url, secret: secret, since: since)
+            print("webhook \(hook.id): \(hook.url), from event \(hook.enqueuedThrough + 1)")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List webhooks with their pending and failed deliveries.")
+        @OptionGroup var data: DataDirOptions
+
+        func run() async throws {
+            let store = try data.openStore()
+            for hook in try store.webhooks() {
+                let pending = try store.webhookDeliveries(webhookID: hook.id, state: .pending, limit: 100_000).count
+                let failed = try store.webhookDeliveries(webhookID: hook.id, state: .failed, limit: 100_000).count
+                print("\(hook.id)  \(hook.url)  queued through event \(hook.enqueuedThrough)  pending \(pending)  failed \(failed)")
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove a webhook and its deliveries.")
+        @OptionGroup var data: DataDirOptions
+        @Argument(help: "The webhook id.") var id: String
+
+        func run() async throws {
+            try await data.openStore().removeWebhook(id: id)
+            print("webhook \(id): removed")
+        }
+    }
+
+    struct Deliveries: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show deliveries, newest first.")
+        @OptionGroup var data: DataDirOptions
+        @Flag(help: "Only those that failed for good (re-drive them with `webhook redrive`).") var failed = false
+        @Flag(help: "Only those not delivered yet.") var pending = false
+        @Option(help: "Only this webhook's.") var webhook: String?
+        @Option(help: "At most this many.") var limit = 100
+
+        func run() async throws {
+            let state: WebhookDelivery.State? = failed ? .failed : pending ? .pending : nil
+            for delivery in try data.openStore().webhookDeliveries(webhookID: webhook, state: state, limit: limit) {
+                var line = "\(delivery.webhookID)  event \(delivery.eventID)  \(delivery.state.rawValue)  attempts \(delivery.attempts)"
+                if !delivery.lastError.isEmpty { line += "  last error: \(delivery.lastError)" }
+                print(line)
+            }
+        }
+    }
+
+    struct Redrive: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Queue failed deliveries again (all, or one event's); the serving store sends them at once.")
+        @OptionGroup var data: DataDirOptions
+        @Option(help: "Only this webhook's.") var webhook: String?
+        @Option(help: "Only this event's.") var event: UInt64?
+
+        func run() async throws {
+            let count = try await data.openStore().redriveWebhookDeliveries(webhookID: webhook, eventID: event)
+            print("\(count) deliver\(count == 1 ? "y" : "ies") queued again")
         }
     }
 }

@@ -15,7 +15,7 @@ struct KioskCommand: AsyncParsableCommand {
             4 any other error, 64 bad usage.
             """,
         subcommands: [Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
-                      Unfinished.self, History.self, Finish.self, Verify.self, Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self])
+                      Unfinished.self, History.self, TransactionLookup.self, Finish.self, Verify.self, Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self])
 }
 
 /// Options every command takes; flags win over the environment.
@@ -381,14 +381,29 @@ struct Unfinished: AsyncParsableCommand {
 }
 
 struct History: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Every transaction of the account, oldest first (paged from the store).")
+    static let configuration = CommandConfiguration(abstract: "Every transaction of the account, consumables included, oldest first (paged from the store).")
     @OptionGroup var connection: Connection
+    @Option(help: "Only these products (comma-separated).") var product: String?
+    @Flag(help: "Only refunded (revoked) transactions.") var refunded = false
 
     func run() async throws {
         try await connection.run { kiosk in
             var all: [Transaction] = []
-            for try await transaction in kiosk.transactionHistory(pageSize: 500) { all.append(transaction) }
+            let products = (product ?? "").split(separator: ",").map { String($0) }
+            for try await transaction in kiosk.allTransactions(productIDs: products, revokedOnly: refunded, pageSize: 500) { all.append(transaction) }
             connection.emit(all, key: "transactions", empty: "no transactions")
+        }
+    }
+}
+
+struct TransactionLookup: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "transaction", abstract: "Look one of the account's transactions up by id.")
+    @OptionGroup var connection: Connection
+    @Argument(help: "The transaction id.") var id: String
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            connection.emit([try await kiosk.transaction(id: id)], key: "transactions", empty: "")
         }
     }
 }

@@ -138,4 +138,48 @@ import Testing
         await #expect(throws: StoreError.self) { try await store.addWebhook(url: "ftp://example.com/x", secret: Array(repeating: 1, count: 16)) }
         await #expect(throws: StoreError.self) { try await store.addWebhook(url: "http://127.0.0.1:1/x", secret: [1, 2, 3]) }
     }
+
+    /// The example receiver of Scripts/examples checks the signature and prints each event once.
+    @Test func theExampleReceiverVerifiesAndPrintsEvents() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scripts/examples/webhook-receiver.py").path
+        let secretFile = directory + "/hook.secret"
+        try Data("an example secret, long enough\n".utf8).write(to: URL(fileURLWithPath: secretFile))
+        let probe = WebhookReceiver()
+        try await probe.start()
+        let port = probe.port
+        try await probe.shutdown()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script, "--port", "\(port)", "--secret-file", secretFile]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Only the child writes to the pipe: its exit is the end of the output.
+        try output.fileHandleForWriting.close()
+        // SIGKILL: a test process may ignore SIGTERM, and its children inherit that.
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        let server = try StoreServer(store: try Self.configuration(directory))
+        try await server.start()
+        let secret = Array("an example secret, long enough".utf8)
+        _ = try await server.store.addWebhook(url: "http://127.0.0.1:\(port)/kiosk", secret: secret)
+        let event = try await server.store.recordTestEvent(reason: "wired up?")
+        try await Self.eventually("the example's answer") { try server.store.webhookDeliveries(state: .delivered).count == 1 }
+        // A wrong secret is refused (401) and stays pending.
+        _ = try await server.store.addWebhook(url: "http://127.0.0.1:\(port)/kiosk", secret: Array("not the secret at all!".utf8), since: 0)
+        try await Self.eventually("a refused delivery") {
+            try server.store.webhookDeliveries(state: .pending).contains { $0.lastError == "HTTP 401" }
+        }
+        await server.shutdown()
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let lines = printed.split(separator: "\n")
+        #expect(lines.count == 1, "\(printed)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data((lines.first ?? "").utf8)) as? [String: Any])
+        #expect(json["type"] as? String == "TEST" && (json["event_id"] as? NSNumber)?.uint64Value == event.id && json["reason"] as? String == "wired up?")
+    }
 }
