@@ -584,10 +584,19 @@ public final class KioskClient: Sendable {
             }
             if saved != nil {
                 for signed in page.events {
-                    guard let event = try? StoreV1.Event(serializedBytes: signed.event), !event.transactionID.isEmpty else { continue }
-                    var transaction = try await self.transaction(id: event.transactionID)
-                    if event.type == .expired { transaction.expirationReason = "\(event.expirationReason)" }
-                    updates.yield(transaction)
+                    guard let event = try? StoreV1.Event(serializedBytes: signed.event) else { continue }
+                    if !event.transactionID.isEmpty {
+                        do {
+                            var transaction = try await self.transaction(id: event.transactionID)
+                            if event.type == .expired { transaction.expirationReason = "\(event.expirationReason)" }
+                            updates.yield(transaction)
+                        } catch let error as KioskError where error.code == .notFound {
+                            // Gone from the store (a cleared sandbox ledger): nothing to yield; move on.
+                        }
+                    }
+                    // Saved after each event: one yielded is not yielded again after a failure further on.
+                    cursor = event.eventID
+                    try PrivateFiles.writeAtomically(Data("\(cursor)\n".utf8), to: eventCursorPath)
                 }
             }
             if page.cursor != cursor || saved == nil {

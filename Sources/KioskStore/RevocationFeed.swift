@@ -195,7 +195,8 @@ final class RevocationFeed: Sendable {
                 guard after < latestEvent else { break }
                 let batch = try await ledger.events(after: after, limit: 500)
                 guard !batch.isEmpty else { break }
-                let signed = try batch.map { FeedEvent(record: $0, signed: try sign($0)) }
+                // A signing failure (no usable key) stops the events here, not the revocations below.
+                guard let signed = try? batch.map({ FeedEvent(record: $0, signed: try sign($0)) }) else { break }
                 changed = true
                 state.withLockedValue { state in
                     state.recentEvents.append(contentsOf: signed)

@@ -110,7 +110,7 @@ public struct StoreService: RPCService {
         router.registerUnary(Self.method("ListEvents"), request: StoreV1.ListEventsRequest.self, response: StoreV1.ListEventsResponse.self, authenticator: verifiers) { request, context in
             // A service pages the whole log; an account only its own events.
             let accountID: String? = if case .account(let account)? = context.principal as? Caller { account.id } else { nil }
-            let page = try await store.listEvents(after: request.since, limit: request.limit, accountID: accountID, types: request.types)
+            let page = try await store.listEvents(after: request.since, limit: request.limit, accountID: accountID, types: try Self.eventTypes(request.types))
             return StoreV1.ListEventsResponse(events: try page.events.map(store.signed), cursor: page.cursor, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("GetTransaction"), request: StoreV1.GetTransactionRequest.self, response: StoreV1.Transaction.self, authenticator: accountsAndAdmins) { request, context in
@@ -174,6 +174,7 @@ public struct StoreService: RPCService {
         let feed = store.feed
         feed.start()
         let credentialID: String? = if case .service(let credential)? = context.principal as? Caller { credential.id } else { nil }
+        let types = try eventTypes(request.types)
         var cursor = request.since
         var keyGeneration: UInt64?
         var lastHeartbeat: ContinuousClock.Instant?
@@ -188,7 +189,7 @@ public struct StoreService: RPCService {
                 keyGeneration = feed.keyGeneration
                 try await writer.send(StoreV1.WatchEventsResponse(cursor: cursor, keysChanged: true))
             }
-            let (batch, through) = try await feed.events(after: cursor, types: request.types)
+            let (batch, through) = try await feed.events(after: cursor, types: types)
             for event in batch {
                 try await writer.send(StoreV1.WatchEventsResponse(event: event.signed, cursor: event.record.id))
                 cursor = event.record.id
@@ -204,5 +205,12 @@ public struct StoreService: RPCService {
             }
             try await feed.waitForNews(after: generation, timeout: heartbeat)
         }
+    }
+
+    /// A request's event types, each once; a list longer than there are types is refused (3 INVALID_ARGUMENT).
+    static func eventTypes(_ requested: [StoreV1.EventType]) throws -> [StoreV1.EventType] {
+        guard requested.count <= 64 else { throw StoreError.invalid("types lists \(requested.count) event types; there are fewer than 64") }
+        var seen = Set<StoreV1.EventType>()
+        return requested.filter { seen.insert($0).inserted }
     }
 }

@@ -101,7 +101,9 @@ public enum WebhookSignature {
             guard pair.count == 2 else { continue }
             if pair[0] == "t" { timestamp = Int64(pair[1]) } else if pair[0] == "v1" { signatures.append(pair[1]) }
         }
-        guard let timestamp, abs(nowMs - timestamp) <= toleranceMs else { return false }
+        // Compared without subtracting: a forged `t` near Int64's limits must not overflow.
+        guard let timestamp, timestamp >= nowMs.subtractingReportingOverflow(toleranceMs).partialValue,
+              timestamp <= nowMs.addingReportingOverflow(toleranceMs).partialValue else { return false }
         let expected = value(body: body, secret: secret, timestampMs: timestamp).split(separator: "=").last.map(String.init) ?? ""
         // Compared in constant time over the hex digits.
         return signatures.contains { candidate in
@@ -287,6 +289,13 @@ extension Store {
         var ownClient: HTTPClient?
         defer { if let ownClient { Task { try? await ownClient.shutdown() } } }
         for hook in hooks {
+            // The lease, renewed before each hook's batch: a pass that outlasts it stops rather than send beside another process.
+            let renewedMs = now
+            let held = try await ledger.backend.groupWrite(serializingOn: nil) { db -> Bool in
+                try db.execute("UPDATE webhook_lease SET until_ms = ? WHERE id = 1 AND owner = ?", [renewedMs + leaseMs, owner])
+                return try db.value(String.self, "SELECT owner FROM webhook_lease WHERE id = 1") == owner
+            }
+            guard held else { break }
             // The head of each account's queue, when it is due.
             let due = try await ledger.backend.read { db in
                 try db.fetchAll("""
@@ -299,7 +308,10 @@ extension Store {
             }
             guard !due.isEmpty else { continue }
             let httpClient = given ?? ownClient ?? {
-                let client = HTTPClient(eventLoopGroupProvider: .singleton)
+                // A read timeout too: the deadline covers only the response head, and a receiver that stalls
+                // in its body must not hold every delivery.
+                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(
+                    timeout: .init(connect: TimeAmount(policy.requestTimeout), read: TimeAmount(policy.requestTimeout))))
                 ownClient = client
                 return client
             }()
@@ -323,8 +335,9 @@ extension Store {
                         try db.execute("""
                             UPDATE webhook_deliveries SET state = ?, attempts = ?, first_attempt_ms = ?, next_attempt_ms = ?, last_error = ?
                             WHERE webhook_id = ? AND event_id = ? AND state = 'pending'
+                              AND EXISTS (SELECT 1 FROM webhook_lease WHERE id = 1 AND owner = ?)
                             """, [givenUp ? "failed" : "pending", Int64(attempts), first, finishedMs + policy.backoffMs(afterAttempts: attempts),
-                                  String(failure.prefix(500)), delivery.webhookID, Int64(clamping: delivery.eventID)])
+                                  String(failure.prefix(500)), delivery.webhookID, Int64(clamping: delivery.eventID), owner])
                         return givenUp ? .failed : .pending
                     }
                     try db.execute("""
@@ -372,7 +385,9 @@ extension Store {
             request.headers.add(name: "User-Agent", value: "kiosk-store")
             request.headers.add(name: "Kiosk-Event-Id", value: "\(event.id)")
             request.headers.add(name: "Kiosk-Event-Type", value: event.type.shortName)
-            request.headers.add(name: WebhookSignature.header, value: WebhookSignature.value(body: body, secret: secret, timestampMs: now))
+            // The wall clock, not the store's (a test store's clock may be driven ahead): receivers compare `t` with theirs.
+            let wallMs = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+            request.headers.add(name: WebhookSignature.header, value: WebhookSignature.value(body: body, secret: secret, timestampMs: wallMs))
             request.body = .bytes(ByteBuffer(bytes: body))
             let response = try await httpClient.execute(request, deadline: .now() + TimeAmount(timeout))
             _ = try? await response.body.collect(upTo: 64 * 1024)

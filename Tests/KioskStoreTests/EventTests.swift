@@ -75,8 +75,13 @@ import Testing
                 more = next.hasMore
             }
             #expect(paged == events.map(\.eventID))
-            let refunds = try Self.decoded(try await Self.listEvents(fixture, token: token, types: [.refunded, .declined]), keys: keys)
+            let refunds = try Self.decoded(try await Self.listEvents(fixture, token: token, types: [.refunded, .declined, .refunded]), keys: keys)
             #expect(refunds.map(\.type) == [.declined, .refunded])
+            // A types list longer than there are types is refused before any query is built.
+            let tooMany = await #expect(throws: RPCError.self) {
+                try await Self.listEvents(fixture, token: token, types: Array(repeating: .refunded, count: 10_000))
+            }
+            #expect(tooMany?.code == .invalidArgument)
         }
     }
 

@@ -134,6 +134,15 @@ import Testing
         await server.shutdown()
         try await receiverFixed.shutdown()
 
+        // A forged timestamp at Int64's limits is refused, not a crash; an old one is refused.
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        for forged in ["t=-9223372036854775808,v1=00", "t=9223372036854775807,v1=00", "v1=00", "t=,v1=", ""] {
+            #expect(!WebhookSignature.isValid(forged, body: [1], secret: [2], nowMs: nowMs))
+        }
+        let stale = WebhookSignature.value(body: [1], secret: [2], timestampMs: nowMs - 600_000)
+        #expect(!WebhookSignature.isValid(stale, body: [1], secret: [2], nowMs: nowMs))
+        #expect(WebhookSignature.isValid(WebhookSignature.value(body: [1], secret: [2], timestampMs: nowMs), body: [1], secret: [2], nowMs: nowMs))
+
         // Bad input is refused with a reason.
         await #expect(throws: StoreError.self) { try await store.addWebhook(url: "ftp://example.com/x", secret: Array(repeating: 1, count: 16)) }
         await #expect(throws: StoreError.self) { try await store.addWebhook(url: "http://127.0.0.1:1/x", secret: [1, 2, 3]) }
