@@ -65,15 +65,22 @@ public final class StoreServer: Sendable {
                 let generation = written.generation
                 guard let self else { return }
                 var busy = false
+                var idle = false
                 do {
                     if let report = try await store.deliverWebhooks() {
                         busy = report.delivered > 0
+                        idle = report.webhooks == 0
                         if report.givenUp > 0 { self.logger.warning("webhook deliveries failed for good", metadata: ["failed": "\(report.givenUp)"]) }
                     }
                 } catch {
                     self.logger.warning("webhook delivery failed: \(error)")
                 }
-                if !busy { try? await written.wait(after: generation, timeout: store.configuration.webhooks.pollInterval) }
+                if idle {
+                    // No webhook: writes do not wake the loop (no read per purchase); one added is seen within the poll interval.
+                    try? await Task.sleep(for: store.configuration.webhooks.pollInterval)
+                } else if !busy {
+                    try? await written.wait(after: generation, timeout: store.configuration.webhooks.pollInterval)
+                }
             }
         }
         upkeep.withLockedValue { $0 = task }

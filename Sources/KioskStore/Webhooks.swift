@@ -225,6 +225,8 @@ extension Store {
         public var delivered = 0
         public var failedAttempts = 0
         public var givenUp = 0
+        /// Webhooks configured at the pass (0: nothing to deliver until one is added).
+        public var webhooks = 0
     }
 
     /// One pass of the delivery loop: takes the lease (one store process delivers at a time), queues the
@@ -285,7 +287,7 @@ extension Store {
             return hooks
         }
         guard let hooks else { return nil }
-        var report = WebhookReport()
+        var report = WebhookReport(webhooks: hooks.count)
         var ownClient: HTTPClient?
         defer { if let ownClient { Task { try? await ownClient.shutdown() } } }
         for hook in hooks {
