@@ -21,7 +21,7 @@ public struct ContentConfiguration: Sendable {
         set { storeEndpoints[0].port = newValue }
     }
     /// The service's credential at the store (role `content`, from `kiosk-store
-    /// service create --role content`), for `WatchRevocations`.
+    /// service create --role content`), for `PublicKeys` and `WatchEvents`.
     public var storeCredential: String
     /// The trust roots and name of the store's TLS certificate; nil speaks
     /// plaintext (to a loopback store only).

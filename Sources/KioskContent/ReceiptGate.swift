@@ -55,7 +55,7 @@ public struct GateStats: Hashable, Sendable {
     public var keysKnown: Int
     /// Milliseconds since the store was last heard from; 0 if never.
     public var storeSilenceMs: Int64
-    /// The revocation feed's cursor.
+    /// How far the store's event log has been followed (WatchEvents' cursor).
     public var revocationCursor: UInt64
     /// Access tokens whose signature was checked, kept until they expire (only valid ones).
     public var accessTokensCached: Int = 0
@@ -316,30 +316,37 @@ final class ReceiptGate: Sendable {
     /// True once the store's keys and its revocation feed have both been received.
     var isReady: Bool { state.withLockedValue { $0.keysKnown > 0 && $0.lastHeardMs != nil } }
 
-    func apply(_ revocation: StoreV1.Revocation) {
+    /// A message of the store's event feed: a REFUNDED event, or a heartbeat (no event).
+    /// - Throws: when the event does not decode (the stream is started again; the cursor has not moved past it).
+    func apply(_ message: StoreV1.WatchEventsResponse) throws {
+        // The stream is the store's own, over the service's authenticated link: the event is taken as sent
+        // (its signature is for receivers that get it second-hand).
+        let revoked: String? = if let signed = message.event {
+            try StoreV1.Event(serializedBytes: signed.event).transactionID
+        } else { nil }
         let nowMs = now
         state.withLockedValue { state in
             state.lastHeardMs = nowMs
-            state.cursor = max(state.cursor, revocation.cursor)
-            guard !revocation.transactionID.isEmpty else { return }  // a heartbeat
-            state.revoked.insert(revocation.transactionID)
-            state.cache.evict(transactionID: revocation.transactionID)
+            state.cursor = max(state.cursor, message.cursor)
+            guard let revoked, !revoked.isEmpty else { return }
+            state.revoked.insert(revoked)
+            state.cache.evict(transactionID: revoked)
         }
     }
 
     /// Keeps keys and revocations current until cancelled: fetches the keys,
-    /// follows `WatchRevocations` from the last cursor, and starts again after
-    /// any failure (the RPC client reconnects with backoff).
+    /// follows the store's REFUNDED events (`WatchEvents`) from the last cursor, and
+    /// starts again after any failure (the RPC client reconnects with backoff).
     func followStore() async {
         var failures = 0
         while !Task.isCancelled {
             do {
                 install(keys: try await link.publicKeys())
                 let cursor = state.withLockedValue { $0.cursor }
-                for try await revocation in link.revocations(since: cursor) {
+                for try await message in link.refunds(since: cursor) {
                     // A rotation or retirement: the keys are fetched before the message counts as hearing from the store.
-                    if revocation.keysChanged { install(keys: try await link.publicKeys()) }
-                    apply(revocation)
+                    if message.keysChanged { install(keys: try await link.publicKeys()) }
+                    try apply(message)
                     failures = 0
                 }
             } catch {

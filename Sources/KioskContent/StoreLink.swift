@@ -2,7 +2,7 @@ import KioskAPI
 import KioskRPC
 import KioskWire
 
-/// The content service's calls to the store: keys and the revocation feed,
+/// The content service's calls to the store: keys and the refunds in its event log,
 /// with the service's own credential (role `content`). Callers' tokens never
 /// go to the store: they are access tokens, checked offline.
 struct StoreLink: Sendable {
@@ -34,9 +34,10 @@ struct StoreLink: Sendable {
         }
     }
 
-    func revocations(since cursor: UInt64) -> ResponseStream<StoreV1.Revocation> {
+    /// The store's REFUNDED events after `cursor`, then heartbeats and each new one (WatchEvents).
+    func refunds(since cursor: UInt64) -> ResponseStream<StoreV1.WatchEventsResponse> {
         client.serverStreaming(
-            "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(since: cursor),
-            response: StoreV1.Revocation.self, options: options(token: token, timeout: nil))
+            "/kiosk.store.v1.Store/WatchEvents", request: StoreV1.WatchEventsRequest(since: cursor, types: [.refunded]),
+            response: StoreV1.WatchEventsResponse.self, options: options(token: token, timeout: nil))
     }
 }

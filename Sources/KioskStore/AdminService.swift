@@ -2,7 +2,7 @@ import KioskAPI
 import KioskRPC
 import KioskWire
 
-/// The store's operator RPCs, `kiosk.store.v1.Admin`: refunds, approvals,
+/// The store's operator RPCs, `kiosk.store.v1.Admin`: refunds and refund requests, approvals,
 /// accounts, keys. Admin callers only (a service credential of role `admin`,
 /// `kiosk-store service create --role admin`); any other caller is refused with
 /// PERMISSION_DENIED (7) before the request is decoded. The same operations are
@@ -30,6 +30,14 @@ public struct AdminService: RPCService {
                 throw StoreError.invalid("transaction_id and reason are required")
             }
             return try await store.refund(transactionID: request.transactionID, reason: request.reason).message
+        }
+        router.registerUnary(Self.method("ListRefundRequests"), request: StoreV1.ListRefundRequestsRequest.self, response: StoreV1.ListRefundRequestsResponse.self, authenticator: admins) { request, _ in
+            let page = try store.ledger.refundRequests(state: request.state == .unspecified ? .pending : request.state, limit: request.limit,
+                                                       pageToken: request.pageToken)
+            return StoreV1.ListRefundRequestsResponse(requests: page.requests.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
+        }
+        router.registerUnary(Self.method("DenyRefund"), request: StoreV1.DenyRefundRequest.self, response: StoreV1.RefundRequestStatus.self, authenticator: admins) { request, _ in
+            try await store.denyRefund(transactionID: request.transactionID, reason: request.reason).message
         }
         router.registerUnary(Self.method("Approve"), request: StoreV1.ApproveRequest.self, response: StoreV1.Transaction.self, authenticator: admins) { request, _ in
             guard !request.transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }

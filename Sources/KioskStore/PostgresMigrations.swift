@@ -136,6 +136,7 @@ enum PostgresMigrations {
         ("v6-subscriptions", Ledger.v6Subscriptions.replacingOccurrences(of: "INTEGER", with: "BIGINT")),
         ("v7-events", Ledger.v7EventsPostgres),
         ("v8-webhooks", Ledger.v8WebhooksPostgres),
+        ("v9-refund-requests", Ledger.v9RefundRequestsPostgres),
     ]
 
     /// A key for `pg_advisory_xact_lock`: stores starting together migrate one at a time.

@@ -128,41 +128,20 @@ public struct StoreService: RPCService {
             return StoreV1.ListTransactionsResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken,
                                                     hasMore: page.hasMore, revision: page.revision)
         }
+        router.registerUnary(Self.method("RequestRefund"), request: StoreV1.RequestRefundRequest.self, response: StoreV1.RefundRequestStatus.self, authenticator: auth) { request, context in
+            let account = try RoleAuthenticator.account(context)
+            return try await store.requestRefund(accountID: account.id, transactionID: request.transactionID, reason: request.reason).message
+        }
         router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: contentServices) { request, writer, context in
             let feed = store.feed
-            feed.start()
-            let credentialID: String? = if case .service(let credential)? = context.principal as? Caller { credential.id } else { nil }
-            var cursor = request.since
-            // Nil: the first heartbeat says keys_changed, so a rotation between the watcher's PublicKeys
-            // call and this stream is never missed.
-            var keyGeneration: UInt64?
-            var lastHeartbeat: ContinuousClock.Instant?
-            let heartbeat = store.configuration.revocationHeartbeat
-            // Ends when the server shuts down, so a graceful shutdown need not wait for it.
-            while !Task.isCancelled, !context.isShuttingDown {
-                if let credentialID, feed.isRevoked(credentialID: credentialID) {
-                    throw RPCError(.unauthenticated, "the service credential \(credentialID) was revoked")
-                }
-                try feed.requireCurrent()
-                let generation = feed.generation
-                // A key change is announced at once, even in the middle of a backlog.
-                if let known = keyGeneration, feed.keyGeneration != known {
-                    keyGeneration = feed.keyGeneration
-                    try await writer.send(StoreV1.Revocation(cursor: cursor, keysChanged: true))
-                }
-                let batch = try await feed.revocations(after: cursor)
-                for revocation in batch {
-                    try await writer.send(revocation.message)
-                    cursor = revocation.cursor
-                }
-                guard batch.isEmpty else { continue }
-                // Caught up: say so (an empty transaction id), at once and then about every `heartbeat`.
-                if keyGeneration == nil || lastHeartbeat.map({ $0.duration(to: .now) >= heartbeat }) ?? true {
-                    try await writer.send(StoreV1.Revocation(cursor: cursor, keysChanged: keyGeneration == nil))
-                    keyGeneration = keyGeneration ?? feed.keyGeneration
-                    lastHeartbeat = .now
-                }
-                try await feed.waitForNews(after: generation, timeout: heartbeat)
+            try await Self.follow(store: store, context: context, from: request.since) { cursor in
+                (try await feed.revocations(after: cursor), cursor)
+            } send: { revocation in
+                try await writer.send(revocation.message)
+                return revocation.cursor
+            } notice: { cursor, keysChanged in
+                // A heartbeat is a revocation with an empty transaction id.
+                try await writer.send(StoreV1.Revocation(cursor: cursor, keysChanged: keysChanged))
             }
         }
     }
@@ -172,10 +151,38 @@ public struct StoreService: RPCService {
     static func watchEvents(store: Store, _ request: StoreV1.WatchEventsRequest, _ writer: ServerStreamWriter<StoreV1.WatchEventsResponse>,
                             _ context: ServerContext) async throws {
         let feed = store.feed
+        let types = try eventTypes(request.types)
+        try await follow(store: store, context: context, from: request.since) { cursor in
+            let (batch, through) = try await feed.events(after: cursor, types: types)
+            // Events the type filter left out move the cursor too (the next heartbeat says so).
+            return (batch, through)
+        } send: { event in
+            try await writer.send(StoreV1.WatchEventsResponse(event: event.signed, cursor: event.record.id))
+            return event.record.id
+        } notice: { cursor, keysChanged in
+            try await writer.send(StoreV1.WatchEventsResponse(cursor: cursor, keysChanged: keysChanged))
+        }
+    }
+
+    /// The loop WatchEvents and WatchRevocations share: the backlog after `cursor` from the store's feed,
+    /// a batch at a time, then each new item as the feed learns of it; a notice (`keysChanged`) at once when
+    /// the signing keys change, and, when caught up, a heartbeat at once and then about every
+    /// ``StoreConfiguration/revocationHeartbeat``. The first heartbeat says keys_changed, so a rotation
+    /// between the watcher's PublicKeys call and this stream is never missed. Ends when the server shuts
+    /// down (a graceful shutdown need not wait for it); UNAUTHENTICATED once the caller's service credential
+    /// is revoked; UNAVAILABLE while the feed cannot read the ledger.
+    /// - Parameters:
+    ///   - batch: the items after a cursor, and the cursor the read reached (at least the last item's).
+    ///   - send: sends an item; answers its cursor.
+    ///   - notice: sends a heartbeat or key-change notice at a cursor.
+    static func follow<Item>(store: Store, context: ServerContext, from start: UInt64,
+                             batch: (UInt64) async throws -> (items: [Item], through: UInt64),
+                             send: (Item) async throws -> UInt64,
+                             notice: (_ cursor: UInt64, _ keysChanged: Bool) async throws -> Void) async throws {
+        let feed = store.feed
         feed.start()
         let credentialID: String? = if case .service(let credential)? = context.principal as? Caller { credential.id } else { nil }
-        let types = try eventTypes(request.types)
-        var cursor = request.since
+        var cursor = start
         var keyGeneration: UInt64?
         var lastHeartbeat: ContinuousClock.Instant?
         let heartbeat = store.configuration.revocationHeartbeat
@@ -185,21 +192,17 @@ public struct StoreService: RPCService {
             }
             try feed.requireCurrent()
             let generation = feed.generation
+            // A key change is announced at once, even in the middle of a backlog.
             if let known = keyGeneration, feed.keyGeneration != known {
                 keyGeneration = feed.keyGeneration
-                try await writer.send(StoreV1.WatchEventsResponse(cursor: cursor, keysChanged: true))
+                try await notice(cursor, true)
             }
-            let (batch, through) = try await feed.events(after: cursor, types: types)
-            for event in batch {
-                try await writer.send(StoreV1.WatchEventsResponse(event: event.signed, cursor: event.record.id))
-                cursor = event.record.id
-            }
-            // Events the type filter left out move the cursor too (the next heartbeat says so).
+            let (items, through) = try await batch(cursor)
+            for item in items { cursor = try await send(item) }
             cursor = max(cursor, through)
-            guard batch.isEmpty else { continue }
-            // Caught up: say so, at once and then about every `heartbeat`.
+            guard items.isEmpty else { continue }
             if keyGeneration == nil || lastHeartbeat.map({ $0.duration(to: .now) >= heartbeat }) ?? true {
-                try await writer.send(StoreV1.WatchEventsResponse(cursor: cursor, keysChanged: keyGeneration == nil))
+                try await notice(cursor, keyGeneration == nil)
                 keyGeneration = keyGeneration ?? feed.keyGeneration
                 lastHeartbeat = .now
             }

@@ -246,6 +246,11 @@ public final class KioskTestSession: Sendable {
         _ = try await store.refund(transactionID: transactionID, reason: reason)
     }
 
+    /// Denies a buyer's pending refund request (REFUND_DENIED); a refund (``refund(transactionID:reason:)``) grants it.
+    public func denyRefund(transactionID: String, reason: String = "denied by the test session") async throws {
+        _ = try await store.denyRefund(transactionID: transactionID, reason: reason)
+    }
+
     /// Removes every transaction, credit movement, revocation and idempotency key.
     public func clearTransactions() throws {
         try store.ledger.clearTransactions()

@@ -260,6 +260,22 @@ func decodeMessageBody(_ body: ByteBuffer) {
     _ = roundTrip(StoreV1.PublicKeysResponse.self, body)
     _ = roundTrip(StoreV1.WatchRevocationsRequest.self, body)
     _ = roundTrip(StoreV1.Revocation.self, body)
+    _ = roundTrip(StoreV1.WatchEventsRequest.self, body)
+    _ = roundTrip(StoreV1.WatchEventsResponse.self, body)
+    _ = roundTrip(StoreV1.ListEventsRequest.self, body)
+    _ = roundTrip(StoreV1.ListEventsResponse.self, body)
+    if let signed = roundTrip(StoreV1.SignedEvent.self, body) {
+        _ = roundTrip(StoreV1.Event.self, ByteBuffer(bytes: signed.event))
+    }
+    _ = roundTrip(StoreV1.Event.self, body)
+    _ = roundTrip(StoreV1.GetTransactionRequest.self, body)
+    _ = roundTrip(StoreV1.ListTransactionsRequest.self, body)
+    _ = roundTrip(StoreV1.ListTransactionsResponse.self, body)
+    _ = roundTrip(StoreV1.RequestRefundRequest.self, body)
+    _ = roundTrip(StoreV1.RefundRequestStatus.self, body)
+    _ = roundTrip(StoreV1.ListRefundRequestsRequest.self, body)
+    _ = roundTrip(StoreV1.ListRefundRequestsResponse.self, body)
+    _ = roundTrip(StoreV1.DenyRefundRequest.self, body)
     // Content.
     _ = roundTrip(ContentV1.ListContentRequest.self, body)
     _ = roundTrip(ContentV1.ListContentResponse.self, body)

@@ -10,7 +10,7 @@ struct KioskStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kiosk-store",
         abstract: "The Kiosk store service: catalog, payments, ledger, signed receipts.",
-        subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self, TLSCommand.self])
+        subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self, RefundRequests.self, DenyRefund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self, TLSCommand.self])
 }
 
 /// Options every command that opens a data dir takes.
@@ -493,7 +493,7 @@ struct WebhookCommand: AsyncParsableCommand {
 }
 
 struct Refund: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Refund (revoke) a purchased transaction.")
+    static let configuration = CommandConfiguration(abstract: "Refund (revoke) a purchased transaction; grants its refund request, if the buyer made one.")
     @OptionGroup var data: DataDirOptions
     @Option(help: "Why, e.g. \"customer request\".") var reason: String
     @OptionGroup var payments: PaymentOptions
@@ -506,6 +506,47 @@ struct Refund: AsyncParsableCommand {
             text += "; \(revocation.creditShortfall) of its credits were already spent and could not be taken back"
         }
         print(text)
+    }
+}
+
+struct RefundRequests: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "refund-requests",
+        abstract: "List buyers' refund requests, oldest first: grant one with `kiosk-store refund TX`, deny it with `kiosk-store deny-refund TX`.")
+    @OptionGroup var data: DataDirOptions
+    @Option(help: "pending, granted or denied.") var state = "pending"
+    @Flag(help: "One line of JSON per request.") var json = false
+
+    func run() async throws {
+        guard let wanted = StoreV1.RefundRequestState(name: state) else { throw ValidationError("state must be pending, granted or denied") }
+        let ledger = try data.openStore().ledger
+        var token = ""
+        repeat {
+            let page = try ledger.refundRequests(state: wanted, limit: 500, pageToken: token)
+            for request in page.requests {
+                if json {
+                    print(request.jsonLine)
+                } else {
+                    var line = "\(request.transactionID)  \(request.productID)  account \(request.accountID)  \(request.state.name.lowercased())  \"\(request.reason)\""
+                    if request.decidedMs > 0 { line += "  decision: \"\(request.decisionReason)\"" }
+                    print(line)
+                }
+            }
+            token = page.nextPageToken
+        } while !token.isEmpty
+    }
+}
+
+struct DenyRefund: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "deny-refund", abstract: "Deny a buyer's pending refund request (REFUND_DENIED); the transaction stays as it is.")
+    @OptionGroup var data: DataDirOptions
+    @Option(help: "Why (the REFUND_DENIED event's reason, shown to the buyer's app).") var reason: String
+    @Argument(help: "The transaction id.") var transaction: String
+
+    func run() async throws {
+        let request = try await data.openStore().denyRefund(transactionID: transaction, reason: reason)
+        print("transaction \(request.transactionID): refund request denied")
     }
 }
 

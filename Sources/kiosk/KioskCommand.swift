@@ -15,7 +15,7 @@ struct KioskCommand: AsyncParsableCommand {
             4 any other error, 64 bad usage.
             """,
         subcommands: [Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
-                      Unfinished.self, History.self, TransactionLookup.self, Finish.self, Verify.self, Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self])
+                      Unfinished.self, History.self, TransactionLookup.self, RequestRefund.self, Finish.self, Verify.self, Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self])
 }
 
 /// Options every command takes; flags win over the environment.
@@ -404,6 +404,32 @@ struct TransactionLookup: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             connection.emit([try await kiosk.transaction(id: id)], key: "transactions", empty: "")
+        }
+    }
+}
+
+struct RequestRefund: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "request-refund",
+        abstract: "Ask for a refund of one of the account's purchases; the store's operator grants or denies it (asking again shows where it stands).")
+    @OptionGroup var connection: Connection
+    @Option(help: "Why (shown to the operator).") var reason = ""
+    @Argument(help: "The transaction id.") var transaction: String
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let request = try await kiosk.requestRefund(transactionID: transaction, reason: reason)
+            var object: [String: Any] = [
+                "transaction_id": request.transactionID, "product_id": request.productID, "reason": request.reason,
+                "state": request.state.rawValue, "requested_ms": Int64(request.requestDate.timeIntervalSince1970 * 1000),
+            ]
+            var text = "refund of \(request.transactionID) (\(request.productID)) requested: \(request.state.rawValue)"
+            if let decided = request.decisionDate {
+                object["decided_ms"] = Int64(decided.timeIntervalSince1970 * 1000)
+                object["decision_reason"] = request.decisionReason ?? ""
+                text += " (\(request.decisionReason ?? ""))"
+            }
+            connection.emit(object, text: text)
         }
     }
 }

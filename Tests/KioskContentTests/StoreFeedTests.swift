@@ -165,14 +165,14 @@ import Testing
 }
 
 /// The store as the content service sees it, with its revocation feed down:
-/// PublicKeys answers, WatchRevocations always fails.
+/// PublicKeys answers, WatchEvents always fails.
 private struct FeedlessStore: RPCService {
     let inner: StoreService
     var serviceName: String { inner.serviceName }
     func register(in router: inout RPCRouter) {
         inner.register(in: &router)
-        router.registerServerStreaming("/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest.self,
-                                       response: StoreV1.Revocation.self) { _, _, _ in
+        router.registerServerStreaming("/kiosk.store.v1.Store/WatchEvents", request: StoreV1.WatchEventsRequest.self,
+                                       response: StoreV1.WatchEventsResponse.self) { _, _, _ in
             throw RPCError(.unavailable, "the revocation feed is down")
         }
     }

@@ -65,14 +65,30 @@ import Testing
             let dir = store.dataDirectory
             let token = try store.newAccount()
             let bought = try #require(try await store.buy("credits.5", quantity: 2, token: token).transaction)
+            let filter = try #require(try await store.buy("filter.sepia", token: token).transaction)
             _ = try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 4), as: StoreV1.SpendCreditsResponse.self, token: token)
+            // The buyer asks for both; refund-requests lists them, refund grants one, deny-refund denies the other.
+            for transaction in [bought, filter] {
+                _ = try await store.call("RequestRefund", StoreV1.RequestRefundRequest(transactionID: transaction.transactionID, reason: "mistake"),
+                                         as: StoreV1.RefundRequestStatus.self, token: token)
+            }
+            let pending = try await StoreProcess.run(["refund-requests", "--data-dir", dir, "--json"])
+            let rows = pending.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            #expect(Set(rows.compactMap { $0["transaction_id"] as? String }) == [bought.transactionID, filter.transactionID], "\(pending)")
+            #expect(rows.allSatisfy { $0["state"] as? String == "PENDING" && $0["reason"] as? String == "mistake" })
             let refunded = try await StoreProcess.run(["refund", bought.transactionID, "--reason", "chargeback", "--data-dir", dir])
             #expect(refunded.contains("refunded"))
             #expect(refunded.contains("4 of its credits were already spent"), "\(refunded)")
+            let denied = try await StoreProcess.run(["deny-refund", filter.transactionID, "--reason", "used", "--data-dir", dir])
+            #expect(denied.contains("refund request denied"))
+            #expect(try await StoreProcess.run(["refund-requests", "--data-dir", dir]).isEmpty)
+            #expect(try await StoreProcess.run(["refund-requests", "--state", "granted", "--data-dir", dir]).contains(bought.transactionID))
+            let deniedList = try await StoreProcess.run(["refund-requests", "--state", "denied", "--data-dir", dir])
+            #expect(deniedList.contains(filter.transactionID) && deniedList.contains("decision: \"used\""), "\(deniedList)")
             let reconciled = try await StoreProcess.run(["reconcile", "--data-dir", dir, "--json"])
             let counts = try JSONSerialization.jsonObject(with: Data(reconciled.utf8)) as? [String: Any]
             #expect(counts?["charged"] as? Int == 0)
-            #expect((counts?["intents"] as? [String: Any])?["completed"] as? Int == 1)
+            #expect((counts?["intents"] as? [String: Any])?["completed"] as? Int == 2)  // the two purchases
         }
     }
 

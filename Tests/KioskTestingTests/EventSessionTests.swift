@@ -29,6 +29,10 @@ import Testing
         try await kiosk.finish(bought)
         #expect(try await kiosk.currentEntitlements.map(\.id) == [bought.id])
 
+        // The buyer asks; the operator's refund grants it.
+        let asked = try await kiosk.requestRefund(transactionID: bought.id, reason: "it did not work")
+        #expect(asked.state == .pending && asked.reason == "it did not work" && asked.productID == "filter.sepia" && asked.decisionDate == nil)
+        #expect(try await kiosk.requestRefund(transactionID: bought.id, reason: "again") == asked, "asking again answers the same request")
         try await session.refund(transactionID: bought.id, reason: "customer request")
         var revoked: Transaction?
         for await transaction in updates where transaction.id == bought.id {
@@ -37,6 +41,8 @@ import Testing
         }
         #expect(revoked?.revocationDate != nil && revoked?.revocationReason == "customer request")
         #expect(try await kiosk.currentEntitlements.isEmpty)
+        let granted = try await kiosk.requestRefund(transactionID: bought.id, reason: "")
+        #expect(granted.state == .granted && granted.decisionReason == "customer request" && granted.decisionDate != nil)
 
         // Lookups and the paged history, consumables included.
         guard case .success(let credits) = try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") else {

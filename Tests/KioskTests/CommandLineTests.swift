@@ -73,6 +73,18 @@ import Testing
         #expect(verify.status == 0)
         #expect(verify.output.contains("status 0"))
 
+        // request-refund: pending until the operator decides; asking again shows where it stands.
+        let bookID = try #require((try JSONSerialization.jsonObject(with: Data(book.output.utf8)) as? [String: Any])?["transaction_id"] as? String)
+        let asked = try await kiosk(["request-refund", bookID, "--reason", "wrong book", "--json"], session: session, token: account.token, state: state)
+        #expect(asked.status == 0, "\(asked.errors)")
+        let request = try JSONSerialization.jsonObject(with: Data(asked.output.utf8)) as? [String: Any]
+        #expect(request?["state"] as? String == "pending" && request?["reason"] as? String == "wrong book")
+        try await session.denyRefund(transactionID: bookID, reason: "already read")
+        let again = try await kiosk(["request-refund", bookID], session: session, token: account.token, state: state)
+        #expect(again.status == 0 && again.output.contains("denied (already read)"), "\(again.output)")
+        let unknown = try await kiosk(["request-refund", "tx_unknown"], session: session, token: account.token, state: state)
+        #expect(unknown.status == 1 && unknown.errors.contains("tx_unknown"), "\(unknown.status) \(unknown.errors)")
+
         // Refusals exit 1; a store that cannot be reached exits 3.
         let declined = try await kiosk(["buy", "credits.5", "--payment-method", "test-card:4000000000000002"], session: session, token: account.token, state: state)
         #expect(declined.status == 1)

@@ -1986,6 +1986,230 @@ extension StoreV1.ListTransactionsResponse: WireMessage {
 }
 
 extension StoreV1 {
+    /// Where a buyer's refund request stands: pending until an operator grants it
+    /// (Admin.Refund: the transaction is refunded, EVENT_TYPE_REFUNDED) or denies it
+    /// (Admin.DenyRefund, EVENT_TYPE_REFUND_DENIED).
+    /// Open: values this version does not know are kept.
+    public struct RefundRequestState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public var rawValue: Int32
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+        /// `REFUND_REQUEST_STATE_UNSPECIFIED`.
+        public static let unspecified = RefundRequestState(rawValue: 0)
+        /// `REFUND_REQUEST_STATE_PENDING`.
+        public static let pending = RefundRequestState(rawValue: 1)
+        /// `REFUND_REQUEST_STATE_GRANTED`.
+        public static let granted = RefundRequestState(rawValue: 2)
+        /// `REFUND_REQUEST_STATE_DENIED`.
+        public static let denied = RefundRequestState(rawValue: 3)
+        public var description: String {
+        switch rawValue {
+        case 0: "REFUND_REQUEST_STATE_UNSPECIFIED"
+        case 1: "REFUND_REQUEST_STATE_PENDING"
+        case 2: "REFUND_REQUEST_STATE_GRANTED"
+        case 3: "REFUND_REQUEST_STATE_DENIED"
+        default: "RefundRequestState(\(rawValue))"
+        }
+        }
+    }
+}
+
+extension StoreV1 {
+    /// Accounts: ask for one of their purchased transactions to be refunded.
+    public struct RequestRefundRequest: Hashable, Sendable {
+        /// `transaction_id` (field 1).
+        public var transactionID: String
+        /// The buyer's words, at most 1,000 bytes of UTF-8.
+        public var reason: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(transactionID: String = "", reason: String = "") {
+            self.transactionID = transactionID
+            self.reason = reason
+        }
+    }
+}
+
+extension StoreV1.RequestRefundRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__RequestRefundRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__request_refund_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            transactionID: try CField.string(c.transaction_id, field: "RequestRefundRequest.transaction_id"),
+            reason: try CField.string(c.reason, field: "RequestRefundRequest.reason")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.transaction_id = arena.cString(transactionID)
+        c.reason = arena.cString(reason)
+    }
+}
+
+extension StoreV1 {
+    /// A transaction's refund request (one per transaction: asking again answers
+    /// the request already made, whatever its state).
+    public struct RefundRequestStatus: Hashable, Sendable {
+        /// `transaction_id` (field 1).
+        public var transactionID: String
+        /// `account_id` (field 2).
+        public var accountID: String
+        /// `product_id` (field 3).
+        public var productID: String
+        /// `reason` (field 4).
+        public var reason: String
+        /// `state` (field 5).
+        public var state: StoreV1.RefundRequestState
+        /// `requested_ms` (field 6).
+        public var requestedMs: Int64
+        /// When an operator granted or denied it (0 while pending).
+        public var decidedMs: Int64
+        /// The operator's reason (the refund's reason when granted).
+        public var decisionReason: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(transactionID: String = "", accountID: String = "", productID: String = "", reason: String = "", state: StoreV1.RefundRequestState = StoreV1.RefundRequestState(rawValue: 0), requestedMs: Int64 = 0, decidedMs: Int64 = 0, decisionReason: String = "") {
+            self.transactionID = transactionID
+            self.accountID = accountID
+            self.productID = productID
+            self.reason = reason
+            self.state = state
+            self.requestedMs = requestedMs
+            self.decidedMs = decidedMs
+            self.decisionReason = decisionReason
+        }
+    }
+}
+
+extension StoreV1.RefundRequestStatus: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__RefundRequestStatus
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__refund_request_status__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            transactionID: try CField.string(c.transaction_id, field: "RefundRequestStatus.transaction_id"),
+            accountID: try CField.string(c.account_id, field: "RefundRequestStatus.account_id"),
+            productID: try CField.string(c.product_id, field: "RefundRequestStatus.product_id"),
+            reason: try CField.string(c.reason, field: "RefundRequestStatus.reason"),
+            state: StoreV1.RefundRequestState(rawValue: Int32(truncatingIfNeeded: c.state.rawValue)),
+            requestedMs: c.requested_ms,
+            decidedMs: c.decided_ms,
+            decisionReason: try CField.string(c.decision_reason, field: "RefundRequestStatus.decision_reason")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.transaction_id = arena.cString(transactionID)
+        c.account_id = arena.cString(accountID)
+        c.product_id = arena.cString(productID)
+        c.reason = arena.cString(reason)
+        c.state = Kiosk__Store__V1__RefundRequestState(rawValue: .init(truncatingIfNeeded: state.rawValue))
+        c.requested_ms = requestedMs
+        c.decided_ms = decidedMs
+        c.decision_reason = arena.cString(decisionReason)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.ListRefundRequestsRequest`.
+    public struct ListRefundRequestsRequest: Hashable, Sendable {
+        /// Unspecified: pending ones.
+        public var state: StoreV1.RefundRequestState
+        /// 0 means 100, at most 500.
+        public var limit: UInt32
+        /// `page_token` (field 3).
+        public var pageToken: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(state: StoreV1.RefundRequestState = StoreV1.RefundRequestState(rawValue: 0), limit: UInt32 = 0, pageToken: String = "") {
+            self.state = state
+            self.limit = limit
+            self.pageToken = pageToken
+        }
+    }
+}
+
+extension StoreV1.ListRefundRequestsRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ListRefundRequestsRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_refund_requests_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            state: StoreV1.RefundRequestState(rawValue: Int32(truncatingIfNeeded: c.state.rawValue)),
+            limit: c.limit,
+            pageToken: try CField.string(c.page_token, field: "ListRefundRequestsRequest.page_token")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.state = Kiosk__Store__V1__RefundRequestState(rawValue: .init(truncatingIfNeeded: state.rawValue))
+        c.limit = limit
+        c.page_token = arena.cString(pageToken)
+    }
+}
+
+extension StoreV1 {
+    /// Oldest first.
+    public struct ListRefundRequestsResponse: Hashable, Sendable {
+        /// `requests` (field 1).
+        public var requests: [StoreV1.RefundRequestStatus]
+        /// `next_page_token` (field 2).
+        public var nextPageToken: String
+        /// `has_more` (field 3).
+        public var hasMore: Bool
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(requests: [StoreV1.RefundRequestStatus] = [], nextPageToken: String = "", hasMore: Bool = false) {
+            self.requests = requests
+            self.nextPageToken = nextPageToken
+            self.hasMore = hasMore
+        }
+    }
+}
+
+extension StoreV1.ListRefundRequestsResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ListRefundRequestsResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_refund_requests_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            requests: try CField.messages(c.n_requests, c.requests, as: StoreV1.RefundRequestStatus.self, field: "ListRefundRequestsResponse.requests"),
+            nextPageToken: try CField.string(c.next_page_token, field: "ListRefundRequestsResponse.next_page_token"),
+            hasMore: c.has_more != 0
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        (c.n_requests, c.requests) = arena.messages(requests)
+        c.next_page_token = arena.cString(nextPageToken)
+        c.has_more = hasMore ? 1 : 0
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.DenyRefundRequest`.
+    public struct DenyRefundRequest: Hashable, Sendable {
+        /// `transaction_id` (field 1).
+        public var transactionID: String
+        /// `reason` (field 2).
+        public var reason: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(transactionID: String = "", reason: String = "") {
+            self.transactionID = transactionID
+            self.reason = reason
+        }
+    }
+}
+
+extension StoreV1.DenyRefundRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__DenyRefundRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__deny_refund_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            transactionID: try CField.string(c.transaction_id, field: "DenyRefundRequest.transaction_id"),
+            reason: try CField.string(c.reason, field: "DenyRefundRequest.reason")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.transaction_id = arena.cString(transactionID)
+        c.reason = arena.cString(reason)
+    }
+}
+
+extension StoreV1 {
     /// `kiosk.store.v1.RotateKeyRequest`.
     public struct RotateKeyRequest: Hashable, Sendable {
 

@@ -2032,6 +2032,231 @@ void   kiosk__store__v1__list_transactions_response__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__list_transactions_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__request_refund_request__init
+                     (Kiosk__Store__V1__RequestRefundRequest         *message)
+{
+  static const Kiosk__Store__V1__RequestRefundRequest init_value = KIOSK__STORE__V1__REQUEST_REFUND_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__request_refund_request__get_packed_size
+                     (const Kiosk__Store__V1__RequestRefundRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__request_refund_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__request_refund_request__pack
+                     (const Kiosk__Store__V1__RequestRefundRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__request_refund_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__request_refund_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RequestRefundRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__request_refund_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__RequestRefundRequest *
+       kiosk__store__v1__request_refund_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__RequestRefundRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__request_refund_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__request_refund_request__free_unpacked
+                     (Kiosk__Store__V1__RequestRefundRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__request_refund_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__refund_request_status__init
+                     (Kiosk__Store__V1__RefundRequestStatus         *message)
+{
+  static const Kiosk__Store__V1__RefundRequestStatus init_value = KIOSK__STORE__V1__REFUND_REQUEST_STATUS__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__refund_request_status__get_packed_size
+                     (const Kiosk__Store__V1__RefundRequestStatus *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__refund_request_status__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__refund_request_status__pack
+                     (const Kiosk__Store__V1__RefundRequestStatus *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__refund_request_status__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__refund_request_status__pack_to_buffer
+                     (const Kiosk__Store__V1__RefundRequestStatus *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__refund_request_status__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__RefundRequestStatus *
+       kiosk__store__v1__refund_request_status__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__RefundRequestStatus *)
+     protobuf_c_message_unpack (&kiosk__store__v1__refund_request_status__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__refund_request_status__free_unpacked
+                     (Kiosk__Store__V1__RefundRequestStatus *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__refund_request_status__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__list_refund_requests_request__init
+                     (Kiosk__Store__V1__ListRefundRequestsRequest         *message)
+{
+  static const Kiosk__Store__V1__ListRefundRequestsRequest init_value = KIOSK__STORE__V1__LIST_REFUND_REQUESTS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__list_refund_requests_request__get_packed_size
+                     (const Kiosk__Store__V1__ListRefundRequestsRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_refund_requests_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__list_refund_requests_request__pack
+                     (const Kiosk__Store__V1__ListRefundRequestsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_refund_requests_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__list_refund_requests_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ListRefundRequestsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_refund_requests_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ListRefundRequestsRequest *
+       kiosk__store__v1__list_refund_requests_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ListRefundRequestsRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__list_refund_requests_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__list_refund_requests_request__free_unpacked
+                     (Kiosk__Store__V1__ListRefundRequestsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__list_refund_requests_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__list_refund_requests_response__init
+                     (Kiosk__Store__V1__ListRefundRequestsResponse         *message)
+{
+  static const Kiosk__Store__V1__ListRefundRequestsResponse init_value = KIOSK__STORE__V1__LIST_REFUND_REQUESTS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__list_refund_requests_response__get_packed_size
+                     (const Kiosk__Store__V1__ListRefundRequestsResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_refund_requests_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__list_refund_requests_response__pack
+                     (const Kiosk__Store__V1__ListRefundRequestsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_refund_requests_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__list_refund_requests_response__pack_to_buffer
+                     (const Kiosk__Store__V1__ListRefundRequestsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_refund_requests_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ListRefundRequestsResponse *
+       kiosk__store__v1__list_refund_requests_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ListRefundRequestsResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__list_refund_requests_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__list_refund_requests_response__free_unpacked
+                     (Kiosk__Store__V1__ListRefundRequestsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__list_refund_requests_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__deny_refund_request__init
+                     (Kiosk__Store__V1__DenyRefundRequest         *message)
+{
+  static const Kiosk__Store__V1__DenyRefundRequest init_value = KIOSK__STORE__V1__DENY_REFUND_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__deny_refund_request__get_packed_size
+                     (const Kiosk__Store__V1__DenyRefundRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__deny_refund_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__deny_refund_request__pack
+                     (const Kiosk__Store__V1__DenyRefundRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__deny_refund_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__deny_refund_request__pack_to_buffer
+                     (const Kiosk__Store__V1__DenyRefundRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__deny_refund_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__DenyRefundRequest *
+       kiosk__store__v1__deny_refund_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__DenyRefundRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__deny_refund_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__deny_refund_request__free_unpacked
+                     (Kiosk__Store__V1__DenyRefundRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__deny_refund_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__rotate_key_request__init
                      (Kiosk__Store__V1__RotateKeyRequest         *message)
 {
@@ -5417,6 +5642,365 @@ const ProtobufCMessageDescriptor kiosk__store__v1__list_transactions_response__d
   (ProtobufCMessageInit) kiosk__store__v1__list_transactions_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor kiosk__store__v1__request_refund_request__field_descriptors[2] =
+{
+  {
+    "transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RequestRefundRequest, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RequestRefundRequest, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__request_refund_request__field_indices_by_name[] = {
+  1,   /* field[1] = reason */
+  0,   /* field[0] = transaction_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__request_refund_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__request_refund_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.RequestRefundRequest",
+  "RequestRefundRequest",
+  "Kiosk__Store__V1__RequestRefundRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__RequestRefundRequest),
+  2,
+  kiosk__store__v1__request_refund_request__field_descriptors,
+  kiosk__store__v1__request_refund_request__field_indices_by_name,
+  1,  kiosk__store__v1__request_refund_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__request_refund_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__refund_request_status__field_descriptors[8] =
+{
+  {
+    "transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequestStatus, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "account_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequestStatus, account_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "product_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequestStatus, product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequestStatus, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "state",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequestStatus, state),
+    &kiosk__store__v1__refund_request_state__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "requested_ms",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequestStatus, requested_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "decided_ms",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequestStatus, decided_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "decision_reason",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RefundRequestStatus, decision_reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__refund_request_status__field_indices_by_name[] = {
+  1,   /* field[1] = account_id */
+  6,   /* field[6] = decided_ms */
+  7,   /* field[7] = decision_reason */
+  2,   /* field[2] = product_id */
+  3,   /* field[3] = reason */
+  5,   /* field[5] = requested_ms */
+  4,   /* field[4] = state */
+  0,   /* field[0] = transaction_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__refund_request_status__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 8 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__refund_request_status__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.RefundRequestStatus",
+  "RefundRequestStatus",
+  "Kiosk__Store__V1__RefundRequestStatus",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__RefundRequestStatus),
+  8,
+  kiosk__store__v1__refund_request_status__field_descriptors,
+  kiosk__store__v1__refund_request_status__field_indices_by_name,
+  1,  kiosk__store__v1__refund_request_status__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__refund_request_status__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_refund_requests_request__field_descriptors[3] =
+{
+  {
+    "state",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListRefundRequestsRequest, state),
+    &kiosk__store__v1__refund_request_state__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListRefundRequestsRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "page_token",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListRefundRequestsRequest, page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__list_refund_requests_request__field_indices_by_name[] = {
+  1,   /* field[1] = limit */
+  2,   /* field[2] = page_token */
+  0,   /* field[0] = state */
+};
+static const ProtobufCIntRange kiosk__store__v1__list_refund_requests_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__list_refund_requests_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ListRefundRequestsRequest",
+  "ListRefundRequestsRequest",
+  "Kiosk__Store__V1__ListRefundRequestsRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ListRefundRequestsRequest),
+  3,
+  kiosk__store__v1__list_refund_requests_request__field_descriptors,
+  kiosk__store__v1__list_refund_requests_request__field_indices_by_name,
+  1,  kiosk__store__v1__list_refund_requests_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__list_refund_requests_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_refund_requests_response__field_descriptors[3] =
+{
+  {
+    "requests",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__ListRefundRequestsResponse, n_requests),
+    offsetof(Kiosk__Store__V1__ListRefundRequestsResponse, requests),
+    &kiosk__store__v1__refund_request_status__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_page_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListRefundRequestsResponse, next_page_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "has_more",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListRefundRequestsResponse, has_more),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__list_refund_requests_response__field_indices_by_name[] = {
+  2,   /* field[2] = has_more */
+  1,   /* field[1] = next_page_token */
+  0,   /* field[0] = requests */
+};
+static const ProtobufCIntRange kiosk__store__v1__list_refund_requests_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__list_refund_requests_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ListRefundRequestsResponse",
+  "ListRefundRequestsResponse",
+  "Kiosk__Store__V1__ListRefundRequestsResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ListRefundRequestsResponse),
+  3,
+  kiosk__store__v1__list_refund_requests_response__field_descriptors,
+  kiosk__store__v1__list_refund_requests_response__field_indices_by_name,
+  1,  kiosk__store__v1__list_refund_requests_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__list_refund_requests_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__deny_refund_request__field_descriptors[2] =
+{
+  {
+    "transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__DenyRefundRequest, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__DenyRefundRequest, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__deny_refund_request__field_indices_by_name[] = {
+  1,   /* field[1] = reason */
+  0,   /* field[0] = transaction_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__deny_refund_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__deny_refund_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.DenyRefundRequest",
+  "DenyRefundRequest",
+  "Kiosk__Store__V1__DenyRefundRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__DenyRefundRequest),
+  2,
+  kiosk__store__v1__deny_refund_request__field_descriptors,
+  kiosk__store__v1__deny_refund_request__field_indices_by_name,
+  1,  kiosk__store__v1__deny_refund_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__deny_refund_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 #define kiosk__store__v1__rotate_key_request__field_descriptors NULL
 #define kiosk__store__v1__rotate_key_request__field_indices_by_name NULL
 #define kiosk__store__v1__rotate_key_request__number_ranges NULL
@@ -5638,7 +6222,39 @@ const ProtobufCEnumDescriptor kiosk__store__v1__event_type__descriptor =
   kiosk__store__v1__event_type__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[19] =
+static const ProtobufCEnumValue kiosk__store__v1__refund_request_state__enum_values_by_number[4] =
+{
+  { "REFUND_REQUEST_STATE_UNSPECIFIED", "KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_UNSPECIFIED", 0 },
+  { "REFUND_REQUEST_STATE_PENDING", "KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_PENDING", 1 },
+  { "REFUND_REQUEST_STATE_GRANTED", "KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_GRANTED", 2 },
+  { "REFUND_REQUEST_STATE_DENIED", "KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_DENIED", 3 },
+};
+static const ProtobufCIntRange kiosk__store__v1__refund_request_state__value_ranges[] = {
+{0, 0},{0, 4}
+};
+static const ProtobufCEnumValueIndex kiosk__store__v1__refund_request_state__enum_values_by_name[4] =
+{
+  { "REFUND_REQUEST_STATE_DENIED", 3 },
+  { "REFUND_REQUEST_STATE_GRANTED", 2 },
+  { "REFUND_REQUEST_STATE_PENDING", 1 },
+  { "REFUND_REQUEST_STATE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor kiosk__store__v1__refund_request_state__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.RefundRequestState",
+  "RefundRequestState",
+  "Kiosk__Store__V1__RefundRequestState",
+  "kiosk.store.v1",
+  4,
+  kiosk__store__v1__refund_request_state__enum_values_by_number,
+  4,
+  kiosk__store__v1__refund_request_state__enum_values_by_name,
+  1,
+  kiosk__store__v1__refund_request_state__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[20] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -5659,6 +6275,7 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "ListEvents", &kiosk__store__v1__list_events_request__descriptor, &kiosk__store__v1__list_events_response__descriptor },
   { "GetTransaction", &kiosk__store__v1__get_transaction_request__descriptor, &kiosk__store__v1__transaction__descriptor },
   { "ListTransactions", &kiosk__store__v1__list_transactions_request__descriptor, &kiosk__store__v1__list_transactions_response__descriptor },
+  { "RequestRefund", &kiosk__store__v1__request_refund_request__descriptor, &kiosk__store__v1__refund_request_status__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   11,        /* AccessToken */
@@ -5672,6 +6289,7 @@ const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   18,        /* ListTransactions */
   9,        /* PublicKeys */
   2,        /* Purchase */
+  19,        /* RequestRefund */
   5,        /* Restore */
   13,        /* SetAutoRenew */
   7,        /* SpendCredits */
@@ -5688,7 +6306,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  19,
+  20,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -5844,6 +6462,14 @@ void kiosk__store__v1__store__list_transactions(ProtobufCService *service,
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 18, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void kiosk__store__v1__store__request_refund(ProtobufCService *service,
+                                             const Kiosk__Store__V1__RequestRefundRequest *input,
+                                             Kiosk__Store__V1__RefundRequestStatus_Closure closure,
+                                             void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 19, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)
 {
@@ -5851,20 +6477,24 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                      &kiosk__store__v1__store__descriptor,
                                      (ProtobufCServiceDestroy) destroy);
 }
-static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descriptors[5] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descriptors[7] =
 {
   { "Refund", &kiosk__store__v1__refund_request__descriptor, &kiosk__store__v1__revocation__descriptor },
+  { "ListRefundRequests", &kiosk__store__v1__list_refund_requests_request__descriptor, &kiosk__store__v1__list_refund_requests_response__descriptor },
+  { "DenyRefund", &kiosk__store__v1__deny_refund_request__descriptor, &kiosk__store__v1__refund_request_status__descriptor },
   { "Approve", &kiosk__store__v1__approve_request__descriptor, &kiosk__store__v1__transaction__descriptor },
   { "CreateAccount", &kiosk__store__v1__create_account_request__descriptor, &kiosk__store__v1__create_account_response__descriptor },
   { "RotateKey", &kiosk__store__v1__rotate_key_request__descriptor, &kiosk__store__v1__public_key__descriptor },
   { "RetireKey", &kiosk__store__v1__retire_key_request__descriptor, &kiosk__store__v1__public_key__descriptor },
 };
 const unsigned kiosk__store__v1__admin__method_indices_by_name[] = {
-  1,        /* Approve */
-  2,        /* CreateAccount */
+  3,        /* Approve */
+  4,        /* CreateAccount */
+  2,        /* DenyRefund */
+  1,        /* ListRefundRequests */
   0,        /* Refund */
-  4,        /* RetireKey */
-  3         /* RotateKey */
+  6,        /* RetireKey */
+  5         /* RotateKey */
 };
 const ProtobufCServiceDescriptor kiosk__store__v1__admin__descriptor =
 {
@@ -5873,7 +6503,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__admin__descriptor =
   "Admin",
   "Kiosk__Store__V1__Admin",
   "kiosk.store.v1",
-  5,
+  7,
   kiosk__store__v1__admin__method_descriptors,
   kiosk__store__v1__admin__method_indices_by_name
 };
@@ -5885,13 +6515,29 @@ void kiosk__store__v1__admin__refund(ProtobufCService *service,
   assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
   service->invoke(service, 0, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void kiosk__store__v1__admin__list_refund_requests(ProtobufCService *service,
+                                                   const Kiosk__Store__V1__ListRefundRequestsRequest *input,
+                                                   Kiosk__Store__V1__ListRefundRequestsResponse_Closure closure,
+                                                   void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 1, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__deny_refund(ProtobufCService *service,
+                                          const Kiosk__Store__V1__DenyRefundRequest *input,
+                                          Kiosk__Store__V1__RefundRequestStatus_Closure closure,
+                                          void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void kiosk__store__v1__admin__approve(ProtobufCService *service,
                                       const Kiosk__Store__V1__ApproveRequest *input,
                                       Kiosk__Store__V1__Transaction_Closure closure,
                                       void *closure_data)
 {
   assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
-  service->invoke(service, 1, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__admin__create_account(ProtobufCService *service,
                                              const Kiosk__Store__V1__CreateAccountRequest *input,
@@ -5899,7 +6545,7 @@ void kiosk__store__v1__admin__create_account(ProtobufCService *service,
                                              void *closure_data)
 {
   assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
-  service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__admin__rotate_key(ProtobufCService *service,
                                          const Kiosk__Store__V1__RotateKeyRequest *input,
@@ -5907,7 +6553,7 @@ void kiosk__store__v1__admin__rotate_key(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
-  service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__admin__retire_key(ProtobufCService *service,
                                          const Kiosk__Store__V1__RetireKeyRequest *input,
@@ -5915,7 +6561,7 @@ void kiosk__store__v1__admin__retire_key(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
-  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 6, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
                                     Kiosk__Store__V1__Admin_ServiceDestroy destroy)

@@ -61,6 +61,11 @@ typedef struct Kiosk__Store__V1__ListEventsResponse Kiosk__Store__V1__ListEvents
 typedef struct Kiosk__Store__V1__GetTransactionRequest Kiosk__Store__V1__GetTransactionRequest;
 typedef struct Kiosk__Store__V1__ListTransactionsRequest Kiosk__Store__V1__ListTransactionsRequest;
 typedef struct Kiosk__Store__V1__ListTransactionsResponse Kiosk__Store__V1__ListTransactionsResponse;
+typedef struct Kiosk__Store__V1__RequestRefundRequest Kiosk__Store__V1__RequestRefundRequest;
+typedef struct Kiosk__Store__V1__RefundRequestStatus Kiosk__Store__V1__RefundRequestStatus;
+typedef struct Kiosk__Store__V1__ListRefundRequestsRequest Kiosk__Store__V1__ListRefundRequestsRequest;
+typedef struct Kiosk__Store__V1__ListRefundRequestsResponse Kiosk__Store__V1__ListRefundRequestsResponse;
+typedef struct Kiosk__Store__V1__DenyRefundRequest Kiosk__Store__V1__DenyRefundRequest;
 typedef struct Kiosk__Store__V1__RotateKeyRequest Kiosk__Store__V1__RotateKeyRequest;
 typedef struct Kiosk__Store__V1__RetireKeyRequest Kiosk__Store__V1__RetireKeyRequest;
 
@@ -183,6 +188,18 @@ typedef enum _Kiosk__Store__V1__EventType {
   KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_DENIED = 12
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
 } Kiosk__Store__V1__EventType;
+/*
+ * Where a buyer's refund request stands: pending until an operator grants it
+ * (Admin.Refund: the transaction is refunded, EVENT_TYPE_REFUNDED) or denies it
+ * (Admin.DenyRefund, EVENT_TYPE_REFUND_DENIED).
+ */
+typedef enum _Kiosk__Store__V1__RefundRequestState {
+  KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_UNSPECIFIED = 0,
+  KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_PENDING = 1,
+  KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_GRANTED = 2,
+  KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_DENIED = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__REFUND_REQUEST_STATE)
+} Kiosk__Store__V1__RefundRequestState;
 
 /* --- messages --- */
 
@@ -1063,6 +1080,95 @@ struct  Kiosk__Store__V1__ListTransactionsResponse
     , 0,NULL, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
+/*
+ * Accounts: ask for one of their purchased transactions to be refunded.
+ */
+struct  Kiosk__Store__V1__RequestRefundRequest
+{
+  ProtobufCMessage base;
+  char *transaction_id;
+  /*
+   * The buyer's words, at most 1,000 bytes of UTF-8.
+   */
+  char *reason;
+};
+#define KIOSK__STORE__V1__REQUEST_REFUND_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__request_refund_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * A transaction's refund request (one per transaction: asking again answers
+ * the request already made, whatever its state).
+ */
+struct  Kiosk__Store__V1__RefundRequestStatus
+{
+  ProtobufCMessage base;
+  char *transaction_id;
+  char *account_id;
+  char *product_id;
+  char *reason;
+  Kiosk__Store__V1__RefundRequestState state;
+  int64_t requested_ms;
+  /*
+   * When an operator granted or denied it (0 while pending).
+   */
+  int64_t decided_ms;
+  /*
+   * The operator's reason (the refund's reason when granted).
+   */
+  char *decision_reason;
+};
+#define KIOSK__STORE__V1__REFUND_REQUEST_STATUS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__refund_request_status__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__ListRefundRequestsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Unspecified: pending ones.
+   */
+  Kiosk__Store__V1__RefundRequestState state;
+  /*
+   * 0 means 100, at most 500.
+   */
+  uint32_t limit;
+  char *page_token;
+};
+#define KIOSK__STORE__V1__LIST_REFUND_REQUESTS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_refund_requests_request__descriptor) \
+    , KIOSK__STORE__V1__REFUND_REQUEST_STATE__REFUND_REQUEST_STATE_UNSPECIFIED, 0, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Oldest first.
+ */
+struct  Kiosk__Store__V1__ListRefundRequestsResponse
+{
+  ProtobufCMessage base;
+  size_t n_requests;
+  Kiosk__Store__V1__RefundRequestStatus **requests;
+  char *next_page_token;
+  protobuf_c_boolean has_more;
+};
+#define KIOSK__STORE__V1__LIST_REFUND_REQUESTS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_refund_requests_response__descriptor) \
+    , 0,NULL, (char *)protobuf_c_empty_string, 0 }
+
+
+struct  Kiosk__Store__V1__DenyRefundRequest
+{
+  ProtobufCMessage base;
+  char *transaction_id;
+  char *reason;
+};
+#define KIOSK__STORE__V1__DENY_REFUND_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__deny_refund_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
 struct  Kiosk__Store__V1__RotateKeyRequest
 {
   ProtobufCMessage base;
@@ -1941,6 +2047,101 @@ Kiosk__Store__V1__ListTransactionsResponse *
 void   kiosk__store__v1__list_transactions_response__free_unpacked
                      (Kiosk__Store__V1__ListTransactionsResponse *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__RequestRefundRequest methods */
+void   kiosk__store__v1__request_refund_request__init
+                     (Kiosk__Store__V1__RequestRefundRequest         *message);
+size_t kiosk__store__v1__request_refund_request__get_packed_size
+                     (const Kiosk__Store__V1__RequestRefundRequest   *message);
+size_t kiosk__store__v1__request_refund_request__pack
+                     (const Kiosk__Store__V1__RequestRefundRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__request_refund_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RequestRefundRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__RequestRefundRequest *
+       kiosk__store__v1__request_refund_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__request_refund_request__free_unpacked
+                     (Kiosk__Store__V1__RequestRefundRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__RefundRequestStatus methods */
+void   kiosk__store__v1__refund_request_status__init
+                     (Kiosk__Store__V1__RefundRequestStatus         *message);
+size_t kiosk__store__v1__refund_request_status__get_packed_size
+                     (const Kiosk__Store__V1__RefundRequestStatus   *message);
+size_t kiosk__store__v1__refund_request_status__pack
+                     (const Kiosk__Store__V1__RefundRequestStatus   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__refund_request_status__pack_to_buffer
+                     (const Kiosk__Store__V1__RefundRequestStatus   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__RefundRequestStatus *
+       kiosk__store__v1__refund_request_status__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__refund_request_status__free_unpacked
+                     (Kiosk__Store__V1__RefundRequestStatus *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ListRefundRequestsRequest methods */
+void   kiosk__store__v1__list_refund_requests_request__init
+                     (Kiosk__Store__V1__ListRefundRequestsRequest         *message);
+size_t kiosk__store__v1__list_refund_requests_request__get_packed_size
+                     (const Kiosk__Store__V1__ListRefundRequestsRequest   *message);
+size_t kiosk__store__v1__list_refund_requests_request__pack
+                     (const Kiosk__Store__V1__ListRefundRequestsRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__list_refund_requests_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ListRefundRequestsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ListRefundRequestsRequest *
+       kiosk__store__v1__list_refund_requests_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__list_refund_requests_request__free_unpacked
+                     (Kiosk__Store__V1__ListRefundRequestsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ListRefundRequestsResponse methods */
+void   kiosk__store__v1__list_refund_requests_response__init
+                     (Kiosk__Store__V1__ListRefundRequestsResponse         *message);
+size_t kiosk__store__v1__list_refund_requests_response__get_packed_size
+                     (const Kiosk__Store__V1__ListRefundRequestsResponse   *message);
+size_t kiosk__store__v1__list_refund_requests_response__pack
+                     (const Kiosk__Store__V1__ListRefundRequestsResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__list_refund_requests_response__pack_to_buffer
+                     (const Kiosk__Store__V1__ListRefundRequestsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ListRefundRequestsResponse *
+       kiosk__store__v1__list_refund_requests_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__list_refund_requests_response__free_unpacked
+                     (Kiosk__Store__V1__ListRefundRequestsResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__DenyRefundRequest methods */
+void   kiosk__store__v1__deny_refund_request__init
+                     (Kiosk__Store__V1__DenyRefundRequest         *message);
+size_t kiosk__store__v1__deny_refund_request__get_packed_size
+                     (const Kiosk__Store__V1__DenyRefundRequest   *message);
+size_t kiosk__store__v1__deny_refund_request__pack
+                     (const Kiosk__Store__V1__DenyRefundRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__deny_refund_request__pack_to_buffer
+                     (const Kiosk__Store__V1__DenyRefundRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__DenyRefundRequest *
+       kiosk__store__v1__deny_refund_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__deny_refund_request__free_unpacked
+                     (Kiosk__Store__V1__DenyRefundRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__RotateKeyRequest methods */
 void   kiosk__store__v1__rotate_key_request__init
                      (Kiosk__Store__V1__RotateKeyRequest         *message);
@@ -2116,6 +2317,21 @@ typedef void (*Kiosk__Store__V1__ListTransactionsRequest_Closure)
 typedef void (*Kiosk__Store__V1__ListTransactionsResponse_Closure)
                  (const Kiosk__Store__V1__ListTransactionsResponse *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__RequestRefundRequest_Closure)
+                 (const Kiosk__Store__V1__RequestRefundRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__RefundRequestStatus_Closure)
+                 (const Kiosk__Store__V1__RefundRequestStatus *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ListRefundRequestsRequest_Closure)
+                 (const Kiosk__Store__V1__ListRefundRequestsRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ListRefundRequestsResponse_Closure)
+                 (const Kiosk__Store__V1__ListRefundRequestsResponse *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__DenyRefundRequest_Closure)
+                 (const Kiosk__Store__V1__DenyRefundRequest *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__RotateKeyRequest_Closure)
                  (const Kiosk__Store__V1__RotateKeyRequest *message,
                   void *closure_data);
@@ -2205,6 +2421,10 @@ struct Kiosk__Store__V1__Store_Service
                             const Kiosk__Store__V1__ListTransactionsRequest *input,
                             Kiosk__Store__V1__ListTransactionsResponse_Closure closure,
                             void *closure_data);
+  void (*request_refund)(Kiosk__Store__V1__Store_Service *service,
+                         const Kiosk__Store__V1__RequestRefundRequest *input,
+                         Kiosk__Store__V1__RefundRequestStatus_Closure closure,
+                         void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -2231,7 +2451,8 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## watch_events,\
       function_prefix__ ## list_events,\
       function_prefix__ ## get_transaction,\
-      function_prefix__ ## list_transactions  }
+      function_prefix__ ## list_transactions,\
+      function_prefix__ ## request_refund  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -2308,6 +2529,10 @@ void kiosk__store__v1__store__list_transactions(ProtobufCService *service,
                                                 const Kiosk__Store__V1__ListTransactionsRequest *input,
                                                 Kiosk__Store__V1__ListTransactionsResponse_Closure closure,
                                                 void *closure_data);
+void kiosk__store__v1__store__request_refund(ProtobufCService *service,
+                                             const Kiosk__Store__V1__RequestRefundRequest *input,
+                                             Kiosk__Store__V1__RefundRequestStatus_Closure closure,
+                                             void *closure_data);
 typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
 struct Kiosk__Store__V1__Admin_Service
 {
@@ -2316,6 +2541,14 @@ struct Kiosk__Store__V1__Admin_Service
                  const Kiosk__Store__V1__RefundRequest *input,
                  Kiosk__Store__V1__Revocation_Closure closure,
                  void *closure_data);
+  void (*list_refund_requests)(Kiosk__Store__V1__Admin_Service *service,
+                               const Kiosk__Store__V1__ListRefundRequestsRequest *input,
+                               Kiosk__Store__V1__ListRefundRequestsResponse_Closure closure,
+                               void *closure_data);
+  void (*deny_refund)(Kiosk__Store__V1__Admin_Service *service,
+                      const Kiosk__Store__V1__DenyRefundRequest *input,
+                      Kiosk__Store__V1__RefundRequestStatus_Closure closure,
+                      void *closure_data);
   void (*approve)(Kiosk__Store__V1__Admin_Service *service,
                   const Kiosk__Store__V1__ApproveRequest *input,
                   Kiosk__Store__V1__Transaction_Closure closure,
@@ -2341,6 +2574,8 @@ void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
 #define KIOSK__STORE__V1__ADMIN__INIT(function_prefix__) \
     { KIOSK__STORE__V1__ADMIN__BASE_INIT,\
       function_prefix__ ## refund,\
+      function_prefix__ ## list_refund_requests,\
+      function_prefix__ ## deny_refund,\
       function_prefix__ ## approve,\
       function_prefix__ ## create_account,\
       function_prefix__ ## rotate_key,\
@@ -2349,6 +2584,14 @@ void kiosk__store__v1__admin__refund(ProtobufCService *service,
                                      const Kiosk__Store__V1__RefundRequest *input,
                                      Kiosk__Store__V1__Revocation_Closure closure,
                                      void *closure_data);
+void kiosk__store__v1__admin__list_refund_requests(ProtobufCService *service,
+                                                   const Kiosk__Store__V1__ListRefundRequestsRequest *input,
+                                                   Kiosk__Store__V1__ListRefundRequestsResponse_Closure closure,
+                                                   void *closure_data);
+void kiosk__store__v1__admin__deny_refund(ProtobufCService *service,
+                                          const Kiosk__Store__V1__DenyRefundRequest *input,
+                                          Kiosk__Store__V1__RefundRequestStatus_Closure closure,
+                                          void *closure_data);
 void kiosk__store__v1__admin__approve(ProtobufCService *service,
                                       const Kiosk__Store__V1__ApproveRequest *input,
                                       Kiosk__Store__V1__Transaction_Closure closure,
@@ -2372,6 +2615,7 @@ extern const ProtobufCEnumDescriptor    kiosk__store__v1__transaction_state__des
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__subscription_state__descriptor;
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__expiration_reason__descriptor;
 extern const ProtobufCEnumDescriptor    kiosk__store__v1__event_type__descriptor;
+extern const ProtobufCEnumDescriptor    kiosk__store__v1__refund_request_state__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__offer_info__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_products_request__descriptor;
@@ -2417,6 +2661,11 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__list_events_response__
 extern const ProtobufCMessageDescriptor kiosk__store__v1__get_transaction_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_transactions_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_transactions_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__request_refund_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__refund_request_status__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__list_refund_requests_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__list_refund_requests_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__deny_refund_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__rotate_key_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__retire_key_request__descriptor;
 extern const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor;

@@ -1,0 +1,209 @@
+import Foundation
+import GRDB
+import KioskAPI
+
+/// A buyer's request for a refund of one of their transactions, as the ledger keeps it: pending until an
+/// operator grants it (``Store/refund(transactionID:reason:)``) or denies it (``Store/denyRefund(transactionID:reason:)``).
+public struct RefundRequestRecord: Hashable, Sendable {
+    public var transactionID: String
+    public var accountID: String
+    public var productID: String
+    /// The buyer's words.
+    public var reason: String
+    public var state: StoreV1.RefundRequestState
+    /// When it was asked, milliseconds since 1970.
+    public var requestedMs: Int64
+    /// When it was granted or denied (0 while pending).
+    public var decidedMs: Int64
+    /// The operator's reason (the refund's reason when granted).
+    public var decisionReason: String
+
+    init(row: LedgerRow) throws {
+        transactionID = try row["transaction_id"]
+        accountID = try row["account_id"]
+        productID = try row["product_id"]
+        reason = try row["reason"]
+        state = StoreV1.RefundRequestState(rawValue: Int32(clamping: try row["state"] as Int64))
+        requestedMs = try row["requested_ms"]
+        decidedMs = try row["decided_ms"]
+        decisionReason = try row["decision_reason"]
+    }
+
+    /// One line of JSON, keys sorted (`kiosk-store refund-requests --json`): the wire's field names, the state by name.
+    public var jsonLine: String {
+        var object: [String: Any] = [
+            "transaction_id": transactionID, "account_id": accountID, "product_id": productID, "reason": reason,
+            "state": state.name, "requested_ms": requestedMs,
+        ]
+        if decidedMs > 0 {
+            object["decided_ms"] = decidedMs
+            object["decision_reason"] = decisionReason
+        }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// As the wire carries it.
+    public var message: StoreV1.RefundRequestStatus {
+        StoreV1.RefundRequestStatus(transactionID: transactionID, accountID: accountID, productID: productID, reason: reason, state: state,
+                                    requestedMs: requestedMs, decidedMs: decidedMs, decisionReason: decisionReason)
+    }
+}
+
+/// A page of refund requests and the token of the next.
+public struct RefundRequestPage: Hashable, Sendable {
+    public var requests: [RefundRequestRecord]
+    public var nextPageToken: String
+    public var hasMore: Bool
+}
+
+extension Ledger {
+    /// The longest reason a buyer or operator may give, in bytes of UTF-8.
+    public static let maxRefundReasonBytes = 1000
+
+    static let v9RefundRequests = """
+        CREATE TABLE refund_requests (
+          transaction_id TEXT PRIMARY KEY,
+          account_id TEXT NOT NULL,
+          product_id TEXT NOT NULL,
+          reason TEXT NOT NULL DEFAULT '',
+          state INTEGER NOT NULL,
+          requested_ms INTEGER NOT NULL,
+          decided_ms INTEGER NOT NULL DEFAULT 0,
+          decision_reason TEXT NOT NULL DEFAULT ''
+        );
+        CREATE INDEX refund_requests_by_state ON refund_requests(state, requested_ms, transaction_id);
+        """
+
+    /// Revocations recorded before the event log existed (v7) get their REFUNDED event, so the event log
+    /// alone tells every revocation (the content service follows WatchEvents, not WatchRevocations).
+    /// Adds nothing when every revocation has its event.
+    static let backfillRefundedEvents = """
+        INSERT INTO events (type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall)
+          SELECT 6, r.account_id, r.transaction_id, r.original_transaction_id, COALESCE(t.product_id, ''), r.revoked_ms, r.reason, r.credit_shortfall
+          FROM revocations r LEFT JOIN transactions t ON t.id = r.transaction_id
+          WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.account_id = r.account_id AND e.transaction_id = r.transaction_id AND e.type = 6)
+          ORDER BY r.cursor
+        """
+
+    static var v9RefundRequestsPostgres: String {
+        v9RefundRequests.replacingOccurrences(of: "INTEGER", with: "BIGINT") + ";\n" + backfillRefundedEvents
+    }
+
+    static func registerV9(_ migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("v9-refund-requests") { db in
+            try db.execute(sql: v9RefundRequests)
+            try db.execute(sql: backfillRefundedEvents)
+        }
+    }
+
+    static func refundRequest(_ db: any LedgerDatabase, transactionID: String) throws -> RefundRequestRecord? {
+        try db.fetchOne("SELECT * FROM refund_requests WHERE transaction_id = ?", [transactionID]).map(RefundRequestRecord.init)
+    }
+
+    /// A pending request for `transactionID` becomes `state` (granted or denied) with the operator's reason;
+    /// REFUND_DENIED is recorded for a denial (a grant's event is the REFUNDED its revocation records).
+    /// - Returns: the request as it now stands, or nil when it has none pending.
+    @discardableResult
+    static func decideRefundRequest(transactionID: String, _ state: StoreV1.RefundRequestState, reason: String, nowMs: Int64,
+                                    _ db: any LedgerDatabase) throws -> RefundRequestRecord? {
+        guard try db.execute("UPDATE refund_requests SET state = ?, decided_ms = ?, decision_reason = ? WHERE transaction_id = ? AND state = ?",
+                             [Int64(state.rawValue), nowMs, reason, transactionID, Int64(StoreV1.RefundRequestState.pending.rawValue)]) > 0,
+              let decided = try refundRequest(db, transactionID: transactionID) else { return nil }
+        if state == .denied, let record = try transaction(db, id: transactionID) {
+            try recordEvent(EventRecord(.refundDenied, record, nowMs: nowMs, reason: reason), db)
+        }
+        return decided
+    }
+
+    /// Refund requests in one state, oldest first, a page at a time.
+    /// - Throws: ``StoreError`` 3 for a page token this store did not give.
+    public func refundRequests(state: StoreV1.RefundRequestState = .pending, limit: UInt32 = 0, pageToken: String = "") throws -> RefundRequestPage {
+        var after: (Int64, String)? = nil
+        if !pageToken.isEmpty {
+            let parts = pageToken.split(separator: ".", maxSplits: 1)
+            guard parts.count == 2, parts[0].first == "q", let ms = Int64(parts[0].dropFirst()), ms >= 0 else {
+                throw StoreError.invalid("page_token \"\(pageToken.prefix(64))\" is not one this store gave; pass the next_page_token of the page before, or empty for the first page")
+            }
+            after = (ms, String(parts[1]))
+        }
+        let size = Self.pageSize(limit)
+        let rows = try backend.read { db -> [RefundRequestRecord] in
+            var sql = "SELECT * FROM refund_requests WHERE state = ?"
+            var arguments: [any LedgerArgument] = [Int64(state.rawValue)]
+            if let after {
+                sql += " AND (requested_ms > ? OR (requested_ms = ? AND transaction_id > ?))"
+                arguments += [after.0, after.0, after.1]
+            }
+            sql += " ORDER BY requested_ms, transaction_id LIMIT ?"
+            arguments.append(size + 1)
+            return try db.fetchAll(sql, arguments).map(RefundRequestRecord.init)
+        }
+        let kept = Array(rows.prefix(size))
+        let hasMore = rows.count > size
+        return RefundRequestPage(requests: kept, nextPageToken: hasMore ? kept.last.map { "q\($0.requestedMs).\($0.transactionID)" } ?? "" : "",
+                                 hasMore: hasMore)
+    }
+
+    /// The refund request of `transactionID`, if one was made.
+    public func refundRequest(transactionID: String) throws -> RefundRequestRecord? {
+        try backend.read { db in try Self.refundRequest(db, transactionID: transactionID) }
+    }
+}
+
+extension Store {
+    /// A buyer asks for a refund of one of their purchased transactions: the request is recorded, pending, with
+    /// REFUND_REQUESTED, until an operator grants it (``refund(transactionID:reason:)``) or denies it
+    /// (``denyRefund(transactionID:reason:)``). Asking again answers the request already made, whatever its state,
+    /// and records nothing (a retry after a lost answer is safe).
+    /// - Throws: ``StoreError`` NOT_FOUND for a transaction the account does not have; 9 for one that is not purchased
+    ///   or already refunded (with no request); 3 for a reason over ``Ledger/maxRefundReasonBytes``.
+    public func requestRefund(accountID: String, transactionID: String, reason: String) async throws -> RefundRequestRecord {
+        guard !transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
+        guard reason.utf8.count <= Ledger.maxRefundReasonBytes else {
+            throw StoreError.invalid("the reason is \(reason.utf8.count) bytes; at most \(Ledger.maxRefundReasonBytes)")
+        }
+        let nowMs = now
+        return try await ledger.write(account: accountID) { db in
+            // Another account's transaction is as unknown as one that does not exist.
+            guard let record = try Ledger.transaction(db, id: transactionID), record.accountID == accountID else {
+                throw StoreError.notFound("no transaction \(transactionID) for this account")
+            }
+            if let existing = try Ledger.refundRequest(db, transactionID: transactionID) { return existing }
+            guard record.state == .purchased else {
+                throw StoreError(.conflict, "transaction \(transactionID) is \(record.state.name.lowercased()), not purchased: there is nothing to refund")
+            }
+            guard record.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
+            try db.execute(
+                """
+                    INSERT INTO refund_requests (transaction_id, account_id, product_id, reason, state, requested_ms)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """, [transactionID, accountID, record.productID, reason, Int64(StoreV1.RefundRequestState.pending.rawValue), nowMs])
+            try Ledger.recordEvent(EventRecord(.refundRequested, record, nowMs: nowMs, reason: reason), db)
+            guard let request = try Ledger.refundRequest(db, transactionID: transactionID) else {
+                throw StoreError(.internalFailure, "the refund request of \(transactionID) vanished in its own write")
+            }
+            return request
+        }
+    }
+
+    /// Denies a pending refund request: it becomes DENIED with `reason`, REFUND_DENIED is recorded, the
+    /// transaction stays as it was.
+    /// - Throws: ``StoreError`` NOT_FOUND when the transaction has no refund request; 9 when it is not pending.
+    @discardableResult
+    public func denyRefund(transactionID: String, reason: String) async throws -> RefundRequestRecord {
+        guard !transactionID.isEmpty, !reason.isEmpty else { throw StoreError.invalid("transaction_id and reason are required") }
+        guard reason.utf8.count <= Ledger.maxRefundReasonBytes else {
+            throw StoreError.invalid("the reason is \(reason.utf8.count) bytes; at most \(Ledger.maxRefundReasonBytes)")
+        }
+        guard let request = try ledger.refundRequest(transactionID: transactionID) else {
+            throw StoreError.notFound("transaction \(transactionID) has no refund request")
+        }
+        let nowMs = now
+        return try await ledger.write(account: request.accountID) { db in
+            if let denied = try Ledger.decideRefundRequest(transactionID: transactionID, .denied, reason: reason, nowMs: nowMs, db) { return denied }
+            let current = try Ledger.refundRequest(db, transactionID: transactionID)
+            throw StoreError(.conflict, "the refund request of \(transactionID) is \(current?.state.name.lowercased() ?? "gone"), not pending")
+        }
+    }
+}
