@@ -184,6 +184,9 @@ final class StoreProcess: Sendable {
         await retryClient.close()
         let final = try ledger.transactions(accountID: account.id)
         #expect(final.count == Self.purchases, "one transaction per idempotency key")
+        // Each purchase and its PURCHASED event were committed together, across the kill: one event per transaction, no other.
+        let events = try await ledger.events(after: 0, limit: 10 * Self.purchases, accountID: account.id, types: [.purchased])
+        #expect(events.count == final.count && Set(events.map(\.transactionID)) == Set(final.map(\.id)))
         let expectedCredits = (0..<Self.purchases).reduce(UInt64(0)) { $0 + UInt64(Self.quantity($1)) * 5 }
         let settled = try #require(try ledger.account(id: account.id))
         #expect(settled.creditBalance == expectedCredits)

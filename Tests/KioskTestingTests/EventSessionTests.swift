@@ -33,12 +33,16 @@ import Testing
         let asked = try await kiosk.requestRefund(transactionID: bought.id, reason: "it did not work")
         #expect(asked.state == .pending && asked.reason == "it did not work" && asked.productID == "filter.sepia" && asked.decisionDate == nil)
         #expect(try await kiosk.requestRefund(transactionID: bought.id, reason: "again") == asked, "asking again answers the same request")
+        let refundedAt = ContinuousClock.now
         try await session.refund(transactionID: bought.id, reason: "customer request")
         var revoked: Transaction?
         for await transaction in updates where transaction.id == bought.id {
             revoked = transaction
             break
         }
+        // Within the client's poll interval (the session's: 200 ms), with a second's slack for a loaded machine.
+        let took = refundedAt.duration(to: .now)
+        #expect(took < .milliseconds(200) + .seconds(1), "the refund reached transactionUpdates after \(took)")
         #expect(revoked?.revocationDate != nil && revoked?.revocationReason == "customer request")
         #expect(try await kiosk.currentEntitlements.isEmpty)
         let granted = try await kiosk.requestRefund(transactionID: bought.id, reason: "")
