@@ -124,13 +124,26 @@ loops+=($!)
 sdk_loop download bash -c "rm -rf '$work/dl' && '$bin/kiosk' download book.swift --out '$work/dl' ${sdk[*]} --token '${tokens[4]}' --state-dir '$work/sdk-download'" &
 loops+=($!)
 
-"$bin/kiosk-bench" purchase --store "$stores" --token "${tokens[0]}" --token "${tokens[1]}" --token "${tokens[2]}" --token "${tokens[3]}" \
-  --payment-method "$card" --concurrency 8 --duration "$seconds" --warmup 0 --answered "$work/answered.txt" --json > "$work/purchase.json" 2> "$work/purchase.err" &
-purchase_pid=$!
+# The kill comes a third of the way into both loads: each says when its measured part begins (the verify
+# load first mints its receipts, which takes seconds in a debug build; the purchase load starts once it runs).
+started() {  # FILE PID NAME: waits (at most a minute) for a load to begin; fails if it ended first
+  for _ in $(seq 1 1200); do
+    [ -f "$1" ] && return 0
+    kill -0 "$2" 2>/dev/null || { cat "$work/$3.err" >&2; say "FAILED: the $3 load ended before it began"; exit 1; }
+    sleep 0.05
+  done
+  say "FAILED: the $3 load did not begin within a minute"; exit 1
+}
 "$bin/kiosk-bench" verify --content "$contents" --store-data-dir "$work/bench" --catalog "$catalog" \
   --store-database "$database" --key-encryption-key-file "$work/kek" "${bench_payments[@]}" --receipts "$receipts" \
-  --connections 4 --concurrency 16 --duration "$seconds" --warmup 0 --json > "$work/verify.json" 2> "$work/verify.err" &
+  --connections 4 --concurrency 16 --duration "$seconds" --warmup 0 --started-file "$work/verify.started" --json > "$work/verify.json" 2> "$work/verify.err" &
 verify_pid=$!
+started "$work/verify.started" "$verify_pid" verify
+"$bin/kiosk-bench" purchase --store "$stores" --token "${tokens[0]}" --token "${tokens[1]}" --token "${tokens[2]}" --token "${tokens[3]}" \
+  --payment-method "$card" --concurrency 8 --duration "$seconds" --warmup 0 --started-file "$work/purchase.started" \
+  --answered "$work/answered.txt" --json > "$work/purchase.json" 2> "$work/purchase.err" &
+purchase_pid=$!
+started "$work/purchase.started" "$purchase_pid" purchase
 
 sleep $((seconds / 3))
 say "kill -9 store1 (pid ${pid[store1]}) and content1 (pid ${pid[content1]}) under load"

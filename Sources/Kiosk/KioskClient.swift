@@ -565,12 +565,25 @@ public final class KioskClient: Sendable {
     /// Where the account's event log was read to: the events file of the state directory.
     private var eventCursorPath: String { (configuration.stateDirectory as NSString).appendingPathComponent("events.cursor") }
 
+    /// The cursor saved in `text` (the events file: "<account id> <cursor>") for `accountID`; nil when there is
+    /// none or it is another account's (a state directory used with another account, or another store, starts
+    /// afresh). A bare number, as a state directory from before the account was recorded holds, is taken as
+    /// this account's.
+    static func savedEventCursor(_ text: String?, accountID: String) -> UInt64? {
+        guard let parts = text?.split(whereSeparator: \.isWhitespace), let first = parts.first else { return nil }
+        if parts.count == 1 { return UInt64(first) }
+        guard parts.count == 2, first == accountID else { return nil }
+        return UInt64(parts[1])
+    }
+
     /// Yields again, on ``transactionUpdates``, the transactions the store refunded or whose subscription
-    /// ended since the last look, reading the account's events after the saved cursor. The first time
-    /// (no cursor saved) it starts at the end of the log: what happened before this state directory is history.
-    private func followAccountEvents() async throws {
-        let saved = (try? String(contentsOfFile: eventCursorPath, encoding: .utf8)).flatMap { UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    /// ended since the last look, reading the account's events after the cursor saved for it. The first time
+    /// (no cursor saved for this account) it starts at the end of the log: what happened before this state
+    /// directory is history.
+    private func followAccountEvents(accountID: String) async throws {
+        let saved = Self.savedEventCursor(try? String(contentsOfFile: eventCursorPath, encoding: .utf8), accountID: accountID)
         var cursor = saved ?? 0
+        let save = { (cursor: UInt64) in try PrivateFiles.writeAtomically(Data("\(accountID) \(cursor)\n".utf8), to: self.eventCursorPath) }
         while true {
             let request = StoreV1.ListEventsRequest(since: cursor, limit: 100, types: [.refunded, .expired])
             let page: StoreV1.ListEventsResponse
@@ -596,12 +609,12 @@ public final class KioskClient: Sendable {
                     }
                     // Saved after each event: one yielded is not yielded again after a failure further on.
                     cursor = event.eventID
-                    try PrivateFiles.writeAtomically(Data("\(cursor)\n".utf8), to: eventCursorPath)
+                    try save(cursor)
                 }
             }
             if page.cursor != cursor || saved == nil {
                 cursor = page.cursor
-                try PrivateFiles.writeAtomically(Data("\(cursor)\n".utf8), to: eventCursorPath)
+                try save(cursor)
             }
             guard page.hasMore, !Task.isCancelled else { return }
         }
@@ -611,6 +624,7 @@ public final class KioskClient: Sendable {
     private func synchronize() async {
         var delay = configuration.retryInitialDelay
         var followsEvents = true
+        var accountID: String?  // read once: the events file names the account its cursor belongs to
         while !Task.isCancelled, !state.withLockedValue({ $0.closed }) {
             var reachable = await replayJournal()
             if reachable {
@@ -624,7 +638,8 @@ public final class KioskClient: Sendable {
             }
             if reachable, followsEvents {
                 do {
-                    try await followAccountEvents()
+                    if accountID == nil { accountID = try await account().accountID }
+                    try await followAccountEvents(accountID: accountID ?? "")
                 } catch is EventLogUnsupported {
                     followsEvents = false  // a store older than the event log
                 } catch {

@@ -27,6 +27,13 @@ struct OutputOptions: ParsableArguments {
     @Option(help: "Label of the run in the plot.") var label: String?
     @Option(name: .customLong("server-pid"), help: "A local server process to report CPU and peak RSS of; repeat it for replicas (CPU summed, the largest peak RSS).")
     var serverPIDs: [Int32] = []
+    @Option(name: .customLong("started-file"), help: "Create this file when the measured part begins (receipts minted, warm-up done): a script times what it does to the servers from it.")
+    var startedFile: String?
+
+    /// Creates --started-file, if given.
+    func markStarted() {
+        if let startedFile { FileManager.default.createFile(atPath: startedFile, contents: nil) }
+    }
 
     /// The servers' CPU and memory now (nil without --server-pid, or when one is gone).
     func serverStats() -> ProcessStats? {
@@ -219,6 +226,7 @@ struct Verify: AsyncParsableCommand {
                 do { before = try await stats(statsClients, required: true) } catch { statsError = error }
                 started = ProcessStats.current()
                 serverBefore = output.serverStats()
+                output.markStarted()
             }
         ) { worker, sequence in
             let receipt = receiptsCopy[sequence % receiptsCopy.count]
@@ -455,6 +463,7 @@ struct PurchaseBench: AsyncParsableCommand {
                                    measuring: {
                                        started = ProcessStats.current()
                                        serverBefore = output.serverStats()
+                                       output.markStarted()
                                    }) { worker, sequence in
             var options = bearer(buyerTokens[worker % buyerTokens.count])
             let key = "\(run)-\(sequence)"

@@ -77,4 +77,48 @@ import Testing
         await again.close()
         await session.shutdown()
     }
+
+    /// The events file names its account: a state directory used by another account (or against another store)
+    /// starts that account at the end of the log, not from the other's cursor.
+    @Test func aStateDirectoryReusedByAnotherAccountDoesNotTakeItsCursor() async throws {
+        let session = try await KioskTestSession.start(tls: false)
+        let first = try session.makeAccount()
+        let second = try session.makeAccount()
+        let directory = NSTemporaryDirectory() + "kiosk-events-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let kiosk = try session.makeClient(account: first, stateDirectory: directory)
+        try await Self.waitForEventCursor(directory)
+        await kiosk.close()
+        #expect(try String(contentsOfFile: directory + "/events.cursor", encoding: .utf8).hasPrefix(first.id + " "))
+
+        // The second account's refund, made before it uses this directory, is history to it.
+        let other = try session.makeClient(account: second)
+        guard case .success(let old) = try await other.purchase(productID: "filter.sepia", paymentMethod: "test-card:4242424242424242") else {
+            Issue.record("expected success"); return
+        }
+        try await other.finish(old)
+        try await session.refund(transactionID: old.id)
+        await other.close()
+
+        // The directory still holds the first account's cursor, from before that refund.
+        let reused = try session.makeClient(account: second, stateDirectory: directory)
+        let updates = reused.transactionUpdates
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !((try? String(contentsOfFile: directory + "/events.cursor", encoding: .utf8))?.hasPrefix(second.id + " ") ?? false) {
+            #expect(ContinuousClock.now < deadline, "the client never saved its own cursor")
+            if ContinuousClock.now >= deadline { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        guard case .success(let fresh) = try await reused.purchase(productID: "book.swift", paymentMethod: "test-card:4242424242424242") else {
+            Issue.record("expected success"); return
+        }
+        try await reused.finish(fresh)
+        try await session.refund(transactionID: fresh.id)
+        for await transaction in updates where transaction.revocationDate != nil {
+            #expect(transaction.id == fresh.id, "the refund before this account used the directory is not yielded")
+            break
+        }
+        await reused.close()
+        await session.shutdown()
+    }
 }
