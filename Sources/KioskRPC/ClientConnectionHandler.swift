@@ -118,7 +118,9 @@ final class ClientConnectionHandler: ChannelInboundHandler {
                 perform(action)
             }
         case .trailers:
-            perform(machine.receivedTrailers(callID: frame.callID, status: try? frame.decode(CallStatus.self)))
+            // A plain OK's TRAILERS carry no payload (an empty message is the default status): nothing to decode.
+            let status = frame.payload.readableBytes == 0 ? CallStatus(code: 0) : try? frame.decode(CallStatus.self)
+            perform(machine.receivedTrailers(callID: frame.callID, status: status))
         case .goAway:
             perform(machine.receivedGoAway(try? frame.decode(GoAway.self)))
         case .ping:

@@ -21,13 +21,28 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
 
     private var pending: ByteBuffer?
     private var promise: EventLoopPromise<Void>?
+    /// The last gathering buffer written: once the channel has written and released it (as a flush
+    /// usually does at once), the next frames are gathered into it again instead of a new allocation.
+    private var spare: ByteBuffer?
+    /// A spare larger than this is let go (a burst's buffer is not kept for the connection's life).
+    static let spareLimit = 64 * 1024
 
     /// Creates a writer.
     public init() {}
 
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let frame = unwrapOutboundIn(data)
-        var buffer = pending ?? context.channel.allocator.buffer(capacity: Self.initialCapacity)
+        var buffer: ByteBuffer
+        if let gathering = pending {
+            buffer = gathering
+        } else if var reused = spare {
+            spare = nil
+            // Unique again once the channel let it go: clear() keeps its storage; else it allocates, as a new buffer would.
+            reused.clear()
+            buffer = reused
+        } else {
+            buffer = context.channel.allocator.buffer(capacity: Self.initialCapacity)
+        }
         pending = nil  // `buffer` is the only reference: appending does not copy it
         if frame.payload.readableBytes > Self.passThroughSize {
             frame.writeHeader(to: &buffer)
@@ -53,6 +68,7 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
         promise?.fail(ChannelError.ioOnClosedChannel)
         pending = nil
         promise = nil
+        spare = nil
     }
 
     private func writePending(context: ChannelHandlerContext) {
@@ -61,5 +77,6 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
         pending = nil
         self.promise = nil
         context.write(wrapOutboundOut(buffer), promise: promise)
+        if buffer.capacity <= Self.spareLimit { spare = buffer }
     }
 }

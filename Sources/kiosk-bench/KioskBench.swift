@@ -9,6 +9,7 @@ import KioskRPC
 import KioskStore
 import KioskWire
 import NIOConcurrencyHelpers
+import NIOPosix
 
 @main
 struct KioskBench: AsyncParsableCommand {
@@ -95,10 +96,11 @@ func endpointList(_ text: String) throws -> [Endpoint] {
 }
 
 /// Clients of `endpoints`, the i-th starting at the i-th endpoint, so connections spread over replicas and each fails over to the others.
-func spreadClients(_ count: Int, over endpoints: [Endpoint], configuration: ClientConfiguration) -> [RPCClient] {
+func spreadClients(_ count: Int, over endpoints: [Endpoint], configuration: ClientConfiguration,
+                   group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) -> [RPCClient] {
     (0..<max(count, 1)).map { index in
         let start = index % endpoints.count
-        return RPCClient(endpoints: Array(endpoints[start...] + endpoints[..<start]), configuration: configuration)
+        return RPCClient(endpoints: Array(endpoints[start...] + endpoints[..<start]), configuration: configuration, group: group)
     }
 }
 
@@ -152,6 +154,8 @@ struct Verify: AsyncParsableCommand {
     @Option(help: "With --content: the hosted product to authorize.") var product: String?
     @Option(help: "Distinct receipts made before the timed part.") var receipts = 20_000
     @Option(help: "Connections (K).") var connections = 4
+    @Option(name: .customLong("client-threads"), help: "Event-loop threads the connections are spread over (the reference's nio-verify-load uses 1).")
+    var clientThreads = 1
     @Option(help: "Calls in flight in total (C).") var concurrency = 64
     @Option(help: "Seconds measured.") var duration = 10.0
     @Option(help: "Seconds of warm-up, not measured.") var warmup = 2.0
@@ -209,7 +213,9 @@ struct Verify: AsyncParsableCommand {
 
     private func load(endpoints: [Endpoint], token: String, productID: String, minted: [[UInt8]], inProcess: Bool,
                       clientConfiguration: ClientConfiguration) async throws {
-        let clients = spreadClients(connections, over: endpoints, configuration: clientConfiguration)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: max(clientThreads, 1))
+        defer { group.shutdownGracefully { _ in } }
+        let clients = spreadClients(connections, over: endpoints, configuration: clientConfiguration, group: group)
         let options = bearer(token)
         let receiptsCopy = minted
         // One per replica: the cache hit ratio is the sum of theirs.
