@@ -321,9 +321,12 @@ final class ReceiptGate: Sendable {
     func apply(_ message: StoreV1.WatchEventsResponse) throws {
         // The stream is the store's own, over the service's authenticated link: the event is taken as sent
         // (its signature is for receivers that get it second-hand).
-        let revoked: String? = if let signed = message.event {
-            try StoreV1.Event(serializedBytes: signed.event).transactionID
-        } else { nil }
+        var revoked: String?
+        if let signed = message.event {
+            let event = try StoreV1.Event(serializedBytes: signed.event)
+            // Asked for REFUNDED only; anything else is not a revocation.
+            if event.type == .refunded { revoked = event.transactionID }
+        }
         let nowMs = now
         state.withLockedValue { state in
             state.lastHeardMs = nowMs

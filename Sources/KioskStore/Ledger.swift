@@ -664,8 +664,6 @@ public final class Ledger: Sendable {
             throw StoreError(.internalFailure, "revocation of \(transactionID) vanished in its own write")
         }
         try recordEvent(EventRecord(.refunded, current, nowMs: nowMs, reason: reason, creditShortfall: UInt64(clamping: shortfall)), db)
-        // A refund the buyer asked for is granted by it (whatever revoked the transaction).
-        try decideRefundRequest(transactionID: transactionID, .granted, reason: reason, nowMs: nowMs, db)
         try announceChange(db)
         return revocation
     }

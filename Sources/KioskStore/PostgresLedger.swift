@@ -69,7 +69,8 @@ final class PostgresLedgerBackend: LedgerBackend {
     private let configuration: PostgresConnection.Configuration
     private let logger: Logger
     /// The LISTEN connection and its task, when something watches for changes.
-    private let watcher = NIOLockedValueBox<(task: Task<Void, Never>?, connection: PostgresConnection?, stopped: Bool)>((nil, nil, false))
+    /// Every ``watchChanges(_:)`` watch: its task and, while connected, its LISTEN connection (by a serial number).
+    private let watcher = NIOLockedValueBox<(tasks: [Task<Void, Never>], connections: [Int: PostgresConnection], serial: Int, stopped: Bool)>(([], [:], 0, false))
     /// The connection holding this process's instance lock (``holdInstanceLock(_:)``).
     private let instanceHolder = NIOLockedValueBox<PostgresConnection?>(nil)
 
@@ -98,15 +99,15 @@ final class PostgresLedgerBackend: LedgerBackend {
     /// blocking is safe (the initialiser); the last reference may go on an event loop thread,
     /// even one of this backend's own, so deinit never waits.
     private func shutdown(waiting: Bool = true) {
-        let (task, listener) = watcher.withLockedValue { watcher in
+        let (tasks, listeners) = watcher.withLockedValue { watcher in
             watcher.stopped = true
-            return (watcher.task, watcher.connection)
+            return (watcher.tasks, Array(watcher.connections.values))
         }
-        task?.cancel()
+        for task in tasks { task.cancel() }
         // Each connection is closed (PostgreSQL's Terminate) before the threads stop; the closures
         // keep the connections alive until their close completes.
         let holder = instanceHolder.withLockedValue { holder in defer { holder = nil }; return holder }
-        let open = connections.closeAll() + (listener.map { [$0] } ?? []) + (holder.map { [$0] } ?? [])
+        let open = connections.closeAll() + listeners + (holder.map { [$0] } ?? [])
         let closed = EventLoopFuture.andAllComplete(open.map { $0.close() as EventLoopFuture<Void> }, on: group.next())
         if waiting {
             try? waitFor(closed)
@@ -129,17 +130,21 @@ final class PostgresLedgerBackend: LedgerBackend {
     func watchChanges(_ body: @escaping @Sendable () -> Void) {
         let (group, configuration, logger, watcher) = (group, configuration, logger, watcher)
         let task = Task.detached {
-            while !Task.isCancelled {
+            // Not once the backend is shutting down: a connect on its stopping threads would never complete.
+            while !Task.isCancelled, !watcher.withLockedValue({ $0.stopped }) {
                 do {
                     let connection = try await PostgresConnection.connect(on: group.next(), configuration: configuration, id: 0, logger: logger).get()
-                    let stopped = watcher.withLockedValue { watcher -> Bool in
-                        if !watcher.stopped { watcher.connection = connection }
-                        return watcher.stopped
+                    let serial = watcher.withLockedValue { watcher -> Int? in
+                        guard !watcher.stopped else { return nil }
+                        watcher.serial += 1
+                        watcher.connections[watcher.serial] = connection
+                        return watcher.serial
                     }
-                    if stopped {
+                    guard let serial else {
                         try? await connection.close()
                         return
                     }
+                    defer { _ = watcher.withLockedValue { $0.connections.removeValue(forKey: serial) } }
                     connection.addListener(channel: Self.changeChannel) { _, _ in body() }
                     body()
                     try await connection.closeFuture.get()
@@ -151,7 +156,7 @@ final class PostgresLedgerBackend: LedgerBackend {
             }
         }
         let stopped = watcher.withLockedValue { watcher -> Bool in
-            if !watcher.stopped { watcher.task = task }
+            if !watcher.stopped { watcher.tasks.append(task) }
             return watcher.stopped
         }
         if stopped { task.cancel() }

@@ -86,14 +86,39 @@ extension Ledger {
           ORDER BY r.cursor
         """
 
+    /// The backfill as the migration runs it: webhooks that had queued every event when the ledger was
+    /// upgraded are moved past the backfilled ones (old refunds are not news to a receiver).
+    static let v9Backfill = """
+        CREATE TEMP TABLE refund_backfill_mark AS SELECT COALESCE(MAX(id), 0) AS m FROM events;
+        \(backfillRefundedEvents);
+        UPDATE webhooks SET enqueued_through = (SELECT COALESCE(MAX(id), 0) FROM events)
+          WHERE enqueued_through >= (SELECT m FROM refund_backfill_mark);
+        DROP TABLE refund_backfill_mark;
+        """
+
+    /// PostgreSQL's: 64-bit integers, and the event-order lock taken first (a store of the version before, still
+    /// serving during a rolling upgrade, must not commit a higher event id while the backfill holds lower ones).
     static var v9RefundRequestsPostgres: String {
-        v9RefundRequests.replacingOccurrences(of: "INTEGER", with: "BIGINT") + ";\n" + backfillRefundedEvents
+        v9RefundRequests.replacingOccurrences(of: "INTEGER", with: "BIGINT") + ";\n"
+            + "SELECT pg_advisory_xact_lock(\(eventOrderLockKey));\n" + v9Backfill
     }
 
     static func registerV9(_ migrator: inout DatabaseMigrator) {
         migrator.registerMigration("v9-refund-requests") { db in
             try db.execute(sql: v9RefundRequests)
-            try db.execute(sql: backfillRefundedEvents)
+            try db.execute(sql: v9Backfill)
+        }
+    }
+
+    /// A buyer's or operator's reason: at most ``maxRefundReasonBytes`` of UTF-8 and no control characters
+    /// (it is printed to operators; NUL is refused by PostgreSQL).
+    /// - Throws: ``StoreError`` 3.
+    static func checkReason(_ reason: String) throws {
+        guard reason.utf8.count <= maxRefundReasonBytes else {
+            throw StoreError.invalid("the reason is \(reason.utf8.count) bytes; at most \(maxRefundReasonBytes)")
+        }
+        guard !reason.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw StoreError.invalid("the reason holds a control character (a line break, a tab, NUL, an escape): give one line of text")
         }
     }
 
@@ -102,13 +127,15 @@ extension Ledger {
     }
 
     /// A pending request for `transactionID` becomes `state` (granted or denied) with the operator's reason;
-    /// REFUND_DENIED is recorded for a denial (a grant's event is the REFUNDED its revocation records).
-    /// - Returns: the request as it now stands, or nil when it has none pending.
+    /// REFUND_DENIED is recorded for a denial (a grant's event is the REFUNDED its refund records). A refund
+    /// after a denial grants the request too (the money went back).
+    /// - Returns: the request as it now stands, or nil when it has none to decide.
     @discardableResult
     static func decideRefundRequest(transactionID: String, _ state: StoreV1.RefundRequestState, reason: String, nowMs: Int64,
                                     _ db: any LedgerDatabase) throws -> RefundRequestRecord? {
-        guard try db.execute("UPDATE refund_requests SET state = ?, decided_ms = ?, decision_reason = ? WHERE transaction_id = ? AND state = ?",
-                             [Int64(state.rawValue), nowMs, reason, transactionID, Int64(StoreV1.RefundRequestState.pending.rawValue)]) > 0,
+        let from: [StoreV1.RefundRequestState] = state == .granted ? [.pending, .denied] : [.pending]
+        guard try db.execute("UPDATE refund_requests SET state = ?, decided_ms = ?, decision_reason = ? WHERE transaction_id = ? AND state IN (?, ?)",
+                             [Int64(state.rawValue), nowMs, reason, transactionID, Int64(from[0].rawValue), Int64(from[from.count - 1].rawValue)]) > 0,
               let decided = try refundRequest(db, transactionID: transactionID) else { return nil }
         if state == .denied, let record = try transaction(db, id: transactionID) {
             try recordEvent(EventRecord(.refundDenied, record, nowMs: nowMs, reason: reason), db)
@@ -157,12 +184,10 @@ extension Store {
     /// (``denyRefund(transactionID:reason:)``). Asking again answers the request already made, whatever its state,
     /// and records nothing (a retry after a lost answer is safe).
     /// - Throws: ``StoreError`` NOT_FOUND for a transaction the account does not have; 9 for one that is not purchased
-    ///   or already refunded (with no request); 3 for a reason over ``Ledger/maxRefundReasonBytes``.
+    ///   or already refunded (with no request); 3 for a reason over ``Ledger/maxRefundReasonBytes`` or with a control character.
     public func requestRefund(accountID: String, transactionID: String, reason: String) async throws -> RefundRequestRecord {
         guard !transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
-        guard reason.utf8.count <= Ledger.maxRefundReasonBytes else {
-            throw StoreError.invalid("the reason is \(reason.utf8.count) bytes; at most \(Ledger.maxRefundReasonBytes)")
-        }
+        try Ledger.checkReason(reason)
         let nowMs = now
         return try await ledger.write(account: accountID) { db in
             // Another account's transaction is as unknown as one that does not exist.
@@ -193,9 +218,7 @@ extension Store {
     @discardableResult
     public func denyRefund(transactionID: String, reason: String) async throws -> RefundRequestRecord {
         guard !transactionID.isEmpty, !reason.isEmpty else { throw StoreError.invalid("transaction_id and reason are required") }
-        guard reason.utf8.count <= Ledger.maxRefundReasonBytes else {
-            throw StoreError.invalid("the reason is \(reason.utf8.count) bytes; at most \(Ledger.maxRefundReasonBytes)")
-        }
+        try Ledger.checkReason(reason)
         guard let request = try ledger.refundRequest(transactionID: transactionID) else {
             throw StoreError.notFound("transaction \(transactionID) has no refund request")
         }

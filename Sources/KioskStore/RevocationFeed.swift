@@ -31,6 +31,8 @@ final class RevocationFeed: Sendable {
         var recentEvents: [FeedEvent] = []
         /// The event id below which memory holds nothing (nil before the first look).
         var eventFloor: UInt64?
+        /// Why the last look could not sign new events (no usable key): event streams fail until it can.
+        var eventSigningFailure: String?
     }
 
     private let ledger: Ledger
@@ -152,6 +154,12 @@ final class RevocationFeed: Sendable {
     /// the reader has seen through: pass it as the next `cursor` (events the filter left out move it).
     func events(after cursor: UInt64, limit: Int = 500, types: [StoreV1.EventType] = []) async throws -> (events: [FeedEvent], through: UInt64) {
         let wanted = Set(types)
+        // Heartbeats past events the feed could not sign would tell a watcher it is current while it misses them
+        // (the content service would keep honouring refunded receipts): the stream fails instead, and the watcher
+        // goes stale and refuses, as it does when the store is out of reach.
+        if let failure = state.withLockedValue({ $0.eventSigningFailure }) {
+            throw RPCError(.unavailable, "the store cannot sign its events: \(failure)")
+        }
         let fromMemory = state.withLockedValue { state -> (events: [FeedEvent], through: UInt64)? in
             guard let floor = state.eventFloor, cursor >= floor else { return nil }
             var found: [FeedEvent] = []
@@ -196,9 +204,16 @@ final class RevocationFeed: Sendable {
                 let batch = try await ledger.events(after: after, limit: 500)
                 guard !batch.isEmpty else { break }
                 // A signing failure (no usable key) stops the events here, not the revocations below.
-                guard let signed = try? batch.map({ FeedEvent(record: $0, signed: try sign($0)) }) else { break }
+                let signed: [FeedEvent]
+                do {
+                    signed = try batch.map { FeedEvent(record: $0, signed: try sign($0)) }
+                } catch {
+                    state.withLockedValue { $0.eventSigningFailure = "\(error)" }
+                    break
+                }
                 changed = true
                 state.withLockedValue { state in
+                    state.eventSigningFailure = nil
                     state.recentEvents.append(contentsOf: signed)
                     if state.recentEvents.count > capacity {
                         let dropped = state.recentEvents.count - capacity

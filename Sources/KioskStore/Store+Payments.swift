@@ -535,7 +535,10 @@ extension Store {
         }
         let nowMs = now
         let revocation = try await ledger.write(account: record.accountID) { db -> RevocationRecord in
-            try Ledger.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs, db)
+            let revocation = try Ledger.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs, db)
+            // A refund the buyer asked for is granted by it (an upgrade's revocation is no refund: it grants nothing).
+            try Ledger.decideRefundRequest(transactionID: transactionID, .granted, reason: reasonText, nowMs: nowMs, db)
+            return revocation
         }
         feed.noteWritten()
         return revocation

@@ -25,7 +25,7 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
     /// usually does at once), the next frames are gathered into it again instead of a new allocation.
     private var spare: ByteBuffer?
     /// A spare larger than this is let go (a burst's buffer is not kept for the connection's life).
-    static let spareLimit = 64 * 1024
+    static let spareLimit = 8 * 1024
 
     /// Creates a writer.
     public init() {}

@@ -3,6 +3,7 @@ import KioskAPI
 import KioskRPC
 @testable import KioskStore
 import KioskWire
+import NIOConcurrencyHelpers
 import Testing
 
 /// The event log: one signed event per change, in the same write; WatchEvents and ListEvents;
@@ -243,6 +244,39 @@ import Testing
             #expect(events.map(\.type) == [.deferred, .declined] && events.last?.reason == "expired")
             // The buyer can ask again.
             #expect(try await fixture.buy("filter.sepia", method: "test-ask", token: token).transaction?.state == .deferred)
+        }
+    }
+
+    /// Events the feed cannot sign (no usable key) fail the stream (UNAVAILABLE) instead of being passed over by
+    /// heartbeats: a content service would otherwise look current while it missed refunds. Signing again, they flow.
+    @Test func eventsTheFeedCannotSignFailTheStreamUntilItCan() async throws {
+        try await StoreFixture.with { fixture in
+            let store = fixture.store
+            let failing = NIOLockedValueBox(false)
+            let feed = RevocationFeed(ledger: store.ledger, pollInterval: .milliseconds(20)) { record in
+                if failing.withLockedValue({ $0 }) { throw StoreError(.internalFailure, "no usable signing key") }
+                return try store.signed(record)
+            }
+            feed.start()
+            defer { feed.stop() }
+            let token = try fixture.newAccount()
+            let first = try #require(try await fixture.buy("credits.5", token: token).transaction)
+            let deadline = ContinuousClock.now + .seconds(20)
+            func poll(_ done: () async -> Bool) async throws {
+                while !(await done()) {
+                    try #require(ContinuousClock.now < deadline, "the feed never got there")
+                    try await Task.sleep(for: .milliseconds(10))
+                }
+            }
+            try await poll { (try? await feed.events(after: 0).events.contains { $0.record.transactionID == first.transactionID }) ?? false }
+
+            failing.withLockedValue { $0 = true }
+            let second = try #require(try await fixture.buy("credits.10", token: token).transaction)
+            try await poll {
+                do { _ = try await feed.events(after: 0); return false } catch let error as RPCError { return error.code == .unavailable } catch { return false }
+            }
+            failing.withLockedValue { $0 = false }
+            try await poll { (try? await feed.events(after: 0).events.contains { $0.record.transactionID == second.transactionID }) ?? false }
         }
     }
 }

@@ -107,6 +107,28 @@ import Testing
         }
     }
 
+    /// A refund after a denial grants the request (the money went back); a reason with a control character is refused.
+    @Test func aRefundAfterADenialGrantsTheRequestAndReasonsAreOneLine() async throws {
+        try await StoreFixture.with { fixture in
+            let buyer = try fixture.newAccount()
+            let bought = try #require(try await fixture.buy("filter.sepia", token: buyer).transaction)
+            for reason in ["two\nlines", "a\u{1B}[2Jclear", "tab\there"] {
+                #expect(await Self.code { try await Self.ask(fixture, bought.transactionID, reason: reason, token: buyer) } == .invalidArgument, "\(reason.debugDescription)")
+            }
+            // NUL cannot cross the wire (protobuf-c strings end at it); the store refuses it from any caller.
+            await #expect(throws: StoreError.self) {
+                try await fixture.store.requestRefund(accountID: bought.accountID, transactionID: bought.transactionID, reason: "nul\u{0}")
+            }
+            #expect(try fixture.store.ledger.refundRequest(transactionID: bought.transactionID) == nil)
+            _ = try await Self.ask(fixture, bought.transactionID, reason: "née — 返金してください", token: buyer)
+            await #expect(throws: StoreError.self) { try await fixture.store.denyRefund(transactionID: bought.transactionID, reason: "no\r\nREFUND GRANTED") }
+            try await fixture.store.denyRefund(transactionID: bought.transactionID, reason: "used")
+            _ = try await fixture.store.refund(transactionID: bought.transactionID, reason: "changed our mind")
+            let request = try #require(try fixture.store.ledger.refundRequest(transactionID: bought.transactionID))
+            #expect(request.state == .granted && request.decisionReason == "changed our mind" && request.reason == "née — 返金してください")
+        }
+    }
+
     @Test func pendingRequestsPageOldestFirst() async throws {
         try await StoreFixture.with { fixture in
             let buyer = try fixture.newAccount()
@@ -133,7 +155,8 @@ import Testing
     }
 
     /// A ledger from before the event log (v7) has revocations with no REFUNDED event: the v9 migration adds
-    /// them, once, so the content service (following WatchEvents) still refuses those receipts.
+    /// them, once, so the content service (following WatchEvents) still refuses those receipts; a webhook that
+    /// had queued every event is moved past them (old refunds are not news to its receiver).
     @Test func revocationsFromBeforeTheEventLogGetTheirEvent() async throws {
         try await StoreFixture.with { fixture in
             let buyer = try fixture.newAccount()
@@ -143,10 +166,14 @@ import Testing
             try await fixture.store.ledger.write { db in
                 _ = try db.execute("DELETE FROM events WHERE transaction_id = ?", [bought.transactionID])
             }
+            let hook = try await fixture.store.addWebhook(url: "http://127.0.0.1:9/kiosk", secret: Array(repeating: 1, count: 16))
             for _ in 0..<2 {
-                try await fixture.store.ledger.write { db in _ = try db.execute(Ledger.backfillRefundedEvents) }
+                try await fixture.store.ledger.write { db in _ = try db.execute(Ledger.v9Backfill) }
             }
             let events = try await fixture.store.ledger.events(after: 0, limit: 100, types: [.refunded])
+            #expect(try fixture.store.webhooks().first { $0.id == hook.id }?.enqueuedThrough ?? 0 >= events.last?.id ?? .max)
+            #expect(try fixture.store.webhookDeliveries(webhookID: hook.id, state: nil, limit: 100).allSatisfy { $0.eventID != events.last?.id },
+                    "the backfilled refund is not sent to the webhook")
             #expect(events.count == 1)
             let event = try #require(events.first)
             #expect(event.transactionID == bought.transactionID && event.reason == "old refund" && event.productID == "filter.sepia"
