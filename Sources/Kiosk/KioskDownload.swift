@@ -234,7 +234,9 @@ public final class KioskDownload: Sendable {
     ///   - mayRenewToken: a refused access token (expired, or its key retired) is renewed once.
     ///   - failovers: how many times a download broken by a lost connection resumes at once on
     ///     another replica (nil: ``RPCClient/lostConnectionRetries``).
-    private func fetch(mayRenewToken: Bool = true, failovers: Int? = nil) async throws -> URL {
+    ///   - notReadyRetries: how many more times a replica's 14 UNAVAILABLE answer (one just started that has not
+    ///     reached its store yet) is met by asking again after a pause (100 ms doubling: 3.1 s in all).
+    private func fetch(mayRenewToken: Bool = true, failovers: Int? = nil, notReadyRetries: Int = 5) async throws -> URL {
         let failovers = failovers ?? client.content.lostConnectionRetries
         try PrivateFiles.makeDirectory(destination.deletingLastPathComponent().path, tighteningExisting: false)
         var saved = savedState()
@@ -346,7 +348,7 @@ public final class KioskDownload: Sendable {
             file = nil
             _ = try? PrivateFiles.remove(partialURL.path)
             _ = try? PrivateFiles.remove(stateURL.path)
-            return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers)
+            return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers, notReadyRetries: notReadyRetries)
         } catch let error as RPCError {
             // What was fetched and checked is kept for the resume (or the retry below); a save that
             // failed ends the download with its error instead: nothing written after it can be trusted.
@@ -359,14 +361,23 @@ public final class KioskDownload: Sendable {
                 try? file?.close()
                 file = nil
                 client.dropAccessToken()
-                return try await fetch(mayRenewToken: false, failovers: failovers)
+                return try await fetch(mayRenewToken: false, failovers: failovers, notReadyRetries: notReadyRetries)
             }
             if failovers > 0, KioskClient.isLostConnection(error) {
                 // The replica went away: resume from the last saved chunk on the next one.
                 saver.settle()
                 try? file?.close()
                 file = nil
-                return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers - 1)
+                return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers - 1, notReadyRetries: notReadyRetries)
+            }
+            if notReadyRetries > 0, error.code == .unavailable, error.source == .remote {
+                // A content service that just (re)started answers 14 until it has reached its store, moments later;
+                // a download is safe to ask for again (as gRPC retries UNAVAILABLE).
+                saver.settle()
+                try? file?.close()
+                file = nil
+                try await Task.sleep(for: .milliseconds(100 << (5 - notReadyRetries)))
+                return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers, notReadyRetries: notReadyRetries - 1)
             }
             switch error.code {
             case .permissionDenied, .failedPrecondition, .invalidArgument, .unauthenticated:
