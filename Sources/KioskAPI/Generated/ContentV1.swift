@@ -391,7 +391,7 @@ extension ContentV1 {
         public var keysKnown: UInt32
         /// Milliseconds since the store was last heard from; 0 if never.
         public var storeSilenceMs: Int64
-        /// `revocation_cursor` (field 9).
+        /// How far the store's event log has been followed (its REFUNDED events: WatchEvents' cursor).
         public var revocationCursor: UInt64
 
         /// Creates a message; every field defaults to its protobuf default.

@@ -218,6 +218,9 @@ struct  Kiosk__Content__V1__StatsResponse
    * Milliseconds since the store was last heard from; 0 if never.
    */
   int64_t store_silence_ms;
+  /*
+   * How far the store's event log has been followed (its REFUNDED events: WatchEvents' cursor).
+   */
   uint64_t revocation_cursor;
 };
 #define KIOSK__CONTENT__V1__STATS_RESPONSE__INIT \
