@@ -31,7 +31,7 @@ public struct ContentService: RPCService {
         // the receipt names a key not fetched yet.
         router.registerInlineUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self, authenticator: caller) { request, context in
             _ = try library.item(request.productID)
-            let caller = context.principal as? ReceiptGate.AccountLookup
+            let caller = (context.principal as? ReceiptGate.Caller)?.lookup
             // The authenticator has checked the token already: it is only read again without it.
             let token = caller == nil ? context.metadata.bearerToken : nil
             @Sendable func answer(_ decision: AccessDecision) -> ContentV1.AuthorizeResponse {
@@ -53,7 +53,7 @@ public struct ContentService: RPCService {
             }
             let decision = try await gate.authorize(
                 receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken,
-                caller: context.principal as? ReceiptGate.AccountLookup)
+                caller: (context.principal as? ReceiptGate.Caller)?.lookup)
             guard decision.allowed else {
                 var metadata = Metadata()
                 metadata.add("kiosk-receipt-status", String(decision.status.rawValue))
@@ -122,5 +122,12 @@ struct CallerAuthenticator: RPCAuthenticator {
 
     func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication {
         .principal(try gate.checkCaller(token: context.metadata.bearerToken))
+    }
+
+    /// A connection's next call with the same HEADERS (the same token) keeps the account its token
+    /// gave while the token has not expired and no key has been retired since.
+    func stillHolds(_ principal: (any Sendable)?) -> Bool {
+        guard let caller = principal as? ReceiptGate.Caller else { return false }
+        return gate.stillHolds(caller)
     }
 }

@@ -4,6 +4,7 @@ import KioskRPC
 import KioskWire
 import Logging
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// Whether a receipt opens a product's content, and why not.
 public struct AccessDecision: Hashable, Sendable {
@@ -86,6 +87,9 @@ final class ReceiptGate: Sendable {
     let link: StoreLink
     private let logger: Logger
     private let state: NIOLockedValueBox<State>
+    /// Counts the times the checked access tokens were all dropped (a key retired): a ``Caller`` found
+    /// before no longer holds.
+    private let tokenGeneration = Atomic<UInt64>(0)
 
     init(configuration: ContentConfiguration, link: StoreLink, logger: Logger) {
         self.configuration = configuration
@@ -213,11 +217,13 @@ final class ReceiptGate: Sendable {
     /// Never calls the store: a flood of bad tokens costs at most one signature
     /// check each and leaves nothing behind.
     /// Returns what it found, for ``authorize(receipt:productID:token:caller:)``.
-    func checkCaller(token: String?) throws -> AccountLookup {
+    func checkCaller(token: String?) throws -> Caller {
         guard let token, !token.isEmpty else {
             throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
         }
-        return try accountID(token: token, nowMs: now)
+        let generation = tokenGeneration.load(ordering: .acquiring)
+        let (lookup, expiresMs) = try checkedToken(token, nowMs: now)
+        return Caller(lookup: lookup, validUntilMs: expiresMs, generation: generation)
     }
 
     /// Whose a caller's token is, or why that cannot be told now.
@@ -226,11 +232,33 @@ final class ReceiptGate: Sendable {
         case refused(AccessDecision)
     }
 
+    /// What ``checkCaller(token:)`` found, and until when it holds.
+    struct Caller: Sendable {
+        var lookup: AccountLookup
+        /// The token's expiry, ms since 1970 (0 with a refusal).
+        var validUntilMs: Int64
+        /// ``tokenGeneration`` before the token was checked.
+        var generation: UInt64
+    }
+
+    /// True while `caller`'s account still stands for its token without checking it again: the token
+    /// has not expired and no key has been retired since (a connection's next call with the same
+    /// HEADERS reuses it; see ``CallerAuthenticator/stillHolds(_:)``).
+    func stillHolds(_ caller: Caller) -> Bool {
+        guard case .account = caller.lookup else { return false }
+        return caller.validUntilMs > now && caller.generation == tokenGeneration.load(ordering: .acquiring)
+    }
+
     private func accountID(token: String, nowMs: Int64) throws -> AccountLookup {
+        try checkedToken(token, nowMs: nowMs).lookup
+    }
+
+    /// ``accountID(token:nowMs:)`` and the token's expiry.
+    private func checkedToken(_ token: String, nowMs: Int64) throws -> (lookup: AccountLookup, expiresMs: Int64) {
         let (cached, verifier, keysKnown) = state.withLockedValue { ($0.tokens[token], $0.tokenVerifier, $0.keysKnown) }
-        if let cached, cached.expiresMs > nowMs { return .account(cached.accountID) }
+        if let cached, cached.expiresMs > nowMs { return (.account(cached.accountID), cached.expiresMs) }
         guard keysKnown > 0 else {
-            return .refused(.refused(.serverUnavailable, "the store has not been reached yet; its keys are unknown"))
+            return (.refused(.refused(.serverUnavailable, "the store has not been reached yet; its keys are unknown")), 0)
         }
         let payload: ReceiptV1.AccessTokenPayload
         do {
@@ -251,7 +279,7 @@ final class ReceiptGate: Sendable {
                 state.tokens[token] = (payload.accountID, payload.expiresMs)
             }
         }
-        return .account(payload.accountID)
+        return (.account(payload.accountID), payload.expiresMs)
     }
 
     /// Tokens of the store this service follows: its keys are what bind a token
@@ -305,6 +333,7 @@ final class ReceiptGate: Sendable {
             // A key retired (or gone): what it verified is checked again against the new windows.
             let windows = Dictionary(keys.map { ($0.id, $0.notAfterMs) }, uniquingKeysWith: { first, _ in first })
             if state.keyWindows.contains(where: { windows[$0.key] != $0.value }) {
+                tokenGeneration.add(1, ordering: .releasing)
                 state.tokens.removeAll()
                 state.cache.removeAll()
             }

@@ -29,10 +29,20 @@ public protocol RPCAuthenticator: Sendable {
     /// Returns ``InlineAuthentication/suspend`` (the default) when the check
     /// has to wait: the call then runs as a task, through ``authenticate(_:)``.
     func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication
+
+    /// Whether `principal`, which ``authenticateInline(_:)`` returned for an
+    /// earlier call on the same connection, still stands for a call whose
+    /// HEADERS are byte for byte the same (the same credentials, the same
+    /// method): the server then skips the check. Return true only while what
+    /// made the check pass still holds (the credential has not expired, the
+    /// keys it was checked against are still trusted); the default, false,
+    /// checks every call.
+    func stillHolds(_ principal: (any Sendable)?) -> Bool
 }
 
 extension RPCAuthenticator {
     public func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication { .suspend }
+    public func stillHolds(_ principal: (any Sendable)?) -> Bool { false }
 }
 
 /// What ``RPCAuthenticator/authenticateInline(_:)`` found.

@@ -26,6 +26,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         var requestTimer: Scheduled<Void>?
         /// Run once the call's last frame has been written to the socket (or the connection is gone).
         var whenWritten: [@Sendable () -> Void] = []
+        /// The ``ServerConnectionHandler/headersGeneration`` of the remembered HEADERS this call's are; 0: not remembered.
+        var headersGeneration: UInt64 = 0
 
         init(method: RPCRouter.Method, context: ServerContext) {
             self.method = method
@@ -58,6 +60,14 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     static let largestRememberedHeaders = 2048
     /// The last HEADERS payload that decoded, as decoded and routed.
     private var lastHeaders: (payload: ByteBuffer, headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route)?
+    /// Counts the HEADERS remembered in turn (``lastHeaders``), from 1.
+    private var headersGeneration: UInt64 = 0
+    /// The caller an inline authenticator found for a call with the remembered HEADERS: a later call with
+    /// the same HEADERS reuses it while the authenticator says it ``RPCAuthenticator/stillHolds(_:)``.
+    private var rememberedPrincipal: RememberedPrincipal?
+    private struct RememberedPrincipal {
+        var principal: (any Sendable)?
+    }
     /// The payload of TRAILERS with a plain OK (no message, no metadata): no bytes at all.
     private let emptyPayload = ByteBuffer()
     /// Calls opened in the current read batch: their request timers are armed
@@ -157,9 +167,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         let headers: CallHeaders?
         var method: RPCRouter.Method?
         var route = StateMachine.Route.unknown
+        var generation: UInt64 = 0
         if let last = lastHeaders, last.payload == frame.payload {
             // The same HEADERS as the call before (a client's calls usually are): decoded and routed already.
             (headers, method, route) = (last.headers, last.method, last.route)
+            generation = headersGeneration
         } else {
             headers = try? frame.decode(CallHeaders.self)
             if let headers, let found = router.method(named: headers.method) {
@@ -171,6 +183,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 var payload = context.channel.allocator.buffer(capacity: frame.payload.readableBytes)
                 payload.writeImmutableBuffer(frame.payload)
                 lastHeaders = (payload, headers, method, route)
+                headersGeneration += 1
+                generation = headersGeneration
+                rememberedPrincipal = nil
             }
         }
         let action = machine.receivedHeaders(callID: frame.callID, headers: headers, route: route)
@@ -180,7 +195,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 method: headers.method, metadata: headers.metadata,
                 deadline: timeoutMs > 0 ? .now + .milliseconds(Int(timeoutMs)) : nil,
                 callID: callID, remoteAddress: remoteAddress, baseLogger: logger, shutdown: shutdown)
-            resources[callID] = CallResources(method: method, context: serverContext)
+            let call = CallResources(method: method, context: serverContext)
+            call.headersGeneration = generation
+            resources[callID] = call
         }
         perform(action)
     }
@@ -387,8 +404,15 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         let compress = flags.contains(.compressed)
         do {
             if let authenticator = call.method.authenticator {
-                guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else { return false }
-                callContext.principal = principal
+                let remembered = call.headersGeneration != 0 && call.headersGeneration == headersGeneration
+                if remembered, let reused = rememberedPrincipal, authenticator.stillHolds(reused.principal) {
+                    // The same credentials as the call before on this connection, checked then and still good.
+                    callContext.principal = reused.principal
+                } else {
+                    guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else { return false }
+                    callContext.principal = principal
+                    if remembered { rememberedPrincipal = RememberedPrincipal(principal: principal) }
+                }
             }
             switch try inline(payload, flags, codec, compress, callContext) {
             case .finished(let bytes, let outFlags):

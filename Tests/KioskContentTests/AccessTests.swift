@@ -48,6 +48,51 @@ import Testing
         }
     }
 
+    /// A connection's calls with the same HEADERS (the same access token) skip checking the token again
+    /// only while it holds: once it expires, the next call on the same connection is refused.
+    @Test func aConnectionReusesItsCallerOnlyUntilTheTokenExpires() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1, 2, 3]], maximumStaleness: .seconds(3600)) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            for _ in 0..<3 { #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed) }
+            // Past the access token's 600 s lifetime (the store's default), on the same connection, same HEADERS.
+            fixture.advanceClock(by: .seconds(601))
+            let expired = await #expect(throws: RPCError.self) {
+                _ = try await fixture.authorize(receipt, product: "book.swift", token: token)
+            }
+            #expect(expired?.code == .unauthenticated)
+        }
+    }
+
+    /// ... and only while the key that signed it is trusted: a retirement reaches the content service on the
+    /// feed, and the next call with the same token on the same connection is refused UNAUTHENTICATED, not
+    /// answered from the connection's earlier check.
+    @Test func aConnectionReusesItsCallerOnlyUntilTheTokensKeyIsRetired() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1, 2, 3]]) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            for _ in 0..<3 { #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed) }
+            let signed = try ReceiptV1.SignedReceipt(serializedBytes: receipt)
+            let payload = try ReceiptV1.ReceiptPayload(serializedBytes: signed.payload)
+            _ = try fixture.store.store.rotateKeys()
+            _ = try fixture.store.store.retireKey(id: signed.keyID, atMs: payload.signedDateMs - 1)
+            var refused: RPCError?
+            for _ in 0..<200 where refused == nil {
+                do {
+                    let answer = try await fixture.authorize(receipt, product: "book.swift", token: token)
+                    // Until the feed brings the retirement: still allowed. Never a refusal of the receipt alone
+                    // (which would mean the token was taken from the earlier check after the retirement).
+                    #expect(answer.allowed, "answered \(answer.status) \(answer.refusal) with the retired key's token")
+                    if !answer.allowed { break }
+                    try await Task.sleep(for: .milliseconds(5))
+                } catch let error as RPCError {
+                    refused = error
+                }
+            }
+            #expect(refused?.code == .unauthenticated)
+        }
+    }
+
     @Test func sandboxReceiptAtProductionIs21007UnlessAccepted() async throws {
         try await ContentFixture.with(files: ["book.swift": [1, 2, 3]], environment: .production) { fixture in
             let token = try fixture.newAccount()

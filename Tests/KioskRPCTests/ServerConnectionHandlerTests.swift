@@ -1,6 +1,7 @@
 @testable import KioskRPC
 import KioskWire
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOEmbedded
 import Testing
@@ -25,14 +26,38 @@ import Testing
         }
     }
 
+    /// Passes tokens starting "ok" (the principal is the token), counting its checks; a principal it
+    /// returned still holds while `holds` is true.
+    final class Counting: RPCAuthenticator, @unchecked Sendable {
+        private let lock = NIOLock()
+        private var _checks = 0
+        private var _holds = true
+        var checks: Int { lock.withLock { _checks } }
+        var holds: Bool {
+            get { lock.withLock { _holds } }
+            set { lock.withLock { _holds = newValue } }
+        }
+        func authenticate(_ context: ServerContext) async throws -> (any Sendable)? { nil }
+        func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication {
+            lock.withLock { _checks += 1 }
+            guard let token = context.metadata.bearerToken, token.hasPrefix("ok") else { throw RPCError(.unauthenticated, "not ok") }
+            return .principal(token)
+        }
+        func stillHolds(_ principal: (any Sendable)?) -> Bool { principal is String && holds }
+    }
+
     func makeChannel(limits: ServerLimits = Self.limits, preface: Bool = true, shutdown: ShutdownFlag = ShutdownFlag(),
-                     runsHandlersOnEventLoop: Bool = false) throws -> EmbeddedChannel {
+                     runsHandlersOnEventLoop: Bool = false, counting: Counting = Counting()) throws -> EmbeddedChannel {
         var router = RPCRouter()
         router.registerUnary("/t.S/Echo", request: Ping.self, response: Ping.self) { request, _ in request }
         router.registerUnary("/t.S/Locked", request: Ping.self, response: Ping.self, authenticator: Locked()) { request, _ in request }
         router.registerInlineUnary("/t.S/Inline", request: Ping.self, response: Ping.self, authenticator: Gatekeeper()) { request, context in
             guard request.opaque != 7 else { throw RPCError(.permissionDenied, "seven is refused") }
             return .response(Ping(opaque: request.opaque + (context.principal as? String == "gatekeeper" ? 1000 : 0)))
+        }
+        router.registerInlineUnary("/t.S/Counted", request: Ping.self, response: Ping.self, authenticator: counting) { request, context in
+            let principal = context.principal as? String
+            return .response(Ping(opaque: request.opaque + (principal == "ok-a" ? 1000 : principal == "ok-b" ? 2000 : 0)))
         }
         let handler = ServerConnectionHandler(
             router: router, limits: limits, maximumMessageSize: 1024, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
@@ -99,6 +124,46 @@ import Testing
         // No deadline timer was left behind for the calls answered in the read: nothing fires later.
         channel.embeddedEventLoop.advanceTime(by: .seconds(2))
         #expect(try written(channel).isEmpty)
+        _ = try? channel.finish()
+    }
+
+    /// A connection's next call with byte-identical HEADERS takes the caller the authenticator found for
+    /// the previous one while the authenticator says it still holds; other HEADERS, or a principal that no
+    /// longer holds, are checked again; a call whose HEADERS are no longer the remembered ones (another
+    /// call's came in between) is checked and leaves nothing to reuse.
+    @Test func sameHeadersReuseTheCallerWhileItHolds() throws {
+        let counting = Counting()
+        let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 10), runsHandlersOnEventLoop: true, counting: counting)
+        func call(_ id: UInt32, _ token: String, _ opaque: UInt64) {
+            channel.pipeline.fireChannelRead(headers(id, "/t.S/Counted", metadata: ["authorization": "Bearer \(token)"]))
+            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)))
+        }
+        func answers() throws -> [UInt64] {
+            channel.pipeline.fireChannelReadComplete()
+            return try written(channel).filter { $0.type == .message }.map { try $0.decode(Ping.self).opaque }
+        }
+        for id in [1, 3, 5] as [UInt32] { call(id, "ok-a", 1) }
+        #expect(try answers() == [1001, 1001, 1001])
+        #expect(counting.checks == 1, "checked once, then reused for the same HEADERS")
+        call(7, "bad", 1)
+        call(9, "ok-a", 2)
+        #expect(try answers() == [1002], "call 7 refused, call 9 answered")
+        #expect(counting.checks == 3, "other HEADERS in between: checked again")
+        counting.holds = false
+        call(11, "ok-a", 3)
+        call(13, "ok-a", 4)
+        #expect(try answers() == [1003, 1004])
+        #expect(counting.checks == 5, "a principal that no longer holds is not reused")
+        counting.holds = true
+        // Pipelined: HEADERS of 15 (ok-a) then 17 (ok-b), then both requests: 15 is checked as itself, and
+        // 19 with ok-b's HEADERS reuses the caller found for 17, not 15's.
+        channel.pipeline.fireChannelRead(headers(15, "/t.S/Counted", metadata: ["authorization": "Bearer ok-a"]))
+        channel.pipeline.fireChannelRead(headers(17, "/t.S/Counted", metadata: ["authorization": "Bearer ok-b"]))
+        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 15, message: Ping(opaque: 5)))
+        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 17, message: Ping(opaque: 6)))
+        call(19, "ok-b", 7)
+        #expect(try answers() == [1005, 2006, 2007])
+        #expect(counting.checks == 7, "15 and 17 checked, 19 reused 17's")
         _ = try? channel.finish()
     }
 
