@@ -17,17 +17,38 @@ final class ClientCall: @unchecked Sendable {
 
     /// The one response of a unary call, handed over at TRAILERS.
     final class UnarySlot: @unchecked Sendable {
-        private var continuation: UnsafeContinuation<Received, Error>?
+        /// Who waits for the response: a suspended task, or a callback run on the event loop.
+        enum Waiter {
+            case continuation(UnsafeContinuation<Received, Error>)
+            case callback(@Sendable (Result<Received, Error>) -> Void)
+
+            func resume(with result: Result<Received, Error>) {
+                switch self {
+                case .continuation(let continuation): continuation.resume(with: result)
+                case .callback(let callback): callback(result)
+                }
+            }
+        }
+
+        private var waiter: Waiter?
         private var message: Received?
         private var extraMessages = false
         private var outcome: Result<Received, Error>?
 
+        /// A slot whose waiter comes later, through ``wait(with:)``.
+        init() {}
+
+        /// A slot whose waiter is known from the start.
+        init(_ waiter: Waiter) {
+            self.waiter = waiter
+        }
+
         /// Installs the waiting caller (on the event loop); resumes at once if the call already ended.
-        func wait(with continuation: UnsafeContinuation<Received, Error>) {
+        func wait(with waiter: Waiter) {
             if let outcome {
-                continuation.resume(with: outcome)
+                waiter.resume(with: outcome)
             } else {
-                self.continuation = continuation
+                self.waiter = waiter
             }
         }
 
@@ -46,9 +67,9 @@ final class ClientCall: @unchecked Sendable {
             } else {
                 result = .failure(RPCError(.internal, "server ended unary call \(method) with OK but sent no response", source: .remote))
             }
-            if let continuation {
-                self.continuation = nil
-                continuation.resume(with: result)
+            if let waiter {
+                self.waiter = nil
+                waiter.resume(with: result)
             } else {
                 outcome = result
             }

@@ -28,6 +28,10 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     private var lastHeaders: (headers: CallHeaders, payload: ByteBuffer)?
     /// A flush is queued on the event loop (``flushSoon()``).
     private var flushScheduled = false
+    /// True between channelRead and channelReadComplete: calls opened then (from the completion handlers of
+    /// ``RPCClient/unary(_:request:response:options:completion:)`` a response ran) go out with one flush, at the end of the read.
+    private var reading = false
+    private var flushAfterRead = false
 
     init(target: String, logger: Logger, onUnusable: @escaping @Sendable () -> Void) {
         self.machine = StateMachine(target: target)
@@ -67,7 +71,7 @@ final class ClientConnectionHandler: ChannelInboundHandler {
             }
             context.write(wrapOutboundOut(Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator))), promise: nil)
             context.write(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
-            flushSoon()
+            if reading { flushAfterRead = true } else { flushSoon() }
             if retire { markUnusable() }
         }
     }
@@ -108,6 +112,7 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     // MARK: Frames from the server
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        reading = true
         let frame = unwrapInboundIn(data)
         switch frame.type {
         case .message:
@@ -135,6 +140,15 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         }
     }
 
+    func channelReadComplete(context: ChannelHandlerContext) {
+        reading = false
+        if flushAfterRead {
+            flushAfterRead = false
+            context.flush()
+        }
+        context.fireChannelReadComplete()
+    }
+
     func errorCaught(context: ChannelHandlerContext, error: Error) {
         switch error {
         case let error as KeepaliveTimeoutError:
@@ -150,6 +164,8 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        reading = false
+        flushAfterRead = false
         // Retired before the calls fail: one retried at once must not be routed here again.
         markUnusable()
         perform(machine.channelInactive(reason: failure))

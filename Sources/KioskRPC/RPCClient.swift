@@ -138,7 +138,7 @@ public final class RPCClient: Sendable {
         let received = try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<ClientCall.Received, Error>) in
                 handler.eventLoop.runOnLoop {
-                    slot.wait(with: continuation)
+                    slot.wait(with: .continuation(continuation))
                     prepared.open(call)
                 }
             }
@@ -150,6 +150,88 @@ public final class RPCClient: Sendable {
         } catch {
             throw RPCError(.internal, "response to \(method) cannot be inflated: \(error.message)", source: .remote)
         }
+    }
+
+    /// Makes a unary call without a Swift task, a continuation or a future:
+    /// `completion` runs on ``eventLoop`` with the response or the error,
+    /// inside the read that brought the response, so a call made from it goes
+    /// out with that read's one flush (as a bare SwiftNIO client chains its
+    /// requests). For callers that live on the event loop (a NIO handler, a
+    /// load generator); there is no cancellation (use ``CallOptions/timeout``).
+    /// Before the first connection, while reconnecting, and to send again a call
+    /// the server never started, it takes the path of
+    /// ``unary(_:request:response:options:)``, and `completion` runs from a task,
+    /// still on ``eventLoop``.
+    @inlinable
+    public func unary<Request: WireMessage, Response: WireMessage>(
+        _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions(),
+        completion: @escaping @Sendable (Result<Response, RPCError>) -> Void
+    ) {
+        unaryCall(method, options: options, serialize: { request.serialize(into: &$0) }) { result in
+            switch result {
+            case .success(let payload):
+                do throws(WireError) {
+                    completion(.success(try Response(serializedBytes: payload)))
+                } catch {
+                    completion(.failure(RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote)))
+                }
+            case .failure(let error):
+                completion(.failure(error))
+            }
+        }
+    }
+
+    /// A failed call's error as an ``RPCError`` (the calls throw nothing else).
+    private static func callError(_ error: any Error) -> RPCError {
+        error as? RPCError ?? RPCError(.unknown, "call failed: \(error)", source: .local)
+    }
+
+    /// The untyped part of the unary call with a completion handler.
+    @usableFromInline
+    func unaryCall(_ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void,
+                   completion: @escaping @Sendable (Result<ByteBuffer, RPCError>) -> Void) {
+        let loop = eventLoop
+        guard let connection = readyConnection() else {
+            // No connection yet (or it is going away): connecting takes a task.
+            var request = ByteBuffer()
+            serialize(&request)
+            let awaited = { [request] in try await self.unaryCall(method, options: options) { $0.writeImmutableBuffer(request) } }
+            Task(executorPreference: EventLoopTaskExecutor(loop)) {
+                do { completion(.success(try await awaited())) } catch { completion(.failure(Self.callError(error))) }
+            }
+            return
+        }
+        let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
+        let request = codec.encoding(serialize)
+        let prepared: PreparedCall
+        do {
+            prepared = try prepare(method, options, on: connection, codec: codec, request: request)
+        } catch {
+            return loop.runOnLoop { completion(.failure(error)) }
+        }
+        let slot = ClientCall.UnarySlot(.callback { result in
+            switch result {
+            case .success(let received):
+                do throws(WireError) {
+                    completion(.success(try codec.inflated(received.payload, flags: received.flags)))
+                } catch {
+                    completion(.failure(RPCError(.internal, "response to \(method) cannot be inflated: \(error.message)", source: .remote)))
+                }
+            case .failure(let error as RPCError) where error.source == .unprocessed:
+                // Never started by the server (its connection was going away): sent again, as unary's transparent retry does.
+                Task(executorPreference: EventLoopTaskExecutor(loop)) { [request] in
+                    do {
+                        completion(.success(try await self.unaryCall(method, options: options) { $0.writeImmutableBuffer(request) }))
+                    } catch {
+                        completion(.failure(Self.callError(error)))
+                    }
+                }
+            case .failure(let error):
+                completion(.failure(Self.callError(error)))
+            }
+        })
+        let call = ClientCall(method: method, connection: connection.handler, sink: .unary(slot))
+        loop.runOnLoop { prepared.open(call) }
     }
 
     /// Makes a server-streaming call: one request, a sequence of responses.
@@ -196,7 +278,12 @@ public final class RPCClient: Sendable {
         if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
         let connection = try await self.connection()
         let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
-        let (payload, flags) = try codec.framed(codec.encoding(serialize), compress: options.compress, what: "request to \(method)")
+        return try prepare(method, options, on: connection, codec: codec, request: codec.encoding(serialize))
+    }
+
+    /// Frames the encoded `request` for `connection`, refusing one over the size limit.
+    private func prepare(_ method: String, _ options: CallOptions, on connection: ClientConnection, codec: MessageCodec, request: ByteBuffer) throws(RPCError) -> PreparedCall {
+        let (payload, flags) = try codec.framed(request, compress: options.compress, what: "request to \(method)")
         let timeout = options.timeout ?? configuration.defaultTimeout
         let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
         return PreparedCall(connection: connection, codec: codec, payload: payload, flags: flags, headers: headers, timeout: timeout)
@@ -223,6 +310,14 @@ public final class RPCClient: Sendable {
     private enum Next {
         case use(ClientConnection)
         case await(Task<ClientConnection, Error>)
+    }
+
+    /// The connection calls go to now, without waiting; nil while there is none (or it is going away).
+    private func readyConnection() -> ClientConnection? {
+        state.withLockedValue { state in
+            if case .ready(let connection) = state, !connection.isRetired { return connection }
+            return nil
+        }
     }
 
     private func connection() async throws -> ClientConnection {

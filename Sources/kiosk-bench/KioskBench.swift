@@ -225,30 +225,61 @@ struct Verify: AsyncParsableCommand {
         var started = ProcessStats.current()
         var serverBefore: ProcessStats?
         var statsError: Error?
-        let result = await runLoad(
-            concurrency: max(concurrency, 1), warmup: .milliseconds(Int64(warmup * 1000)), duration: .milliseconds(Int64(duration * 1000)),
-            rate: rate, executors: clients.map { EventLoopTaskExecutor($0.eventLoop) },
-            measuring: {
-                do { before = try await stats(statsClients, required: true) } catch { statsError = error }
-                started = ProcessStats.current()
-                serverBefore = output.serverStats()
-                output.markStarted()
-            }
-        ) { worker, sequence in
-            let receipt = receiptsCopy[sequence % receiptsCopy.count]
+        let measuring: () async -> Void = {
+            do { before = try await stats(statsClients, required: true) } catch { statsError = error }
+            started = ProcessStats.current()
+            serverBefore = output.serverStats()
+            output.markStarted()
+        }
+        let method = "/kiosk.content.v1.Content/Authorize"
+        @Sendable func request(_ sequence: Int) -> ContentV1.AuthorizeRequest {
+            ContentV1.AuthorizeRequest(signedReceipt: receiptsCopy[sequence % receiptsCopy.count], productID: productID)
+        }
+        @Sendable func outcome(_ answer: ContentV1.AuthorizeResponse) -> String? {
+            answer.allowed ? nil : "refused_\(answer.status)_\(answer.refusal)"
+        }
+        // A call as the SDK makes it: a task awaiting it, sent again when its connection was lost.
+        @Sendable func awaitedCall(_ worker: Int, _ sequence: Int) async -> String? {
             let client = clients[worker % clients.count]
             do {
-                let answer = try await retryingLostConnection(client) {
-                    try await client.unary(
-                        "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: productID),
-                        response: ContentV1.AuthorizeResponse.self, options: options)
-                }
-                return answer.allowed ? nil : "refused_\(answer.status)_\(answer.refusal)"
+                return outcome(try await retryingLostConnection(client) {
+                    try await client.unary(method, request: request(sequence), response: ContentV1.AuthorizeResponse.self, options: options)
+                })
             } catch let error as RPCError {
                 return errorKind(error)
             } catch {
                 return "other"
             }
+        }
+        let warmupDuration = Duration.milliseconds(Int64(warmup * 1000))
+        let measuredDuration = Duration.milliseconds(Int64(duration * 1000))
+        let result: LoadResult
+        if rate == nil {
+            // Closed loop: each worker's calls chain on its connection's event loop (the client's completion-handler
+            // unary), as the reference's load generator chains its requests; a call whose connection was lost is
+            // sent again the awaited way, to another replica.
+            result = await runChainedLoad(
+                concurrency: max(concurrency, 1), warmup: warmupDuration, duration: measuredDuration,
+                loops: clients.map(\.eventLoop), measuring: measuring
+            ) { worker, sequence, done in
+                let client = clients[worker % clients.count]
+                client.unary(method, request: request(sequence), response: ContentV1.AuthorizeResponse.self, options: options) { result in
+                    switch result {
+                    case .success(let answer):
+                        done(outcome(answer))
+                    case .failure(let error) where client.lostConnectionRetries > 0 && error.code == .unavailable
+                        && (error.source == .connection || error.source == .unprocessed):
+                        lostConnectionRetries.withLockedValue { $0 += 1 }
+                        Task(executorPreference: EventLoopTaskExecutor(client.eventLoop)) { done(await awaitedCall(worker, sequence)) }
+                    case .failure(let error):
+                        done(errorKind(error))
+                    }
+                }
+            }
+        } else {
+            result = await runLoad(
+                concurrency: max(concurrency, 1), warmup: warmupDuration, duration: measuredDuration,
+                rate: rate, executors: clients.map { EventLoopTaskExecutor($0.eventLoop) }, measuring: measuring, call: awaitedCall)
         }
         let after = try await stats(statsClients, required: false)
         for client in clients + statsClients { await client.close() }

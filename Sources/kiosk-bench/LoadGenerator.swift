@@ -2,6 +2,7 @@ import Foundation
 import Histogram
 import KioskRPC
 import NIOConcurrencyHelpers
+import NIOCore
 import Synchronization
 
 /// What a load run measured.
@@ -14,6 +15,19 @@ struct LoadResult {
     var issued = 0
 
     var failed: Int { errors.values.reduce(0, +) }
+
+    /// No calls yet.
+    static var empty: LoadResult {
+        LoadResult(calls: 0, errors: [:], histogram: Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three),
+                   elapsed: .zero)
+    }
+
+    /// Adds one worker's calls.
+    mutating func add(calls: Int, errors: [String: Int], histogram: Histogram<UInt64>) {
+        self.calls += calls
+        self.errors.merge(errors, uniquingKeysWith: +)
+        self.histogram.add(histogram)
+    }
     var callsPerSecond: Double { Double(calls) / elapsed.seconds }
 }
 
@@ -71,23 +85,23 @@ func runLoad(
                     return (calls, errors, histogram)
                 }
             }
-            var total = LoadResult(calls: 0, errors: [:],
-                                   histogram: Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three),
-                                   elapsed: .zero)
-            for await (calls, errors, histogram) in group {
-                total.calls += calls
-                total.errors.merge(errors, uniquingKeysWith: +)
-                total.histogram.add(histogram)
-            }
+            var total = LoadResult.empty
+            for await (calls, errors, histogram) in group { total.add(calls: calls, errors: errors, histogram: histogram) }
             return total
         }
         var result = results
         result.elapsed = start.duration(to: .now)
         return result
     }
-    if warmup > .zero { _ = await phase(warmup, record: false) }
+    return await warmedUp(warmup: warmup, duration: duration, sequence: sequence, measuring: measuring, phase: phase)
+}
+
+/// A warm-up phase (not recorded), `measuring`, then the measured phase; the result counts the sequence numbers used.
+private func warmedUp(warmup: Duration, duration: Duration, sequence: Counter, measuring: () async -> Void,
+                      phase: (_ length: Duration, _ record: Bool) async -> LoadResult) async -> LoadResult {
+    if warmup > .zero { _ = await phase(warmup, false) }
     await measuring()
-    var result = await phase(duration, record: true)
+    var result = await phase(duration, true)
     result.issued = sequence.value
     return result
 }
@@ -111,5 +125,92 @@ func stopping<R>(_ services: LocalServices?, _ body: () async throws -> R) async
     } catch {
         await services?.stop()
         throw error
+    }
+}
+
+/// Drives `concurrency` closed-loop workers whose calls chain on event loops,
+/// as the reference's load generator does: each worker lives on
+/// `loops[worker % loops.count]`, and a call's completion makes the worker's
+/// next call there, inside the read that brought the response (no task, no
+/// continuation: the calls that one read completes leave in one write). A
+/// warm-up, `measuring`, then the measured duration.
+///
+/// `call(worker, sequence, done)` calls `done` on the worker's loop with nil on success, or the kind of failure.
+func runChainedLoad(
+    concurrency: Int, warmup: Duration, duration: Duration, loops: [EventLoop],
+    measuring: () async -> Void = {},
+    call: @escaping @Sendable (_ worker: Int, _ sequence: Int, _ done: @escaping @Sendable (String?) -> Void) -> Void
+) async -> LoadResult {
+    let sequence = Counter()
+    func phase(_ length: Duration, record: Bool) async -> LoadResult {
+        let start = ContinuousClock.now
+        let end = start + length
+        var futures: [EventLoopFuture<ChainedWorker>] = []
+        for index in 0..<concurrency {
+            let loop = loops[index % loops.count]
+            let worker = ChainedWorker(index: index, end: end, record: record, loop: loop, sequence: sequence, call: call)
+            loop.execute { worker.step() }
+            futures.append(worker.done.futureResult)
+        }
+        var total = LoadResult.empty
+        for future in futures {
+            guard let worker = try? await future.get() else { continue }
+            total.add(calls: worker.calls, errors: worker.errors, histogram: worker.histogram)
+        }
+        total.elapsed = start.duration(to: .now)
+        return total
+    }
+    return await warmedUp(warmup: warmup, duration: duration, sequence: sequence, measuring: measuring, phase: phase)
+}
+
+/// One worker of ``runChainedLoad(concurrency:warmup:duration:loops:measuring:call:)``; used on its event loop only.
+private final class ChainedWorker: @unchecked Sendable {
+    let index: Int
+    let end: ContinuousClock.Instant
+    let record: Bool
+    let loop: EventLoop
+    let sequence: Counter
+    let call: @Sendable (Int, Int, @escaping @Sendable (String?) -> Void) -> Void
+    let done: EventLoopPromise<ChainedWorker>
+    var histogram = Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three)
+    var errors: [String: Int] = [:]
+    var calls = 0
+    /// When the call in flight was made.
+    private var due = ContinuousClock.now
+    /// Nested ``step()`` calls: a call that completes at once must not recurse without bound.
+    private var depth = 0
+    /// Handed to every call: it holds the worker while a call is in flight (dropped when the worker is done).
+    private var completion: (@Sendable (String?) -> Void)?
+
+    init(index: Int, end: ContinuousClock.Instant, record: Bool, loop: EventLoop, sequence: Counter,
+         call: @escaping @Sendable (Int, Int, @escaping @Sendable (String?) -> Void) -> Void) {
+        self.index = index
+        self.end = end
+        self.record = record
+        self.loop = loop
+        self.sequence = sequence
+        self.call = call
+        self.done = loop.makePromise()
+        self.completion = { failure in self.completed(failure) }
+    }
+
+    func step() {
+        due = ContinuousClock.now
+        guard due < end, let completion else {
+            completion = nil
+            return done.succeed(self)
+        }
+        call(index, sequence.next(), completion)
+    }
+
+    private func completed(_ failure: String?) {
+        if record {
+            calls += 1
+            if let failure { errors[failure, default: 0] += 1 }
+            _ = histogram.record(due.duration(to: .now).nanoseconds)
+        }
+        depth += 1
+        defer { depth -= 1 }
+        if depth > 8 { loop.execute { self.step() } } else { step() }
     }
 }

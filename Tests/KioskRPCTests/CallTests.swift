@@ -1,5 +1,6 @@
 import KioskRPC
 import KioskWire
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Testing
@@ -12,6 +13,48 @@ import Testing
         try await withServer { _, client in
             let reply = try await client.unary(echo, request: Ping(opaque: 42), response: Ping.self)
             #expect(reply == Ping(opaque: 42))
+        }
+    }
+
+    /// The completion-handler unary: the first call connects (the awaited path), later ones run on the
+    /// client's event loop with no task; calls made from a completion go out with the flush at the end of
+    /// the read that completed it (a chain of 200, then 20 chains at once, all answered); a server's
+    /// error arrives as the same ``RPCError`` the awaited call throws.
+    @Test func completionHandlerCallsChainOnTheEventLoop() async throws {
+        try await withServer { _, client in
+            let echo = self.echo
+            let loop = client.eventLoop
+            @Sendable func chain(_ first: UInt64, count: UInt64, into done: EventLoopPromise<[UInt64]>) {
+                let got = NIOLockedValueBox<[UInt64]>([])
+                @Sendable func next(_ i: UInt64) {
+                    guard i < first + count else { return done.succeed(got.withLockedValue { $0 }) }
+                    client.unary(echo, request: Ping(opaque: i), response: Ping.self, options: CallOptions(timeout: .seconds(10))) { result in
+                        guard loop.inEventLoop else { return done.fail(TestFailure()) }
+                        switch result {
+                        case .success(let reply):
+                            got.withLockedValue { $0.append(reply.opaque) }
+                            next(i + 1)
+                        case .failure(let error):
+                            done.fail(error)
+                        }
+                    }
+                }
+                next(first)
+            }
+            let one = loop.makePromise(of: [UInt64].self)
+            chain(0, count: 200, into: one)
+            #expect(try await one.futureResult.get() == Array(0..<200))
+            let many = (0..<20).map { _ in loop.makePromise(of: [UInt64].self) }
+            loop.execute { for (index, done) in many.enumerated() { chain(UInt64(index) * 1000, count: 20, into: done) } }
+            for (index, done) in many.enumerated() {
+                #expect(try await done.futureResult.get() == Array(UInt64(index) * 1000..<UInt64(index) * 1000 + 20))
+            }
+            let failed = loop.makePromise(of: RPCError.self)
+            client.unary(TestService.prefix + "Fail", request: Ping(opaque: 0), response: Ping.self) { result in
+                if case .failure(let error) = result { failed.succeed(error) } else { failed.fail(TestFailure()) }
+            }
+            let error = try await failed.futureResult.get()
+            #expect(error.code == .permissionDenied && error.source == .remote && error.metadata["reason"] == "restricted")
         }
     }
 
