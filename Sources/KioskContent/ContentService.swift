@@ -31,18 +31,19 @@ public struct ContentService: RPCService {
         // the receipt names a key not fetched yet.
         router.registerInlineUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self, authenticator: caller) { request, context in
             _ = try library.item(request.productID)
-            let caller = (context.principal as? ReceiptGate.Caller)?.lookup
-            // The authenticator has checked the token already: it is only read again without it.
-            let token = caller == nil ? context.metadata.bearerToken : nil
+            let caller = context.principal as? ReceiptGate.Caller
             @Sendable func answer(_ decision: AccessDecision) -> ContentV1.AuthorizeResponse {
                 ContentV1.AuthorizeResponse(status: decision.status.rawValue, allowed: decision.allowed, refusal: decision.refusal, reason: decision.reason)
             }
-            switch try gate.authorizeNow(receipt: request.signedReceipt, productID: request.productID, token: token, caller: caller) {
+            // The authenticator has checked the token already: it is only read again without it.
+            switch try gate.authorizeNow(receipt: request.signedReceipt, productID: request.productID,
+                                         token: caller == nil ? context.metadata.bearerToken : nil, caller: caller?.lookup) {
             case .decided(let decision):
                 return .response(answer(decision))
             case .unknownKey:
                 return .suspend {
-                    answer(try await gate.authorizeAfterFetchingKeys(receipt: request.signedReceipt, productID: request.productID, token: token, caller: caller))
+                    answer(try await gate.authorizeAfterFetchingKeys(
+                        receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken, caller: caller))
                 }
             }
         }
@@ -53,7 +54,7 @@ public struct ContentService: RPCService {
             }
             let decision = try await gate.authorize(
                 receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken,
-                caller: (context.principal as? ReceiptGate.Caller)?.lookup)
+                caller: context.principal as? ReceiptGate.Caller)
             guard decision.allowed else {
                 var metadata = Metadata()
                 metadata.add("kiosk-receipt-status", String(decision.status.rawValue))

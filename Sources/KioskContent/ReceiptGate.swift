@@ -107,9 +107,9 @@ final class ReceiptGate: Sendable {
 
     /// Decides whether `receipt` opens `productID` for the holder of `token`.
     /// - Throws: ``RPCError`` UNAUTHENTICATED for a missing, invalid or expired access token.
-    /// - Parameter caller: the token's account as ``checkCaller(token:)`` found it for this call, if it ran.
-    func authorize(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil) async throws -> AccessDecision {
-        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller) {
+    /// - Parameter caller: what ``checkCaller(token:)`` found for this call, if it ran.
+    func authorize(receipt: [UInt8], productID: String, token: String?, caller: Caller? = nil) async throws -> AccessDecision {
+        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller?.lookup) {
         case .decided(let decision):
             return decision
         case .unknownKey:
@@ -119,11 +119,13 @@ final class ReceiptGate: Sendable {
 
     /// Finishes a decision ``authorizeNow(receipt:productID:token:caller:useCache:)`` left
     /// at ``Attempt/unknownKey(_:)``: fetches the keys (at most once a second) and decides again,
-    /// without counting a second cache miss.
-    func authorizeAfterFetchingKeys(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup?) async throws -> AccessDecision {
+    /// without counting a second cache miss. The fetch can bring the retirement of the key that
+    /// signed the caller's token: `token` is checked again unless `caller` still holds.
+    func authorizeAfterFetchingKeys(receipt: [UInt8], productID: String, token: String?, caller: Caller?) async throws -> AccessDecision {
         let verifier = state.withLockedValue { $0.verifier }
         _ = await refreshKeysIfUnknown(receipt, checkedWith: verifier)
-        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller, useCache: false) {
+        let current = caller.flatMap { stillHolds($0) ? $0.lookup : nil }
+        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: current, useCache: false) {
         case .decided(let decision): return decision
         case .unknownKey(let message): return .refused(.notAuthentic, message)
         }
@@ -221,8 +223,7 @@ final class ReceiptGate: Sendable {
         guard let token, !token.isEmpty else {
             throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
         }
-        let generation = tokenGeneration.load(ordering: .acquiring)
-        let (lookup, expiresMs) = try checkedToken(token, nowMs: now)
+        let (lookup, expiresMs, generation) = try checkedToken(token, nowMs: now)
         return Caller(lookup: lookup, validUntilMs: expiresMs, generation: generation)
     }
 
@@ -237,7 +238,7 @@ final class ReceiptGate: Sendable {
         var lookup: AccountLookup
         /// The token's expiry, ms since 1970 (0 with a refusal).
         var validUntilMs: Int64
-        /// ``tokenGeneration`` before the token was checked.
+        /// ``tokenGeneration`` when the keys the token was checked with were taken.
         var generation: UInt64
     }
 
@@ -253,12 +254,15 @@ final class ReceiptGate: Sendable {
         try checkedToken(token, nowMs: nowMs).lookup
     }
 
-    /// ``accountID(token:nowMs:)`` and the token's expiry.
-    private func checkedToken(_ token: String, nowMs: Int64) throws -> (lookup: AccountLookup, expiresMs: Int64) {
-        let (cached, verifier, keysKnown) = state.withLockedValue { ($0.tokens[token], $0.tokenVerifier, $0.keysKnown) }
-        if let cached, cached.expiresMs > nowMs { return (.account(cached.accountID), cached.expiresMs) }
+    /// ``accountID(token:nowMs:)``, the token's expiry, and the ``tokenGeneration`` of the keys it was checked with.
+    private func checkedToken(_ token: String, nowMs: Int64) throws -> (lookup: AccountLookup, expiresMs: Int64, generation: UInt64) {
+        // The generation is read under the lock that install() bumps it under, with the keys and the cached tokens.
+        let (cached, verifier, keysKnown, generation) = state.withLockedValue {
+            ($0.tokens[token], $0.tokenVerifier, $0.keysKnown, tokenGeneration.load(ordering: .acquiring))
+        }
+        if let cached, cached.expiresMs > nowMs { return (.account(cached.accountID), cached.expiresMs, generation) }
         guard keysKnown > 0 else {
-            return (.refused(.refused(.serverUnavailable, "the store has not been reached yet; its keys are unknown")), 0)
+            return (.refused(.refused(.serverUnavailable, "the store has not been reached yet; its keys are unknown")), 0, generation)
         }
         let payload: ReceiptV1.AccessTokenPayload
         do {
@@ -272,6 +276,8 @@ final class ReceiptGate: Sendable {
         let capacity = configuration.accessTokenCacheSize
         if capacity > 0 {
             state.withLockedValue { state in
+                // Keys retired while the token was checked outside the lock: it may be one of theirs, not cached.
+                guard tokenGeneration.load(ordering: .acquiring) == generation else { return }
                 if state.tokens.count >= capacity {
                     state.tokens = state.tokens.filter { $0.value.expiresMs > nowMs }
                     if state.tokens.count >= capacity { state.tokens.removeAll(keepingCapacity: true) }
@@ -279,7 +285,7 @@ final class ReceiptGate: Sendable {
                 state.tokens[token] = (payload.accountID, payload.expiresMs)
             }
         }
-        return (.account(payload.accountID), payload.expiresMs)
+        return (.account(payload.accountID), payload.expiresMs, generation)
     }
 
     /// Tokens of the store this service follows: its keys are what bind a token

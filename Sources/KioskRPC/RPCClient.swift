@@ -113,11 +113,12 @@ public final class RPCClient: Sendable {
 
     /// A unary call's untyped part: sends the request `serialize` writes and
     /// returns the response's bytes (inflated when they came compressed).
+    /// - Parameter retries: how many times a call the server never started is sent again (default: one per endpoint).
     @usableFromInline
-    func unaryCall(_ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void) async throws -> ByteBuffer {
+    func unaryCall(_ method: String, options: CallOptions, retries: Int? = nil, serialize: (inout ByteBuffer) -> Void) async throws -> ByteBuffer {
         // A call the server never started (its connection was going away) is sent again on a new
         // connection, as gRPC's transparent retry does: once per endpoint, and once more.
-        var retries = endpoints.count
+        var retries = retries ?? endpoints.count
         while true {
             do {
                 return try await unaryCallOnce(method, options: options, serialize: serialize)
@@ -218,10 +219,12 @@ public final class RPCClient: Sendable {
                     completion(.failure(RPCError(.internal, "response to \(method) cannot be inflated: \(error.message)", source: .remote)))
                 }
             case .failure(let error as RPCError) where error.source == .unprocessed:
-                // Never started by the server (its connection was going away): sent again, as unary's transparent retry does.
+                // Never started by the server (its connection was going away): sent again, as unary's transparent retry
+                // does (this was the first of its attempts).
                 Task(executorPreference: EventLoopTaskExecutor(loop)) { [request] in
                     do {
-                        completion(.success(try await self.unaryCall(method, options: options) { $0.writeImmutableBuffer(request) }))
+                        let retries = self.endpoints.count - 1
+                        completion(.success(try await self.unaryCall(method, options: options, retries: retries) { $0.writeImmutableBuffer(request) }))
                     } catch {
                         completion(.failure(Self.callError(error)))
                     }

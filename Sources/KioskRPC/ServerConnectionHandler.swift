@@ -409,6 +409,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                     // The same credentials as the call before on this connection, checked then and still good.
                     callContext.principal = reused.principal
                 } else {
+                    // Forgotten first: credentials this check refuses must not pass later on the earlier answer.
+                    if remembered { rememberedPrincipal = nil }
                     guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else { return false }
                     callContext.principal = principal
                     if remembered { rememberedPrincipal = RememberedPrincipal(principal: principal) }

@@ -109,8 +109,9 @@ let lostConnectionRetries = NIOLockedValueBox(0)
 
 /// Runs `call`, again (once per other endpoint of `client`) when its connection was lost: what the SDK does,
 /// so a replica killed under load costs retries, not failed calls.
-func retryingLostConnection<T>(_ client: RPCClient, _ call: () async throws -> T) async throws -> T {
-    var retries = client.lostConnectionRetries
+/// `retries`: how many lost connections to retry after (default ``RPCClient/lostConnectionRetries``).
+func retryingLostConnection<T>(_ client: RPCClient, retries: Int? = nil, _ call: () async throws -> T) async throws -> T {
+    var retries = retries ?? client.lostConnectionRetries
     var busy = 0
     while true {
         do {
@@ -238,11 +239,11 @@ struct Verify: AsyncParsableCommand {
         @Sendable func outcome(_ answer: ContentV1.AuthorizeResponse) -> String? {
             answer.allowed ? nil : "refused_\(answer.status)_\(answer.refusal)"
         }
-        // A call as the SDK makes it: a task awaiting it, sent again when its connection was lost.
-        @Sendable func awaitedCall(_ worker: Int, _ sequence: Int) async -> String? {
+        // A call as the SDK makes it: a task awaiting it, sent again when its connection was lost (`retries` times).
+        @Sendable func awaitedCall(_ worker: Int, _ sequence: Int, retries: Int? = nil) async -> String? {
             let client = clients[worker % clients.count]
             do {
-                return outcome(try await retryingLostConnection(client) {
+                return outcome(try await retryingLostConnection(client, retries: retries) {
                     try await client.unary(method, request: request(sequence), response: ContentV1.AuthorizeResponse.self, options: options)
                 })
             } catch let error as RPCError {
@@ -270,7 +271,9 @@ struct Verify: AsyncParsableCommand {
                     case .failure(let error) where client.lostConnectionRetries > 0 && error.code == .unavailable
                         && (error.source == .connection || error.source == .unprocessed):
                         lostConnectionRetries.withLockedValue { $0 += 1 }
-                        Task(executorPreference: EventLoopTaskExecutor(client.eventLoop)) { done(await awaitedCall(worker, sequence)) }
+                        // This was the first of the retries the awaited path would have made.
+                        let retries = client.lostConnectionRetries - 1
+                        Task(executorPreference: EventLoopTaskExecutor(client.eventLoop)) { done(await awaitedCall(worker, sequence, retries: retries)) }
                     case .failure(let error):
                         done(errorKind(error))
                     }
@@ -279,7 +282,7 @@ struct Verify: AsyncParsableCommand {
         } else {
             result = await runLoad(
                 concurrency: max(concurrency, 1), warmup: warmupDuration, duration: measuredDuration,
-                rate: rate, executors: clients.map { EventLoopTaskExecutor($0.eventLoop) }, measuring: measuring, call: awaitedCall)
+                rate: rate, executors: clients.map { EventLoopTaskExecutor($0.eventLoop) }, measuring: measuring) { await awaitedCall($0, $1) }
         }
         let after = try await stats(statsClients, required: false)
         for client in clients + statsClients { await client.close() }

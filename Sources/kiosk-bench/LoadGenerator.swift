@@ -135,7 +135,8 @@ func stopping<R>(_ services: LocalServices?, _ body: () async throws -> R) async
 /// continuation: the calls that one read completes leave in one write). A
 /// warm-up, `measuring`, then the measured duration.
 ///
-/// `call(worker, sequence, done)` calls `done` on the worker's loop with nil on success, or the kind of failure.
+/// `call(worker, sequence, done)` calls `done` on the worker's loop with nil on success, or the kind of failure;
+/// `loops` are the event loops of the clients the calls use (a worker's state is that loop's alone).
 func runChainedLoad(
     concurrency: Int, warmup: Duration, duration: Duration, loops: [EventLoop],
     measuring: () async -> Void = {},
@@ -204,6 +205,7 @@ private final class ChainedWorker: @unchecked Sendable {
     }
 
     private func completed(_ failure: String?) {
+        loop.preconditionInEventLoop()
         if record {
             calls += 1
             if let failure { errors[failure, default: 0] += 1 }

@@ -32,15 +32,21 @@ import Testing
         private let lock = NIOLock()
         private var _checks = 0
         private var _holds = true
+        private var _refuses = false
         var checks: Int { lock.withLock { _checks } }
         var holds: Bool {
             get { lock.withLock { _holds } }
             set { lock.withLock { _holds = newValue } }
         }
+        /// Refuses every token while set.
+        var refuses: Bool {
+            get { lock.withLock { _refuses } }
+            set { lock.withLock { _refuses = newValue } }
+        }
         func authenticate(_ context: ServerContext) async throws -> (any Sendable)? { nil }
         func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication {
             lock.withLock { _checks += 1 }
-            guard let token = context.metadata.bearerToken, token.hasPrefix("ok") else { throw RPCError(.unauthenticated, "not ok") }
+            guard !refuses, let token = context.metadata.bearerToken, token.hasPrefix("ok") else { throw RPCError(.unauthenticated, "not ok") }
             return .principal(token)
         }
         func stillHolds(_ principal: (any Sendable)?) -> Bool { principal is String && holds }
@@ -164,6 +170,18 @@ import Testing
         call(19, "ok-b", 7)
         #expect(try answers() == [1005, 2006, 2007])
         #expect(counting.checks == 7, "15 and 17 checked, 19 reused 17's")
+        // A check that refuses forgets the earlier answer: once the principal holds again, the same HEADERS are
+        // checked again rather than passed on what was found before the refusal.
+        call(21, "ok-a", 8)
+        counting.holds = false
+        counting.refuses = true
+        call(23, "ok-a", 9)
+        #expect(try answers() == [1008], "call 23 refused")
+        counting.holds = true
+        counting.refuses = false
+        call(25, "ok-a", 10)
+        #expect(try answers() == [1010])
+        #expect(counting.checks == 10, "21, 23 and 25 all checked")
         _ = try? channel.finish()
     }
 
