@@ -150,23 +150,39 @@ final class ReceiptGate: Sendable {
             throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
         }
         let nowMs = now
-        if let stale = staleness(nowMs: nowMs) { return .decided(stale) }
-        let lookup = try caller ?? accountID(token: token ?? "", nowMs: nowMs)
+        let lookup: AccountLookup
+        if let caller {
+            lookup = caller
+        } else {
+            // Staleness first, as with a caller (checked below): a stale gate does not refuse the token instead.
+            if let stale = staleness(nowMs: nowMs) { return .decided(stale) }
+            lookup = try accountID(token: token ?? "", nowMs: nowMs)
+        }
+
+        // The receipt's hash is the cache key; with the cache off it is not worth computing.
+        let key = configuration.cacheSize > 0 ? ReceiptDigest(receipt) : nil
+        // One lock round trip for staleness, the cache lookup and the verifier; one more below for the
+        // revocations (and the insert after a miss).
+        let stalenessMs = self.stalenessMs
+        let (stale, cached, verifier) = state.withLockedValue { state -> (AccessDecision?, VerifiedReceipt?, ReceiptVerifier) in
+            if let stale = Self.staleness(lastHeardMs: state.lastHeardMs, nowMs: nowMs, stalenessMs: stalenessMs) {
+                return (stale, nil, state.verifier)
+            }
+            guard case .account = lookup, useCache else { return (nil, nil, state.verifier) }
+            return (nil, key.map { state.cache.lookup($0) } ?? state.cache.missed(), state.verifier)
+        }
+        if let stale { return .decided(stale) }
         let account: String
         switch lookup {
         case .account(let id): account = id
         case .refused(let decision): return .decided(decision)
         }
 
-        // The receipt's hash is the cache key; with the cache off it is not worth computing.
-        let key = configuration.cacheSize > 0 ? ReceiptDigest(receipt) : nil
-        let (cached, verifier) = state.withLockedValue { state -> (ReceiptV1.ReceiptPayload?, ReceiptVerifier) in
-            guard useCache else { return (nil, state.verifier) }
-            return (key.map { state.cache.lookup($0) } ?? state.cache.missed(), state.verifier)
-        }
-        let payload: ReceiptV1.ReceiptPayload
+        let receiptFound: VerifiedReceipt
+        let revoked: Bool
         if let cached {
-            payload = cached
+            receiptFound = cached
+            revoked = state.withLockedValue { $0.revoked.contains(cached.transactionID) }
         } else {
             let check = verifier.verify(receipt, nowMs: nowMs)
             if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty, !verifier.knows(keyID: keyID) {
@@ -175,23 +191,25 @@ final class ReceiptGate: Sendable {
             guard check.status == .valid, let verified = check.payload else {
                 return .decided(.refused(check.status, check.message))
             }
-            state.withLockedValue { state in
-                if let key, !state.revoked.contains(verified.transactionID) { state.cache.insert(key, verified) }
+            receiptFound = VerifiedReceipt(verified)
+            revoked = state.withLockedValue { state in
+                let revoked = state.revoked.contains(receiptFound.transactionID)
+                if let key, !revoked { state.cache.insert(key, receiptFound) }
+                return revoked
             }
-            payload = verified
         }
-        if payload.expiresDateMs > 0, payload.expiresDateMs <= nowMs {
+        if receiptFound.expiresDateMs > 0, receiptFound.expiresDateMs <= nowMs {
             return .decided(.refused(.subscriptionExpired, "subscription expired"))
         }
-        if state.withLockedValue({ $0.revoked.contains(payload.transactionID) }) {
+        if revoked {
             return .decided(AccessDecision(status: .valid, refusal: "revoked", reason: "the purchase was refunded or revoked"))
         }
-        guard payload.accountID == account else {
+        guard receiptFound.accountID == account else {
             return .decided(AccessDecision(status: .valid, refusal: "wrong_account", reason: "the receipt belongs to another account"))
         }
-        guard payload.productID == productID else {
+        guard receiptFound.productID == productID else {
             return .decided(AccessDecision(status: .valid, refusal: "wrong_product",
-                                           reason: "the receipt is for \(payload.productID), not \(productID)"))
+                                           reason: "the receipt is for \(receiptFound.productID), not \(productID)"))
         }
         return .decided(.granted(account: account))
     }
@@ -202,8 +220,12 @@ final class ReceiptGate: Sendable {
     }
 
     private func staleness(nowMs: Int64) -> AccessDecision? {
-        let lastHeard = state.withLockedValue { $0.lastHeardMs }
-        guard let lastHeard else {
+        Self.staleness(lastHeardMs: state.withLockedValue { $0.lastHeardMs }, nowMs: nowMs, stalenessMs: stalenessMs)
+    }
+
+    /// The refusal of a gate that last heard from its store at `lastHeardMs` (never: nil), if it is stale.
+    private static func staleness(lastHeardMs: Int64?, nowMs: Int64, stalenessMs: Int64) -> AccessDecision? {
+        guard let lastHeard = lastHeardMs else {
             return .refused(.serverUnavailable, "the store has not been reached yet; its keys and revocations are unknown")
         }
         let silence = nowMs - lastHeard

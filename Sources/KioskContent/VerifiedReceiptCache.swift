@@ -18,12 +18,27 @@ struct ReceiptDigest: Hashable, Sendable {
     func hash(into hasher: inout Hasher) { hasher.combine(a) }
 }
 
+/// What a decision reads of a verified receipt: kept instead of the whole
+/// payload (three strings instead of seven: less to copy in and release on
+/// eviction, smaller nodes).
+struct VerifiedReceipt: Sendable {
+    var transactionID: String
+    var accountID: String
+    var productID: String
+    /// 0: does not expire.
+    var expiresDateMs: Int64
+
+    init(_ payload: ReceiptV1.ReceiptPayload) {
+        (transactionID, accountID, productID, expiresDateMs) = (payload.transactionID, payload.accountID, payload.productID, payload.expiresDateMs)
+    }
+}
+
 /// A bounded least-recently-used cache of verified receipts, keyed by the
 /// SHA-256 of the receipt bytes. Capacity 0 turns it off.
 struct VerifiedReceiptCache {
     private struct Node {
         var key: ReceiptDigest
-        var payload: ReceiptV1.ReceiptPayload
+        var payload: VerifiedReceipt
         var previous: Int?
         var next: Int?
     }
@@ -44,7 +59,7 @@ struct VerifiedReceiptCache {
     var count: Int { index.count }
 
     /// The payload verified for `key`, counting a hit or a miss.
-    mutating func lookup(_ key: ReceiptDigest) -> ReceiptV1.ReceiptPayload? {
+    mutating func lookup(_ key: ReceiptDigest) -> VerifiedReceipt? {
         guard let slot = index[key] else {
             misses += 1
             return nil
@@ -55,12 +70,12 @@ struct VerifiedReceiptCache {
     }
 
     /// Counts a miss without a lookup (the cache is off); returns nil.
-    mutating func missed() -> ReceiptV1.ReceiptPayload? {
+    mutating func missed() -> VerifiedReceipt? {
         misses += 1
         return nil
     }
 
-    mutating func insert(_ key: ReceiptDigest, _ payload: ReceiptV1.ReceiptPayload) {
+    mutating func insert(_ key: ReceiptDigest, _ payload: VerifiedReceipt) {
         guard capacity > 0 else { return }
         if let slot = index[key] {
             nodes[slot].payload = payload
