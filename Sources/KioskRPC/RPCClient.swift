@@ -86,12 +86,7 @@ public final class RPCClient: Sendable {
     public var lostConnectionRetries: Int { endpoints.count > 1 ? endpoints.count : 0 }
 
     /// The endpoint of the connection calls go to now; nil while there is none.
-    public var connectedEndpoint: Endpoint? {
-        state.withLockedValue { state in
-            if case .ready(let connection) = state, !connection.isRetired { return connection.endpoint }
-            return nil
-        }
-    }
+    public var connectedEndpoint: Endpoint? { readyConnection()?.endpoint }
 
     // MARK: Calls
 
@@ -187,6 +182,18 @@ public final class RPCClient: Sendable {
         error as? RPCError ?? RPCError(.unknown, "call failed: \(error)", source: .local)
     }
 
+    /// Makes the call the awaited way, from a task on ``eventLoop``, and hands its outcome to `completion`.
+    private func awaitedUnaryCall(_ method: String, options: CallOptions, request: ByteBuffer, retries: Int?,
+                                  completion: @escaping @Sendable (Result<ByteBuffer, RPCError>) -> Void) {
+        Task(executorPreference: EventLoopTaskExecutor(eventLoop)) {
+            do {
+                completion(.success(try await self.unaryCall(method, options: options, retries: retries) { $0.writeImmutableBuffer(request) }))
+            } catch {
+                completion(.failure(Self.callError(error)))
+            }
+        }
+    }
+
     /// The untyped part of the unary call with a completion handler.
     @usableFromInline
     func unaryCall(_ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void,
@@ -196,11 +203,7 @@ public final class RPCClient: Sendable {
             // No connection yet (or it is going away): connecting takes a task.
             var request = ByteBuffer()
             serialize(&request)
-            let awaited = { [request] in try await self.unaryCall(method, options: options) { $0.writeImmutableBuffer(request) } }
-            Task(executorPreference: EventLoopTaskExecutor(loop)) {
-                do { completion(.success(try await awaited())) } catch { completion(.failure(Self.callError(error))) }
-            }
-            return
+            return awaitedUnaryCall(method, options: options, request: request, retries: nil, completion: completion)
         }
         let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
         let request = codec.encoding(serialize)
@@ -221,14 +224,7 @@ public final class RPCClient: Sendable {
             case .failure(let error as RPCError) where error.source == .unprocessed:
                 // Never started by the server (its connection was going away): sent again, as unary's transparent retry
                 // does (this was the first of its attempts).
-                Task(executorPreference: EventLoopTaskExecutor(loop)) { [request] in
-                    do {
-                        let retries = self.endpoints.count - 1
-                        completion(.success(try await self.unaryCall(method, options: options, retries: retries) { $0.writeImmutableBuffer(request) }))
-                    } catch {
-                        completion(.failure(Self.callError(error)))
-                    }
-                }
+                self.awaitedUnaryCall(method, options: options, request: request, retries: self.endpoints.count - 1, completion: completion)
             case .failure(let error):
                 completion(.failure(Self.callError(error)))
             }
