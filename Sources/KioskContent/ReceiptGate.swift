@@ -156,7 +156,7 @@ final class ReceiptGate: Sendable {
         } else {
             // Staleness first, as with a caller (checked below): a stale gate does not refuse the token instead.
             if let stale = staleness(nowMs: nowMs) { return .decided(stale) }
-            lookup = try accountID(token: token ?? "", nowMs: nowMs)
+            lookup = try checkedToken(token ?? "", nowMs: nowMs).lookup
         }
 
         // The receipt's hash is the cache key; with the cache off it is not worth computing.
@@ -272,11 +272,8 @@ final class ReceiptGate: Sendable {
         return caller.validUntilMs > now && caller.generation == tokenGeneration.load(ordering: .acquiring)
     }
 
-    private func accountID(token: String, nowMs: Int64) throws -> AccountLookup {
-        try checkedToken(token, nowMs: nowMs).lookup
-    }
-
-    /// ``accountID(token:nowMs:)``, the token's expiry, and the ``tokenGeneration`` of the keys it was checked with.
+    /// Whose `token` is (from the cache of checked tokens, or checked now), the token's expiry, and the
+    /// ``tokenGeneration`` of the keys it was checked with.
     private func checkedToken(_ token: String, nowMs: Int64) throws -> (lookup: AccountLookup, expiresMs: Int64, generation: UInt64) {
         // The generation is read under the lock that install() bumps it under, with the keys and the cached tokens.
         let (cached, verifier, keysKnown, generation) = state.withLockedValue {

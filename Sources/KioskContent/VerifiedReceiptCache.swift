@@ -38,7 +38,7 @@ struct VerifiedReceipt: Sendable {
 struct VerifiedReceiptCache {
     private struct Node {
         var key: ReceiptDigest
-        var payload: VerifiedReceipt
+        var receipt: VerifiedReceipt
         var previous: Int?
         var next: Int?
     }
@@ -58,7 +58,7 @@ struct VerifiedReceiptCache {
 
     var count: Int { index.count }
 
-    /// The payload verified for `key`, counting a hit or a miss.
+    /// The receipt verified for `key`, counting a hit or a miss.
     mutating func lookup(_ key: ReceiptDigest) -> VerifiedReceipt? {
         guard let slot = index[key] else {
             misses += 1
@@ -66,7 +66,7 @@ struct VerifiedReceiptCache {
         }
         hits += 1
         moveToFront(slot)
-        return nodes[slot].payload
+        return nodes[slot].receipt
     }
 
     /// Counts a miss without a lookup (the cache is off); returns nil.
@@ -75,15 +75,15 @@ struct VerifiedReceiptCache {
         return nil
     }
 
-    mutating func insert(_ key: ReceiptDigest, _ payload: VerifiedReceipt) {
+    mutating func insert(_ key: ReceiptDigest, _ receipt: VerifiedReceipt) {
         guard capacity > 0 else { return }
         if let slot = index[key] {
-            nodes[slot].payload = payload
+            nodes[slot].receipt = receipt
             moveToFront(slot)
             return
         }
         if index.count >= capacity, let last = tail { remove(slot: last) }
-        let node = Node(key: key, payload: payload, previous: nil, next: head)
+        let node = Node(key: key, receipt: receipt, previous: nil, next: head)
         let slot: Int
         if let reused = free.popLast() {
             nodes[reused] = node
@@ -110,7 +110,7 @@ struct VerifiedReceiptCache {
 
     /// Evicts every entry for `transactionID`.
     mutating func evict(transactionID: String) {
-        let slots = index.values.filter { nodes[$0].payload.transactionID == transactionID }
+        let slots = index.values.filter { nodes[$0].receipt.transactionID == transactionID }
         for slot in slots { remove(slot: slot) }
     }
 
