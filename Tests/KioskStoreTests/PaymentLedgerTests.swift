@@ -194,8 +194,13 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             try await first!.purchase(account: buyer, productID: "credits.10", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k3")
         }
         #expect(try await second.reconcile().left == 1, "its writer is alive: its charge may still be in flight")
+        let firstInstance = try #require(first?.instance.id)
         first = nil  // the instance's lock is released, as when its process dies
         #expect(first == nil)
+        // The purchase's task may let go of the store's last reference a moment after the call returned, on
+        // another thread: wait (bounded, no sleep) until its lock is free, as it is once a process has died.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while second.instance.isAlive(firstInstance), ContinuousClock.now < deadline { await Task.yield() }
         let report = try await second.reconcile()
         #expect(report.charged == 1)
         #expect(try second.ledger.account(id: buyer.id)?.creditBalance == 10)
