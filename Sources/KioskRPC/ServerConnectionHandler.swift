@@ -68,6 +68,19 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private struct RememberedPrincipal {
         var principal: (any Sendable)?
     }
+    /// An inline unary call admitted by the last HEADERS of this read, not yet
+    /// entered in the machine or ``resources``: when its request is the next
+    /// frame (as it usually is) it is answered at once without ever being
+    /// entered; any other event enters it first (``openPendingCall()``).
+    private var pendingCall: PendingCall?
+    private struct PendingCall {
+        var callID: UInt32
+        var method: RPCRouter.Method
+        var inline: RPCRouter.InlineRun
+        var headers: CallHeaders
+        var timeoutMs: UInt32
+        var headersGeneration: UInt64
+    }
     /// The payload of TRAILERS with a plain OK (no message, no metadata): no bytes at all.
     private let emptyPayload = ByteBuffer()
     /// Calls opened in the current read batch: their request timers are armed
@@ -88,7 +101,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Calls open now (for tests).
-    var openCalls: Int { machine.openCalls }
+    var openCalls: Int { machine.openCalls + (pendingCall == nil ? 0 : 1) }
 
     /// Bytes of HEADERS remembered for the next call (for tests).
     var rememberedHeadersBytes: Int { lastHeaders?.payload.readableBytes ?? 0 }
@@ -104,6 +117,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         handshakeTimer = schedule(in: limits.handshakeTimeout) { $0.machine.handshakeTimedOut() }
         deadlines = CallDeadlines(eventLoop: context.eventLoop) { [weak self] callID in
             guard let self, let timeoutMs = self.resources[callID]?.timeoutMs else { return }
+            self.openPendingCall()
             self.perform(self.machine.deadlineExpired(callID: callID, timeoutMs: timeoutMs))
         }
     }
@@ -118,6 +132,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     // MARK: Inbound
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        openPendingCall()
         if event is FrameDecoder.PrefaceReceived {
             handshakeTimer?.cancel()
             handshakeTimer = nil
@@ -130,6 +145,13 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         inReadBatch = true
         let frame = unwrapInboundIn(data)
+        if let pending = pendingCall {
+            pendingCall = nil
+            if frame.type == .message, frame.callID == pending.callID {
+                return answerPendingCall(pending, payload: frame.payload, flags: frame.flags)
+            }
+            openPendingCall(pending)
+        }
         switch frame.type {
         case .headers:
             receivedHeaders(frame)
@@ -155,6 +177,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         inReadBatch = false
+        openPendingCall()
         armRequestTimers()
         if flushPending {
             flushPending = false
@@ -188,23 +211,86 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 rememberedPrincipal = nil
             }
         }
-        let action = machine.receivedHeaders(callID: frame.callID, headers: headers, route: route)
+        // An inline unary method's call is only admitted here: its request usually follows in the same read.
+        let inline = runsHandlersOnEventLoop ? method?.inline : nil
+        let deferring = inline != nil && machine.acceptsDeferredCall
+        let action = machine.receivedHeaders(callID: frame.callID, headers: headers, route: route, deferOpening: deferring)
         if case .openCall(let callID, let timeoutMs) = action, let method, let headers {
             method.calls.increment()
-            let serverContext = ServerContext(
-                method: headers.method, metadata: headers.metadata,
-                deadline: timeoutMs > 0 ? .now + .milliseconds(Int(timeoutMs)) : nil,
-                callID: callID, remoteAddress: remoteAddress, baseLogger: logger, shutdown: shutdown)
-            let call = CallResources(method: method, context: serverContext)
+            if deferring, let inline {
+                pendingCall = PendingCall(callID: callID, method: method, inline: inline, headers: headers,
+                                          timeoutMs: timeoutMs, headersGeneration: generation)
+                return
+            }
+            let call = CallResources(method: method, context: makeContext(headers, callID: callID, timeoutMs: timeoutMs))
             call.headersGeneration = generation
             resources[callID] = call
         }
         perform(action)
     }
 
+    private func makeContext(_ headers: CallHeaders, callID: UInt32, timeoutMs: UInt32) -> ServerContext {
+        ServerContext(
+            method: headers.method, metadata: headers.metadata,
+            deadline: timeoutMs > 0 ? .now + .milliseconds(Int(timeoutMs)) : nil,
+            callID: callID, remoteAddress: remoteAddress, baseLogger: logger, shutdown: shutdown)
+    }
+
+    /// Enters the pending call (if any) in the machine and ``resources``, as
+    /// its HEADERS would have without deferring: before any event other than
+    /// its request reaches the machine.
+    private func openPendingCall() {
+        guard let pending = pendingCall else { return }
+        pendingCall = nil
+        openPendingCall(pending)
+    }
+
+    @discardableResult
+    private func openPendingCall(_ pending: PendingCall, context serverContext: ServerContext? = nil) -> CallResources? {
+        guard machine.openDeferred(callID: pending.callID) else { return nil }
+        let call = CallResources(
+            method: pending.method,
+            context: serverContext ?? makeContext(pending.headers, callID: pending.callID, timeoutMs: pending.timeoutMs))
+        call.headersGeneration = pending.headersGeneration
+        resources[pending.callID] = call
+        perform(.openCall(callID: pending.callID, timeoutMs: pending.timeoutMs))
+        return call
+    }
+
+    /// The request of the pending call arrived: answered here and now, never
+    /// entered in the machine, unless its authenticator or handler has to
+    /// wait (it then becomes an open call running as a task).
+    private func answerPendingCall(_ pending: PendingCall, payload: ByteBuffer, flags: FrameFlags) {
+        guard let codec else { return }
+        let callID = pending.callID
+        let serverContext = makeContext(pending.headers, callID: callID, timeoutMs: pending.timeoutMs)
+        switch runInline(pending.inline, method: pending.method, headersGeneration: pending.headersGeneration,
+                         context: serverContext, payload: payload, flags: flags, codec: codec) {
+        case .finished(let bytes, let outFlags):
+            write(.message, callID: callID, flags: outFlags, payload: bytes)
+            write(.trailers, callID: callID, payload: emptyPayload)
+            flush()
+        case .failed(let status):
+            write(.trailers, callID: callID, message: status.bounded)
+            flush()
+        case .suspended(let callContext, let body):
+            guard let call = openPendingCall(pending, context: callContext) else { return }
+            // The request is taken (the call is running), as startHandler would have.
+            _ = machine.receivedMessage(callID: callID, payload: payload, flags: flags)
+            call.context = nil
+            startInlineTask(call, callID: callID, context: callContext, codec: codec, compress: flags.contains(.compressed), body: body)
+        case .needsTask:
+            guard let call = openPendingCall(pending, context: serverContext) else { return }
+            guard case .startHandler = machine.receivedMessage(callID: callID, payload: payload, flags: flags) else { return }
+            call.context = nil
+            startTask(call, callID: callID, context: serverContext, payload: payload, flags: flags, codec: codec)
+        }
+    }
+
     // MARK: Errors and lifecycle
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
+        openPendingCall()
         switch error {
         case let error as WireError:
             if error.code != .badPreface { logger.info("protocol error from \(remoteAddress): \(error.message)") }
@@ -219,6 +305,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        openPendingCall()
         perform(machine.channelInactive())
         handshakeTimer?.cancel()
         deadlines?.removeAll()
@@ -228,10 +315,12 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     // MARK: Backpressure
 
     func read(context: ChannelHandlerContext) {
+        openPendingCall()
         if machine.readRequested() { context.read() }
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
+        openPendingCall()
         perform(machine.writabilityChanged(writable: context.channel.isWritable))
         context.fireChannelWritabilityChanged()
     }
@@ -240,23 +329,27 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     /// Graceful shutdown: GOAWAY, let the open calls finish, refuse new ones, close when none is left.
     func beginGracefulShutdown() {
+        openPendingCall()
         perform(machine.beginGracefulShutdown())
     }
 
     /// The idle sweep (once every ``ServerLimits/idleTimeout``, from RPCServer):
     /// GOAWAY and close if no call was opened or ended since the last one.
     func idleCheck() {
+        openPendingCall()
         perform(machine.idleCheckDue())
     }
 
     /// The grace period is over: end the remaining calls with UNAVAILABLE and close.
     func forceShutdown() {
+        openPendingCall()
         perform(machine.forceShutdown())
     }
 
     // MARK: From handler tasks (on the event loop)
 
     func send(callID: UInt32, payload: ByteBuffer, flags: FrameFlags, waiter: CheckedContinuation<Void, Error>) {
+        openPendingCall()
         switch machine.send(callID: callID, payload: payload, flags: flags, waiter: waiter) {
         case .write(let send):
             write(.message, callID: callID, flags: send.flags, payload: send.payload)
@@ -272,15 +365,18 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// Runs `body` once call `callID` has ended and its last frame has been
     /// written to the socket; at once if it has already ended.
     func whenWritten(callID: UInt32, _ body: @escaping @Sendable () -> Void) {
+        openPendingCall()
         guard let call = resources[callID] else { return body() }
         call.whenWritten.append(body)
     }
 
     func handlerFinished(callID: UInt32, response: (payload: ByteBuffer, flags: FrameFlags)?) {
+        openPendingCall()
         perform(machine.handlerFinished(callID: callID, response: response))
     }
 
     func handlerFailed(callID: UInt32, status: CallStatus) {
+        openPendingCall()
         perform(machine.handlerFailed(callID: callID, status: status))
     }
 
@@ -365,14 +461,30 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     private func startHandler(callID: UInt32, payload: ByteBuffer, flags: FrameFlags) {
-        guard let call = resources[callID], let callContext = call.context, let loopBoundSelf, let codec else { return }
+        guard let call = resources[callID], let callContext = call.context, let codec else { return }
         call.context = nil
         call.requestTimer?.cancel()
         call.requestTimer = nil
-        let method = call.method
-        if runsHandlersOnEventLoop, let inline = method.inline, runInline(inline, call: call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec) {
-            return
+        if runsHandlersOnEventLoop, let inline = call.method.inline {
+            switch runInline(inline, method: call.method, headersGeneration: call.headersGeneration,
+                             context: callContext, payload: payload, flags: flags, codec: codec) {
+            case .finished(let bytes, let outFlags):
+                return perform(machine.handlerFinished(callID: callID, response: (bytes, outFlags)))
+            case .failed(let status):
+                return perform(machine.handlerFailed(callID: callID, status: status))
+            case .suspended(let answeringContext, let body):
+                return startInlineTask(call, callID: callID, context: answeringContext, codec: codec, compress: flags.contains(.compressed), body: body)
+            case .needsTask:
+                break
+            }
         }
+        startTask(call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
+    }
+
+    /// Runs a call's handler as a task (on the event loop's executor when handlers run there).
+    private func startTask(_ call: CallResources, callID: UInt32, context callContext: ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) {
+        guard let loopBoundSelf else { return }
+        let method = call.method
         let serverCall = ServerCall(id: callID, context: callContext, codec: codec,
                                     compressResponses: flags.contains(.compressed), connection: loopBoundSelf)
         let body: @Sendable () async -> Void = {
@@ -394,44 +506,59 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// What an inline method made of its request.
+    private enum InlineResult {
+        /// Answered: the response's bytes and flags (the call ends OK).
+        case finished(ByteBuffer, FrameFlags)
+        /// The authenticator or the handler threw: the call ends with this status.
+        case failed(CallStatus)
+        /// The handler has to wait: `body` answers, as a task, with the context the handler saw.
+        case suspended(ServerContext, @Sendable (ServerCall) async throws -> Void)
+        /// The authenticator has to wait: the call runs as a task, from the start.
+        case needsTask
+    }
+
     /// Runs an inline method here, on the event loop, inside the read that
     /// brought its request: no task, and its response goes out with the read's
-    /// one flush. Returns false when its authenticator has to suspend (the
-    /// call then runs as a task, from the start).
-    private func runInline(_ inline: RPCRouter.InlineRun, call: CallResources, callID: UInt32, context callContext: ServerContext,
-                           payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) -> Bool {
+    /// one flush.
+    private func runInline(_ inline: RPCRouter.InlineRun, method: RPCRouter.Method, headersGeneration generation: UInt64,
+                           context callContext: ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) -> InlineResult {
         var callContext = callContext
-        let compress = flags.contains(.compressed)
         do {
-            if let authenticator = call.method.authenticator {
-                let remembered = call.headersGeneration != 0 && call.headersGeneration == headersGeneration
+            if let authenticator = method.authenticator {
+                let remembered = generation != 0 && generation == headersGeneration
                 if remembered, let reused = rememberedPrincipal, authenticator.stillHolds(reused.principal) {
                     // The same credentials as the call before on this connection, checked then and still good.
                     callContext.principal = reused.principal
                 } else {
                     // Forgotten first: credentials this check refuses must not pass later on the earlier answer.
                     if remembered { rememberedPrincipal = nil }
-                    guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else { return false }
+                    guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else { return .needsTask }
                     callContext.principal = principal
                     if remembered { rememberedPrincipal = RememberedPrincipal(principal: principal) }
                 }
             }
-            switch try inline(payload, flags, codec, compress, callContext) {
+            switch try inline(payload, flags, codec, flags.contains(.compressed), callContext) {
             case .finished(let bytes, let outFlags):
-                perform(machine.handlerFinished(callID: callID, response: (bytes, outFlags)))
+                return .finished(bytes, outFlags)
             case .suspended(let body):
-                guard let loopBoundSelf else { return true }
-                let serverCall = ServerCall(id: callID, context: callContext, codec: codec, compressResponses: compress, connection: loopBoundSelf)
-                let task: @Sendable () async -> Void = {
-                    do { try await body(serverCall) } catch { serverCall.fail(RPCError.from(handlerError: error)) }
-                }
-                call.task = executor.map { Task(executorPreference: $0, operation: task) } ?? Task(operation: task)
+                return .suspended(callContext, body)
             }
         } catch {
             let failure = RPCError.from(handlerError: error)
-            perform(machine.handlerFailed(callID: callID, status: CallStatus(code: failure.code.rawValue, message: failure.message, metadata: failure.metadata)))
+            return .failed(CallStatus(code: failure.code.rawValue, message: failure.message, metadata: failure.metadata))
         }
-        return true
+    }
+
+    /// Runs the rest of an inline call whose handler has to wait, as a task.
+    private func startInlineTask(_ call: CallResources, callID: UInt32, context callContext: ServerContext, codec: MessageCodec, compress: Bool,
+                                 body: @escaping @Sendable (ServerCall) async throws -> Void) {
+        guard let loopBoundSelf else { return }
+        let serverCall = ServerCall(id: callID, context: callContext, codec: codec, compressResponses: compress, connection: loopBoundSelf)
+        let task: @Sendable () async -> Void = {
+            do { try await body(serverCall) } catch { serverCall.fail(RPCError.from(handlerError: error)) }
+        }
+        call.task = executor.map { Task(executorPreference: $0, operation: task) } ?? Task(operation: task)
     }
 
     /// Closes the connection once `written` completes (at once without it):
@@ -502,6 +629,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         let loopBoundEvent = NIOLoopBound(event, eventLoop: context.eventLoop)
         return context.eventLoop.scheduleTask(deadline: deadline) {
             let handler = loopBoundSelf.value
+            handler.openPendingCall()
             handler.perform(loopBoundEvent.value(handler))
         }
     }

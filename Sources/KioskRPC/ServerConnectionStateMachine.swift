@@ -146,9 +146,22 @@ struct ServerConnectionStateMachine<Waiter> {
 
     // MARK: Frames
 
+    /// True when a call admitted now may be deferred (see ``receivedHeaders(callID:headers:route:deferOpening:)``):
+    /// serving, not draining, and the peer reads what we write.
+    var acceptsDeferredCall: Bool {
+        if case .active(let active) = state { return active.writable }
+        return false
+    }
+
     /// HEADERS opened call `callID`. `headers` is nil when the payload did not
     /// decode; `route` says how the method was found.
-    mutating func receivedHeaders(callID: UInt32, headers: CallHeaders?, route: Route) -> Action {
+    ///
+    /// With `deferOpening` (only while ``acceptsDeferredCall``), an admitted
+    /// call is counted as opened (call id, strikes, idleness) but not entered:
+    /// the handler means to finish it before any other event reaches the
+    /// machine (an inline unary call whose request is in the same read), or
+    /// else enters it with ``openDeferred(callID:)`` first.
+    mutating func receivedHeaders(callID: UInt32, headers: CallHeaders?, route: Route, deferOpening: Bool = false) -> Action {
         let lastCallID: UInt32?
         switch state {
         case .awaitingPreface:
@@ -175,9 +188,16 @@ struct ServerConnectionStateMachine<Waiter> {
             if let refusal = Self.admission(callID: callID, headers: headers, route: route, active: active, limits: limits) {
                 return .refuseCall(callID: callID, status: refusal)
             }
-            active.calls[callID] = Call()
+            if !deferOpening { active.calls[callID] = Call() }
             return .openCall(callID: callID, timeoutMs: headers?.timeoutMs ?? 0)
         } ?? .none
+    }
+
+    /// Enters call `callID`, admitted with `deferOpening` by the last HEADERS
+    /// and not finished before this event: from here on it is an open call
+    /// like any other. False (nothing entered) if the connection is closed.
+    mutating func openDeferred(callID: UInt32) -> Bool {
+        modifyActive { active in active.calls[callID] = Call() } != nil
     }
 
     private static func checkCallID(_ callID: UInt32, headers: CallHeaders?, active: Active) -> String? {

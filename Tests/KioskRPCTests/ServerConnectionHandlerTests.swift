@@ -65,6 +65,12 @@ import Testing
             let principal = context.principal as? String
             return .response(Ping(opaque: request.opaque + (principal == "ok-a" ? 1000 : principal == "ok-b" ? 2000 : 0)))
         }
+        router.registerInlineUnary("/t.S/Later", request: Ping.self, response: Ping.self, authenticator: Gatekeeper()) { request, _ in
+            .suspend { Ping(opaque: request.opaque + 1) }
+        }
+        router.registerInlineUnary("/t.S/LockedInline", request: Ping.self, response: Ping.self, authenticator: Locked()) { request, _ in
+            .response(Ping(opaque: request.opaque + 2))
+        }
         let handler = ServerConnectionHandler(
             router: router, limits: limits, maximumMessageSize: 1024, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
             shutdown: shutdown, runsHandlersOnEventLoop: runsHandlersOnEventLoop)
@@ -182,6 +188,65 @@ import Testing
         call(25, "ok-a", 10)
         #expect(try answers() == [1010])
         #expect(counting.checks == 10, "21, 23 and 25 all checked")
+        _ = try? channel.finish()
+    }
+
+    /// An inline call whose request follows its HEADERS in the same read is
+    /// answered without ever being entered as an open call (no call state,
+    /// no timers); until then it counts as open (the cap holds), and any other
+    /// frame, the end of the read, or a handler or authenticator that has to
+    /// wait enters it as a call like any other.
+    @Test func inlineCallAnsweredInItsReadIsNeverEntered() throws {
+        let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 1, requestTimeout: .seconds(10)), runsHandlersOnEventLoop: true)
+        let handler = try channel.pipeline.syncOperations.handler(type: ServerConnectionHandler.self)
+        let bearer: Metadata = ["authorization": "Bearer ok"]
+        func request(_ id: UInt32, _ opaque: UInt64) -> Frame {
+            Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque))
+        }
+        channel.pipeline.fireChannelRead(headers(1, "/t.S/Inline", timeoutMs: 1000, metadata: bearer))
+        #expect(handler.openCalls == 1, "admitted, its request awaited")
+        channel.pipeline.fireChannelRead(request(1, 1))
+        #expect(handler.openCalls == 0, "answered at once")
+        // Call 3's HEADERS are followed by 5's: 3 is entered, and 5 is over the cap of 1.
+        channel.pipeline.fireChannelRead(headers(3, "/t.S/Inline", metadata: bearer))
+        channel.pipeline.fireChannelRead(headers(5, "/t.S/Inline", metadata: bearer))
+        channel.pipeline.fireChannelRead(request(3, 3))
+        channel.pipeline.fireChannelRead(request(5, 5))
+        channel.pipeline.fireChannelReadComplete()
+        var frames = try written(channel)
+        #expect(frames.map(\.callID) == [1, 1, 5, 3, 3])
+        #expect(try frames[0].decode(Ping.self).opaque == 1001)
+        #expect(try status(frames[1])?.code == 0)
+        #expect(try status(frames[2])?.code == StatusCode.resourceExhausted.rawValue)
+        #expect(try frames[3].decode(Ping.self).opaque == 1003)
+        #expect(handler.openCalls == 0)
+        // A handler that has to wait, then an authenticator that has to wait: entered, answered by a task.
+        for (id, method, answer) in [(7, "/t.S/Later", 8), (9, "/t.S/LockedInline", 11)] as [(UInt32, String, UInt64)] {
+            channel.pipeline.fireChannelRead(headers(id, method, metadata: bearer))
+            channel.pipeline.fireChannelRead(request(id, UInt64(id)))
+            #expect(handler.openCalls == 1, "\(method): entered while its task runs")
+            channel.pipeline.fireChannelReadComplete()
+            channel.embeddedEventLoop.run()
+            frames = try written(channel)
+            #expect(frames.map(\.callID) == [id, id])
+            #expect(try frames.first?.decode(Ping.self).opaque == answer)
+            #expect(try status(frames.last)?.code == 0)
+            #expect(handler.openCalls == 0)
+        }
+        // HEADERS then CANCEL in one read: entered, then cancelled; nothing is written.
+        channel.pipeline.fireChannelRead(headers(11, "/t.S/Inline", metadata: bearer))
+        channel.pipeline.fireChannelRead(Frame(type: .cancel, callID: 11))
+        channel.pipeline.fireChannelReadComplete()
+        #expect(try written(channel).isEmpty)
+        #expect(handler.openCalls == 0)
+        // HEADERS alone: entered at the end of the read, and its request timer runs.
+        channel.pipeline.fireChannelRead(headers(13, "/t.S/Inline", metadata: bearer))
+        channel.pipeline.fireChannelReadComplete()
+        #expect(handler.openCalls == 1)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(10))
+        let timedOut = try #require(try status(written(channel).first))
+        #expect(timedOut.code == StatusCode.deadlineExceeded.rawValue)
+        #expect(handler.openCalls == 0)
         _ = try? channel.finish()
     }
 
