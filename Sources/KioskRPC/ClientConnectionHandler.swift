@@ -5,13 +5,17 @@ import NIOCore
 /// Runs the calls of one client connection. Holds one
 /// ``ClientConnectionStateMachine`` and executes its actions: sending
 /// HEADERS, requests, CANCEL and WINDOW_UPDATE, handing responses and ends to
-/// the callers, arming deadlines, closing.
+/// the callers, arming deadlines, closing. Reads the frames from the bytes
+/// the connection reads (a ``FrameReader``); PONG frames go on to the
+/// ``KeepaliveHandler`` behind it.
 final class ClientConnectionHandler: ChannelInboundHandler {
-    typealias InboundIn = Frame
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = Frame
     typealias OutboundOut = Frame
     typealias StateMachine = ClientConnectionStateMachine<ClientCall>
 
     private var machine: StateMachine
+    private var reader: FrameReader
     private let target: String
     private let logger: Logger
     /// Called once when the connection stops taking new calls (GOAWAY, ids spent, or closed).
@@ -33,8 +37,9 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     private var reading = false
     private var flushAfterRead = false
 
-    init(target: String, logger: Logger, onUnusable: @escaping @Sendable () -> Void) {
+    init(target: String, logger: Logger, maximumMessageSize: Int = Frame.defaultMaximumPayloadSize, onUnusable: @escaping @Sendable () -> Void) {
         self.machine = StateMachine(target: target)
+        self.reader = FrameReader(expectPreface: false, limits: FrameLimits(maximumMessageSize: maximumMessageSize))
         self.target = target
         self.logger = logger
         self.onUnusable = onUnusable
@@ -113,7 +118,18 @@ final class ClientConnectionHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         reading = true
-        let frame = unwrapInboundIn(data)
+        reader.append(unwrapInboundIn(data))
+        do {
+            // A client's reader expects no preface: frames only.
+            while case .frame(let frame)? = try reader.next() {
+                received(frame, context: context)
+            }
+        } catch {
+            framingFailed(error)
+        }
+    }
+
+    private func received(_ frame: Frame, context: ChannelHandlerContext) {
         switch frame.type {
         case .message:
             let action = machine.receivedMessage(callID: frame.callID, bytes: frame.payload.readableBytes)
@@ -131,6 +147,9 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         case .ping:
             // The payload is bounded by the decoder's control-frame limit.
             context.writeAndFlush(wrapOutboundOut(Frame(type: .pong, callID: 0, payload: frame.payload)), promise: nil)
+        case .pong:
+            // Answers our keepalive PING: the KeepaliveHandler behind us takes it.
+            context.fireChannelRead(wrapInboundOut(frame))
         case .headers, .cancel:
             perform(machine.protocolError("a server may not send \(frame.type) (call \(frame.callID))"))
         default:
@@ -155,12 +174,17 @@ final class ClientConnectionHandler: ChannelInboundHandler {
             failure = RPCError(.unavailable, "server \(target) stopped answering: \(error)", source: .connection)
             context.close(promise: nil)
         case let error as WireError:
-            perform(machine.protocolError(error.message, code: error.code == .frameTooLarge ? .resourceExhausted : .internal))
+            framingFailed(error)
         default:
             logger.debug("connection to \(target) failing: \(error)")
             failure = failure ?? RPCError(.unavailable, "connection to \(target) failed: \(error)", source: .connection)
             context.close(promise: nil)
         }
+    }
+
+    /// The bytes read cannot be framed (a frame too short, or too large).
+    private func framingFailed(_ error: WireError) {
+        perform(machine.protocolError(error.message, code: error.code == .frameTooLarge ? .resourceExhausted : .internal))
     }
 
     func channelInactive(context: ChannelHandlerContext) {

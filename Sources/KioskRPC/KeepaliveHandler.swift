@@ -10,8 +10,9 @@ struct KeepaliveTimeoutError: Error, CustomStringConvertible {
 /// When configured, pings the peer and closes the connection if it stops
 /// answering.
 ///
-/// PONG frames stop here; every other frame passes through (the connection
-/// handlers answer PINGs, so their state machines can police them).
+/// Sits behind the connection handler, which passes it the PONG frames it
+/// reads (and answers PINGs itself, so its state machine can police them);
+/// its PINGs go out through the connection handler's writer.
 final class KeepaliveHandler: ChannelDuplexHandler {
     typealias InboundIn = Frame
     typealias InboundOut = Frame
@@ -71,7 +72,8 @@ final class KeepaliveHandler: ChannelDuplexHandler {
             let (handler, context) = loopBound.value
             guard handler.state.timeoutElapsed(opaque: opaque) == .peerUnresponsive else { return }
             handler.stop()
-            context.fireErrorCaught(KeepaliveTimeoutError(timeout: configuration.timeout))
+            // From the pipeline's head, so that the connection handler in front of this one sees it.
+            context.pipeline.fireErrorCaught(KeepaliveTimeoutError(timeout: configuration.timeout))
             context.close(promise: nil)
         }
     }

@@ -429,19 +429,19 @@ public final class RPCClient: Sendable {
                 return transport.flatMapThrowing {
                     let channelID = ObjectIdentifier(channel)
                     let retired = NIOLockedValueBox(false)
-                    let handler = ClientConnectionHandler(target: target, logger: logger) {
+                    let handler = ClientConnectionHandler(target: target, logger: logger, maximumMessageSize: configuration.maximumMessageSize) {
                         // Stop routing new calls here; the next call reconnects.
                         retired.withLockedValue { $0 = true }
                         state.withLockedValue { state in
                             if case .ready(let current) = state, ObjectIdentifier(current.channel) == channelID { state = .idle }
                         }
                     }
+                    // The handler reads the frames from the bytes itself; PONGs go on to the keepalive behind it.
                     try channel.pipeline.syncOperations.addHandlers([
                         PrefaceHandler(),
-                        ByteToMessageHandler(FrameDecoder(expectPreface: false, limits: FrameLimits(maximumMessageSize: configuration.maximumMessageSize))),
                         FrameWriter(),
-                        KeepaliveHandler(configuration: configuration.keepalive),
                         handler,
+                        KeepaliveHandler(configuration: configuration.keepalive),
                     ])
                     let connection = ClientConnection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop),
                                                       retired: retired, endpoint: endpoint)

@@ -107,12 +107,11 @@ public final class RPCServer: Sendable {
                     let handler = ServerConnectionHandler(
                         router: router, limits: limits, maximumMessageSize: configuration.maximumMessageSize, logger: logger,
                         shutdown: shutdownFlag, runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop)
-                    let frameLimits = FrameLimits(maximumMessageSize: configuration.maximumMessageSize, maximumHeadersSize: limits.maximumHeadersSize)
+                    // The handler reads the frames from the bytes itself; PONGs go on to the keepalive behind it.
                     try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(FrameDecoder(expectPreface: true, limits: frameLimits)),
                         FrameWriter(),
-                        KeepaliveHandler(configuration: configuration.keepalive),
                         handler,
+                        KeepaliveHandler(configuration: configuration.keepalive),
                     ])
                     self.register(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop))
                 }

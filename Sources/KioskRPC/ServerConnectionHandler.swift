@@ -2,13 +2,16 @@ import KioskWire
 import Logging
 import NIOCore
 
-/// Serves the calls of one connection. Holds one
+/// Serves the calls of one connection. Reads its frames from the bytes the
+/// connection reads (a ``FrameReader``: the preface, then frames), holds one
 /// ``ServerConnectionStateMachine``, hands it every frame, timer and
 /// writability change, and executes the actions it returns: writing frames,
 /// starting and cancelling handler tasks, arming timers, holding reads,
-/// closing. It decides nothing itself.
+/// closing. It decides nothing itself. PONG frames go on to the
+/// ``KeepaliveHandler`` behind it.
 final class ServerConnectionHandler: ChannelDuplexHandler {
-    typealias InboundIn = Frame
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = Frame
     typealias OutboundIn = Frame
     typealias OutboundOut = Frame
     typealias StateMachine = ServerConnectionStateMachine<CheckedContinuation<Void, Error>>
@@ -41,6 +44,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     private var machine: StateMachine
+    private var reader: FrameReader
     private var resources: [UInt32: CallResources] = [:]
     private let router: RPCRouter
     private let limits: ServerLimits
@@ -92,6 +96,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     init(router: RPCRouter, limits: ServerLimits, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag, runsHandlersOnEventLoop: Bool) {
         self.machine = StateMachine(limits: limits)
+        self.reader = FrameReader(
+            expectPreface: true, limits: FrameLimits(maximumMessageSize: maximumMessageSize, maximumHeadersSize: limits.maximumHeadersSize))
         self.router = router
         self.limits = limits
         self.maximumMessageSize = maximumMessageSize
@@ -131,20 +137,26 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     // MARK: Inbound
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        openPendingCall()
-        if event is FrameDecoder.PrefaceReceived {
-            handshakeTimer?.cancel()
-            handshakeTimer = nil
-            perform(machine.prefaceReceived(shuttingDown: shutdown.isSet))
-        } else {
-            context.fireUserInboundEventTriggered(event)
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        inReadBatch = true
+        reader.append(unwrapInboundIn(data))
+        do {
+            while let event = try reader.next() {
+                switch event {
+                case .frame(let frame):
+                    received(frame, context: context)
+                case .preface:
+                    handshakeTimer?.cancel()
+                    handshakeTimer = nil
+                    perform(machine.prefaceReceived(shuttingDown: shutdown.isSet))
+                }
+            }
+        } catch {
+            framingFailed(error)
         }
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        inReadBatch = true
-        let frame = unwrapInboundIn(data)
+    private func received(_ frame: Frame, context: ChannelHandlerContext) {
         if let pending = pendingCall {
             pendingCall = nil
             if frame.type == .message, frame.callID == pending.callID {
@@ -168,11 +180,20 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
             perform(machine.receivedPing(payload: frame.payload, now: context.eventLoop.now))
         case .trailers:
             perform(machine.receivedForbiddenFrame(frame.type, callID: frame.callID))
+        case .pong:
+            // Answers our keepalive PING: the KeepaliveHandler behind us takes it.
+            context.fireChannelRead(wrapInboundOut(frame))
         default:
-            // PONG answers our keepalive (KeepaliveHandler takes those); GOAWAY from a
-            // client needs no action: it opens no more calls. Unknown TYPEs are ignored.
+            // GOAWAY from a client needs no action: it opens no more calls. Unknown TYPEs are ignored.
             break
         }
+    }
+
+    /// The bytes read cannot be framed (a bad preface, a frame too short or too large).
+    private func framingFailed(_ error: WireError) {
+        openPendingCall()
+        if error.code != .badPreface { logger.info("protocol error from \(remoteAddress): \(error.message)") }
+        perform(machine.decodingFailed(error))
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -261,30 +282,30 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// entered in the machine, unless its authenticator or handler has to
     /// wait (it then becomes an open call running as a task).
     private func answerPendingCall(_ pending: PendingCall, payload: ByteBuffer, flags: FrameFlags) {
-        guard let codec else { return }
+        guard let codec else { return assertionFailure("a call was read before the handler was added") }
         let callID = pending.callID
         let serverContext = makeContext(pending.headers, callID: callID, timeoutMs: pending.timeoutMs)
-        switch runInline(pending.inline, method: pending.method, headersGeneration: pending.headersGeneration,
-                         context: serverContext, payload: payload, flags: flags, codec: codec) {
-        case .finished(let bytes, let outFlags):
-            write(.message, callID: callID, flags: outFlags, payload: bytes)
-            write(.trailers, callID: callID, payload: emptyPayload)
-            flush()
-        case .failed(let status):
-            write(.trailers, callID: callID, message: status.bounded)
-            flush()
-        case .suspended(let callContext, let body):
-            guard let call = openPendingCall(pending, context: callContext) else { return }
-            // The request is taken (the call is running), as startHandler would have.
-            _ = machine.receivedMessage(callID: callID, payload: payload, flags: flags)
-            call.context = nil
-            startInlineTask(call, callID: callID, context: callContext, codec: codec, compress: flags.contains(.compressed), body: body)
-        case .needsTask:
-            guard let call = openPendingCall(pending, context: serverContext) else { return }
-            guard case .startHandler = machine.receivedMessage(callID: callID, payload: payload, flags: flags) else { return }
-            call.context = nil
-            startTask(call, callID: callID, context: serverContext, payload: payload, flags: flags, codec: codec)
+        let result = runInline(pending.inline, method: pending.method, headersGeneration: pending.headersGeneration,
+                               context: serverContext, payload: payload, flags: flags, codec: codec)
+        // Answered here unless the connection changed meanwhile (nothing the handler can reach does that today).
+        if machine.acceptsDeferredCall {
+            switch result {
+            case .finished(let bytes, let outFlags):
+                write(.message, callID: callID, flags: outFlags, payload: bytes)
+                write(.trailers, callID: callID, payload: emptyPayload)
+                return flush()
+            case .failed(let status):
+                write(.trailers, callID: callID, message: status.bounded)
+                return flush()
+            case .suspended, .needsTask:
+                break
+            }
         }
+        // Entered and started as its HEADERS and request would have without deferring; nil: the connection is closed.
+        guard let call = openPendingCall(pending, context: serverContext),
+              case .startHandler = machine.receivedMessage(callID: callID, payload: payload, flags: flags) else { return }
+        call.context = nil
+        complete(result, call: call, callID: callID, context: serverContext, payload: payload, flags: flags, codec: codec)
     }
 
     // MARK: Errors and lifecycle
@@ -293,8 +314,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         openPendingCall()
         switch error {
         case let error as WireError:
-            if error.code != .badPreface { logger.info("protocol error from \(remoteAddress): \(error.message)") }
-            perform(machine.decodingFailed(error))
+            framingFailed(error)
         case let error as KeepaliveTimeoutError:
             logger.info("closing connection from \(remoteAddress): \(error)")
             context.close(promise: nil)
@@ -465,20 +485,27 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         call.context = nil
         call.requestTimer?.cancel()
         call.requestTimer = nil
-        if runsHandlersOnEventLoop, let inline = call.method.inline {
-            switch runInline(inline, method: call.method, headersGeneration: call.headersGeneration,
-                             context: callContext, payload: payload, flags: flags, codec: codec) {
-            case .finished(let bytes, let outFlags):
-                return perform(machine.handlerFinished(callID: callID, response: (bytes, outFlags)))
-            case .failed(let status):
-                return perform(machine.handlerFailed(callID: callID, status: status))
-            case .suspended(let answeringContext, let body):
-                return startInlineTask(call, callID: callID, context: answeringContext, codec: codec, compress: flags.contains(.compressed), body: body)
-            case .needsTask:
-                break
-            }
+        guard runsHandlersOnEventLoop, let inline = call.method.inline else {
+            return startTask(call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
         }
-        startTask(call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
+        let result = runInline(inline, method: call.method, headersGeneration: call.headersGeneration,
+                               context: callContext, payload: payload, flags: flags, codec: codec)
+        complete(result, call: call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
+    }
+
+    /// Ends or continues an open call after its inline method ran.
+    private func complete(_ result: InlineResult, call: CallResources, callID: UInt32, context callContext: ServerContext,
+                          payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) {
+        switch result {
+        case .finished(let bytes, let outFlags):
+            perform(machine.handlerFinished(callID: callID, response: (bytes, outFlags)))
+        case .failed(let status):
+            perform(machine.handlerFailed(callID: callID, status: status))
+        case .suspended(let answeringContext, let body):
+            startInlineTask(call, callID: callID, context: answeringContext, codec: codec, compress: flags.contains(.compressed), body: body)
+        case .needsTask:
+            startTask(call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
+        }
     }
 
     /// Runs a call's handler as a task (on the event loop's executor when handlers run there).

@@ -47,14 +47,7 @@ public struct FrameDecoder: ByteToMessageDecoder {
     public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
         switch state {
         case .awaitingPreface:
-            let needed = Frame.preface.count
-            let available = min(buffer.readableBytes, needed)
-            // Reject as soon as a byte differs, not only once all 8 arrived.
-            guard buffer.readableBytesView.prefix(available).elementsEqual(Frame.preface.prefix(available)) else {
-                throw WireError(.badPreface, "connection did not start with the preface KIOSK/1\\n")
-            }
-            guard available == needed else { return .needMoreData }
-            buffer.moveReaderIndex(forwardBy: needed)
+            guard try Self.readPreface(from: &buffer) else { return .needMoreData }
             state = .frames
             context.fireUserInboundEventTriggered(PrefaceReceived())
             return .continue
@@ -71,6 +64,20 @@ public struct FrameDecoder: ByteToMessageDecoder {
         while try decode(context: context, buffer: &buffer) == .continue {}
         // Leftover bytes at EOF are a truncated frame; the connection is gone anyway.
         return .needMoreData
+    }
+
+    /// Reads the 8-byte preface from `buffer`: true once it has been read,
+    /// false while it is incomplete; throws as soon as a byte differs.
+    public static func readPreface(from buffer: inout ByteBuffer) throws(WireError) -> Bool {
+        let needed = Frame.preface.count
+        let available = min(buffer.readableBytes, needed)
+        // Reject as soon as a byte differs, not only once all 8 arrived.
+        guard buffer.readableBytesView.prefix(available).elementsEqual(Frame.preface.prefix(available)) else {
+            throw WireError(.badPreface, "connection did not start with the preface KIOSK/1\\n")
+        }
+        guard available == needed else { return false }
+        buffer.moveReaderIndex(forwardBy: needed)
+        return true
     }
 
     /// Reads one frame from `buffer` if it is complete, allowing any type up

@@ -7,7 +7,7 @@ import NIOEmbedded
 ///
 /// Thrown errors are expected for hostile bytes; a crash, a trap, a sanitizer
 /// report or a failed `precondition` below is a bug. The preconditions are the
-/// oracles: the two frame readers agree, re-encoding a decoded frame gives back
+/// oracles: the three frame readers agree, re-encoding a decoded frame gives back
 /// its bytes, a decoded message survives encode → decode unchanged, and zlib's
 /// output limit is exact.
 public enum Fuzz {
@@ -23,12 +23,16 @@ public enum Fuzz {
     )
 }
 
-/// Runs one input through the frame decoder (both as a server's channel
-/// handler and as the static `readFrame` loop) and every decoded frame's
-/// payload through the message decoders.
+/// Runs one input through the frame decoder (as a channel handler, as the
+/// `FrameReader` the connection handlers use, and as the static `readFrame`
+/// loop) and every decoded frame's payload through the message decoders.
 public func fuzzOne(_ bytes: UnsafeRawBufferPointer) {
     let input = ByteBuffer(bytes: bytes)
     let viaChannel = framesThroughChannel(input)
+    let viaReader = framesThroughReader(input)
+    precondition(viaReader.frames == viaChannel.frames, "FrameReader and the channel's FrameDecoder read different frames")
+    precondition(viaReader.wireErrorCode == viaChannel.wireErrorCode,
+                 "FrameReader and FrameDecoder refused differently: \(String(describing: viaReader.error)) / \(String(describing: viaChannel.error))")
     let viaLoop = framesThroughLoop(input)
     checkAgreement(input: input, channel: viaChannel, loop: viaLoop)
     for frame in viaLoop.frames {
@@ -60,15 +64,6 @@ func framesThroughChannel(_ input: ByteBuffer) -> Decoded {
         preconditionFailure("cannot add the frame decoder to an EmbeddedChannel: \(error)")
     }
     var result = Decoded()
-    let count = input.readableBytes
-    let selector = Int(input.getInteger(at: input.readerIndex + max(count - 1, 0), as: UInt8.self) ?? 0)
-    // A first cut inside the preface or the first header, a second anywhere after it.
-    let first = min(count, selector & 0x0F)
-    let second = first + (count - first) * (selector >> 4) / 16
-    var slices: [ByteBuffer] = []
-    for (from, to) in [(0, first), (first, second), (second, count)] where to > from {
-        slices.append(input.getSlice(at: input.readerIndex + from, length: to - from)!)
-    }
     func drain() {
         do {
             while let frame = try channel.readInbound(as: Frame.self) { result.frames.append(frame) }
@@ -76,7 +71,7 @@ func framesThroughChannel(_ input: ByteBuffer) -> Decoded {
             preconditionFailure("FrameDecoder emitted something that is not a Frame: \(error)")
         }
     }
-    for slice in slices {
+    for slice in slices(of: input) {
         do {
             try channel.writeInbound(slice)
         } catch {
@@ -93,6 +88,39 @@ func framesThroughChannel(_ input: ByteBuffer) -> Decoded {
             precondition(inbound.isEmpty, "decodeLast produced \(inbound.count) frames that channelRead did not")
         }
     } catch {}
+    return result
+}
+
+/// The input in three slices whose cut points come from its last byte: a
+/// first cut inside the preface or the first header, a second anywhere after it.
+func slices(of input: ByteBuffer) -> [ByteBuffer] {
+    let count = input.readableBytes
+    let selector = Int(input.getInteger(at: input.readerIndex + max(count - 1, 0), as: UInt8.self) ?? 0)
+    let first = min(count, selector & 0x0F)
+    let second = first + (count - first) * (selector >> 4) / 16
+    var slices: [ByteBuffer] = []
+    for (from, to) in [(0, first), (first, second), (second, count)] where to > from {
+        slices.append(input.getSlice(at: input.readerIndex + from, length: to - from)!)
+    }
+    return slices
+}
+
+/// The input as a connection handler reads it: `FrameReader` with a server's
+/// default limits, fed the same three slices as the channel.
+func framesThroughReader(_ input: ByteBuffer) -> Decoded {
+    var reader = FrameReader(expectPreface: true, limits: FrameLimits())
+    var result = Decoded()
+    reading: for slice in slices(of: input) {
+        reader.append(slice)
+        do {
+            while let event = try reader.next() {
+                if case .frame(let frame) = event { result.frames.append(frame) }
+            }
+        } catch {
+            result.error = error
+            break reading
+        }
+    }
     return result
 }
 

@@ -72,12 +72,15 @@ import Testing
             .response(Ping(opaque: request.opaque + 2))
         }
         let handler = ServerConnectionHandler(
-            router: router, limits: limits, maximumMessageSize: 1024, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+            router: router, limits: limits, maximumMessageSize: 64 * 1024, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
             shutdown: shutdown, runsHandlersOnEventLoop: runsHandlersOnEventLoop)
         let channel = EmbeddedChannel()
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        if preface { channel.pipeline.fireUserInboundEventTriggered(FrameDecoder.PrefaceReceived()) }
+        if preface {
+            channel.pipeline.fireChannelRead(ByteBuffer(bytes: Frame.preface))
+            channel.pipeline.fireChannelReadComplete()
+        }
         return channel
     }
 
@@ -104,11 +107,11 @@ import Testing
         let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 10), runsHandlersOnEventLoop: true)
         let bearer: Metadata = ["authorization": "Bearer ok"]
         for (id, opaque) in [(1, 1), (3, 7), (5, 5)] as [(UInt32, UInt64)] {
-            channel.pipeline.fireChannelRead(headers(id, "/t.S/Inline", timeoutMs: 1000, metadata: bearer))
-            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)))
+            channel.pipeline.fireChannelRead(headers(id, "/t.S/Inline", timeoutMs: 1000, metadata: bearer).wire)
+            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)).wire)
         }
-        channel.pipeline.fireChannelRead(headers(9, "/t.S/Inline", metadata: ["authorization": "Bearer no"]))
-        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 9, message: Ping(opaque: 2)))
+        channel.pipeline.fireChannelRead(headers(9, "/t.S/Inline", metadata: ["authorization": "Bearer no"]).wire)
+        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 9, message: Ping(opaque: 2)).wire)
         #expect(try written(channel).isEmpty, "nothing is flushed before the read ends")
         channel.pipeline.fireChannelReadComplete()
         let frames = try written(channel)
@@ -125,8 +128,8 @@ import Testing
         var big = bearer
         big.add("x-padding", String(repeating: "p", count: 3000))
         for id in [11, 13] as [UInt32] {
-            channel.pipeline.fireChannelRead(headers(id, "/t.S/Inline", metadata: big))
-            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: 6)))
+            channel.pipeline.fireChannelRead(headers(id, "/t.S/Inline", metadata: big).wire)
+            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: 6)).wire)
         }
         channel.pipeline.fireChannelReadComplete()
         let bigFrames = try written(channel)
@@ -147,8 +150,8 @@ import Testing
         let counting = Counting()
         let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 10), runsHandlersOnEventLoop: true, counting: counting)
         func call(_ id: UInt32, _ token: String, _ opaque: UInt64) {
-            channel.pipeline.fireChannelRead(headers(id, "/t.S/Counted", metadata: ["authorization": "Bearer \(token)"]))
-            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)))
+            channel.pipeline.fireChannelRead(headers(id, "/t.S/Counted", metadata: ["authorization": "Bearer \(token)"]).wire)
+            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)).wire)
         }
         func answers() throws -> [UInt64] {
             channel.pipeline.fireChannelReadComplete()
@@ -169,10 +172,10 @@ import Testing
         counting.holds = true
         // Pipelined: HEADERS of 15 (ok-a) then 17 (ok-b), then both requests: 15 is checked as itself, and
         // 19 with ok-b's HEADERS reuses the caller found for 17, not 15's.
-        channel.pipeline.fireChannelRead(headers(15, "/t.S/Counted", metadata: ["authorization": "Bearer ok-a"]))
-        channel.pipeline.fireChannelRead(headers(17, "/t.S/Counted", metadata: ["authorization": "Bearer ok-b"]))
-        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 15, message: Ping(opaque: 5)))
-        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 17, message: Ping(opaque: 6)))
+        channel.pipeline.fireChannelRead(headers(15, "/t.S/Counted", metadata: ["authorization": "Bearer ok-a"]).wire)
+        channel.pipeline.fireChannelRead(headers(17, "/t.S/Counted", metadata: ["authorization": "Bearer ok-b"]).wire)
+        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 15, message: Ping(opaque: 5)).wire)
+        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 17, message: Ping(opaque: 6)).wire)
         call(19, "ok-b", 7)
         #expect(try answers() == [1005, 2006, 2007])
         #expect(counting.checks == 7, "15 and 17 checked, 19 reused 17's")
@@ -203,15 +206,15 @@ import Testing
         func request(_ id: UInt32, _ opaque: UInt64) -> Frame {
             Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque))
         }
-        channel.pipeline.fireChannelRead(headers(1, "/t.S/Inline", timeoutMs: 1000, metadata: bearer))
+        channel.pipeline.fireChannelRead(headers(1, "/t.S/Inline", timeoutMs: 1000, metadata: bearer).wire)
         #expect(handler.openCalls == 1, "admitted, its request awaited")
-        channel.pipeline.fireChannelRead(request(1, 1))
+        channel.pipeline.fireChannelRead(request(1, 1).wire)
         #expect(handler.openCalls == 0, "answered at once")
         // Call 3's HEADERS are followed by 5's: 3 is entered, and 5 is over the cap of 1.
-        channel.pipeline.fireChannelRead(headers(3, "/t.S/Inline", metadata: bearer))
-        channel.pipeline.fireChannelRead(headers(5, "/t.S/Inline", metadata: bearer))
-        channel.pipeline.fireChannelRead(request(3, 3))
-        channel.pipeline.fireChannelRead(request(5, 5))
+        channel.pipeline.fireChannelRead(headers(3, "/t.S/Inline", metadata: bearer).wire)
+        channel.pipeline.fireChannelRead(headers(5, "/t.S/Inline", metadata: bearer).wire)
+        channel.pipeline.fireChannelRead(request(3, 3).wire)
+        channel.pipeline.fireChannelRead(request(5, 5).wire)
         channel.pipeline.fireChannelReadComplete()
         var frames = try written(channel)
         #expect(frames.map(\.callID) == [1, 1, 5, 3, 3])
@@ -222,8 +225,8 @@ import Testing
         #expect(handler.openCalls == 0)
         // A handler that has to wait, then an authenticator that has to wait: entered, answered by a task.
         for (id, method, answer) in [(7, "/t.S/Later", 8), (9, "/t.S/LockedInline", 11)] as [(UInt32, String, UInt64)] {
-            channel.pipeline.fireChannelRead(headers(id, method, metadata: bearer))
-            channel.pipeline.fireChannelRead(request(id, UInt64(id)))
+            channel.pipeline.fireChannelRead(headers(id, method, metadata: bearer).wire)
+            channel.pipeline.fireChannelRead(request(id, UInt64(id)).wire)
             #expect(handler.openCalls == 1, "\(method): entered while its task runs")
             channel.pipeline.fireChannelReadComplete()
             channel.embeddedEventLoop.run()
@@ -234,13 +237,13 @@ import Testing
             #expect(handler.openCalls == 0)
         }
         // HEADERS then CANCEL in one read: entered, then cancelled; nothing is written.
-        channel.pipeline.fireChannelRead(headers(11, "/t.S/Inline", metadata: bearer))
-        channel.pipeline.fireChannelRead(Frame(type: .cancel, callID: 11))
+        channel.pipeline.fireChannelRead(headers(11, "/t.S/Inline", metadata: bearer).wire)
+        channel.pipeline.fireChannelRead(Frame(type: .cancel, callID: 11).wire)
         channel.pipeline.fireChannelReadComplete()
         #expect(try written(channel).isEmpty)
         #expect(handler.openCalls == 0)
         // HEADERS alone: entered at the end of the read, and its request timer runs.
-        channel.pipeline.fireChannelRead(headers(13, "/t.S/Inline", metadata: bearer))
+        channel.pipeline.fireChannelRead(headers(13, "/t.S/Inline", metadata: bearer).wire)
         channel.pipeline.fireChannelReadComplete()
         #expect(handler.openCalls == 1)
         channel.embeddedEventLoop.advanceTime(by: .seconds(10))
@@ -255,10 +258,10 @@ import Testing
     @Test func inlineCallWhoseRequestComesInALaterRead() throws {
         let channel = try makeChannel(runsHandlersOnEventLoop: true)
         let bearer: Metadata = ["authorization": "Bearer ok"]
-        try channel.writeInbound(headers(1, "/t.S/Inline", timeoutMs: 500, metadata: bearer))
-        try channel.writeInbound(headers(3, "/t.S/Inline", timeoutMs: 500, metadata: bearer))
+        try channel.writeInbound(headers(1, "/t.S/Inline", timeoutMs: 500, metadata: bearer).wire)
+        try channel.writeInbound(headers(3, "/t.S/Inline", timeoutMs: 500, metadata: bearer).wire)
         channel.embeddedEventLoop.advanceTime(by: .milliseconds(300))
-        try channel.writeInbound(Frame(type: .message, flags: .endStream, callID: 1, message: Ping(opaque: 4)))
+        try channel.writeInbound(Frame(type: .message, flags: .endStream, callID: 1, message: Ping(opaque: 4)).wire)
         let frames = try written(channel)
         #expect(frames.map(\.callID) == [1, 1])
         #expect(try frames[0].decode(Ping.self).opaque == 1004)
@@ -279,7 +282,7 @@ import Testing
 
     @Test func callWithoutItsRequestEndsAfterTheRequestTimeout() throws {
         let channel = try makeChannel()
-        try channel.writeInbound(headers(1))
+        try channel.writeInbound(headers(1).wire)
         channel.embeddedEventLoop.advanceTime(by: .milliseconds(9_999))
         #expect(try written(channel).isEmpty)
         channel.embeddedEventLoop.advanceTime(by: .milliseconds(1))
@@ -291,7 +294,7 @@ import Testing
 
     @Test func deadlineFiresBeforeTheRequestTimeout() throws {
         let channel = try makeChannel()
-        try channel.writeInbound(headers(1, timeoutMs: 250))
+        try channel.writeInbound(headers(1, timeoutMs: 250).wire)
         channel.embeddedEventLoop.advanceTime(by: .milliseconds(250))
         let status = try #require(try status(written(channel).first))
         #expect(status.code == StatusCode.deadlineExceeded.rawValue && status.message == "deadline of 250 ms exceeded")
@@ -302,7 +305,7 @@ import Testing
         let channel = try makeChannel()
         let handler = try channel.pipeline.syncOperations.handler(type: ServerConnectionHandler.self)
         // A call, ended by its request timeout: activity for the next sweep.
-        try channel.writeInbound(headers(1))
+        try channel.writeInbound(headers(1).wire)
         channel.embeddedEventLoop.advanceTime(by: .seconds(10))
         _ = try written(channel)
         handler.idleCheck()
@@ -317,7 +320,7 @@ import Testing
 
     @Test func pingFloodGetsPongsThenEnhanceYourCalm() throws {
         let channel = try makeChannel()
-        for opaque in 1...5 { _ = try? channel.writeInbound(Frame(type: .ping, callID: 0, message: Ping(opaque: UInt64(opaque)))) }
+        for opaque in 1...5 { _ = try? channel.writeInbound(Frame(type: .ping, callID: 0, message: Ping(opaque: UInt64(opaque))).wire) }
         let frames = try written(channel)
         #expect(frames.map(\.type) == [.pong, .pong, .pong, .goAway], "the first PING and two strikes are answered, the third strike ends it")
         #expect(try frames[0].decode(Ping.self).opaque == 1)
@@ -329,7 +332,7 @@ import Testing
     @Test func pingsSpacedByTheMinimumIntervalAreFine() throws {
         let channel = try makeChannel()
         for opaque in 1...10 {
-            try channel.writeInbound(Frame(type: .ping, callID: 0, message: Ping(opaque: UInt64(opaque))))
+            try channel.writeInbound(Frame(type: .ping, callID: 0, message: Ping(opaque: UInt64(opaque))).wire)
             channel.embeddedEventLoop.advanceTime(by: .seconds(5))
         }
         #expect(try written(channel).map(\.type) == Array(repeating: .pong, count: 10))
@@ -339,9 +342,9 @@ import Testing
 
     @Test func callsOverTheCapAreRefusedAndTheConnectionLives() throws {
         let channel = try makeChannel()
-        try channel.writeInbound(headers(1))
-        try channel.writeInbound(headers(2))
-        try channel.writeInbound(headers(3))
+        try channel.writeInbound(headers(1).wire)
+        try channel.writeInbound(headers(2).wire)
+        try channel.writeInbound(headers(3).wire)
         let refused = try #require(try status(written(channel).first))
         #expect(refused.code == StatusCode.resourceExhausted.rawValue)
         #expect(channel.isActive)
@@ -350,11 +353,11 @@ import Testing
 
     @Test func missingCredentialIsRefusedFromTheHeaders() throws {
         let channel = try makeChannel()
-        try channel.writeInbound(headers(1, "/t.S/Locked"))
+        try channel.writeInbound(headers(1, "/t.S/Locked").wire)
         let refused = try #require(try status(written(channel).first))
         #expect(refused.code == StatusCode.unauthenticated.rawValue)
         // Its body, when it comes, is dropped unread.
-        try channel.writeInbound(Frame(type: .message, flags: [.endStream, .compressed], callID: 1, payload: ByteBuffer(bytes: [1, 2, 3])))
+        try channel.writeInbound(Frame(type: .message, flags: [.endStream, .compressed], callID: 1, payload: ByteBuffer(bytes: [1, 2, 3])).wire)
         #expect(try written(channel).isEmpty)
         #expect(channel.isActive)
         _ = try? channel.finish()
@@ -384,7 +387,8 @@ import Testing
         shutdown.set()
         handler.beginGracefulShutdown()
         #expect(try written(channel).isEmpty, "nothing before the preface")
-        channel.pipeline.fireUserInboundEventTriggered(FrameDecoder.PrefaceReceived())
+        channel.pipeline.fireChannelRead(ByteBuffer(bytes: Frame.preface))
+        channel.pipeline.fireChannelReadComplete()
         let goAway = try #require(try written(channel).first)
         #expect(goAway.type == .goAway)
         #expect(try goAway.decode(GoAway.self).code == 0)
@@ -401,5 +405,14 @@ final class ReadCounter: ChannelOutboundHandler {
     func read(context: ChannelHandlerContext) {
         reads += 1
         context.read()
+    }
+}
+
+extension Frame {
+    /// The frame's bytes on the wire, as the connection handler reads them.
+    var wire: ByteBuffer {
+        var buffer = ByteBuffer()
+        write(to: &buffer)
+        return buffer
     }
 }

@@ -1,0 +1,72 @@
+import NIOCore
+
+/// Splits the bytes a connection reads into ``Frame``s inside the handler
+/// that serves them: the same checks as ``FrameDecoder`` (the preface first
+/// on a server's side, every LENGTH against its TYPE's limit before the
+/// payload is waited for), without a `ByteToMessageHandler` in front of the
+/// handler — no generic decoding loop, no `NIOAny` box and no pipeline hop
+/// per frame. A unary call is two frames each way, so on a small call this
+/// is a measurable share of what NIO's read path costs.
+///
+/// A frame's payload is a slice of the bytes read (never copied); bytes of an
+/// incomplete frame are kept until the rest arrives.
+public struct FrameReader {
+    /// What ``next()`` found.
+    public enum Event: Equatable {
+        /// The 8-byte preface (a server's side only), once.
+        case preface
+        /// A complete frame.
+        case frame(Frame)
+    }
+
+    private var buffer = ByteBuffer()
+    private var awaitingPreface: Bool
+    /// Set once a read failed: the stream cannot be framed any more, later bytes are dropped.
+    private var failed = false
+    /// The largest payload accepted for each frame type.
+    public let limits: FrameLimits
+
+    /// Creates a reader.
+    /// - Parameters:
+    ///   - expectPreface: true on a server: the first 8 bytes must be `KIOSK/1\n`.
+    ///   - limits: the largest payload accepted per frame type.
+    public init(expectPreface: Bool, limits: FrameLimits) {
+        self.awaitingPreface = expectPreface
+        self.limits = limits
+    }
+
+    /// Bytes read and not yet returned as frames (an incomplete frame).
+    public var bufferedBytes: Int { buffer.readableBytes }
+
+    /// Adds bytes read from the connection.
+    public mutating func append(_ bytes: ByteBuffer) {
+        guard !failed else { return }
+        if buffer.readableBytes == 0 {
+            // The usual case (a read ends on a frame boundary): no copy at all.
+            buffer = bytes
+        } else {
+            // Keeps only the incomplete frame's bytes, not those of the frames already returned.
+            buffer.discardReadBytes()
+            buffer.writeImmutableBuffer(bytes)
+        }
+    }
+
+    /// The next preface or complete frame, nil until more bytes arrive.
+    /// Throws ``WireError`` (bad preface, a frame too short or too large for
+    /// its type); after a throw it returns nil for good.
+    public mutating func next() throws(WireError) -> Event? {
+        guard !failed else { return nil }
+        do {
+            if awaitingPreface {
+                guard try FrameDecoder.readPreface(from: &buffer) else { return nil }
+                awaitingPreface = false
+                return .preface
+            }
+            return try FrameDecoder.readFrame(from: &buffer, limits: limits).map(Event.frame)
+        } catch {
+            failed = true
+            buffer = ByteBuffer()
+            throw error
+        }
+    }
+}
