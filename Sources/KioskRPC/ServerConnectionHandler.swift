@@ -63,7 +63,23 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// much more, not the 16 KiB a HEADERS frame may carry.
     static let largestRememberedHeaders = 2048
     /// The last HEADERS payload that decoded, as decoded and routed.
-    private var lastHeaders: (payload: ByteBuffer, headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route)?
+    private var lastHeaders: (payload: ByteBuffer, routed: RoutedHeaders)?
+    /// HEADERS as decoded and routed; a class, so that the calls sent with the same bytes share them
+    /// without copying (and retaining) the method's closures and the metadata per call.
+    private final class RoutedHeaders {
+        let headers: CallHeaders
+        let method: RPCRouter.Method?
+        let route: StateMachine.Route
+        /// The method's inline form, when handlers run on the event loop.
+        let inline: RPCRouter.InlineRun?
+
+        init(headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route, runsHandlersOnEventLoop: Bool) {
+            self.headers = headers
+            self.method = method
+            self.route = route
+            self.inline = runsHandlersOnEventLoop ? method?.inline : nil
+        }
+    }
     /// Counts the HEADERS remembered in turn (``lastHeaders``), from 1.
     private var headersGeneration: UInt64 = 0
     /// The caller an inline authenticator found for a call with the remembered HEADERS: a later call with
@@ -79,9 +95,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private var pendingCall: PendingCall?
     private struct PendingCall {
         var callID: UInt32
-        var method: RPCRouter.Method
-        var inline: RPCRouter.InlineRun
-        var headers: CallHeaders
+        /// Their method was found and has an inline form.
+        var routed: RoutedHeaders
         var timeoutMs: UInt32
         var headersGeneration: UInt64
     }
@@ -208,42 +223,42 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     private func receivedHeaders(_ frame: Frame) {
-        let headers: CallHeaders?
-        var method: RPCRouter.Method?
-        var route = StateMachine.Route.unknown
+        let routed: RoutedHeaders?
         var generation: UInt64 = 0
-        if let last = lastHeaders, last.payload == frame.payload {
+        if let last = lastHeaders?.routed, lastHeaders?.payload == frame.payload {
             // The same HEADERS as the call before (a client's calls usually are): decoded and routed already.
-            (headers, method, route) = (last.headers, last.method, last.route)
+            routed = last
             generation = headersGeneration
-        } else {
-            headers = try? frame.decode(CallHeaders.self)
-            if let headers, let found = router.method(named: headers.method) {
-                method = found
-                route = found.authenticator != nil && (headers.metadata["authorization"] ?? "").isEmpty ? .missingCredential : .found
+        } else if let headers = try? frame.decode(CallHeaders.self) {
+            var route = StateMachine.Route.unknown
+            let method = router.method(named: headers.method)
+            if let method {
+                route = method.authenticator != nil && (headers.metadata["authorization"] ?? "").isEmpty ? .missingCredential : .found
             }
-            if let headers, let context, frame.payload.readableBytes <= Self.largestRememberedHeaders {
+            let decoded = RoutedHeaders(headers: headers, method: method, route: route, runsHandlersOnEventLoop: runsHandlersOnEventLoop)
+            routed = decoded
+            if let context, frame.payload.readableBytes <= Self.largestRememberedHeaders {
                 // Kept as a copy: the frame's payload is a slice of the read buffer, which it would keep alive.
                 var payload = context.channel.allocator.buffer(capacity: frame.payload.readableBytes)
                 payload.writeImmutableBuffer(frame.payload)
-                lastHeaders = (payload, headers, method, route)
+                lastHeaders = (payload, decoded)
                 headersGeneration += 1
                 generation = headersGeneration
                 rememberedPrincipal = nil
             }
+        } else {
+            routed = nil
         }
         // An inline unary method's call is only admitted here: its request usually follows in the same read.
-        let inline = runsHandlersOnEventLoop ? method?.inline : nil
-        let deferring = inline != nil && machine.acceptsDeferredCall
-        let action = machine.receivedHeaders(callID: frame.callID, headers: headers, route: route, deferOpening: deferring)
-        if case .openCall(let callID, let timeoutMs) = action, let method, let headers {
+        let deferring = routed?.inline != nil && machine.acceptsDeferredCall
+        let action = machine.receivedHeaders(callID: frame.callID, headers: routed?.headers, route: routed?.route ?? .unknown, deferOpening: deferring)
+        if case .openCall(let callID, let timeoutMs) = action, let routed, let method = routed.method {
             method.calls.increment()
-            if deferring, let inline {
-                pendingCall = PendingCall(callID: callID, method: method, inline: inline, headers: headers,
-                                          timeoutMs: timeoutMs, headersGeneration: generation)
+            if deferring {
+                pendingCall = PendingCall(callID: callID, routed: routed, timeoutMs: timeoutMs, headersGeneration: generation)
                 return
             }
-            let call = CallResources(method: method, context: makeContext(headers, callID: callID, timeoutMs: timeoutMs))
+            let call = CallResources(method: method, context: makeContext(routed.headers, callID: callID, timeoutMs: timeoutMs))
             call.headersGeneration = generation
             resources[callID] = call
         }
@@ -268,10 +283,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     @discardableResult
     private func openPendingCall(_ pending: PendingCall, context serverContext: ServerContext? = nil) -> CallResources? {
-        guard machine.openDeferred(callID: pending.callID) else { return nil }
+        guard let method = pending.routed.method, machine.openDeferred(callID: pending.callID) else { return nil }
         let call = CallResources(
-            method: pending.method,
-            context: serverContext ?? makeContext(pending.headers, callID: pending.callID, timeoutMs: pending.timeoutMs))
+            method: method,
+            context: serverContext ?? makeContext(pending.routed.headers, callID: pending.callID, timeoutMs: pending.timeoutMs))
         call.headersGeneration = pending.headersGeneration
         resources[pending.callID] = call
         perform(.openCall(callID: pending.callID, timeoutMs: pending.timeoutMs))
@@ -284,8 +299,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private func answerPendingCall(_ pending: PendingCall, payload: ByteBuffer, flags: FrameFlags) {
         guard let codec else { return assertionFailure("a call was read before the handler was added") }
         let callID = pending.callID
-        let serverContext = makeContext(pending.headers, callID: callID, timeoutMs: pending.timeoutMs)
-        let result = runInline(pending.inline, method: pending.method, headersGeneration: pending.headersGeneration,
+        guard let inline = pending.routed.inline else { return assertionFailure("a call without an inline form was deferred") }
+        let serverContext = makeContext(pending.routed.headers, callID: callID, timeoutMs: pending.timeoutMs)
+        let result = runInline(inline, authenticator: pending.routed.method?.authenticator, headersGeneration: pending.headersGeneration,
                                context: serverContext, payload: payload, flags: flags, codec: codec)
         // Answered here unless the connection changed meanwhile (nothing the handler can reach does that today).
         if machine.acceptsDeferredCall {
@@ -488,7 +504,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         guard runsHandlersOnEventLoop, let inline = call.method.inline else {
             return startTask(call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
         }
-        let result = runInline(inline, method: call.method, headersGeneration: call.headersGeneration,
+        let result = runInline(inline, authenticator: call.method.authenticator, headersGeneration: call.headersGeneration,
                                context: callContext, payload: payload, flags: flags, codec: codec)
         complete(result, call: call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
     }
@@ -548,11 +564,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// Runs an inline method here, on the event loop, inside the read that
     /// brought its request: no task, and its response goes out with the read's
     /// one flush.
-    private func runInline(_ inline: RPCRouter.InlineRun, method: RPCRouter.Method, headersGeneration generation: UInt64,
+    private func runInline(_ inline: RPCRouter.InlineRun, authenticator: (any RPCAuthenticator)?, headersGeneration generation: UInt64,
                            context callContext: ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) -> InlineResult {
         var callContext = callContext
         do {
-            if let authenticator = method.authenticator {
+            if let authenticator {
                 let remembered = generation != 0 && generation == headersGeneration
                 if remembered, let reused = rememberedPrincipal, authenticator.stillHolds(reused.principal) {
                     // The same credentials as the call before on this connection, checked then and still good.
