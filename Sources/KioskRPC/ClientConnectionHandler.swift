@@ -8,14 +8,17 @@ import NIOCore
 /// the callers, arming deadlines, closing. Reads the frames from the bytes
 /// the connection reads (a ``FrameReader``); PONG frames go on to the
 /// ``KeepaliveHandler`` behind it.
-final class ClientConnectionHandler: ChannelInboundHandler {
+final class ClientConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = Frame
-    typealias OutboundOut = Frame
+    typealias OutboundIn = Frame
+    typealias OutboundOut = ByteBuffer
     typealias StateMachine = ClientConnectionStateMachine<ClientCall>
 
     private var machine: StateMachine
     private var reader: FrameReader
+    /// The frames written since the last flush, as one buffer (what a ``FrameWriter`` would do, without a handler hop per frame).
+    private var gatherer = FrameGatherer()
     private let target: String
     private let logger: Logger
     /// Called once when the connection stops taking new calls (GOAWAY, ids spent, or closed).
@@ -74,8 +77,8 @@ final class ClientConnectionHandler: ChannelInboundHandler {
                 timeouts[id] = (timeout, call.method)
                 deadlines?.add(id, at: context.eventLoop.now + TimeAmount(timeout))
             }
-            context.write(wrapOutboundOut(Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator))), promise: nil)
-            context.write(wrapOutboundOut(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request)), promise: nil)
+            writeFrame(Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator)), promise: nil)
+            writeFrame(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request), promise: nil)
             if reading { flushAfterRead = true } else { flushSoon() }
             if retire { markUnusable() }
         }
@@ -100,7 +103,7 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         context.eventLoop.execute {
             let handler = loopBoundSelf.value
             handler.flushScheduled = false
-            handler.context?.flush()
+            handler.flushWrites()
         }
     }
 
@@ -146,7 +149,8 @@ final class ClientConnectionHandler: ChannelInboundHandler {
             perform(machine.receivedGoAway(try? frame.decode(GoAway.self)))
         case .ping:
             // The payload is bounded by the decoder's control-frame limit.
-            context.writeAndFlush(wrapOutboundOut(Frame(type: .pong, callID: 0, payload: frame.payload)), promise: nil)
+            writeFrame(Frame(type: .pong, callID: 0, payload: frame.payload), promise: nil)
+            flushWrites()
         case .pong:
             // Answers our keepalive PING: the KeepaliveHandler behind us takes it.
             context.fireChannelRead(wrapInboundOut(frame))
@@ -163,7 +167,7 @@ final class ClientConnectionHandler: ChannelInboundHandler {
         reading = false
         if flushAfterRead {
             flushAfterRead = false
-            context.flush()
+            flushWrites()
         }
         context.fireChannelReadComplete()
     }
@@ -199,9 +203,39 @@ final class ClientConnectionHandler: ChannelInboundHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        gatherer.discard()
         self.context = nil
         // The handler refers to itself through this box (for deadlines): let it go.
         self.loopBoundSelf = nil
+    }
+
+    // MARK: Writing
+
+    /// Gathers `frame` for the next flush.
+    private func writeFrame(_ frame: Frame, promise: EventLoopPromise<Void>?) {
+        guard let context else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        gatherer.add(frame, promise: promise, allocator: context.channel.allocator) { bytes, promise in
+            context.write(wrapOutboundOut(bytes), promise: promise)
+        }
+    }
+
+    /// Writes what was gathered and flushes the channel.
+    private func flushWrites() {
+        guard let context else { return }
+        gatherer.flush { bytes, promise in context.write(wrapOutboundOut(bytes), promise: promise) }
+        context.flush()
+    }
+
+    /// Frames written by the KeepaliveHandler behind us (PINGs) join ours.
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        writeFrame(unwrapOutboundIn(data), promise: promise)
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        flushWrites()
     }
 
     // MARK: Executing actions
@@ -219,15 +253,14 @@ final class ClientConnectionHandler: ChannelInboundHandler {
             if close { context?.close(promise: nil) }
         case .abandon(let callID, let call, let error, let close):
             stopDeadline(of: call)
-            if let context {
-                context.writeAndFlush(wrapOutboundOut(Frame(type: .cancel, callID: callID)), promise: nil)
-            }
+            writeFrame(Frame(type: .cancel, callID: callID), promise: nil)
+            flushWrites()
             call.finish(throwing: error)
             if close { context?.close(promise: nil) }
         case .sendWindowUpdate(let callID, let increment):
             guard let context else { return }
-            context.writeAndFlush(wrapOutboundOut(Frame(
-                type: .windowUpdate, callID: callID, message: WindowUpdate(increment: increment), allocator: context.channel.allocator)), promise: nil)
+            writeFrame(Frame(type: .windowUpdate, callID: callID, message: WindowUpdate(increment: increment), allocator: context.channel.allocator), promise: nil)
+            flushWrites()
         case .retire(let failing, let error, let close):
             markUnusable()
             for call in failing { fail(call, error) }

@@ -436,10 +436,9 @@ public final class RPCClient: Sendable {
                             if case .ready(let current) = state, ObjectIdentifier(current.channel) == channelID { state = .idle }
                         }
                     }
-                    // The handler reads the frames from the bytes itself; PONGs go on to the keepalive behind it.
+                    // The handler reads and writes the frames itself; PONGs go on to the keepalive behind it, whose PINGs go out through it.
                     try channel.pipeline.syncOperations.addHandlers([
                         PrefaceHandler(),
-                        FrameWriter(),
                         handler,
                         KeepaliveHandler(configuration: configuration.keepalive),
                     ])

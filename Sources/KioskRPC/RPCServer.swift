@@ -107,9 +107,8 @@ public final class RPCServer: Sendable {
                     let handler = ServerConnectionHandler(
                         router: router, limits: limits, maximumMessageSize: configuration.maximumMessageSize, logger: logger,
                         shutdown: shutdownFlag, runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop)
-                    // The handler reads the frames from the bytes itself; PONGs go on to the keepalive behind it.
+                    // The handler reads and writes the frames itself; PONGs go on to the keepalive behind it, whose PINGs go out through it.
                     try channel.pipeline.syncOperations.addHandlers([
-                        FrameWriter(),
                         handler,
                         KeepaliveHandler(configuration: configuration.keepalive),
                     ])

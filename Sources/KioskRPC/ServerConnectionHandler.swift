@@ -13,7 +13,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = Frame
     typealias OutboundIn = Frame
-    typealias OutboundOut = Frame
+    typealias OutboundOut = ByteBuffer
     typealias StateMachine = ServerConnectionStateMachine<CheckedContinuation<Void, Error>>
 
     /// What a call holds besides its state: its method, context, task and
@@ -45,6 +45,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
 
     private var machine: StateMachine
     private var reader: FrameReader
+    /// The frames written since the last flush, as one buffer (what a ``FrameWriter`` would do, without a handler hop per frame).
+    private var gatherer = FrameGatherer()
     private var resources: [UInt32: CallResources] = [:]
     private let router: RPCRouter
     private let limits: ServerLimits
@@ -144,6 +146,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        gatherer.discard()
         handshakeTimer?.cancel()
         self.context = nil
         // The handler refers to itself through this box (for timers and calls): let it go.
@@ -217,7 +220,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         armRequestTimers()
         if flushPending {
             flushPending = false
-            context.flush()
+            flushWrites()
         }
         context.fireChannelReadComplete()
     }
@@ -456,7 +459,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         case .closeConnection(let goAway, let endedCalls):
             for ended in endedCalls { end(ended) }
             guard let goAway, let context else {
-                context?.flush()
+                flushWrites()
                 context?.close(promise: nil)
                 return
             }
@@ -464,12 +467,13 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
             if goAway.code == StatusCode.ok.rawValue {
                 // Graceful (idle, shutdown): close once the GOAWAY has been written, not dropping what is queued before it.
                 let written = context.eventLoop.makePromise(of: Void.self)
-                context.writeAndFlush(wrapOutboundOut(frame), promise: written)
+                writeFrame(frame, promise: written)
+                flushWrites()
                 closeAfter(written.futureResult)
             } else {
                 logger.info("closing connection from \(remoteAddress): \(goAway.message)")
-                context.write(wrapOutboundOut(frame), promise: nil)
-                context.flush()
+                writeFrame(frame, promise: nil)
+                flushWrites()
                 context.close(promise: nil)
             }
         case .resumeReading(let readHeld, let writes, let endedCalls, let more):
@@ -482,7 +486,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 lastWritten = end(ended) ?? lastWritten
                 closes = closes || ended.then == .close
             }
-            context?.flush()
+            flushWrites()
             for (_, sends) in writes { for send in sends { send.waiter.resume() } }
             if closes {
                 closeAfter(lastWritten)
@@ -608,7 +612,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// a graceful close must not drop frames queued before it.
     private func closeAfter(_ written: EventLoopFuture<Void>?) {
         guard let context else { return }
-        context.flush()
+        flushWrites()
         guard let written else {
             context.close(promise: nil)
             return
@@ -634,11 +638,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 ? Frame(type: .trailers, callID: ended.callID, payload: emptyPayload)
                 : Frame(type: .trailers, callID: ended.callID, message: status.bounded, allocator: context.channel.allocator)
             if whenWritten.isEmpty && ended.then != .close {
-                context.write(wrapOutboundOut(trailers), promise: nil)
+                writeFrame(trailers, promise: nil)
             } else {
                 let promise = context.eventLoop.makePromise(of: Void.self)
                 promise.futureResult.whenComplete { _ in for body in whenWritten { body() } }
-                context.write(wrapOutboundOut(trailers), promise: promise)
+                writeFrame(trailers, promise: promise)
                 written = promise.futureResult
             }
         } else {
@@ -678,12 +682,40 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     private func write(_ type: FrameType, callID: UInt32, flags: FrameFlags = [], payload: ByteBuffer) {
-        context?.write(wrapOutboundOut(Frame(type: type, flags: flags, callID: callID, payload: payload)), promise: nil)
+        writeFrame(Frame(type: type, flags: flags, callID: callID, payload: payload), promise: nil)
     }
 
     private func write(_ type: FrameType, callID: UInt32, message: some WireMessage) {
         guard let context else { return }
-        context.write(wrapOutboundOut(Frame(type: type, callID: callID, message: message, allocator: context.channel.allocator)), promise: nil)
+        writeFrame(Frame(type: type, callID: callID, message: message, allocator: context.channel.allocator), promise: nil)
+    }
+
+    /// Gathers `frame` for the next flush.
+    private func writeFrame(_ frame: Frame, promise: EventLoopPromise<Void>?) {
+        guard let context else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        gatherer.add(frame, promise: promise, allocator: context.channel.allocator) { bytes, promise in
+            context.write(wrapOutboundOut(bytes), promise: promise)
+        }
+    }
+
+    /// Writes what was gathered and flushes the channel.
+    private func flushWrites() {
+        guard let context else { return }
+        gatherer.flush { bytes, promise in context.write(wrapOutboundOut(bytes), promise: promise) }
+        context.flush()
+    }
+
+    // MARK: Outbound, from the KeepaliveHandler behind us
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        writeFrame(unwrapOutboundIn(data), promise: promise)
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        flushWrites()
     }
 
     /// Flushes now, or at the end of the read batch when called while reading.
@@ -691,7 +723,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         if inReadBatch {
             flushPending = true
         } else {
-            context?.flush()
+            flushWrites()
         }
     }
 }

@@ -15,23 +15,55 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
     public typealias OutboundOut = ByteBuffer
 
     /// Payloads larger than this go out in their own buffer instead of being copied.
+    public static let passThroughSize = FrameGatherer.passThroughSize
+
+    private var gatherer = FrameGatherer()
+
+    /// Creates a writer.
+    public init() {}
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        gatherer.add(unwrapOutboundIn(data), promise: promise, allocator: context.channel.allocator) { bytes, promise in
+            context.write(wrapOutboundOut(bytes), promise: promise)
+        }
+    }
+
+    public func flush(context: ChannelHandlerContext) {
+        gatherer.flush { bytes, promise in context.write(wrapOutboundOut(bytes), promise: promise) }
+        context.flush()
+    }
+
+    public func handlerRemoved(context: ChannelHandlerContext) {
+        // Removed with the channel: what was never flushed is not written.
+        gatherer.discard()
+    }
+}
+
+/// The gathering of ``FrameWriter``, for a handler that writes its frames
+/// itself: frames are encoded into one buffer until ``flush(_:)`` hands it
+/// out (one write per flush); a payload larger than ``passThroughSize`` is
+/// handed out at once, after what was gathered before it, in a buffer of its own.
+public struct FrameGatherer {
+    /// Payloads larger than this go out in their own buffer instead of being copied.
     public static let passThroughSize = 16 * 1024
     /// The first capacity of a gathering buffer (it grows as frames come).
     static let initialCapacity = 1024
+    /// A spare larger than this is let go (a burst's buffer is not kept for the connection's life).
+    static let spareLimit = 8 * 1024
 
     private var pending: ByteBuffer?
     private var promise: EventLoopPromise<Void>?
     /// The last gathering buffer written: once the channel has written and released it (as a flush
     /// usually does at once), the next frames are gathered into it again instead of a new allocation.
     private var spare: ByteBuffer?
-    /// A spare larger than this is let go (a burst's buffer is not kept for the connection's life).
-    static let spareLimit = 8 * 1024
 
-    /// Creates a writer.
+    /// Creates an empty gatherer.
     public init() {}
 
-    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        let frame = unwrapOutboundIn(data)
+    /// Adds `frame` (completing `promise` once it is written); `write` is
+    /// called at once, in order, when the frame's payload passes through.
+    public mutating func add(_ frame: Frame, promise: EventLoopPromise<Void>?, allocator: ByteBufferAllocator,
+                             write: (ByteBuffer, EventLoopPromise<Void>?) -> Void) {
         var buffer: ByteBuffer
         if let gathering = pending {
             buffer = gathering
@@ -41,14 +73,14 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
             reused.clear()
             buffer = reused
         } else {
-            buffer = context.channel.allocator.buffer(capacity: Self.initialCapacity)
+            buffer = allocator.buffer(capacity: Self.initialCapacity)
         }
         pending = nil  // `buffer` is the only reference: appending does not copy it
         if frame.payload.readableBytes > Self.passThroughSize {
             frame.writeHeader(to: &buffer)
             pending = buffer
-            writePending(context: context)
-            context.write(wrapOutboundOut(frame.payload), promise: promise)
+            flush(write)
+            write(frame.payload, promise)
             return
         }
         frame.write(to: &buffer)
@@ -58,25 +90,21 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
         }
     }
 
-    public func flush(context: ChannelHandlerContext) {
-        writePending(context: context)
-        context.flush()
-    }
-
-    public func handlerRemoved(context: ChannelHandlerContext) {
-        // Removed with the channel: what was never flushed is not written.
-        promise?.fail(ChannelError.ioOnClosedChannel)
-        pending = nil
-        promise = nil
-        spare = nil
-    }
-
-    private func writePending(context: ChannelHandlerContext) {
+    /// Hands out what was gathered, if anything, to `write`.
+    public mutating func flush(_ write: (ByteBuffer, EventLoopPromise<Void>?) -> Void) {
         guard let buffer = pending else { return }
         let promise = self.promise
         pending = nil
         self.promise = nil
-        context.write(wrapOutboundOut(buffer), promise: promise)
+        write(buffer, promise)
         if buffer.capacity <= Self.spareLimit { spare = buffer }
+    }
+
+    /// Drops what was gathered (the channel is gone): its promises fail.
+    public mutating func discard() {
+        promise?.fail(ChannelError.ioOnClosedChannel)
+        pending = nil
+        promise = nil
+        spare = nil
     }
 }

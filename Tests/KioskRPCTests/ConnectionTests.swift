@@ -54,7 +54,9 @@ import Testing
             try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
         }
         #expect(error?.code == .unavailable)
-        #expect(error?.source == .connection)
+        // Usually the call was sent and dies with the connection; on a loaded machine the 150 ms can pass before the
+        // call is written, and then it was never sent (and says so) — detected by the keepalive either way.
+        #expect(error?.source == .connection || error?.message.contains("was not sent") == true)
         #expect(error?.message.contains("stopped answering") == true)
         await client.close()
         try await silent.close()
@@ -101,7 +103,8 @@ import Testing
                 while server.connectionCount < 2, ContinuousClock.now < admitted { try await Task.sleep(for: .milliseconds(5)) }
                 #expect(server.connectionCount == 2)
                 try await RawPeer.with(port: port) { third in
-                    try await third.send(Frame.preface)
+                    // The refusal is written as soon as the server accepts, and its close may come before our preface goes out.
+                    try? await third.send(Frame.preface)
                     let refusal = try #require(try await third.readFrame())
                     #expect(refusal.type == .goAway)
                     let goAway = try refusal.decode(GoAway.self)

@@ -90,7 +90,7 @@ import Testing
 
     func written(_ channel: EmbeddedChannel) throws -> [Frame] {
         var frames: [Frame] = []
-        while let frame = try channel.readOutbound(as: Frame.self) { frames.append(frame) }
+        while let bytes = try channel.readOutbound(as: ByteBuffer.self) { frames += try Frame.all(in: bytes) }
         return frames
     }
 
@@ -409,6 +409,16 @@ final class ReadCounter: ChannelOutboundHandler {
 }
 
 extension Frame {
+    /// The frames in `bytes` (a connection handler's writes gather several into one buffer).
+    static func all(in bytes: ByteBuffer) throws -> [Frame] {
+        var reader = FrameReader(expectPreface: false, limits: FrameLimits(uniform: 1 << 24))
+        reader.append(bytes)
+        var frames: [Frame] = []
+        while case .frame(let frame)? = try reader.next() { frames.append(frame) }
+        #expect(reader.bufferedBytes == 0, "a write ends on a frame boundary")
+        return frames
+    }
+
     /// The frame's bytes on the wire, as the connection handler reads them.
     var wire: ByteBuffer {
         var buffer = ByteBuffer()

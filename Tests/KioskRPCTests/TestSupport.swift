@@ -279,7 +279,13 @@ struct RawPeer {
     mutating func readFrame() async throws -> Frame? {
         while true {
             if let frame = try FrameDecoder.readFrame(from: &buffer, maximumPayloadSize: 1 << 30) { return frame }
-            guard var more = try await inbound.next() else { return nil }
+            let next: ByteBuffer?
+            do {
+                next = try await inbound.next()
+            } catch let error as ChannelError where error == .ioOnClosedChannel {
+                next = nil  // closed under us by the server's close, as in readUntilClosed
+            }
+            guard var more = next else { return nil }
             buffer.writeBuffer(&more)
         }
     }

@@ -165,8 +165,9 @@ import Testing
     func breachesAreConnectionErrors(_ breach: String, frames: [Frame]) async throws {
         try await withServer { server, client in
             try await RawPeer.with(port: try #require(server.port)) { peer in
-                try await peer.send(Frame.preface)
-                for frame in frames { try await peer.send(frame) }
+                var opening = ByteBuffer(bytes: Frame.preface)
+                for frame in frames { frame.write(to: &opening) }
+                try await peer.send(Array(opening.readableBytesView))
                 var goAway: Frame?
                 while let frame = try await peer.readFrame() {
                     if frame.type == .goAway { goAway = frame }
