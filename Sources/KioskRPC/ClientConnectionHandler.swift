@@ -217,16 +217,26 @@ final class ClientConnectionHandler: ChannelDuplexHandler {
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
-        gatherer.add(frame, promise: promise, allocator: context.channel.allocator) { bytes, promise in
-            context.write(wrapOutboundOut(bytes), promise: promise)
+        if let passing = gatherer.add(frame, promise: promise, allocator: context.channel.allocator) {
+            handOut(context)
+            context.write(wrapOutboundOut(passing.payload), promise: passing.promise)
+        } else if gatherer.isFull {
+            // Many answers in one read: the channel counts them against its high-water mark from here.
+            handOut(context)
         }
     }
 
     /// Writes what was gathered and flushes the channel.
     private func flushWrites() {
         guard let context else { return }
-        gatherer.flush { bytes, promise in context.write(wrapOutboundOut(bytes), promise: promise) }
+        handOut(context)
         context.flush()
+    }
+
+    /// Gives the channel what was gathered (outside the gatherer's access: NIO may call us back from `write`).
+    private func handOut(_ context: ChannelHandlerContext) {
+        guard let (bytes, promise) = gatherer.take() else { return }
+        context.write(wrapOutboundOut(bytes), promise: promise)
     }
 
     /// Frames written by the KeepaliveHandler behind us (PINGs) join ours.

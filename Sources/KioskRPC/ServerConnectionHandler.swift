@@ -156,10 +156,19 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     // MARK: Inbound
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // Closing (a breach, the end of a drain): what the peer still sends is neither framed nor kept.
+        guard !machine.isClosed else { return }
         inReadBatch = true
         reader.append(unwrapInboundIn(data))
+        readFrames(context: context)
+    }
+
+    /// Handles the frames read, until none is complete, the connection closes,
+    /// or the peer stops reading what we write (the rest waits in the reader:
+    /// one read cycle's bytes at most, as reads are held until it reads again).
+    private func readFrames(context: ChannelHandlerContext) {
         do {
-            while let event = try reader.next() {
+            while machine.takesFrames, let event = try reader.next() {
                 switch event {
                 case .frame(let frame):
                     received(frame, context: context)
@@ -172,6 +181,15 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         } catch {
             framingFailed(error)
         }
+    }
+
+    /// Frames read before the peer stopped reading ours, handled once it reads
+    /// again, as a read batch of their own (outside one: a read batch's loop takes them itself).
+    private func readBufferedFrames() {
+        guard !inReadBatch, reader.bufferedBytes > 0, let context else { return }
+        inReadBatch = true
+        readFrames(context: context)
+        endReadBatch()
     }
 
     private func received(_ frame: Frame, context: ChannelHandlerContext) {
@@ -215,6 +233,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        endReadBatch()
+        context.fireChannelReadComplete()
+    }
+
+    private func endReadBatch() {
         inReadBatch = false
         openPendingCall()
         armRequestTimers()
@@ -222,7 +245,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
             flushPending = false
             flushWrites()
         }
-        context.fireChannelReadComplete()
     }
 
     private func receivedHeaders(_ frame: Frame) {
@@ -361,6 +383,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         openPendingCall()
         perform(machine.writabilityChanged(writable: context.channel.isWritable))
+        if context.channel.isWritable { readBufferedFrames() }
         context.fireChannelWritabilityChanged()
     }
 
@@ -696,16 +719,26 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
-        gatherer.add(frame, promise: promise, allocator: context.channel.allocator) { bytes, promise in
-            context.write(wrapOutboundOut(bytes), promise: promise)
+        if let passing = gatherer.add(frame, promise: promise, allocator: context.channel.allocator) {
+            handOut(context)
+            context.write(wrapOutboundOut(passing.payload), promise: passing.promise)
+        } else if gatherer.isFull {
+            // Many answers in one read: the channel counts them against its high-water mark from here.
+            handOut(context)
         }
     }
 
     /// Writes what was gathered and flushes the channel.
     private func flushWrites() {
         guard let context else { return }
-        gatherer.flush { bytes, promise in context.write(wrapOutboundOut(bytes), promise: promise) }
+        handOut(context)
         context.flush()
+    }
+
+    /// Gives the channel what was gathered (outside the gatherer's access: NIO may call us back from `write`).
+    private func handOut(_ context: ChannelHandlerContext) {
+        guard let (bytes, promise) = gatherer.take() else { return }
+        context.write(wrapOutboundOut(bytes), promise: promise)
     }
 
     // MARK: Outbound, from the KeepaliveHandler behind us

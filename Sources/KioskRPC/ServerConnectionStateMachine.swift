@@ -146,6 +146,22 @@ struct ServerConnectionStateMachine<Waiter> {
 
     // MARK: Frames
 
+    /// True once the connection is closing or closed: every event is ignored from then on.
+    var isClosed: Bool {
+        if case .closed = state { return true }
+        return false
+    }
+
+    /// False while the peer does not read what we write (the frames already read wait, unframed, until it
+    /// does: answering them would pile up more, out of the high-water mark's reach) and once closed.
+    var takesFrames: Bool {
+        switch state {
+        case .awaitingPreface: true
+        case .active(let active), .draining(let active, _): active.writable
+        case .closed, ._modifying: false
+        }
+    }
+
     /// True when a call admitted now may be deferred (see ``receivedHeaders(callID:headers:route:deferOpening:)``):
     /// serving, not draining, and the peer reads what we write.
     var acceptsDeferredCall: Bool {

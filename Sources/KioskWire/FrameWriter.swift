@@ -23,14 +23,22 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
     public init() {}
 
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        gatherer.add(unwrapOutboundIn(data), promise: promise, allocator: context.channel.allocator) { bytes, promise in
-            context.write(wrapOutboundOut(bytes), promise: promise)
+        if let passing = gatherer.add(unwrapOutboundIn(data), promise: promise, allocator: context.channel.allocator) {
+            handOut(context: context)
+            context.write(wrapOutboundOut(passing.payload), promise: passing.promise)
+        } else if gatherer.isFull {
+            handOut(context: context)
         }
     }
 
     public func flush(context: ChannelHandlerContext) {
-        gatherer.flush { bytes, promise in context.write(wrapOutboundOut(bytes), promise: promise) }
+        handOut(context: context)
         context.flush()
+    }
+
+    private func handOut(context: ChannelHandlerContext) {
+        guard let (bytes, promise) = gatherer.take() else { return }
+        context.write(wrapOutboundOut(bytes), promise: promise)
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
@@ -40,12 +48,21 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
 }
 
 /// The gathering of ``FrameWriter``, for a handler that writes its frames
-/// itself: frames are encoded into one buffer until ``flush(_:)`` hands it
-/// out (one write per flush); a payload larger than ``passThroughSize`` is
-/// handed out at once, after what was gathered before it, in a buffer of its own.
+/// itself: frames are encoded into one buffer until the handler takes it
+/// (``take()``, at a flush, or once ``isFull``); a payload larger than
+/// ``passThroughSize`` is not copied: ``add(_:promise:allocator:)`` returns
+/// it, to be written after what was gathered before it (with its header).
+///
+/// The gatherer never calls out: the caller writes what it takes after the
+/// gatherer's access ends, so a handler that NIO calls back from inside
+/// `context.write` (writability, a failed promise) may gather again.
 public struct FrameGatherer {
     /// Payloads larger than this go out in their own buffer instead of being copied.
     public static let passThroughSize = 16 * 1024
+    /// Gathered bytes at which the buffer is best handed to the channel before the flush,
+    /// so that the channel's high-water mark sees them (a peer that never reads cannot make
+    /// one read's answers pile up here, out of the back-pressure's sight).
+    public static let handOutSize = 8 * 1024
     /// The first capacity of a gathering buffer (it grows as frames come).
     static let initialCapacity = 1024
     /// A spare larger than this is let go (a burst's buffer is not kept for the connection's life).
@@ -60,10 +77,15 @@ public struct FrameGatherer {
     /// Creates an empty gatherer.
     public init() {}
 
-    /// Adds `frame` (completing `promise` once it is written); `write` is
-    /// called at once, in order, when the frame's payload passes through.
-    public mutating func add(_ frame: Frame, promise: EventLoopPromise<Void>?, allocator: ByteBufferAllocator,
-                             write: (ByteBuffer, EventLoopPromise<Void>?) -> Void) {
+    /// True once ``handOutSize`` bytes or more are gathered.
+    public var isFull: Bool { (pending?.readableBytes ?? 0) >= Self.handOutSize }
+
+    /// Adds `frame` (completing `promise` once it is written). When the
+    /// frame's payload passes through, only its header is gathered and the
+    /// payload is returned with the promise: write what ``take()`` gives,
+    /// then it.
+    public mutating func add(_ frame: Frame, promise: EventLoopPromise<Void>?, allocator: ByteBufferAllocator)
+        -> (payload: ByteBuffer, promise: EventLoopPromise<Void>?)? {
         var buffer: ByteBuffer
         if let gathering = pending {
             buffer = gathering
@@ -79,25 +101,24 @@ public struct FrameGatherer {
         if frame.payload.readableBytes > Self.passThroughSize {
             frame.writeHeader(to: &buffer)
             pending = buffer
-            flush(write)
-            write(frame.payload, promise)
-            return
+            return (frame.payload, promise)
         }
         frame.write(to: &buffer)
         pending = buffer
         if let promise {
             if let existing = self.promise { existing.futureResult.cascade(to: promise) } else { self.promise = promise }
         }
+        return nil
     }
 
-    /// Hands out what was gathered, if anything, to `write`.
-    public mutating func flush(_ write: (ByteBuffer, EventLoopPromise<Void>?) -> Void) {
-        guard let buffer = pending else { return }
+    /// What was gathered, if anything, with the promise to complete once it is written.
+    public mutating func take() -> (bytes: ByteBuffer, promise: EventLoopPromise<Void>?)? {
+        guard let buffer = pending else { return nil }
         let promise = self.promise
         pending = nil
         self.promise = nil
-        write(buffer, promise)
         if buffer.capacity <= Self.spareLimit { spare = buffer }
+        return (buffer, promise)
     }
 
     /// Drops what was gathered (the channel is gone): its promises fail.

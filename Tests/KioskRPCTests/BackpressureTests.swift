@@ -76,7 +76,9 @@ import Testing
                     group.cancelAll()
                 }
                 let statistics = await server.statistics()
-                #expect(statistics.largestBufferedOutboundBytes <= Self.highWater + 512 * 1024,
+                // Over the mark by what was gathered when it was crossed (the handler hands the channel its
+                // answers every 8 KiB and stops framing what it read once unwritable), not by a read's worth.
+                #expect(statistics.largestBufferedOutboundBytes <= Self.highWater + 64 * 1024,
                         "PONGs buffered for a peer that does not read: \(statistics.largestBufferedOutboundBytes) bytes")
                 #expect(try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 4), response: Ping.self).opaque == 4)
             }

@@ -380,6 +380,31 @@ import Testing
         _ = try? channel.finish()
     }
 
+    /// Frames already read when the peer stops reading ours wait, unanswered, until it reads again:
+    /// answering them would pile our answers up past the high-water mark.
+    @Test func framesReadWhileThePeerDoesNotReadWaitUntilItDoes() throws {
+        let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 10), runsHandlersOnEventLoop: true)
+        let bearer: Metadata = ["authorization": "Bearer ok"]
+        channel.isWritable = false
+        channel.pipeline.fireChannelWritabilityChanged()
+        var bytes = ByteBuffer()
+        for id in [1, 3] as [UInt32] {
+            headers(id, "/t.S/Inline", metadata: bearer).write(to: &bytes)
+            Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: UInt64(id))).write(to: &bytes)
+        }
+        channel.pipeline.fireChannelRead(bytes)
+        channel.pipeline.fireChannelReadComplete()
+        #expect(try written(channel).isEmpty, "nothing is answered while the peer does not read")
+        let handler = try channel.pipeline.syncOperations.handler(type: ServerConnectionHandler.self)
+        #expect(handler.openCalls == 0, "not even opened")
+        channel.isWritable = true
+        channel.pipeline.fireChannelWritabilityChanged()
+        let frames = try written(channel)
+        #expect(frames.map(\.callID) == [1, 1, 3, 3])
+        #expect(try frames[2].decode(Ping.self).opaque == 1003)
+        _ = try? channel.finish()
+    }
+
     @Test func gracefulShutdownBeforeThePrefaceIsToldWhenItArrives() throws {
         let shutdown = ShutdownFlag()
         let channel = try makeChannel(preface: false, shutdown: shutdown)
