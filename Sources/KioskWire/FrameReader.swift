@@ -19,7 +19,9 @@ public struct FrameReader {
         case frame(Frame)
     }
 
-    private var buffer = ByteBuffer()
+    private var buffer = Self.empty
+    /// One shared empty buffer: an idle reader holds no storage of its own.
+    private static let empty = ByteBuffer()
     private var awaitingPreface: Bool
     /// Set once a read failed: the stream cannot be framed any more, later bytes are dropped.
     private var failed = false
@@ -37,6 +39,9 @@ public struct FrameReader {
 
     /// Bytes read and not yet returned as frames (an incomplete frame).
     public var bufferedBytes: Int { buffer.readableBytes }
+
+    /// The capacity of the storage the reader holds: 0 once every byte read was framed.
+    public var heldCapacity: Int { buffer.capacity }
 
     /// Adds bytes read from the connection.
     public mutating func append(_ bytes: ByteBuffer) {
@@ -62,10 +67,16 @@ public struct FrameReader {
                 awaitingPreface = false
                 return .preface
             }
-            return try FrameDecoder.readFrame(from: &buffer, limits: limits).map(Event.frame)
+            guard let frame = try FrameDecoder.readFrame(from: &buffer, limits: limits) else {
+                // Every byte read was framed: let the read's buffer go (up to 64 KiB, and the
+                // connection may stay idle for minutes) instead of holding it until the next read.
+                if buffer.readableBytes == 0 { buffer = Self.empty }
+                return nil
+            }
+            return .frame(frame)
         } catch {
             failed = true
-            buffer = ByteBuffer()
+            buffer = Self.empty
             throw error
         }
     }

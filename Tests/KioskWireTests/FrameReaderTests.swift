@@ -31,6 +31,23 @@ import Testing
         return (events, buffered)
     }
 
+    /// A reader whose bytes were all framed holds no storage: an idle connection does not keep
+    /// its last read's buffer (up to 64 KiB; with a thousand connections, tens of MiB).
+    @Test func anIdleReaderHoldsNoBuffer() throws {
+        var reader = FrameReader(expectPreface: true, limits: Self.limits)
+        var read = ByteBufferAllocator().buffer(capacity: 64 * 1024)
+        read.writeImmutableBuffer(Self.stream)
+        reader.append(read)
+        var frames = 0
+        while let event = try reader.next() { if case .frame = event { frames += 1 } }
+        #expect(frames == 3)
+        #expect(reader.heldCapacity == 0)
+        // Part of a frame is kept, and only until the rest arrives.
+        reader.append(Self.stream.getSlice(at: Self.stream.readerIndex + 8, length: 5)!)
+        #expect(try reader.next() == nil)
+        #expect(reader.bufferedBytes == 5 && reader.heldCapacity > 0)
+    }
+
     @Test func theSameFramesHoweverTheBytesAreCut() throws {
         let whole = try read([])
         #expect(whole.events.count == 4)
