@@ -39,6 +39,9 @@ final class ClientConnectionHandler: ChannelDuplexHandler {
     /// ``RPCClient/unary(_:request:response:options:completion:)`` a response ran) go out with one flush, at the end of the read.
     private var reading = false
     private var flushAfterRead = false
+    /// The first call opened since the last flush: it and the calls after it never reached the socket
+    /// (NIO writes only on a flush), so if the connection dies now they were not sent and may be retried.
+    private var firstUnflushedCallID: UInt32?
 
     init(target: String, logger: Logger, maximumMessageSize: Int = Frame.defaultMaximumPayloadSize, onUnusable: @escaping @Sendable () -> Void) {
         self.machine = StateMachine(target: target)
@@ -77,6 +80,7 @@ final class ClientConnectionHandler: ChannelDuplexHandler {
                 timeouts[id] = (timeout, call.method)
                 deadlines?.add(id, at: context.eventLoop.now + TimeAmount(timeout))
             }
+            if firstUnflushedCallID == nil { firstUnflushedCallID = id }
             writeFrame(Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator)), promise: nil)
             writeFrame(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request), promise: nil)
             if reading { flushAfterRead = true } else { flushSoon() }
@@ -196,7 +200,7 @@ final class ClientConnectionHandler: ChannelDuplexHandler {
         flushAfterRead = false
         // Retired before the calls fail: one retried at once must not be routed here again.
         markUnusable()
-        perform(machine.channelInactive(reason: failure))
+        perform(machine.channelInactive(reason: failure, unsentFrom: firstUnflushedCallID))
         deadlines?.removeAll()
         timeouts.removeAll()
         context.fireChannelInactive()
@@ -230,6 +234,7 @@ final class ClientConnectionHandler: ChannelDuplexHandler {
     private func flushWrites() {
         guard let context else { return }
         handOut(context)
+        firstUnflushedCallID = nil
         context.flush()
     }
 
@@ -281,8 +286,9 @@ final class ClientConnectionHandler: ChannelDuplexHandler {
             markUnusable()
             for call in failing { fail(call, error) }
             context?.close(promise: nil)
-        case .failAll(let calls, let error):
+        case .failAll(let calls, let error, let unsent, let unsentError):
             for call in calls { fail(call, error) }
+            for call in unsent { fail(call, unsentError) }
         }
     }
 

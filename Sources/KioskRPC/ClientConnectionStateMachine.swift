@@ -52,8 +52,9 @@ struct ClientConnectionStateMachine<Call> {
         case retire(failing: [Call], error: RPCError, close: Bool)
         /// A breach by the server: fail every call with `error` and close.
         case closeWithError(failing: [Call], error: RPCError)
-        /// The connection is gone: fail every call with `error`.
-        case failAll([Call], error: RPCError)
+        /// The connection is gone: fail every call with `error`, but those never
+        /// sent with `unsentError` (``RPCError/Source/unprocessed``: safe to retry).
+        case failAll([Call], error: RPCError, unsent: [Call], unsentError: RPCError)
     }
 
     private(set) var state: State = .active(Active())
@@ -164,13 +165,21 @@ struct ClientConnectionStateMachine<Call> {
     }
 
     /// The connection failed or closed; `reason` explains why, if known.
-    mutating func channelInactive(reason: RPCError?) -> Action {
+    /// Calls from `unsentFrom` on were never written to the socket (opened
+    /// after the last flush): they fail as unprocessed, which a caller may retry.
+    mutating func channelInactive(reason: RPCError?, unsentFrom: UInt32? = nil) -> Action {
         var drained: RPCError?
         if case .draining(_, let goAwayReason) = state { drained = goAwayReason }
         let error = reason ?? drained ?? RPCError(.unavailable, "connection to \(target) closed", source: .connection)
-        let failing = activeState().map { $0.calls.values.map(\.call) } ?? []
+        var failing: [Call] = []
+        var unsent: [Call] = []
+        for (id, entry) in activeState()?.calls ?? [:] {
+            if let unsentFrom, id >= unsentFrom { unsent.append(entry.call) } else { failing.append(entry.call) }
+        }
         if case .closed = state {} else { state = .closed(reason: error) }
-        return failing.isEmpty ? .none : .failAll(failing, error: error)
+        guard !failing.isEmpty || !unsent.isEmpty else { return .none }
+        return .failAll(failing, error: error, unsent: unsent,
+                        unsentError: RPCError(.unavailable, "\(error.message); the call was not sent", source: .unprocessed))
     }
 
     #if DEBUG

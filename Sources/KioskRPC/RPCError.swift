@@ -13,8 +13,9 @@ public struct RPCError: Error, Hashable, Sendable, CustomStringConvertible {
         /// The connection failed or went away while the call was in flight.
         case connection
         /// The connection was going away before the server started the call
-        /// (GOAWAY named an earlier last call, or it was closing when the call
-        /// was opened): the server did nothing with it, so it may be sent again
+        /// (GOAWAY named an earlier last call, it was closing when the call
+        /// was opened, or it died before the call's bytes were handed to the
+        /// socket): the server did nothing with it, so it may be sent again
         /// whatever it does. ``RPCClient`` sends such a unary call again itself.
         case unprocessed
         /// The client ended the call itself: its deadline passed or it was cancelled.

@@ -495,9 +495,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 closeAfter(written.futureResult)
             } else {
                 logger.info("closing connection from \(remoteAddress): \(goAway.message)")
-                writeFrame(frame, promise: nil)
+                let written = context.eventLoop.makePromise(of: Void.self)
+                writeFrame(frame, promise: written)
                 flushWrites()
-                context.close(promise: nil)
+                closeAfterGoAway(written.futureResult)
             }
         case .resumeReading(let readHeld, let writes, let endedCalls, let more):
             for (callID, sends) in writes {
@@ -642,6 +643,28 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         }
         let channel = context.channel
         written.whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    /// How long a connection closed for an error still takes (and drops) what its peer sends, after its GOAWAY.
+    static let lingerAfterGoAway = TimeAmount.seconds(1)
+
+    /// After a connection error's GOAWAY: closes our side for writing once it
+    /// is written, drops what the peer still sends, and closes when the peer
+    /// does, or after ``lingerAfterGoAway``. Closing at once with the peer's
+    /// bytes unread would reset the connection, and a peer still writing might
+    /// never read the GOAWAY that says why (what the connection cap's refusal does too).
+    private func closeAfterGoAway(_ written: EventLoopFuture<Void>) {
+        guard let context else { return }
+        let channel = context.channel
+        let lingering = channel.eventLoop.scheduleTask(in: Self.lingerAfterGoAway) { channel.close(promise: nil) }
+        channel.closeFuture.whenComplete { _ in lingering.cancel() }
+        written.whenComplete { result in
+            guard case .success = result else { return channel.close(promise: nil) }
+            let halfClosed = channel.eventLoop.makePromise(of: Void.self)
+            // A channel that cannot close only its output closes whole.
+            halfClosed.futureResult.whenFailure { _ in channel.close(promise: nil) }
+            channel.close(mode: .output, promise: halfClosed)
+        }
     }
 
     /// Stops an ended call's task and timers, writes what it ends with and

@@ -96,14 +96,32 @@ import Testing
     @Test func channelInactiveFailsEveryCallWithTheReason() {
         var machine = Machine(target: "t")
         _ = open(&machine, "a")
-        guard case .failAll(let calls, let error) = machine.channelInactive(reason: RPCError(.unavailable, "keepalive", source: .connection)) else {
+        guard case .failAll(let calls, let error, let unsent, _) = machine.channelInactive(reason: RPCError(.unavailable, "keepalive", source: .connection)) else {
             Issue.record("fail all")
             return
         }
-        #expect(calls == ["a"] && error.message == "keepalive")
+        #expect(calls == ["a"] && unsent.isEmpty && error.message == "keepalive")
         check(machine.channelInactive(reason: nil).isNone)
         guard case .fail(let refused) = machine.openCall("b", method: "/t.S/M") else { Issue.record("closed"); return }
         #expect(refused.message.contains("keepalive"))
+    }
+}
+
+extension ClientConnectionStateMachineTests {
+    /// Calls opened after the last flush never reached the socket: they fail as unprocessed (safe to retry),
+    /// the others as possibly executed.
+    @Test func callsNeverFlushedFailAsUnprocessed() {
+        var machine = Machine(target: "t")
+        _ = open(&machine, "a")
+        _ = open(&machine, "b")
+        _ = open(&machine, "c")
+        guard case .failAll(let calls, let error, let unsent, let unsentError) = machine.channelInactive(
+            reason: RPCError(.unavailable, "keepalive", source: .connection), unsentFrom: 2) else {
+            Issue.record("fail all")
+            return
+        }
+        #expect(calls == ["a"] && error.source == .connection)
+        #expect(Set(unsent) == ["b", "c"] && unsentError.source == .unprocessed && unsentError.message == "keepalive; the call was not sent")
     }
 }
 

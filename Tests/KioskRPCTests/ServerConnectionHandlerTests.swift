@@ -329,6 +329,28 @@ import Testing
         #expect(!channel.isActive)
     }
 
+    /// A connection error's GOAWAY is followed by a half-close, not a reset: what the peer
+    /// still sends is dropped unread, and the connection closes when the peer does or a second later.
+    @Test func aBreachHalfClosesAfterItsGoAwayAndDropsWhatFollows() throws {
+        let channel = try makeChannel()
+        let recorder = CloseRecorder()
+        try channel.pipeline.syncOperations.addHandler(recorder, position: .first)
+        var bytes = Frame(type: .message, flags: .endStream, callID: 9, message: Ping(opaque: 1)).wire  // a call never opened
+        headers(11).write(to: &bytes)
+        channel.pipeline.fireChannelRead(bytes)
+        channel.pipeline.fireChannelReadComplete()
+        let frames = try written(channel)
+        #expect(frames.map(\.type) == [.goAway], "HEADERS after the breach are not framed")
+        #expect(try frames.first?.decode(GoAway.self).code == StatusCode.internal.rawValue)
+        #expect(recorder.modes == [.output])
+        #expect(channel.isActive, "still reading, to drop what the peer sends")
+        _ = try? channel.writeInbound(headers(13).wire)
+        #expect(try written(channel).isEmpty, "nothing more is framed or answered")
+        channel.embeddedEventLoop.advanceTime(by: ServerConnectionHandler.lingerAfterGoAway)
+        #expect(recorder.modes == [.output, .all])
+        #expect(!channel.isActive)
+    }
+
     @Test func pingsSpacedByTheMinimumIntervalAreFine() throws {
         let channel = try makeChannel()
         for opaque in 1...10 {
@@ -430,6 +452,18 @@ final class ReadCounter: ChannelOutboundHandler {
     func read(context: ChannelHandlerContext) {
         reads += 1
         context.read()
+    }
+}
+
+/// Records the close modes that reach the socket end; takes a half-close as a socket
+/// would (the channel stays active, reading), passes a full close on.
+final class CloseRecorder: ChannelOutboundHandler {
+    typealias OutboundIn = Any
+    var modes: [CloseMode] = []
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        modes.append(mode)
+        if mode == .output { promise?.succeed(()) } else { context.close(mode: mode, promise: promise) }
     }
 }
 
