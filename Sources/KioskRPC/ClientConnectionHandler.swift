@@ -8,7 +8,7 @@ import NIOCore
 /// the callers, arming deadlines, closing. Reads the frames from the bytes
 /// the connection reads (a ``FrameReader``); PONG frames go on to the
 /// ``KeepaliveHandler`` behind it.
-final class ClientConnectionHandler: ChannelDuplexHandler {
+final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = Frame
     typealias OutboundIn = Frame
@@ -18,12 +18,12 @@ final class ClientConnectionHandler: ChannelDuplexHandler {
     private var machine: StateMachine
     private var reader: FrameReader
     /// The frames written since the last flush, as one buffer (what a ``FrameWriter`` would do, without a handler hop per frame).
-    private var gatherer = FrameGatherer()
+    var gatherer = FrameGatherer()
     private let target: String
     private let logger: Logger
     /// Called once when the connection stops taking new calls (GOAWAY, ids spent, or closed).
     private let onUnusable: @Sendable () -> Void
-    private var context: ChannelHandlerContext?
+    private(set) var context: ChannelHandlerContext?
     private var loopBoundSelf: NIOLoopBound<ClientConnectionHandler>?
     private var deadlines: CallDeadlines?
     /// The timeouts of the calls that have one, for the DEADLINE_EXCEEDED message.
@@ -215,33 +215,11 @@ final class ClientConnectionHandler: ChannelDuplexHandler {
 
     // MARK: Writing
 
-    /// Gathers `frame` for the next flush.
-    private func writeFrame(_ frame: Frame, promise: EventLoopPromise<Void>?) {
-        guard let context else {
-            promise?.fail(ChannelError.ioOnClosedChannel)
-            return
-        }
-        if let passing = gatherer.add(frame, promise: promise, allocator: context.channel.allocator) {
-            handOut(context)
-            context.write(wrapOutboundOut(passing.payload), promise: passing.promise)
-        } else if gatherer.isFull {
-            // Many answers in one read: the channel counts them against its high-water mark from here.
-            handOut(context)
-        }
-    }
-
-    /// Writes what was gathered and flushes the channel.
+    /// Writes what was gathered and flushes the channel; the calls opened so far are sent from here on.
     private func flushWrites() {
-        guard let context else { return }
-        handOut(context)
+        guard context != nil else { return }
         firstUnflushedCallID = nil
-        context.flush()
-    }
-
-    /// Gives the channel what was gathered (outside the gatherer's access: NIO may call us back from `write`).
-    private func handOut(_ context: ChannelHandlerContext) {
-        guard let (bytes, promise) = gatherer.take() else { return }
-        context.write(wrapOutboundOut(bytes), promise: promise)
+        flushGathered()
     }
 
     /// Frames written by the KeepaliveHandler behind us (PINGs) join ours.

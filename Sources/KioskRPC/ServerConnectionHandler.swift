@@ -9,7 +9,7 @@ import NIOCore
 /// starting and cancelling handler tasks, arming timers, holding reads,
 /// closing. It decides nothing itself. PONG frames go on to the
 /// ``KeepaliveHandler`` behind it.
-final class ServerConnectionHandler: ChannelDuplexHandler {
+final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = Frame
     typealias OutboundIn = Frame
@@ -46,7 +46,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private var machine: StateMachine
     private var reader: FrameReader
     /// The frames written since the last flush, as one buffer (what a ``FrameWriter`` would do, without a handler hop per frame).
-    private var gatherer = FrameGatherer()
+    var gatherer = FrameGatherer()
     private var resources: [UInt32: CallResources] = [:]
     private let router: RPCRouter
     private let limits: ServerLimits
@@ -54,7 +54,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     private let logger: Logger
     private let shutdown: ShutdownFlag
     private let runsHandlersOnEventLoop: Bool
-    private var context: ChannelHandlerContext?
+    private(set) var context: ChannelHandlerContext?
     private var loopBoundSelf: NIOLoopBound<ServerConnectionHandler>?
     private var codec: MessageCodec?
     private var executor: EventLoopTaskExecutor?
@@ -243,7 +243,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         armRequestTimers()
         if flushPending {
             flushPending = false
-            flushWrites()
+            flushGathered()
         }
     }
 
@@ -482,7 +482,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         case .closeConnection(let goAway, let endedCalls):
             for ended in endedCalls { end(ended) }
             guard let goAway, let context else {
-                flushWrites()
+                flushGathered()
                 context?.close(promise: nil)
                 return
             }
@@ -491,13 +491,13 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 // Graceful (idle, shutdown): close once the GOAWAY has been written, not dropping what is queued before it.
                 let written = context.eventLoop.makePromise(of: Void.self)
                 writeFrame(frame, promise: written)
-                flushWrites()
+                flushGathered()
                 closeAfter(written.futureResult)
             } else {
                 logger.info("closing connection from \(remoteAddress): \(goAway.message)")
                 let written = context.eventLoop.makePromise(of: Void.self)
                 writeFrame(frame, promise: written)
-                flushWrites()
+                flushGathered()
                 closeAfterGoAway(written.futureResult)
             }
         case .resumeReading(let readHeld, let writes, let endedCalls, let more):
@@ -510,7 +510,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
                 lastWritten = end(ended) ?? lastWritten
                 closes = closes || ended.then == .close
             }
-            flushWrites()
+            flushGathered()
             for (_, sends) in writes { for send in sends { send.waiter.resume() } }
             if closes {
                 closeAfter(lastWritten)
@@ -636,7 +636,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     /// a graceful close must not drop frames queued before it.
     private func closeAfter(_ written: EventLoopFuture<Void>?) {
         guard let context else { return }
-        flushWrites()
+        flushGathered()
         guard let written else {
             context.close(promise: nil)
             return
@@ -736,33 +736,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         writeFrame(Frame(type: type, callID: callID, message: message, allocator: context.channel.allocator), promise: nil)
     }
 
-    /// Gathers `frame` for the next flush.
-    private func writeFrame(_ frame: Frame, promise: EventLoopPromise<Void>?) {
-        guard let context else {
-            promise?.fail(ChannelError.ioOnClosedChannel)
-            return
-        }
-        if let passing = gatherer.add(frame, promise: promise, allocator: context.channel.allocator) {
-            handOut(context)
-            context.write(wrapOutboundOut(passing.payload), promise: passing.promise)
-        } else if gatherer.isFull {
-            // Many answers in one read: the channel counts them against its high-water mark from here.
-            handOut(context)
-        }
-    }
-
-    /// Writes what was gathered and flushes the channel.
-    private func flushWrites() {
-        guard let context else { return }
-        handOut(context)
-        context.flush()
-    }
-
-    /// Gives the channel what was gathered (outside the gatherer's access: NIO may call us back from `write`).
-    private func handOut(_ context: ChannelHandlerContext) {
-        guard let (bytes, promise) = gatherer.take() else { return }
-        context.write(wrapOutboundOut(bytes), promise: promise)
-    }
 
     // MARK: Outbound, from the KeepaliveHandler behind us
 
@@ -771,7 +744,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
     }
 
     func flush(context: ChannelHandlerContext) {
-        flushWrites()
+        flushGathered()
     }
 
     /// Flushes now, or at the end of the read batch when called while reading.
@@ -779,7 +752,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler {
         if inReadBatch {
             flushPending = true
         } else {
-            flushWrites()
+            flushGathered()
         }
     }
 }
