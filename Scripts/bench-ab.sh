@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Two builds of Kiosk side by side on one store: a change's effect on the verify
+# path, steadier than two bench.sh runs (this VM's state moves absolute figures
+# by up to half between minutes; here both sides share every minute).
+#   Scripts/bench-ab.sh A_BIN B_BIN [ROUNDS]
+# A_BIN and B_BIN are release build directories (e.g. a `git worktree` of the
+# old commit built with `swift build -c release`, and .build/release). One
+# kiosk-store (from A_BIN) and one kiosk-content from each side serve the same
+# ledger; each round runs A B B A, each side's kiosk-bench against its own
+# content service, serial (K=1 C=1, SERIAL_S seconds) then cold (K=4 C=64,
+# LOAD_S seconds). Prints the medians and B's change against A.
+# KIOSK_TLS=1: both sides over TLS (default plaintext). ROUNDS default 5.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 2 ] || { echo "usage: Scripts/bench-ab.sh A_BIN B_BIN [ROUNDS]" >&2; exit 2; }
+a_bin=$(cd "$1" && pwd); b_bin=$(cd "$2" && pwd)
+rounds=${3:-5}
+serial_s=${SERIAL_S:-5}
+load_s=${LOAD_S:-5}
+export KIOSK_TLS=${KIOSK_TLS:-0}
+bin=$a_bin
+. Scripts/services.sh
+start_store
+credential=$(new_credential content)
+token=$(new_token)
+content_pids=()
+stop_contents() { for pid in "${content_pids[@]}"; do kill "$pid" 2>/dev/null || true; done; cleanup; }
+trap stop_contents EXIT
+declare -A endpoint pid_of
+for side in A B; do
+  side_bin=$([ "$side" = A ] && echo "$a_bin" || echo "$b_bin")
+  dir="$work/content-$side"
+  mkdir -p "$dir/books"
+  cp Scripts/examples/content/manifest.json "$dir/manifest.json"
+  head -c 1048576 /dev/urandom > "$dir/books/swift-book.txt"
+  "$side_bin/kiosk-content" serve --content-dir "$dir" --store "$store" --store-credential "$credential" \
+    "${content_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning > "$work/content-$side.out" &
+  pid_of[$side]=$!
+  content_pids+=("$!")
+  wait_for "$work/content-$side.out"
+  endpoint[$side]=$(sed -n 's/^kiosk-content listening on \([^ ]*\).*/\1/p' "$work/content-$side.out")
+done
+tls_args=(); [ "$KIOSK_TLS" = 0 ] || tls_args=(--tls-ca "$KIOSK_TLS_CA")
+results="$work/results"
+# One run: SIDE KIND ARGS… → "KIND SIDE calls/s p50 p99 server-µs client-µs errors"
+run() {
+  local side=$1 kind=$2; shift 2
+  local side_bin=$([ "$side" = A ] && echo "$a_bin" || echo "$b_bin")
+  echo "$kind $side $("$side_bin/kiosk-bench" verify --content "${endpoint[$side]}" --store-data-dir "$work/store" \
+    --catalog Scripts/examples/catalog.json --product book.swift "${tls_args[@]}" --server-pid "${pid_of[$side]}" \
+    --json "$@" 2>/dev/null | python3 -c 'import json, sys
+r = json.loads(sys.stdin.read()); n = max(r["calls"], 1)
+print(r["calls_per_second"], r["latency_us"]["p50"], r["latency_us"]["p99"],
+      round(r["server_cpu_seconds"] * 1e6 / n, 1), round(r["client_cpu_seconds"] * 1e6 / n, 1), r["errors"])')" >> "$results"
+}
+for round in $(seq "$rounds"); do
+  echo "bench-ab: round $round of $rounds"
+  for side in A B B A; do
+    run "$side" serial --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000
+    run "$side" cold --connections 4 --concurrency 64 --duration "$load_s" --warmup 1 --receipts 100000
+  done
+done
+python3 - "$results" "$rounds" <<'PY'
+import sys, statistics as st
+rows = {}
+for line in open(sys.argv[1]):
+    kind, side, *values = line.split()
+    rows.setdefault((kind, side), []).append([float(v) for v in values])
+print(f"bench-ab: {sys.argv[2]} round(s) of A B B A, medians (B against A)")
+print("| work | A | B | B − A |")
+print("|---|---|---|---|")
+for kind in ("serial", "cold"):
+    for i, label in ((0, "calls/s"), (1, "p50 µs"), (2, "p99 µs"), (3, "server CPU µs/call"), (4, "load generator CPU µs/call")):
+        a = st.median(r[i] for r in rows[(kind, "A")]); b = st.median(r[i] for r in rows[(kind, "B")])
+        print(f"| {kind} {label} | {a:,.1f} | {b:,.1f} | {b - a:+,.1f} ({(b / a - 1) * 100:+.1f}%) |")
+errors = sum(r[5] for values in rows.values() for r in values)
+print(f"errors in all runs: {errors:.0f}")
+PY
