@@ -17,33 +17,77 @@ public final class FrameWriter: ChannelOutboundHandler, RemovableChannelHandler 
     /// Payloads larger than this go out in their own buffer instead of being copied.
     public static let passThroughSize = FrameGatherer.passThroughSize
 
-    private var gatherer = FrameGatherer()
+    /// The gathering, the one the connection handlers write through.
+    private final class Writer: GatheringFrameWriter {
+        var gatherer = FrameGatherer()
+        var context: ChannelHandlerContext?
+    }
+
+    private let writer = Writer()
 
     /// Creates a writer.
     public init() {}
 
+    public func handlerAdded(context: ChannelHandlerContext) {
+        writer.context = context
+    }
+
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if let passing = gatherer.add(unwrapOutboundIn(data), promise: promise, allocator: context.channel.allocator) {
-            handOut(context: context)
-            context.write(wrapOutboundOut(passing.payload), promise: passing.promise)
-        } else if gatherer.isFull {
-            handOut(context: context)
-        }
+        writer.writeFrame(unwrapOutboundIn(data), promise: promise)
     }
 
     public func flush(context: ChannelHandlerContext) {
-        handOut(context: context)
-        context.flush()
-    }
-
-    private func handOut(context: ChannelHandlerContext) {
-        guard let (bytes, promise) = gatherer.take() else { return }
-        context.write(wrapOutboundOut(bytes), promise: promise)
+        writer.flushGathered()
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
         // Removed with the channel: what was never flushed is not written.
-        gatherer.discard()
+        writer.gatherer.discard()
+        writer.context = nil
+    }
+}
+
+/// A handler that writes its frames itself, through a ``FrameGatherer``: the
+/// frames written between two flushes leave as one buffer, without a handler
+/// hop per frame (the connection handlers of KioskRPC, and ``FrameWriter``).
+public protocol GatheringFrameWriter: AnyObject {
+    /// The frames written since the last flush.
+    var gatherer: FrameGatherer { get set }
+    /// The handler's context while it is in a pipeline (the frames go to the handler before it).
+    var context: ChannelHandlerContext? { get }
+}
+
+// Inlinable: the connection handlers' per-frame path is specialised for them, as it was in their own module.
+extension GatheringFrameWriter {
+    /// Gathers `frame` for the next flush (a payload over 16 KiB goes to the channel at once, uncopied).
+    @inlinable
+    public func writeFrame(_ frame: Frame, promise: EventLoopPromise<Void>?) {
+        guard let context else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        if let passing = gatherer.add(frame, promise: promise, allocator: context.channel.allocator) {
+            handOut(context)
+            context.write(NIOAny(passing.payload), promise: passing.promise)
+        } else if gatherer.isFull {
+            // Many answers in one read: the channel counts them against its high-water mark from here.
+            handOut(context)
+        }
+    }
+
+    /// Writes what was gathered and flushes the channel.
+    @inlinable
+    public func flushGathered() {
+        guard let context else { return }
+        handOut(context)
+        context.flush()
+    }
+
+    /// Gives the channel what was gathered (outside the gatherer's access: NIO may call us back from `write`).
+    @inlinable
+    func handOut(_ context: ChannelHandlerContext) {
+        guard let (bytes, promise) = gatherer.take() else { return }
+        context.write(NIOAny(bytes), promise: promise)
     }
 }
 
