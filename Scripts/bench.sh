@@ -6,7 +6,10 @@
 #   verify cold K=4 C=64: the bare SwiftNIO reference (nio-verify), Kiosk
 #     plaintext, Kiosk over TLS, all three servers up at once and the rounds
 #     alternating between them (medians of ROUNDS rounds);
-#   serial cold K=1 C=1: the same three, alternating;
+#   serial cold K=1 C=1: the same three, alternating; then again with every
+#     server's threads on one core and the load generators on the other
+#     (taskset): a call wakes the other vCPU each way either way, but the
+#     processes' placement no longer moves the ratio (it did by ±0.1 here);
 #   Kiosk's own server cost per call: its server CPU minus the bare server's in the same round;
 #   download of the reference's 64 MiB text file (gzip ratio ~2.6), whole
 #     process, output verified: nginx gzip_static → curl --compressed | sha256sum
@@ -93,12 +96,20 @@ for mode in plain tls; do
   [ -s "$results.$mode" ] || { echo "bench: the $mode services did not start" >&2; exit 1; }
 done
 
+# A command prefix for the load generators (taskset in the rounds that pin them).
+pin=()
+# Puts every server's threads on CPU list $1 (the reference's and both Kiosk content services).
+pin_servers() {
+  local pids=("$nio_pid") mode content content_pid
+  for mode in plain tls; do read -r content content_pid _ < "$results.$mode"; pids+=("$content_pid"); done
+  for pid in "${pids[@]}"; do taskset -a -p -c "$1" "$pid" > /dev/null; done
+}
 # One verify run against Kiosk in MODE: prints calls/s p50 p99 server-µs client-µs errors.
 kiosk_verify() {
   local mode=$1; shift
   read -r content content_pid work store token ca < "$results.$mode"
   local tls=(); [ -n "$ca" ] && tls=(--tls-ca "$ca")
-  "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
+  "${pin[@]}" "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
     --product book.swift "${tls[@]}" --server-pid "$content_pid" --json "$@" 2>/dev/null \
     | python3 -c 'import json, sys
 r = json.loads(sys.stdin.read()); n = max(r["calls"], 1)
@@ -106,7 +117,7 @@ print(r["calls_per_second"], r["latency_us"]["p50"], r["latency_us"]["p99"],
       round(r["server_cpu_seconds"] * 1e6 / n, 1), round(r["client_cpu_seconds"] * 1e6 / n, 1), r["errors"])'
 }
 nio_verify() {
-  "$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --server-pid "$nio_pid" --json "$@" \
+  "${pin[@]}" "$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --server-pid "$nio_pid" --json "$@" \
     | fields calls_per_s latency_us.p50 latency_us.p99 cpu.server_us_per_call cpu.client_us_per_call errors
 }
 # `kiosk ARGS…` as the buyer of the services in MODE.
@@ -145,6 +156,16 @@ for round in $(seq "$rounds"); do
   for mode in plain tls; do
     echo "serial kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000)" >> "$results"
   done
+  if [ "$(nproc)" -ge 2 ]; then
+    pin_servers 1
+    pin=(taskset -c 0)
+    echo "apart nio $(nio_verify --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 10000)" >> "$results"
+    for mode in plain tls; do
+      echo "apart kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000)" >> "$results"
+    done
+    pin=()
+    pin_servers "0-$(($(nproc) - 1))"
+  fi
   # nginx → curl | sha256sum: the reference's own script, one measured run (after its warm-up run).
   (cd "$ref/nginx-content" && RUNS=1 ./run.sh > /dev/null 2>&1)
   python3 - "$ref/nginx-content/data/results.txt" >> "$results" <<'PY'
@@ -170,7 +191,9 @@ def med(kind, who, i):
 print(f"bench: {sys.argv[2]} round(s); medians; µs per call measured from /proc of the server and the load generator")
 print("| work | bare NIO / nginx | Kiosk plaintext | Kiosk TLS | plaintext ratio | TLS ratio |")
 print("|---|---|---|---|---|---|")
-for kind, label in (("cold", "cold verify K=4 C=64, calls/s"), ("serial", "serial cold K=1 C=1, calls/s")):
+for kind, label in (("cold", "cold verify K=4 C=64, calls/s"), ("serial", "serial cold K=1 C=1, calls/s"),
+                    ("apart", "serial, servers on one core, load generators on the other, calls/s")):
+    if (kind, "nio") not in rows: continue
     nio = med(kind, "nio", 0); plain = med(kind, "kiosk-plain", 0); tls = med(kind, "kiosk-tls", 0)
     print(f"| {label} | {nio:,.0f} | {plain:,.0f} | {tls:,.0f} | {plain / nio:.2f}× | {tls / nio:.2f}× |")
     nio = med(kind, "nio", 1); plain = med(kind, "kiosk-plain", 1); tls = med(kind, "kiosk-tls", 1)
