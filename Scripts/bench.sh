@@ -7,9 +7,10 @@
 #     plaintext, Kiosk over TLS, all three servers up at once and the rounds
 #     alternating between them (medians of ROUNDS rounds);
 #   serial cold K=1 C=1: the same three, alternating; then again with every
-#     server's threads on one core and the load generators on the other
-#     (taskset): a call wakes the other vCPU each way either way, but the
-#     processes' placement no longer moves the ratio (it did by ±0.1 here);
+#     server's threads on one core and the load generators on another
+#     (taskset; skipped with fewer than two CPUs or no taskset): a call wakes
+#     the other vCPU each way in both, but the pinned rounds take the
+#     processes' placement out of the comparison (it moved the ratio by ±0.1);
 #   Kiosk's own server cost per call: its server CPU minus the bare server's in the same round;
 #   download of the reference's 64 MiB text file (gzip ratio ~2.6), whole
 #     process, output verified: nginx gzip_static → curl --compressed | sha256sum
@@ -98,6 +99,11 @@ done
 
 # A command prefix for the load generators (taskset in the rounds that pin them).
 pin=()
+# The CPUs this script may use (the pinned rounds take the first two, then give the servers all of them back).
+cpus=$(python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')
+read -r client_cpu server_cpu _ <<< "$cpus $cpus"
+[ "$(wc -w <<< "$cpus")" -ge 2 ] && command -v taskset > /dev/null || server_cpu=""
+all_cpus=$(tr ' ' ',' <<< "$cpus")
 # Puts every server's threads on CPU list $1 (the reference's and both Kiosk content services).
 pin_servers() {
   local pids=("$nio_pid") mode content content_pid
@@ -156,15 +162,15 @@ for round in $(seq "$rounds"); do
   for mode in plain tls; do
     echo "serial kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000)" >> "$results"
   done
-  if [ "$(nproc)" -ge 2 ]; then
-    pin_servers 1
-    pin=(taskset -c 0)
+  if [ -n "$server_cpu" ]; then
+    pin_servers "$server_cpu"
+    pin=(taskset -c "$client_cpu")
     echo "apart nio $(nio_verify --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 10000)" >> "$results"
     for mode in plain tls; do
       echo "apart kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000)" >> "$results"
     done
     pin=()
-    pin_servers "0-$(($(nproc) - 1))"
+    pin_servers "$all_cpus"
   fi
   # nginx → curl | sha256sum: the reference's own script, one measured run (after its warm-up run).
   (cd "$ref/nginx-content" && RUNS=1 ./run.sh > /dev/null 2>&1)
@@ -182,8 +188,12 @@ done
 python3 - "$results" "$rounds" <<'PY'
 import sys, statistics as st
 rows = {}
+failed = 0
 for line in open(sys.argv[1]):
     kind, who, *values = line.split()
+    if len(values) < 6:  # a run that failed printed nothing: counted, not averaged
+        failed += 1
+        continue
     rows.setdefault((kind, who), []).append([float(v) for v in values])
 def med(kind, who, i):
     values = [r[i] for r in rows.get((kind, who), [])]
@@ -212,5 +222,5 @@ for kind, label in (("cold", "cold verify K=4 C=64, calls/s"), ("serial", "seria
 nginx = med("download", "nginx", 0); plain = med("download", "kiosk-plain", 0); tls = med("download", "kiosk-tls", 0)
 print(f"| download 64 MiB text, verified, MB/s | {nginx:.0f} | {plain:.0f} | {tls:.0f} | {plain / nginx:.2f}× | {tls / nginx:.2f}× |")
 errors = sum(r[5] for (kind, _), values in rows.items() for r in values if kind != "download")
-print(f"errors in all runs: {errors:.0f}")
+print(f"errors in all runs: {errors:.0f}" + (f"; {failed} run(s) failed and are left out" if failed else ""))
 PY
