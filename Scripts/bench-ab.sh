@@ -8,7 +8,8 @@
 # kiosk-store (from A_BIN) and one kiosk-content from each side serve the same
 # ledger; each round runs A B B A, each side's kiosk-bench against its own
 # content service, serial (K=1 C=1, SERIAL_S seconds) then cold (K=4 C=64,
-# LOAD_S seconds). Prints the medians and B's change against A.
+# LOAD_S seconds). Prints the medians and B's change against A; exits 1 if
+# a run failed (its row is left out of the medians).
 # KIOSK_TLS=1: both sides over TLS (default plaintext). ROUNDS default 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,16 +43,19 @@ for side in A B; do
 done
 tls_args=(); [ "$KIOSK_TLS" = 0 ] || tls_args=(--tls-ca "$KIOSK_TLS_CA")
 results="$work/results"
-# One run: SIDE KIND ARGS… → "KIND SIDE calls/s p50 p99 server-µs client-µs errors"
+# One run: SIDE KIND ARGS… → "KIND SIDE calls/s p50 p99 server-µs client-µs errors" (no figures when it failed)
 run() {
   local side=$1 kind=$2; shift 2
-  local side_bin=$([ "$side" = A ] && echo "$a_bin" || echo "$b_bin")
-  echo "$kind $side $("$side_bin/kiosk-bench" verify --content "${endpoint[$side]}" --store-data-dir "$work/store" \
+  local side_bin figures
+  side_bin=$([ "$side" = A ] && echo "$a_bin" || echo "$b_bin")
+  figures=$("$side_bin/kiosk-bench" verify --content "${endpoint[$side]}" --store-data-dir "$work/store" \
     --catalog Scripts/examples/catalog.json --product book.swift "${tls_args[@]}" --server-pid "${pid_of[$side]}" \
     --json "$@" 2>/dev/null | python3 -c 'import json, sys
 r = json.loads(sys.stdin.read()); n = max(r["calls"], 1)
 print(r["calls_per_second"], r["latency_us"]["p50"], r["latency_us"]["p99"],
-      round(r["server_cpu_seconds"] * 1e6 / n, 1), round(r["client_cpu_seconds"] * 1e6 / n, 1), r["errors"])')" >> "$results"
+      round(r["server_cpu_seconds"] * 1e6 / n, 1), round(r["client_cpu_seconds"] * 1e6 / n, 1), r["errors"])' 2>/dev/null) || true
+  [ -n "$figures" ] || echo "bench-ab: a $kind run of $side failed" >&2
+  echo "$kind $side $figures" >> "$results"
 }
 for round in $(seq "$rounds"); do
   echo "bench-ab: round $round of $rounds"
@@ -82,4 +86,5 @@ for kind in ("serial", "cold"):
         print(f"| {kind} {label} | {a:,.1f} | {b:,.1f} | {b - a:+,.1f} ({(b / a - 1) * 100:+.1f}%) |")
 errors = sum(r[5] for values in rows.values() for r in values)
 print(f"errors in all runs: {errors:.0f}" + (f"; {failed} run(s) failed and are left out" if failed else ""))
+sys.exit(1 if failed else 0)
 PY

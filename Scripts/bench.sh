@@ -19,6 +19,7 @@
 #     of what it writes and fsyncs the file before moving it into place; the
 #     script then compares the file's sha256sum, outside the timing).
 #   Scripts/bench.sh [ROUNDS]      (default 3; LOAD_S=10 SERIAL_S=5 in the environment)
+# A run that fails is left out of the medians and counted; the script then exits 1.
 # The reference is built once into ~/.cache/kiosk-reference (KIOSK_REFERENCE_BUILD);
 # KIOSK_REFERENCE points at the reference programs (default ../shared/reference).
 # Installs nginx when missing. About 4 minutes a round after the builds.
@@ -223,4 +224,5 @@ nginx = med("download", "nginx", 0); plain = med("download", "kiosk-plain", 0); 
 print(f"| download 64 MiB text, verified, MB/s | {nginx:.0f} | {plain:.0f} | {tls:.0f} | {plain / nginx:.2f}× | {tls / nginx:.2f}× |")
 errors = sum(r[5] for (kind, _), values in rows.items() for r in values if kind != "download")
 print(f"errors in all runs: {errors:.0f}" + (f"; {failed} run(s) failed and are left out" if failed else ""))
+sys.exit(1 if failed else 0)
 PY
