@@ -50,10 +50,7 @@ run() {
   side_bin=$([ "$side" = A ] && echo "$a_bin" || echo "$b_bin")
   figures=$("$side_bin/kiosk-bench" verify --content "${endpoint[$side]}" --store-data-dir "$work/store" \
     --catalog Scripts/examples/catalog.json --product book.swift "${tls_args[@]}" --server-pid "${pid_of[$side]}" \
-    --json "$@" 2>/dev/null | python3 -c 'import json, sys
-r = json.loads(sys.stdin.read()); n = max(r["calls"], 1)
-print(r["calls_per_second"], r["latency_us"]["p50"], r["latency_us"]["p99"],
-      round(r["server_cpu_seconds"] * 1e6 / n, 1), round(r["client_cpu_seconds"] * 1e6 / n, 1), r["errors"])' 2>/dev/null) || true
+    --json "$@" 2>/dev/null | python3 Scripts/benchrows.py figures 2>/dev/null) || true
   [ -n "$figures" ] || echo "bench-ab: a $kind run of $side failed" >&2
   echo "$kind $side $figures" >> "$results"
 }
@@ -66,14 +63,9 @@ for round in $(seq "$rounds"); do
 done
 python3 - "$results" "$rounds" <<'PY'
 import sys, statistics as st
-rows = {}
-failed = 0
-for line in open(sys.argv[1]):
-    kind, side, *values = line.split()
-    if len(values) < 6:  # a run that failed printed nothing: counted, not averaged
-        failed += 1
-        continue
-    rows.setdefault((kind, side), []).append([float(v) for v in values])
+sys.path.insert(0, "Scripts")
+from benchrows import read_rows
+rows, failed = read_rows(sys.argv[1])  # the rows of failed runs are counted, not averaged
 print(f"bench-ab: {sys.argv[2]} round(s) of A B B A, medians (B against A)")
 print("| work | A | B | B − A |")
 print("|---|---|---|---|")

@@ -118,10 +118,7 @@ kiosk_verify() {
   local tls=(); [ -n "$ca" ] && tls=(--tls-ca "$ca")
   "${pin[@]}" "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
     --product book.swift "${tls[@]}" --server-pid "$content_pid" --json "$@" 2>/dev/null \
-    | python3 -c 'import json, sys
-r = json.loads(sys.stdin.read()); n = max(r["calls"], 1)
-print(r["calls_per_second"], r["latency_us"]["p50"], r["latency_us"]["p99"],
-      round(r["server_cpu_seconds"] * 1e6 / n, 1), round(r["client_cpu_seconds"] * 1e6 / n, 1), r["errors"])'
+    | python3 Scripts/benchrows.py figures
 }
 nio_verify() {
   "${pin[@]}" "$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --server-pid "$nio_pid" --json "$@" \
@@ -188,14 +185,9 @@ done
 
 python3 - "$results" "$rounds" <<'PY'
 import sys, statistics as st
-rows = {}
-failed = 0
-for line in open(sys.argv[1]):
-    kind, who, *values = line.split()
-    if len(values) < 6:  # a run that failed printed nothing: counted, not averaged
-        failed += 1
-        continue
-    rows.setdefault((kind, who), []).append([float(v) for v in values])
+sys.path.insert(0, "Scripts")
+from benchrows import read_rows
+rows, failed = read_rows(sys.argv[1])  # the rows of failed runs are counted, not averaged
 def med(kind, who, i):
     values = [r[i] for r in rows.get((kind, who), [])]
     return st.median(values) if values else float("nan")

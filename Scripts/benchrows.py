@@ -1,0 +1,34 @@
+"""Shared by Scripts/bench.sh and Scripts/bench-ab.sh.
+
+`python3 Scripts/benchrows.py figures` reads `kiosk-bench verify --json` on
+stdin and prints one row's figures: calls/s p50 p99 server-µs client-µs errors
+(µs of CPU per call). `read_rows(path)` reads the rows the scripts collect,
+"KIND WHO FIGURES…", into {(kind, who): [[figures…], …]} and counts the runs
+that failed (a row without its figures): they are left out, not averaged.
+"""
+import json
+import sys
+
+FIGURES = 6
+
+
+def figures(report):
+    n = max(report["calls"], 1)
+    return [report["calls_per_second"], report["latency_us"]["p50"], report["latency_us"]["p99"],
+            round(report["server_cpu_seconds"] * 1e6 / n, 1), round(report["client_cpu_seconds"] * 1e6 / n, 1),
+            report["errors"]]
+
+
+def read_rows(path):
+    rows, failed = {}, 0
+    for line in open(path):
+        kind, who, *values = line.split()
+        if len(values) < FIGURES:
+            failed += 1
+            continue
+        rows.setdefault((kind, who), []).append([float(v) for v in values])
+    return rows, failed
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["figures"]:
+    print(*figures(json.loads(sys.stdin.read())))
