@@ -3,31 +3,38 @@
 # the ratios between them (issue #14's table). Release builds; every server is
 # its own process on 127.0.0.1, so server and load-generator CPU per call are
 # measured apart (/proc of the server's pid):
-#   verify cold K=4 C=64: the bare SwiftNIO reference (nio-verify), Kiosk
-#     plaintext, Kiosk over TLS, all three servers up at once and the rounds
-#     alternating between them (medians of ROUNDS rounds);
-#   serial cold K=1 C=1: the same three, alternating; then again with every
+#   verify cold K=4 C=64: the bare SwiftNIO reference (nio-verify), the same
+#     reference behind NIOSSL (Scripts/reference-tls.py: the ceiling for TLS),
+#     Kiosk plaintext, Kiosk over TLS, all four servers up at once and the
+#     rounds alternating between them (medians of ROUNDS rounds); Kiosk over
+#     TLS is given as a ratio to both bare servers;
+#   serial cold K=1 C=1: the same four, alternating; then again with every
 #     server's threads on one core and the load generators on another
 #     (taskset; skipped with fewer than two CPUs or no taskset): a call wakes
 #     the other vCPU each way in both, but the pinned rounds take the
 #     processes' placement out of the comparison (it moved the ratio by ±0.1);
-#   Kiosk's own server cost per call: its server CPU minus the bare server's in the same round;
+#   Kiosk's own server cost per call: its server CPU minus the bare server's in the same round
+#     (Kiosk over TLS: minus the bare TLS server's);
 #   download of the reference's 64 MiB text file (gzip ratio ~2.6), whole
 #     process, output verified: nginx gzip_static → curl --compressed | sha256sum
 #     (the reference's run.sh: curl checks nothing, sha256sum is the check), and
 #     the `kiosk download` process over TLS and plaintext (it checks the SHA-256
 #     of what it writes and fsyncs the file before moving it into place; the
 #     script then compares the file's sha256sum, outside the timing).
-#   Scripts/bench.sh [ROUNDS]      (default 3; LOAD_S=10 SERIAL_S=5 in the environment)
+#   Scripts/bench.sh [ROUNDS]      (default 3; LOAD_S=10 SERIAL_S=5 SERIAL_SLICES=5 in the environment:
+#                                   SERIAL_S seconds of serial calls per server and round, in slices;
+#                                   BENCH_ROWS=FILE keeps every run's figures in FILE)
 # A run that fails is left out of the medians and counted; the script then exits 1.
-# The reference is built once into ~/.cache/kiosk-reference (KIOSK_REFERENCE_BUILD);
-# KIOSK_REFERENCE points at the reference programs (default ../shared/reference).
-# Installs nginx when missing. About 4 minutes a round after the builds.
+# The reference is built once into ~/.cache/kiosk-reference (KIOSK_REFERENCE_BUILD; its
+# TLS copy beside it, with -tls-src and -tls after the name); KIOSK_REFERENCE points at
+# the reference programs (default ../shared/reference), whose sources are never edited.
+# Installs nginx when missing. About 6 minutes a round after the builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 load_s=${LOAD_S:-10}
 serial_s=${SERIAL_S:-5}
+slices=${SERIAL_SLICES:-5}
 root=$(pwd)
 ref=${KIOSK_REFERENCE:-$root/../shared/reference}
 refbuild=${KIOSK_REFERENCE_BUILD:-$HOME/.cache/kiosk-reference/nio-verify}
@@ -42,8 +49,12 @@ fi
 echo "bench: building (release)"
 for product in kiosk-store kiosk-content kiosk kiosk-bench; do swift build -c release --product "$product" > /dev/null; done
 (cd "$ref/nio-verify" && swift build -c release --scratch-path "$refbuild" > /dev/null)
+# The same reference behind NIOSSL (Scripts/reference-tls.py patches a copy): the TLS ceiling.
+python3 Scripts/reference-tls.py "$ref/nio-verify" "$refbuild-tls-src"
+(cd "$refbuild-tls-src" && swift build -c release --scratch-path "$refbuild-tls" > /dev/null)
 bin=.build/release
 refbin="$refbuild/release"
+reftlsbin="$refbuild-tls/release"
 results=$(mktemp)
 seed=4242424242424242424242424242424242424242424242424242424242424242
 # The values at dotted paths of the JSON on stdin, space-separated.
@@ -55,17 +66,19 @@ def at(path):
     return v
 print(" ".join(str(at(p)) for p in sys.argv[1:]))' "$@"; }
 
-# Every server is started once and the rounds alternate between them (reference, Kiosk plaintext,
-# Kiosk TLS), so the VM's slow minutes fall on all three alike instead of on whichever ran then.
+# Every server is started once and the rounds alternate between them (the reference, the reference
+# behind TLS, Kiosk plaintext, Kiosk TLS), so the VM's slow minutes fall on all four alike instead of
+# on whichever ran then.
 data="$ref/nginx-content/data/www/content.txt"
 stopfile=$(mktemp -u)
 cleanup_all() {
   touch "$stopfile"   # the services' subshells stop their services and exit
-  kill "$nio_pid" 2>/dev/null || true
+  kill "$nio_pid" "$niotls_pid" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -f "$stopfile" "$results" "$results".*
+  rm -rf "$niotls_dir"
 }
-nio_pid=""
+nio_pid=""; niotls_pid=""; niotls_dir=""
 trap cleanup_all EXIT
 
 # The bare SwiftNIO reference.
@@ -73,6 +86,15 @@ nio_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0))
 "$refbin/nio-verify-server" --port "$nio_port" --key-seed "$seed" --threads 2 > /dev/null 2>&1 &
 nio_pid=$!
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$nio_port") 2>/dev/null && break; sleep 0.05; done
+# The bare reference behind TLS, with a development certificate as Kiosk's TLS services have.
+niotls_dir=$(mktemp -d)
+"$bin/kiosk-store" tls create-dev --out "$niotls_dir" > /dev/null
+niotls_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+NIO_VERIFY_TLS_CERT="$niotls_dir/server.pem" NIO_VERIFY_TLS_KEY="$niotls_dir/server-key.pem" \
+  "$reftlsbin/nio-verify-server" --port "$niotls_port" --key-seed "$seed" --threads 2 > "$niotls_dir/out" 2>&1 &
+niotls_pid=$!
+for _ in $(seq 100); do grep -q listening "$niotls_dir/out" && break; sleep 0.05; done
+grep -q listening "$niotls_dir/out" || { echo "bench: the bare TLS server did not start:" >&2; cat "$niotls_dir/out" >&2; exit 1; }
 
 # nginx's data (the reference's run.sh generates it on its first run).
 echo "bench: nginx reference (data)"
@@ -105,9 +127,9 @@ cpus=$(python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinit
 read -r client_cpu server_cpu _ <<< "$cpus $cpus"
 [ "$(wc -w <<< "$cpus")" -ge 2 ] && command -v taskset > /dev/null || server_cpu=""
 all_cpus=$(tr ' ' ',' <<< "$cpus")
-# Puts every server's threads on CPU list $1 (the reference's and both Kiosk content services).
+# Puts every server's threads on CPU list $1 (both bare servers and both Kiosk content services).
 pin_servers() {
-  local pids=("$nio_pid") mode content content_pid
+  local pids=("$nio_pid" "$niotls_pid") mode content content_pid
   for mode in plain tls; do read -r content content_pid _ < "$results.$mode"; pids+=("$content_pid"); done
   for pid in "${pids[@]}"; do taskset -a -p -c "$1" "$pid" > /dev/null; done
 }
@@ -120,9 +142,15 @@ kiosk_verify() {
     --product book.swift "${tls[@]}" --server-pid "$content_pid" --json "$@" 2>/dev/null \
     | python3 Scripts/benchrows.py figures
 }
+# One run against the bare reference: nio_verify plain|tls ARGS…
 nio_verify() {
-  "${pin[@]}" "$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --server-pid "$nio_pid" --json "$@" \
-    | fields calls_per_s latency_us.p50 latency_us.p99 cpu.server_us_per_call cpu.client_us_per_call errors
+  local mode=$1; shift
+  if [ "$mode" = tls ]; then
+    NIO_VERIFY_TLS_CA="$niotls_dir/ca.pem" "${pin[@]}" "$reftlsbin/nio-verify-load" --port "$niotls_port" \
+      --key-seed "$seed" --server-pid "$niotls_pid" --json "$@"
+  else
+    "${pin[@]}" "$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --server-pid "$nio_pid" --json "$@"
+  fi | fields calls_per_s latency_us.p50 latency_us.p99 cpu.server_us_per_call cpu.client_us_per_call errors
 }
 # `kiosk ARGS…` as the buyer of the services in MODE.
 kiosk_as() {
@@ -150,23 +178,30 @@ kiosk_download() {
 }
 for mode in plain tls; do kiosk_as "$mode" buy book.swift > /dev/null; done
 
+# One serial slice of each server in turn, as rows of KIND: a serial p50 moves by ±20% between runs
+# a minute apart on this VM, so the serial rounds are cut into slices (SERIAL_SLICES, 1 s each by
+# default) taken in turn, and each slice's ratio is read against the bare server's of the same cycle.
+slice_s=$(python3 -c "print($serial_s / $slices)")
+serial_cycle() {
+  local kind=$1 mode
+  echo "$kind nio $(nio_verify plain --connections 1 --concurrency 1 --duration "$slice_s" --warmup 0.5 --receipts 10000)" >> "$results"
+  echo "$kind nio-tls $(nio_verify tls --connections 1 --concurrency 1 --duration "$slice_s" --warmup 0.5 --receipts 10000)" >> "$results"
+  for mode in plain tls; do
+    echo "$kind kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$slice_s" --warmup 0.5 --receipts 20000)" >> "$results"
+  done
+}
 for round in $(seq "$rounds"); do
   echo "bench: round $round of $rounds"
-  echo "cold nio $(nio_verify --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 10000)" >> "$results"
+  echo "cold nio $(nio_verify plain --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 10000)" >> "$results"
+  echo "cold nio-tls $(nio_verify tls --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 10000)" >> "$results"
   for mode in plain tls; do
     echo "cold kiosk-$mode $(kiosk_verify $mode --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 150000)" >> "$results"
   done
-  echo "serial nio $(nio_verify --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 10000)" >> "$results"
-  for mode in plain tls; do
-    echo "serial kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000)" >> "$results"
-  done
+  for _ in $(seq "$slices"); do serial_cycle serial; done
   if [ -n "$server_cpu" ]; then
     pin_servers "$server_cpu"
     pin=(taskset -c "$client_cpu")
-    echo "apart nio $(nio_verify --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 10000)" >> "$results"
-    for mode in plain tls; do
-      echo "apart kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$serial_s" --warmup 1 --receipts 20000)" >> "$results"
-    done
+    for _ in $(seq "$slices"); do serial_cycle apart; done
     pin=()
     pin_servers "$all_cpus"
   fi
@@ -183,6 +218,7 @@ PY
   done
 done
 
+[ -z "${BENCH_ROWS:-}" ] || cp "$results" "$BENCH_ROWS"   # every run's figures, for a second look
 python3 - "$results" "$rounds" <<'PY'
 import sys, statistics as st
 sys.path.insert(0, "Scripts")
@@ -192,28 +228,42 @@ def med(kind, who, i):
     values = [r[i] for r in rows.get((kind, who), [])]
     return st.median(values) if values else float("nan")
 print(f"bench: {sys.argv[2]} round(s); medians; µs per call measured from /proc of the server and the load generator")
-print("| work | bare NIO / nginx | Kiosk plaintext | Kiosk TLS | plaintext ratio | TLS ratio |")
-print("|---|---|---|---|---|---|")
+print("TLS ratios: Kiosk over TLS to the bare server in plaintext (issue #14's target) / to the bare server behind NIOSSL")
+print("| work | bare NIO / nginx | bare NIO + TLS | Kiosk plaintext | Kiosk TLS | plaintext ratio | TLS ratio |")
+print("|---|---|---|---|---|---|---|")
 for kind, label in (("cold", "cold verify K=4 C=64, calls/s"), ("serial", "serial cold K=1 C=1, calls/s"),
                     ("apart", "serial, servers on one core, load generators on the other, calls/s")):
     if (kind, "nio") not in rows: continue
-    nio = med(kind, "nio", 0); plain = med(kind, "kiosk-plain", 0); tls = med(kind, "kiosk-tls", 0)
-    print(f"| {label} | {nio:,.0f} | {plain:,.0f} | {tls:,.0f} | {plain / nio:.2f}× | {tls / nio:.2f}× |")
-    nio = med(kind, "nio", 1); plain = med(kind, "kiosk-plain", 1); tls = med(kind, "kiosk-tls", 1)
-    print(f"| {kind} p50 µs | {nio:,.0f} | {plain:,.0f} | {tls:,.0f} | {plain / nio:.2f}× slower | {tls / nio:.2f}× slower |")
+    def four(i): return [med(kind, who, i) for who in ("nio", "nio-tls", "kiosk-plain", "kiosk-tls")]
+    nio, niotls, plain, tls = four(0)
+    print(f"| {label} | {nio:,.0f} | {niotls:,.0f} | {plain:,.0f} | {tls:,.0f} | {plain / nio:.2f}× "
+          f"| {tls / nio:.2f}× / {tls / niotls:.2f}× |")
+    nio, niotls, plain, tls = four(1)
+    print(f"| {kind} p50 µs | {nio:,.0f} | {niotls:,.0f} | {plain:,.0f} | {tls:,.0f} | {plain / nio:.2f}× slower "
+          f"| {tls / nio:.2f}× / {tls / niotls:.2f}× slower |")
+    if kind != "cold":
+        # Each slice's p50 over the bare server's of the same cycle (runs seconds apart), then the median.
+        def paired(who, base):
+            values = [k[1] / n[1] for k, n in zip(rows.get((kind, who), []), rows.get((kind, base), []))]
+            return st.median(values) if values else float("nan")
+        print(f"| {kind} p50, median of the {len(rows.get((kind, 'nio'), []))} cycles' ratios | "
+              f"| {paired('nio-tls', 'nio'):.2f}× the bare server's | | | {paired('kiosk-plain', 'nio'):.2f}× slower "
+              f"| {paired('kiosk-tls', 'nio'):.2f}× / {paired('kiosk-tls', 'nio-tls'):.2f}× slower |")
     for i, what in ((3, "server"), (4, "load generator")):
-        nio = med(kind, "nio", i); plain = med(kind, "kiosk-plain", i); tls = med(kind, "kiosk-tls", i)
-        print(f"| {kind}: {what} CPU µs/call | {nio:.0f} | {plain:.0f} | {tls:.0f} | | |")
+        nio, niotls, plain, tls = four(i)
+        print(f"| {kind}: {what} CPU µs/call | {nio:.0f} | {niotls:.0f} | {plain:.0f} | {tls:.0f} | | |")
     # Kiosk's own server cost per call: its server CPU minus the bare server's in the same round (the same
-    # signature and parse; the bare server adds only its framing), then the median. A one-thread in-process
+    # signature and parse; the bare server adds only its framing; over TLS, minus the bare server's behind
+    # TLS), then the median; the bare TLS column: what TLS costs the bare server. A one-thread in-process
     # verify is no steadier a baseline here: it moved 106-145 µs between three runs a minute apart.
-    def extra(who):
-        pairs = zip(rows.get((kind, who), []), rows.get((kind, "nio"), []))
+    def extra(who, base):
+        pairs = zip(rows.get((kind, who), []), rows.get((kind, base), []))
         values = [k[3] - n[3] for k, n in pairs]
         return st.median(values) if values else float("nan")
-    print(f"| {kind}: server CPU − bare NIO's, same round, µs/call | 0 | {extra('kiosk-plain'):.0f} | {extra('kiosk-tls'):.0f} | | |")
+    print(f"| {kind}: server CPU − bare NIO's (Kiosk TLS: − bare NIO + TLS's), same round, µs/call | 0 "
+          f"| {extra('nio-tls', 'nio'):.0f} | {extra('kiosk-plain', 'nio'):.0f} | {extra('kiosk-tls', 'nio-tls'):.0f} | | |")
 nginx = med("download", "nginx", 0); plain = med("download", "kiosk-plain", 0); tls = med("download", "kiosk-tls", 0)
-print(f"| download 64 MiB text, verified, MB/s | {nginx:.0f} | {plain:.0f} | {tls:.0f} | {plain / nginx:.2f}× | {tls / nginx:.2f}× |")
+print(f"| download 64 MiB text, verified, MB/s | {nginx:.0f} | — | {plain:.0f} | {tls:.0f} | {plain / nginx:.2f}× | {tls / nginx:.2f}× |")
 errors = sum(r[5] for (kind, _), values in rows.items() for r in values if kind != "download")
 print(f"errors in all runs: {errors:.0f}" + (f"; {failed} run(s) failed and are left out" if failed else ""))
 sys.exit(1 if failed else 0)
