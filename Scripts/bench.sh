@@ -243,12 +243,15 @@ for kind, label in (("cold", "cold verify K=4 C=64, calls/s"), ("serial", "seria
           f"| {tls / nio:.2f}× / {tls / niotls:.2f}× slower |")
     if kind != "cold":
         # Each slice's p50 over the bare server's of the same cycle (runs seconds apart), then the median.
+        # With their quartiles: the spread says how far one run's median can be trusted.
         def paired(who, base):
             values = [k[1] / n[1] for k, n in zip(rows.get((kind, who), []), rows.get((kind, base), []))]
-            return st.median(values) if values else float("nan")
-        print(f"| {kind} p50, median of the {len(rows.get((kind, 'nio'), []))} cycles' ratios | "
-              f"| {paired('nio-tls', 'nio'):.2f}× the bare server's | | | {paired('kiosk-plain', 'nio'):.2f}× slower "
-              f"| {paired('kiosk-tls', 'nio'):.2f}× / {paired('kiosk-tls', 'nio-tls'):.2f}× slower |")
+            if len(values) < 2: return f"{values[0]:.2f}×" if values else "nan"
+            q1, q2, q3 = st.quantiles(values, n=4)
+            return f"{st.median(values):.2f}× ({q1:.2f}–{q3:.2f})"
+        print(f"| {kind} p50, median of the {len(rows.get((kind, 'nio'), []))} cycles' ratios (quartiles) | "
+              f"| {paired('nio-tls', 'nio')} the bare server's | | | {paired('kiosk-plain', 'nio')} slower "
+              f"| {paired('kiosk-tls', 'nio')} / {paired('kiosk-tls', 'nio-tls')} slower |")
     for i, what in ((3, "server"), (4, "load generator")):
         nio, niotls, plain, tls = four(i)
         print(f"| {kind}: {what} CPU µs/call | {nio:.0f} | {niotls:.0f} | {plain:.0f} | {tls:.0f} | | |")
