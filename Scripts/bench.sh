@@ -6,8 +6,9 @@
 #   verify cold K=4 C=64: the bare SwiftNIO reference (nio-verify), the same
 #     reference behind NIOSSL (Scripts/reference-tls.py: the ceiling for TLS),
 #     Kiosk plaintext, Kiosk over TLS, all four servers up at once and the
-#     rounds alternating between them (medians of ROUNDS rounds); Kiosk over
-#     TLS is given as a ratio to both bare servers;
+#     runs alternating between them in short slices (medians of ROUNDS rounds
+#     of SLICES slices, and the median of each cycle's ratios with its
+#     quartiles); Kiosk over TLS is given as a ratio to both bare servers;
 #   serial cold K=1 C=1: the same four, alternating; then again with every
 #     server's threads on one core and the load generators on another
 #     (taskset; skipped with fewer than two CPUs or no taskset): a call wakes
@@ -21,8 +22,8 @@
 #     the `kiosk download` process over TLS and plaintext (it checks the SHA-256
 #     of what it writes and fsyncs the file before moving it into place; the
 #     script then compares the file's sha256sum, outside the timing).
-#   Scripts/bench.sh [ROUNDS]      (default 3; LOAD_S=10 SERIAL_S=5 SERIAL_SLICES=5 in the environment:
-#                                   SERIAL_S seconds of serial calls per server and round, in slices;
+#   Scripts/bench.sh [ROUNDS]      (default 3; LOAD_S=10 SERIAL_S=5 SLICES=5 in the environment:
+#                                   seconds of cold and of serial calls per server and round, in slices;
 #                                   BENCH_ROWS=FILE keeps every run's figures in FILE)
 # A run that fails is left out of the medians and counted; the script then exits 1.
 # The reference is built once into ~/.cache/kiosk-reference (KIOSK_REFERENCE_BUILD; its
@@ -34,7 +35,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-3}
 load_s=${LOAD_S:-10}
 serial_s=${SERIAL_S:-5}
-slices=${SERIAL_SLICES:-5}
+slices=${SLICES:-5}
 root=$(pwd)
 ref=${KIOSK_REFERENCE:-$root/../shared/reference}
 refbuild=${KIOSK_REFERENCE_BUILD:-$HOME/.cache/kiosk-reference/nio-verify}
@@ -178,30 +179,32 @@ kiosk_download() {
 }
 for mode in plain tls; do kiosk_as "$mode" buy book.swift > /dev/null; done
 
-# One serial slice of each server in turn, as rows of KIND: a serial p50 moves by ±20% between runs
-# a minute apart on this VM, so the serial rounds are cut into slices (SERIAL_SLICES, 1 s each by
-# default) taken in turn, and each slice's ratio is read against the bare server's of the same cycle.
-slice_s=$(python3 -c "print($serial_s / $slices)")
-serial_cycle() {
+# One slice of each server in turn, as rows of KIND: the same binary's calls/s and p50 move by ±20%
+# between runs a minute apart on this VM, so a round's LOAD_S (cold) and SERIAL_S (serial) seconds
+# per server are cut into SLICES slices taken in turn, and each slice's ratio is also read against
+# the bare server's of the same cycle, seconds apart.
+#   cycle KIND SECONDS WARMUP CONNECTIONS CONCURRENCY KIOSK_RECEIPTS
+# Kiosk's receipts are distinct and more than a slice makes calls, well past its 10,000-receipt
+# cache: every call checks a signature.
+cycle() {
   local kind=$1 mode
-  echo "$kind nio $(nio_verify plain --connections 1 --concurrency 1 --duration "$slice_s" --warmup 0.5 --receipts 10000)" >> "$results"
-  echo "$kind nio-tls $(nio_verify tls --connections 1 --concurrency 1 --duration "$slice_s" --warmup 0.5 --receipts 10000)" >> "$results"
+  local load=(--duration "$2" --warmup "$3" --connections "$4" --concurrency "$5")
+  echo "$kind nio $(nio_verify plain "${load[@]}" --receipts 10000)" >> "$results"
+  echo "$kind nio-tls $(nio_verify tls "${load[@]}" --receipts 10000)" >> "$results"
   for mode in plain tls; do
-    echo "$kind kiosk-$mode $(kiosk_verify $mode --connections 1 --concurrency 1 --duration "$slice_s" --warmup 0.5 --receipts 20000)" >> "$results"
+    echo "$kind kiosk-$mode $(kiosk_verify $mode "${load[@]}" --receipts "$6")" >> "$results"
   done
 }
+load_slice=$(python3 -c "print($load_s / $slices)")
+serial_slice=$(python3 -c "print($serial_s / $slices)")
 for round in $(seq "$rounds"); do
   echo "bench: round $round of $rounds"
-  echo "cold nio $(nio_verify plain --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 10000)" >> "$results"
-  echo "cold nio-tls $(nio_verify tls --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 10000)" >> "$results"
-  for mode in plain tls; do
-    echo "cold kiosk-$mode $(kiosk_verify $mode --connections 4 --concurrency 64 --duration "$load_s" --warmup 2 --receipts 150000)" >> "$results"
-  done
-  for _ in $(seq "$slices"); do serial_cycle serial; done
+  for _ in $(seq "$slices"); do cycle cold "$load_slice" 1 4 64 60000; done
+  for _ in $(seq "$slices"); do cycle serial "$serial_slice" 0.5 1 1 20000; done
   if [ -n "$server_cpu" ]; then
     pin_servers "$server_cpu"
     pin=(taskset -c "$client_cpu")
-    for _ in $(seq "$slices"); do serial_cycle apart; done
+    for _ in $(seq "$slices"); do cycle apart "$serial_slice" 0.5 1 1 20000; done
     pin=()
     pin_servers "$all_cpus"
   fi
@@ -241,17 +244,18 @@ for kind, label in (("cold", "cold verify K=4 C=64, calls/s"), ("serial", "seria
     nio, niotls, plain, tls = four(1)
     print(f"| {kind} p50 µs | {nio:,.0f} | {niotls:,.0f} | {plain:,.0f} | {tls:,.0f} | {plain / nio:.2f}× slower "
           f"| {tls / nio:.2f}× / {tls / niotls:.2f}× slower |")
-    if kind != "cold":
-        # Each slice's p50 over the bare server's of the same cycle (runs seconds apart), then the median.
-        # With their quartiles: the spread says how far one run's median can be trusted.
-        def paired(who, base):
-            values = [k[1] / n[1] for k, n in zip(rows.get((kind, who), []), rows.get((kind, base), []))]
-            if len(values) < 2: return f"{values[0]:.2f}×" if values else "nan"
-            q1, q2, q3 = st.quantiles(values, n=4)
-            return f"{st.median(values):.2f}× ({q1:.2f}–{q3:.2f})"
-        print(f"| {kind} p50, median of the {len(rows.get((kind, 'nio'), []))} cycles' ratios (quartiles) | "
-              f"| {paired('nio-tls', 'nio')} the bare server's | | | {paired('kiosk-plain', 'nio')} slower "
-              f"| {paired('kiosk-tls', 'nio')} / {paired('kiosk-tls', 'nio-tls')} slower |")
+    # Each slice's figure over the bare server's of the same cycle (runs seconds apart), then the median,
+    # with the quartiles: the spread says how far one run's median can be trusted. Cold: calls/s; serial: p50.
+    i = 0 if kind == "cold" else 1
+    def paired(who, base):
+        values = [k[i] / n[i] for k, n in zip(rows.get((kind, who), []), rows.get((kind, base), []))]
+        if len(values) < 2: return f"{values[0]:.2f}×" if values else "nan"
+        q1, q2, q3 = st.quantiles(values, n=4)
+        return f"{st.median(values):.2f}× ({q1:.2f}–{q3:.2f})"
+    slower = "" if kind == "cold" else " slower"
+    print(f"| {kind} {'calls/s' if kind == 'cold' else 'p50'}, median of the {len(rows.get((kind, 'nio'), []))} "
+          f"cycles' ratios (quartiles) | | {paired('nio-tls', 'nio')} the bare server's | | "
+          f"| {paired('kiosk-plain', 'nio')}{slower} | {paired('kiosk-tls', 'nio')} / {paired('kiosk-tls', 'nio-tls')}{slower} |")
     for i, what in ((3, "server"), (4, "load generator")):
         nio, niotls, plain, tls = four(i)
         print(f"| {kind}: {what} CPU µs/call | {nio:.0f} | {niotls:.0f} | {plain:.0f} | {tls:.0f} | | |")
