@@ -14,8 +14,8 @@
 #     (taskset; skipped with fewer than two CPUs or no taskset): a call wakes
 #     the other vCPU each way in both, but the pinned rounds take the
 #     processes' placement out of the comparison (it moved the ratio by ±0.1);
-#   Kiosk's own server cost per call: its server CPU minus the bare server's in the same round
-#     (Kiosk over TLS: minus the bare TLS server's);
+#   Kiosk's own server cost per call: its server CPU minus the bare server's in the same cycle
+#     (Kiosk over TLS: minus the bare TLS server's), the median of those differences;
 #   download of the reference's 64 MiB text file (gzip ratio ~2.6), whole
 #     process, output verified: nginx gzip_static → curl --compressed | sha256sum
 #     (the reference's run.sh: curl checks nothing, sha256sum is the check), and
@@ -29,7 +29,8 @@
 # The reference is built once into ~/.cache/kiosk-reference (KIOSK_REFERENCE_BUILD; its
 # TLS copy beside it, with -tls-src and -tls after the name); KIOSK_REFERENCE points at
 # the reference programs (default ../shared/reference), whose sources are never edited.
-# Installs nginx when missing. About 6 minutes a round after the builds.
+# Each slice has its own warm-up (1 s cold, 0.5 s serial). Installs nginx when missing. About 4
+# minutes a round after the builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -67,7 +68,7 @@ def at(path):
     return v
 print(" ".join(str(at(p)) for p in sys.argv[1:]))' "$@"; }
 
-# Every server is started once and the rounds alternate between them (the reference, the reference
+# Every server is started once and the slices alternate between them (the reference, the reference
 # behind TLS, Kiosk plaintext, Kiosk TLS), so the VM's slow minutes fall on all four alike instead of
 # on whichever ran then.
 data="$ref/nginx-content/data/www/content.txt"
@@ -227,6 +228,14 @@ import sys, statistics as st
 sys.path.insert(0, "Scripts")
 from benchrows import read_rows
 rows, failed = read_rows(sys.argv[1])  # the rows of failed runs are counted, not averaged
+# The same rows in cycle order, a failed run kept as None: pairs are taken slot by slot, so one failure
+# drops its own pair instead of shifting every later one onto the next cycle's bare run.
+slots = {}
+for line in open(sys.argv[1]):
+    kind, who, *values = line.split()
+    slots.setdefault((kind, who), []).append([float(v) for v in values] if len(values) >= 6 else None)
+def pairs(kind, who, base):
+    return [(k, n) for k, n in zip(slots.get((kind, who), []), slots.get((kind, base), [])) if k and n]
 def med(kind, who, i):
     values = [r[i] for r in rows.get((kind, who), [])]
     return st.median(values) if values else float("nan")
@@ -246,28 +255,28 @@ for kind, label in (("cold", "cold verify K=4 C=64, calls/s"), ("serial", "seria
           f"| {tls / nio:.2f}× / {tls / niotls:.2f}× slower |")
     # Each slice's figure over the bare server's of the same cycle (runs seconds apart), then the median,
     # with the quartiles: the spread says how far one run's median can be trusted. Cold: calls/s; serial: p50.
-    i = 0 if kind == "cold" else 1
+    figure = 0 if kind == "cold" else 1
     def paired(who, base):
-        values = [k[i] / n[i] for k, n in zip(rows.get((kind, who), []), rows.get((kind, base), []))]
+        values = [k[figure] / n[figure] for k, n in pairs(kind, who, base)]
         if len(values) < 2: return f"{values[0]:.2f}×" if values else "nan"
-        q1, q2, q3 = st.quantiles(values, n=4)
+        q1, q2, q3 = st.quantiles(values, n=4, method="inclusive")
         return f"{st.median(values):.2f}× ({q1:.2f}–{q3:.2f})"
     slower = "" if kind == "cold" else " slower"
-    print(f"| {kind} {'calls/s' if kind == 'cold' else 'p50'}, median of the {len(rows.get((kind, 'nio'), []))} "
+    print(f"| {kind} {'calls/s' if kind == 'cold' else 'p50'}, median of the {len(pairs(kind, 'kiosk-plain', 'nio'))} "
           f"cycles' ratios (quartiles) | | {paired('nio-tls', 'nio')} the bare server's | | "
           f"| {paired('kiosk-plain', 'nio')}{slower} | {paired('kiosk-tls', 'nio')} / {paired('kiosk-tls', 'nio-tls')}{slower} |")
     for i, what in ((3, "server"), (4, "load generator")):
         nio, niotls, plain, tls = four(i)
         print(f"| {kind}: {what} CPU µs/call | {nio:.0f} | {niotls:.0f} | {plain:.0f} | {tls:.0f} | | |")
-    # Kiosk's own server cost per call: its server CPU minus the bare server's in the same round (the same
+    # Kiosk's own server cost per call: its server CPU minus the bare server's in the same cycle (the same
     # signature and parse; the bare server adds only its framing; over TLS, minus the bare server's behind
     # TLS), then the median; the bare TLS column: what TLS costs the bare server. A one-thread in-process
     # verify is no steadier a baseline here: it moved 106-145 µs between three runs a minute apart.
+    # (The median of the differences: not the difference of the medians above.)
     def extra(who, base):
-        pairs = zip(rows.get((kind, who), []), rows.get((kind, base), []))
-        values = [k[3] - n[3] for k, n in pairs]
+        values = [k[3] - n[3] for k, n in pairs(kind, who, base)]
         return st.median(values) if values else float("nan")
-    print(f"| {kind}: server CPU − bare NIO's (Kiosk TLS: − bare NIO + TLS's), same round, µs/call | 0 "
+    print(f"| {kind}: server CPU − bare NIO's (Kiosk TLS: − bare NIO + TLS's), median of each cycle's difference, µs/call | 0 "
           f"| {extra('nio-tls', 'nio'):.0f} | {extra('kiosk-plain', 'nio'):.0f} | {extra('kiosk-tls', 'nio-tls'):.0f} | | |")
 nginx = med("download", "nginx", 0); plain = med("download", "kiosk-plain", 0); tls = med("download", "kiosk-tls", 0)
 print(f"| download 64 MiB text, verified, MB/s | {nginx:.0f} | — | {plain:.0f} | {tls:.0f} | {plain / nginx:.2f}× | {tls / nginx:.2f}× |")
