@@ -226,14 +226,11 @@ done
 python3 - "$results" "$rounds" <<'PY'
 import sys, statistics as st
 sys.path.insert(0, "Scripts")
-from benchrows import read_rows
+from benchrows import read_rows, read_slots
 rows, failed = read_rows(sys.argv[1])  # the rows of failed runs are counted, not averaged
-# The same rows in cycle order, a failed run kept as None: pairs are taken slot by slot, so one failure
-# drops its own pair instead of shifting every later one onto the next cycle's bare run.
-slots = {}
-for line in open(sys.argv[1]):
-    kind, who, *values = line.split()
-    slots.setdefault((kind, who), []).append([float(v) for v in values] if len(values) >= 6 else None)
+# Pairs are taken slot by slot (a failed run is None in its place), so one failure drops its own pair
+# instead of shifting every later one onto the next cycle's bare run.
+slots = read_slots(sys.argv[1])
 def pairs(kind, who, base):
     return [(k, n) for k, n in zip(slots.get((kind, who), []), slots.get((kind, base), [])) if k and n]
 def med(kind, who, i):

@@ -5,6 +5,8 @@ stdin and prints one row's figures: calls/s p50 p99 server-µs client-µs errors
 (µs of CPU per call). `read_rows(path)` reads the rows the scripts collect,
 "KIND WHO FIGURES…", into {(kind, who): [[figures…], …]} and counts the runs
 that failed (a row without its figures): they are left out, not averaged.
+`read_slots(path)` keeps them in order, a failed run as None, for pairing
+the runs of one cycle.
 """
 import json
 import sys
@@ -19,15 +21,21 @@ def figures(report):
             report["errors"]]
 
 
-def read_rows(path):
-    rows, failed = {}, 0
+def read_slots(path):
+    """The rows in the order they ran, {(kind, who): [[figures…] or None, …]}: a failed run is None
+    in its place, so the n-th runs of two servers can still be paired cycle by cycle."""
+    slots = {}
     for line in open(path):
         kind, who, *values = line.split()
-        if len(values) < FIGURES:
-            failed += 1
-            continue
-        rows.setdefault((kind, who), []).append([float(v) for v in values])
-    return rows, failed
+        slots.setdefault((kind, who), []).append([float(v) for v in values] if len(values) >= FIGURES else None)
+    return slots
+
+
+def read_rows(path):
+    slots = read_slots(path)
+    rows = {key: [r for r in runs if r is not None] for key, runs in slots.items()}
+    failed = sum(r is None for runs in slots.values() for r in runs)
+    return {key: runs for key, runs in rows.items() if runs}, failed
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["figures"]:
