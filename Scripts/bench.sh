@@ -142,7 +142,7 @@ kiosk_verify() {
   local tls=(); [ -n "$ca" ] && tls=(--tls-ca "$ca")
   "${pin[@]}" "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
     --product book.swift "${tls[@]}" --server-pid "$content_pid" --json "$@" 2>/dev/null \
-    | python3 Scripts/benchrows.py figures
+    | python3 Scripts/benchrows.py figures 2>/dev/null
 }
 # One run against the bare reference: nio_verify plain|tls ARGS…
 nio_verify() {
@@ -152,7 +152,7 @@ nio_verify() {
       --key-seed "$seed" --server-pid "$niotls_pid" --json "$@"
   else
     "${pin[@]}" "$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --server-pid "$nio_pid" --json "$@"
-  fi | fields calls_per_s latency_us.p50 latency_us.p99 cpu.server_us_per_call cpu.client_us_per_call errors
+  fi | fields calls_per_s latency_us.p50 latency_us.p99 cpu.server_us_per_call cpu.client_us_per_call errors 2>/dev/null
 }
 # `kiosk ARGS…` as the buyer of the services in MODE.
 kiosk_as() {
@@ -185,16 +185,21 @@ for mode in plain tls; do kiosk_as "$mode" buy book.swift > /dev/null; done
 # per server are cut into SLICES slices taken in turn, and each slice's ratio is also read against
 # the bare server's of the same cycle, seconds apart.
 #   cycle KIND SECONDS WARMUP CONNECTIONS CONCURRENCY KIOSK_RECEIPTS
-# Kiosk's receipts are distinct and more than a slice makes calls, well past its 10,000-receipt
-# cache: every call checks a signature.
+# Kiosk's receipts are distinct: one comes back, if at all, KIOSK_RECEIPTS calls later, long after
+# its 10,000-receipt cache let it go, so every call checks a signature.
 cycle() {
   local kind=$1 mode
   local load=(--duration "$2" --warmup "$3" --connections "$4" --concurrency "$5")
-  echo "$kind nio $(nio_verify plain "${load[@]}" --receipts 10000)" >> "$results"
-  echo "$kind nio-tls $(nio_verify tls "${load[@]}" --receipts 10000)" >> "$results"
+  row "$kind" nio "$(nio_verify plain "${load[@]}" --receipts 10000)"
+  row "$kind" nio-tls "$(nio_verify tls "${load[@]}" --receipts 10000)"
   for mode in plain tls; do
-    echo "$kind kiosk-$mode $(kiosk_verify $mode "${load[@]}" --receipts "$6")" >> "$results"
+    row "$kind" "kiosk-$mode" "$(kiosk_verify $mode "${load[@]}" --receipts "$6")"
   done
+}
+# Adds a run's row: KIND WHO FIGURES (empty when the run failed: said here, counted in the summary).
+row() {
+  [ -n "$3" ] || echo "bench: a $1 run of $2 failed" >&2
+  echo "$1 $2 $3" >> "$results"
 }
 load_slice=$(python3 -c "print($load_s / $slices)")
 serial_slice=$(python3 -c "print($serial_s / $slices)")
@@ -218,7 +223,7 @@ for line in open(sys.argv[1]):
     if k == "b": print(f"download nginx {int(n) / float(t) / 1e6:.1f} 0 0 0 0 0")
 PY
   for mode in plain tls; do
-    echo "download kiosk-$mode $(kiosk_download $mode)" >> "$results"
+    row download "kiosk-$mode" "$(kiosk_download $mode)"
   done
 done
 
