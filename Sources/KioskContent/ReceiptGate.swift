@@ -159,8 +159,8 @@ final class ReceiptGate: Sendable {
             lookup = try checkedToken(token ?? "", nowMs: nowMs).lookup
         }
 
-        // The receipt's hash is the cache key; with the cache off it is not worth computing.
-        let key = configuration.cacheSize > 0 ? ReceiptDigest(receipt) : nil
+        // The receipt's bytes (hashed once) are the cache key; with the cache off the hash is not worth computing.
+        let key = configuration.cacheSize > 0 ? ReceiptKey(receipt) : nil
         // One lock round trip for staleness, the cache lookup and the verifier; one more below for the
         // revocations (and the insert after a miss).
         let stalenessMs = self.stalenessMs

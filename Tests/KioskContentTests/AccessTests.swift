@@ -199,6 +199,36 @@ import Testing
         }
     }
 
+    @Test func theCacheKeyIsTheWholeReceipt() async throws {
+        // Equal bytes in two arrays are one key; one byte changed, at either end, is another.
+        let bytes = (0..<300).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        #expect(ReceiptKey(bytes) == ReceiptKey(Array(bytes)))
+        #expect(ReceiptKey(bytes).hashValue == ReceiptKey(Array(bytes)).hashValue)
+        for index in [0, 150, 299] {
+            var changed = bytes
+            changed[index] ^= 1
+            #expect(ReceiptKey(bytes) != ReceiptKey(changed))
+        }
+        #expect(ReceiptKey(bytes) != ReceiptKey(Array(bytes.dropLast())))
+        #expect(ReceiptKey([]) == ReceiptKey([]))
+        // A cached receipt with a byte of its signature changed (same length) is a miss, checked and refused.
+        try await ContentFixture.with(files: ["book.swift": [1]]) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+            var signed = try ReceiptV1.SignedReceipt(serializedBytes: receipt)
+            signed.signature[10] ^= 0x20
+            let tampered = signed.serializedBytes()
+            #expect(tampered.count == receipt.count && tampered != receipt)
+            let before = fixture.content.stats
+            let answer = try await fixture.authorize(tampered, product: "book.swift", token: token)
+            #expect(!answer.allowed && answer.status == ReceiptStatus.notAuthentic.rawValue)
+            #expect(fixture.content.stats.cacheMisses - before.cacheMisses == 1)
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+            #expect(fixture.content.stats.cacheHits - before.cacheHits == 1)
+        }
+    }
+
     @Test func cacheSizeZeroTurnsCachingOff() async throws {
         try await ContentFixture.with(files: ["book.swift": [1]], cacheSize: 0) { fixture in
             let token = try fixture.newAccount()
