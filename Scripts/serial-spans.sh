@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Where a serial verify call's time goes, read off the wire, for the bare
+# SwiftNIO reference and Kiosk (plaintext) alike: tcpdump on the loopback
+# during each serial run (K=1 C=1), then Scripts/serial-spans.py splits every
+# call into the server's span (request packet → response packet: wake-up,
+# read, work, write) and the client's (response → next request). The two load
+# generators' own clocks cover different parts of a call (the reference's
+# excludes its request's encoding and its response's decoding, kiosk-bench's
+# includes them); the packets' times do not depend on either.
+#   Scripts/serial-spans.sh [CYCLES]   (default 5; SPAN_S=2 seconds a run; the runs alternate)
+# Release builds, the reference cached as bench.sh does. Installs tcpdump when
+# missing; capturing needs root (or CAP_NET_RAW).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cycles=${1:-5}
+seconds=${SPAN_S:-2}
+root=$(pwd)
+ref=${KIOSK_REFERENCE:-$root/../shared/reference}
+refbuild=${KIOSK_REFERENCE_BUILD:-$HOME/.cache/kiosk-reference/nio-verify}
+[ -d "$ref/nio-verify" ] || { echo "serial-spans: no reference programs at $ref (set KIOSK_REFERENCE)" >&2; exit 2; }
+./Scripts/setup.sh
+if ! command -v tcpdump > /dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y tcpdump > /dev/null
+fi
+echo "serial-spans: building (release)"
+for product in kiosk-store kiosk-content kiosk-bench; do swift build -c release --product "$product" > /dev/null; done
+(cd "$ref/nio-verify" && swift build -c release --scratch-path "$refbuild" > /dev/null)
+bin=.build/release
+refbin="$refbuild/release"
+seed=4242424242424242424242424242424242424242424242424242424242424242
+
+KIOSK_TLS=0
+. Scripts/services.sh
+nio_pid=""; capture_pid=""
+stop_all() {
+  [ -n "$capture_pid" ] && kill "$capture_pid" 2>/dev/null || true
+  [ -n "$nio_pid" ] && kill "$nio_pid" 2>/dev/null || true
+  cleanup
+}
+trap stop_all EXIT
+nio_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$refbin/nio-verify-server" --port "$nio_port" --key-seed "$seed" --threads 2 > /dev/null 2>&1 &
+nio_pid=$!
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$nio_port") 2>/dev/null && break; sleep 0.05; done
+start_store
+mkdir -p "$work/content/books"
+echo "a book" > "$work/content/books/swift-book.txt"
+start_content "$(new_credential content)"
+kiosk_port=${content##*:}
+
+# One serial run of WHO under tcpdump → "WHO calls server-µs client-µs period-µs p50-µs" (the load generator's own p50).
+measured() {
+  local who=$1 port p50
+  port=$([ "$who" = nio ] && echo "$nio_port" || echo "$kiosk_port")
+  tcpdump -i lo -s 128 --time-stamp-precision=nano -B 65536 -U -w "$work/capture.pcap" "tcp port $port" 2> "$work/tcpdump.err" &
+  capture_pid=$!
+  for _ in $(seq 100); do grep -q listening "$work/tcpdump.err" && break; sleep 0.05; done
+  grep -q listening "$work/tcpdump.err" || { echo "serial-spans: tcpdump could not capture:" >&2; cat "$work/tcpdump.err" >&2; exit 1; }
+  if [ "$who" = nio ]; then
+    p50=$("$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --json --duration "$seconds" --warmup 0.5 \
+      --connections 1 --concurrency 1 --receipts 10000 | python3 -c 'import json, sys; print(json.load(sys.stdin)["latency_us"]["p50"])')
+  else
+    p50=$("$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
+      --product book.swift --json --duration "$seconds" --warmup 0.5 --connections 1 --concurrency 1 --receipts 20000 2>/dev/null \
+      | python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["errors"] == 0, r["errors_by_kind"]; print(r["latency_us"]["p50"])')
+  fi
+  kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=""
+  echo "$who $(python3 Scripts/serial-spans.py "$work/capture.pcap" "$port") $p50"
+}
+rows="$work/rows"
+for cycle in $(seq "$cycles"); do
+  measured nio | tee -a "$rows"
+  measured kiosk | tee -a "$rows"
+done
+python3 - "$rows" <<'PY'
+import sys, statistics as st
+rows = [line.split() for line in open(sys.argv[1])]
+print("serial-spans: medians of the runs' medians (µs), Kiosk plaintext against the bare SwiftNIO reference")
+print("| span | bare NIO | Kiosk | Kiosk − bare | ratio |")
+print("|---|---|---|---|---|")
+for index, label in ((2, "server (request → response)"), (3, "client (response → next request)"),
+                     (4, "period (request → next request)"), (5, "load generator's own p50")):
+    nio = st.median(float(r[index]) for r in rows if r[0] == "nio")
+    kiosk = st.median(float(r[index]) for r in rows if r[0] == "kiosk")
+    print(f"| {label} | {nio:.1f} | {kiosk:.1f} | {kiosk - nio:+.1f} | {kiosk / nio:.2f}× |")
+PY
