@@ -16,7 +16,7 @@ import sys
 
 
 def packets(path, port):
-    """[(ns, to_server)] of the payload-carrying TCP packets in a pcap of the loopback."""
+    """[(ns, to_server)] of the payload-carrying TCP packets of the busiest connection to `port` in a pcap of the loopback."""
     data = open(path, "rb").read()
     magic, = struct.unpack("<I", data[:4])
     if magic != 0xA1B23C4D:
@@ -25,7 +25,7 @@ def packets(path, port):
     link_header = {1: 14, 113: 16, 276: 20}.get(linktype)
     if link_header is None:
         raise SystemExit(f"{path}: link type {linktype} not read here")
-    found, offset = [], 24
+    connections, offset = {}, 24
     while offset + 16 <= len(data):
         seconds, nanoseconds, included, _ = struct.unpack("<IIII", data[offset:offset + 16])
         offset += 16
@@ -36,10 +36,12 @@ def packets(path, port):
         ip_header = (ip[0] & 15) * 4
         total, = struct.unpack(">H", ip[2:4])
         tcp = ip[ip_header:]
-        _, destination = struct.unpack(">HH", tcp[:4])
+        source, destination = struct.unpack(">HH", tcp[:4])
         if total - ip_header - (tcp[12] >> 4) * 4 > 0:
-            found.append((seconds * 1_000_000_000 + nanoseconds, destination == port))
-    return found
+            client_port = source if destination == port else destination
+            connections.setdefault(client_port, []).append((seconds * 1_000_000_000 + nanoseconds, destination == port))
+    # The serial connection: the one with the most packets (kiosk-bench reads the server's counters on another).
+    return max(connections.values(), key=len, default=[])
 
 
 def spans(found):
@@ -59,6 +61,6 @@ def spans(found):
 
 if __name__ == "__main__":
     server, client, period = spans(packets(sys.argv[1], int(sys.argv[2])))
-    if not server or not client:
+    if not server or not client or not period:
         raise SystemExit(f"{sys.argv[1]}: no request and response packets to port {sys.argv[2]}")
     print(len(server), *(round(statistics.median(values), 1) for values in (server, client, period)))

@@ -6,7 +6,8 @@
 # read, work, write) and the client's (response → next request). The two load
 # generators' own clocks cover different parts of a call (the reference's
 # excludes its request's encoding and its response's decoding, kiosk-bench's
-# includes them); the packets' times do not depend on either.
+# includes them); the packets' times do not depend on either. A run's
+# medians are over its calls on the serial connection, the warm-up's included.
 #   Scripts/serial-spans.sh [CYCLES]   (default 5; SPAN_S=2 seconds a run; the runs alternate)
 # Release builds, the reference cached as bench.sh does. Installs tcpdump when
 # missing; capturing needs root (or CAP_NET_RAW).
@@ -23,6 +24,9 @@ if ! command -v tcpdump > /dev/null 2>&1; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y tcpdump > /dev/null
 fi
+# Before the builds: can this user capture on the loopback at all?
+probe=$(timeout 1 tcpdump -i lo -c 1 -w /dev/null 2>&1 > /dev/null || true)
+grep -q "listening on" <<< "$probe" || { echo "serial-spans: tcpdump cannot capture on lo (run as root or with CAP_NET_RAW): $probe" >&2; exit 1; }
 echo "serial-spans: building (release)"
 for product in kiosk-store kiosk-content kiosk-bench; do swift build -c release --product "$product" > /dev/null; done
 (cd "$ref/nio-verify" && swift build -c release --scratch-path "$refbuild" > /dev/null)
@@ -42,7 +46,9 @@ trap stop_all EXIT
 nio_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$refbin/nio-verify-server" --port "$nio_port" --key-seed "$seed" --threads 2 > /dev/null 2>&1 &
 nio_pid=$!
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$nio_port") 2>/dev/null && break; sleep 0.05; done
+up=""
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$nio_port") 2>/dev/null && { up=1; break; }; sleep 0.05; done
+[ -n "$up" ] || { echo "serial-spans: the bare reference server did not start on port $nio_port" >&2; exit 1; }
 start_store
 mkdir -p "$work/content/books"
 echo "a book" > "$work/content/books/swift-book.txt"
@@ -53,25 +59,28 @@ kiosk_port=${content##*:}
 measured() {
   local who=$1 port p50
   port=$([ "$who" = nio ] && echo "$nio_port" || echo "$kiosk_port")
-  tcpdump -i lo -s 128 --time-stamp-precision=nano -B 65536 -U -w "$work/capture.pcap" "tcp port $port" 2> "$work/tcpdump.err" &
+  tcpdump -i lo -s 128 --time-stamp-precision=nano -B 65536 -U -w "$work/capture.pcap" "tcp port $port" > /dev/null 2> "$work/tcpdump.err" &
   capture_pid=$!
   for _ in $(seq 100); do grep -q listening "$work/tcpdump.err" && break; sleep 0.05; done
   grep -q listening "$work/tcpdump.err" || { echo "serial-spans: tcpdump could not capture:" >&2; cat "$work/tcpdump.err" >&2; exit 1; }
   if [ "$who" = nio ]; then
     p50=$("$refbin/nio-verify-load" --port "$nio_port" --key-seed "$seed" --json --duration "$seconds" --warmup 0.5 \
-      --connections 1 --concurrency 1 --receipts 10000 | python3 -c 'import json, sys; print(json.load(sys.stdin)["latency_us"]["p50"])')
+      --connections 1 --concurrency 1 --receipts 10000 2> "$work/load.err" | python3 -c 'import json, sys; print(json.load(sys.stdin)["latency_us"]["p50"])') \
+      || { echo "serial-spans: the reference's serial run failed:" >&2; cat "$work/load.err" >&2; exit 1; }
   else
     p50=$("$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
-      --product book.swift --json --duration "$seconds" --warmup 0.5 --connections 1 --concurrency 1 --receipts 20000 2>/dev/null \
-      | python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["errors"] == 0, r["errors_by_kind"]; print(r["latency_us"]["p50"])')
+      --product book.swift --json --duration "$seconds" --warmup 0.5 --connections 1 --concurrency 1 --receipts 20000 2> "$work/load.err" \
+      | python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["errors"] == 0, r["errors_by_kind"]; print(r["latency_us"]["p50"])') \
+      || { echo "serial-spans: Kiosk's serial run failed:" >&2; cat "$work/load.err" >&2; exit 1; }
   fi
   kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=""
   echo "$who $(python3 Scripts/serial-spans.py "$work/capture.pcap" "$port") $p50"
 }
 rows="$work/rows"
 for cycle in $(seq "$cycles"); do
-  measured nio | tee -a "$rows"
-  measured kiosk | tee -a "$rows"
+  # Not through a pipe: `measured` runs in this shell, so a failure stops the capture through the EXIT trap.
+  measured nio >> "$rows"; tail -n 1 "$rows"
+  measured kiosk >> "$rows"; tail -n 1 "$rows"
 done
 python3 - "$rows" <<'PY'
 import sys, statistics as st

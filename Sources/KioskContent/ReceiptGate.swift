@@ -159,8 +159,9 @@ final class ReceiptGate: Sendable {
             lookup = try checkedToken(token ?? "", nowMs: nowMs).lookup
         }
 
-        // The receipt's bytes (hashed once) are the cache key; with the cache off the hash is not worth computing.
-        let key = configuration.cacheSize > 0 ? ReceiptKey(receipt) : nil
+        // The receipt's bytes (hashed once) are the cache key; with the cache off, or a receipt too long to
+        // keep (padded by its sender), the hash is not worth computing: the receipt is checked, not cached.
+        let key = configuration.cacheSize > 0 && receipt.count <= ReceiptKey.largestCached ? ReceiptKey(receipt) : nil
         // One lock round trip for staleness, the cache lookup and the verifier; one more below for the
         // revocations (and the insert after a miss).
         let stalenessMs = self.stalenessMs

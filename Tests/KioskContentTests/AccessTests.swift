@@ -226,7 +226,28 @@ import Testing
             #expect(fixture.content.stats.cacheMisses - before.cacheMisses == 1)
             #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
             #expect(fixture.content.stats.cacheHits - before.cacheHits == 1)
+            // The signature covers the payload only: a receipt padded with an unknown field still verifies, and
+            // each padded copy is another key. Over ReceiptKey.largestCached bytes it is checked, never kept.
+            #expect(receipt.count < ReceiptKey.largestCached, "a store's receipt is cached")
+            var entries = fixture.content.stats.cacheEntries
+            for (size, cached) in [(100, true), (2000, false), (100_000, false)] {
+                let padded = receipt + [0x7A] + varint(size) + [UInt8](repeating: 0x55, count: size)  // field 15, bytes
+                #expect((padded.count <= ReceiptKey.largestCached) == cached)
+                let beforePadded = fixture.content.stats
+                #expect(try await fixture.authorize(padded, product: "book.swift", token: token).allowed)
+                #expect(try await fixture.authorize(padded, product: "book.swift", token: token).allowed)
+                if cached { entries += 1 }
+                #expect(fixture.content.stats.cacheEntries == entries)
+                #expect(fixture.content.stats.cacheHits - beforePadded.cacheHits == (cached ? 1 : 0))
+                #expect(fixture.content.stats.cacheMisses - beforePadded.cacheMisses == (cached ? 1 : 2))
+            }
         }
+    }
+
+    private func varint(_ value: Int) -> [UInt8] {
+        var value = UInt64(value), bytes: [UInt8] = []
+        while value >= 0x80 { bytes.append(UInt8(value & 0x7F) | 0x80); value >>= 7 }
+        return bytes + [UInt8(value)]
     }
 
     @Test func cacheSizeZeroTurnsCachingOff() async throws {
