@@ -228,6 +228,11 @@ PY
 done
 
 [ -z "${BENCH_ROWS:-}" ] || cp "$results" "$BENCH_ROWS"   # every run's figures, for a second look
+# The machine: both downloads hash every byte with SHA-256 in one stream. kiosk download's check
+# (BoringSSL) uses the CPU's SHA extensions when it has them, several times faster than without;
+# sha256sum after curl (coreutils, ~190 MB/s here) never does. Without them, both are bound by it.
+echo "bench: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
+  "SHA extensions (sha_ni): $(grep -qw sha_ni /proc/cpuinfo && echo yes || echo no)"
 python3 - "$results" "$rounds" <<'PY'
 import sys, statistics as st
 sys.path.insert(0, "Scripts")
