@@ -9,8 +9,9 @@ import KioskAPI
 /// copied). The signature covers only the receipt's payload, so a caller can
 /// pad a valid receipt with fields of its own and each padded copy verifies:
 /// receipts over ``largestCached`` bytes are checked every time instead of
-/// cached, which bounds the cache at its capacity times that (10 MiB at the
-/// default 10,000 entries; a store's receipt is a few hundred bytes).
+/// cached, which bounds the receipt bytes the cache holds at its capacity
+/// times that (10 MiB at the default 10,000 entries; a store's receipt is a
+/// few hundred bytes).
 struct ReceiptKey: Hashable, Sendable {
     /// The longest receipt cached, in bytes.
     static let largestCached = 1024
