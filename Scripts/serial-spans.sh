@@ -74,7 +74,10 @@ measured() {
       || { echo "serial-spans: Kiosk's serial run failed:" >&2; cat "$work/load.err" >&2; exit 1; }
   fi
   kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=""
-  echo "$who $(python3 Scripts/serial-spans.py "$work/capture.pcap" "$port") $p50"
+  # An assignment of its own: a failure inside echo's arguments would not stop the script (set -e).
+  local spans
+  spans=$(python3 Scripts/serial-spans.py "$work/capture.pcap" "$port")
+  echo "$who $spans $p50"
 }
 rows="$work/rows"
 for cycle in $(seq "$cycles"); do

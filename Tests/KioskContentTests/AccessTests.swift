@@ -199,7 +199,7 @@ import Testing
         }
     }
 
-    @Test func theCacheKeyIsTheWholeReceipt() async throws {
+    @Test func theCacheKeyIsTheWholeReceiptAndLongReceiptsAreNotKept() async throws {
         // Equal bytes in two arrays are one key; one byte changed, at either end, is another.
         let bytes = (0..<300).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         #expect(ReceiptKey(bytes) == ReceiptKey(Array(bytes)))
