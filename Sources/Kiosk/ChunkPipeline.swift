@@ -8,7 +8,10 @@ import NIOConcurrencyHelpers
 ///
 /// A download's chunks are independent zlib streams (unlike one gzip stream,
 /// which only one core can inflate), so while the caller hashes and writes
-/// chunk n, chunks n+1… are inflated on the other cores. Each chunk is
+/// chunk n, chunks n+1… are inflated on the other cores. When the content
+/// service announces each chunk's SHA-256 state, a chunk is also hashed there,
+/// from its state, while its bytes are in cache (the caller checks that the
+/// states chain: see ``SHA256Hasher``). Each chunk is
 /// inflated straight into a buffer from a small pool (no fresh allocation,
 /// so no page faults, per chunk) and its CRC-32 checked there. A damaged
 /// chunk fails when its turn comes: every chunk before it has been handed
@@ -22,6 +25,10 @@ struct ChunkPipeline {
         var offset: UInt64
         var buffer: ChunkBuffer
         var count: Int
+        /// For a chunk hashed from its announced state: the hasher after its bytes.
+        var hashed: SHA256Hasher?
+        /// The state it was hashed from (the one the chunk announced).
+        var hashedFrom: SHA256Hasher.State?
         var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer.memory)[0..<count]) }
     }
 
@@ -38,8 +45,9 @@ struct ChunkPipeline {
     /// Chunks submitted and not yet handed back.
     var count: Int { inFlight.count - first }
 
-    /// Starts inflating and checking `chunk`.
-    mutating func submit(_ chunk: ContentV1.DownloadChunk) {
+    /// Starts inflating and checking `chunk`, and hashing it from `hashFrom`
+    /// when given (the chunk's announced state, at its offset).
+    mutating func submit(_ chunk: ContentV1.DownloadChunk, hashFrom: SHA256Hasher? = nil) {
         let pool = self.pool
         inFlight.append(Task.detached {
             try Task.checkCancellation()
@@ -70,7 +78,10 @@ struct ChunkPipeline {
                 pool.recycle(buffer)
                 throw error
             }
-            return Inflated(index: chunk.index, offset: chunk.offset, buffer: buffer, count: length)
+            var hashed = hashFrom
+            hashed?.update(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer.memory)[0..<length]))
+            return Inflated(index: chunk.index, offset: chunk.offset, buffer: buffer, count: length,
+                            hashed: hashed, hashedFrom: hashFrom?.state)
         })
     }
 

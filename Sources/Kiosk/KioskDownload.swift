@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import KioskAPI
 import KioskRPC
@@ -258,8 +257,12 @@ public final class KioskDownload: Sendable {
         var savedBytes = offset
         var savedAt = ContinuousClock.now
         // The SHA-256 is taken as the bytes arrive (a resumed download reads back only what it already
-        // had), not by reading the whole file again at the end.
-        var hasher = SHA256()
+        // had), not by reading the whole file again at the end: `hasher` holds the file's bytes up to
+        // `offset`. When the content service announces each chunk's SHA-256 state, the chunks are hashed
+        // on every core from their states, and each state is checked here against the hash of the bytes
+        // before it: the same check of the whole file, without one core hashing it all.
+        var hasher = SHA256Hasher()
+        var chained: Bool?
         // Chunks inflate on every core at once and come back in order; `received` counts what was
         // handed to the pipeline, `offset` what was checked, hashed and written.
         var pipeline = ChunkPipeline()
@@ -270,8 +273,18 @@ public final class KioskDownload: Sendable {
             guard let handle = file, var progress = saved, inflated.offset == offset else {
                 throw KioskError(.downloadFailed, "chunk \(inflated.index) arrived out of order")
             }
+            if let hashed = inflated.hashed {
+                guard inflated.hashedFrom == hasher.blockState else {
+                    // The bytes so far do not hash to the state this chunk starts from: a resumed partial
+                    // file that is not what the service has is started over; anything else is a mismatch.
+                    if offset == resumedFrom, resumedFrom > 0 { throw RestartFromScratch() }
+                    throw HashMismatch(index: inflated.index)
+                }
+                hasher = hashed
+            } else {
+                hasher.update(inflated.bytes)
+            }
             try Self.write(inflated.bytes, to: handle.fileDescriptor, at: offset)
-            hasher.update(bufferPointer: inflated.bytes)
             offset += UInt64(inflated.count)
             fetched += UInt64(inflated.count)
             progress.bytesDone = offset
@@ -303,6 +316,15 @@ public final class KioskDownload: Sendable {
             savedBytes = progress.bytesDone
             savedAt = .now
         }
+        /// Stops, and removes the partial file and its saved progress.
+        func discardPartial() {
+            pipeline.cancelAll()
+            saver.settle()
+            try? file?.close()
+            file = nil
+            _ = try? PrivateFiles.remove(partialURL.path)
+            _ = try? PrivateFiles.remove(stateURL.path)
+        }
         do {
             for try await part in stream {
                 try Task.checkCancellation()
@@ -332,8 +354,24 @@ public final class KioskDownload: Sendable {
                     throw KioskError(.downloadFailed, "chunk \(chunk.index) claims \(chunk.originalLength) bytes, more than a chunk holds or the file has left")
                 }
                 received += UInt64(chunk.originalLength)
-                // Inflated on the other cores while the chunks before it are hashed and written here.
-                pipeline.submit(chunk)
+                // A stream's chunks all announce their SHA-256 state or none do; the first one decides.
+                var hashFrom: SHA256Hasher?
+                switch (chunk.sha256State.count, chained) {
+                case (0, nil): chained = false
+                case (0, false?), (32, false?): break
+                case (32, _):
+                    guard chunk.offset % UInt64(SHA256Hasher.blockSize) == 0, let state = SHA256Hasher.State(bytes: chunk.sha256State) else {
+                        throw KioskError(.downloadFailed, "chunk \(chunk.index) announces a SHA-256 state at offset \(chunk.offset), not a multiple of 64")
+                    }
+                    chained = true
+                    hashFrom = SHA256Hasher(state: state, count: chunk.offset)
+                case (0, true?):
+                    throw KioskError(.downloadFailed, "chunk \(chunk.index) announces no SHA-256 state, though the chunks before it did")
+                default:
+                    throw KioskError(.downloadFailed, "chunk \(chunk.index)'s SHA-256 state is \(chunk.sha256State.count) bytes, not 32")
+                }
+                // Inflated (and hashed, with a state) on the other cores while the chunks before it are written here.
+                pipeline.submit(chunk, hashFrom: hashFrom)
                 while pipeline.count > pipeline.width, let inflated = try await pipeline.next() {
                     try write(inflated)
                 }
@@ -341,14 +379,13 @@ public final class KioskDownload: Sendable {
             while let inflated = try await pipeline.next() { try write(inflated) }
         } catch let error where error is RestartFromScratch || (resumedFrom > 0 && (error as? RPCError)?.code == .outOfRange) {
             // The file changed since the partial download (a new version, or a smaller one the saved
-            // offset lies beyond): start over from 0, once.
-            pipeline.cancelAll()
-            saver.settle()
-            try? file?.close()
-            file = nil
-            _ = try? PrivateFiles.remove(partialURL.path)
-            _ = try? PrivateFiles.remove(stateURL.path)
+            // offset lies beyond), or the partial is not what it was (it does not hash to the state the
+            // first chunk after it announces): start over from 0, once.
+            discardPartial()
             return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers, notReadyRetries: notReadyRetries)
+        } catch let mismatch as HashMismatch {
+            discardPartial()
+            throw KioskError(.downloadFailed, "the downloaded file's SHA-256 does not match (the bytes before chunk \(mismatch.index) do not hash to the state it announces); it was removed")
         } catch let error as RPCError {
             // What was fetched and checked is kept for the resume (or the retry below); a save that
             // failed ends the download with its error instead: nothing written after it can be trusted.
@@ -404,7 +441,7 @@ public final class KioskDownload: Sendable {
         try file?.close()
         file = nil
         // Check the whole file against the announced SHA-256 (hashed as it was written), then move it into place.
-        guard Array(hasher.finalize()).hexString == done.sha256 else {
+        guard hasher.finalize().hexString == done.sha256 else {
             _ = try? PrivateFiles.remove(partialURL.path)
             _ = try? PrivateFiles.remove(stateURL.path)
             throw KioskError(.downloadFailed, "the downloaded file's SHA-256 does not match; it was removed")
@@ -423,6 +460,11 @@ public final class KioskDownload: Sendable {
     }
 
     private struct RestartFromScratch: Error {}
+
+    /// The bytes before a chunk do not hash to the SHA-256 state the chunk announces.
+    private struct HashMismatch: Error {
+        var index: UInt32
+    }
 
     /// Saves a download's progress on a thread of its own: fsyncs the bytes
     /// it claims (written before the save started), then writes the state
@@ -491,13 +533,13 @@ public final class KioskDownload: Sendable {
     }
 
     /// A hasher fed with the first `count` bytes of the file at `url`.
-    private static func sha256(of url: URL, upTo count: UInt64) throws -> SHA256 {
+    private static func sha256(of url: URL, upTo count: UInt64) throws -> SHA256Hasher {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() }
-        var hasher = SHA256()
+        var hasher = SHA256Hasher()
         var remaining = count
         while remaining > 0, let data = try handle.read(upToCount: Int(min(remaining, 1 << 20))), !data.isEmpty {
-            hasher.update(data: data)
+            data.withUnsafeBytes { hasher.update($0) }
             remaining -= UInt64(data.count)
         }
         guard remaining == 0 else {

@@ -78,7 +78,8 @@ public struct ContentService: RPCService {
                 let chunk = item.chunks[index]
                 try await writer.send(ContentV1.DownloadPart(chunk: ContentV1.DownloadChunk(
                     index: UInt32(index), offset: UInt64(index) * UInt64(item.chunkSize), originalLength: chunk.originalLength,
-                    compressed: chunk.compressed, crc32: chunk.crc32, data: try item.storedBytes(of: index))))
+                    compressed: chunk.compressed, crc32: chunk.crc32, data: try item.storedBytes(of: index),
+                    sha256State: item.chunkStates[index])))
             }
         }
         router.registerUnary(Self.method("Stats"), request: ContentV1.StatsRequest.self, response: ContentV1.StatsResponse.self) { _, _ in

@@ -19,11 +19,15 @@ public struct PreparedChunk: Codable, Hashable, Sendable {
     public var compressed: Bool
     /// CRC-32 of the original bytes.
     public var crc32: UInt32
+    /// SHA-256's chaining value after the file's bytes before this chunk, hex
+    /// (`DownloadChunk.sha256_state`); empty when the chunk size is not a multiple of 64.
+    public var sha256State: String
 }
 
 /// The index kept beside a prepared file, so a restart does not recompress.
 struct PreparedIndex: Codable, Hashable {
-    static let format = 1
+    /// 2: chunks carry their SHA-256 state (a format-1 preparation is made again).
+    static let format = 2
     var format: Int
     var productID: String
     var version: String
@@ -47,6 +51,8 @@ public final class PreparedContent: Sendable {
     public let sha256: [UInt8]
     /// The chunks, in order.
     public let chunks: [PreparedChunk]
+    /// Each chunk's SHA-256 state (32 bytes; empty when the chunk size is not a multiple of 64).
+    public let chunkStates: [[UInt8]]
     /// True when this start reused an existing preparation.
     public let reused: Bool
     private let descriptor: Int32
@@ -60,6 +66,7 @@ public final class PreparedContent: Sendable {
         self.chunkSize = index.chunkSize
         self.sha256 = Self.bytes(hex: index.sha256)
         self.chunks = index.chunks
+        self.chunkStates = index.chunks.map { Self.bytes(hex: $0.sha256State) }
         self.reused = reused
         self.descriptor = descriptor
     }
@@ -106,20 +113,24 @@ public final class PreparedContent: Sendable {
         FileManager.default.createFile(atPath: temporaryChunks, contents: nil)
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: temporaryChunks))
         let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: entry.resolvedPath))
-        var hasher = SHA256()
+        // Hashed in the open: the state before each chunk is kept with it, so a client can hash chunks in parallel.
+        var hasher = SHA256Hasher()
+        let announcesStates = chunkSize % UInt32(SHA256Hasher.blockSize) == 0
         var chunks: [PreparedChunk] = []
         var storedOffset: UInt64 = 0
         var total: UInt64 = 0
         while let data = try input.read(upToCount: Int(chunkSize)), !data.isEmpty {
             let original = [UInt8](data)
-            hasher.update(data: original)
+            let state = announcesStates ? hasher.blockState?.bytes.hexString ?? "" : ""
+            hasher.update(original)
             let crc = Zlib.crc32(original)
             let deflated = Zlib.compress(ByteBuffer(bytes: original))
             let useCompressed = deflated.readableBytes < original.count
             let stored = useCompressed ? Data(deflated.readableBytesView) : data
             try output.write(contentsOf: stored)
             chunks.append(PreparedChunk(storedOffset: storedOffset, storedLength: UInt32(stored.count),
-                                        originalLength: UInt32(original.count), compressed: useCompressed, crc32: crc))
+                                        originalLength: UInt32(original.count), compressed: useCompressed, crc32: crc,
+                                        sha256State: state))
             storedOffset += UInt64(stored.count)
             total += UInt64(original.count)
         }
@@ -128,7 +139,7 @@ public final class PreparedContent: Sendable {
         try output.close()
         let index = PreparedIndex(
             format: PreparedIndex.format, productID: entry.productID, version: entry.version, sourceSize: total,
-            sourceModifiedNs: modifiedNs, chunkSize: chunkSize, sha256: Array(hasher.finalize()).hexString, chunks: chunks)
+            sourceModifiedNs: modifiedNs, chunkSize: chunkSize, sha256: hasher.finalize().hexString, chunks: chunks)
         try JSONEncoder().encode(index).write(to: URL(fileURLWithPath: temporaryIndex))
         // chunks first: an index never points at chunks it was not made with.
         _ = try? FileManager.default.removeItem(atPath: indexPath)

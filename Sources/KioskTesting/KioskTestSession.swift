@@ -101,9 +101,11 @@ public final class KioskTestSession: Sendable {
     ///
     /// Both services serve TLS with a development CA made for the session
     /// (``trustRootsPath``; the `openssl` command makes it) unless `tls` is false.
+    /// `chunkSize` is the content service's (one that is not a multiple of 64
+    /// bytes sends no SHA-256 states: its downloads are hashed in order).
     public static func start(
         catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent, environment: ReceiptV1.Environment = .sandbox,
-        tls: Bool = true
+        tls: Bool = true, chunkSize: UInt32 = 256 * 1024
     ) async throws -> KioskTestSession {
         let root = NSTemporaryDirectory() + "kiosk-test-session-" + UUID().uuidString
         let certificates = tls ? try DevelopmentCertificates.create(in: root + "/tls") : nil
@@ -133,7 +135,8 @@ public final class KioskTestSession: Sendable {
         let contentServer = try ContentServer(
             configuration: ContentConfiguration(
                 contentDirectory: contentDirectory, storePort: storePort, storeCredential: credential,
-                storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) }, environment: environment),
+                storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) }, environment: environment,
+                chunkSize: chunkSize),
             server: ServerConfiguration(tls: identity))
         try await contentServer.start()
         _ = await contentServer.waitUntilReady()

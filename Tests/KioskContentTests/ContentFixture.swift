@@ -65,6 +65,8 @@ struct Downloaded {
     var header: ContentV1.DownloadHeader?
     var bytes: [UInt8] = []
     var chunkIndexes: [UInt32] = []
+    /// Each chunk's announced SHA-256 state (`DownloadChunk.sha256_state`).
+    var states: [[UInt8]] = []
     var sha256: [UInt8] { Array(SHA256.hash(data: bytes)) }
 }
 
@@ -213,6 +215,7 @@ struct ContentFixture {
                 #expect(Zlib.crc32(original) == chunk.crc32, "chunk \(chunk.index) CRC")
                 result.bytes += original
                 result.chunkIndexes.append(chunk.index)
+                result.states.append(chunk.sha256State)
                 if let stopAfter, result.chunkIndexes.count >= stopAfter { break }
             }
         }

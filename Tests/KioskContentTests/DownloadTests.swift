@@ -52,6 +52,44 @@ import Testing
         }
     }
 
+    /// Each chunk announces SHA-256's state after the bytes before it: the first SHA-256's initial value, each
+    /// chunk hashed from its own state ends in the next one's, and the last, padded, gives the header's SHA-256.
+    /// A resumed stream's first state is that of the bytes before it; a chunk size that is not a multiple of 64
+    /// announces none.
+    @Test func chunksAnnounceSHA256StatesThatChainToTheFileDigest() async throws {
+        let original = randomBytes((3 << 20) + 100)  // 12 whole chunks of 256 KiB and 100 bytes
+        try await ContentFixture.with(files: ["book.swift": original]) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            let downloaded = try await fixture.download("book.swift", receipt: receipt, token: token)
+            #expect(downloaded.states.count == 13)
+            #expect(downloaded.states.first == SHA256Hasher.State.initial.bytes)
+            var end: SHA256Hasher?
+            for (number, stateBytes) in downloaded.states.enumerated() {
+                let state = try #require(SHA256Hasher.State(bytes: stateBytes), "chunk \(number)'s state is 32 bytes")
+                if let end { #expect(end.blockState == state, "chunk \(number - 1) ends in chunk \(number)'s state") }
+                var hasher = SHA256Hasher(state: state, count: UInt64(number) << 18)
+                original[(number << 18)..<min((number + 1) << 18, original.count)].withUnsafeBytes { hasher.update($0) }
+                end = hasher
+            }
+            #expect(end?.finalize() == downloaded.header?.sha256)
+            #expect(downloaded.header?.sha256 == Array(SHA256.hash(data: original)))
+
+            let resumed = try await fixture.download("book.swift", receipt: receipt, token: token, resumeOffset: 5 << 18)
+            var prefix = SHA256Hasher()
+            original[..<(5 << 18)].withUnsafeBytes { prefix.update($0) }
+            #expect(resumed.chunkIndexes.first == 5)
+            #expect(resumed.states.first == prefix.blockState?.bytes)
+        }
+        try await ContentFixture.with(files: ["book.swift": original], chunkSize: 1000) { fixture in
+            let token = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+            let downloaded = try await fixture.download("book.swift", receipt: receipt, token: token)
+            #expect(downloaded.bytes == original)
+            #expect(!downloaded.states.isEmpty && downloaded.states.allSatisfy(\.isEmpty), "1000-byte chunks announce no states")
+        }
+    }
+
     @Test func interruptedDownloadResumesFromTheLastCompleteChunk() async throws {
         let original = randomBytes(3 << 20)  // 12 chunks of 256 KiB
         try await ContentFixture.with(files: ["book.swift": original]) { fixture in

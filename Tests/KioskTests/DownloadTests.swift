@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 @testable import Kiosk
+import KioskContent
 import KioskTesting
 import NIOConcurrencyHelpers
 import Testing
@@ -63,10 +64,14 @@ import Testing
     }
 
     /// The SHA-256 is taken as bytes arrive; a resume reads back what was already there, so a byte damaged on disk
-    /// before the resume still fails the check (and the partial is removed), it is not carried into the file.
-    @Test func aPartialDamagedOnDiskFailsTheChecksumAfterTheResume() async throws {
+    /// before the resume is not carried into the file. With the SHA-256 states the content service announces (its
+    /// chunk size a multiple of 64, as the command line's always is) the first chunk after the resume starts from a
+    /// state the damaged partial does not hash to: the download starts over and ends with the right file. Without
+    /// states (chunks hashed in order) the whole file's check fails at the end and the partial is removed.
+    @Test(arguments: [UInt32(256 * 1024), UInt32(256 * 1024 - 1)])
+    func aPartialDamagedOnDiskIsCaughtAfterTheResume(chunkSize: UInt32) async throws {
         let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 8 << 20)) ?? Data())
-        try await withSession(content: ["book.swift": book]) { session in
+        try await withSession(content: ["book.swift": book], chunkSize: chunkSize) { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())
             guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
                 Issue.record("expected success"); return
@@ -87,12 +92,75 @@ import Testing
             try handle.close()
 
             let resumed = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
-            let error = await #expect(throws: KioskError.self) { _ = try await resumed.result() }
-            #expect(error?.code == .downloadFailed && error?.message.contains("SHA-256") == true, "\(String(describing: error))")
-            #expect(!FileManager.default.fileExists(atPath: partial.path), "the damaged partial is removed")
-            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("book.swift").path))
+            if chunkSize % 64 == 0 {
+                var progress: [UInt64] = []
+                for await event in resumed.events where event.state == .active { progress.append(event.bytesDone) }
+                #expect((progress.first ?? 0) > 0, "resumed from the partial first")
+                #expect(progress.dropFirst().contains(0), "then started over: \(progress.prefix(4))")
+                let file = try await resumed.result()
+                #expect([UInt8](try Data(contentsOf: file)) == book)
+                #expect(!FileManager.default.fileExists(atPath: partial.path))
+            } else {
+                let error = await #expect(throws: KioskError.self) { _ = try await resumed.result() }
+                #expect(error?.code == .downloadFailed && error?.message.contains("SHA-256") == true, "\(String(describing: error))")
+                #expect(!FileManager.default.fileExists(atPath: partial.path), "the damaged partial is removed")
+                #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("book.swift").path))
+            }
             await kiosk.close()
         }
+    }
+
+    /// A content service whose announced states do not chain (here a damaged preparation: chunk 5's state altered)
+    /// fails the download where the chain breaks, and removes the partial: nothing unchecked is kept.
+    @Test func statesThatDoNotChainFailTheDownload() async throws {
+        let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 4 << 20)) ?? Data())
+        let session = try await KioskTestSession.start(content: ["book.swift": book], tls: false)
+        do {
+            // A second content service over the same prepared files, its index altered on disk first.
+            let prepared = session.contentDirectory + "/.kiosk-prepared"
+            let indexPath = prepared + "/" + (try #require(FileManager.default.subpaths(atPath: prepared)?.first { $0.hasSuffix("index.json") }))
+            #expect(try Self.alterState(ofChunk: 5, inIndex: indexPath) == 16)
+            let credential = try session.store.createServiceCredential(role: .content, name: "altered").secret
+            let altered = try ContentServer(configuration: ContentConfiguration(
+                contentDirectory: session.contentDirectory, storePort: session.storePort, storeCredential: credential))
+            try await altered.start()
+            _ = await altered.waitUntilReady()
+            #expect(altered.items.first?.reused == true, "the altered preparation is the one served")
+
+            let account = try session.makeAccount()
+            var configuration = session.configuration(account: account, stateDirectory: NSTemporaryDirectory() + "kiosk-state-" + UUID().uuidString)
+            configuration.contentPort = try #require(altered.port)
+            let kiosk = try KioskClient(configuration: configuration)
+            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
+                Issue.record("expected success"); return
+            }
+            let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let download = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
+            let error = await #expect(throws: KioskError.self) { _ = try await download.result() }
+            #expect(error?.code == .downloadFailed && error?.message.contains("chunk 5") == true, "\(String(describing: error))")
+            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path))
+            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial.json").path))
+            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("book.swift").path))
+            await kiosk.close()
+            await altered.shutdown()
+        } catch {
+            await session.shutdown()
+            throw error
+        }
+        await session.shutdown()
+    }
+
+    /// Sets chunk `number`'s SHA-256 state in a prepared index to something else; returns how many chunks it has.
+    static func alterState(ofChunk number: Int, inIndex path: String) throws -> Int {
+        guard var index = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any],
+              var chunks = index["chunks"] as? [[String: Any]], chunks.count > number else {
+            throw KioskError(.downloadFailed, "no chunk \(number) in \(path)")
+        }
+        chunks[number]["sha256State"] = String(repeating: "ab", count: 32)
+        index["chunks"] = chunks
+        try JSONSerialization.data(withJSONObject: index).write(to: URL(fileURLWithPath: path))
+        return chunks.count
     }
 
     @Test func interruptedDownloadResumesAfterTheProcessRestarts() async throws {

@@ -7,9 +7,10 @@ import Testing
 let card = "test-card:4242424242424242"
 
 func withSession<R>(
-    content: [String: [UInt8]] = KioskTestSession.sampleContent, _ body: (KioskTestSession) async throws -> R
+    content: [String: [UInt8]] = KioskTestSession.sampleContent, chunkSize: UInt32 = 256 * 1024,
+    _ body: (KioskTestSession) async throws -> R
 ) async throws -> R {
-    let session = try await KioskTestSession.start(content: content)
+    let session = try await KioskTestSession.start(content: content, chunkSize: chunkSize)
     do {
         let result = try await body(session)
         await session.shutdown()

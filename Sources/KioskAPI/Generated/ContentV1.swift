@@ -285,15 +285,27 @@ extension ContentV1 {
         public var crc32: UInt32
         /// `data` (field 6).
         public var data: [UInt8]
+        /// SHA-256's chaining value after the file's bytes before this chunk (its
+        /// first `offset` bytes, always a multiple of 64): the eight 32-bit words of
+        /// the hash state, each big-endian, 32 bytes; for offset 0, SHA-256's initial
+        /// value. A client may hash chunks in parallel from these and still check the
+        /// header's `sha256` exactly: each chunk's original bytes, hashed from its
+        /// own state, must end in the next chunk's state, and the last chunk's,
+        /// padded for the file's length, must give `sha256` (PROTOCOL.md,
+        /// Downloads). Empty when the server does not send states (then a client
+        /// hashes the file in order); a server sends it in every chunk of a stream
+        /// or in none.
+        public var sha256State: [UInt8]
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(index: UInt32 = 0, offset: UInt64 = 0, originalLength: UInt32 = 0, compressed: Bool = false, crc32: UInt32 = 0, data: [UInt8] = []) {
+        public init(index: UInt32 = 0, offset: UInt64 = 0, originalLength: UInt32 = 0, compressed: Bool = false, crc32: UInt32 = 0, data: [UInt8] = [], sha256State: [UInt8] = []) {
             self.index = index
             self.offset = offset
             self.originalLength = originalLength
             self.compressed = compressed
             self.crc32 = crc32
             self.data = data
+            self.sha256State = sha256State
         }
     }
 }
@@ -308,7 +320,8 @@ extension ContentV1.DownloadChunk: WireMessage {
             originalLength: c.original_length,
             compressed: c.compressed != 0,
             crc32: c.crc32,
-            data: CField.bytes(c.data)
+            data: CField.bytes(c.data),
+            sha256State: CField.bytes(c.sha256_state)
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -318,6 +331,7 @@ extension ContentV1.DownloadChunk: WireMessage {
         c.compressed = compressed ? 1 : 0
         c.crc32 = crc32
         c.data = arena.binary(data)
+        c.sha256_state = arena.binary(sha256State)
     }
 }
 

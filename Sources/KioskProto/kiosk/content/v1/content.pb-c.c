@@ -969,7 +969,7 @@ const ProtobufCMessageDescriptor kiosk__content__v1__download_header__descriptor
   (ProtobufCMessageInit) kiosk__content__v1__download_header__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__content__v1__download_chunk__field_descriptors[6] =
+static const ProtobufCFieldDescriptor kiosk__content__v1__download_chunk__field_descriptors[7] =
 {
   {
     "index",
@@ -1043,6 +1043,18 @@ static const ProtobufCFieldDescriptor kiosk__content__v1__download_chunk__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "sha256_state",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Content__V1__DownloadChunk, sha256_state),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__content__v1__download_chunk__field_indices_by_name[] = {
   3,   /* field[3] = compressed */
@@ -1051,11 +1063,12 @@ static const unsigned kiosk__content__v1__download_chunk__field_indices_by_name[
   0,   /* field[0] = index */
   1,   /* field[1] = offset */
   2,   /* field[2] = original_length */
+  6,   /* field[6] = sha256_state */
 };
 static const ProtobufCIntRange kiosk__content__v1__download_chunk__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor kiosk__content__v1__download_chunk__descriptor =
 {
@@ -1065,7 +1078,7 @@ const ProtobufCMessageDescriptor kiosk__content__v1__download_chunk__descriptor 
   "Kiosk__Content__V1__DownloadChunk",
   "kiosk.content.v1",
   sizeof(Kiosk__Content__V1__DownloadChunk),
-  6,
+  7,
   kiosk__content__v1__download_chunk__field_descriptors,
   kiosk__content__v1__download_chunk__field_indices_by_name,
   1,  kiosk__content__v1__download_chunk__number_ranges,

@@ -175,10 +175,23 @@ struct  Kiosk__Content__V1__DownloadChunk
    */
   uint32_t crc32;
   ProtobufCBinaryData data;
+  /*
+   * SHA-256's chaining value after the file's bytes before this chunk (its
+   * first `offset` bytes, always a multiple of 64): the eight 32-bit words of
+   * the hash state, each big-endian, 32 bytes; for offset 0, SHA-256's initial
+   * value. A client may hash chunks in parallel from these and still check the
+   * header's `sha256` exactly: each chunk's original bytes, hashed from its
+   * own state, must end in the next chunk's state, and the last chunk's,
+   * padded for the file's length, must give `sha256` (PROTOCOL.md,
+   * Downloads). Empty when the server does not send states (then a client
+   * hashes the file in order); a server sends it in every chunk of a stream
+   * or in none.
+   */
+  ProtobufCBinaryData sha256_state;
 };
 #define KIOSK__CONTENT__V1__DOWNLOAD_CHUNK__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__content__v1__download_chunk__descriptor) \
-    , 0, 0, 0, 0, 0, {0,NULL} }
+    , 0, 0, 0, 0, 0, {0,NULL}, {0,NULL} }
 
 
 /*

@@ -1,0 +1,15 @@
+#ifndef KIOSK_CBORINGSHA256_SHIM_H
+#define KIOSK_CBORINGSHA256_SHIM_H
+#include <stddef.h>
+#include <stdint.h>
+
+// BoringSSL's SHA256_TransformBlocks, as swift-crypto builds it (every symbol
+// prefixed CCryptoBoringSSL_): compresses `num_blocks` 64-byte blocks of
+// `data` into the hash state `state` (SHA-256's eight 32-bit words), on the
+// CPU's SHA instructions or its vector units when it has them. swift-crypto
+// links it into every program that uses `Crypto` but does not export its
+// header as a module, so it is declared here; KioskAPI's SHA256Chain tests
+// check it against Crypto's SHA256, and a rename in swift-crypto fails the link.
+void CCryptoBoringSSL_SHA256_TransformBlocks(uint32_t state[8], const uint8_t *data, size_t num_blocks);
+
+#endif

@@ -1,0 +1,76 @@
+import Crypto
+import KioskAPI
+import Testing
+
+/// SHA256Hasher: the same digest as Crypto's SHA256, in one piece, in uneven
+/// updates, and in pieces hashed apart from the states between them.
+@Suite struct SHA256HasherTests {
+    func bytes(_ count: Int, seed: UInt64 = 7) -> [UInt8] {
+        var generator = seed
+        return (0..<count).map { _ in
+            generator = generator &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return UInt8(truncatingIfNeeded: generator >> 33)
+        }
+    }
+
+    @Test func theDigestIsSHA256AtEveryLengthAroundThePadding() {
+        for count in [0, 1, 3, 55, 56, 57, 63, 64, 65, 119, 120, 127, 128, 129, 1000, 65_536 + 17] {
+            let input = bytes(count)
+            var hasher = SHA256Hasher()
+            hasher.update(input)
+            #expect(hasher.finalize() == Array(SHA256.hash(data: input)), "length \(count)")
+            #expect(hasher.count == UInt64(count))
+            // finalize leaves the hasher as it was.
+            #expect(hasher.finalize() == Array(SHA256.hash(data: input)))
+        }
+        // The known answer for "abc" (FIPS 180-4's example).
+        var abc = SHA256Hasher()
+        abc.update(Array("abc".utf8))
+        #expect(abc.finalize().hexString == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+
+    @Test func unevenUpdatesGiveTheSameDigest() {
+        let input = bytes(10_000, seed: 11)
+        var hasher = SHA256Hasher()
+        var at = 0
+        for step in [1, 62, 1, 64, 130, 7, 500, 63, 65] + Array(repeating: 997, count: 20) where at < input.count {
+            let end = min(at + step, input.count)
+            input[at..<end].withUnsafeBytes { hasher.update($0) }
+            at = end
+        }
+        input[at...].withUnsafeBytes { hasher.update($0) }
+        #expect(hasher.finalize() == Array(SHA256.hash(data: input)))
+    }
+
+    @Test func piecesHashedApartFromTheirStatesChainToTheWholeDigest() throws {
+        let input = bytes(64 * 100 + 33, seed: 3)
+        let pieces = [0..<64 * 10, 64 * 10..<64 * 64, 64 * 64..<input.count]
+        // The states a content service announces: the chaining value before each piece.
+        var serial = SHA256Hasher()
+        var announced: [SHA256Hasher.State] = []
+        for piece in pieces {
+            announced.append(try #require(serial.blockState))
+            input[piece].withUnsafeBytes { serial.update($0) }
+        }
+        #expect(announced[0] == .initial)
+        #expect(SHA256Hasher.State(bytes: announced[1].bytes) == announced[1])
+        #expect(SHA256Hasher.State(bytes: Array(announced[1].bytes.dropLast())) == nil)
+        // Each piece from its own state, as a client's cores would; each must end in the next one's state.
+        var ends: [SHA256Hasher] = []
+        for (number, piece) in pieces.enumerated() {
+            var hasher = SHA256Hasher(state: announced[number], count: UInt64(piece.lowerBound))
+            input[piece].withUnsafeBytes { hasher.update($0) }
+            ends.append(hasher)
+        }
+        #expect(ends[0].blockState == announced[1])
+        #expect(ends[1].blockState == announced[2])
+        #expect(ends[2].blockState == nil)
+        #expect(ends[2].finalize() == Array(SHA256.hash(data: input)))
+        // One changed byte in a piece breaks the chain at that piece's end.
+        var damaged = input
+        damaged[700] ^= 1
+        var hasher = SHA256Hasher(state: announced[1], count: UInt64(pieces[1].lowerBound))
+        damaged[pieces[1]].withUnsafeBytes { hasher.update($0) }
+        #expect(hasher.blockState != announced[2])
+    }
+}
