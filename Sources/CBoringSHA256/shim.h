@@ -8,8 +8,10 @@
 // `data` into the hash state `state` (SHA-256's eight 32-bit words), on the
 // CPU's SHA instructions or its vector units when it has them. swift-crypto
 // links it into every program that uses `Crypto` but does not export its
-// header as a module, so it is declared here; KioskAPI's SHA256Chain tests
+// header as a module, so it is declared here; KioskAPI's SHA256HasherTests
 // check it against Crypto's SHA256, and a rename in swift-crypto fails the link.
+// Not on Apple platforms, where swift-crypto is CryptoKit and links no
+// BoringSSL: SHA256Hasher uses its own Swift block function there.
 void CCryptoBoringSSL_SHA256_TransformBlocks(uint32_t state[8], const uint8_t *data, size_t num_blocks);
 
 #endif

@@ -338,6 +338,9 @@ public final class KioskDownload: Sendable {
                     guard header.startOffset == offset else {
                         throw KioskError(.downloadFailed, "the content service resumed at \(header.startOffset), not \(offset)")
                     }
+                    guard header.totalSize >= offset else {
+                        throw KioskError(.downloadFailed, "the content service resumed at \(offset) a file it says is \(header.totalSize) bytes")
+                    }
                     saved = PartialState(productID: productID, version: header.contentVersion, sha256: sha,
                                          totalSize: header.totalSize, chunkSize: header.chunkSize, bytesDone: offset)
                     file = try PrivateFiles.openForWriting(partialURL.path)
@@ -360,15 +363,16 @@ public final class KioskDownload: Sendable {
                 case (0, nil): chained = false
                 case (0, false?), (32, false?): break
                 case (32, _):
-                    guard chunk.offset % UInt64(SHA256Hasher.blockSize) == 0, let state = SHA256Hasher.State(bytes: chunk.sha256State) else {
-                        throw KioskError(.downloadFailed, "chunk \(chunk.index) announces a SHA-256 state at offset \(chunk.offset), not a multiple of 64")
+                    guard let state = SHA256Hasher.State(bytes: chunk.sha256State),
+                          let hasher = SHA256Hasher(state: state, count: chunk.offset) else {
+                        throw KioskError(.downloadFailed, "the content service announced a SHA-256 state for chunk \(chunk.index) at offset \(chunk.offset), not a multiple of 64")
                     }
                     chained = true
-                    hashFrom = SHA256Hasher(state: state, count: chunk.offset)
+                    hashFrom = hasher
                 case (0, true?):
-                    throw KioskError(.downloadFailed, "chunk \(chunk.index) announces no SHA-256 state, though the chunks before it did")
+                    throw KioskError(.downloadFailed, "the content service stopped announcing SHA-256 states at chunk \(chunk.index)")
                 default:
-                    throw KioskError(.downloadFailed, "chunk \(chunk.index)'s SHA-256 state is \(chunk.sha256State.count) bytes, not 32")
+                    throw KioskError(.downloadFailed, "the content service announced a \(chunk.sha256State.count)-byte SHA-256 state for chunk \(chunk.index), not 32 bytes")
                 }
                 // Inflated (and hashed, with a state) on the other cores while the chunks before it are written here.
                 pipeline.submit(chunk, hashFrom: hashFrom)
@@ -381,11 +385,12 @@ public final class KioskDownload: Sendable {
             // The file changed since the partial download (a new version, or a smaller one the saved
             // offset lies beyond), or the partial is not what it was (it does not hash to the state the
             // first chunk after it announces): start over from 0, once.
+            client.configuration.logger.warning("download of \(productID): \(error is RestartFromScratch ? "the partial file is not what the content service has" : "the file shrank below the partial") (resumed at \(resumedFrom) bytes); starting over")
             discardPartial()
             return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers, notReadyRetries: notReadyRetries)
         } catch let mismatch as HashMismatch {
             discardPartial()
-            throw KioskError(.downloadFailed, "the downloaded file's SHA-256 does not match (the bytes before chunk \(mismatch.index) do not hash to the state it announces); it was removed")
+            throw KioskError(.downloadFailed, "the downloaded file's SHA-256 does not match: the bytes before chunk \(mismatch.index) do not hash to the SHA-256 state the content service announced for it; the partial file was removed")
         } catch let error as RPCError {
             // What was fetched and checked is kept for the resume (or the retry below); a save that
             // failed ends the download with its error instead: nothing written after it can be trusted.

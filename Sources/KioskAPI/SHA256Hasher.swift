@@ -1,4 +1,6 @@
+#if !canImport(Darwin)
 import CBoringSHA256
+#endif
 
 /// SHA-256 with its chaining value in the open, so that a long input can be
 /// hashed in pieces on several cores and still give the one SHA-256 of the
@@ -14,7 +16,9 @@ import CBoringSHA256
 ///
 /// The blocks are compressed by swift-crypto's BoringSSL (on the CPU's SHA
 /// instructions or vector units when it has them): the same speed as
-/// `Crypto.SHA256`, whose state cannot be read or set.
+/// `Crypto.SHA256`, whose state cannot be read or set. On Apple platforms,
+/// where swift-crypto is CryptoKit and links no BoringSSL, by
+/// ``compressPortably(_:data:blocks:)`` (checked against BoringSSL's on Linux).
 public struct SHA256Hasher: Sendable {
     /// Bytes per SHA-256 block.
     public static let blockSize = 64
@@ -64,9 +68,10 @@ public struct SHA256Hasher: Sendable {
     }
 
     /// A hasher that goes on from `state`, the chaining value after `count`
-    /// bytes of an input (`count` a multiple of 64).
-    public init(state: State, count: UInt64) {
-        precondition(count % UInt64(Self.blockSize) == 0, "a SHA-256 state lies between whole blocks")
+    /// bytes of an input; nil unless `count` is a multiple of 64 (a state lies
+    /// between whole blocks).
+    public init?(state: State, count: UInt64) {
+        guard count % UInt64(Self.blockSize) == 0 else { return nil }
         self.state = state
         self.count = count
     }
@@ -114,9 +119,50 @@ public struct SHA256Hasher: Sendable {
     }
 
     private mutating func compress(_ data: UnsafeRawPointer, blocks: Int) {
-        withUnsafeMutableBytes(of: &state.words) { words in
-            CCryptoBoringSSL_SHA256_TransformBlocks(
-                words.baseAddress!.assumingMemoryBound(to: UInt32.self), data.assumingMemoryBound(to: UInt8.self), blocks)
+        #if canImport(Darwin)
+        Self.compressPortably(&state.words, data: data, blocks: blocks)
+        #else
+        withUnsafeMutablePointer(to: &state.words) { pointer in
+            pointer.withMemoryRebound(to: UInt32.self, capacity: 8) { words in
+                CCryptoBoringSSL_SHA256_TransformBlocks(words, data.assumingMemoryBound(to: UInt8.self), blocks)
+            }
+        }
+        #endif
+    }
+
+    /// SHA-256's block function in Swift (FIPS 180-4, 6.2.2), for platforms
+    /// without BoringSSL: compresses `blocks` 64-byte blocks at `data` into `words`.
+    static func compressPortably(_ words: inout SIMD8<UInt32>, data: UnsafeRawPointer, blocks: Int) {
+        @inline(__always) func rotate(_ x: UInt32, _ n: UInt32) -> UInt32 { x >> n | x << (32 - n) }
+        var schedule = [UInt32](repeating: 0, count: 64)
+        for block in 0..<blocks {
+            let base = data + block * blockSize
+            for t in 0..<16 {
+                schedule[t] = (0..<4).reduce(0) { $0 << 8 | UInt32(base.load(fromByteOffset: t * 4 + $1, as: UInt8.self)) }
+            }
+            for t in 16..<64 {
+                let s0 = rotate(schedule[t - 15], 7) ^ rotate(schedule[t - 15], 18) ^ schedule[t - 15] >> 3
+                let s1 = rotate(schedule[t - 2], 17) ^ rotate(schedule[t - 2], 19) ^ schedule[t - 2] >> 10
+                schedule[t] = schedule[t - 16] &+ s0 &+ schedule[t - 7] &+ s1
+            }
+            var (a, b, c, d, e, f, g, h) = (words[0], words[1], words[2], words[3], words[4], words[5], words[6], words[7])
+            for t in 0..<64 {
+                let t1 = h &+ (rotate(e, 6) ^ rotate(e, 11) ^ rotate(e, 25)) &+ (e & f ^ ~e & g) &+ roundConstants[t] &+ schedule[t]
+                let t2 = (rotate(a, 2) ^ rotate(a, 13) ^ rotate(a, 22)) &+ (a & b ^ a & c ^ b & c)
+                (h, g, f, e, d, c, b, a) = (g, f, e, d &+ t1, c, b, a, t1 &+ t2)
+            }
+            words &+= SIMD8(a, b, c, d, e, f, g, h)
         }
     }
+
+    private static let roundConstants: [UInt32] = [
+        0x428a_2f98, 0x7137_4491, 0xb5c0_fbcf, 0xe9b5_dba5, 0x3956_c25b, 0x59f1_11f1, 0x923f_82a4, 0xab1c_5ed5,
+        0xd807_aa98, 0x1283_5b01, 0x2431_85be, 0x550c_7dc3, 0x72be_5d74, 0x80de_b1fe, 0x9bdc_06a7, 0xc19b_f174,
+        0xe49b_69c1, 0xefbe_4786, 0x0fc1_9dc6, 0x240c_a1cc, 0x2de9_2c6f, 0x4a74_84aa, 0x5cb0_a9dc, 0x76f9_88da,
+        0x983e_5152, 0xa831_c66d, 0xb003_27c8, 0xbf59_7fc7, 0xc6e0_0bf3, 0xd5a7_9147, 0x06ca_6351, 0x1429_2967,
+        0x27b7_0a85, 0x2e1b_2138, 0x4d2c_6dfc, 0x5338_0d13, 0x650a_7354, 0x766a_0abb, 0x81c2_c92e, 0x9272_2c85,
+        0xa2bf_e8a1, 0xa81a_664b, 0xc24b_8b70, 0xc76c_51a3, 0xd192_e819, 0xd699_0624, 0xf40e_3585, 0x106a_a070,
+        0x19a4_c116, 0x1e37_6c08, 0x2748_774c, 0x34b0_bcb5, 0x391c_0cb3, 0x4ed8_aa4a, 0x5b9c_ca4f, 0x682e_6ff3,
+        0x748f_82ee, 0x78a5_636f, 0x84c8_7814, 0x8cc7_0208, 0x90be_fffa, 0xa450_6ceb, 0xbef9_a3f7, 0xc671_78f2,
+    ]
 }

@@ -1,5 +1,5 @@
 import Crypto
-import KioskAPI
+@testable import KioskAPI
 import Testing
 
 /// SHA256Hasher: the same digest as Crypto's SHA256, in one piece, in uneven
@@ -27,6 +27,29 @@ import Testing
         var abc = SHA256Hasher()
         abc.update(Array("abc".utf8))
         #expect(abc.finalize().hexString == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+
+    /// The state's wire form, fixed independently of this code: the initial value as FIPS 180-4 writes it, and
+    /// the state after the one padded block of "abc", which is that message's digest.
+    @Test func theStateIsBigEndianOnTheWire() throws {
+        #expect(SHA256Hasher.State.initial.bytes.hexString == "6a09e667bb67ae853c6ef372a54ff53a510e527f9b05688c1f83d9ab5be0cd19")
+        var block = Array("abc".utf8) + [0x80] + [UInt8](repeating: 0, count: 52)
+        block += [0, 0, 0, 0, 0, 0, 0, 24]
+        var hasher = SHA256Hasher()
+        hasher.update(block)
+        let state = try #require(hasher.blockState)
+        #expect(state.bytes.hexString == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(SHA256Hasher.State(bytes: state.bytes) == state)
+    }
+
+    /// The Swift block function Apple platforms use gives BoringSSL's states.
+    @Test func thePortableBlockFunctionMatchesBoringSSL() {
+        let input = bytes(64 * 37, seed: 5)
+        var boring = SHA256Hasher()
+        boring.update(input)
+        var words = SHA256Hasher.State.initial.words
+        input.withUnsafeBytes { SHA256Hasher.compressPortably(&words, data: $0.baseAddress!, blocks: 37) }
+        #expect(SHA256Hasher.State(words: words) == boring.blockState)
     }
 
     @Test func unevenUpdatesGiveTheSameDigest() {
@@ -58,7 +81,7 @@ import Testing
         // Each piece from its own state, as a client's cores would; each must end in the next one's state.
         var ends: [SHA256Hasher] = []
         for (number, piece) in pieces.enumerated() {
-            var hasher = SHA256Hasher(state: announced[number], count: UInt64(piece.lowerBound))
+            var hasher = try #require(SHA256Hasher(state: announced[number], count: UInt64(piece.lowerBound)))
             input[piece].withUnsafeBytes { hasher.update($0) }
             ends.append(hasher)
         }
@@ -69,7 +92,8 @@ import Testing
         // One changed byte in a piece breaks the chain at that piece's end.
         var damaged = input
         damaged[700] ^= 1
-        var hasher = SHA256Hasher(state: announced[1], count: UInt64(pieces[1].lowerBound))
+        var hasher = try #require(SHA256Hasher(state: announced[1], count: UInt64(pieces[1].lowerBound)))
+        #expect(SHA256Hasher(state: announced[1], count: 65) == nil, "a state lies between whole blocks")
         damaged[pieces[1]].withUnsafeBytes { hasher.update($0) }
         #expect(hasher.blockState != announced[2])
     }

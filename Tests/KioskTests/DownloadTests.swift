@@ -110,16 +110,23 @@ import Testing
         }
     }
 
-    /// A content service whose announced states do not chain (here a damaged preparation: chunk 5's state altered)
-    /// fails the download where the chain breaks, and removes the partial: nothing unchecked is kept.
-    @Test func statesThatDoNotChainFailTheDownload() async throws {
+    /// A content service whose announced states are wrong (here a damaged preparation: chunk 5's state altered)
+    /// fails the download at that chunk with a message that says what is wrong. States that do not chain remove the
+    /// partial (nothing unchecked is kept); a stream that stops announcing states, or announces one that is not
+    /// 32 bytes, is refused as the content service's fault.
+    @Test(arguments: [
+        (String(repeating: "ab", count: 32), "do not hash to the SHA-256 state the content service announced for it"),
+        ("", "stopped announcing SHA-256 states at chunk 5"),
+        ("abcdef", "3-byte SHA-256 state for chunk 5"),
+    ])
+    func wrongStatesFailTheDownload(state: String, message: String) async throws {
         let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 4 << 20)) ?? Data())
         let session = try await KioskTestSession.start(content: ["book.swift": book], tls: false)
         do {
             // A second content service over the same prepared files, its index altered on disk first.
             let prepared = session.contentDirectory + "/.kiosk-prepared"
             let indexPath = prepared + "/" + (try #require(FileManager.default.subpaths(atPath: prepared)?.first { $0.hasSuffix("index.json") }))
-            #expect(try Self.alterState(ofChunk: 5, inIndex: indexPath) == 16)
+            #expect(try Self.alterState(ofChunk: 5, to: state, inIndex: indexPath) == 16)
             let credential = try session.store.createServiceCredential(role: .content, name: "altered").secret
             let altered = try ContentServer(configuration: ContentConfiguration(
                 contentDirectory: session.contentDirectory, storePort: session.storePort, storeCredential: credential))
@@ -138,9 +145,12 @@ import Testing
             defer { try? FileManager.default.removeItem(at: directory) }
             let download = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
             let error = await #expect(throws: KioskError.self) { _ = try await download.result() }
-            #expect(error?.code == .downloadFailed && error?.message.contains("chunk 5") == true, "\(String(describing: error))")
-            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path))
-            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial.json").path))
+            #expect(error?.code == .downloadFailed && error?.message.contains(message) == true, "\(String(describing: error))")
+            if state.count == 64 {
+                #expect(error?.message.contains("chunk 5") == true)
+                #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path))
+                #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial.json").path))
+            }
             #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("book.swift").path))
             await kiosk.close()
             await altered.shutdown()
@@ -151,13 +161,13 @@ import Testing
         await session.shutdown()
     }
 
-    /// Sets chunk `number`'s SHA-256 state in a prepared index to something else; returns how many chunks it has.
-    static func alterState(ofChunk number: Int, inIndex path: String) throws -> Int {
+    /// Sets chunk `number`'s SHA-256 state (hex) in a prepared index; returns how many chunks it has.
+    static func alterState(ofChunk number: Int, to state: String, inIndex path: String) throws -> Int {
         guard var index = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any],
               var chunks = index["chunks"] as? [[String: Any]], chunks.count > number else {
             throw KioskError(.downloadFailed, "no chunk \(number) in \(path)")
         }
-        chunks[number]["sha256State"] = String(repeating: "ab", count: 32)
+        chunks[number]["sha256State"] = state
         index["chunks"] = chunks
         try JSONSerialization.data(withJSONObject: index).write(to: URL(fileURLWithPath: path))
         return chunks.count
@@ -187,10 +197,12 @@ import Testing
 
             let second = try session.makeClient(account: account)
             let resumed = second.download(productID: "book.swift", transaction: transaction, to: directory)
-            var firstActive: DownloadEvent?
-            for await event in resumed.events where event.state == .active && firstActive == nil { firstActive = event }
-            #expect((firstActive?.bytesDone ?? 0) >= 256 * 1024, "resumed from the last complete chunk, not from 0")
-            #expect((firstActive?.bytesDone ?? 0) < UInt64(book.count))
+            var progress: [UInt64] = []
+            for await event in resumed.events where event.state == .active { progress.append(event.bytesDone) }
+            #expect((progress.first ?? 0) >= 256 * 1024, "resumed from the last complete chunk, not from 0")
+            #expect((progress.first ?? 0) < UInt64(book.count))
+            // The partial's SHA-256 state, read back from disk, is the one the next chunk announces: no start over.
+            #expect(progress == progress.sorted(), "the resume went on without starting over: \(progress.prefix(4))")
             let file = try await resumed.result()
             #expect([UInt8](try Data(contentsOf: file)) == book)
             await second.close()
