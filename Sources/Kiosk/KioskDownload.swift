@@ -357,25 +357,8 @@ public final class KioskDownload: Sendable {
                     throw KioskError(.downloadFailed, "chunk \(chunk.index) claims \(chunk.originalLength) bytes, more than a chunk holds or the file has left")
                 }
                 received += UInt64(chunk.originalLength)
-                // A stream's chunks all announce their SHA-256 state or none do; the first one decides.
-                var hashFrom: SHA256Hasher?
-                switch (chunk.sha256State.count, chained) {
-                case (0, nil): chained = false
-                case (0, false?), (32, false?): break
-                case (32, _):
-                    guard let state = SHA256Hasher.State(bytes: chunk.sha256State),
-                          let hasher = SHA256Hasher(state: state, count: chunk.offset) else {
-                        throw KioskError(.downloadFailed, "the content service announced a SHA-256 state for chunk \(chunk.index) at offset \(chunk.offset), not a multiple of 64")
-                    }
-                    chained = true
-                    hashFrom = hasher
-                case (0, true?):
-                    throw KioskError(.downloadFailed, "the content service stopped announcing SHA-256 states at chunk \(chunk.index)")
-                default:
-                    throw KioskError(.downloadFailed, "the content service announced a \(chunk.sha256State.count)-byte SHA-256 state for chunk \(chunk.index), not 32 bytes")
-                }
                 // Inflated (and hashed, with a state) on the other cores while the chunks before it are written here.
-                pipeline.submit(chunk, hashFrom: hashFrom)
+                pipeline.submit(chunk, hashFrom: try Self.hashStart(of: chunk, chained: &chained))
                 while pipeline.count > pipeline.width, let inflated = try await pipeline.next() {
                     try write(inflated)
                 }
@@ -465,6 +448,32 @@ public final class KioskDownload: Sendable {
     }
 
     private struct RestartFromScratch: Error {}
+
+    /// Where `chunk` is hashed from: the SHA-256 state it announces, or nil when the stream's chunks are
+    /// hashed in order. A stream's chunks all announce their state or none do; the first one decides
+    /// (`chained`, nil before it).
+    /// - Throws: ``KioskError`` for a stream that stops announcing states, a state that is not 32 bytes,
+    ///   or one at an offset that is not a multiple of 64.
+    static func hashStart(of chunk: ContentV1.DownloadChunk, chained: inout Bool?) throws -> SHA256Hasher? {
+        switch (chunk.sha256State.count, chained) {
+        case (0, nil):
+            chained = false
+            return nil
+        case (0, false?), (32, false?):
+            return nil
+        case (32, _):
+            guard let state = SHA256Hasher.State(bytes: chunk.sha256State),
+                  let hasher = SHA256Hasher(state: state, count: chunk.offset) else {
+                throw KioskError(.downloadFailed, "the content service announced a SHA-256 state for chunk \(chunk.index) at offset \(chunk.offset), not a multiple of 64")
+            }
+            chained = true
+            return hasher
+        case (0, true?):
+            throw KioskError(.downloadFailed, "the content service stopped announcing SHA-256 states at chunk \(chunk.index)")
+        default:
+            throw KioskError(.downloadFailed, "the content service announced a \(chunk.sha256State.count)-byte SHA-256 state for chunk \(chunk.index), not 32 bytes")
+        }
+    }
 
     /// The bytes before a chunk do not hash to the SHA-256 state the chunk announces.
     private struct HashMismatch: Error {

@@ -60,15 +60,36 @@ public final class PreparedContent: Sendable {
     /// Sum of the stored chunk sizes.
     public var compressedSize: UInt64 { chunks.reduce(0) { $0 + UInt64($1.storedLength) } }
 
-    private init(entry: ManifestEntry, index: PreparedIndex, descriptor: Int32, reused: Bool) {
+    private init(entry: ManifestEntry, index: PreparedIndex, digests: Digests, descriptor: Int32, reused: Bool) {
         self.entry = entry
         self.originalSize = index.sourceSize
         self.chunkSize = index.chunkSize
-        self.sha256 = Self.bytes(hex: index.sha256)
+        self.sha256 = digests.sha256
         self.chunks = index.chunks
-        self.chunkStates = index.chunks.map { Self.bytes(hex: $0.sha256State) }
+        self.chunkStates = digests.states
         self.reused = reused
         self.descriptor = descriptor
+    }
+
+    /// An index's SHA-256 and chunk states as bytes.
+    private struct Digests {
+        var sha256: [UInt8]
+        var states: [[UInt8]]
+
+        /// Nil unless the SHA-256 is 32 bytes of hex and the states are all 32 bytes or all empty
+        /// (a damaged index, which is prepared again rather than served).
+        init?(_ index: PreparedIndex) {
+            guard let sha256 = [UInt8](hex: index.sha256), sha256.count == 32 else { return nil }
+            var states: [[UInt8]] = []
+            states.reserveCapacity(index.chunks.count)
+            for chunk in index.chunks {
+                guard let state = [UInt8](hex: chunk.sha256State), state.count == 32 || state.isEmpty else { return nil }
+                states.append(state)
+            }
+            guard states.allSatisfy(\.isEmpty) || states.allSatisfy({ !$0.isEmpty }) else { return nil }
+            self.sha256 = sha256
+            self.states = states
+        }
     }
 
     deinit { close(descriptor) }
@@ -103,8 +124,9 @@ public final class PreparedContent: Sendable {
            index.format == PreparedIndex.format, index.productID == entry.productID, index.version == entry.version,
            index.sourceSize == size, index.sourceModifiedNs == modifiedNs, index.chunkSize == chunkSize,
            let (storedSize, _) = try? fileStatus(chunksPath),
-           storedSize == index.chunks.reduce(0, { $0 + UInt64($1.storedLength) }) {
-            return PreparedContent(entry: entry, index: index, descriptor: try open(chunksPath), reused: true)
+           storedSize == index.chunks.reduce(0, { $0 + UInt64($1.storedLength) }),
+           let digests = Digests(index) {
+            return PreparedContent(entry: entry, index: index, digests: digests, descriptor: try open(chunksPath), reused: true)
         }
 
         // Prepare into temporary files, then rename: a crash leaves the old preparation or none.
@@ -145,7 +167,8 @@ public final class PreparedContent: Sendable {
         _ = try? FileManager.default.removeItem(atPath: indexPath)
         try replace(chunksPath, with: temporaryChunks)
         try replace(indexPath, with: temporaryIndex)
-        return PreparedContent(entry: entry, index: index, descriptor: try open(chunksPath), reused: false)
+        guard let digests = Digests(index) else { throw ManifestError(message: "the preparation of \(entry.productID) made a malformed index") }
+        return PreparedContent(entry: entry, index: index, digests: digests, descriptor: try open(chunksPath), reused: false)
     }
 
     private static func replace(_ path: String, with temporary: String) throws {
@@ -162,16 +185,5 @@ public final class PreparedContent: Sendable {
         var info = stat()
         guard stat(path, &info) == 0 else { throw ManifestError(message: "cannot stat \(path): errno \(errno)") }
         return (UInt64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
-    }
-
-
-    static func bytes(hex: String) -> [UInt8] {
-        var out: [UInt8] = []
-        var iterator = hex.utf8.makeIterator()
-        while let high = iterator.next(), let low = iterator.next() {
-            func value(_ c: UInt8) -> UInt8 { c <= 57 ? c - 48 : (c | 0x20) - 87 }
-            out.append(value(high) << 4 | value(low))
-        }
-        return out
     }
 }

@@ -149,6 +149,15 @@ import Testing
         #expect(second.items.map(\.sha256) == first.items.map(\.sha256))
         let again = try FileManager.default.attributesOfItem(atPath: directory + "/.kiosk-prepared/" + chunksFile)[.modificationDate] as? Date
         #expect(stamp == again, "prepared files untouched")
+        // An index damaged on disk (a state that is not hex) is prepared again, not served or trapped on.
+        let indexPath = directory + "/.kiosk-prepared/" + (chunksFile as NSString).deletingLastPathComponent + "/index.json"
+        let index = try String(contentsOfFile: indexPath, encoding: .utf8)
+        let firstState = try #require(second.items.first { indexPath.contains(Array(SHA256.hash(data: Array($0.entry.productID.utf8))).hexString) }?
+            .chunkStates.first?.hexString)
+        try index.replacingOccurrences(of: firstState, with: "!!" + firstState.dropFirst(2)).write(toFile: indexPath, atomically: true, encoding: .utf8)
+        let repaired = try await open()
+        #expect(repaired.items.filter { !$0.reused }.count == 1, "the damaged one is prepared again")
+        #expect(repaired.items.allSatisfy { $0.chunkStates.allSatisfy { $0.count == 32 } })
         // Change one file: that one is prepared again, the other reused.
         try Data(proseBytes(3 << 20)).write(to: URL(fileURLWithPath: directory + "/files/book.swift.bin"))
         let third = try await open()
