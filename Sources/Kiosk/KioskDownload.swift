@@ -359,7 +359,7 @@ public final class KioskDownload: Sendable {
                 received += UInt64(chunk.originalLength)
                 // Inflated (and hashed, with a state) on the other cores while the chunks before it are written here.
                 pipeline.submit(chunk, hashFrom: try Self.hashStart(of: chunk, chained: &chained))
-                while pipeline.count > pipeline.width, let inflated = try await pipeline.next() {
+                while pipeline.count > pipeline.capacity, let inflated = try await pipeline.next() {
                     try write(inflated)
                 }
             }

@@ -97,4 +97,42 @@ import Testing
         damaged[pieces[1]].withUnsafeBytes { hasher.update($0) }
         #expect(hasher.blockState != announced[2])
     }
+
+    /// Every lane variant this CPU has (and none: one input at a time) gives each hasher what
+    /// `update(_:)` alone gives it: inputs of one length and of several, hashers in the middle of a
+    /// block, pieces shorter than a block, more inputs than lanes and fewer than pay for them.
+    @Test func inputsHashedInLanesGiveWhatEachGivesAlone() {
+        let variants: [Int32] = [0] + (SHA256Hasher.laneVariant >= 1 ? [1] : []) + (SHA256Hasher.laneVariant >= 2 ? [2] : [])
+        let cases: [[Int]] = [
+            Array(repeating: 4096, count: 8),                 // one full group
+            Array(repeating: 4096, count: 11),                // a group and a tail of 3
+            [640, 4096, 64, 63, 0, 8192, 4096 + 17, 1000, 128], // lengths of every kind
+            [4096, 4096],                                     // fewer than an AVX2 group pays for
+            Array(repeating: 256 * 1024, count: 8),           // a download's chunks
+        ]
+        for variant in variants {
+            for (number, lengths) in cases.enumerated() {
+                let inputs = lengths.enumerated().map { bytes($1, seed: UInt64(number * 100 + $0)) }
+                // Hashers that already hold some bytes: whole blocks (a chunk's announced state), or half a block.
+                let starts = lengths.indices.map { bytes($0 % 3 == 2 ? 32 : 64 * ($0 % 3), seed: UInt64(900 + $0)) }
+                var alone = starts.map { start -> SHA256Hasher in var hasher = SHA256Hasher(); hasher.update(start); return hasher }
+                var together = alone
+                for index in alone.indices { alone[index].update(inputs[index]) }
+                let buffers = inputs.map { input -> UnsafeMutableRawBufferPointer in
+                    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(input.count, 1), alignment: 64)
+                    input.withUnsafeBytes { buffer.copyMemory(from: $0) }
+                    return buffer
+                }
+                defer { buffers.forEach { $0.deallocate() } }
+                let pieces = zip(buffers, inputs).map { UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer($0)[0..<$1.count]) }
+                SHA256Hasher.update(lanes: &together, with: pieces, variant: variant)
+                for index in alone.indices {
+                    #expect(together[index].count == alone[index].count, "variant \(variant), case \(number), input \(index)")
+                    #expect(together[index].finalize() == alone[index].finalize(), "variant \(variant), case \(number), input \(index)")
+                    #expect(together[index].finalize() == Array(SHA256.hash(data: starts[index] + inputs[index])))
+                }
+            }
+        }
+        #expect(SHA256Hasher.lanes == (SHA256Hasher.laneVariant > 0 ? 8 : 1))
+    }
 }

@@ -39,4 +39,48 @@ import Testing
         pipeline.cancelAll()
         #expect(try await pipeline.next() == nil)
     }
+
+    /// With states, chunks go to the tasks in groups (8 lanes): they still come back in order, each
+    /// hashed from its state to the state of the next, and a damaged one in the middle of a group
+    /// fails after the chunks before it.
+    @Test func chunksWithStatesAreHashedInGroupsAndComeBackInOrder() async throws {
+        let size = 4096
+        let file = (0..<(19 * size + 100)).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) }
+        let count = (file.count + size - 1) / size
+        var states: [SHA256Hasher] = []
+        var running = SHA256Hasher()
+        for index in 0..<count {
+            states.append(running)
+            running.update(Array(file[(index * size)..<min(file.count, (index + 1) * size)]))
+        }
+        for lanes in [8, 1] {
+            for damaged in [nil, 10] as [Int?] {
+                var pipeline = ChunkPipeline(width: 2, lanes: lanes)
+                for index in 0..<count {
+                    let piece = Array(file[(index * size)..<min(file.count, (index + 1) * size)])
+                    var chunk = chunk(index, piece, crc: index == damaged ? Zlib.crc32(piece) ^ 1 : nil)
+                    chunk.offset = UInt64(index * size)
+                    pipeline.submit(chunk, hashFrom: states[index])
+                }
+                #expect(pipeline.count == count)
+                #expect(pipeline.capacity == 2 * lanes)
+                var hasher = SHA256Hasher()
+                for index in 0..<(damaged ?? count) {
+                    let inflated = try #require(try await pipeline.next())
+                    #expect(inflated.index == UInt32(index) && inflated.hashedFrom == hasher.blockState)
+                    hasher.update(inflated.bytes)
+                    #expect(inflated.hashed?.state == hasher.state && inflated.hashed?.count == hasher.count, "lanes \(lanes), chunk \(index)")
+                    pipeline.recycle(inflated)
+                }
+                if damaged != nil {
+                    await #expect(throws: KioskError.self, "the damaged chunk, after those before it") { _ = try await pipeline.next() }
+                    pipeline.cancelAll()
+                    #expect(pipeline.count == 0)
+                } else {
+                    #expect(hasher.finalize() == running.finalize())
+                }
+                #expect(try await pipeline.next() == nil)
+            }
+        }
+    }
 }
