@@ -96,8 +96,10 @@ static void sha256_x8_avx512vl(uint32_t state[64], const uint8_t *const data[8],
     BODY(ROR5, XOR3_5, CH5, MAJ5)
 }
 
-static int detect(void) {
+/* What the CPU can run: 0 none, 1 AVX2, 2 AVX-512VL (with AVX2); `sha`: it has the SHA instructions. */
+static int detect(int *sha) {
     unsigned a, b, c, d;
+    *sha = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     // The OS must save the vector registers (OSXSAVE, then XCR0), and the CPU have AVX.
     if (!(c & (1u << 27)) || !(c & (1u << 28))) return 0;
@@ -105,33 +107,52 @@ static int detect(void) {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     if ((lo & 0x6) != 0x6) return 0;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    if (b & (1u << 29)) return 0;  // SHA instructions: BoringSSL's one stream is faster than 8 lanes.
+    *sha = (b >> 29) & 1;
+    if (!(b & (1u << 5))) return 0;  // AVX2: both variants use its instructions
     if ((b & (1u << 16)) && (b & (1u << 31)) && (lo & 0xe6) == 0xe6) return 2;  // AVX-512F, VL; opmask and ZMM state
-    if (b & (1u << 5)) return 1;  // AVX2
-    return 0;
+    return 1;
+}
+
+static int cachedSupported = -1, cachedSHA = -1;
+
+int kiosk_sha256_lanes_supported(void) {
+    int supported = __atomic_load_n(&cachedSupported, __ATOMIC_RELAXED);
+    if (supported < 0) {
+        int sha;
+        supported = detect(&sha);
+        __atomic_store_n(&cachedSHA, sha, __ATOMIC_RELAXED);
+        __atomic_store_n(&cachedSupported, supported, __ATOMIC_RELAXED);
+    }
+    return supported;
 }
 
 int kiosk_sha256_lanes_variant(void) {
-    static int cached = -1;
-    int variant = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (variant < 0) {
-        variant = detect();
-        __atomic_store_n(&cached, variant, __ATOMIC_RELAXED);
-    }
-    return variant;
+    int supported = kiosk_sha256_lanes_supported();
+#if defined(__APPLE__)
+    // swift-crypto is CryptoKit there, and SHA256Hasher's own block function is plain Swift: lanes win.
+    return supported;
+#else
+    // With SHA instructions BoringSSL's one stream is faster than 8 lanes.
+    return __atomic_load_n(&cachedSHA, __ATOMIC_RELAXED) ? 0 : supported;
+#endif
 }
 
-void kiosk_sha256_lanes_x8(int variant, uint32_t state[64], const uint8_t *const data[8], size_t blocks) {
+int kiosk_sha256_lanes_x8(int variant, uint32_t state[64], const uint8_t *const data[8], size_t blocks) {
+    if (variant < 1 || variant > kiosk_sha256_lanes_supported()) return -1;
     if (variant == 2) sha256_x8_avx512vl(state, data, blocks);
-    else if (variant == 1) sha256_x8_avx2(state, data, blocks);
+    else sha256_x8_avx2(state, data, blocks);
+    return 0;
 }
 
 #else
 
 int kiosk_sha256_lanes_variant(void) { return 0; }
 
-void kiosk_sha256_lanes_x8(int variant, uint32_t state[64], const uint8_t *const data[8], size_t blocks) {
+int kiosk_sha256_lanes_supported(void) { return 0; }
+
+int kiosk_sha256_lanes_x8(int variant, uint32_t state[64], const uint8_t *const data[8], size_t blocks) {
     (void)variant; (void)state; (void)data; (void)blocks;
+    return -1;
 }
 
 #endif

@@ -13,11 +13,13 @@ import NIOConcurrencyHelpers
 /// from its state, while its bytes are in cache (the caller checks that the
 /// states chain: see ``SHA256Hasher``). On a CPU whose vector units hash 8
 /// inputs at once (``SHA256Hasher/lanes``), a task takes a group of up to 8
-/// chunks (4 MiB at most), inflates them, then hashes them together. Each chunk is
+/// chunks (4 MiB at most), inflates them, then hashes them together; the
+/// groups in flight hold 32 MiB at most, whatever the number of cores. Each chunk is
 /// inflated straight into a buffer from a small pool (no fresh allocation,
 /// so no page faults, per chunk) and its CRC-32 checked there. A damaged
 /// chunk fails when its turn comes: every chunk before it has been handed
-/// back and written first.
+/// back and written first (the chunks after it in its group are dropped:
+/// after a failure the caller cancels the rest).
 ///
 /// Used by one task (the download's); the inflating runs in child tasks.
 struct ChunkPipeline {
@@ -39,6 +41,8 @@ struct ChunkPipeline {
     struct Batch: @unchecked Sendable {
         var chunks: [Inflated] = []
         var failure: Error?
+        /// The chunks after the failed one, never inflated.
+        var skipped = 0
     }
 
     /// A chunk handed in and not yet given to a task, with the state it is hashed from.
@@ -53,25 +57,30 @@ struct ChunkPipeline {
     private let lanes: Int
     /// The most chunk bytes a group holds.
     static let groupBytes = 4 << 20
+    /// The most chunk bytes the groups in flight hold, together.
+    static let inFlightBytes = 32 << 20
     private let pool = Pool()
     private var inFlight: [Task<Batch, Never>] = []
     private var first = 0
     private var waiting: [Waiting] = []
+    private var waitingBytes = 0
     /// The chunks of the oldest task, being handed back.
     private var ready = Batch()
     private var readyIndex = 0
     /// Chunks handed in and not yet handed back.
     private(set) var count = 0
-    /// The size of the latest group (from the latest chunk's length).
+    /// The size of a group (from the latest chunk's length), and how many may be in flight.
     private var groupSize = 1
+    private var tasks: Int
 
     init(width: Int = max(2, ProcessInfo.processInfo.activeProcessorCount), lanes: Int = SHA256Hasher.lanes) {
         self.width = width
         self.lanes = max(1, lanes)
+        self.tasks = width
     }
 
     /// How many chunks may be handed in and not back before the caller should take one: a group per task.
-    var capacity: Int { width * groupSize }
+    var capacity: Int { tasks * groupSize }
 
     /// Starts inflating and checking `chunk`, and hashing it from `hashFrom`
     /// when given (the chunk's announced state, at its offset); chunks with
@@ -79,8 +88,17 @@ struct ChunkPipeline {
     mutating func submit(_ chunk: ContentV1.DownloadChunk, hashFrom: SHA256Hasher? = nil) {
         count += 1
         waiting.append(Waiting(chunk: chunk, hashFrom: hashFrom))
-        groupSize = hashFrom == nil ? 1 : min(lanes, max(1, Self.groupBytes / max(Int(chunk.originalLength), 1)))
-        if waiting.count >= groupSize { startWaiting() }
+        let length = max(Int(chunk.originalLength), 1)
+        waitingBytes += length
+        groupSize = hashFrom == nil ? 1 : min(lanes, max(1, Self.groupBytes / length))
+        tasks = max(1, min(width, Self.inFlightBytes / (groupSize * length)))
+        pool.keep((tasks + 2) * groupSize)
+        if waiting.count >= groupSize || waitingBytes >= Self.groupBytes { startWaiting() }
+    }
+
+    /// The stream has ended: the last group, however small, starts now (beside those still in flight).
+    mutating func finish() {
+        startWaiting()
     }
 
     /// The oldest chunk submitted, once inflated and checked; nil when none is left.
@@ -94,6 +112,7 @@ struct ChunkPipeline {
             }
             if let failure = ready.failure {
                 ready.failure = nil
+                count -= 1 + ready.skipped
                 throw failure
             }
             if first == inFlight.count {
@@ -125,6 +144,7 @@ struct ChunkPipeline {
         inFlight.removeAll()
         first = 0
         waiting.removeAll()
+        waitingBytes = 0
         for chunk in ready.chunks[readyIndex...] { pool.recycle(chunk.buffer) }
         ready = Batch()
         readyIndex = 0
@@ -136,6 +156,7 @@ struct ChunkPipeline {
         guard !waiting.isEmpty else { return }
         let group = waiting
         waiting.removeAll(keepingCapacity: true)
+        waitingBytes = 0
         let pool = self.pool
         inFlight.append(Task.detached { Self.run(group, pool: pool) })
     }
@@ -144,15 +165,13 @@ struct ChunkPipeline {
     private static func run(_ group: [Waiting], pool: Pool) -> Batch {
         var batch = Batch()
         batch.chunks.reserveCapacity(group.count)
-        for waiting in group {
-            if Task.isCancelled {
-                batch.failure = CancellationError()
-                break
-            }
+        for (position, waiting) in group.enumerated() {
             do {
+                try Task.checkCancellation()
                 batch.chunks.append(try inflate(waiting.chunk, hashFrom: waiting.hashFrom, pool: pool))
             } catch {
                 batch.failure = error
+                batch.skipped = group.count - position - 1
                 break
             }
         }
@@ -200,7 +219,12 @@ struct ChunkPipeline {
 
     /// Buffers and inflaters, reused from chunk to chunk.
     final class Pool: Sendable {
-        private let state = NIOLockedValueBox<(buffers: [ChunkBuffer], inflaters: [UncheckedInflater])>(([], []))
+        private let state = NIOLockedValueBox<(buffers: [ChunkBuffer], inflaters: [UncheckedInflater], limit: Int)>(([], [], 16))
+
+        /// Keeps up to `limit` buffers for reuse (what the pipeline has out at once, at most).
+        func keep(_ limit: Int) {
+            state.withLockedValue { $0.limit = max(limit, 4) }
+        }
 
         func buffer(capacity: Int) -> ChunkBuffer {
             let reused = state.withLockedValue { state -> ChunkBuffer? in
@@ -211,8 +235,8 @@ struct ChunkPipeline {
         }
 
         func recycle(_ buffer: ChunkBuffer) {
-            // A pipeline has at most (width + 1) groups of ≤ 8 chunks out at once; anything past that is let go.
-            state.withLockedValue { if $0.buffers.count < 32 { $0.buffers.append(buffer) } }
+            // Anything past what the pipeline has out at once (``keep(_:)``) is let go.
+            state.withLockedValue { if $0.buffers.count < $0.limit { $0.buffers.append(buffer) } }
         }
 
         func inflater() -> Zlib.Inflater {

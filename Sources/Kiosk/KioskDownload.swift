@@ -363,6 +363,7 @@ public final class KioskDownload: Sendable {
                     try write(inflated)
                 }
             }
+            pipeline.finish()
             while let inflated = try await pipeline.next() { try write(inflated) }
         } catch let error where error is RestartFromScratch || (resumedFrom > 0 && (error as? RPCError)?.code == .outOfRange) {
             // The file changed since the partial download (a new version, or a smaller one the saved

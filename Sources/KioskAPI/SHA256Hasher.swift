@@ -113,6 +113,9 @@ public struct SHA256Hasher: Sendable {
     /// environment turns the lanes off (to compare).
     public static var lanes: Int { laneVariant > 0 ? 8 : 1 }
 
+    /// The best variant the CPU can run, wanted or not (tests check each).
+    static var laneVariantsSupported: Int32 { kiosk_sha256_lanes_supported() }
+
     /// The C variant the lanes run (0: none, 1: AVX2, 2: AVX-512VL).
     static let laneVariant: Int32 = ProcessInfo.processInfo.environment["KIOSK_SHA256_LANES"] == "0" ? 0 : kiosk_sha256_lanes_variant()
 
@@ -150,7 +153,8 @@ public struct SHA256Hasher: Sendable {
                     for word in 0..<8 { words[lane * 8 + word] = hashers[index].state.words[word] }
                     data[lane] = pieces[index].baseAddress!.assumingMemoryBound(to: UInt8.self)
                 }
-                kiosk_sha256_lanes_x8(variant, &words, data, blocks)
+                // A variant the CPU cannot run compresses nothing: every input then goes one at a time.
+                guard kiosk_sha256_lanes_x8(variant, &words, data, blocks) == 0 else { break }
                 for (lane, index) in group.enumerated() {
                     for word in 0..<8 { hashers[index].state.words[word] = words[lane * 8 + word] }
                     hashers[index].count += UInt64(blocks * blockSize)

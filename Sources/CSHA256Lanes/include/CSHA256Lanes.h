@@ -13,14 +13,19 @@
 // is used. KioskAPI's SHA256Hasher.update(lanes:) is the caller; its tests
 // check every variant the CPU has against BoringSSL.
 
-/// What the CPU can run: 0 none (or SHA instructions, which BoringSSL uses
-/// on one stream faster), 1 AVX2, 2 AVX-512VL.
+/// The variant worth using here: 0 none (or, but on Apple platforms, a CPU
+/// with SHA instructions, which BoringSSL uses on one stream faster), 1 AVX2,
+/// 2 AVX-512VL.
 int kiosk_sha256_lanes_variant(void);
+
+/// The best variant the CPU can run at all (the SHA instructions aside): what tests check.
+int kiosk_sha256_lanes_supported(void);
 
 /// Compresses `blocks` 64-byte blocks of each of the 8 inputs `data[lane]`
 /// into `state[lane * 8 ..< lane * 8 + 8]` (SHA-256's eight words per lane),
-/// with `variant` (1 or 2, which the CPU must have). Every input must hold
-/// `blocks * 64` bytes; an unused lane may point at any readable memory of that size.
-void kiosk_sha256_lanes_x8(int variant, uint32_t state[64], const uint8_t *const data[8], size_t blocks);
+/// with `variant` (1 or 2). Every input must hold `blocks * 64` bytes; an
+/// unused lane may point at any readable memory of that size. Returns 0, or
+/// -1 without touching `state` when the CPU cannot run `variant`.
+int kiosk_sha256_lanes_x8(int variant, uint32_t state[64], const uint8_t *const data[8], size_t blocks);
 
 #endif
