@@ -108,9 +108,9 @@ public struct SHA256Hasher: Sendable {
     }
 
     /// How many inputs ``update(lanes:with:)`` compresses at once on this CPU:
-    /// 8 with AVX2 or AVX-512VL and no SHA instructions, else 1 (each input on
-    /// its own, as ``update(_:)`` does). `KIOSK_SHA256_LANES=0` in the
-    /// environment turns the lanes off (to compare).
+    /// 8 with AVX2 or AVX-512VL and no SHA instructions, in a build with
+    /// optimization, else 1 (each input on its own, as ``update(_:)`` does).
+    /// `KIOSK_SHA256_LANES=0` in the environment turns the lanes off (to compare).
     public static var lanes: Int { laneVariant > 0 ? 8 : 1 }
 
     /// The best variant the CPU can run, wanted or not (tests check each).
