@@ -97,6 +97,8 @@ final class ClientCall: @unchecked Sendable {
     private let sink: Sink
     /// Event loop only.
     var phase = Phase.pending
+    /// The call's timeout, once opened with one (event loop only): for the DEADLINE_EXCEEDED message.
+    var timeout: Duration?
 
     init(method: String, connection: NIOLoopBound<ClientConnectionHandler>, sink: Sink) {
         self.method = method

@@ -26,8 +26,6 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private(set) var context: ChannelHandlerContext?
     private var loopBoundSelf: NIOLoopBound<ClientConnectionHandler>?
     private var deadlines: CallDeadlines?
-    /// The timeouts of the calls that have one, for the DEADLINE_EXCEEDED message.
-    private var timeouts: [UInt32: (timeout: Duration, method: String)] = [:]
     /// Why the connection is failing, when known before it closes (keepalive, a bad frame).
     private var failure: RPCError?
     private var reportedUnusable = false
@@ -54,13 +52,15 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.loopBoundSelf = NIOLoopBound(self, eventLoop: context.eventLoop)
-        self.deadlines = CallDeadlines(eventLoop: context.eventLoop) { [weak self] id in self?.deadlinePassed(id) }
+        // A strong reference, released in handlerRemoved: a weak one would give the handler a side table,
+        // and every retain and release of it (several a call) the slow path.
+        self.deadlines = CallDeadlines(eventLoop: context.eventLoop) { id in self.deadlinePassed(id) }
     }
 
     private func deadlinePassed(_ id: UInt32) {
-        guard let (timeout, method) = timeouts.removeValue(forKey: id) else { return }
+        guard let call = machine.call(id), let timeout = call.timeout else { return }
         perform(machine.abandon(callID: id, error: RPCError(
-            .deadlineExceeded, "deadline of \(timeout) exceeded calling \(method)", source: .local)))
+            .deadlineExceeded, "deadline of \(timeout) exceeded calling \(call.method)", source: .local)))
     }
 
     // MARK: From callers (on the event loop)
@@ -77,7 +77,7 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             guard let context else { return }
             // The deadline first: a write that fails closes the channel, which clears the deadlines.
             if let timeout {
-                timeouts[id] = (timeout, call.method)
+                call.timeout = timeout
                 deadlines?.add(id, at: context.eventLoop.now + TimeAmount(timeout))
             }
             if firstUnflushedCallID == nil { firstUnflushedCallID = id }
@@ -202,15 +202,16 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         markUnusable()
         perform(machine.channelInactive(reason: failure, unsentFrom: firstUnflushedCallID))
         deadlines?.removeAll()
-        timeouts.removeAll()
         context.fireChannelInactive()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         gatherer.discard()
         self.context = nil
-        // The handler refers to itself through this box (for deadlines): let it go.
+        // The handler refers to itself through this box and its deadlines' callback: let them go.
         self.loopBoundSelf = nil
+        deadlines?.removeAll()
+        deadlines = nil
     }
 
     // MARK: Writing
@@ -280,7 +281,6 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private func stopDeadline(of call: ClientCall) {
         guard case .opened(let id) = call.phase else { return }
         deadlines?.remove(id)
-        timeouts.removeValue(forKey: id)
     }
 
     private func markUnusable() {

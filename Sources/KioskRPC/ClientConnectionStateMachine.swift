@@ -72,6 +72,11 @@ struct ClientConnectionStateMachine<Call> {
         }
     }
 
+    /// The open call `callID`, if any.
+    func call(_ callID: UInt32) -> Call? {
+        activeState()?.calls[callID]?.call
+    }
+
     /// The caller opens a call.
     mutating func openCall(_ call: Call, method: String) -> OnOpen {
         guard case .active(var active) = state else {

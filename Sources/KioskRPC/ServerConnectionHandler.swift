@@ -138,8 +138,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             remoteAddress = "\(address.ipAddress ?? "?"):\(address.port ?? 0)"
         }
         handshakeTimer = schedule(in: limits.handshakeTimeout) { $0.machine.handshakeTimedOut() }
-        deadlines = CallDeadlines(eventLoop: context.eventLoop) { [weak self] callID in
-            guard let self, let timeoutMs = self.resources[callID]?.timeoutMs else { return }
+        // A strong reference, released in handlerRemoved: a weak one would give the handler a side table,
+        // and every retain and release of it (several a call) the slow path.
+        deadlines = CallDeadlines(eventLoop: context.eventLoop) { callID in
+            guard let timeoutMs = self.resources[callID]?.timeoutMs else { return }
             self.openPendingCall()
             self.perform(self.machine.deadlineExpired(callID: callID, timeoutMs: timeoutMs))
         }
@@ -149,8 +151,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         gatherer.discard()
         handshakeTimer?.cancel()
         self.context = nil
-        // The handler refers to itself through this box (for timers and calls): let it go.
+        // The handler refers to itself through this box (for timers and calls) and its deadlines' callback: let them go.
         self.loopBoundSelf = nil
+        deadlines?.removeAll()
+        deadlines = nil
     }
 
     // MARK: Inbound
