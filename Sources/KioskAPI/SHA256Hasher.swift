@@ -110,14 +110,30 @@ public struct SHA256Hasher: Sendable {
     /// How many inputs ``update(lanes:with:)`` compresses at once on this CPU:
     /// 8 with AVX2 or AVX-512VL and no SHA instructions, in a build with
     /// optimization, else 1 (each input on its own, as ``update(_:)`` does).
-    /// `KIOSK_SHA256_LANES=0` in the environment turns the lanes off (to compare).
+    /// `KIOSK_SHA256_LANES=0` in the environment turns the lanes off, `avx2`
+    /// keeps them to AVX2 on a CPU with AVX-512VL (to compare).
     public static var lanes: Int { laneVariant > 0 ? 8 : 1 }
+
+    /// What ``update(lanes:with:)`` runs on: "AVX-512VL", "AVX2", or "none" (one input at a time).
+    public static var laneImplementation: String {
+        switch laneVariant {
+        case 2: "AVX-512VL"
+        case 1: "AVX2"
+        default: "none"
+        }
+    }
 
     /// The best variant the CPU can run, wanted or not (tests check each).
     static var laneVariantsSupported: Int32 { kiosk_sha256_lanes_supported() }
 
     /// The C variant the lanes run (0: none, 1: AVX2, 2: AVX-512VL).
-    static let laneVariant: Int32 = ProcessInfo.processInfo.environment["KIOSK_SHA256_LANES"] == "0" ? 0 : kiosk_sha256_lanes_variant()
+    static let laneVariant: Int32 = {
+        switch ProcessInfo.processInfo.environment["KIOSK_SHA256_LANES"] {
+        case "0": 0
+        case "avx2": min(kiosk_sha256_lanes_variant(), 1)
+        default: kiosk_sha256_lanes_variant()
+        }
+    }()
 
     /// Hashes several inputs at once: `hashers[i]` takes `pieces[i]` after the
     /// bytes it holds. The same result as ``update(_:)`` on each, but with

@@ -17,7 +17,7 @@ struct KioskBench: AsyncParsableCommand {
         commandName: "kiosk-bench",
         abstract: "Load-tests Kiosk: receipt verification, downloads and purchases.",
         discussion: "Without --content / --store the bench starts its own store and content service on 127.0.0.1.",
-        subcommands: [Verify.self, DownloadBench.self, PurchaseBench.self, RefundLatency.self, TokenFlood.self, CrashTest.self, Floor.self, Plot.self])
+        subcommands: [Verify.self, DownloadBench.self, PurchaseBench.self, RefundLatency.self, TokenFlood.self, CrashTest.self, Floor.self, HashBench.self, Plot.self])
 }
 
 /// Output options every load command takes.

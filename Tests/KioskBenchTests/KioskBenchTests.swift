@@ -103,6 +103,20 @@ import Testing
         #expect(table.contains("rpc_UNAUTHENTICATED: "))  // the access token is the other store's: counted by kind
     }
 
+    /// `sha256` hashes 8 chunks one at a time and in lanes, checks both give the same digests, and
+    /// reports both rates (in a debug build the lanes are off: the same code both ways).
+    @Test func sha256ComparesOneStreamWithTheLanes() async throws {
+        let (status, text) = try await bench(["sha256", "--duration", "0.05", "--chunk", "4160", "--json"])
+        #expect(status == 0)
+        let report = try json(text)
+        #expect(report["chunk_bytes"] as? Int == 4160)
+        #expect((report["one_stream_mb_per_s"] as? Double ?? 0) > 0 && (report["lanes_mb_per_s"] as? Double ?? 0) > 0)
+        #expect([1, 8].contains(report["lanes"] as? Int ?? 0))
+        #expect(["none", "AVX2", "AVX-512VL"].contains(report["implementation"] as? String ?? ""))
+        let (refused, _) = try await bench(["sha256", "--chunk", "10"])
+        #expect(refused == 64)
+    }
+
     @Test func floorMeasuresBareRoundTrips() async throws {
         let floor = try json(try await bench(["floor", "--duration", "0.2", "--size", "300", "--json"]).1)
         #expect((floor["calls"] as? Int ?? 0) > 0 && floor["errors"] as? Int == 0)
