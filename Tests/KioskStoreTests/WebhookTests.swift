@@ -26,6 +26,20 @@ import Testing
         return configuration
     }
 
+    /// Starts `receiver` again on `port`, which was free while it was down: with the tests running in
+    /// parallel, another test's outgoing connection can hold it as its local port for a while (EADDRINUSE:
+    /// a CI run failed so), so the bind is tried again for up to 20 s.
+    static func start(_ receiver: WebhookReceiver, on port: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while true {
+            do {
+                return try await receiver.start(port: port)
+            } catch where ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
     @Test func aReceiverDownThenFailingGetsEveryEventOnceInOrderSigned() async throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -73,7 +87,7 @@ import Testing
 
         // Back up, but answering 500 twice first.
         receiver.failNext(2, status: 500)
-        try await receiver.start(port: receiver.port)
+        try await Self.start(receiver, on: receiver.port)
         try await Self.eventually("every delivery") { try restarted.webhookDeliveries(state: .delivered).count == 8 }
         try await server.shutdown()
         try await receiver.shutdown()
@@ -127,7 +141,7 @@ import Testing
         // The receiver is fixed: re-driven, it arrives.
         let receiverFixed = WebhookReceiver()
         try await receiver.shutdown()
-        try await receiverFixed.start(port: receiver.port)
+        try await Self.start(receiverFixed, on: receiver.port)
         #expect(try await store.redriveWebhookDeliveries() == 1)
         try await Self.eventually("the re-driven delivery") { try store.webhookDeliveries(state: .delivered).count == 1 }
         #expect(receiverFixed.requests.count == 1)
