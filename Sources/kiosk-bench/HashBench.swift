@@ -66,19 +66,19 @@ struct HashBench: ParsableCommand {
             togethers.append(rate(inLanes))
         }
         func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
-        let alone = (megabytes: median(alones), 0), together = (megabytes: median(togethers), 0)
+        let alone = median(alones), together = median(togethers)
         let ratio = (median(zip(togethers, alones).map { $0 / $1 }) * 100).rounded() / 100
         if json {
             let object: [String: Any] = [
                 "benchmark": "sha256", "chunk_bytes": chunk, "lanes": SHA256Hasher.lanes, "implementation": SHA256Hasher.laneImplementation,
-                "one_stream_mb_per_s": alone.megabytes.rounded(), "lanes_mb_per_s": together.megabytes.rounded(), "ratio": ratio,
+                "one_stream_mb_per_s": alone.rounded(), "lanes_mb_per_s": together.rounded(), "ratio": ratio,
             ]
             let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
             print(String(decoding: data, as: UTF8.self))
         } else {
             print("sha256 on one core, \(chunk)-byte chunks:")
-            print("  one chunk at a time (BoringSSL): \(Int(alone.megabytes)) MB/s")
-            print("  8 at once in lanes (\(SHA256Hasher.laneImplementation)): \(Int(together.megabytes)) MB/s (\(ratio)×)")
+            print("  one chunk at a time (BoringSSL): \(Int(alone)) MB/s")
+            print("  8 at once in lanes (\(SHA256Hasher.laneImplementation)): \(Int(together)) MB/s (\(ratio)×)")
         }
     }
 }

@@ -91,4 +91,16 @@ import Testing
             }
         }
     }
+
+    /// However many cores, the groups in flight hold 32 MiB at most, and a group 4 MiB: 1 MiB chunks
+    /// go 4 to a group, 8 groups at once on 64 cores (not 64).
+    @Test func groupsInFlightAreBoundedByBytes() async throws {
+        let piece = [UInt8](repeating: 7, count: 1 << 20)
+        var pipeline = ChunkPipeline(width: 64, lanes: 8)
+        pipeline.submit(chunk(0, piece), hashFrom: SHA256Hasher())
+        #expect(pipeline.capacity == 8 * 4)
+        #expect(pipeline.capacity * piece.count <= ChunkPipeline.inFlightBytes)
+        pipeline.cancelAll()
+        #expect(try await pipeline.next() == nil)
+    }
 }
