@@ -4,6 +4,7 @@ import KioskRPC
 import KioskWire
 import Logging
 import NIOConcurrencyHelpers
+import NIOPosix
 import Synchronization
 
 /// Whether a receipt opens a product's content, and why not.
@@ -87,8 +88,8 @@ final class ReceiptGate: Sendable {
     let link: StoreLink
     private let logger: Logger
     private let state: NIOLockedValueBox<State>
-    /// Counts the times the checked access tokens were all dropped (a key retired): a ``Caller`` found
-    /// before no longer holds.
+    /// Counts the times the checked access tokens and the verified receipts were all dropped (a key
+    /// retired): a ``Caller`` found before no longer holds, and a receipt verified before is not cached.
     private let tokenGeneration = Atomic<UInt64>(0)
 
     init(configuration: ContentConfiguration, link: StoreLink, logger: Logger) {
@@ -163,14 +164,16 @@ final class ReceiptGate: Sendable {
         // keep (padded by its sender), the hash is not worth computing: the receipt is checked, not cached.
         let key = configuration.cacheSize > 0 && receipt.count <= ReceiptKey.largestCached ? ReceiptKey(receipt) : nil
         // One lock round trip for staleness, the cache lookup and the verifier; one more below for the
-        // revocations (and the insert after a miss).
+        // revocations (the insert after a miss comes once the answer is out: remember(_:_:verifiedInGeneration:)).
         let stalenessMs = self.stalenessMs
-        let (stale, cached, verifier) = state.withLockedValue { state -> (AccessDecision?, VerifiedReceipt?, ReceiptVerifier) in
+        let (stale, cached, verifier, generation) = state.withLockedValue {
+            state -> (AccessDecision?, VerifiedReceipt?, ReceiptVerifier, UInt64) in
+            let generation = tokenGeneration.load(ordering: .acquiring)
             if let stale = Self.staleness(lastHeardMs: state.lastHeardMs, nowMs: nowMs, stalenessMs: stalenessMs) {
-                return (stale, nil, state.verifier)
+                return (stale, nil, state.verifier, generation)
             }
-            guard case .account = lookup, useCache else { return (nil, nil, state.verifier) }
-            return (nil, key.map { state.cache.lookup($0) } ?? state.cache.missed(), state.verifier)
+            guard case .account = lookup, useCache else { return (nil, nil, state.verifier, generation) }
+            return (nil, key.map { state.cache.lookup($0) } ?? state.cache.missed(), state.verifier, generation)
         }
         if let stale { return .decided(stale) }
         let account: String
@@ -193,11 +196,8 @@ final class ReceiptGate: Sendable {
                 return .decided(.refused(check.status, check.message))
             }
             receiptFound = VerifiedReceipt(verified)
-            revoked = state.withLockedValue { state in
-                let revoked = state.revoked.contains(receiptFound.transactionID)
-                if let key, !revoked { state.cache.insert(key, receiptFound) }
-                return revoked
-            }
+            revoked = state.withLockedValue { $0.revoked.contains(receiptFound.transactionID) }
+            if let key, !revoked { remember(key, receiptFound, verifiedInGeneration: generation) }
         }
         if receiptFound.expiresDateMs > 0, receiptFound.expiresDateMs <= nowMs {
             return .decided(.refused(.subscriptionExpired, "subscription expired"))
@@ -213,6 +213,20 @@ final class ReceiptGate: Sendable {
                                            reason: "the receipt is for \(receiptFound.productID), not \(productID)"))
         }
         return .decided(.granted(account: account))
+    }
+
+    /// Caches a receipt just verified, once the answer is out: on an event loop (an inline call) after the
+    /// loop has flushed what the read answered, so the cache's insert and eviction are not part of the
+    /// call's latency; anywhere else at once. A revocation that came meanwhile wins, and a receipt verified
+    /// before a key retirement emptied the cache is not cached (it is checked again against the new keys).
+    private func remember(_ key: ReceiptKey, _ receipt: VerifiedReceipt, verifiedInGeneration generation: UInt64) {
+        let insert: @Sendable () -> Void = { [self] in
+            state.withLockedValue { state in
+                guard tokenGeneration.load(ordering: .acquiring) == generation, !state.revoked.contains(receipt.transactionID) else { return }
+                state.cache.insert(key, receipt)
+            }
+        }
+        if let loop = MultiThreadedEventLoopGroup.currentEventLoop { loop.execute(insert) } else { insert() }
     }
 
     /// The key id a receipt names, if it decodes.
@@ -256,13 +270,21 @@ final class ReceiptGate: Sendable {
         case refused(AccessDecision)
     }
 
-    /// What ``checkCaller(token:)`` found, and until when it holds.
-    struct Caller: Sendable {
-        var lookup: AccountLookup
+    /// What ``checkCaller(token:)`` found, and until when it holds. A class: it travels as a call's
+    /// ``ServerContext/principal`` (`any Sendable`), where a reference is stored inline and cast back
+    /// without copying, while a struct this size would be boxed and copied out on every cast.
+    final class Caller: Sendable {
+        let lookup: AccountLookup
         /// The token's expiry, ms since 1970 (0 with a refusal).
-        var validUntilMs: Int64
+        let validUntilMs: Int64
         /// ``tokenGeneration`` when the keys the token was checked with were taken.
-        var generation: UInt64
+        let generation: UInt64
+
+        init(lookup: AccountLookup, validUntilMs: Int64, generation: UInt64) {
+            self.lookup = lookup
+            self.validUntilMs = validUntilMs
+            self.generation = generation
+        }
     }
 
     /// True while `caller`'s account still stands for its token without checking it again: the token

@@ -83,7 +83,16 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             if firstUnflushedCallID == nil { firstUnflushedCallID = id }
             writeFrame(Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator)), promise: nil)
             writeFrame(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request), promise: nil)
-            if reading { flushAfterRead = true } else { flushSoon() }
+            if !reading {
+                flushSoon()
+            } else if reader.bufferedBytes == 0 {
+                // Opened from a response this read brought, and the read holds no more: sent at once, not after
+                // the rest of the read's handling (one flush per read still, as this was its last frame).
+                flushAfterRead = false
+                flushWrites()
+            } else {
+                flushAfterRead = true
+            }
             if retire { markUnusable() }
         }
     }

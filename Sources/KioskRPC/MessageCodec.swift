@@ -1,6 +1,26 @@
 import KioskWire
 import NIOCore
 
+/// A message serialized once, to be sent or answered many times over without
+/// encoding it again: a server's constant answer (``InlineAnswer/encoded(_:)``,
+/// such as an access granted), a request a client sends again and again
+/// (``RPCClient/unary(_:encoded:response:options:completion:)``). Each use
+/// costs a reference instead of an encoding.
+public struct EncodedMessage<Message: WireMessage>: Sendable {
+    @usableFromInline
+    let bytes: ByteBuffer
+
+    /// `message`, serialized now.
+    public init(_ message: Message) {
+        var bytes = ByteBuffer()
+        message.serialize(into: &bytes)
+        self.bytes = bytes
+    }
+
+    /// The size of the encoding, in bytes.
+    public var count: Int { bytes.readableBytes }
+}
+
 /// Turns messages into MESSAGE payloads and back, compressing with zlib when asked.
 struct MessageCodec: Sendable {
     /// Messages smaller than this are never compressed: zlib would not pay for itself.

@@ -99,10 +99,26 @@ public final class RPCClient: Sendable {
         // Inlinable, so that encoding and decoding are specialised for the caller's types: generic
         // protobuf-c bridging costs runtime metadata lookups and value-witness copies on every call.
         let payload = try await unaryCall(method, options: options) { request.serialize(into: &$0) }
-        do {
-            return try Response(serializedBytes: payload)
+        return try Self.decode(payload, as: Response.self, method: method).get()
+    }
+
+    /// Makes a unary call with a request encoded beforehand (sent as is, not encoded again), as
+    /// ``unary(_:request:response:options:)`` does.
+    @inlinable
+    public func unary<Request: WireMessage, Response: WireMessage>(
+        _ method: String, encoded request: EncodedMessage<Request>, response: Response.Type = Response.self, options: CallOptions = CallOptions()
+    ) async throws -> Response {
+        let payload = try await unaryCall(method, options: options) { $0.writeImmutableBuffer(request.bytes) }
+        return try Self.decode(payload, as: Response.self, method: method).get()
+    }
+
+    /// A response's message, or why it is not one.
+    @inlinable
+    static func decode<Response: WireMessage>(_ payload: ByteBuffer, as type: Response.Type, method: String) -> Result<Response, RPCError> {
+        do throws(WireError) {
+            return .success(try Response(serializedBytes: payload))
         } catch {
-            throw RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote)
+            return .failure(RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote))
         }
     }
 
@@ -163,17 +179,23 @@ public final class RPCClient: Sendable {
         _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions(),
         completion: @escaping @Sendable (Result<Response, RPCError>) -> Void
     ) {
-        unaryCall(method, options: options, serialize: { request.serialize(into: &$0) }) { result in
-            switch result {
-            case .success(let payload):
-                do throws(WireError) {
-                    completion(.success(try Response(serializedBytes: payload)))
-                } catch {
-                    completion(.failure(RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote)))
-                }
-            case .failure(let error):
-                completion(.failure(error))
-            }
+        var encoded = ByteBuffer()
+        request.serialize(into: &encoded)
+        unaryCall(method, options: options, request: encoded) { result in
+            completion(result.flatMap { Self.decode($0, as: Response.self, method: method) })
+        }
+    }
+
+    /// Makes a unary call with a request encoded beforehand (sent as is, not encoded again), as
+    /// ``unary(_:request:response:options:completion:)`` does: a caller that sends the same
+    /// requests again and again (a load generator) encodes each once.
+    @inlinable
+    public func unary<Request: WireMessage, Response: WireMessage>(
+        _ method: String, encoded request: EncodedMessage<Request>, response: Response.Type = Response.self, options: CallOptions = CallOptions(),
+        completion: @escaping @Sendable (Result<Response, RPCError>) -> Void
+    ) {
+        unaryCall(method, options: options, request: request.bytes) { result in
+            completion(result.flatMap { Self.decode($0, as: Response.self, method: method) })
         }
     }
 
@@ -194,19 +216,16 @@ public final class RPCClient: Sendable {
         }
     }
 
-    /// The untyped part of the unary call with a completion handler.
+    /// The untyped part of the unary call with a completion handler: `request` is the encoded request.
     @usableFromInline
-    func unaryCall(_ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void,
+    func unaryCall(_ method: String, options: CallOptions, request: ByteBuffer,
                    completion: @escaping @Sendable (Result<ByteBuffer, RPCError>) -> Void) {
         let loop = eventLoop
         guard let connection = readyConnection() else {
             // No connection yet (or it is going away): connecting takes a task.
-            var request = ByteBuffer()
-            serialize(&request)
             return awaitedUnaryCall(method, options: options, request: request, retries: nil, completion: completion)
         }
         let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
-        let request = codec.encoding(serialize)
         let prepared: PreparedCall
         do {
             prepared = try prepare(method, options, on: connection, codec: codec, request: request)

@@ -58,6 +58,8 @@ public enum InlineAnswer<Response: WireMessage>: Sendable {
     /// The response, at once: written from the event loop, flushed with the
     /// other responses of the same read.
     case response(Response)
+    /// A response encoded ahead of time, as a constant answer can be: no encoding per call.
+    case encoded(EncodedMessage<Response>)
     /// The answer needs to wait for something (I/O, a fetch): `body` runs as
     /// a task, like a ``RPCRouter/registerUnary(_:request:response:authenticator:handler:)`` handler.
     case suspend(@Sendable () async throws -> Response)
@@ -165,6 +167,8 @@ public struct RPCRouter: Sendable {
                 var encoded = ByteBuffer()
                 response.serialize(into: &encoded)
                 return .response(encoded)
+            case .encoded(let encoded):
+                return .response(encoded.bytes)
             case .suspend(let body):
                 return .suspend {
                     var encoded = ByteBuffer()

@@ -165,6 +165,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         inReadBatch = true
         reader.append(unwrapInboundIn(data))
         readFrames(context: context)
+        // The read's whole frames are handled (a part of one may wait for the next read): what they answered leaves now.
+        if flushPending {
+            flushPending = false
+            flushGathered()
+        }
     }
 
     /// Handles the frames read, until none is complete, the connection closes,
@@ -751,11 +756,14 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         flushGathered()
     }
 
-    /// Flushes now, or at the end of the read batch when called while reading.
+    /// Flushes now, or, while reading with more bytes of the read still to handle, once its whole frames
+    /// are: a read's answers leave in one write, as soon as its last frame is handled (not at the end of
+    /// NIO's read loop: a read that filled its buffer is followed by another channelRead, flushed in turn).
     private func flush() {
-        if inReadBatch {
+        if inReadBatch && reader.bufferedBytes > 0 {
             flushPending = true
         } else {
+            flushPending = false
             flushGathered()
         }
     }

@@ -218,7 +218,9 @@ struct Verify: AsyncParsableCommand {
         defer { group.shutdownGracefully { _ in } }
         let clients = spreadClients(connections, over: endpoints, configuration: clientConfiguration, group: group)
         let options = bearer(token)
-        let receiptsCopy = minted
+        // Each request is encoded once, before the run, as the reference's load generator serialises its requests
+        // beforehand: a call's latency and the load generator's CPU are the call's, not its encoding's.
+        let requests = minted.map { EncodedMessage(ContentV1.AuthorizeRequest(signedReceipt: $0, productID: productID)) }
         // One per replica: the cache hit ratio is the sum of theirs.
         let statsClients = endpoints.map { RPCClient(endpoints: [$0], configuration: clientConfiguration) }
         // Counters and CPU time are read after the warm-up: the figures are the measured part's.
@@ -233,8 +235,8 @@ struct Verify: AsyncParsableCommand {
             output.markStarted()
         }
         let method = "/kiosk.content.v1.Content/Authorize"
-        @Sendable func request(_ sequence: Int) -> ContentV1.AuthorizeRequest {
-            ContentV1.AuthorizeRequest(signedReceipt: receiptsCopy[sequence % receiptsCopy.count], productID: productID)
+        @Sendable func request(_ sequence: Int) -> EncodedMessage<ContentV1.AuthorizeRequest> {
+            requests[sequence % requests.count]
         }
         @Sendable func outcome(_ answer: ContentV1.AuthorizeResponse) -> String? {
             answer.allowed ? nil : "refused_\(answer.status)_\(answer.refusal)"
@@ -244,7 +246,7 @@ struct Verify: AsyncParsableCommand {
             let client = clients[worker % clients.count]
             do {
                 return outcome(try await retryingLostConnection(client, retries: retries) {
-                    try await client.unary(method, request: request(sequence), response: ContentV1.AuthorizeResponse.self, options: options)
+                    try await client.unary(method, encoded: request(sequence), response: ContentV1.AuthorizeResponse.self, options: options)
                 })
             } catch let error as RPCError {
                 return errorKind(error)
@@ -264,7 +266,7 @@ struct Verify: AsyncParsableCommand {
                 loops: clients.map(\.eventLoop), measuring: measuring
             ) { worker, sequence, done in
                 let client = clients[worker % clients.count]
-                client.unary(method, request: request(sequence), response: ContentV1.AuthorizeResponse.self, options: options) { result in
+                client.unary(method, encoded: request(sequence), response: ContentV1.AuthorizeResponse.self, options: options) { result in
                     switch result {
                     case .success(let answer):
                         done(outcome(answer))

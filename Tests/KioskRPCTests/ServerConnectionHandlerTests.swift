@@ -100,21 +100,33 @@ import Testing
     }
 
     /// Inline calls run inside the read that brought them, with no task, and
-    /// their answers leave with one flush at the end of the read, as a bare
-    /// NIO server's do; statuses thrown by the handler or the authenticator
-    /// end the call like a task's would.
+    /// their answers leave with one flush once the read's last frame is
+    /// handled, as a bare NIO server's do (without waiting for NIO's read loop
+    /// to end); statuses thrown by the handler or the authenticator end the
+    /// call like a task's would.
     @Test func inlineCallsOfOneReadAreAnsweredTogetherAtTheEndOfTheRead() throws {
         let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 10), runsHandlersOnEventLoop: true)
         let bearer: Metadata = ["authorization": "Bearer ok"]
+        var read = ByteBuffer()
         for (id, opaque) in [(1, 1), (3, 7), (5, 5)] as [(UInt32, UInt64)] {
-            channel.pipeline.fireChannelRead(headers(id, "/t.S/Inline", timeoutMs: 1000, metadata: bearer).wire)
-            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)).wire)
+            read.writeImmutableBuffer(headers(id, "/t.S/Inline", timeoutMs: 1000, metadata: bearer).wire)
+            read.writeImmutableBuffer(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)).wire)
         }
-        channel.pipeline.fireChannelRead(headers(9, "/t.S/Inline", metadata: ["authorization": "Bearer no"]).wire)
-        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 9, message: Ping(opaque: 2)).wire)
-        #expect(try written(channel).isEmpty, "nothing is flushed before the read ends")
+        read.writeImmutableBuffer(headers(9, "/t.S/Inline", metadata: ["authorization": "Bearer no"]).wire)
+        // The last request split across two reads: the first read's answers leave when its whole frames are handled.
+        var last = Frame(type: .message, flags: .endStream, callID: 9, message: Ping(opaque: 2)).wire
+        read.writeImmutableBuffer(last.readSlice(length: 5)!)
+        channel.pipeline.fireChannelRead(read)
+        var writes: [ByteBuffer] = []
+        while let bytes = try channel.readOutbound(as: ByteBuffer.self) { writes.append(bytes) }
+        #expect(writes.count == 1, "one write for the read's answers")
+        #expect(try writes.flatMap { try Frame.all(in: $0) }.map(\.callID) == [1, 1, 3, 5, 5])
+        channel.pipeline.fireChannelRead(last)
+        let split = try written(channel)
+        #expect(split.map(\.callID) == [9], "flushed at once: the read holds nothing more")
         channel.pipeline.fireChannelReadComplete()
-        let frames = try written(channel)
+        #expect(try written(channel).isEmpty)
+        let frames = try writes.flatMap { try Frame.all(in: $0) } + split
         #expect(frames.map(\.callID) == [1, 1, 3, 5, 5, 9])
         #expect(try frames[0].decode(Ping.self).opaque == 1001, "the authenticator's principal reached the handler")
         #expect(try status(frames[1])?.code == 0)
