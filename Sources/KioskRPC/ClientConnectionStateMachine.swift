@@ -98,8 +98,9 @@ struct ClientConnectionStateMachine<Call> {
     /// A MESSAGE of `bytes` payload bytes arrived for `callID`.
     mutating func receivedMessage(callID: UInt32, bytes: Int) -> Action {
         let result = modifyActive { active -> (ClientCallStateMachine.OnMessage, Call)? in
-            guard let call = active.calls[callID]?.call, let outcome = active.calls[callID]?.machine.receivedMessage(bytes: bytes) else { return nil }
-            return (outcome, call)
+            // One lookup: the entry is changed in place through its index.
+            guard let index = active.calls.index(forKey: callID) else { return nil }
+            return (active.calls.values[index].machine.receivedMessage(bytes: bytes), active.calls.values[index].call)
         } ?? nil
         switch result {
         case (.deliver, let call)?:

@@ -127,8 +127,9 @@ public struct FrameGatherer {
     /// Adds `frame` (completing `promise` once it is written). When the
     /// frame's payload passes through, only its header is gathered and the
     /// payload is returned with the promise: write what ``take()`` gives,
-    /// then it.
-    public mutating func add(_ frame: Frame, promise: EventLoopPromise<Void>?, allocator: ByteBufferAllocator)
+    /// then it. `allocator` is asked only when a new buffer is needed (a channel's allocator is behind an existential
+    /// and an event-loop check: the usual frame reuses the last buffer instead).
+    public mutating func add(_ frame: Frame, promise: EventLoopPromise<Void>?, allocator: @autoclosure () -> ByteBufferAllocator)
         -> (payload: ByteBuffer, promise: EventLoopPromise<Void>?)? {
         var buffer: ByteBuffer
         if let gathering = pending {
@@ -139,7 +140,7 @@ public struct FrameGatherer {
             reused.clear()
             buffer = reused
         } else {
-            buffer = allocator.buffer(capacity: Self.initialCapacity)
+            buffer = allocator().buffer(capacity: Self.initialCapacity)
         }
         pending = nil  // `buffer` is the only reference: appending does not copy it
         if frame.payload.readableBytes > Self.passThroughSize {
