@@ -192,10 +192,11 @@ final class ReceiptGate: Sendable {
             if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty, !verifier.knows(keyID: keyID) {
                 return .unknownKey(check.message)
             }
-            guard check.status == .valid, let verified = check.payload else {
+            guard check.status == .valid, check.payload != nil else {
                 return .decided(.refused(check.status, check.message))
             }
-            receiptFound = VerifiedReceipt(verified)
+            // Moved out of the check, not copied (a copy retains each of the payload's strings, then releases them).
+            receiptFound = VerifiedReceipt((consume check).payload.unsafelyUnwrapped)
             revoked = state.withLockedValue { $0.revoked.contains(receiptFound.transactionID) }
             if let key, !revoked { remember(key, receiptFound, verifiedInGeneration: generation) }
         }

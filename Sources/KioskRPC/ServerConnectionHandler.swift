@@ -74,12 +74,17 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let route: StateMachine.Route
         /// The method's inline form, when handlers run on the event loop.
         let inline: RPCRouter.InlineRun?
+        /// The method's authenticator and call counter, read per call without copying the method (its closures).
+        let authenticator: (any RPCAuthenticator)?
+        let calls: CallCounter?
 
         init(headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route, runsHandlersOnEventLoop: Bool) {
             self.headers = headers
             self.method = method
             self.route = route
             self.inline = runsHandlersOnEventLoop ? method?.inline : nil
+            self.authenticator = method?.authenticator
+            self.calls = method?.calls
         }
     }
     /// Counts the HEADERS remembered in turn (``lastHeaders``), from 1.
@@ -286,12 +291,14 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         // An inline unary method's call is only admitted here: its request usually follows in the same read.
         let deferring = routed?.inline != nil && machine.acceptsDeferredCall
         let action = machine.receivedHeaders(callID: frame.callID, headers: routed?.headers, route: routed?.route ?? .unknown, deferOpening: deferring)
-        if case .openCall(let callID, let timeoutMs) = action, let routed, let method = routed.method {
-            method.calls.increment()
+        // The method is copied (its closures retained) only for a call entered now, not for a deferred one.
+        if case .openCall(let callID, let timeoutMs) = action, let routed, let calls = routed.calls {
+            calls.increment()
             if deferring {
                 pendingCall = PendingCall(callID: callID, routed: routed, timeoutMs: timeoutMs, headersGeneration: generation)
                 return
             }
+            guard let method = routed.method else { return perform(action) }
             let call = CallResources(method: method, context: makeContext(routed.headers, callID: callID, timeoutMs: timeoutMs))
             call.headersGeneration = generation
             resources[callID] = call
@@ -335,7 +342,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let callID = pending.callID
         guard let inline = pending.routed.inline else { return assertionFailure("a call without an inline form was deferred") }
         let serverContext = makeContext(pending.routed.headers, callID: callID, timeoutMs: pending.timeoutMs)
-        let result = runInline(inline, authenticator: pending.routed.method?.authenticator, headersGeneration: pending.headersGeneration,
+        let result = runInline(inline, authenticator: pending.routed.authenticator, headersGeneration: pending.headersGeneration,
                                context: serverContext, payload: payload, flags: flags, codec: codec)
         // Answered here unless the connection changed meanwhile (nothing the handler can reach does that today).
         if machine.acceptsDeferredCall {

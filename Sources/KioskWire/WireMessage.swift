@@ -93,37 +93,41 @@ extension WireMessage {
             Self.cInit(c.baseAddress!)
             return UnsafeRawPointer(c.baseAddress!).assumingMemoryBound(to: ProtobufCMessage.self).pointee.descriptor
         }
-        let result = withUnsafeTemporaryAllocation(byteCount: decodingArenaSize, alignment: 16) { space in
-            Result { () throws(WireError) -> Self in
-                var arena = KioskUnpackArena()
-                return try withUnsafeMutablePointer(to: &arena) { arena throws(WireError) -> Self in
-                    // Initialised through this pointer: the arena keeps its own address (allocator_data).
-                    kiosk_unpack_arena_init(arena, space.baseAddress, space.count)
-                    let allocator = UnsafeMutableRawPointer(arena).assumingMemoryBound(to: ProtobufCAllocator.self)
-                    var placeholder: UInt8 = 0
-                    let unpacked = withUnsafePointer(to: &placeholder) { placeholder in
-                        protobuf_c_message_unpack(
-                            descriptor, allocator, bytes.count,
-                            bytes.baseAddress.map { $0.assumingMemoryBound(to: UInt8.self) } ?? placeholder)
-                    }
-                    guard let unpacked else {
-                        throw WireError(.malformedMessage, "\(bytes.count) bytes are not a valid \(Self.self) message")
-                    }
-                    defer { protobuf_c_message_free_unpacked(unpacked, allocator) }
-                    return try Self(cStruct: UnsafeRawPointer(unpacked).assumingMemoryBound(to: CStruct.self).pointee)
+        // Typed throws all the way down: the message is returned by moving it, not copied out of a
+        // `Result` (which retained every string and array of it, then released them with the Result).
+        self = try withUnsafeTemporaryAllocation(byteCount: decodingArenaSize, alignment: 16) { space throws(WireError) -> Self in
+            var arena = KioskUnpackArena()
+            return try withUnsafeMutablePointer(to: &arena) { arena throws(WireError) -> Self in
+                // Initialised through this pointer: the arena keeps its own address (allocator_data).
+                kiosk_unpack_arena_init(arena, space.baseAddress, space.count)
+                let allocator = UnsafeMutableRawPointer(arena).assumingMemoryBound(to: ProtobufCAllocator.self)
+                var placeholder: UInt8 = 0
+                let unpacked = withUnsafePointer(to: &placeholder) { placeholder in
+                    protobuf_c_message_unpack(
+                        descriptor, allocator, bytes.count,
+                        bytes.baseAddress.map { $0.assumingMemoryBound(to: UInt8.self) } ?? placeholder)
                 }
+                guard let unpacked else {
+                    throw WireError(.malformedMessage, "\(bytes.count) bytes are not a valid \(Self.self) message")
+                }
+                defer { protobuf_c_message_free_unpacked(unpacked, allocator) }
+                return try Self(cStruct: UnsafeRawPointer(unpacked).assumingMemoryBound(to: CStruct.self).pointee)
             }
         }
-        self = try result.get()
     }
 
     @inlinable
     public init(serializedBytes bytes: some Collection<UInt8>) throws(WireError) {
-        let result: Result<Self, WireError>? = bytes.withContiguousStorageIfAvailable { buffer in
-            Result { () throws(WireError) in try Self(serializedBytes: UnsafeRawBufferPointer(buffer)) }
+        let decoded: Self?
+        do {
+            decoded = try bytes.withContiguousStorageIfAvailable { buffer throws(WireError) -> Self in
+                try Self(serializedBytes: UnsafeRawBufferPointer(buffer))
+            }
+        } catch {
+            throw Self.wireError(error)
         }
-        if let result {
-            self = try result.get()
+        if let decoded {
+            self = decoded
         } else {
             self = try Self(serializedBytes: Array(bytes))
         }
@@ -132,10 +136,17 @@ extension WireMessage {
     /// Decodes a message from the readable bytes of `buffer`, leaving the buffer untouched.
     @inlinable
     public init(serializedBytes buffer: ByteBuffer) throws(WireError) {
-        let result = buffer.withUnsafeReadableBytes { bytes in
-            Result { () throws(WireError) in try Self(serializedBytes: bytes) }
+        do {
+            self = try buffer.withUnsafeReadableBytes { bytes throws(WireError) -> Self in try Self(serializedBytes: bytes) }
+        } catch {
+            throw Self.wireError(error)
         }
-        self = try result.get()
+    }
+
+    /// The error a decoding body threw through an untyped `rethrows` (always a ``WireError``).
+    @inlinable
+    static func wireError(_ error: any Error) -> WireError {
+        error as? WireError ?? WireError(.malformedMessage, "\(error)")
     }
 }
 
