@@ -34,7 +34,8 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     /// A flush is queued on the event loop (``flushSoon()``).
     private var flushScheduled = false
     /// True between channelRead and channelReadComplete: calls opened then (from the completion handlers of
-    /// ``RPCClient/unary(_:request:response:options:completion:)`` a response ran) go out with one flush, at the end of the read.
+    /// ``RPCClient/unary(_:request:response:options:completion:)`` a response ran) go out with one flush: at
+    /// once when the read holds no more frames, else at the end of the read.
     private var reading = false
     private var flushAfterRead = false
     /// The first call opened since the last flush: it and the calls after it never reached the socket

@@ -112,7 +112,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     /// Calls opened in the current read batch: their request timers are armed
     /// at its end only if the request did not come with them (it usually does).
     private var openedInBatch: [UInt32] = []
-    /// True between channelRead and channelReadComplete: writes made then are flushed once, at the end of the batch.
+    /// True between channelRead and channelReadComplete: writes made then are flushed once, when the read's
+    /// last whole frame has been handled (``flush()``), or at the end of the batch.
     private var inReadBatch = false
     private var flushPending = false
 
