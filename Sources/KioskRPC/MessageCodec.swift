@@ -16,9 +16,6 @@ public struct EncodedMessage<Message: WireMessage>: Sendable {
         message.serialize(into: &bytes)
         self.bytes = bytes
     }
-
-    /// The size of the encoding, in bytes.
-    public var count: Int { bytes.readableBytes }
 }
 
 /// Turns messages into MESSAGE payloads and back, compressing with zlib when asked.

@@ -58,6 +58,34 @@ import Testing
         }
     }
 
+    /// A request encoded once is sent as is, again and again, awaited and with a completion handler, and
+    /// answered as its typed form would be.
+    @Test func encodedRequestsAreSentAsTheyAre() async throws {
+        try await withServer { _, client in
+            let echo = self.echo
+            let encoded = EncodedMessage(Ping(opaque: 7))
+            for _ in 0..<3 {
+                let reply = try await client.unary(echo, encoded: encoded, response: Ping.self)
+                #expect(reply == Ping(opaque: 7))
+            }
+            let answered = client.eventLoop.makePromise(of: Ping.self)
+            client.unary(echo, encoded: encoded, response: Ping.self) { result in
+                switch result {
+                case .success(let reply): answered.succeed(reply)
+                case .failure(let error): answered.fail(error)
+                }
+            }
+            let chained = try await answered.futureResult.get()
+            #expect(chained == Ping(opaque: 7))
+            do {
+                _ = try await client.unary(TestService.prefix + "Fail", encoded: EncodedMessage(Ping(opaque: 0)), response: Ping.self)
+                Issue.record("a failing method answered")
+            } catch let error as RPCError {
+                #expect(error.code == .permissionDenied && error.metadata["reason"] == "restricted")
+            }
+        }
+    }
+
     /// Inline handlers answer at once, or suspend and answer from a task;
     /// behind an authenticator that cannot check inline, they run as a task.
     @Test func inlineUnaryCalls() async throws {
