@@ -8,13 +8,46 @@ public struct ReceiptCheck: Hashable, Sendable {
     /// A readable reason.
     public var message: String
     /// The decoded payload, when the receipt could be decoded.
-    public var payload: ReceiptV1.ReceiptPayload?
+    public var payload: ReceiptV1.ReceiptPayload? {
+        get { decoded?.payload }
+        set { decoded = newValue.map(DecodedPayload.init) }
+    }
+
+    /// The payload, in a box: an outcome is copied as two references, not the payload's seven
+    /// strings (the optimiser copied a whole outcome and destroyed the original on verification's
+    /// return path, a retain and a release per string).
+    @usableFromInline
+    var decoded: DecodedPayload?
+
+    @usableFromInline
+    final class DecodedPayload: Sendable {
+        @usableFromInline
+        let payload: ReceiptV1.ReceiptPayload
+        init(_ payload: ReceiptV1.ReceiptPayload) { self.payload = payload }
+    }
 
     /// Creates an outcome.
     public init(status: ReceiptStatus, message: String, payload: ReceiptV1.ReceiptPayload? = nil) {
         self.status = status
         self.message = message
-        self.payload = payload
+        self.decoded = payload.map(DecodedPayload.init)
+    }
+
+    /// `body`'s result for the decoded payload, read in place (``payload`` returns a copy); nil without one.
+    @inlinable
+    public func withPayload<Result>(_ body: (borrowing ReceiptV1.ReceiptPayload) throws -> Result) rethrows -> Result? {
+        guard let decoded else { return nil }
+        return try body(decoded.payload)
+    }
+
+    public static func == (lhs: ReceiptCheck, rhs: ReceiptCheck) -> Bool {
+        lhs.status == rhs.status && lhs.message == rhs.message && lhs.payload == rhs.payload
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(status)
+        hasher.combine(message)
+        hasher.combine(payload)
     }
 }
 
@@ -42,18 +75,41 @@ public struct ReceiptCheck: Hashable, Sendable {
 /// environment gets 21007 / 21008, as Apple's production server does for
 /// sandbox receipts it cannot verify itself.
 public struct ReceiptVerifier: Sendable {
-    private struct TrustedKey: Sendable {
-        var verifying: Curve25519.Signing.PublicKey
-        var entry: ReceiptPublicKey
+    /// A key the verifier trusts. A class: a lookup hands out a reference instead of copying the
+    /// key's bytes and id (a retain each) on every verification.
+    private final class TrustedKey: Sendable {
+        let verifying: Curve25519.Signing.PublicKey
+        let entry: ReceiptPublicKey
+
+        init(verifying: Curve25519.Signing.PublicKey, entry: ReceiptPublicKey) {
+            self.verifying = verifying
+            self.entry = entry
+        }
     }
 
-    private let keys: [String: TrustedKey]
+    /// The keys and settings, shared by every copy of the verifier: a copy (a gate takes one out of its
+    /// lock on every call) retains one reference instead of the dictionary and the bundle id.
+    private final class Storage: Sendable {
+        let keys: [String: TrustedKey]
+        let environment: ReceiptV1.Environment
+        let acceptSandbox: Bool
+        let bundleID: String?
+
+        init(keys: [String: TrustedKey], environment: ReceiptV1.Environment, acceptSandbox: Bool, bundleID: String?) {
+            self.keys = keys
+            self.environment = environment
+            self.acceptSandbox = acceptSandbox
+            self.bundleID = bundleID
+        }
+    }
+
+    private let storage: Storage
     /// The environment receipts must be from.
-    public let environment: ReceiptV1.Environment
+    public var environment: ReceiptV1.Environment { storage.environment }
     /// A production verifier that also accepts sandbox receipts.
-    public let acceptSandbox: Bool
+    public var acceptSandbox: Bool { storage.acceptSandbox }
     /// The app receipts must be for; `nil` accepts any bundle id.
-    public let bundleID: String?
+    public var bundleID: String? { storage.bundleID }
 
     /// Creates a verifier. Keys that are not valid Ed25519 public keys are skipped.
     /// - Parameters:
@@ -68,19 +124,19 @@ public struct ReceiptVerifier: Sendable {
                 byID[key.id] = TrustedKey(verifying: publicKey, entry: key)
             }
         }
-        self.keys = byID
-        self.environment = environment
-        self.acceptSandbox = acceptSandbox
-        self.bundleID = bundleID
+        storage = Storage(keys: byID, environment: environment, acceptSandbox: acceptSandbox, bundleID: bundleID)
     }
 
     /// True when `keyID` is one of the verifier's keys (retired ones included).
-    public func knows(keyID: String) -> Bool { keys[keyID] != nil }
+    public func knows(keyID: String) -> Bool { storage.keys[keyID] != nil }
 
     /// Checks an encoded `SignedReceipt`.
     /// - Parameter nowMs: the current time, for subscription expiry.
     public func verify(_ receipt: [UInt8], nowMs: Int64) -> ReceiptCheck {
-        guard let signed = try? ReceiptV1.SignedReceipt(serializedBytes: receipt) else {
+        let signed: ReceiptV1.SignedReceipt
+        do {
+            signed = try ReceiptV1.SignedReceipt(serializedBytes: receipt)
+        } catch {
             return ReceiptCheck(status: .malformed, message: "receipt is not a signed receipt (\(receipt.count) bytes)")
         }
         return verify(signed, nowMs: nowMs)
@@ -91,7 +147,7 @@ public struct ReceiptVerifier: Sendable {
         guard !signed.payload.isEmpty, signed.signature.count == 64, !signed.keyID.isEmpty else {
             return ReceiptCheck(status: .malformed, message: "receipt lacks a payload, a 64-byte signature or a key id")
         }
-        guard let key = keys[signed.keyID] else {
+        guard let key = storage.keys[signed.keyID] else {
             if let payload = try? ReceiptV1.ReceiptPayload(serializedBytes: signed.payload),
                let status = environmentMismatch(payload.environment) {
                 return ReceiptCheck(status: status, message: mismatchMessage(status), payload: payload)
@@ -101,31 +157,44 @@ public struct ReceiptVerifier: Sendable {
         guard key.verifying.isValidSignature(signed.signature, for: receiptSignaturePrefix + signed.payload) else {
             return ReceiptCheck(status: .notAuthentic, message: "receipt signature does not verify")
         }
-        guard let payload = try? ReceiptV1.ReceiptPayload(serializedBytes: signed.payload), payload.keyID == signed.keyID else {
+        let payload: ReceiptV1.ReceiptPayload
+        do {
+            payload = try ReceiptV1.ReceiptPayload(serializedBytes: signed.payload)
+        } catch {
             return ReceiptCheck(status: .malformed, message: "receipt payload is not a valid receipt")
         }
+        guard payload.keyID == signed.keyID else {
+            return ReceiptCheck(status: .malformed, message: "receipt payload is not a valid receipt")
+        }
+        // Judged with the payload borrowed, then moved into the outcome once: building an outcome per
+        // branch made the optimiser copy the whole payload (a retain per string) and destroy the original.
+        let (status, message) = judge(payload, key: key.entry, nowMs: nowMs)
+        return ReceiptCheck(status: status, message: message, payload: payload)
+    }
+
+    /// Checks 3 (an environment named) to 7 of the list above, for a payload whose signature verified.
+    private func judge(_ payload: borrowing ReceiptV1.ReceiptPayload, key: ReceiptPublicKey, nowMs: Int64) -> (ReceiptStatus, String) {
         guard payload.environment == .sandbox || payload.environment == .production else {
             let named = payload.environment == .environmentUnspecified ? "no environment" : "unknown environment \(payload.environment.rawValue)"
-            return ReceiptCheck(status: .malformed, message: "receipt payload names \(named) (expected sandbox or production)", payload: payload)
+            return (.malformed, "receipt payload names \(named) (expected sandbox or production)")
         }
-        if let refusal = windowRefusal(payload, key: key.entry) {
-            return ReceiptCheck(status: .notAuthentic, message: refusal, payload: payload)
+        if let refusal = windowRefusal(payload, key: key) {
+            return (.notAuthentic, refusal)
         }
-        if let bundleID, payload.bundleID != bundleID {
-            return ReceiptCheck(status: .notAuthentic,
-                                message: "receipt is for bundle id \"\(payload.bundleID)\", not this app's \"\(bundleID)\"", payload: payload)
+        if let bundleID = storage.bundleID, payload.bundleID != bundleID {
+            return (.notAuthentic, "receipt is for bundle id \"\(payload.bundleID)\", not this app's \"\(bundleID)\"")
         }
         if let status = environmentMismatch(payload.environment) {
-            return ReceiptCheck(status: status, message: mismatchMessage(status), payload: payload)
+            return (status, mismatchMessage(status))
         }
         if payload.expiresDateMs > 0, payload.expiresDateMs <= nowMs {
-            return ReceiptCheck(status: .subscriptionExpired, message: "subscription expired", payload: payload)
+            return (.subscriptionExpired, "subscription expired")
         }
-        return ReceiptCheck(status: .valid, message: "valid", payload: payload)
+        return (.valid, "valid")
     }
 
     /// Why the key was not valid when it signed the receipt, or nil when it was.
-    private func windowRefusal(_ payload: ReceiptV1.ReceiptPayload, key: ReceiptPublicKey) -> String? {
+    private func windowRefusal(_ payload: borrowing ReceiptV1.ReceiptPayload, key: ReceiptPublicKey) -> String? {
         var window: String { "validity window \(key.validityWindow) (ms since 1970)" }
         if payload.signedDateMs != 0 {
             guard !key.isValid(atMs: payload.signedDateMs) else { return nil }
@@ -137,9 +206,9 @@ public struct ReceiptVerifier: Sendable {
     }
 
     private func environmentMismatch(_ receiptEnvironment: ReceiptV1.Environment) -> ReceiptStatus? {
-        switch (environment, receiptEnvironment) {
+        switch (storage.environment, receiptEnvironment) {
         case (.production, .sandbox):
-            return acceptSandbox ? nil : .sandboxReceiptInProduction
+            return storage.acceptSandbox ? nil : .sandboxReceiptInProduction
         case (.sandbox, .production):
             return .productionReceiptInSandbox
         default:

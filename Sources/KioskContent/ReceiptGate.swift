@@ -166,16 +166,15 @@ final class ReceiptGate: Sendable {
         // One lock round trip for staleness, the cache lookup and the verifier; one more below for the
         // revocations (the insert after a miss comes once the answer is out: remember(_:_:verifiedInGeneration:)).
         let stalenessMs = self.stalenessMs
-        let (stale, cached, verifier, generation) = state.withLockedValue {
-            state -> (AccessDecision?, VerifiedReceipt?, ReceiptVerifier, UInt64) in
+        let found = state.withLockedValue { state -> Found in
             let generation = tokenGeneration.load(ordering: .acquiring)
             if let stale = Self.staleness(lastHeardMs: state.lastHeardMs, nowMs: nowMs, stalenessMs: stalenessMs) {
-                return (stale, nil, state.verifier, generation)
+                return Found(stale: stale, cached: nil, verifier: state.verifier, generation: generation)
             }
-            guard case .account = lookup, useCache else { return (nil, nil, state.verifier, generation) }
-            return (nil, key.map { state.cache.lookup($0) } ?? state.cache.missed(), state.verifier, generation)
+            guard case .account = lookup, useCache else { return Found(stale: nil, cached: nil, verifier: state.verifier, generation: generation) }
+            return Found(stale: nil, cached: key.map { state.cache.lookup($0) } ?? state.cache.missed(), verifier: state.verifier, generation: generation)
         }
-        if let stale { return .decided(stale) }
+        if let stale = found.stale { return .decided(stale) }
         let account: String
         switch lookup {
         case .account(let id): account = id
@@ -184,21 +183,21 @@ final class ReceiptGate: Sendable {
 
         let receiptFound: VerifiedReceipt
         let revoked: Bool
-        if let cached {
+        if let cached = found.cached {
             receiptFound = cached
             revoked = state.withLockedValue { $0.revoked.contains(cached.transactionID) }
         } else {
-            let check = verifier.verify(receipt, nowMs: nowMs)
-            if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty, !verifier.knows(keyID: keyID) {
+            let check = found.verifier.verify(receipt, nowMs: nowMs)
+            if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty, !found.verifier.knows(keyID: keyID) {
                 return .unknownKey(check.message)
             }
-            guard check.status == .valid, check.payload != nil else {
+            // Read in place: the cache keeps three of the payload's strings.
+            guard check.status == .valid, let verified = check.withPayload({ VerifiedReceipt($0) }) else {
                 return .decided(.refused(check.status, check.message))
             }
-            // Moved out of the check, not copied (a copy retains each of the payload's strings, then releases them).
-            receiptFound = VerifiedReceipt((consume check).payload.unsafelyUnwrapped)
+            receiptFound = verified
             revoked = state.withLockedValue { $0.revoked.contains(receiptFound.transactionID) }
-            if let key, !revoked { remember(key, receiptFound, verifiedInGeneration: generation) }
+            if let key, !revoked { remember(key, receiptFound, verifiedInGeneration: found.generation) }
         }
         if receiptFound.expiresDateMs > 0, receiptFound.expiresDateMs <= nowMs {
             return .decided(.refused(.subscriptionExpired, "subscription expired"))
@@ -214,6 +213,15 @@ final class ReceiptGate: Sendable {
                                            reason: "the receipt is for \(receiptFound.productID), not \(productID)"))
         }
         return .decided(.granted(account: account))
+    }
+
+    /// What ``authorizeNow(receipt:productID:token:caller:useCache:)`` takes out of the lock in one round
+    /// trip (a struct, not a tuple: the tuple was copied and destroyed through generic value witnesses).
+    private struct Found {
+        var stale: AccessDecision?
+        var cached: VerifiedReceipt?
+        var verifier: ReceiptVerifier
+        var generation: UInt64
     }
 
     /// Caches a receipt just verified, once the answer is out: on an event loop (an inline call) after the

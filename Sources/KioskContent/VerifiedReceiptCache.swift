@@ -49,7 +49,7 @@ struct VerifiedReceipt: Sendable {
     /// 0: does not expire.
     var expiresDateMs: Int64
 
-    init(_ payload: ReceiptV1.ReceiptPayload) {
+    init(_ payload: borrowing ReceiptV1.ReceiptPayload) {
         (transactionID, accountID, productID, expiresDateMs) = (payload.transactionID, payload.accountID, payload.productID, payload.expiresDateMs)
     }
 }

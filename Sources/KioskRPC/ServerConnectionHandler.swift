@@ -58,7 +58,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private var loopBoundSelf: NIOLoopBound<ServerConnectionHandler>?
     private var codec: MessageCodec?
     private var executor: EventLoopTaskExecutor?
-    private var remoteAddress = "unknown"
+    private var remoteAddress: String { connectionInfo.remoteAddress }
+    /// Shared by the contexts of the connection's calls; its address is set when the handler is added.
+    private var connectionInfo: ServerConnectionInfo
     private var handshakeTimer: Scheduled<Void>?
     private var deadlines: CallDeadlines?
     /// HEADERS up to this size are remembered for the next call: a peer can make a connection hold this
@@ -126,6 +128,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         self.maximumMessageSize = maximumMessageSize
         self.logger = logger
         self.shutdown = shutdown
+        self.connectionInfo = ServerConnectionInfo(remoteAddress: "unknown", logger: logger, shutdown: shutdown)
         self.runsHandlersOnEventLoop = runsHandlersOnEventLoop
     }
 
@@ -141,7 +144,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         self.codec = MessageCodec(maximumMessageSize: maximumMessageSize, allocator: context.channel.allocator)
         if runsHandlersOnEventLoop { executor = EventLoopTaskExecutor(context.eventLoop) }
         if let address = context.channel.remoteAddress {
-            remoteAddress = "\(address.ipAddress ?? "?"):\(address.port ?? 0)"
+            connectionInfo = ServerConnectionInfo(
+                remoteAddress: "\(address.ipAddress ?? "?"):\(address.port ?? 0)", logger: logger, shutdown: shutdown)
         }
         handshakeTimer = schedule(in: limits.handshakeTimeout) { $0.machine.handshakeTimedOut() }
         // A strong reference, released in handlerRemoved: a weak one would give the handler a side table,
@@ -311,7 +315,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         ServerContext(
             method: headers.method, metadata: headers.metadata,
             deadline: timeoutMs > 0 ? .now + .milliseconds(Int(timeoutMs)) : nil,
-            callID: callID, remoteAddress: remoteAddress, baseLogger: logger, shutdown: shutdown)
+            callID: callID, connection: connectionInfo)
     }
 
     /// Enters the pending call (if any) in the machine and ``resources``, as

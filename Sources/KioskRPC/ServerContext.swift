@@ -17,25 +17,52 @@ public struct ServerContext: Sendable {
     /// The call id on its connection.
     public var callID: UInt32
     /// The client's address, e.g. "127.0.0.1:53122".
-    public var remoteAddress: String
+    public var remoteAddress: String {
+        get { connection.remoteAddress }
+        set { connection = ServerConnectionInfo(remoteAddress: newValue, logger: connection.logger, shutdown: connection.shutdown) }
+    }
     /// Who is calling, as the method's ``RPCAuthenticator`` returned it
     /// (nil for open methods and in the authenticator itself).
     public var principal: (any Sendable)?
     /// A logger with the call's method and id attached (built when asked for,
     /// so calls that do not log pay nothing for it).
     public var logger: Logger {
-        var logger = baseLogger
+        var logger = connection.logger
         logger[metadataKey: "rpc.method"] = "\(method)"
         logger[metadataKey: "rpc.call"] = "\(callID)"
         return logger
     }
-    let baseLogger: Logger
-    let shutdown: ShutdownFlag
+    /// What every call of the connection shares, in one reference: a context is copied a few times a
+    /// call, and the address, the logger (three references of its own) and the flag were retained each time.
+    var connection: ServerConnectionInfo
 
     /// True once the server has begun a graceful shutdown. A long-lived stream
     /// (a feed that would never end by itself) should check it and finish, so
     /// the shutdown does not wait out its whole grace period.
-    public var isShuttingDown: Bool { shutdown.isSet }
+    public var isShuttingDown: Bool { connection.shutdown.isSet }
+
+    init(method: String, metadata: Metadata, deadline: ContinuousClock.Instant?, callID: UInt32, principal: (any Sendable)? = nil,
+         connection: ServerConnectionInfo) {
+        self.method = method
+        self.metadata = metadata
+        self.deadline = deadline
+        self.callID = callID
+        self.principal = principal
+        self.connection = connection
+    }
+}
+
+/// The part of a ``ServerContext`` that is the same for every call of a connection.
+final class ServerConnectionInfo: Sendable {
+    let remoteAddress: String
+    let logger: Logger
+    let shutdown: ShutdownFlag
+
+    init(remoteAddress: String, logger: Logger, shutdown: ShutdownFlag) {
+        self.remoteAddress = remoteAddress
+        self.logger = logger
+        self.shutdown = shutdown
+    }
 }
 
 /// A flag set once, when a server begins shutting down.
