@@ -16,6 +16,19 @@ public struct EncodedMessage<Message: WireMessage>: Sendable {
         message.serialize(into: &bytes)
         self.bytes = bytes
     }
+
+    /// A message's encoding as received, not decoded yet (the response of the
+    /// ``RPCClient`` `unary` that takes `response: EncodedMessage<Response>.self`).
+    @usableFromInline
+    init(bytes: ByteBuffer) {
+        self.bytes = bytes
+    }
+
+    /// The message, decoded now.
+    /// - Throws: ``WireError`` `malformedMessage` when the bytes are not a valid `Message`.
+    public func decoded() throws(WireError) -> Message {
+        try Message(serializedBytes: bytes)
+    }
 }
 
 /// Turns messages into MESSAGE payloads and back, compressing with zlib when asked.

@@ -199,6 +199,19 @@ public final class RPCClient: Sendable {
         }
     }
 
+    /// Makes a unary call as ``unary(_:encoded:response:options:completion:)`` does, and hands over the
+    /// response still encoded (``EncodedMessage/decoded()`` decodes it): for a caller that times the call
+    /// to the response's arrival, as a bare load generator does, or passes the bytes on.
+    @inlinable
+    public func unary<Request: WireMessage, Response: WireMessage>(
+        _ method: String, encoded request: EncodedMessage<Request>, response: EncodedMessage<Response>.Type,
+        options: CallOptions = CallOptions(), completion: @escaping @Sendable (Result<EncodedMessage<Response>, RPCError>) -> Void
+    ) {
+        unaryCall(method, options: options, request: request.bytes) { result in
+            completion(result.map { EncodedMessage(bytes: $0) })
+        }
+    }
+
     /// A failed call's error as an ``RPCError`` (the calls throw nothing else).
     private static func callError(_ error: any Error) -> RPCError {
         error as? RPCError ?? RPCError(.unknown, "call failed: \(error)", source: .local)
@@ -249,7 +262,8 @@ public final class RPCClient: Sendable {
             }
         })
         let call = ClientCall(method: method, connection: connection.handler, sink: .unary(slot))
-        loop.runOnLoop { prepared.open(call) }
+        // Opened at once on the loop (a call chained from a completion is): no closure to allocate and copy the prepared call into.
+        if loop.inEventLoop { prepared.open(call) } else { loop.execute { prepared.open(call) } }
     }
 
     /// Makes a server-streaming call: one request, a sequence of responses.
@@ -492,14 +506,23 @@ public final class RPCClient: Sendable {
     }
 }
 
-/// A connected channel and its connection handler.
-struct ClientConnection: Sendable {
+/// A connected channel and its connection handler. A class: every call takes the connection out of
+/// the client's lock, and a struct's copy retained the channel, the handler, its loop, the flag and the
+/// endpoint's strings each time.
+final class ClientConnection: Sendable {
     let channel: Channel
     let handler: NIOLoopBound<ClientConnectionHandler>
     /// Set once the connection takes no new calls (GOAWAY received, or closed).
     let retired: NIOLockedValueBox<Bool>
     /// The server it is connected to.
     let endpoint: Endpoint
+
+    init(channel: Channel, handler: NIOLoopBound<ClientConnectionHandler>, retired: NIOLockedValueBox<Bool>, endpoint: Endpoint) {
+        self.channel = channel
+        self.handler = handler
+        self.retired = retired
+        self.endpoint = endpoint
+    }
 
     var isRetired: Bool { retired.withLockedValue { $0 } }
 }

@@ -135,12 +135,15 @@ func stopping<R>(_ services: LocalServices?, _ body: () async throws -> R) async
 /// continuation: the calls that one read completes leave in one write). A
 /// warm-up, `measuring`, then the measured duration.
 ///
-/// `call(worker, sequence, done)` calls `done` on the worker's loop with nil on success, or the kind of failure;
-/// `loops` are the event loops of the clients the calls use (a worker's state is that loop's alone).
+/// `call(worker, sequence, done)` calls `done` on the worker's loop with nil on success, or the kind of failure,
+/// and when the response arrived (nil: now): a call's latency runs from when it was made to then, so that
+/// decoding and checking the response after it arrived stays out of it, as in the reference's load generator
+/// (whose clock stops when it has read the response frame); `loops` are the event loops of the clients the
+/// calls use (a worker's state is that loop's alone).
 func runChainedLoad(
     concurrency: Int, warmup: Duration, duration: Duration, loops: [EventLoop],
     measuring: () async -> Void = {},
-    call: @escaping @Sendable (_ worker: Int, _ sequence: Int, _ done: @escaping @Sendable (String?) -> Void) -> Void
+    call: @escaping @Sendable (_ worker: Int, _ sequence: Int, _ done: @escaping @Sendable (String?, NIODeadline?) -> Void) -> Void
 ) async -> LoadResult {
     let sequence = Counter()
     func phase(_ length: Duration, record: Bool) async -> LoadResult {
@@ -182,17 +185,17 @@ private final class ChainedWorker: @unchecked Sendable {
     let tally: ChainedTally?
     let loop: EventLoop
     let sequence: Counter
-    let call: @Sendable (Int, Int, @escaping @Sendable (String?) -> Void) -> Void
+    let call: @Sendable (Int, Int, @escaping @Sendable (String?, NIODeadline?) -> Void) -> Void
     let done: EventLoopPromise<ChainedWorker>
     /// When the call in flight was made (the monotonic clock the reference reads, without `Duration` arithmetic).
     private var due = NIODeadline.now()
     /// Nested ``step()`` calls: a call that completes at once must not recurse without bound.
     private var depth = 0
     /// Handed to every call: it holds the worker while a call is in flight (dropped when the worker is done).
-    private var completion: (@Sendable (String?) -> Void)?
+    private var completion: (@Sendable (String?, NIODeadline?) -> Void)?
 
     init(index: Int, end: NIODeadline, tally: ChainedTally?, loop: EventLoop, sequence: Counter,
-         call: @escaping @Sendable (Int, Int, @escaping @Sendable (String?) -> Void) -> Void) {
+         call: @escaping @Sendable (Int, Int, @escaping @Sendable (String?, NIODeadline?) -> Void) -> Void) {
         self.index = index
         self.end = end
         self.tally = tally
@@ -200,7 +203,7 @@ private final class ChainedWorker: @unchecked Sendable {
         self.sequence = sequence
         self.call = call
         self.done = loop.makePromise()
-        self.completion = { failure in self.completed(failure) }
+        self.completion = { failure, responded in self.completed(failure, respondedAt: responded) }
     }
 
     func step() {
@@ -212,12 +215,12 @@ private final class ChainedWorker: @unchecked Sendable {
         call(index, sequence.next(), completion)
     }
 
-    private func completed(_ failure: String?) {
+    private func completed(_ failure: String?, respondedAt: NIODeadline?) {
         loop.preconditionInEventLoop()
         if let tally {
             tally.calls += 1
             if let failure { tally.errors[failure, default: 0] += 1 }
-            let now = NIODeadline.now()
+            let now = respondedAt ?? NIODeadline.now()
             _ = tally.histogram.record(now > due ? now.uptimeNanoseconds - due.uptimeNanoseconds : 0)
         }
         depth += 1

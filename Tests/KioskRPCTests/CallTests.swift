@@ -86,6 +86,29 @@ import Testing
         }
     }
 
+    /// A response taken still encoded comes as the server sent it and is decoded when asked;
+    /// a failed call fails as with a typed response.
+    @Test func responsesCanBeLeftEncoded() async throws {
+        try await withServer { _, client in
+            let request = EncodedMessage(Ping(opaque: 9))
+            @Sendable func call<R: WireMessage>(_ method: String, as type: R.Type, request: EncodedMessage<Ping> = request) async throws
+                -> Result<EncodedMessage<R>, RPCError> {
+                let answered = client.eventLoop.makePromise(of: Result<EncodedMessage<R>, RPCError>.self)
+                client.unary(method, encoded: request, response: EncodedMessage<R>.self) { answered.succeed($0) }
+                return try await answered.futureResult.get()
+            }
+            let reply = try await call(echo, as: Ping.self).get()
+            #expect(try reply.decoded() == Ping(opaque: 9))
+            // Ping's bytes (a varint in field 1) are not a HealthCheckRequest (a string in field 1): refused when decoded.
+            let other = try await call(echo, as: HealthCheckRequest.self).get()
+            #expect(throws: WireError.self) { try other.decoded() }
+            switch try await call(TestService.prefix + "Fail", as: Ping.self, request: EncodedMessage(Ping(opaque: 0))) {
+            case .success: Issue.record("a failing method answered")
+            case .failure(let error): #expect(error.code == .permissionDenied && error.metadata["reason"] == "restricted")
+            }
+        }
+    }
+
     /// Inline handlers answer at once, or suspend and answer from a task;
     /// behind an authenticator that cannot check inline, they run as a task.
     @Test func inlineUnaryCalls() async throws {
