@@ -269,9 +269,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private func receivedHeaders(_ frame: Frame) {
         let routed: RoutedHeaders?
         var generation: UInt64 = 0
-        if let last = lastHeaders?.routed, lastHeaders?.payload == frame.payload {
+        if let last = lastHeaders, last.payload == frame.payload {
             // The same HEADERS as the call before (a client's calls usually are): decoded and routed already.
-            routed = last
+            routed = last.routed
             generation = headersGeneration
         } else if let headers = try? frame.decode(CallHeaders.self) {
             var route = StateMachine.Route.unknown
