@@ -4,9 +4,9 @@
 # during each serial run (K=1 C=1), then Scripts/serial-spans.py splits every
 # call into the server's span (request packet → response packet: wake-up,
 # read, work, write) and the client's (response → next request). The two load
-# generators' own clocks cover different parts of a call (the reference's
-# excludes its request's encoding and its response's decoding, kiosk-bench's
-# includes them); the packets' times do not depend on either. A run's
+# generators' own clocks stop where each reads the response, before decoding
+# it, but cover different work before that (Kiosk's two answer frames and its
+# call bookkeeping); the packets' times do not depend on either. A run's
 # medians are over its calls on the serial connection, the warm-up's included.
 #   Scripts/serial-spans.sh [CYCLES]   (default 5; SPAN_S=2 seconds a run; the runs alternate)
 # Release builds, the reference cached as bench.sh does. Installs tcpdump when
