@@ -218,6 +218,7 @@ let package = Package(
                 "KioskContent", "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "kiosk-content", "kiosk-store",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .testTarget(

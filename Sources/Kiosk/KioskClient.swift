@@ -638,8 +638,14 @@ public final class KioskClient: Sendable {
             }
             if reachable, followsEvents {
                 do {
-                    if accountID == nil { accountID = try await account().accountID }
-                    try await followAccountEvents(accountID: accountID ?? "")
+                    let id: String
+                    if let known = accountID {
+                        id = known
+                    } else {
+                        id = try await account().accountID
+                        accountID = id
+                    }
+                    try await followAccountEvents(accountID: id)
                 } catch is EventLogUnsupported {
                     followsEvents = false  // a store older than the event log
                 } catch {

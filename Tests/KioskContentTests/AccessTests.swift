@@ -4,6 +4,7 @@ import KioskAPI
 import KioskRPC
 import KioskStore
 import KioskWire
+import NIOPosix
 import Testing
 
 @Suite(.timeLimit(.minutes(1))) struct AccessTests {
@@ -250,6 +251,37 @@ import Testing
         var value = UInt64(value), bytes: [UInt8] = []
         while value >= 0x80 { bytes.append(UInt8(value & 0x7F) | 0x80); value >>= 7 }
         return bytes + [UInt8(value)]
+    }
+
+    /// On an event loop a verified receipt is cached once the answer is out. A key retirement in between
+    /// empties the cache; the insert that follows must not put back a receipt verified with the old keys.
+    @Test func aRetirementBetweenVerifyingAndCachingKeepsTheReceiptOut() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1]]) { fixture in
+            let gate = fixture.content.gate
+            // The store's keys with their retirement moved far ahead: every receipt still verifies, but the
+            // windows changed, as with a retirement.
+            let moved = try fixture.store.store.publicKeys().map { key in
+                ReceiptPublicKey(id: key.id, rawRepresentation: key.rawRepresentation, notBeforeMs: key.notBeforeMs, notAfterMs: 4_000_000_000_000)
+            }
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            for retire in [false, true] {
+                // A new buyer each time: a second purchase of the book would be the first one's receipt, cached.
+                let token = try fixture.newAccount()
+                let access = try #require(await fixture.contentToken(token))
+                let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
+                let allowed = try await loop.submit { () throws -> Bool in
+                    let attempt = try gate.authorizeNow(receipt: receipt, productID: "book.swift", token: access)
+                    // Before the loop runs the insert the answer left behind.
+                    if retire { gate.install(keys: moved) }
+                    guard case .decided(let decision) = attempt else { return false }
+                    return decision.allowed
+                }.get()
+                #expect(allowed)
+                try await loop.submit {}.get()  // after the insert
+                // The first receipt was cached; the retirement emptied the cache, and the second stays out of it.
+                #expect(gate.stats.cacheEntries == (retire ? 0 : 1), retire ? "verified before the retirement" : "cached")
+            }
+        }
     }
 
     @Test func cacheSizeZeroTurnsCachingOff() async throws {
