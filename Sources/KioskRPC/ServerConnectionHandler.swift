@@ -51,15 +51,16 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private let router: RPCRouter
     private let limits: ServerLimits
     private let maximumMessageSize: Int
-    private let logger: Logger
-    private let shutdown: ShutdownFlag
+    private var logger: Logger { connectionInfo.logger }
+    private var shutdown: ShutdownFlag { connectionInfo.shutdown }
     private let runsHandlersOnEventLoop: Bool
     private(set) var context: ChannelHandlerContext?
     private var loopBoundSelf: NIOLoopBound<ServerConnectionHandler>?
     private var codec: MessageCodec?
     private var executor: EventLoopTaskExecutor?
     private var remoteAddress: String { connectionInfo.remoteAddress }
-    /// Shared by the contexts of the connection's calls; its address is set when the handler is added.
+    /// Shared by the contexts of the connection's calls (and the handler's logger and shutdown flag); its
+    /// address is set when the handler is added.
     private var connectionInfo: ServerConnectionInfo
     private var handshakeTimer: Scheduled<Void>?
     private var deadlines: CallDeadlines?
@@ -126,8 +127,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         self.router = router
         self.limits = limits
         self.maximumMessageSize = maximumMessageSize
-        self.logger = logger
-        self.shutdown = shutdown
         self.connectionInfo = ServerConnectionInfo(remoteAddress: "unknown", logger: logger, shutdown: shutdown)
         self.runsHandlersOnEventLoop = runsHandlersOnEventLoop
     }
