@@ -28,6 +28,10 @@ struct ReceiptKey: Hashable, Sendable {
 
     func hash(into hasher: inout Hasher) { hasher.combine(hash) }
 
+    /// The table's hash: the SipHash already taken, mixed with the table's seed, without running a
+    /// second `Hasher` over it on every lookup and insert.
+    func _rawHashValue(seed: Int) -> Int { hash ^ seed }
+
     static func == (lhs: ReceiptKey, rhs: ReceiptKey) -> Bool {
         guard lhs.hash == rhs.hash, lhs.bytes.count == rhs.bytes.count else { return false }
         // memcmp: `Array.==` compares element by element.

@@ -345,9 +345,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         guard let codec else { return assertionFailure("a call was read before the handler was added") }
         let callID = pending.callID
         guard let inline = pending.routed.inline else { return assertionFailure("a call without an inline form was deferred") }
-        let serverContext = makeContext(pending.routed.headers, callID: callID, timeoutMs: pending.timeoutMs)
+        var serverContext = makeContext(pending.routed.headers, callID: callID, timeoutMs: pending.timeoutMs)
         let result = runInline(inline, authenticator: pending.routed.authenticator, headersGeneration: pending.headersGeneration,
-                               context: serverContext, payload: payload, flags: flags, codec: codec)
+                               context: &serverContext, payload: payload, flags: flags, codec: codec)
         // Answered here unless the connection changed meanwhile (nothing the handler can reach does that today).
         if machine.acceptsDeferredCall {
             switch result {
@@ -545,7 +545,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     }
 
     private func startHandler(callID: UInt32, payload: ByteBuffer, flags: FrameFlags) {
-        guard let call = resources[callID], let callContext = call.context, let codec else { return }
+        guard let call = resources[callID], var callContext = call.context, let codec else { return }
         call.context = nil
         call.requestTimer?.cancel()
         call.requestTimer = nil
@@ -553,7 +553,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             return startTask(call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
         }
         let result = runInline(inline, authenticator: call.method.authenticator, headersGeneration: call.headersGeneration,
-                               context: callContext, payload: payload, flags: flags, codec: codec)
+                               context: &callContext, payload: payload, flags: flags, codec: codec)
         complete(result, call: call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
     }
 
@@ -613,8 +613,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     /// brought its request: no task, and its response goes out with the read's
     /// one flush.
     private func runInline(_ inline: RPCRouter.InlineRun, authenticator: (any RPCAuthenticator)?, headersGeneration generation: UInt64,
-                           context callContext: ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) -> InlineResult {
-        var callContext = callContext
+                           context callContext: inout ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) -> InlineResult {
+        // The caller's context, given its principal in place (a copy retained its method, metadata and connection).
         do {
             if let authenticator {
                 let remembered = generation != 0 && generation == headersGeneration

@@ -113,6 +113,12 @@ public enum CField {
         return string
     }
 
+    /// A protobuf-c `bytes` field read in place: valid only while its unpacked message is
+    /// (inside ``WireMessage/withUnpacked(_:_:)``'s body).
+    public static func view(_ data: ProtobufCBinaryData) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: data.len > 0 ? data.data : nil, count: data.len)
+    }
+
     /// A copy of a protobuf-c `bytes` field.
     public static func bytes(_ data: ProtobufCBinaryData) -> [UInt8] {
         guard data.len > 0, let base = data.data else { return [] }

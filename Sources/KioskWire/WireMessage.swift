@@ -88,16 +88,29 @@ extension WireMessage {
     /// - Throws: ``WireError`` with code `malformedMessage` when the bytes are not a valid message.
     @inlinable
     public init(serializedBytes bytes: UnsafeRawBufferPointer) throws(WireError) {
+        // Typed throws all the way down: the message is returned by moving it, not copied out of a
+        // `Result` (which retained every string and array of it, then released them with the Result).
+        self = try Self.withUnpacked(bytes) { c throws(WireError) -> Self in try Self(cStruct: c) }
+    }
+
+    /// Unpacks `bytes` with protobuf-c and hands `body` the C struct, read in
+    /// place: its strings and `bytes` fields point into a temporary arena and
+    /// are valid only inside `body`. For a reader that needs a few fields and
+    /// no Swift copy of the others (``CField/view(_:)`` reads a `bytes` field).
+    ///
+    /// - Throws: ``WireError`` with code `malformedMessage` when the bytes are not a valid message, or what `body` throws.
+    @inlinable
+    public static func withUnpacked<Result>(
+        _ bytes: UnsafeRawBufferPointer, _ body: (borrowing CStruct) throws(WireError) -> Result
+    ) throws(WireError) -> Result {
         // The message's descriptor, from a defaults-initialised struct (the generated `…__init` sets it).
         let descriptor = withUnsafeTemporaryAllocation(of: CStruct.self, capacity: 1) { c in
             Self.cInit(c.baseAddress!)
             return UnsafeRawPointer(c.baseAddress!).assumingMemoryBound(to: ProtobufCMessage.self).pointee.descriptor
         }
-        // Typed throws all the way down: the message is returned by moving it, not copied out of a
-        // `Result` (which retained every string and array of it, then released them with the Result).
-        self = try withUnsafeTemporaryAllocation(byteCount: decodingArenaSize, alignment: 16) { space throws(WireError) -> Self in
+        return try withUnsafeTemporaryAllocation(byteCount: decodingArenaSize, alignment: 16) { space throws(WireError) -> Result in
             var arena = KioskUnpackArena()
-            return try withUnsafeMutablePointer(to: &arena) { arena throws(WireError) -> Self in
+            return try withUnsafeMutablePointer(to: &arena) { arena throws(WireError) -> Result in
                 // Initialised through this pointer: the arena keeps its own address (allocator_data).
                 kiosk_unpack_arena_init(arena, space.baseAddress, space.count)
                 let allocator = UnsafeMutableRawPointer(arena).assumingMemoryBound(to: ProtobufCAllocator.self)
@@ -111,7 +124,7 @@ extension WireMessage {
                     throw WireError(.malformedMessage, "\(bytes.count) bytes are not a valid \(Self.self) message")
                 }
                 defer { protobuf_c_message_free_unpacked(unpacked, allocator) }
-                return try Self(cStruct: UnsafeRawPointer(unpacked).assumingMemoryBound(to: CStruct.self).pointee)
+                return try body(UnsafeRawPointer(unpacked).assumingMemoryBound(to: CStruct.self).pointee)
             }
         }
     }

@@ -67,6 +67,45 @@ import Testing
         #expect(verifier.verify(try forged.serializedBytes(), nowMs: now).status == .notAuthentic)
     }
 
+    /// An encoded receipt is checked where protobuf-c unpacked it, a decoded one from its arrays: both
+    /// give the same answer, malformed and forged ones included.
+    @Test func encodedAndDecodedReceiptsGetTheSameAnswer() throws {
+        let verifier = ReceiptVerifier(keys: [key.publicKey], environment: .production)
+        let good = try key.sign(payload())
+        var tampered = good
+        tampered.payload[tampered.payload.count - 1] ^= 1
+        var shortSignature = good
+        shortSignature.signature.removeLast()
+        var noKeyID = good
+        noKeyID.keyID = ""
+        var unknownKey = good
+        unknownKey.keyID = "ed25519-0000000000000000"
+        var noPayload = good
+        noPayload.payload = []
+        let cases: [(ReceiptV1.SignedReceipt, ReceiptStatus)] = [
+            (good, .valid), (tampered, .notAuthentic), (shortSignature, .malformed), (noKeyID, .malformed),
+            (unknownKey, .notAuthentic), (noPayload, .malformed),
+        ]
+        for (signed, status) in cases {
+            let fromBytes = verifier.verify(try signed.serializedBytes(), nowMs: now)
+            #expect(fromBytes.status == status)
+            #expect(fromBytes == verifier.verify(signed, nowMs: now))
+        }
+        let decoded = try ReceiptV1.ReceiptPayload(serializedBytes: good.payload)
+        #expect(verifier.verify(try good.serializedBytes(), nowMs: now).payload == decoded)
+
+        // An envelope whose key id is not UTF-8, and bytes that are no message at all: not a signed receipt.
+        func field(_ number: UInt8, _ bytes: [UInt8]) -> [UInt8] {
+            var out: [UInt8] = [number << 3 | 2]
+            var length = bytes.count
+            while length >= 0x80 { out.append(UInt8(length & 0x7f) | 0x80); length >>= 7 }
+            return out + [UInt8(length)] + bytes
+        }
+        let badKeyID = field(1, good.payload) + field(2, good.signature) + field(3, [0xff, 0xfe])
+        #expect(verifier.verify(badKeyID, nowMs: now) == ReceiptCheck(status: .malformed, message: "receipt is not a signed receipt (\(badKeyID.count) bytes)"))
+        #expect(verifier.verify([0xff, 0xff], nowMs: now).status == .malformed)
+    }
+
     @Test func generatedMessagesRoundTrip() throws {
         let response = StoreV1.VerifyReceiptResponse(status: 21006, message: "subscription expired ⌛", receipt: payload(expires: 5),
                                                      revocationDateMs: -1, revocationReason: "")
