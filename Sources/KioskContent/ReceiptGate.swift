@@ -96,13 +96,15 @@ final class ReceiptGate: Sendable {
         self.configuration = configuration
         self.link = link
         self.logger = logger
+        self.stalenessMs = configuration.maximumStaleness.wholeMilliseconds
         self.state = NIOLockedValueBox(State(
             verifier: configuration.makeVerifier(keys: []), tokenVerifier: Self.makeTokenVerifier(keys: [], configuration),
             cache: VerifiedReceiptCache(capacity: configuration.cacheSize)))
     }
 
     private var now: Int64 { configuration.clock() }
-    private var stalenessMs: Int64 { configuration.maximumStaleness.wholeMilliseconds }
+    /// `configuration.maximumStaleness` in milliseconds, worked out once (a `Duration`'s components cost a 128-bit multiplication).
+    private let stalenessMs: Int64
 
     // MARK: Deciding
 
@@ -187,12 +189,13 @@ final class ReceiptGate: Sendable {
             receiptFound = cached
             revoked = state.withLockedValue { $0.revoked.contains(cached.transactionID) }
         } else {
-            let check = found.verifier.verify(receipt, nowMs: nowMs)
+            // The payload is read where protobuf-c unpacked it: the cache keeps three of its seven strings, and
+            // only those become Swift strings.
+            let (check, kept) = found.verifier.verify(receipt, nowMs: nowMs, keeping: VerifiedReceipt.init(unpacked:))
             if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty, !found.verifier.knows(keyID: keyID) {
                 return .unknownKey(check.message)
             }
-            // Read in place: the cache keeps three of the payload's strings.
-            guard check.status == .valid, let verified = check.withPayload({ VerifiedReceipt($0) }) else {
+            guard check.status == .valid, let verified = kept else {
                 return .decided(.refused(check.status, check.message))
             }
             receiptFound = verified

@@ -1,5 +1,6 @@
 import Foundation
 import KioskAPI
+import KioskWire
 
 /// A receipt's bytes as the verified-receipt cache's key: hashed once, with
 /// the process's randomly seeded SipHash (`Hasher`), and compared byte for
@@ -53,8 +54,12 @@ struct VerifiedReceipt: Sendable {
     /// 0: does not expire.
     var expiresDateMs: Int64
 
-    init(_ payload: borrowing ReceiptV1.ReceiptPayload) {
-        (transactionID, accountID, productID, expiresDateMs) = (payload.transactionID, payload.accountID, payload.productID, payload.expiresDateMs)
+    /// The fields kept, read from a payload where protobuf-c unpacked it (``ReceiptVerifier/verify(_:nowMs:keeping:)``).
+    init(unpacked payload: borrowing ReceiptV1.ReceiptPayload.CStruct) throws(WireError) {
+        transactionID = try CField.string(payload.transaction_id, field: "ReceiptPayload.transaction_id")
+        accountID = try CField.string(payload.account_id, field: "ReceiptPayload.account_id")
+        productID = try CField.string(payload.product_id, field: "ReceiptPayload.product_id")
+        expiresDateMs = payload.expires_date_ms
     }
 }
 

@@ -59,16 +59,38 @@ public struct ClientConfiguration: Sendable {
 /// Options of one call.
 public struct CallOptions: Sendable {
     /// The call's deadline, from when it starts; sent to the server as `timeout_ms`.
-    public var timeout: Duration?
+    public var timeout: Duration? {
+        didSet { resolvedTimeout = timeout.map(CallTimeout.init) }
+    }
     /// Request metadata, e.g. `authorization: Bearer <token>`.
     public var metadata: Metadata
     /// Compress the request with zlib, and ask for compressed responses.
     public var compress: Bool
+    /// ``timeout`` in the forms a call takes, worked out when it is set, not on every call made with these options.
+    private(set) var resolvedTimeout: CallTimeout?
 
     /// Creates call options.
     public init(timeout: Duration? = nil, metadata: Metadata = Metadata(), compress: Bool = false) {
         self.timeout = timeout
         self.metadata = metadata
         self.compress = compress
+        self.resolvedTimeout = timeout.map(CallTimeout.init)
+    }
+}
+
+/// A call's timeout and the forms a call takes it in, worked out once (each conversion of a
+/// `Duration` splits its 128-bit count of attoseconds).
+struct CallTimeout: Sendable {
+    /// The timeout.
+    let duration: Duration
+    /// Sent to the server as `timeout_ms`.
+    let milliseconds: UInt32
+    /// For the event loop's deadline.
+    let amount: TimeAmount
+
+    init(_ duration: Duration) {
+        self.duration = duration
+        self.milliseconds = duration.wholeMillisecondsRoundedUp
+        self.amount = TimeAmount(duration)
     }
 }

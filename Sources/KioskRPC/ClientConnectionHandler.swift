@@ -67,7 +67,7 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     // MARK: From callers (on the event loop)
 
     /// Opens `call`: HEADERS, then the request MESSAGE with END_STREAM.
-    func open(_ call: ClientCall, headers: CallHeaders, request: ByteBuffer, flags: FrameFlags, timeout: Duration?) {
+    func open(_ call: ClientCall, headers: CallHeaders, request: ByteBuffer, flags: FrameFlags, timeout: CallTimeout?) {
         guard case .pending = call.phase else { return }  // cancelled before it was sent
         switch machine.openCall(call, method: call.method) {
         case .fail(let error):
@@ -78,8 +78,8 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             guard let context else { return }
             // The deadline first: a write that fails closes the channel, which clears the deadlines.
             if let timeout {
-                call.timeout = timeout
-                deadlines?.add(id, at: context.eventLoop.now + TimeAmount(timeout))
+                call.timeout = timeout.duration
+                deadlines?.add(id, at: context.eventLoop.now + timeout.amount)
             }
             if firstUnflushedCallID == nil { firstUnflushedCallID = id }
             writeFrame(Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator)), promise: nil)

@@ -43,6 +43,8 @@ public final class RPCClient: Sendable {
     public var port: Int { endpoints[0].port }
     /// The client's configuration.
     public let configuration: ClientConfiguration
+    /// `configuration.defaultTimeout`, converted once.
+    private let defaultTimeout: CallTimeout?
     /// The event loop of this client's connections. Callers that make many calls
     /// can run on it (`withTaskExecutorPreference(EventLoopTaskExecutor(client.eventLoop))`)
     /// to save a thread hop per call.
@@ -73,6 +75,7 @@ public final class RPCClient: Sendable {
         precondition(!endpoints.isEmpty, "an RPCClient needs at least one endpoint")
         self.endpoints = endpoints
         self.configuration = configuration
+        self.defaultTimeout = configuration.defaultTimeout.map(CallTimeout.init)
         self.eventLoop = group.next()
         self.logger = logger
         self.preferred = NIOLockedValueBox(configuration.startsAtRandomEndpoint ? Int.random(in: 0..<endpoints.count) : 0)
@@ -297,7 +300,7 @@ public final class RPCClient: Sendable {
         var payload: ByteBuffer
         var flags: FrameFlags
         var headers: CallHeaders
-        var timeout: Duration?
+        var timeout: CallTimeout?
 
         /// Sends HEADERS and the request for `call` (on the connection's event loop).
         func open(_ call: ClientCall) {
@@ -316,8 +319,8 @@ public final class RPCClient: Sendable {
     /// Frames the encoded `request` for `connection`, refusing one over the size limit.
     private func prepare(_ method: String, _ options: CallOptions, on connection: ClientConnection, codec: MessageCodec, request: ByteBuffer) throws(RPCError) -> PreparedCall {
         let (payload, flags) = try codec.framed(request, compress: options.compress, what: "request to \(method)")
-        let timeout = options.timeout ?? configuration.defaultTimeout
-        let headers = CallHeaders(method: method, timeoutMs: timeout?.wholeMillisecondsRoundedUp ?? 0, metadata: options.metadata)
+        let timeout = options.resolvedTimeout ?? defaultTimeout
+        let headers = CallHeaders(method: method, timeoutMs: timeout?.milliseconds ?? 0, metadata: options.metadata)
         return PreparedCall(connection: connection, codec: codec, payload: payload, flags: flags, headers: headers, timeout: timeout)
     }
 

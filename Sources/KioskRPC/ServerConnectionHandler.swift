@@ -354,10 +354,13 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             case .finished(let bytes, let outFlags):
                 write(.message, callID: callID, flags: outFlags, payload: bytes)
                 write(.trailers, callID: callID, payload: emptyPayload)
-                return flush()
+                flush()
+                // Released once the answer is out, not before it (its method, metadata and principal: a few releases).
+                return withExtendedLifetime(serverContext) {}
             case .failed(let status):
                 write(.trailers, callID: callID, message: status.bounded)
-                return flush()
+                flush()
+                return withExtendedLifetime(serverContext) {}
             case .suspended, .needsTask:
                 break
             }

@@ -1,4 +1,11 @@
 import CProtobufC
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Owns every C allocation made while a Swift message is turned into a protoc-c
 /// struct for packing, and frees them all at once.
@@ -111,6 +118,30 @@ public enum CField {
             throw WireError(.malformedMessage, "field \(field) is not valid UTF-8")
         }
         return string
+    }
+
+    /// A protobuf-c string field's bytes read in place, not checked for UTF-8 (``isValidUTF8(_:)`` checks):
+    /// valid only while its unpacked message is (inside ``WireMessage/withUnpacked(_:_:)``'s body).
+    public static func utf8View(_ pointer: UnsafePointer<CChar>?) -> UnsafeRawBufferPointer {
+        guard let pointer else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        return UnsafeRawBufferPointer(start: pointer, count: strlen(pointer))
+    }
+
+    /// True when a protobuf-c string field is valid UTF-8, as ``string(_:field:)`` requires, without
+    /// making a Swift string of it (a malloc for one over 15 bytes): ASCII is checked in place.
+    public static func isValidUTF8(_ pointer: UnsafePointer<CChar>?) -> Bool {
+        guard let pointer else { return true }
+        var next = pointer
+        while next.pointee != 0 {
+            guard UInt8(bitPattern: next.pointee) < 0x80 else { return String(validatingCString: pointer) != nil }
+            next += 1
+        }
+        return true
+    }
+
+    /// True when two byte ranges hold the same bytes.
+    public static func sameBytes(_ left: UnsafeRawBufferPointer, _ right: UnsafeRawBufferPointer) -> Bool {
+        left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
     }
 
     /// A protobuf-c `bytes` field read in place: valid only while its unpacked message is

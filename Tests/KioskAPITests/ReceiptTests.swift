@@ -106,6 +106,52 @@ import Testing
         #expect(verifier.verify([0xff, 0xff], nowMs: now).status == .malformed)
     }
 
+    /// The reading the content service's cache uses (`verify(_:nowMs:keeping:)`) answers as `verify(_:nowMs:)`
+    /// does, and reads a payload only for a valid receipt: payload strings that are not UTF-8, a payload
+    /// naming another key, another app's receipt and a key id over 32 bytes included.
+    @Test func keepingReadsValidReceiptsOnlyAndAgrees() throws {
+        func signedRaw(_ payload: [UInt8], keyID: String? = nil) -> [UInt8] {
+            let signature = try! key.privateKey.signature(for: receiptSignaturePrefix + payload)
+            return try! ReceiptV1.SignedReceipt(payload: payload, signature: Array(signature), keyID: keyID ?? key.id).serializedBytes()
+        }
+        var stamped = payload()
+        stamped.keyID = key.id
+        // offer_id (field 14) holding a byte that is no UTF-8, after an otherwise valid payload.
+        let notUTF8 = signedRaw(stamped.serializedBytes() + [14 << 3 | 2, 2, 0x41, 0xff])
+        let nonASCII = signedRaw(stamped.serializedBytes() + [14 << 3 | 2, 3] + Array("é!".utf8))
+        var otherKeyID = stamped
+        otherKeyID.keyID = "ed25519-ffffffffffffffff"
+        var otherApp = payload()
+        otherApp.bundleID = "com.other"
+        let verifier = ReceiptVerifier(keys: [key.publicKey], environment: .production, bundleID: "com.example")
+        let cases: [([UInt8], ReceiptStatus)] = [
+            (try key.sign(payload()).serializedBytes(), .valid), (nonASCII, .valid), (notUTF8, .malformed),
+            (signedRaw(otherKeyID.serializedBytes()), .malformed), (try key.sign(otherApp).serializedBytes(), .notAuthentic),
+            (try key.sign(payload(expires: now)).serializedBytes(), .subscriptionExpired),
+            (try key.sign(payload(environment: .sandbox)).serializedBytes(), .sandboxReceiptInProduction),
+        ]
+        for (receipt, status) in cases {
+            let full = verifier.verify(receipt, nowMs: now)
+            let (check, kept) = verifier.verify(receipt, nowMs: now) { payload throws(WireError) in
+                try CField.string(payload.transaction_id, field: "transaction_id")
+            }
+            #expect(full.status == status)
+            #expect(check.status == full.status && check.message == full.message)
+            #expect(check.payload == nil)
+            #expect(kept == (status == .valid ? "tx_1" : nil))
+            #expect(full == verifier.verify(try ReceiptV1.SignedReceipt(serializedBytes: receipt), nowMs: now))
+        }
+        #expect(verifier.verify(try key.sign(otherApp).serializedBytes(), nowMs: now).message.contains("\"com.other\""))
+
+        // A key id over 32 bytes is looked up by its string.
+        let longID = ReceiptPublicKey(id: String(repeating: "k", count: 40), rawRepresentation: key.publicKey.rawRepresentation, notBeforeMs: 1)
+        var long = payload()
+        long.keyID = longID.id
+        let longReceipt = signedRaw(long.serializedBytes(), keyID: longID.id)
+        #expect(ReceiptVerifier(keys: [longID], environment: .production).verify(longReceipt, nowMs: now).status == .valid)
+        #expect(verifier.verify(longReceipt, nowMs: now).status == .notAuthentic)
+    }
+
     @Test func generatedMessagesRoundTrip() throws {
         let response = StoreV1.VerifyReceiptResponse(status: 21006, message: "subscription expired ⌛", receipt: payload(expires: 5),
                                                      revocationDateMs: -1, revocationReason: "")

@@ -169,10 +169,12 @@ import Testing
 
     @Test func deadlineExceeded() async throws {
         let probe = Probe()
+        // Set after the options were made: the call takes the timeout as set last.
+        var options = CallOptions(timeout: .seconds(3600))
+        options.timeout = .milliseconds(100)
         try await withServer(probe: probe) { _, client in
             let error = await #expect(throws: RPCError.self) {
-                try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 1), response: Ping.self,
-                                       options: CallOptions(timeout: .milliseconds(100)))
+                try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 1), response: Ping.self, options: options)
             }
             #expect(error?.code == .deadlineExceeded)
             // The handler was cancelled on the server, not left running.
