@@ -16,12 +16,9 @@ public struct ReceiptCheck: Hashable, Sendable {
     /// The payload, in a box: an outcome is copied as two references, not the payload's seven
     /// strings (the optimiser copied a whole outcome and destroyed the original on verification's
     /// return path, a retain and a release per string).
-    @usableFromInline
-    var decoded: DecodedPayload?
+    private var decoded: DecodedPayload?
 
-    @usableFromInline
-    final class DecodedPayload: Sendable {
-        @usableFromInline
+    private final class DecodedPayload: Sendable {
         let payload: ReceiptV1.ReceiptPayload
         init(_ payload: ReceiptV1.ReceiptPayload) { self.payload = payload }
     }
@@ -31,13 +28,6 @@ public struct ReceiptCheck: Hashable, Sendable {
         self.status = status
         self.message = message
         self.decoded = payload.map(DecodedPayload.init)
-    }
-
-    /// `body`'s result for the decoded payload, read in place (``payload`` returns a copy); nil without one.
-    @inlinable
-    public func withPayload<Result>(_ body: (borrowing ReceiptV1.ReceiptPayload) throws -> Result) rethrows -> Result? {
-        guard let decoded else { return nil }
-        return try body(decoded.payload)
     }
 
     public static func == (lhs: ReceiptCheck, rhs: ReceiptCheck) -> Bool {

@@ -103,7 +103,7 @@ final class ReceiptGate: Sendable {
     }
 
     private var now: Int64 { configuration.clock() }
-    /// `configuration.maximumStaleness` in milliseconds, worked out once (a `Duration`'s components cost a 128-bit multiplication).
+    /// `configuration.maximumStaleness` in milliseconds, worked out once (a `Duration`'s components cost a 128-bit division).
     private let stalenessMs: Int64
 
     // MARK: Deciding
