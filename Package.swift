@@ -92,11 +92,14 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // The store's domain: money, subscription and payment lifecycles, the ports the store's
+        // adapters implement. No wire messages, no SQL, no NIO (docs/architecture.md).
+        .target(name: "KioskStoreCore"),
         // The store service as an embeddable library.
         .target(
             name: "KioskStore",
             dependencies: [
-                "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskStoreCore", "KioskAPI", "KioskRPC", "KioskWire",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
@@ -224,6 +227,10 @@ let package = Package(
         .testTarget(
             name: "KioskAPITests",
             dependencies: ["KioskAPI", "KioskWire", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .testTarget(
+            name: "KioskStoreCoreTests",
+            dependencies: ["KioskStoreCore"]
         ),
         .testTarget(
             name: "KioskStoreTests",

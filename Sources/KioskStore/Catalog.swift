@@ -1,5 +1,6 @@
 import Foundation
 import KioskAPI
+import KioskStoreCore
 
 /// A product the store sells.
 public struct CatalogProduct: Hashable, Sendable {
@@ -250,11 +251,11 @@ public struct Catalog: Sendable {
             }
             guard let title = try string("title"), !title.isEmpty else { throw fail(name, "title", "must not be empty") }
             let description = try string("description", required: false) ?? ""
-            guard let price = try string("price"), isDecimal(price) else {
-                throw fail(name, "price", "must be a decimal string such as \"0.99\"")
-            }
             guard let currency = try string("currency"), currency.count == 3, currency.allSatisfy({ $0.isASCII && $0.isUppercase }) else {
                 throw fail(name, "currency", "must be an ISO 4217 code such as \"USD\"")
+            }
+            guard let price = try string("price"), isPrice(price, currency) else {
+                throw fail(name, "price", "must be a decimal string with at most \(Currency.exponent(of: currency)) decimals for \(currency), such as \"0.99\"")
             }
             let credits = try integer("credits")
             if type == .consumable {
@@ -302,7 +303,7 @@ public struct Catalog: Sendable {
                     }
                     offerID = text
                 }
-                guard case .string(let price)? = offer["price"], isDecimal(price) else {
+                guard case .string(let price)? = offer["price"], isPrice(price, currency) else {
                     throw fail(name, field, "offer \(offerID): \"price\" must be a decimal string such as \"0.99\" (\"0\" for a free trial)")
                 }
                 var offerPeriod = period
@@ -373,13 +374,10 @@ public struct Catalog: Sendable {
         return out
     }
 
-    private static func isDecimal(_ text: String) -> Bool {
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count <= 2, let whole = parts.first, !whole.isEmpty, whole.count <= 12,
-              whole.allSatisfy({ $0.isASCII && $0.isNumber }) else { return false }
-        if parts.count == 2 {
-            return (1...4).contains(parts[1].count) && parts[1].allSatisfy { $0.isASCII && $0.isNumber }
-        }
-        return true
+    /// A price the store can charge: a decimal of at most 12 whole digits and at most the currency's ISO 4217
+    /// decimals (so every catalog price can be bought, and read one way, ``Money``).
+    private static func isPrice(_ text: String, _ currency: String) -> Bool {
+        guard let whole = text.split(separator: ".", omittingEmptySubsequences: false).first, whole.count <= 12 else { return false }
+        return Money(decimal: text, currency: currency) != nil
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import KioskAPI
+import KioskStoreCore
 import NIOConcurrencyHelpers
 
 /// One row of the `transactions` table.
@@ -210,8 +211,21 @@ public final class Ledger: Sendable {
 
     /// Opens (creating and migrating if needed) the embedded SQLite ledger in `directory`.
     public init(directory: String) throws {
+        // The ledger holds token hashes and webhook secrets: the directory is the owner's only (0700) and the
+        // database files 0600, whatever the umask; SQLite gives -wal and -shm the database file's mode.
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let sqlite = try SQLiteLedgerBackend(path: (directory as NSString).appendingPathComponent(Self.fileName), migrator: Self.migrator)
+        guard chmod(directory, 0o700) == 0 else { throw LedgerError(.unavailable, "cannot make \(directory) private (errno \(errno))") }
+        let path = (directory as NSString).appendingPathComponent(Self.fileName)
+        // Created here, before SQLite, only when missing; an existing one is changed by path: closing a descriptor of a
+        // file this process has open in SQLite would drop SQLite's POSIX locks on it.
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) } else if errno != EEXIST { throw LedgerError(.unavailable, "cannot create \(path) (errno \(errno))") }
+        guard chmod(path, 0o600) == 0 else { throw LedgerError(.unavailable, "cannot make \(path) private (errno \(errno))") }
+        let sqlite = try SQLiteLedgerBackend(path: path, migrator: Self.migrator)
+        // Files an older version (or SQLite under another umask) created with a wider mode.
+        for file in [path + "-wal", path + "-shm"] where access(file, F_OK) == 0 {
+            guard chmod(file, 0o600) == 0 else { throw LedgerError(.unavailable, "cannot make \(file) private (errno \(errno))") }
+        }
         self.sqlite = sqlite
         backend = sqlite
     }

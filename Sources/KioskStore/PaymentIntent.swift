@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import KioskAPI
+import KioskStoreCore
 
 /// A payment the store is about to ask the processor for, written to the
 /// ledger before the processor is asked (intent before charge), and completed
@@ -11,15 +12,8 @@ import KioskAPI
 /// the payment was charged (``PaymentProcessor/lookup(_:)``); charged → the
 /// transaction is recorded and delivered as unfinished; not charged → closed.
 public struct PaymentIntent: Hashable, Sendable {
-    /// What the payment is for.
-    public enum Kind: String, Sendable {
-        /// A purchase: the processor's `charge`.
-        case purchase
-        /// The approval of a DEFERRED (ask-to-buy) transaction: the processor's `approve`.
-        case approval
-        /// An auto-renewable subscription's renewal, charged by the store at the end of a period: the processor's `charge`.
-        case renewal
-    }
+    /// What the payment is for (the domain's ``PaymentKind``).
+    public typealias Kind = PaymentKind
 
     /// Where the intent stands.
     public enum State: String, Sendable {

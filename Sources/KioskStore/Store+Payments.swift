@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskStoreCore
 import KioskWire
 
 // Purchases, approvals, refunds and reconciliation: every payment has a
@@ -201,15 +202,18 @@ extension Store {
 
     /// The processor's charge; nothing to charge (a free trial, an upgrade fully credited) is not sent to it.
     func processorCharge(_ request: PaymentRequest) async throws -> PaymentOutcome {
-        if request.amountMinorUnits == 0 { return .succeeded(reference: "no_charge") }
+        if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge { return .succeeded(reference: Self.noChargeReference) }
         return try await configuration.paymentProcessor.charge(request)
     }
 
     /// The processor's lookup; a payment of nothing was never sent to it and counts as charged.
     func processorLookup(_ request: PaymentRequest) async throws -> PaymentLookup {
-        if request.amountMinorUnits == 0 { return .charged(reference: "no_charge") }
+        if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge { return .charged(reference: Self.noChargeReference) }
         return try await configuration.paymentProcessor.lookup(request)
     }
+
+    /// The reference recorded for a payment of nothing, which no processor saw.
+    static let noChargeReference = "no_charge"
 
     /// How long a processor is trusted to deduplicate a payment id (Stripe keeps idempotency keys 24 hours).
     static let processorKeyLifetimeMs: Int64 = 23 * 3600 * 1000
@@ -420,7 +424,8 @@ extension Store {
             }
             let outcome: PaymentOutcome
             do {
-                outcome = try await configuration.paymentProcessor.approve(intent.request)
+                outcome = PaymentIntentLifecycle.plan(for: intent.request.amount) == .nothingToCharge
+                    ? .succeeded(reference: Self.noChargeReference) : try await configuration.paymentProcessor.approve(intent.request)
             } catch {
                 throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the approval is pending and is settled with the processor")
             }
@@ -494,7 +499,8 @@ extension Store {
             // Updated in place: the transaction keeps its id and its place in the account's history.
             let record = try self.purchasedRecord(intent, db, signer: signer)
             try Ledger.replaceTransaction(record, db)
-            try self.subscriptionBought(record, nowMs: nowMs, db)
+            // The buyer asked at the deferred price: that is the regular price agreed to, whatever the catalog says now.
+            try self.subscriptionBought(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, nowMs: nowMs, db)
             try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
             return (record, false)
         }
@@ -524,7 +530,9 @@ extension Store {
         let reasonText = reason.isEmpty ? "refunded" : reason
         // Money first: the processor refunds a payment once however often it is asked,
         // so a crash between refunding and recording is mended by refunding again.
-        if let paymentID = record.paymentID {
+        // A transaction that charged nothing (a free trial, a fully credited upgrade) has nothing to give back at the processor.
+        if let paymentID = record.paymentID,
+           RefundPlan.forTransaction(paymentID: paymentID, unitPrice: record.price, currency: record.currency, quantity: record.quantity) == .processor {
             let request = PaymentRequest(paymentID: paymentID, accountID: record.accountID, productID: record.productID, quantity: record.quantity,
                                          unitPrice: record.price, currency: record.currency, paymentMethod: record.paymentMethod)
             do {
@@ -636,28 +644,34 @@ extension Store {
         var settled = report
         try await locks.withLock(intent.paymentID) {
             guard let current = try ledger.intent(id: intent.id), current.state == .closed, current.outcome == Self.closedUncharged else { return }
-            switch (try await processorLookup(current.request), current.kind) {
-            case (.charged(let reference), .purchase):
-                _ = try await completePurchase(current, .succeeded(reference: reference), via: "second-look")
+            var lifecycle = PaymentIntentLifecycle(kind: current.kind, state: .closed(uncharged: true))
+            switch lifecycle.lookedUp(try await processorLookup(current.request)) {
+            case .recordPurchased(let reference):
+                try await recordCharged(current, reference: reference, via: "second-look")
                 settled.charged += 1
-            case (.charged(let reference), .approval):
-                _ = try? await completeApproval(current, reference: reference, via: "second-look")
-                settled.charged += 1
-            case (.charged(let reference), .renewal):
-                try await completeRenewal(current, reference: reference, via: "second-look")
-                settled.charged += 1
-            case (.deferred, _), (.notCharged, _):
+            case .close(let outcome):
                 let nowMs = now
                 try await ledger.write(account: current.accountID) { db in
-                    try Ledger.settle(current.id, .closed, outcome: Self.closedUncharged + ":confirmed", nowMs: nowMs, db)
+                    try Ledger.settle(current.id, .closed, outcome: outcome, nowMs: nowMs, db)
                 }
+            case .nothing, .recordDeferred, .recordFailed, .keepPending:
+                break
             }
         }
         report = settled
     }
 
     /// The outcome of an intent reconciliation closed as not charged (before its second look).
-    static let closedUncharged = "reconciled:not_charged"
+    static let closedUncharged = PaymentIntentLifecycle.closedUncharged
+
+    /// Records a payment the processor says it charged, as its kind records it.
+    private func recordCharged(_ intent: PaymentIntent, reference: String, via: String) async throws {
+        switch intent.kind {
+        case .purchase: _ = try await completePurchase(intent, .succeeded(reference: reference), via: via)
+        case .approval: _ = try? await completeApproval(intent, reference: reference, via: via)
+        case .renewal: try await completeRenewal(intent, reference: reference, via: via)
+        }
+    }
 
     private func settle(_ intent: PaymentIntent, report: inout ReconcileReport) async throws {
         var settled = report
@@ -665,32 +679,22 @@ extension Store {
             // Read again under the lock: a retry in this process may have settled it meanwhile.
             guard let current = try ledger.intent(id: intent.id), current.state == .pending, current.owner == intent.owner,
                   current.attemptMs == intent.attemptMs else { return }
-            let lookup = try await processorLookup(current.request)
-            switch (lookup, current.kind) {
-            case (.charged(let reference), .purchase):
-                _ = try await completePurchase(current, .succeeded(reference: reference), via: "reconciled")
+            var lifecycle = PaymentIntentLifecycle(kind: current.kind)
+            switch lifecycle.lookedUp(try await processorLookup(current.request)) {
+            case .recordPurchased(let reference):
+                try await recordCharged(current, reference: reference, via: "reconciled")
                 settled.charged += 1
-            case (.charged(let reference), .approval):
-                _ = try? await completeApproval(current, reference: reference, via: "reconciled")
-                settled.charged += 1
-            case (.charged(let reference), .renewal):
-                try await completeRenewal(current, reference: reference, via: "reconciled")
-                settled.charged += 1
-            case (.deferred, .renewal):
-                // A renewal is never deferred: nothing was charged.
-                let closedMs = now
-                _ = try await ledger.write(account: current.accountID) { db in
-                    try Ledger.settleIfUnchanged(current, .closed, outcome: Self.closedUncharged, nowMs: closedMs, db)
-                }
-            case (.deferred, .purchase):
+            case .recordDeferred:
                 _ = try await completePurchase(current, .deferred, via: "reconciled")
                 settled.deferred += 1
-            case (.notCharged, _), (.deferred, .approval):
+            case .close(let outcome):
                 let closedMs = now
                 let changed = try await ledger.write(account: current.accountID) { db in
-                    try Ledger.settleIfUnchanged(current, .closed, outcome: Self.closedUncharged, nowMs: closedMs, db)
+                    try Ledger.settleIfUnchanged(current, .closed, outcome: outcome, nowMs: closedMs, db)
                 }
-                if changed { settled.closed += 1 }
+                if changed, current.kind != .renewal { settled.closed += 1 }
+            case .nothing, .recordFailed, .keepPending:
+                break
             }
         }
         report = settled

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import KioskAPI
+import KioskStoreCore
 
 // Auto-renewable subscriptions: the renewal engine, states and reasons, auto-renew, status.
 //
@@ -13,38 +14,19 @@ import KioskAPI
 // (no entitlement) → EXPIRED with reason BILLING_ERROR when the billing retry period ends; a retry that
 // succeeds on the way recovers the same subscription.
 extension Ledger {
-    /// Inside the write that records a PURCHASED auto-renewable transaction (a purchase, an approval or a
-    /// renewal): its subscription is ACTIVE, paid until the transaction's expiry, renewing with its payment method.
-    /// - Parameter regularPrice: the product's price now, which the buyer agreed to by buying (or renewing at).
+    /// Inside the write that records a PURCHASED auto-renewable transaction: the subscription's lifecycle
+    /// takes it as a buyer's purchase (`renewal` false: a purchase, an approval, an upgrade) or as the store's
+    /// renewal (``Subscription/renewed(_:)``: auto-renew and the agreed price left as they are).
+    /// - Parameter regularPrice: the regular price the buyer had in front of them (purchases only).
     static func subscriptionPaid(_ record: TransactionRecord, regularPrice: String?, renewal: Bool = false, nowMs: Int64,
                                  _ db: any LedgerDatabase) throws {
         guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
         var row = try subscription(db, originalID: record.originalID)
-            ?? SubscriptionRecord(originalID: record.originalID, accountID: record.accountID, productID: record.productID,
-                                  paymentMethod: record.paymentMethod, expiresMs: record.expiresMs, latestTransactionID: record.id)
-        row.productID = record.productID
-        row.state = .active
-        row.willAutoRenew = true
-        row.paymentMethod = record.paymentMethod
-        row.periodsPaid += 1
-        row.expiresMs = record.expiresMs
-        row.graceEndMs = 0
-        row.retryEndMs = 0
-        row.dueMs = record.expiresMs
-        row.attempts = 0
-        row.expirationReason = .expirationReasonUnspecified
-        row.pendingProductID = ""
-        row.latestTransactionID = record.id
-        if let regularPrice { row.acceptedPrice = regularPrice }
-        if record.offerID.isEmpty {
-            row.offerID = ""
-            row.offerPeriodsUsed = 0
-        } else if renewal, row.offerID == record.offerID {
-            row.offerPeriodsUsed += 1
-        } else {
-            row.offerID = record.offerID
-            row.offerPeriodsUsed = 1
-        }
+            ?? Subscription(originalID: record.originalID, accountID: record.accountID, productID: record.productID,
+                            paymentMethod: record.paymentMethod, expiresMs: record.expiresMs, latestTransactionID: record.id)
+        let paid = PaidPeriod(transactionID: record.id, productID: record.productID, expiresMs: record.expiresMs,
+                              paymentMethod: record.paymentMethod, offerID: record.offerID, regularPrice: regularPrice ?? "")
+        if renewal { row.renewed(paid) } else { row.purchased(paid) }
         try row.upsert(db, nowMs: nowMs)
     }
 }
@@ -66,13 +48,6 @@ extension Store {
     /// (at least a minute), in the store's time scale.
     static func renewalLatenessMs(_ interval: Duration, timeScale: Double) -> Int64 {
         max(interval.wholeMilliseconds * 3, Int64((60_000 / timeScale).rounded()))
-    }
-
-    /// How long after a declined renewal the store tries the payment again: 1 day, doubling per attempt,
-    /// at most 8 days (in the store's time scale), within the billing retry period.
-    static func retryDelayMs(afterAttempt attempt: Int, timeScale: Double) -> Int64 {
-        let days = Int64(1) << Int64(min(max(attempt - 1, 0), 3))
-        return max(1, Int64((Double(days * 86_400_000) / timeScale).rounded()))
     }
 
     /// Charges every renewal that is due by the store's clock and moves failed and cancelled subscriptions on;
@@ -123,20 +98,21 @@ extension Store {
         let lateness = Self.renewalLatenessMs(configuration.renewalInterval, timeScale: timeScale)
         let catchUp = configuration.catchUpRenewals
         let step = try await ledger.write(account: due.accountID) { db -> RenewalStep in
-            guard var row = try Ledger.subscription(db, originalID: due.originalID), row.isLive, row.dueMs <= nowMs else { return .nothing }
-            func expire(_ reason: StoreV1.ExpirationReason) throws -> RenewalStep {
-                row.state = .expired
-                row.expirationReason = reason
-                row.willAutoRenew = false
-                row.dueMs = 0
+            guard var row = try Ledger.subscription(db, originalID: due.originalID) else { return .nothing }
+            let terms = Self.renewalTerms(row, catalog: catalog)
+            // Past periods are never billed, unless the store catches up period by period
+            // (``StoreConfiguration/catchUpRenewals``: a test's driven clock).
+            let start: Int64
+            switch row.renewalDue(atMs: nowMs, terms: terms, latenessMs: catchUp ? nil : lateness) {
+            case .nothing:
+                return .nothing
+            case .expire:
                 try row.upsert(db, nowMs: nowMs)
                 return .expired
+            case .charge(_, let periodStartMs):
+                start = periodStartMs
             }
-            if !row.willAutoRenew { return try expire(.cancelled) }
-            guard let terms = Self.renewalTerms(row, catalog: catalog) else { return try expire(.productUnavailable) }
-            let product = terms.product
-            if row.state != .active, nowMs >= row.retryEndMs { return try expire(.billingError) }
-            if Self.priceIncreasePending(row, terms: terms) { return try expire(.priceIncreaseNotAccepted) }
+            guard let terms, let product = catalog.product(terms.productID) else { return .nothing }
             if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.renewal.rawValue):\(row.renewalPaymentID)") {
                 switch earlier.state {
                 case .pending where earlier.owner == instance.id:
@@ -156,14 +132,9 @@ extension Store {
             }
             // A purchase in the group (an upgrade, a resubscription) is being paid: it decides; look again next pass.
             if try self.groupPaymentInFlight(db, accountID: row.accountID, productID: product.id) { return .inProgress }
-            // Renewed on time (or within grace), the new period follows the old one; recovered from billing retry, it
-            // starts now; so does one renewed late (the store was down): past periods are never billed, unless the
-            // store catches up period by period (``StoreConfiguration/catchUpRenewals``: a test's driven clock).
-            let late = row.state == .active && nowMs - row.expiresMs > lateness && !catchUp
-            let start = row.state == .inBillingRetry || late ? nowMs : row.expiresMs
             var intent = PaymentIntent(
                 kind: .renewal, paymentID: row.renewalPaymentID, transactionID: Store.newTransactionID(), accountID: row.accountID,
-                product: product, quantity: 1, unitPrice: terms.price, currency: product.currency, paymentMethod: row.paymentMethod,
+                product: product, quantity: 1, unitPrice: terms.price, currency: terms.currency, paymentMethod: row.paymentMethod,
                 purchaseMs: start, idempotencyKey: nil, requestHash: [], owner: instance.id)
             intent.subscriptionPeriod = terms.period.description
             intent.offerID = terms.offerID
@@ -264,54 +235,29 @@ extension Store {
             guard let (found, current) = try Self.renewedSubscription(intent, db), current else { return }
             var row = found
             let product = catalog.product(intent.productID)
-            row.attempts += 1
-            if row.state == .active {
-                // The first failure, at the end of the period.
-                let end = row.expiresMs
-                row.retryEndMs = (product?.billingRetryPeriod ?? CatalogProduct.defaultBillingRetryPeriod).end(fromMs: end, timeScale: scale)
-                if let grace = product?.gracePeriod {
-                    row.state = .inGracePeriod
-                    row.graceEndMs = min(grace.end(fromMs: end, timeScale: scale), row.retryEndMs)
-                } else {
-                    row.state = .inBillingRetry
-                }
-            }
-            if row.state == .inGracePeriod, nowMs >= row.graceEndMs { row.state = .inBillingRetry }
-            if nowMs >= row.retryEndMs {
-                row.state = .expired
-                row.expirationReason = .billingError
-                row.willAutoRenew = false
-                row.dueMs = 0
-            } else {
-                var due = min(nowMs + Self.retryDelayMs(afterAttempt: row.attempts, timeScale: scale), row.retryEndMs)
-                if row.state == .inGracePeriod { due = min(due, row.graceEndMs) }
-                row.dueMs = due
-            }
+            row.renewalDeclined(atMs: nowMs, policy: RetryPolicy(
+                gracePeriod: product?.gracePeriod, billingRetryPeriod: product?.billingRetryPeriod ?? CatalogProduct.defaultBillingRetryPeriod,
+                timeScale: scale))
             try row.upsert(db, nowMs: nowMs)
         }
     }
 
     /// What the next renewal of `row` is: the product (a pending downgrade's, or the current one), and the price and
     /// period — an offer's while periods of it are left, else the product's. Nil when the product left the catalog.
-    static func renewalTerms(_ row: SubscriptionRecord, catalog: Catalog)
-        -> (product: CatalogProduct, price: String, period: SubscriptionPeriod, offerID: String)? {
+    static func renewalTerms(_ row: Subscription, catalog: Catalog) -> RenewalTerms? {
         let switching = !row.pendingProductID.isEmpty
         guard let product = catalog.product(switching ? row.pendingProductID : row.productID), product.type == .autoRenewableSubscription,
               let period = product.subscriptionPeriod else { return nil }
         if !switching, !row.offerID.isEmpty, let offer = product.offer(row.offerID), row.offerPeriodsUsed < offer.periods {
-            return (product, offer.price, offer.period, offer.id)
+            return RenewalTerms(productID: product.id, price: offer.price, currency: product.currency, period: offer.period, offerID: offer.id)
         }
-        return (product, product.price, period, "")
+        return RenewalTerms(productID: product.id, price: product.price, currency: product.currency, period: period, offerID: "")
     }
 
-    /// True when the next renewal would charge a regular price above the one the buyer agreed to (a catalog price
-    /// increase without consent). A downgrade's price was chosen by the buyer; an offer's price is the offer's.
-    static func priceIncreasePending(_ row: SubscriptionRecord,
-                                     terms: (product: CatalogProduct, price: String, period: SubscriptionPeriod, offerID: String)?) -> Bool {
-        guard row.isLive, row.pendingProductID.isEmpty, let terms, terms.offerID.isEmpty, !row.acceptedPrice.isEmpty else { return false }
-        let posix = Locale(identifier: "en_US_POSIX")
-        guard let next = Decimal(string: terms.price, locale: posix), let agreed = Decimal(string: row.acceptedPrice, locale: posix) else { return false }
-        return next > agreed
+    /// True when the product's regular price is above the one the buyer agreed to (during an offer too).
+    func priceIncreasePending(_ row: Subscription) -> Bool {
+        guard let product = catalog.product(row.productID) else { return false }
+        return row.priceIncreasePending(regularPrice: product.price, currency: product.currency)
     }
 
     /// The buyer agrees to the product's current price: the subscription renews at it.
@@ -323,14 +269,15 @@ extension Store {
             guard var row = try Ledger.subscription(db, originalID: originalID), row.accountID == account.id else {
                 throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
             }
-            guard row.isLive else {
-                throw StoreError(.conflict, "subscription \(originalID) has ended (\(row.state), \(row.expirationReason)); buy it again to subscribe")
-            }
             guard let product = catalog.product(row.productID) else {
                 throw StoreError(.conflict, "\(row.productID) is no longer sold; the subscription ends with its period")
             }
-            let changed = row.acceptedPrice != product.price
-            row.acceptedPrice = product.price
+            let changed: Bool
+            do throws(SubscriptionRefusal) {
+                changed = try row.priceConsented(product.price)
+            } catch .ended(let state, let reason) {
+                throw StoreError(.conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
+            }
             try row.upsert(db, nowMs: nowMs)
             if changed {
                 try Ledger.recordEvent(EventRecord(
@@ -459,41 +406,43 @@ extension Store {
               let latest = try Ledger.transaction(db, id: current.latestTransactionID) else { return .none }
         let currentLevel = catalog.product(current.productID)?.groupLevel ?? UInt32.max
         if product.groupLevel >= currentLevel {
-            current.pendingProductID = product.id
-            current.willAutoRenew = true
+            current.downgradeChosen(to: product.id)
             try current.upsert(db, nowMs: nowMs)
             return .atRenewal(latest)
         }
-        return .upgrade(price: Self.upgradePrice(newPrice: product.price, oldPrice: latest.price, periodStartMs: latest.periodStartMs,
+        return .upgrade(price: Self.upgradePrice(newPrice: product.price, oldPrice: latest.price, currency: product.currency,
+                                                 periodStartMs: latest.periodStartMs,
                                                  periodEndMs: latest.expiresMs, nowMs: nowMs))
     }
 
-    /// The new price less the unused part of the current period (prorated by time), never below 0, in cents.
-    static func upgradePrice(newPrice: String, oldPrice: String, periodStartMs: Int64, periodEndMs: Int64, nowMs: Int64) -> String {
-        let posix = Locale(identifier: "en_US_POSIX")
-        guard let new = Decimal(string: newPrice, locale: posix), let old = Decimal(string: oldPrice, locale: posix),
+    /// The new price less the unused part of the current period (prorated by time, rounded to the currency's minor
+    /// unit), never below 0, as a decimal string in the currency's decimals.
+    static func upgradePrice(newPrice: String, oldPrice: String, currency: String, periodStartMs: Int64, periodEndMs: Int64,
+                             nowMs: Int64) -> String {
+        guard let new = Money(decimal: newPrice, currency: currency), let old = Money(decimal: oldPrice, currency: currency),
               periodEndMs > periodStartMs else { return newPrice }
-        let unused = min(max(periodEndMs - nowMs, 0), periodEndMs - periodStartMs)
-        var credit = old * Decimal(unused) / Decimal(periodEndMs - periodStartMs)
-        var roundedCredit = Decimal()
-        NSDecimalRound(&roundedCredit, &credit, 2, .plain)
-        var due = max(new - roundedCredit, 0)
-        var roundedDue = Decimal()
-        NSDecimalRound(&roundedDue, &due, 2, .plain)
-        return "\(roundedDue)"
+        let period = periodEndMs - periodStartMs
+        let unused = min(max(periodEndMs - nowMs, 0), period)
+        // old × unused / period, rounded half up, in minor units (a 128-bit product: no overflow).
+        let product = old.minorUnits.multipliedFullWidth(by: unused)
+        let (quotient, remainder) = period.dividingFullWidth(product)
+        let credit = quotient + (remainder * 2 >= period ? 1 : 0)
+        return Money(minorUnits: max(new.minorUnits - credit, 0), currency: currency).decimalString
     }
 
     /// Inside the write that records a PURCHASED auto-renewable transaction bought by the buyer: an upgrade ends the
     /// old product's transaction (revoked, reason "upgraded", so content services stop honouring it), then the
-    /// subscription is ACTIVE on the new product.
-    func subscriptionBought(_ record: TransactionRecord, nowMs: Int64, _ db: any LedgerDatabase) throws {
+    /// subscription is ACTIVE on the new product, at the regular price the buyer had in front of them.
+    /// - Parameter regularPrice: that price: the catalog's now for a purchase, the price asked for in an approved
+    ///   ask-to-buy (nil: the catalog's now).
+    func subscriptionBought(_ record: TransactionRecord, regularPrice: String? = nil, nowMs: Int64, _ db: any LedgerDatabase) throws {
         guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
         if let row = try Ledger.subscription(db, originalID: record.originalID), row.productID != record.productID,
            row.isEntitled(atMs: nowMs), let old = try Ledger.transaction(db, id: row.latestTransactionID),
            old.state == .purchased, old.revokedMs == 0 {
             _ = try Ledger.revoke(transactionID: old.id, reason: "upgraded to \(record.productID)", nowMs: nowMs, db)
         }
-        try Ledger.subscriptionPaid(record, regularPrice: catalog.product(record.productID)?.price, nowMs: nowMs, db)
+        try Ledger.subscriptionPaid(record, regularPrice: regularPrice ?? catalog.product(record.productID)?.price, nowMs: nowMs, db)
     }
 
     // MARK: The buyer's side
@@ -509,20 +458,16 @@ extension Store {
             guard var row = try Ledger.subscription(db, originalID: originalID), row.accountID == account.id else {
                 throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
             }
-            guard row.isLive else {
-                throw StoreError(.conflict, "subscription \(originalID) has ended (\(row.state), \(row.expirationReason)); buy it again to subscribe")
+            let change: AutoRenewChange
+            do throws(SubscriptionRefusal) {
+                change = try row.autoRenewSet(on)
+            } catch .ended(let state, let reason) {
+                throw StoreError(.conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
             }
-            let changed = row.willAutoRenew != on
-            row.willAutoRenew = on
-            if changed {
+            if change != .unchanged {
                 try Ledger.recordEvent(EventRecord(
                     type: .autoRenewChanged, accountID: row.accountID, transactionID: row.latestTransactionID, originalTransactionID: row.originalID,
                     productID: row.productID, createdMs: nowMs, autoRenew: on), db)
-            }
-            if !on, row.state != .active {
-                row.state = .expired
-                row.expirationReason = .cancelled
-                row.dueMs = 0
             }
             try row.upsert(db, nowMs: nowMs)
             return row
@@ -532,7 +477,7 @@ extension Store {
 
     /// Ends a subscription now, as the App Store sandbox's "expire": no entitlement from now on, nothing renews.
     @discardableResult
-    public func expireSubscription(originalID: String, reason: StoreV1.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
+    public func expireSubscription(originalID: String, reason: Subscription.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
         guard let found = try ledger.subscription(originalID: originalID) else {
             throw StoreError.notFound("no auto-renewable subscription \(originalID)")
         }
@@ -540,11 +485,7 @@ extension Store {
         return try await ledger.write(account: found.accountID) { db -> SubscriptionRecord in
             guard var row = try Ledger.subscription(db, originalID: originalID) else { throw StoreError.notFound("no auto-renewable subscription \(originalID)") }
             guard row.isLive else { return row }
-            row.state = .expired
-            row.expirationReason = reason
-            row.willAutoRenew = false
-            row.expiresMs = min(row.expiresMs, nowMs)
-            row.dueMs = 0
+            row.expiredNow(atMs: nowMs, reason: reason)
             try row.upsert(db, nowMs: nowMs)
             return row
         }
@@ -567,12 +508,13 @@ extension Store {
         let terms = Self.renewalTerms(row, catalog: catalog)
         return StoreV1.SubscriptionStatus(
             originalTransactionID: row.originalID, productID: row.productID, subscriptionGroup: product?.subscriptionGroup ?? row.productID,
-            state: row.state, willAutoRenew: row.willAutoRenew, expiresDateMs: row.expiresMs, expirationReason: row.expirationReason,
+            state: StoreV1.SubscriptionState(rawValue: row.state.rawValue), willAutoRenew: row.willAutoRenew, expiresDateMs: row.expiresMs,
+            expirationReason: StoreV1.ExpirationReason(rawValue: row.expirationReason.rawValue),
             gracePeriodExpiresMs: row.state == .inGracePeriod ? row.graceEndMs : 0,
             billingRetryEndsMs: row.state == .inGracePeriod || row.state == .inBillingRetry ? row.retryEndMs : 0,
-            pendingProductID: row.pendingProductID, renewalPrice: terms?.price ?? "", currency: terms?.product.currency ?? "",
+            pendingProductID: row.pendingProductID, renewalPrice: terms?.price ?? "", currency: terms?.currency ?? "",
             latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message, periodsPaid: UInt32(clamping: row.periodsPaid),
             renewalOfferID: terms?.offerID ?? "", entitled: row.isEntitled(atMs: now),
-            priceIncreasePending: Self.priceIncreasePending(row, terms: terms))
+            priceIncreasePending: priceIncreasePending(row))
     }
 }

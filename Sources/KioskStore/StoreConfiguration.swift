@@ -1,5 +1,6 @@
 import Foundation
 import KioskAPI
+import KioskStoreCore
 
 /// Configuration of a ``Store``.
 public struct StoreConfiguration: Sendable {

@@ -1,5 +1,6 @@
 import KioskAPI
 import KioskRPC
+import KioskStoreCore
 import KioskWire
 
 /// The store's RPC service, `kiosk.store.v1.Store`.
@@ -36,6 +37,7 @@ public struct StoreService: RPCService {
         let services = RoleAuthenticator(store: store, .content, .admin)
         let accountsAndAdmins = RoleAuthenticator(store: store, .account, .admin)
         router.registerUnary(Self.method("ListProducts"), request: StoreV1.ListProductsRequest.self, response: StoreV1.ListProductsResponse.self) { request, _ in
+            try request.checkLimits()
             let (found, invalid) = store.products(ids: request.productIDs)
             return StoreV1.ListProductsResponse(products: found.map(\.message), invalidProductIDs: invalid)
         }
@@ -44,21 +46,26 @@ public struct StoreService: RPCService {
             return StoreV1.Account(accountID: account.id, paymentsAllowed: account.paymentsAllowed, creditBalance: account.creditBalance)
         }
         router.registerUnary(Self.method("Purchase"), request: StoreV1.PurchaseRequest.self, response: StoreV1.PurchaseResponse.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
+            try FieldLimits.requireIdempotencyKey(context.metadata["idempotency-key"])
             return try await store.purchase(
                 account: account, productID: request.productID, quantity: request.quantity, paymentMethod: request.paymentMethod,
                 idempotencyKey: context.metadata["idempotency-key"], offer: request.offer).message
         }
         router.registerUnary(Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self, response: StoreV1.UnfinishedResponse.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             let page = try await store.ledger.page(.unfinished, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize), pageToken: request.pageToken)
             return StoreV1.UnfinishedResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("Finish"), request: StoreV1.FinishRequest.self, response: StoreV1.FinishResponse.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             return StoreV1.FinishResponse(alreadyFinished: try await store.finish(account: account, transactionID: request.transactionID))
         }
         router.registerServerStreaming(Self.method("Restore"), request: StoreV1.RestoreRequest.self, response: StoreV1.Transaction.self, authenticator: auth) { request, writer, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             // Read a page at a time: memory stays bounded however many transactions the account has.
             var remaining = request.pageSize == 0 ? Int.max : Int(request.pageSize)
@@ -72,35 +79,42 @@ public struct StoreService: RPCService {
             }
         }
         router.registerUnary(Self.method("History"), request: StoreV1.HistoryRequest.self, response: StoreV1.HistoryResponse.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             let page = try await store.ledger.page(.history, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize), pageToken: request.pageToken)
             return StoreV1.HistoryResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("SpendCredits"), request: StoreV1.SpendCreditsRequest.self, response: StoreV1.SpendCreditsResponse.self, authenticator: auth) { request, context in
             let account = try RoleAuthenticator.account(context)
+            try FieldLimits.requireIdempotencyKey(context.metadata["idempotency-key"])
             return try await store.spendCredits(account: account, amount: request.amount, idempotencyKey: context.metadata["idempotency-key"]).message
         }
         router.registerUnary(Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self, response: StoreV1.VerifyReceiptResponse.self, authenticator: verifiers) { request, _ in
-            try await store.verifyReceipt(request.signedReceipt).message
+            try request.checkLimits()
+            return try await store.verifyReceipt(request.signedReceipt).message
         }
         // Public keys are public: anyone may verify receipts offline.
         router.registerUnary(Self.method("PublicKeys"), request: StoreV1.PublicKeysRequest.self, response: StoreV1.PublicKeysResponse.self) { _, _ in
             StoreV1.PublicKeysResponse(keys: try store.publicKeys().map(\.message))
         }
         router.registerUnary(Self.method("AccessToken"), request: StoreV1.AccessTokenRequest.self, response: StoreV1.AccessTokenResponse.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             let issued = try store.issueAccessToken(account: account, audience: request.audience)
             return StoreV1.AccessTokenResponse(accessToken: issued.token, expiresMs: issued.expiresMs)
         }
         router.registerUnary(Self.method("SubscriptionStatus"), request: StoreV1.SubscriptionStatusRequest.self, response: StoreV1.SubscriptionStatusResponse.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             return StoreV1.SubscriptionStatusResponse(subscriptions: try store.subscriptionStatuses(account: account, originalID: request.originalTransactionID))
         }
         router.registerUnary(Self.method("SetAutoRenew"), request: StoreV1.SetAutoRenewRequest.self, response: StoreV1.SubscriptionStatus.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             return try await store.setAutoRenew(account: account, originalID: request.originalTransactionID, request.autoRenew)
         }
         router.registerUnary(Self.method("ConsentToPriceIncrease"), request: StoreV1.SetAutoRenewRequest.self, response: StoreV1.SubscriptionStatus.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             return try await store.consentToPriceIncrease(account: account, originalID: request.originalTransactionID)
         }
@@ -114,6 +128,7 @@ public struct StoreService: RPCService {
             return StoreV1.ListEventsResponse(events: try page.events.map(store.signed), cursor: page.cursor, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("GetTransaction"), request: StoreV1.GetTransactionRequest.self, response: StoreV1.Transaction.self, authenticator: accountsAndAdmins) { request, context in
+            try request.checkLimits()
             guard !request.transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
             let found = try store.ledger.transaction(id: request.transactionID)
             // Another account's transaction is as unknown as one that does not exist.
@@ -122,6 +137,7 @@ public struct StoreService: RPCService {
             return found.message
         }
         router.registerUnary(Self.method("ListTransactions"), request: StoreV1.ListTransactionsRequest.self, response: StoreV1.ListTransactionsResponse.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             let page = try await store.ledger.listTransactions(accountID: account.id, filter: try TransactionFilter(request), limit: request.limit,
                                                                pageToken: request.pageToken, revision: request.revision)
@@ -129,6 +145,7 @@ public struct StoreService: RPCService {
                                                     hasMore: page.hasMore, revision: page.revision)
         }
         router.registerUnary(Self.method("RequestRefund"), request: StoreV1.RequestRefundRequest.self, response: StoreV1.RefundRequestStatus.self, authenticator: auth) { request, context in
+            try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             return try await store.requestRefund(accountID: account.id, transactionID: request.transactionID, reason: request.reason).message
         }

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import KioskStoreCore
 import NIOCore
 import NIOHTTP1
 
@@ -470,21 +471,36 @@ enum StripeAmount {
     /// Currencies Stripe counts in thousandths.
     static let threeDecimal: Set<String> = ["bhd", "jod", "kwd", "omr", "tnd"]
 
-    /// The request's total as Stripe's `amount`: cents for most currencies,
-    /// whole units for zero-decimal ones (so the total must be whole),
-    /// thousandths for three-decimal ones. Nil when it cannot be expressed or is
-    /// not positive.
+    /// The number of decimals Stripe counts `currency` in.
+    static func exponent(_ currency: String) -> Int {
+        let lower = currency.lowercased()
+        if zeroDecimal.contains(lower) { return 0 }
+        if threeDecimal.contains(lower) { return 3 }
+        return 2
+    }
+
+    /// The request's total as Stripe's `amount`: the ISO 4217 minor units (``Money``) converted to the
+    /// decimals Stripe counts the currency in (cents for most, whole units for zero-decimal ones, so the
+    /// total must be whole; thousandths for three-decimal ones; ISK and UGX in hundredths). Nil when it
+    /// cannot be expressed or is not positive.
     static func apiAmount(_ request: PaymentRequest) -> Int64? {
-        guard let cents = request.amountMinorUnits, cents > 0 else { return nil }
-        let currency = request.currency.lowercased()
-        if zeroDecimal.contains(currency) {
-            return cents % 100 == 0 ? cents / 100 : nil
+        guard let amount = request.amount, amount.minorUnits > 0 else { return nil }
+        let iso = Currency.exponent(of: amount.currency)
+        let stripe = exponent(amount.currency)
+        var value = amount.minorUnits
+        if stripe >= iso {
+            for _ in iso..<stripe {
+                let (shifted, overflow) = value.multipliedReportingOverflow(by: 10)
+                if overflow { return nil }
+                value = shifted
+            }
+        } else {
+            for _ in stripe..<iso {
+                guard value % 10 == 0 else { return nil }
+                value /= 10
+            }
         }
-        if threeDecimal.contains(currency) {
-            let (thousandths, overflow) = cents.multipliedReportingOverflow(by: 10)
-            return overflow ? nil : thousandths
-        }
-        return cents
+        return value
     }
 }
 

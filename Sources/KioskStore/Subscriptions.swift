@@ -1,97 +1,42 @@
 import Foundation
 import GRDB
 import KioskAPI
+import KioskStoreCore
 
-/// One row of the `subscriptions` table: where an auto-renewable subscription
-/// stands, one row per original transaction.
-///
-/// The row moves with every purchase, renewal, failed renewal, refund and
-/// auto-renew change, in the same ledger write as the transaction or payment
-/// intent it follows, so it never disagrees with the ledger. `due_ms` is when
-/// the renewal engine must look at it next (the period's end, the next payment
-/// retry, the end of grace or of billing retry); 0 once it has ended.
-public struct SubscriptionRecord: Hashable, Sendable {
-    /// The first purchase's transaction id, shared by every renewal.
-    public var originalID: String
-    /// The account.
-    public var accountID: String
-    /// The product subscribed to now.
-    public var productID: String
-    /// ACTIVE, IN_GRACE_PERIOD, IN_BILLING_RETRY, EXPIRED or REVOKED.
-    public var state: StoreV1.SubscriptionState
-    /// False once the buyer turned auto-renew off.
-    public var willAutoRenew: Bool
-    /// What renewals are charged to: the payment method of the latest purchase.
-    public var paymentMethod: String
-    /// Periods paid so far (1 after the first purchase); the next renewal's payment id counts from it.
-    public var periodsPaid: Int
-    /// The end of the current (or last) paid period.
-    public var expiresMs: Int64
-    /// IN_GRACE_PERIOD: when the entitlement ends unless a retry succeeds.
-    public var graceEndMs: Int64
-    /// IN_GRACE_PERIOD, IN_BILLING_RETRY: when the store stops retrying.
-    public var retryEndMs: Int64
-    /// When the renewal engine looks at it next; 0 once it has ended.
-    public var dueMs: Int64
-    /// Failed payment attempts for the period being renewed (each attempt has its own payment id).
-    public var attempts: Int
-    /// EXPIRED: why.
-    public var expirationReason: StoreV1.ExpirationReason
-    /// A downgrade or crossgrade that takes effect at the next renewal; empty when none.
-    public var pendingProductID: String
-    /// The newest transaction.
-    public var latestTransactionID: String
-    /// The offer the subscription runs under (`introductory` or a promotional offer's id); empty: none.
-    public var offerID: String
-    /// Periods paid under ``offerID`` so far.
-    public var offerPeriodsUsed: Int
-    /// The regular price the buyer agreed to (at purchase, or by consenting to an increase); empty: not known
-    /// (a subscription from before v6), taken as the current price.
-    public var acceptedPrice: String
+/// A row of the `subscriptions` table is the domain's ``Subscription``: one per original transaction,
+/// written in the same ledger transaction as the purchase, renewal, decline, refund or auto-renew change it
+/// follows, so it never disagrees with the ledger. `due_ms` is when the renewal engine must look at it next.
+public typealias SubscriptionRecord = Subscription
 
+extension Subscription {
     init(row: LedgerRow) throws {
-        originalID = try row["original_id"]
-        accountID = try row["account_id"]
-        productID = try row["product_id"]
-        state = StoreV1.SubscriptionState(rawValue: try row["state"])
+        let stateValue: Int32 = try row["state"]
+        guard let state = Subscription.State(rawValue: stateValue) else {
+            throw LedgerError(.schema, "subscription row has state \(stateValue)")
+        }
+        self.init(originalID: try row["original_id"], accountID: try row["account_id"], productID: try row["product_id"],
+                  paymentMethod: try row["payment_method"], expiresMs: try row["expires_ms"],
+                  latestTransactionID: try row["latest_transaction_id"])
+        self.state = state
         willAutoRenew = try row["will_auto_renew"]
-        paymentMethod = try row["payment_method"]
         periodsPaid = try row["periods_paid"]
-        expiresMs = try row["expires_ms"]
         graceEndMs = try row["grace_end_ms"]
         retryEndMs = try row["retry_end_ms"]
         dueMs = try row["due_ms"]
         attempts = try row["attempts"]
-        expirationReason = StoreV1.ExpirationReason(rawValue: try row["expiration_reason"])
+        expirationReason = Subscription.ExpirationReason(rawValue: try row["expiration_reason"]) ?? .unspecified
         pendingProductID = try row["pending_product_id"]
-        latestTransactionID = try row["latest_transaction_id"]
         offerID = try row["offer_id"]
         offerPeriodsUsed = try row["offer_periods_used"]
         acceptedPrice = try row["accepted_price"]
     }
-
-    /// True while the buyer is entitled to the product: paid up, or in the grace period.
-    public func isEntitled(atMs nowMs: Int64) -> Bool {
-        switch state {
-        case .active: nowMs < expiresMs
-        case .inGracePeriod: nowMs < graceEndMs
-        default: false
-        }
-    }
-
-    /// True until the subscription has ended (expired or revoked).
-    public var isLive: Bool { state == .active || state == .inGracePeriod || state == .inBillingRetry }
-
-    /// The payment id of the next renewal attempt: the same (original transaction, period, attempt) is
-    /// charged at most once however many store processes try it; each retry after a decline is a new attempt.
-    public var renewalPaymentID: String { "renew_\(originalID)_\(periodsPaid)_\(attempts)" }
 
     /// Writes the row; a subscription that ends here (ACTIVE, grace or billing retry → EXPIRED) records EXPIRED.
     func upsert(_ db: any LedgerDatabase, nowMs: Int64) throws {
         if state == .expired, let before = try Ledger.subscription(db, originalID: originalID), before.isLive {
             try Ledger.recordEvent(EventRecord(
                 type: .expired, accountID: accountID, transactionID: latestTransactionID, originalTransactionID: originalID,
-                productID: productID, createdMs: nowMs, expirationReason: expirationReason), db)
+                productID: productID, createdMs: nowMs, expirationReason: StoreV1.ExpirationReason(rawValue: expirationReason.rawValue)), db)
         }
         try db.execute(
             """
@@ -113,26 +58,6 @@ public struct SubscriptionRecord: Hashable, Sendable {
             ])
     }
 
-    init(originalID: String, accountID: String, productID: String, paymentMethod: String, expiresMs: Int64, latestTransactionID: String) {
-        self.originalID = originalID
-        self.accountID = accountID
-        self.productID = productID
-        self.state = .active
-        self.willAutoRenew = true
-        self.paymentMethod = paymentMethod
-        self.periodsPaid = 0
-        self.expiresMs = expiresMs
-        self.graceEndMs = 0
-        self.retryEndMs = 0
-        self.dueMs = expiresMs
-        self.attempts = 0
-        self.expirationReason = .expirationReasonUnspecified
-        self.pendingProductID = ""
-        self.latestTransactionID = latestTransactionID
-        self.offerID = ""
-        self.offerPeriodsUsed = 0
-        self.acceptedPrice = ""
-    }
 }
 
 extension Ledger {

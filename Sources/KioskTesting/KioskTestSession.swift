@@ -309,7 +309,7 @@ public final class KioskTestSession: Sendable {
 
     /// Ends a subscription now (no entitlement, nothing renews), as the sandbox's "expire".
     @discardableResult
-    public func expire(originalID: String, reason: StoreV1.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
+    public func expire(originalID: String, reason: Subscription.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
         try await store.expireSubscription(originalID: originalID, reason: reason)
     }
 

@@ -189,7 +189,7 @@ import Testing
             f.clock.advance(byMs: row.dueMs - f.clock.now)
             #expect(try await f.store.renewDueSubscriptions().renewed == 1)
             row = try f.row(first.id)
-            #expect(row.state == .active && row.periodsPaid == 2 && row.expirationReason == .expirationReasonUnspecified)
+            #expect(row.state == .active && row.periodsPaid == 2 && row.expirationReason == .unspecified)
             let renewal = try #require(try f.store.ledger.transaction(id: row.latestTransactionID))
             #expect(renewal.originalID == first.id)
             #expect(renewal.periodStartMs == f.clock.now, "recovered from billing retry, the new period starts at the recovery")
@@ -281,8 +281,10 @@ import Testing
             #expect(!(try f.owns(account, "basic.monthly")))
             let old = try #require(try f.store.ledger.transaction(id: basic.id))
             #expect(old.revokedMs == f.clock.now && old.revocationReason == "upgraded to pro.monthly")
-            #expect(Store.upgradePrice(newPrice: "4.99", oldPrice: "1.99", periodStartMs: 0, periodEndMs: 100, nowMs: 0) == "3")
-            #expect(Store.upgradePrice(newPrice: "1.00", oldPrice: "9.99", periodStartMs: 0, periodEndMs: 100, nowMs: 10) == "0")
+            #expect(Store.upgradePrice(newPrice: "4.99", oldPrice: "1.99", currency: "USD", periodStartMs: 0, periodEndMs: 100, nowMs: 0) == "3.00")
+            #expect(Store.upgradePrice(newPrice: "1.00", oldPrice: "9.99", currency: "USD", periodStartMs: 0, periodEndMs: 100, nowMs: 10) == "0.00")
+            #expect(Store.upgradePrice(newPrice: "3.000", oldPrice: "1.255", currency: "KWD", periodStartMs: 0, periodEndMs: 100, nowMs: 50) == "2.372")
+            #expect(Store.upgradePrice(newPrice: "1000", oldPrice: "500", currency: "JPY", periodStartMs: 0, periodEndMs: 3, nowMs: 1) == "667")
         }
     }
 

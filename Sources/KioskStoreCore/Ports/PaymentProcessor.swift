@@ -1,0 +1,119 @@
+// The payment processor port: what the store asks of Stripe, the simulated processor or any other.
+
+/// A charge the store asks a payment processor to make.
+public struct PaymentRequest: Hashable, Sendable {
+    /// A stable id for this payment: the same purchase retried (same account and
+    /// idempotency key) gets the same id, so a processor that deduplicates on it
+    /// never charges twice.
+    public var paymentID: String
+    /// The account paying.
+    public var accountID: String
+    /// The product bought.
+    public var productID: String
+    /// Units bought.
+    public var quantity: UInt32
+    /// The price of one unit, as a decimal string.
+    public var unitPrice: String
+    /// ISO 4217 currency code.
+    public var currency: String
+    /// The payment method the buyer chose, e.g. `test-card:4242424242424242`.
+    public var paymentMethod: String
+    /// True for the charge of an approved ask-to-buy request (``PaymentProcessor/approve(_:)``).
+    public var isApproval: Bool
+    /// True for a subscription renewal the store charges at the end of a period, without the buyer present
+    /// (a merchant-initiated charge of the stored payment method).
+    public var isRenewal: Bool
+
+    /// Creates a request.
+    public init(paymentID: String, accountID: String, productID: String, quantity: UInt32, unitPrice: String, currency: String, paymentMethod: String,
+                isApproval: Bool = false, isRenewal: Bool = false) {
+        self.isApproval = isApproval
+        self.isRenewal = isRenewal
+        self.paymentID = paymentID
+        self.accountID = accountID
+        self.productID = productID
+        self.quantity = quantity
+        self.unitPrice = unitPrice
+        self.currency = currency
+        self.paymentMethod = paymentMethod
+    }
+
+    /// The total, `unitPrice × quantity`, or nil when the price is not a decimal with at most the
+    /// currency's ISO 4217 decimals (or the total overflows).
+    public var amount: Money? {
+        Money(decimal: unitPrice, currency: currency)?.times(quantity)
+    }
+
+    /// The total in the currency's minor unit (cents, yen, fils), or nil as for ``amount``.
+    public var amountMinorUnits: Int64? { amount?.minorUnits }
+}
+
+/// What a payment processor answered.
+public enum PaymentOutcome: Hashable, Sendable {
+    /// Charged; `reference` is the processor's id for the charge.
+    case succeeded(reference: String)
+    /// Refused; `reason` is machine-readable (`card_declined`, `insufficient_funds`, …).
+    case declined(reason: String, message: String)
+    /// The buyer cancelled.
+    case cancelled
+    /// Waiting for someone's approval (ask to buy); charge on ``PaymentProcessor/approve(_:)``.
+    case deferred
+}
+
+/// What a processor knows of a payment id, asked when the store reconciles a
+/// payment whose outcome it never recorded (it crashed, or the processor did
+/// not answer).
+public enum PaymentLookup: Hashable, Sendable {
+    /// The payment was charged; record it.
+    case charged(reference: String)
+    /// The processor deferred it (ask to buy): record it as DEFERRED, charged when approved.
+    case deferred
+    /// Nothing was charged, and nothing will be for this id (a pending attempt
+    /// was cancelled by the lookup if the processor had one).
+    case notCharged
+}
+
+/// The processor could not say what happened (network error, 5xx, timeout):
+/// the payment may or may not have been charged. The store keeps the
+/// payment's intent open and reconciles it later with ``PaymentProcessor/lookup(_:)``.
+public struct PaymentProcessorError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What went wrong.
+    public var message: String
+    /// Creates the error.
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// Takes payments. The store ships ``SimulatedPaymentProcessor`` (sandbox) and
+/// ``StripePaymentProcessor``; others plug in by conforming to this protocol.
+///
+/// Implementations must deduplicate on ``PaymentRequest/paymentID``: the store
+/// asks again for the same payment when a client retries a purchase whose
+/// outcome it never recorded. Throw ``PaymentProcessorError`` when the outcome
+/// is unknown; never answer `declined` for a charge that may have gone through.
+public protocol PaymentProcessor: Sendable {
+    /// A short name for logs and errors: `simulated`, `stripe`, ….
+    var name: String { get }
+    /// True for processors that take no real money at all; production refuses them.
+    var isSimulated: Bool { get }
+    /// True when the processor is in its test mode (a Stripe `sk_test_` key): no real money moves, and a
+    /// production store refuses it; a sandbox store refuses a processor that is not in test mode.
+    var isTestMode: Bool { get }
+    /// How long ``lookup(_:)`` may lag behind a charge (Stripe's search index: up to a minute); pending
+    /// payments are not looked up before they are this old.
+    var lookupDelay: Duration { get }
+    /// Charges (or refuses, or defers) a payment.
+    func charge(_ request: PaymentRequest) async throws -> PaymentOutcome
+    /// Charges a deferred payment once it was approved.
+    func approve(_ request: PaymentRequest) async throws -> PaymentOutcome
+    /// Whether the payment with `request.paymentID` was charged. Must not charge.
+    func lookup(_ request: PaymentRequest) async throws -> PaymentLookup
+    /// Gives back a charged payment's money; asking twice refunds once.
+    func refund(_ request: PaymentRequest, reason: String) async throws
+}
+
+extension PaymentProcessor {
+    public var isTestMode: Bool { isSimulated }
+    public var lookupDelay: Duration { .zero }
+}
+
