@@ -202,14 +202,15 @@ final class ReceiptGate: Sendable {
             revoked = state.withLockedValue { $0.revoked.contains(receiptFound.transactionID) }
             if let key, !revoked { remember(key, receiptFound, verifiedInGeneration: found.generation) }
         }
+        // Whose it is first: another account's receipt tells its caller nothing of its expiry or refund.
+        guard receiptFound.accountID == account else {
+            return .decided(AccessDecision(status: .valid, refusal: "wrong_account", reason: "the receipt belongs to another account"))
+        }
         if receiptFound.expiresDateMs > 0, receiptFound.expiresDateMs <= nowMs {
             return .decided(.refused(.subscriptionExpired, "subscription expired"))
         }
         if revoked {
             return .decided(AccessDecision(status: .valid, refusal: "revoked", reason: "the purchase was refunded or revoked"))
-        }
-        guard receiptFound.accountID == account else {
-            return .decided(AccessDecision(status: .valid, refusal: "wrong_account", reason: "the receipt belongs to another account"))
         }
         guard receiptFound.productID == productID else {
             return .decided(AccessDecision(status: .valid, refusal: "wrong_product",

@@ -34,8 +34,10 @@ public struct AdminService: RPCService {
         }
         router.registerUnary(Self.method("ListRefundRequests"), request: StoreV1.ListRefundRequestsRequest.self, response: StoreV1.ListRefundRequestsResponse.self, authenticator: admins) { request, _ in
             try request.checkLimits()
-            let page = try store.ledger.refundRequests(state: request.state == .unspecified ? .pending : request.state, limit: request.limit,
-                                                       pageToken: request.pageToken)
+            let state = request.state == .unspecified ? StoreV1.RefundRequestState.pending : request.state
+            let page = try await store.ledger.offload {
+                try store.ledger.refundRequests(state: state, limit: request.limit, pageToken: request.pageToken)
+            }
             return StoreV1.ListRefundRequestsResponse(requests: page.requests.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
         }
         router.registerUnary(Self.method("DenyRefund"), request: StoreV1.DenyRefundRequest.self, response: StoreV1.RefundRequestStatus.self, authenticator: admins) { request, _ in
@@ -48,16 +50,16 @@ public struct AdminService: RPCService {
             return try await store.approve(transactionID: request.transactionID).message
         }
         router.registerUnary(Self.method("CreateAccount"), request: StoreV1.CreateAccountRequest.self, response: StoreV1.CreateAccountResponse.self, authenticator: admins) { request, _ in
-            let (id, token) = try store.createAccount(paymentsAllowed: !request.paymentsDisabled)
+            let (id, token) = try await store.ledger.offload { try store.createAccount(paymentsAllowed: !request.paymentsDisabled) }
             return StoreV1.CreateAccountResponse(accountID: id, token: token)
         }
         router.registerUnary(Self.method("RotateKey"), request: StoreV1.RotateKeyRequest.self, response: StoreV1.PublicKey.self, authenticator: admins) { _, _ in
-            try store.rotateKeys().message
+            try await store.ledger.offload { try store.rotateKeys() }.message
         }
         router.registerUnary(Self.method("RetireKey"), request: StoreV1.RetireKeyRequest.self, response: StoreV1.PublicKey.self, authenticator: admins) { request, _ in
             try request.checkLimits()
             guard !request.keyID.isEmpty else { throw StoreError.invalid("key_id is required") }
-            return try store.retireKey(id: request.keyID, atMs: request.atMs == 0 ? nil : request.atMs).message
+            return try await store.ledger.offload { try store.retireKey(id: request.keyID, atMs: request.atMs == 0 ? nil : request.atMs) }.message
         }
     }
 }

@@ -231,9 +231,20 @@ public final class Ledger: Sendable {
     }
 
     /// Opens (migrating if needed) the ledger in a PostgreSQL database.
-    public init(postgres location: PostgresLocation) throws {
+    /// - Parameter timeout: how long a connection checkout, a connect or one statement may take before the call that
+    ///   needed it fails with ``LedgerError/Kind/unavailable`` (14 UNAVAILABLE on the wire).
+    public init(postgres location: PostgresLocation, timeout: Duration = Ledger.defaultDatabaseTimeout) throws {
         sqlite = nil
-        backend = try PostgresLedgerBackend(location: location)
+        backend = try PostgresLedgerBackend(location: location, timeout: timeout)
+    }
+
+    /// How long a PostgreSQL connection checkout, connect or statement may take by default.
+    public static let defaultDatabaseTimeout: Duration = .seconds(5)
+
+    /// Runs `body`, which may call this ledger's synchronous methods, where waiting on the database blocks no event
+    /// loop and no Swift concurrency thread: RPC handlers call the ledger through this or its async methods only.
+    public func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await backend.offload(body)
     }
 
     /// Calls `body` when another process commits a change the revocation feed follows

@@ -68,6 +68,15 @@ final class PostgresLedgerBackend: LedgerBackend {
     private let connections: ConnectionPool
     private let configuration: PostgresConnection.Configuration
     private let logger: Logger
+    /// Whether PostgreSQL answers in time (see ``PostgresHealth``).
+    let health: PostgresHealth
+    /// Bodies waiting for or running on ``threads``; past ``maximumQueued`` (1,024: a burst drains in well under a
+    /// call deadline while the database answers, and memory stays bounded when it does not) a call fails at once.
+    private let admission: NIOLockedValueBox<Int>
+    private let maximumQueued: Int
+
+    /// How long a checkout, a connect or a statement may take by default.
+    static var defaultTimeout: Duration { Ledger.defaultDatabaseTimeout }
     /// The LISTEN connection and its task, when something watches for changes.
     /// Every ``watchChanges(_:)`` watch: its task and, while connected, its LISTEN connection (by a serial number).
     private let watcher = NIOLockedValueBox<(tasks: [Task<Void, Never>], connections: [Int: PostgresConnection], serial: Int, stopped: Bool)>(([], [:], 0, false))
@@ -75,16 +84,24 @@ final class PostgresLedgerBackend: LedgerBackend {
     private let instanceHolder = NIOLockedValueBox<PostgresConnection?>(nil)
 
     /// Connects (the first connection at once, the others when needed) and migrates the schema.
-    init(location: PostgresLocation, connections size: Int = 8, logger: Logger = Logger(label: "kiosk-store.postgres")) throws {
+    /// - Parameter timeout: how long a connection checkout, a connect or one statement may take before the call
+    ///   that needed it fails with ``LedgerError/Kind/unavailable`` (and, for a statement, its connection is closed).
+    init(location: PostgresLocation, connections size: Int = 8, timeout: Duration = PostgresLedgerBackend.defaultTimeout,
+         logger: Logger = Logger(label: "kiosk-store.postgres")) throws {
         self.location = location
         self.logger = logger
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         threads = NIOThreadPool(numberOfThreads: size)
         threads.start()
-        configuration = PostgresConnection.Configuration(
+        var configuration = PostgresConnection.Configuration(
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
-        connections = ConnectionPool(size: size, group: group, configuration: configuration, logger: logger)
+        configuration.options.connectTimeout = TimeAmount(timeout)
+        self.configuration = configuration
+        health = PostgresHealth(timeout: TimeAmount(timeout))
+        admission = NIOLockedValueBox(0)
+        maximumQueued = 1_024
+        connections = ConnectionPool(size: size, group: group, configuration: configuration, health: health, logger: logger)
         do {
             try PostgresMigrations.migrate(self)
         } catch {
@@ -110,7 +127,7 @@ final class PostgresLedgerBackend: LedgerBackend {
         let open = connections.closeAll() + listeners + (holder.map { [$0] } ?? [])
         let closed = EventLoopFuture.andAllComplete(open.map { $0.close() as EventLoopFuture<Void> }, on: group.next())
         if waiting {
-            try? waitFor(closed)
+            try? waitFor(closed, timeout: health.timeout)
             try? threads.syncShutdownGracefully()
             try? group.syncShutdownGracefully()
         } else {
@@ -178,12 +195,13 @@ final class PostgresLedgerBackend: LedgerBackend {
     func holdInstanceLock(_ instance: String) throws {
         let connection: PostgresConnection
         do {
-            connection = try waitFor(PostgresConnection.connect(on: group.next(), configuration: configuration, id: -1, logger: logger))
+            connection = try waitFor(PostgresConnection.connect(on: group.next(), configuration: configuration, id: -1, logger: logger),
+                                     timeout: health.timeout)
         } catch {
             throw LedgerError(.unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
         }
         do {
-            _ = try PostgresLedgerDatabase(connection: connection, logger: logger)
+            _ = try PostgresLedgerDatabase(connection: connection, health: health, logger: logger)
                 .execute("SELECT pg_advisory_lock(hashtextextended(?, 0))", [Self.instanceKey(instance)])
         } catch {
             let _: EventLoopFuture<Void> = connection.close()
@@ -212,7 +230,28 @@ final class PostgresLedgerBackend: LedgerBackend {
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
-        try await threads.runIfActive { try self.read(body) }
+        try await offload { try self.read(body) }
+    }
+
+    /// Runs `body` on this backend's threads, never the caller's: a stalled database blocks none of the event
+    /// loops or Swift concurrency threads. Fails at once with ``LedgerError/Kind/unavailable`` while PostgreSQL is
+    /// known not to answer, or when more bodies wait than the threads could serve within a timeout each.
+    func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try health.requireAnswering()
+        let admitted = admission.withLockedValue { waiting -> Bool in
+            guard waiting < maximumQueued else { return false }
+            waiting += 1
+            return true
+        }
+        guard admitted else {
+            throw LedgerError(.unavailable, "the ledger's PostgreSQL connections are all busy (\(maximumQueued) calls waiting); retry later")
+        }
+        defer { admission.withLockedValue { $0 -= 1 } }
+        return try await threads.runIfActive {
+            // Checked again on the thread: the database may have stopped answering while this waited its turn.
+            try self.health.requireAnswering()
+            return try body()
+        }
     }
 
     @discardableResult
@@ -222,7 +261,7 @@ final class PostgresLedgerBackend: LedgerBackend {
 
     @discardableResult
     func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
-        try await threads.runIfActive { try self.transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", serializingOn: key, body) }
+        try await offload { try self.transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", serializingOn: key, body) }
     }
 
     /// Runs `body` between `begin` and COMMIT on one connection; again from the start when
@@ -236,7 +275,7 @@ final class PostgresLedgerBackend: LedgerBackend {
         var attempt = 0
         while true {
             let connection = try connections.checkOut()
-            let database = PostgresLedgerDatabase(connection: connection, logger: logger)
+            let database = PostgresLedgerDatabase(connection: connection, health: health, logger: logger)
             var locked = false
             do {
                 if let key {
@@ -283,19 +322,27 @@ private final class ConnectionPool: Sendable {
     private let group: MultiThreadedEventLoopGroup
     private let configuration: PostgresConnection.Configuration
     private let logger: Logger
+    private let health: PostgresHealth
     private let state = NIOLockedValueBox(State())
     private let free: DispatchSemaphore
 
-    init(size: Int, group: MultiThreadedEventLoopGroup, configuration: PostgresConnection.Configuration, logger: Logger) {
+    init(size: Int, group: MultiThreadedEventLoopGroup, configuration: PostgresConnection.Configuration, health: PostgresHealth,
+         logger: Logger) {
         self.size = size
         self.group = group
         self.configuration = configuration
+        self.health = health
         self.logger = logger
         free = DispatchSemaphore(value: size)
     }
 
+    /// A free connection, waiting at most the backend's timeout for one.
     func checkOut() throws -> PostgresConnection {
-        free.wait()
+        try health.requireAnswering()
+        guard free.wait(timeout: .now() + .nanoseconds(Int(health.timeout.nanoseconds))) == .success else {
+            health.noteStalled()
+            throw LedgerError(.unavailable, "no PostgreSQL connection came free within \(health.timeoutDescription): the database is not answering")
+        }
         enum Next { case use(PostgresConnection), connect(Int), closed }
         let next = state.withLockedValue { state -> Next in
             if state.closed { return .closed }
@@ -315,8 +362,12 @@ private final class ConnectionPool: Sendable {
             throw LedgerError(.unavailable, "the ledger's PostgreSQL connections are closed")
         case .connect(let id):
             do {
-                return try waitFor(PostgresConnection.connect(on: group.next(), configuration: configuration, id: id, logger: logger))
+                let connection = try waitFor(PostgresConnection.connect(on: group.next(), configuration: configuration, id: id, logger: logger),
+                                             timeout: health.timeout)
+                health.noteAnswered()
+                return connection
             } catch {
+                health.noteStalled()
                 state.withLockedValue { $0.open -= 1 }
                 free.signal()
                 throw LedgerError(.unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
@@ -353,21 +404,53 @@ private final class ConnectionPool: Sendable {
     }
 }
 
-/// Waits on this thread (never an event loop's) for `future`.
-private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
+/// `future` did not complete within its timeout.
+struct PostgresTimedOut: Error {}
+
+/// Waits on this thread (never an event loop's nor a Swift concurrency thread's) for `future`, at most `timeout`.
+private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>, timeout: TimeAmount) throws -> T {
     let done = DispatchSemaphore(value: 0)
     let result = NIOLockedValueBox<Result<T, any Error>?>(nil)
     future.whenComplete { outcome in
         result.withLockedValue { $0 = outcome }
         done.signal()
     }
-    done.wait()
+    guard done.wait(timeout: .now() + .nanoseconds(Int(timeout.nanoseconds))) == .success else { throw PostgresTimedOut() }
     return try result.withLockedValue { $0! }.get()
+}
+
+/// Whether PostgreSQL answers in time. A checkout, connect or statement that times out marks it stalled: for the
+/// next second every call that needs the database fails at once with ``LedgerError/Kind/unavailable`` (14 on the
+/// wire) instead of waiting its own timeout; then one call tries again, and an answer clears the mark.
+final class PostgresHealth: Sendable {
+    /// How long one checkout, connect or statement may take.
+    let timeout: TimeAmount
+    private let stalledUntil = NIOLockedValueBox<NIODeadline?>(nil)
+
+    init(timeout: TimeAmount) { self.timeout = timeout }
+
+    var timeoutDescription: String { "\(Double(timeout.nanoseconds) / 1e9) s" }
+
+    func requireAnswering() throws {
+        let stalled = stalledUntil.withLockedValue { until -> Bool in
+            guard let deadline = until else { return false }
+            if NIODeadline.now() < deadline { return true }
+            // Half open: this call tries; if it times out too, the mark comes back.
+            until = nil
+            return false
+        }
+        if stalled { throw LedgerError(.unavailable, "PostgreSQL is not answering (a statement or connection took over \(timeoutDescription)); retry later") }
+    }
+
+    func noteStalled() { stalledUntil.withLockedValue { $0 = .now() + .seconds(1) } }
+
+    func noteAnswered() { stalledUntil.withLockedValue { $0 = nil } }
 }
 
 /// One PostgreSQL connection inside a transaction, as a ``LedgerDatabase``.
 struct PostgresLedgerDatabase: LedgerDatabase {
     let connection: PostgresConnection
+    let health: PostgresHealth
     let logger: Logger
 
     var dialect: LedgerDialect { .postgres }
@@ -379,11 +462,11 @@ struct PostgresLedgerDatabase: LedgerDatabase {
             for statement in Self.statements(sql) { changed += try execute(statement, []) }
             return changed
         }
-        return try translatingErrors { try waitFor(connection.query(Self.query(sql, arguments), logger: logger)).metadata.rows ?? 0 }
+        return try translatingErrors { try wait(connection.query(Self.query(sql, arguments), logger: logger)).metadata.rows ?? 0 }
     }
 
     func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
-        let result = try translatingErrors { try waitFor(connection.query(Self.query(sql, arguments), logger: logger)) }
+        let result = try translatingErrors { try wait(connection.query(Self.query(sql, arguments), logger: logger)) }
         var columns: LedgerRow.Columns?
         return try result.rows.map { row in
             var values: [LedgerValue] = []
@@ -401,7 +484,21 @@ struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// A statement with no rows to read (BEGIN, COMMIT, ROLLBACK).
     func run(_ sql: String) throws {
-        _ = try translatingErrors { try waitFor(connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)) }
+        _ = try translatingErrors { try wait(connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)) }
+    }
+
+    /// A statement's answer, at most the backend's timeout: past it the connection is closed (PostgreSQL then
+    /// ends the statement and lets go of its locks) and the call fails with ``LedgerError/Kind/unavailable``.
+    private func wait<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
+        do {
+            let value = try waitFor(future, timeout: health.timeout)
+            health.noteAnswered()
+            return value
+        } catch is PostgresTimedOut {
+            health.noteStalled()
+            let _: EventLoopFuture<Void> = connection.close()
+            throw LedgerError(.unavailable, "PostgreSQL did not answer a statement within \(health.timeoutDescription); retry later")
+        }
     }
 
     /// The statements of a script, split at the semicolons outside quoted literals.

@@ -219,7 +219,7 @@ extension Store {
     public func denyRefund(transactionID: String, reason: String) async throws -> RefundRequestRecord {
         guard !transactionID.isEmpty, !reason.isEmpty else { throw StoreError.invalid("transaction_id and reason are required") }
         try Ledger.checkReason(reason)
-        guard let request = try ledger.refundRequest(transactionID: transactionID) else {
+        guard let request = try await ledger.offload({ [ledger] in try ledger.refundRequest(transactionID: transactionID) }) else {
             throw StoreError.notFound("transaction \(transactionID) has no refund request")
         }
         let nowMs = now

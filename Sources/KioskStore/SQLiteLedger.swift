@@ -21,6 +21,14 @@ protocol LedgerBackend: Sendable {
     /// `key` (an account id) run one after the other (SQLite runs every write so).
     @discardableResult
     func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
+    /// Runs `body`, which may use this backend's synchronous methods, where waiting on the database blocks no
+    /// event loop and no Swift concurrency thread (PostgreSQL: the backend's own threads; SQLite, whose reads
+    /// and writes do not wait on a network: here).
+    func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T
+}
+
+extension LedgerBackend {
+    func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T { try body() }
 }
 
 /// The embedded backend: an SQLite database in WAL mode in the data dir (GRDB).

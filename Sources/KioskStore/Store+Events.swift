@@ -33,7 +33,10 @@ extension Store {
     ///   or another process is approving it now.
     @discardableResult
     public func decline(transactionID: String, reason: String = "declined") async throws -> TransactionRecord {
-        guard let found = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
+        let ledger = self.ledger
+        guard let found = try await ledger.offload({ try ledger.transaction(id: transactionID) }) else {
+            throw StoreError.notFound("no transaction \(transactionID)")
+        }
         let nowMs = now
         let instance = self.instance
         return try await ledger.write(account: found.accountID) { db in

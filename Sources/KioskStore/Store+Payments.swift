@@ -415,7 +415,10 @@ extension Store {
     public func approve(transactionID: String) async throws -> TransactionRecord {
         try requireRealPaymentsInProduction()
         try requireServedProcessor()
-        guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
+        let ledger = self.ledger
+        guard let record = try await ledger.offload({ try ledger.transaction(id: transactionID) }) else {
+            throw StoreError.notFound("no transaction \(transactionID)")
+        }
         return try await locks.withLock(record.paymentID ?? record.id) {
             let intent = try await startApproval(transactionID)
             // An approval first tried longer ago than the processor keeps idempotency keys: ask before charging again.
@@ -524,7 +527,10 @@ extension Store {
     public func refund(transactionID: String, reason: String) async throws -> RevocationRecord {
         try requireRealPaymentsInProduction()
         try requireServedProcessor()
-        guard let record = try ledger.transaction(id: transactionID) else { throw StoreError.notFound("no transaction \(transactionID)") }
+        let ledger = self.ledger
+        guard let record = try await ledger.offload({ try ledger.transaction(id: transactionID) }) else {
+            throw StoreError.notFound("no transaction \(transactionID)")
+        }
         guard record.state == .purchased else { throw StoreError(.conflict, "transaction \(transactionID) is not purchased") }
         guard record.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
         let reasonText = reason.isEmpty ? "refunded" : reason
@@ -602,7 +608,7 @@ extension Store {
         let lookupDelay = max(configuration.lookupDelay, configuration.paymentProcessor.lookupDelay).wholeMilliseconds
         var cursor: (Int64, String)? = nil
         while true {
-            let page = try ledger.openIntents(after: cursor)
+            let page = try await ledger.offload { [ledger, cursor] in try ledger.openIntents(after: cursor) }
             guard let last = page.last else { break }
             cursor = (last.createdMs, last.id)
             for intent in page {
@@ -623,7 +629,8 @@ extension Store {
         }
         // A second look at what was closed as uncharged, once the processor's lookup has surely caught up:
         // a charge its lagging index did not show the first time is recorded now, not lost.
-        for intent in try ledger.closedUncharged(before: nowMs - max(lookupDelay * 10, Self.secondLookDelayMs)) {
+        let secondLookBefore = nowMs - max(lookupDelay * 10, Self.secondLookDelayMs)
+        for intent in try await ledger.offload({ [ledger] in try ledger.closedUncharged(before: secondLookBefore) }) {
             do {
                 try await secondLook(intent, report: &report)
             } catch {
@@ -643,7 +650,7 @@ extension Store {
     private func secondLook(_ intent: PaymentIntent, report: inout ReconcileReport) async throws {
         var settled = report
         try await locks.withLock(intent.paymentID) {
-            guard let current = try ledger.intent(id: intent.id), current.state == .closed, current.outcome == Self.closedUncharged else { return }
+            guard let current = try await ledger.offload({ [ledger] in try ledger.intent(id: intent.id) }), current.state == .closed, current.outcome == Self.closedUncharged else { return }
             var lifecycle = PaymentIntentLifecycle(kind: current.kind, state: .closed(uncharged: true))
             switch lifecycle.lookedUp(try await processorLookup(current.request)) {
             case .recordPurchased(let reference):
@@ -677,7 +684,7 @@ extension Store {
         var settled = report
         try await locks.withLock(intent.paymentID) {
             // Read again under the lock: a retry in this process may have settled it meanwhile.
-            guard let current = try ledger.intent(id: intent.id), current.state == .pending, current.owner == intent.owner,
+            guard let current = try await ledger.offload({ [ledger] in try ledger.intent(id: intent.id) }), current.state == .pending, current.owner == intent.owner,
                   current.attemptMs == intent.attemptMs else { return }
             var lifecycle = PaymentIntentLifecycle(kind: current.kind)
             switch lifecycle.lookedUp(try await processorLookup(current.request)) {

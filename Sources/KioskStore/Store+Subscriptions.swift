@@ -63,7 +63,8 @@ extension Store {
         var cursor: (Int64, String)?
         var movedInSweep = false
         for _ in 0..<10_000 {
-            let page = try ledger.dueSubscriptions(atMs: now, after: cursor)
+            let nowMs = now
+            let page = try await ledger.offload { [ledger, cursor] in try ledger.dueSubscriptions(atMs: nowMs, after: cursor) }
             guard let last = page.last else {
                 guard movedInSweep else { break }
                 cursor = nil
@@ -286,7 +287,7 @@ extension Store {
             }
             return row
         }
-        return try statusMessage(row)
+        return try await ledger.offload { try self.statusMessage(row) }
     }
 
     // MARK: Offers
@@ -472,7 +473,7 @@ extension Store {
             try row.upsert(db, nowMs: nowMs)
             return row
         }
-        return try statusMessage(row)
+        return try await ledger.offload { try self.statusMessage(row) }
     }
 
     /// Ends a subscription now, as the App Store sandbox's "expire": no entitlement from now on, nothing renews.

@@ -29,7 +29,8 @@ public final class Store: Sendable {
     /// (``StoreServer``); opening one bound to another environment fails.
     public init(configuration: StoreConfiguration) throws {
         self.configuration = configuration
-        self.ledger = try configuration.database.map { try Ledger(postgres: $0) } ?? Ledger(directory: configuration.dataDirectory)
+        self.ledger = try configuration.database.map { try Ledger(postgres: $0, timeout: configuration.databaseTimeout) }
+            ?? Ledger(directory: configuration.dataDirectory)
         if let bound = try ledger.environment(), bound != configuration.environment {
             throw StoreError(.conflict, "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
         }
@@ -187,22 +188,27 @@ public final class Store: Sendable {
         let check = signed.map { current.verify($0, nowMs: now) } ?? current.verify(bytes, nowMs: now)
         var verdict = ReceiptVerdict(check: check)
         guard let payload = check.payload, check.status == .valid || check.status == .subscriptionExpired else { return verdict }
-        guard try ledger.account(id: payload.accountID) != nil else {
+        // Read where a stalled PostgreSQL blocks no Swift concurrency thread.
+        let ledger = self.ledger
+        let (account, record, row) = try await ledger.offload {
+            (try ledger.account(id: payload.accountID), try ledger.transaction(id: payload.transactionID),
+             payload.productType == .autoRenewableSubscription ? try ledger.subscription(originalID: payload.originalTransactionID) : nil)
+        }
+        guard account != nil else {
             verdict.check.status = .accountNotFound
             verdict.check.message = "account \(payload.accountID) is not known to this store"
             return verdict
         }
-        if let record = try ledger.transaction(id: payload.transactionID), record.revokedMs > 0 {
+        if let record, record.revokedMs > 0 {
             verdict.revocationMs = record.revokedMs
             verdict.revocationReason = record.revocationReason
             verdict.check.message = "valid, but revoked: \(record.revocationReason)"
         }
-        if payload.productType == .autoRenewableSubscription, let row = try ledger.subscription(originalID: payload.originalTransactionID),
-           row.accountID == payload.accountID {
+        if let row, row.accountID == payload.accountID {
             // The subscription, not the one receipt, says whether the buyer is entitled: a receipt of an
             // earlier period of a subscription that renewed is good (use the latest), one of a subscription
             // that ended is 21006, whatever date the receipt itself carries.
-            let status = try statusMessage(row)
+            let status = try await ledger.offload { try self.statusMessage(row) }
             verdict.subscription = status
             verdict.latestTransaction = status.latestTransaction
             let nowMs = now

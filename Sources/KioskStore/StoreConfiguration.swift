@@ -9,6 +9,10 @@ public struct StoreConfiguration: Sendable {
     /// A PostgreSQL database to keep the ledger in instead of the data dir's SQLite file
     /// (`kiosk-store serve --database postgres://…`); nil: the embedded SQLite ledger.
     public var database: PostgresLocation?
+    /// With ``database``: how long a connection checkout, a connect or one statement may take before the call that
+    /// needed it fails with 14 UNAVAILABLE (a stalled database then fails calls at once for a second at a time,
+    /// and calls that need no database are answered meanwhile).
+    public var databaseTimeout: Duration = Ledger.defaultDatabaseTimeout
     /// Seals the private signing keys into the ledger, so every store replica on
     /// one database signs with the same keys (give them all the same one); nil:
     /// private keys in the data dir's `keys/`, for a single store process.

@@ -95,18 +95,19 @@ public struct StoreService: RPCService {
         }
         // Public keys are public: anyone may verify receipts offline.
         router.registerUnary(Self.method("PublicKeys"), request: StoreV1.PublicKeysRequest.self, response: StoreV1.PublicKeysResponse.self) { _, _ in
-            StoreV1.PublicKeysResponse(keys: try store.publicKeys().map(\.message))
+            StoreV1.PublicKeysResponse(keys: try await store.ledger.offload { try store.publicKeys() }.map(\.message))
         }
         router.registerUnary(Self.method("AccessToken"), request: StoreV1.AccessTokenRequest.self, response: StoreV1.AccessTokenResponse.self, authenticator: auth) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            let issued = try store.issueAccessToken(account: account, audience: request.audience)
+            let issued = try await store.ledger.offload { try store.issueAccessToken(account: account, audience: request.audience) }
             return StoreV1.AccessTokenResponse(accessToken: issued.token, expiresMs: issued.expiresMs)
         }
         router.registerUnary(Self.method("SubscriptionStatus"), request: StoreV1.SubscriptionStatusRequest.self, response: StoreV1.SubscriptionStatusResponse.self, authenticator: auth) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            return StoreV1.SubscriptionStatusResponse(subscriptions: try store.subscriptionStatuses(account: account, originalID: request.originalTransactionID))
+            let statuses = try await store.ledger.offload { try store.subscriptionStatuses(account: account, originalID: request.originalTransactionID) }
+            return StoreV1.SubscriptionStatusResponse(subscriptions: statuses)
         }
         router.registerUnary(Self.method("SetAutoRenew"), request: StoreV1.SetAutoRenewRequest.self, response: StoreV1.SubscriptionStatus.self, authenticator: auth) { request, context in
             try request.checkLimits()
@@ -130,7 +131,7 @@ public struct StoreService: RPCService {
         router.registerUnary(Self.method("GetTransaction"), request: StoreV1.GetTransactionRequest.self, response: StoreV1.Transaction.self, authenticator: accountsAndAdmins) { request, context in
             try request.checkLimits()
             guard !request.transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
-            let found = try store.ledger.transaction(id: request.transactionID)
+            let found = try await store.ledger.offload { try store.ledger.transaction(id: request.transactionID) }
             // Another account's transaction is as unknown as one that does not exist.
             if case .account(let account)? = context.principal as? Caller, found?.accountID != account.id { throw StoreError.notFound("no transaction \(request.transactionID) for this account") }
             guard let found else { throw StoreError.notFound("no transaction \(request.transactionID)") }

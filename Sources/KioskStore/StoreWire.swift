@@ -23,6 +23,20 @@ extension StoreError: RPCErrorConvertible {
     public var rpcError: RPCError { RPCError(code, message) }
 }
 
+extension LedgerError: RPCErrorConvertible {
+    /// The call status a ledger failure ends a call with: UNAVAILABLE while the database does not answer (the
+    /// caller retries), ABORTED for a transaction the database could not serialize, INTERNAL otherwise.
+    public var code: StatusCode {
+        switch kind {
+        case .unavailable: .unavailable
+        case .serializationFailure: .aborted
+        case .uniqueViolation, .checkViolation, .schema, .refused: .internal
+        }
+    }
+
+    public var rpcError: RPCError { RPCError(code, message) }
+}
+
 extension FailedPurchase {
     /// The FAILED transaction as sent.
     public var transactionMessage: StoreV1.Transaction {

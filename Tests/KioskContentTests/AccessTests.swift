@@ -8,6 +8,21 @@ import NIOPosix
 import Testing
 
 @Suite(.timeLimit(.minutes(1))) struct AccessTests {
+    @Test func anotherAccountsRefundedReceiptSaysOnlyWhoseItIs() async throws {
+        try await ContentFixture.with(files: ["book.swift": [1, 2, 3]]) { fixture in
+            let owner = try fixture.newAccount()
+            let stranger = try fixture.newAccount()
+            let receipt = try await fixture.buy("book.swift", token: owner).signedReceipt
+            let transactionID = try ReceiptV1.ReceiptPayload(serializedBytes: try ReceiptV1.SignedReceipt(serializedBytes: receipt).payload).transactionID
+            _ = try await fixture.store.store.refund(transactionID: transactionID, reason: "test")
+            // Bounded wait for the revocation feed to bring the refund.
+            for _ in 0..<500 where fixture.content.stats.revocationsKnown == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(try await fixture.authorize(receipt, product: "book.swift", token: owner).refusal == "revoked")
+            let copied = try await fixture.authorize(receipt, product: "book.swift", token: stranger)
+            #expect(copied.refusal == "wrong_account" && !copied.allowed, "a stranger learnt the receipt was refunded: \(copied.refusal)")
+        }
+    }
+
     @Test func refusalsCarryTheVerificationStatus() async throws {
         try await ContentFixture.with(files: ["book.swift": proseBytes(10_000), "file.one": [1]]) { fixture in
             let token = try fixture.newAccount()

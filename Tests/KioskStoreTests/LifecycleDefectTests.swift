@@ -22,7 +22,7 @@ import Testing
         var renewals: Int { state.withLockedValue { $0.renewals } }
 
         func charge(_ request: PaymentRequest) async throws -> PaymentOutcome {
-            guard request.isRenewal else { return try await simulated.charge(request) }
+            guard request.isRenewal else { return await simulated.charge(request) }
             let arrived = state.withLockedValue { state in
                 state.renewals += 1
                 let waiter = state.arrived
@@ -39,10 +39,10 @@ import Testing
                 }
                 if go { continuation.resume() }
             }
-            return try await simulated.charge(request)
+            return await simulated.charge(request)
         }
-        func approve(_ request: PaymentRequest) async throws -> PaymentOutcome { try await simulated.approve(request) }
-        func lookup(_ request: PaymentRequest) async throws -> PaymentLookup { try await simulated.lookup(request) }
+        func approve(_ request: PaymentRequest) async throws -> PaymentOutcome { await simulated.approve(request) }
+        func lookup(_ request: PaymentRequest) async throws -> PaymentLookup { await simulated.lookup(request) }
         func refund(_ request: PaymentRequest, reason: String) async throws {}
 
         /// Returns once a renewal charge is waiting.
