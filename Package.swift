@@ -159,10 +159,20 @@ let package = Package(
                            .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOHTTP1", package: "swift-nio")]
         ),
-        // A local double of Stripe's API in its own process (Scripts/crash-test.sh's payment processor).
+        // A local double of Stripe's API, for the store's tests: test support, not a product.
+        .target(
+            name: "StripeDouble",
+            dependencies: [
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        // The double in its own process (Scripts/crash-test.sh's payment processor).
         .executableTarget(
             name: "stripe-double",
-            dependencies: ["KioskTesting", "KioskRPC"]
+            dependencies: ["StripeDouble", "KioskRPC"]
         ),
         .executableTarget(
             name: "kiosk",
@@ -235,7 +245,7 @@ let package = Package(
         .testTarget(
             name: "KioskStoreTests",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting", "kiosk-store", "stripe-double",
+                "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting", "kiosk-store", "stripe-double", "StripeDouble",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]

@@ -59,20 +59,6 @@ public enum Caller: Sendable {
 
 extension Ledger {
     /// Service credentials, hashed (v3 is key retirement).
-    static func registerV4(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("v4-service-credentials") { db in
-            try db.execute(sql: """
-                CREATE TABLE service_credentials (
-                  id TEXT PRIMARY KEY,
-                  role TEXT NOT NULL CHECK (role IN ('content', 'admin')),
-                  name TEXT NOT NULL,
-                  token_hash BLOB NOT NULL UNIQUE,
-                  created_ms INTEGER NOT NULL,
-                  revoked_ms INTEGER NOT NULL DEFAULT 0
-                );
-                """)
-        }
-    }
 
     func addServiceCredential(id: String, role: CallerRole, name: String, tokenHash: [UInt8], nowMs: Int64) throws {
         try backend.write { db in

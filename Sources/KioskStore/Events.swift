@@ -103,37 +103,6 @@ extension StoreV1.EventType {
 }
 
 extension Ledger {
-    static let v7Events = """
-        CREATE TABLE events (
-          id INTEGER PRIMARY KEY AUTOINCREMENT,
-          type INTEGER NOT NULL,
-          account_id TEXT NOT NULL,
-          transaction_id TEXT NOT NULL DEFAULT '',
-          original_transaction_id TEXT NOT NULL DEFAULT '',
-          product_id TEXT NOT NULL DEFAULT '',
-          created_ms INTEGER NOT NULL,
-          reason TEXT NOT NULL DEFAULT '',
-          credit_shortfall INTEGER NOT NULL DEFAULT 0,
-          auto_renew INTEGER NOT NULL DEFAULT 0,
-          price TEXT NOT NULL DEFAULT '',
-          expiration_reason INTEGER NOT NULL DEFAULT 0
-        );
-        CREATE INDEX events_by_account ON events(account_id, id);
-        CREATE INDEX events_by_transaction ON events(account_id, transaction_id);
-        CREATE INDEX transactions_deferred ON transactions(purchase_ms) WHERE state = 3;
-        """
-
-    /// PostgreSQL's: a BIGSERIAL id and 64-bit integers.
-    static var v7EventsPostgres: String {
-        v7Events.replacingOccurrences(of: "id INTEGER PRIMARY KEY AUTOINCREMENT", with: "id BIGSERIAL PRIMARY KEY")
-            .replacingOccurrences(of: "INTEGER", with: "BIGINT")
-    }
-
-    static func registerV7(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("v7-events") { db in
-            try db.execute(sql: v7Events)
-        }
-    }
 
     /// The advisory lock a PostgreSQL write takes before it inserts an event: event ids commit in order.
     static let eventOrderLockKey: Int64 = 0x4B494F534B_45  // "KIOSKE"

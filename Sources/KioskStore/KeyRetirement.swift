@@ -8,11 +8,6 @@ import KioskAPI
 
 extension Ledger {
     /// v3: a retirement time per signing key (`not_after_ms`, 0 = not retired).
-    static func registerV3(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("v3-key-retirement") { db in
-            try db.execute(sql: "ALTER TABLE signing_keys ADD COLUMN not_after_ms INTEGER NOT NULL DEFAULT 0")
-        }
-    }
 
     /// Retires signing key `id` at `atMs`, checked and written in one transaction (so a `keys rotate`
     /// in another process cannot slip between the check and the write); returns the retired key.

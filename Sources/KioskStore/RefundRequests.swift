@@ -61,54 +61,6 @@ extension Ledger {
     /// The longest reason a buyer or operator may give, in bytes of UTF-8.
     public static let maxRefundReasonBytes = 1000
 
-    static let v9RefundRequests = """
-        CREATE TABLE refund_requests (
-          transaction_id TEXT PRIMARY KEY,
-          account_id TEXT NOT NULL,
-          product_id TEXT NOT NULL,
-          reason TEXT NOT NULL DEFAULT '',
-          state INTEGER NOT NULL,
-          requested_ms INTEGER NOT NULL,
-          decided_ms INTEGER NOT NULL DEFAULT 0,
-          decision_reason TEXT NOT NULL DEFAULT ''
-        );
-        CREATE INDEX refund_requests_by_state ON refund_requests(state, requested_ms, transaction_id);
-        """
-
-    /// Revocations recorded before the event log existed (v7) get their REFUNDED event, so the event log
-    /// alone tells every revocation (the content service follows WatchEvents, not WatchRevocations).
-    /// Adds nothing when every revocation has its event.
-    static let backfillRefundedEvents = """
-        INSERT INTO events (type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall)
-          SELECT 6, r.account_id, r.transaction_id, r.original_transaction_id, COALESCE(t.product_id, ''), r.revoked_ms, r.reason, r.credit_shortfall
-          FROM revocations r LEFT JOIN transactions t ON t.id = r.transaction_id
-          WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.account_id = r.account_id AND e.transaction_id = r.transaction_id AND e.type = 6)
-          ORDER BY r.cursor
-        """
-
-    /// The backfill as the migration runs it: webhooks that had queued every event when the ledger was
-    /// upgraded are moved past the backfilled ones (old refunds are not news to a receiver).
-    static let v9Backfill = """
-        CREATE TEMP TABLE refund_backfill_mark AS SELECT COALESCE(MAX(id), 0) AS m FROM events;
-        \(backfillRefundedEvents);
-        UPDATE webhooks SET enqueued_through = (SELECT COALESCE(MAX(id), 0) FROM events)
-          WHERE enqueued_through >= (SELECT m FROM refund_backfill_mark);
-        DROP TABLE refund_backfill_mark;
-        """
-
-    /// PostgreSQL's: 64-bit integers, and the event-order lock taken first (a store of the version before, still
-    /// serving during a rolling upgrade, must not commit a higher event id while the backfill holds lower ones).
-    static var v9RefundRequestsPostgres: String {
-        v9RefundRequests.replacingOccurrences(of: "INTEGER", with: "BIGINT") + ";\n"
-            + "SELECT pg_advisory_xact_lock(\(eventOrderLockKey));\n" + v9Backfill
-    }
-
-    static func registerV9(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("v9-refund-requests") { db in
-            try db.execute(sql: v9RefundRequests)
-            try db.execute(sql: v9Backfill)
-        }
-    }
 
     /// A buyer's or operator's reason: at most ``maxRefundReasonBytes`` of UTF-8 and no control characters
     /// (it is printed to operators; NUL is refused by PostgreSQL).

@@ -120,11 +120,6 @@ public struct KeyEncryptionKey: Sendable {
 
 extension Ledger {
     /// v5: the private half of a signing key sealed with the key-encryption key (NULL: in the data dir's `keys/`).
-    static func registerV5(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("v5-sealed-signing-keys") { db in
-            try db.execute(sql: "ALTER TABLE signing_keys ADD COLUMN sealed_private_key BLOB")
-        }
-    }
 
     /// The sealed private half of signing key `id`; nil when it has none (kept in a file).
     func sealedPrivateKey(id: String, _ db: (any LedgerDatabase)? = nil) throws -> [UInt8]? {

@@ -113,43 +113,6 @@ public enum WebhookSignature {
 }
 
 extension Ledger {
-    static let v8Webhooks = """
-        CREATE TABLE webhooks (
-          id TEXT PRIMARY KEY,
-          url TEXT NOT NULL,
-          secret BLOB NOT NULL,
-          enqueued_through INTEGER NOT NULL,
-          created_ms INTEGER NOT NULL
-        );
-        CREATE TABLE webhook_deliveries (
-          webhook_id TEXT NOT NULL,
-          event_id INTEGER NOT NULL,
-          account_id TEXT NOT NULL,
-          state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),
-          attempts INTEGER NOT NULL DEFAULT 0,
-          next_attempt_ms INTEGER NOT NULL,
-          first_attempt_ms INTEGER NOT NULL DEFAULT 0,
-          last_error TEXT NOT NULL DEFAULT '',
-          delivered_ms INTEGER NOT NULL DEFAULT 0,
-          PRIMARY KEY (webhook_id, event_id)
-        );
-        CREATE INDEX webhook_deliveries_pending ON webhook_deliveries(webhook_id, account_id, event_id) WHERE state = 'pending';
-        CREATE TABLE webhook_lease (
-          id INTEGER PRIMARY KEY CHECK (id = 1),
-          owner TEXT NOT NULL,
-          until_ms INTEGER NOT NULL
-        );
-        """
-
-    static var v8WebhooksPostgres: String {
-        v8Webhooks.replacingOccurrences(of: "BLOB", with: "BYTEA").replacingOccurrences(of: "INTEGER", with: "BIGINT")
-    }
-
-    static func registerV8(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("v8-webhooks") { db in
-            try db.execute(sql: v8Webhooks)
-        }
-    }
 }
 
 extension Store {

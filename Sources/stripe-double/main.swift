@@ -1,4 +1,4 @@
-// A local double of Stripe's PaymentIntents API (KioskTesting's StripeDouble),
+// A local double of Stripe's PaymentIntents API (the StripeDouble test-support target),
 // in its own process: the payment processor of Scripts/crash-test.sh, which
 // counts the charges it made (GET /_double/stats) while the store is killed.
 //
@@ -8,7 +8,7 @@
 // 127.0.0.1:PORT" and serves until SIGTERM or SIGINT.
 import Foundation
 import KioskRPC
-import KioskTesting
+import StripeDouble
 #if canImport(Glibc)
 import Glibc
 #endif

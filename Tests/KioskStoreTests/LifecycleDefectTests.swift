@@ -4,6 +4,7 @@ import KioskRPC
 @testable import KioskStore
 import KioskTesting
 import NIOConcurrencyHelpers
+import StripeDouble
 import Testing
 
 /// The store's money rules where the ledger, the processor and the wire meet: each was a defect where two

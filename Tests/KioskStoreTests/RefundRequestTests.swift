@@ -168,7 +168,7 @@ import Testing
             }
             let hook = try await fixture.store.addWebhook(url: "http://127.0.0.1:9/kiosk", secret: Array(repeating: 1, count: 16))
             for _ in 0..<2 {
-                try await fixture.store.ledger.write { db in _ = try db.execute(Ledger.v9Backfill) }
+                try await fixture.store.ledger.write { db in _ = try db.execute(LedgerMigration.v009RefundRequests.sqlite[1]) }
             }
             let events = try await fixture.store.ledger.events(after: 0, limit: 100, types: [.refunded])
             #expect(try fixture.store.webhooks().first { $0.id == hook.id }?.enqueuedThrough ?? 0 >= events.last?.id ?? .max)

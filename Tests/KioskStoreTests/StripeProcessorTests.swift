@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 @testable import KioskStore
 import KioskTesting
+import StripeDouble
 import Testing
 
 /// `StripePaymentProcessor` against `StripeDouble`, a local stand-in for Stripe's API.

@@ -1,0 +1,34 @@
+import GRDB
+
+/// One version of the ledger's schema, in both dialects side by side: the SQLite statements the embedded ledger
+/// runs (through GRDB's migrator) and the PostgreSQL ones (``PostgresMigrations``), each bringing its database to
+/// the same state (PostgreSQL's types: `BIGINT` for SQLite's integers and booleans, `BYTEA` for blobs, `BIGSERIAL`
+/// where SQLite orders by `rowid`).
+///
+/// One file per version, `V001_…` to the newest, in ``all``'s order. Add a version for every change; never edit
+/// a shipped one (databases that ran it keep what it did).
+struct LedgerMigration: Sendable {
+    /// The version's name, recorded in the database once applied.
+    let id: String
+    /// SQLite scripts, run in order in one transaction.
+    let sqlite: [String]
+    /// The PostgreSQL script, run in one transaction (statements split at semicolons outside literals).
+    let postgres: String
+
+    /// Every version, oldest first.
+    static let all: [LedgerMigration] = [
+        .v001Initial, .v002IntentsPagingShortfall, .v003KeyRetirement, .v004ServiceCredentials, .v005SealedSigningKeys,
+        .v006Subscriptions, .v007Events, .v008Webhooks, .v009RefundRequests,
+    ]
+
+    /// ``all`` as GRDB migrations, for the SQLite ledger.
+    static var sqliteMigrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        for migration in all {
+            migrator.registerMigration(migration.id) { db in
+                for script in migration.sqlite { try db.execute(sql: script) }
+            }
+        }
+        return migrator
+    }
+}
