@@ -111,14 +111,16 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ]
         ),
-        .executableTarget(
-            name: "kiosk-store",
+        // The `kiosk-store` command line as a library; the executable is its `main` only.
+        .target(
+            name: "KioskStoreCommands",
             dependencies: [
                 "KioskStore", "KioskAPI", "KioskRPC",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .executableTarget(name: "kiosk-store", dependencies: ["KioskStoreCommands"]),
         // The content service as an embeddable library.
         .target(
             name: "KioskContent",
@@ -131,14 +133,16 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
-        .executableTarget(
-            name: "kiosk-content",
+        // The `kiosk-content` command line as a library; the executable is its `main` only.
+        .target(
+            name: "KioskContentCommands",
             dependencies: [
                 "KioskContent", "KioskAPI", "KioskRPC",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .executableTarget(name: "kiosk-content", dependencies: ["KioskContentCommands"]),
         // The client SDK: `import Kiosk`.
         .target(
             name: "Kiosk",
@@ -174,14 +178,16 @@ let package = Package(
             name: "stripe-double",
             dependencies: ["StripeDouble", "KioskRPC"]
         ),
-        .executableTarget(
-            name: "kiosk",
+        // The `kiosk` command line as a library; the executable is its `main` only.
+        .target(
+            name: "KioskCommands",
             dependencies: [
                 "Kiosk",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .executableTarget(name: "kiosk", dependencies: ["KioskCommands"]),
         // Load tests of verification, downloads and purchases.
         .executableTarget(
             name: "kiosk-bench",

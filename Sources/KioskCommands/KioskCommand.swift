@@ -3,9 +3,12 @@ import Foundation
 import Kiosk
 import Logging
 
-@main
-struct KioskCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// The `kiosk` command line: buy, restore, verify and download from a Kiosk store (`kiosk --help`).
+public struct KioskCommand: AsyncParsableCommand {
+    /// Creates the command (ArgumentParser fills in its options).
+    public init() {}
+
+    public static let configuration = CommandConfiguration(
         commandName: "kiosk",
         abstract: "Buy, restore, verify and download from a Kiosk store.",
         discussion: """

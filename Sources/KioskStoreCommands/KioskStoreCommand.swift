@@ -5,9 +5,12 @@ import KioskRPC
 import KioskStore
 import Logging
 
-@main
-struct KioskStoreCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// The `kiosk-store` command line: serve the store and administer its data dir (`kiosk-store --help`).
+public struct KioskStoreCommand: AsyncParsableCommand {
+    /// Creates the command (ArgumentParser fills in its options).
+    public init() {}
+
+    public static let configuration = CommandConfiguration(
         commandName: "kiosk-store",
         abstract: "The Kiosk store service: catalog, payments, ledger, signed receipts.",
         subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self, RefundRequests.self, DenyRefund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self, TLSCommand.self])

@@ -5,9 +5,12 @@ import KioskContent
 import KioskRPC
 import Logging
 
-@main
-struct KioskContentCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// The `kiosk-content` command line: serve the content service (`kiosk-content --help`).
+public struct KioskContentCommand: AsyncParsableCommand {
+    /// Creates the command (ArgumentParser fills in its options).
+    public init() {}
+
+    public static let configuration = CommandConfiguration(
         commandName: "kiosk-content",
         abstract: "The Kiosk content service: verifies receipts and streams paid product files.",
         subcommands: [Serve.self])

@@ -1,0 +1,5 @@
+import KioskContentCommands
+
+/// The program: `KioskContentCommand`, defined in `KioskContentCommands`.
+@main
+extension KioskContentCommand {}

@@ -1,0 +1,5 @@
+import KioskStoreCommands
+
+/// The program: `KioskStoreCommand`, defined in `KioskStoreCommands`.
+@main
+extension KioskStoreCommand {}

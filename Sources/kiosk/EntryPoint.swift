@@ -1,0 +1,5 @@
+import KioskCommands
+
+/// The program: `KioskCommand`, defined in `KioskCommands`.
+@main
+extension KioskCommand {}
