@@ -68,6 +68,14 @@ public struct TransactionRecord: Hashable, Sendable {
             offerID: offerID)
     }
 
+    /// The columns a page of transactions reads: what ``message`` sends, not the payment method (free text the
+    /// wire never carries back).
+    static let pageColumns = """
+        id, original_id, account_id, product_id, product_type, quantity, state, purchase_ms, expires_ms, period_start_ms, offer_id,
+        price, currency, payment_id, error_code, error_reason, error_message, receipt, finished, revoked_ms, revocation_reason,
+        environment, credits, refund_credit_shortfall
+        """
+
     init(row: LedgerRow) throws {
         id = try row["id"]
         originalID = try row["original_id"]
@@ -82,7 +90,8 @@ public struct TransactionRecord: Hashable, Sendable {
         offerID = try row["offer_id"]
         price = try row["price"]
         currency = try row["currency"]
-        paymentMethod = try row["payment_method"]
+        // Pages leave it out (``pageColumns``): it is never sent.
+        paymentMethod = row.has("payment_method") ? try row["payment_method"] : ""
         paymentID = try row["payment_id"]
         errorCode = UInt32(clamping: try row["error_code"] as Int64)
         errorReason = try row["error_reason"]
@@ -538,7 +547,7 @@ public final class Ledger: Sendable {
         let rows = try await backend.read { db in
             let order = db.dialect.insertionOrder
             return try db.fetchAll(
-                "SELECT \(order) AS row_position, * FROM transactions WHERE account_id = ? AND \(filter) AND \(order) > ? ORDER BY \(order) LIMIT ?",
+                "SELECT \(order) AS row_position, \(TransactionRecord.pageColumns) FROM transactions WHERE account_id = ? AND \(filter) AND \(order) > ? ORDER BY \(order) LIMIT ?",
                 [accountID, after, pageSize + 1])
         }
         let hasMore = rows.count > pageSize

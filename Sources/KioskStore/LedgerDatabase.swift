@@ -109,6 +109,9 @@ public struct LedgerRow: Sendable {
         self.values = values
     }
 
+    /// True when the row has `column`.
+    public func has(_ column: String) -> Bool { columns.index[column] != nil }
+
     /// The value in `column`, read as the type the caller needs.
     /// - Throws: ``LedgerError`` when there is no such column or it holds another kind of value.
     public subscript<T: LedgerColumn>(_ column: String) -> T {

@@ -71,7 +71,7 @@ extension Ledger {
         let rows = try await backend.read { db -> (rows: [LedgerRow], through: UInt64) in
             let through = try end ?? Self.latestEventID(db)
             let order = db.dialect.insertionOrder
-            var sql = "SELECT \(order) AS row_position, * FROM transactions WHERE account_id = ? AND \(order) > ?"
+            var sql = "SELECT \(order) AS row_position, \(TransactionRecord.pageColumns) FROM transactions WHERE account_id = ? AND \(order) > ?"
             var arguments: [any LedgerArgument] = [accountID, start]
             if !filter.productIDs.isEmpty {
                 sql += " AND product_id IN (\(Self.marks(filter.productIDs.count)))"

@@ -247,6 +247,21 @@ import Testing
         }
     }
 
+    @Test func pagesReadOnlyTheColumnsTheySend() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try Self.store(directory, clock: TestClock(), processor: TestPaymentProcessor(), products: [Self.product("pro", price: "4.99")])
+        let buyer = try Self.account(store)
+        let method = "test-card:4242424242424242" + String(repeating: "0", count: FieldLimits.paymentMethod - 26)
+        let bought = try await store.purchase(account: buyer, productID: "pro", quantity: 1, paymentMethod: method, idempotencyKey: nil)
+        guard case .purchased(let record) = bought.result else { Issue.record("not purchased: \(bought.result)"); return }
+        #expect(try store.ledger.transaction(id: record.id)?.paymentMethod == method)
+        let page = try await store.ledger.page(.history, accountID: buyer.id, pageSize: 10, pageToken: "")
+        #expect(page.transactions.map(\.id) == [record.id])
+        #expect(page.transactions.first?.paymentMethod == "", "a page read the payment method it never sends")
+        #expect(!TransactionRecord.pageColumns.contains("payment_method"))
+    }
+
     @Test func theLedgerIsTheOwnersOnlyWhateverTheUmask() throws {
         guard !TestLedger.isPostgres else { return }
         let directory = temporaryDirectory() + "/data"
