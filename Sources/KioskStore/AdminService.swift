@@ -34,7 +34,9 @@ public struct AdminService: RPCService {
         }
         router.registerUnary(Self.method("ListRefundRequests"), request: StoreV1.ListRefundRequestsRequest.self, response: StoreV1.ListRefundRequestsResponse.self, authenticator: admins) { request, _ in
             try request.checkLimits()
-            let state = request.state == .unspecified ? StoreV1.RefundRequestState.pending : request.state
+            guard let state = request.state == .unspecified ? .pending : RefundRequest.State(rawValue: request.state.rawValue) else {
+                throw StoreError.invalid("state \(request.state.rawValue) is not PENDING, GRANTED or DENIED")
+            }
             let page = try await store.ledger.offload {
                 try store.ledger.refundRequests(state: state, limit: request.limit, pageToken: request.pageToken)
             }

@@ -2,38 +2,27 @@ import Foundation
 import GRDB
 import KioskAPI
 
-/// A buyer's request for a refund of one of their transactions, as the ledger keeps it: pending until an
+/// A buyer's request for a refund, as the ledger keeps it: the domain's ``RefundRequest``, pending until an
 /// operator grants it (``Store/refund(transactionID:reason:)``) or denies it (``Store/denyRefund(transactionID:reason:)``).
-public struct RefundRequestRecord: Hashable, Sendable {
-    public var transactionID: String
-    public var accountID: String
-    public var productID: String
-    /// The buyer's words.
-    public var reason: String
-    public var state: StoreV1.RefundRequestState
-    /// When it was asked, milliseconds since 1970.
-    public var requestedMs: Int64
-    /// When it was granted or denied (0 while pending).
-    public var decidedMs: Int64
-    /// The operator's reason (the refund's reason when granted).
-    public var decisionReason: String
+public typealias RefundRequestRecord = RefundRequest
 
+extension RefundRequest {
     init(row: LedgerRow) throws {
-        transactionID = try row["transaction_id"]
-        accountID = try row["account_id"]
-        productID = try row["product_id"]
-        reason = try row["reason"]
-        state = StoreV1.RefundRequestState(rawValue: Int32(clamping: try row["state"] as Int64))
-        requestedMs = try row["requested_ms"]
-        decidedMs = try row["decided_ms"]
-        decisionReason = try row["decision_reason"]
+        let stateValue = Int32(clamping: try row["state"] as Int64)
+        guard let state = State(rawValue: stateValue) else { throw LedgerError(.schema, "refund request row has state \(stateValue)") }
+        self.init(transactionID: try row["transaction_id"], accountID: try row["account_id"], productID: try row["product_id"],
+                  reason: try row["reason"], state: state, requestedMs: try row["requested_ms"], decidedMs: try row["decided_ms"],
+                  decisionReason: try row["decision_reason"])
     }
+
+    /// The state as the wire names it.
+    public var wireState: StoreV1.RefundRequestState { StoreV1.RefundRequestState(rawValue: state.rawValue) }
 
     /// One line of JSON, keys sorted (`kiosk-store refund-requests --json`): the wire's field names, the state by name.
     public var jsonLine: String {
         var object: [String: Any] = [
             "transaction_id": transactionID, "account_id": accountID, "product_id": productID, "reason": reason,
-            "state": state.name, "requested_ms": requestedMs,
+            "state": wireState.name, "requested_ms": requestedMs,
         ]
         if decidedMs > 0 {
             object["decided_ms"] = decidedMs
@@ -45,7 +34,7 @@ public struct RefundRequestRecord: Hashable, Sendable {
 
     /// As the wire carries it.
     public var message: StoreV1.RefundRequestStatus {
-        StoreV1.RefundRequestStatus(transactionID: transactionID, accountID: accountID, productID: productID, reason: reason, state: state,
+        StoreV1.RefundRequestStatus(transactionID: transactionID, accountID: accountID, productID: productID, reason: reason, state: wireState,
                                     requestedMs: requestedMs, decidedMs: decidedMs, decisionReason: decisionReason)
     }
 }
@@ -83,21 +72,31 @@ extension Ledger {
     /// after a denial grants the request too (the money went back).
     /// - Returns: the request as it now stands, or nil when it has none to decide.
     @discardableResult
-    static func decideRefundRequest(transactionID: String, _ state: StoreV1.RefundRequestState, reason: String, nowMs: Int64,
+    static func decideRefundRequest(transactionID: String, _ decision: RefundRequest.State, reason: String, nowMs: Int64,
                                     _ db: any LedgerDatabase) throws -> RefundRequestRecord? {
-        let from: [StoreV1.RefundRequestState] = state == .granted ? [.pending, .denied] : [.pending]
-        guard try db.execute("UPDATE refund_requests SET state = ?, decided_ms = ?, decision_reason = ? WHERE transaction_id = ? AND state IN (?, ?)",
-                             [Int64(state.rawValue), nowMs, reason, transactionID, Int64(from[0].rawValue), Int64(from[from.count - 1].rawValue)]) > 0,
-              let decided = try refundRequest(db, transactionID: transactionID) else { return nil }
-        if state == .denied, let record = try transaction(db, id: transactionID) {
+        guard var request = try refundRequest(db, transactionID: transactionID) else { return nil }
+        let before = request.state
+        switch decision {
+        case .granted:
+            guard request.granted(reason: reason, atMs: nowMs) else { return nil }
+        case .denied:
+            do { try request.denied(reason: reason, atMs: nowMs) } catch { return nil }
+        case .pending:
+            return nil
+        }
+        // Written only over the state it was decided from: a concurrent decision in another process wins, this one is refused.
+        guard try db.execute("UPDATE refund_requests SET state = ?, decided_ms = ?, decision_reason = ? WHERE transaction_id = ? AND state = ?",
+                             [Int64(request.state.rawValue), request.decidedMs, request.decisionReason, transactionID, Int64(before.rawValue)]) > 0
+        else { return nil }
+        if decision == .denied, let record = try transaction(db, id: transactionID) {
             try recordEvent(EventRecord(.refundDenied, record, nowMs: nowMs, reason: reason), db)
         }
-        return decided
+        return request
     }
 
     /// Refund requests in one state, oldest first, a page at a time.
     /// - Throws: ``StoreError`` 3 for a page token this store did not give.
-    public func refundRequests(state: StoreV1.RefundRequestState = .pending, limit: UInt32 = 0, pageToken: String = "") throws -> RefundRequestPage {
+    public func refundRequests(state: RefundRequest.State = .pending, limit: UInt32 = 0, pageToken: String = "") throws -> RefundRequestPage {
         var after: (Int64, String)? = nil
         if !pageToken.isEmpty {
             let parts = pageToken.split(separator: ".", maxSplits: 1)
@@ -147,19 +146,22 @@ extension Store {
                 throw StoreError.notFound("no transaction \(transactionID) for this account")
             }
             if let existing = try Ledger.refundRequest(db, transactionID: transactionID) { return existing }
-            guard record.state == .purchased else {
+            let request: RefundRequest
+            do {
+                request = try RefundRequest.asked(transactionID: transactionID, accountID: accountID, productID: record.productID,
+                                                  purchased: record.state == .purchased, refunded: record.revokedMs != 0, reason: reason, atMs: nowMs)
+            } catch RefundRequest.Refusal.notPurchased {
                 throw StoreError(.conflict, "transaction \(transactionID) is \(record.state.name.lowercased()), not purchased: there is nothing to refund")
+            } catch {
+                throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
             }
-            guard record.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
             try db.execute(
                 """
                     INSERT INTO refund_requests (transaction_id, account_id, product_id, reason, state, requested_ms)
                     VALUES (?, ?, ?, ?, ?, ?)
-                    """, [transactionID, accountID, record.productID, reason, Int64(StoreV1.RefundRequestState.pending.rawValue), nowMs])
+                    """, [request.transactionID, request.accountID, request.productID, request.reason, Int64(request.state.rawValue),
+                          request.requestedMs])
             try Ledger.recordEvent(EventRecord(.refundRequested, record, nowMs: nowMs, reason: reason), db)
-            guard let request = try Ledger.refundRequest(db, transactionID: transactionID) else {
-                throw StoreError(.internalFailure, "the refund request of \(transactionID) vanished in its own write")
-            }
             return request
         }
     }
@@ -178,7 +180,7 @@ extension Store {
         return try await ledger.write(account: request.accountID) { db in
             if let denied = try Ledger.decideRefundRequest(transactionID: transactionID, .denied, reason: reason, nowMs: nowMs, db) { return denied }
             let current = try Ledger.refundRequest(db, transactionID: transactionID)
-            throw StoreError(.conflict, "the refund request of \(transactionID) is \(current?.state.name.lowercased() ?? "gone"), not pending")
+            throw StoreError(.conflict, "the refund request of \(transactionID) is \(current.map { "\($0.state)" } ?? "gone"), not pending")
         }
     }
 }

@@ -521,7 +521,7 @@ struct RefundRequests: AsyncParsableCommand {
     @Flag(help: "One line of JSON per request.") var json = false
 
     func run() async throws {
-        guard let wanted = StoreV1.RefundRequestState(name: state) else { throw ValidationError("state must be pending, granted or denied") }
+        guard let wanted = StoreV1.RefundRequestState(name: state).flatMap({ RefundRequest.State(rawValue: $0.rawValue) }) else { throw ValidationError("state must be pending, granted or denied") }
         let ledger = try data.openStore().ledger
         var token = ""
         repeat {
@@ -530,7 +530,7 @@ struct RefundRequests: AsyncParsableCommand {
                 if json {
                     print(request.jsonLine)
                 } else {
-                    var line = "\(request.transactionID)  \(request.productID)  account \(request.accountID)  \(request.state.name.lowercased())  \"\(request.reason)\""
+                    var line = "\(request.transactionID)  \(request.productID)  account \(request.accountID)  \(request.state)  \"\(request.reason)\""
                     if request.decidedMs > 0 { line += "  decision: \"\(request.decisionReason)\"" }
                     print(line)
                 }
