@@ -112,10 +112,10 @@ extension Store {
         let instance = self.instance
         return try await ledger.write(account: order.account) { db -> PurchaseStart in
             if let bytes = try Ledger.remembered(db, account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
-                return .answered(PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)))
+                return .answered(try PurchaseOutcome.replaying(bytes, db))
             }
             func answer(_ outcome: PurchaseOutcome) throws -> PurchaseStart {
-                try Ledger.remember(outcome.message.serializedBytes(), account: order.account, key: order.idempotencyKey, operation: "purchase",
+                try Ledger.remember(StoredAnswer(outcome).encoded(), account: order.account, key: order.idempotencyKey, operation: "purchase",
                                     hash: order.requestHash, nowMs: nowMs, db)
                 return .answered(outcome)
             }
@@ -279,7 +279,7 @@ extension Store {
                 try Ledger.settle(intent.id, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs, db)
             }
             // A recorded charge replaces whatever the key answered before.
-            try Ledger.remember(response.message.serializedBytes(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
+            try Ledger.remember(StoredAnswer(response).encoded(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
                                 hash: intent.requestHash, nowMs: nowMs, replacing: response.isPurchased, db)
             return (response, false)
         }
@@ -376,7 +376,7 @@ extension Store {
             // The key's answer, the balance check and the movement are one write: two processes cannot spend one key twice.
             try await ledger.write(account: account.id) { db -> SpendOutcome in
                 if let bytes = try Ledger.remembered(db, account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
-                    return SpendOutcome(balance: try StoreV1.SpendCreditsResponse(serializedBytes: bytes).balance, replayed: true)
+                    return try SpendOutcome.replaying(bytes)
                 }
                 // A purchase holds the key from its intent on, before its answer is stored.
                 if let key = idempotencyKey,
@@ -389,7 +389,8 @@ extension Store {
                 }
                 try Ledger.addCredits(-amount, account: account.id, transaction: nil, reason: "spend", nowMs: nowMs, db)
                 let response = SpendOutcome(balance: UInt64(balance - amount))
-                try Ledger.remember(response.message.serializedBytes(), account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash, nowMs: nowMs, db)
+                try Ledger.remember(StoredAnswer.spend(balance: response.balance).encoded(), account: account.id, key: idempotencyKey, operation: "spend",
+                                    hash: requestHash, nowMs: nowMs, db)
                 return response
             }
         }.value
