@@ -34,7 +34,7 @@ for side in A B; do
   mkdir -p "$dir/books"
   cp Scripts/examples/content/manifest.json "$dir/manifest.json"
   head -c 1048576 /dev/urandom > "$dir/books/swift-book.txt"
-  "$side_bin/kiosk-content" serve --content-dir "$dir" --store "$store" --store-credential "$credential" \
+  KIOSK_STORE_CREDENTIAL="$credential" "$side_bin/kiosk-content" serve --content-dir "$dir" --store "$store" \
     "${content_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning > "$work/content-$side.out" &
   pid_of[$side]=$!
   content_pids+=("$!")
@@ -48,7 +48,7 @@ run() {
   local side=$1 kind=$2; shift 2
   local side_bin figures
   side_bin=$([ "$side" = A ] && echo "$a_bin" || echo "$b_bin")
-  figures=$("$side_bin/kiosk-bench" verify --content "${endpoint[$side]}" --store-data-dir "$work/store" \
+  figures=$(KIOSK_STORE_CREDENTIAL="$credential" "$side_bin/kiosk-bench" verify --content "${endpoint[$side]}" --store-data-dir "$work/store" \
     --catalog Scripts/examples/catalog.json --product book.swift "${tls_args[@]}" --server-pid "${pid_of[$side]}" \
     --json "$@" 2>/dev/null | python3 Scripts/benchrows.py figures 2>/dev/null) || true
   [ -n "$figures" ] || echo "bench-ab: a $kind run of $side failed" >&2

@@ -113,7 +113,7 @@ for mode in plain tls; do
     cp "$data" "$work/content/books/swift-book.txt"
     start_content "$(new_credential content)"
     token=$(new_token)
-    echo "$content $content_pid $work $store $token ${KIOSK_TLS_CA:-}" > "$results.$mode"
+    echo "$content $content_pid $work $store $token $KIOSK_STORE_CREDENTIAL ${KIOSK_TLS_CA:-}" > "$results.$mode"
     while [ ! -f "$stopfile" ]; do sleep 0.2; done
   ) &
 done
@@ -138,9 +138,9 @@ pin_servers() {
 # One verify run against Kiosk in MODE: prints calls/s p50 p99 server-µs client-µs errors.
 kiosk_verify() {
   local mode=$1; shift
-  read -r content content_pid work store token ca < "$results.$mode"
+  read -r content content_pid work store token credential ca < "$results.$mode"
   local tls=(); [ -n "$ca" ] && tls=(--tls-ca "$ca")
-  "${pin[@]}" "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
+  KIOSK_STORE_CREDENTIAL="$credential" "${pin[@]}" "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
     --product book.swift "${tls[@]}" --server-pid "$content_pid" --json "$@" 2>/dev/null \
     | python3 Scripts/benchrows.py figures 2>/dev/null
 }
@@ -157,7 +157,7 @@ nio_verify() {
 # `kiosk ARGS…` as the buyer of the services in MODE.
 kiosk_as() {
   local mode=$1; shift
-  read -r content content_pid work store token ca < "$results.$mode"
+  read -r content content_pid work store token credential ca < "$results.$mode"
   (
     export KIOSK_STORE="$store" KIOSK_CONTENT="$content" KIOSK_TOKEN="$token" KIOSK_STATE_DIR="$work/phone"
     if [ -n "$ca" ]; then export KIOSK_TLS_CA="$ca"; else unset KIOSK_TLS_CA; fi
@@ -167,7 +167,7 @@ kiosk_as() {
 # One `kiosk download` in MODE, timed (the process checks SHA-256 and fsyncs); the file is compared after.
 kiosk_download() {
   local mode=$1
-  read -r content content_pid work store token ca < "$results.$mode"
+  read -r content content_pid work store token credential ca < "$results.$mode"
   local out="$work/out"
   rm -rf "$out"
   sync

@@ -75,6 +75,8 @@ for _ in 1 2 3 4 5; do
 done
 credential=$("$bin/kiosk-store" service create --role content --name scale-out --data-dir "$work/store1" "${ledger[@]}" --json \
   | sed 's/.*"credential":"\([^"]*\)".*/\1/')
+# The content replicas' credential, by the environment; kiosk-bench shows it for their Stats.
+export KIOSK_STORE_CREDENTIAL="$credential"
 
 mkdir -p "$work/content/books"
 python3 -c 'import random; random.seed(7); w=["kiosk","swift","store","receipt","verify","content","replica","ledger"]
@@ -91,8 +93,8 @@ start() {
   case "$name" in
     store*) "$bin/kiosk-store" serve --data-dir "$work/$name" "${ledger[@]}" "${payments[@]}" --catalog "$catalog" \
               --host 127.0.0.1 --port "$port" --log-level warning > "$log" 2>&1 & ;;
-    content*) "$bin/kiosk-content" serve --content-dir "$work/content" --prepared-dir "$work/$name-prepared" \
-              --store "${address[store1]},${address[store2]}" --store-credential "$credential" \
+    content*) KIOSK_STORE_CREDENTIAL="$credential" "$bin/kiosk-content" serve --content-dir "$work/content" \
+              --prepared-dir "$work/$name-prepared" --store "${address[store1]},${address[store2]}" \
               --host 127.0.0.1 --port "$port" --log-level warning > "$log" 2>&1 & ;;
   esac
   pid[$name]=$!

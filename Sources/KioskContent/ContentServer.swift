@@ -31,7 +31,8 @@ public final class ContentServer: Sendable {
         self.gate = ReceiptGate(configuration: configuration, link: link, logger: logger)
         let service = ContentService(
             library: library, gate: gate,
-            limiter: DownloadLimiter(perAccount: configuration.maximumDownloadsPerAccount, total: configuration.maximumDownloads))
+            limiter: DownloadLimiter(perAccount: configuration.maximumDownloadsPerAccount, total: configuration.maximumDownloads),
+            operatorCredential: configuration.storeCredential)
         self.server = RPCServer(configuration: server, services: [service], logger: logger)
     }
 

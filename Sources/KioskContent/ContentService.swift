@@ -12,6 +12,8 @@ public struct ContentService: RPCService {
     let library: ContentLibrary
     let gate: ReceiptGate
     let limiter: DownloadLimiter
+    /// The credential `Stats` callers must show: the service's own at the store (role `content`).
+    let operatorCredential: String
 
     static func method(_ name: String) -> String { "/\(Self.name)/\(name)" }
 
@@ -87,7 +89,9 @@ public struct ContentService: RPCService {
                     sha256State: item.chunkStates[index])))
             }
         }
-        router.registerUnary(Self.method("Stats"), request: ContentV1.StatsRequest.self, response: ContentV1.StatsResponse.self) { _, _ in
+        // The service's counters are for whoever runs it: the caller shows the content service's own credential.
+        router.registerUnary(Self.method("Stats"), request: ContentV1.StatsRequest.self, response: ContentV1.StatsResponse.self,
+                             authenticator: OperatorAuthenticator(credential: operatorCredential)) { _, _ in
             let stats = gate.stats
             return ContentV1.StatsResponse(
                 cacheHits: stats.cacheHits, cacheMisses: stats.cacheMisses, cacheEntries: UInt64(stats.cacheEntries),
@@ -115,6 +119,26 @@ final class ContentLibrary: Sendable {
             throw RPCError(.notFound, "product \(id.debugDescription) is not hosted here")
         }
         return item
+    }
+}
+
+/// Admits callers that show `credential` (the content service's own service credential, role `content`): the
+/// operator's tools. Compared in constant time; anyone else gets UNAUTHENTICATED before the request is read.
+struct OperatorAuthenticator: RPCAuthenticator {
+    let credential: String
+
+    func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
+        guard let token = context.metadata.bearerToken, !credential.isEmpty, Self.same(Array(token.utf8), Array(credential.utf8)) else {
+            throw RPCError(.unauthenticated, "Stats is for the service's operator: authorization: Bearer <the content service's store credential>")
+        }
+        return nil
+    }
+
+    private static func same(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for index in a.indices { difference |= a[index] ^ b[index] }
+        return difference == 0
     }
 }
 

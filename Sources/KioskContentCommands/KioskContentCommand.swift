@@ -28,8 +28,11 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("content-dir"), help: "Directory with manifest.json and the hosted files.") var contentDir: String
     @Option(name: .customLong("prepared-dir"), help: "Where prepared chunks are kept (default: <content-dir>/.kiosk-prepared).") var preparedDir: String?
     @Option(help: "The store: host:port, or replicas of one store as host:port,host:port (tried in order; the one that worked last first).") var store = "127.0.0.1:7301"
+    @Option(name: .customLong("store-credential-file"),
+            help: "A file (mode 0600) holding the service credential at the store, role content (kiosk-store service create --role content).")
+    var storeCredentialFile: String?
     @Option(name: .customLong("store-credential"),
-            help: "The service credential at the store, role content (kiosk-store service create --role content), or KIOSK_STORE_CREDENTIAL.")
+            help: "The credential itself: other users of the machine can read a command line; prefer --store-credential-file or KIOSK_STORE_CREDENTIAL.")
     var storeCredential: String?
     @Option(name: .customLong("store-ca"), help: "PEM trust roots for the store's TLS certificate (plaintext to a loopback store without it).")
     var storeCA: String?
@@ -58,8 +61,15 @@ struct Serve: AsyncParsableCommand {
         } catch {
             throw ValidationError("--store: \(error)")
         }
-        guard let credential = storeCredential ?? ProcessInfo.processInfo.environment["KIOSK_STORE_CREDENTIAL"], !credential.isEmpty else {
-            throw ValidationError("a store credential is needed: --store-credential or KIOSK_STORE_CREDENTIAL (kiosk-store service create --role content)")
+        var fromFile: String?
+        if let storeCredentialFile {
+            guard let text = try? String(contentsOfFile: storeCredentialFile, encoding: .utf8) else {
+                throw ValidationError("--store-credential-file \(storeCredentialFile): cannot read it")
+            }
+            fromFile = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        guard let credential = fromFile ?? storeCredential ?? ProcessInfo.processInfo.environment["KIOSK_STORE_CREDENTIAL"], !credential.isEmpty else {
+            throw ValidationError("a store credential is needed: --store-credential-file FILE or KIOSK_STORE_CREDENTIAL (kiosk-store service create --role content)")
         }
         let tls: ServerTLSIdentity?
         let storeTLS: ClientTLS?

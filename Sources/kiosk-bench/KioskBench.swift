@@ -206,14 +206,16 @@ struct Verify: AsyncParsableCommand {
             if raw {
                 try rawRun(receipts: minted, keys: keys, environment: environment)
             } else {
+                // Stats is for the content service's operator: its own credential (in-process, the bench made it).
+                let operatorCredential = local?.content.configuration.storeCredential ?? ProcessInfo.processInfo.environment["KIOSK_STORE_CREDENTIAL"]
                 try await load(endpoints: endpoints, token: token, productID: productID, minted: minted, inProcess: local != nil,
-                               clientConfiguration: clientConfiguration)
+                               clientConfiguration: clientConfiguration, operatorCredential: operatorCredential)
             }
         }
     }
 
     private func load(endpoints: [Endpoint], token: String, productID: String, minted: [[UInt8]], inProcess: Bool,
-                      clientConfiguration: ClientConfiguration) async throws {
+                      clientConfiguration: ClientConfiguration, operatorCredential: String?) async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: max(clientThreads, 1))
         defer { group.shutdownGracefully { _ in } }
         let clients = spreadClients(connections, over: endpoints, configuration: clientConfiguration, group: group)
@@ -229,7 +231,7 @@ struct Verify: AsyncParsableCommand {
         var serverBefore: ProcessStats?
         var statsError: Error?
         let measuring: () async -> Void = {
-            do { before = try await stats(statsClients, required: true) } catch { statsError = error }
+            do { before = try await stats(statsClients, credential: operatorCredential, required: true) } catch { statsError = error }
             started = ProcessStats.current()
             serverBefore = output.serverStats()
             output.markStarted()
@@ -296,7 +298,7 @@ struct Verify: AsyncParsableCommand {
                 concurrency: max(concurrency, 1), warmup: warmupDuration, duration: measuredDuration,
                 rate: rate, executors: clients.map { EventLoopTaskExecutor($0.eventLoop) }, measuring: measuring) { await awaitedCall($0, $1) }
         }
-        let after = try await stats(statsClients, required: false)
+        let after = try await stats(statsClients, credential: operatorCredential, required: false)
         for client in clients + statsClients { await client.close() }
         if let statsError { throw statsError }
         let (hits, misses) = cacheCounts(before: before, after: after)
@@ -318,11 +320,14 @@ struct Verify: AsyncParsableCommand {
     }
 
     /// Each replica's counters; nil for one that does not answer (killed) unless `required`.
-    private func stats(_ clients: [RPCClient], required: Bool) async throws -> [ContentV1.StatsResponse?] {
+    /// - Parameter credential: the content service's own credential (`KIOSK_STORE_CREDENTIAL`), which Stats asks for.
+    private func stats(_ clients: [RPCClient], credential: String?, required: Bool) async throws -> [ContentV1.StatsResponse?] {
         var all: [ContentV1.StatsResponse?] = []
+        let options = bearer(credential ?? "")
         for client in clients {
             do {
-                all.append(try await client.unary("/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self))
+                all.append(try await client.unary("/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self,
+                                                  options: options))
             } catch where !required {
                 all.append(nil)
             }

@@ -9,10 +9,11 @@ import Testing
         return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk-bench").path
     }
 
-    func bench(_ arguments: [String]) async throws -> (Int32, String) {
+    func bench(_ arguments: [String], environment: [String: String] = [:]) async throws -> (Int32, String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -83,7 +84,7 @@ import Testing
                 "verify", "--content", "127.0.0.1:\(session.contentPort)", "--store-data-dir", storeDirectory, "--catalog", catalog,
                 "--product", "book.swift", "--receipts", "200", "--connections", "1", "--concurrency", "2",
                 "--duration", "0.3", "--warmup", "0", "--tls-ca", session.trustRootsPath ?? "",
-            ] + (json ? ["--json"] : []))
+            ] + (json ? ["--json"] : []), environment: ["KIOSK_STORE_CREDENTIAL": session.content.configuration.storeCredential])
         }
         let (status, output) = try await run(storeDirectory: session.storeDirectory, json: true)
         #expect(status == 0)

@@ -188,10 +188,23 @@ import Testing
             #expect(after.cacheMisses - before.cacheMisses == 1)
             #expect(after.cacheHits - before.cacheHits == 4)
             #expect(after.cacheEntries == 1)
-            // The Stats method says the same.
+            // The Stats method says the same, to the service's operator (its own credential) only.
+            var operatorMetadata = Metadata()
+            operatorMetadata.add("authorization", "Bearer \(fixture.serviceCredential)")
             let stats = try await fixture.contentClient.unary(
-                "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self)
+                "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self,
+                options: CallOptions(metadata: operatorMetadata))
             #expect(stats.cacheHits == after.cacheHits && stats.cacheCapacity == 2)
+            for token in [nil, token, fixture.serviceCredential + "x"] as [String?] {
+                var metadata = Metadata()
+                if let token { metadata.add("authorization", "Bearer \(token)") }
+                let refused = await #expect(throws: RPCError.self) {
+                    _ = try await fixture.contentClient.unary(
+                        "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self,
+                        options: CallOptions(metadata: metadata))
+                }
+                #expect(refused?.code == .unauthenticated)
+            }
             // A refund evicts the cached receipt as soon as the revocation arrives.
             let transactionID = try ReceiptV1.ReceiptPayload(serializedBytes: try ReceiptV1.SignedReceipt(serializedBytes: receipt).payload).transactionID
             _ = try await fixture.store.store.refund(transactionID: transactionID, reason: "test")

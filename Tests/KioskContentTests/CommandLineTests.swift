@@ -31,9 +31,18 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try Data(#"{"products": [{"product_id": "book.swift", "file": "../../etc/passwd", "version": "1"}]}"#.utf8)
             .write(to: URL(fileURLWithPath: directory + "/manifest.json"))
-        let (status, message) = try await run(["serve", "--content-dir", directory, "--store-credential", "ksvc_t", "--port", "0"])
+        // The credential from a file (a command line is readable by every user of the machine).
+        let credentialFile = directory + "/credential"
+        try Data("ksvc_t\n".utf8).write(to: URL(fileURLWithPath: credentialFile))
+        let (status, message) = try await run(["serve", "--content-dir", directory, "--store-credential-file", credentialFile, "--port", "0"])
         #expect(status != 0)
         #expect(message.contains(#"product "book.swift", field "file": must be a path inside the content directory"#), "\(message)")
+    }
+
+    @Test func anUnreadableCredentialFileIsNamed() async throws {
+        let (status, message) = try await run(["serve", "--content-dir", "/nonexistent", "--store-credential-file", "/nonexistent/credential", "--port", "0"])
+        #expect(status != 0)
+        #expect(message.contains("--store-credential-file /nonexistent/credential: cannot read it"), "\(message)")
     }
 
     @Test func missingStoreCredentialIsExplained() async throws {

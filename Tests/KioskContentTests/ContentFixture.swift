@@ -93,6 +93,8 @@ struct ContentFixture {
     let contentDirectory: String
     let storeDirectory: String
     let clock: NIOLockedValueBox<Int64>
+    /// The content service's credential at the store (what its operator's tools show for Stats).
+    let serviceCredential: String
     /// The access token issued for each account token, reused as the SDK does.
     let accessTokens = NIOLockedValueBox<[String: String]>([:])
 
@@ -131,7 +133,7 @@ struct ContentFixture {
             store: store, content: content,
             storeClient: RPCClient(host: "127.0.0.1", port: storePort, configuration: try fixtureClientConfiguration()),
             contentClient: RPCClient(host: "127.0.0.1", port: contentPort, configuration: try fixtureClientConfiguration()),
-            contentDirectory: contentDirectory, storeDirectory: storeDirectory, clock: clock)
+            contentDirectory: contentDirectory, storeDirectory: storeDirectory, clock: clock, serviceCredential: credential)
         func stop() async {
             await fixture.storeClient.close()
             await fixture.contentClient.close()
