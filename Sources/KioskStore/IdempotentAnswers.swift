@@ -56,7 +56,12 @@ extension PurchaseOutcome {
             guard let record = try Ledger.transaction(db, id: transactionID) else {
                 throw StoreError(.internalFailure, "transaction \(transactionID), the answer kept for this idempotency key, is not in the ledger")
             }
-            let result: Result = record.state == .deferred ? .deferred(record) : .purchased(record)
+            // A deferred purchase since declined is FAILED now: replayed as the failure it became.
+            let result: Result = switch record.state {
+            case .deferred: .deferred(record)
+            case .failed: .failed(FailedPurchase(record.message))
+            default: .purchased(record)
+            }
             return PurchaseOutcome(result: result, replayed: true, alreadyOwned: alreadyOwned)
         case .failedPurchase(let failure):
             return PurchaseOutcome(result: .failed(FailedPurchase(

@@ -195,8 +195,7 @@ final class PostgresLedgerBackend: LedgerBackend {
     func holdInstanceLock(_ instance: String) throws {
         let connection: PostgresConnection
         do {
-            connection = try waitFor(PostgresConnection.connect(on: group.next(), configuration: configuration, id: -1, logger: logger),
-                                     timeout: health.timeout)
+            connection = try connectWithin(health.timeout, on: group.next(), configuration: configuration, id: -1, logger: logger)
         } catch {
             throw LedgerError(.unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
         }
@@ -285,13 +284,18 @@ final class PostgresLedgerBackend: LedgerBackend {
                 try database.run(begin)
                 let value = try body(database)
                 try database.run("COMMIT")
-                if let key { try database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key]) }
+                // Committed: whatever happens to the unlock, the write stands. A connection that cannot let go of
+                // its lock is dropped (PostgreSQL then releases it).
+                if let key, (try? database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key])) == nil {
+                    connections.discard(connection)
+                    return value
+                }
                 connections.checkIn(connection)
                 return value
             } catch {
                 // A failed statement leaves the transaction aborted: roll it back (and let go of the lock),
                 // or drop the connection (PostgreSQL then releases its locks).
-                if (try? database.run("ROLLBACK")) != nil,
+                if !connection.isClosed, (try? database.run("ROLLBACK")) != nil,
                    !locked || (try? database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key ?? ""])) != nil {
                     connections.checkIn(connection)
                 } else {
@@ -362,8 +366,7 @@ private final class ConnectionPool: Sendable {
             throw LedgerError(.unavailable, "the ledger's PostgreSQL connections are closed")
         case .connect(let id):
             do {
-                let connection = try waitFor(PostgresConnection.connect(on: group.next(), configuration: configuration, id: id, logger: logger),
-                                             timeout: health.timeout)
+                let connection = try connectWithin(health.timeout, on: group.next(), configuration: configuration, id: id, logger: logger)
                 health.noteAnswered()
                 return connection
             } catch {
@@ -407,6 +410,18 @@ private final class ConnectionPool: Sendable {
 /// `future` did not complete within its timeout.
 struct PostgresTimedOut: Error {}
 
+/// A new connection, waiting at most `timeout`; one that connects after the wait gave up is closed, not leaked.
+private func connectWithin(_ timeout: TimeAmount, on loop: any EventLoop, configuration: PostgresConnection.Configuration, id: Int,
+                           logger: Logger) throws -> PostgresConnection {
+    let connecting = PostgresConnection.connect(on: loop, configuration: configuration, id: id, logger: logger)
+    do {
+        return try waitFor(connecting, timeout: timeout)
+    } catch let error as PostgresTimedOut {
+        connecting.whenSuccess { let _: EventLoopFuture<Void> = $0.close() }
+        throw error
+    }
+}
+
 /// Waits on this thread (never an event loop's nor a Swift concurrency thread's) for `future`, at most `timeout`.
 private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>, timeout: TimeAmount) throws -> T {
     let done = DispatchSemaphore(value: 0)
@@ -435,7 +450,7 @@ final class PostgresHealth: Sendable {
         let stalled = stalledUntil.withLockedValue { until -> Bool in
             guard let deadline = until else { return false }
             if NIODeadline.now() < deadline { return true }
-            // Half open: this call tries; if it times out too, the mark comes back.
+            // Half open: calls try again; the first that times out puts the mark back.
             until = nil
             return false
         }

@@ -48,7 +48,7 @@ public struct RefundRequestPage: Hashable, Sendable {
 
 extension Ledger {
     /// The longest reason a buyer or operator may give, in bytes of UTF-8.
-    public static let maxRefundReasonBytes = 1000
+    public static let maxRefundReasonBytes = FieldLimits.reason
 
 
     /// A buyer's or operator's reason: at most ``maxRefundReasonBytes`` of UTF-8 and no control characters

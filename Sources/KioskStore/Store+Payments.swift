@@ -398,8 +398,8 @@ extension Store {
 
     static func checkIdempotencyKey(_ key: String?) throws {
         guard let key else { return }
-        guard !key.isEmpty, key.utf8.count <= 256 else {
-            throw StoreError.invalid("idempotency-key must be 1 to 256 bytes")
+        guard !key.isEmpty, key.utf8.count <= FieldLimits.idempotencyKey else {
+            throw StoreError.invalid("idempotency-key must be 1 to \(FieldLimits.idempotencyKey) bytes")
         }
     }
 

@@ -218,7 +218,8 @@ extension Store {
             }
             let record = try self.purchasedRecord(intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
             try Ledger.insertTransaction(record, db, event: .renewed)
-            try Ledger.subscriptionPaid(record, regularPrice: self.catalog.product(record.productID)?.price, renewal: true, nowMs: nowMs, db)
+            // The regular price the renewal was charged, which the lifecycle agreed to only where it needed no consent.
+            try Ledger.subscriptionPaid(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, renewal: true, nowMs: nowMs, db)
             try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
             return false
         }
@@ -255,9 +256,10 @@ extension Store {
         return RenewalTerms(productID: product.id, price: product.price, currency: product.currency, period: period, offerID: "")
     }
 
-    /// True when the product's regular price is above the one the buyer agreed to (during an offer too).
+    /// True when the next renewal's regular price (the product's, or a pending downgrade's) is above the one the buyer
+    /// agreed to (during an offer too).
     func priceIncreasePending(_ row: Subscription) -> Bool {
-        guard let product = catalog.product(row.productID) else { return false }
+        guard let product = catalog.product(row.pendingProductID.isEmpty ? row.productID : row.pendingProductID) else { return false }
         return row.priceIncreasePending(regularPrice: product.price, currency: product.currency)
     }
 
@@ -407,7 +409,7 @@ extension Store {
               let latest = try Ledger.transaction(db, id: current.latestTransactionID) else { return .none }
         let currentLevel = catalog.product(current.productID)?.groupLevel ?? UInt32.max
         if product.groupLevel >= currentLevel {
-            current.downgradeChosen(to: product.id)
+            current.downgradeChosen(to: product.id, price: product.price)
             try current.upsert(db, nowMs: nowMs)
             return .atRenewal(latest)
         }

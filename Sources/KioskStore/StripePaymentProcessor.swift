@@ -481,8 +481,9 @@ enum StripeAmount {
 
     /// The request's total as Stripe's `amount`: the ISO 4217 minor units (``Money``) converted to the
     /// decimals Stripe counts the currency in (cents for most, whole units for zero-decimal ones, so the
-    /// total must be whole; thousandths for three-decimal ones; ISK and UGX in hundredths). Nil when it
-    /// cannot be expressed or is not positive.
+    /// total must be whole; thousandths for three-decimal ones, which Stripe takes only in whole hundredths, a last
+    /// digit of 0; ISK, zero-decimal in ISO 4217 but not in Stripe's list, in hundredths). Nil when it cannot be
+    /// expressed or is not positive.
     static func apiAmount(_ request: PaymentRequest) -> Int64? {
         guard let amount = request.amount, amount.minorUnits > 0 else { return nil }
         let iso = Currency.exponent(of: amount.currency)
@@ -500,6 +501,7 @@ enum StripeAmount {
                 value /= 10
             }
         }
+        if stripe == 3, value % 10 != 0 { return nil }
         return value
     }
 }

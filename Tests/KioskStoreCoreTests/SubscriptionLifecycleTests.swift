@@ -142,7 +142,7 @@ struct SubscriptionLifecycleTests {
         var subscription = Self.bought()
         subscription.renewed(Self.paid("t2", expiresMs: 60 * Self.day, regularPrice: "9.99"))
         #expect(subscription.acceptedPrice == "4.99")
-        subscription.downgradeChosen(to: "pro.basic")
+        subscription.downgradeChosen(to: "pro.basic", price: "2.99")
         subscription.renewed(Self.paid("t3", expiresMs: 90 * Self.day, regularPrice: "2.99", productID: "pro.basic"))
         #expect(subscription.productID == "pro.basic" && subscription.acceptedPrice == "2.99" && subscription.pendingProductID.isEmpty)
     }
@@ -179,11 +179,23 @@ struct SubscriptionLifecycleTests {
         #expect(subscription.needsConsent(toRenewAt: Self.regular("10.01")))
     }
 
-    @Test("a pending downgrade renews at the price the buyer chose it at")
-    func downgradeNeedsNoConsent() {
+    @Test("a pending downgrade renews at the price the buyer chose it at, and not above it without consent")
+    func downgradeNeedsConsentOnlyAboveItsPrice() {
         var subscription = Self.bought()
-        subscription.downgradeChosen(to: "pro.basic")
-        #expect(!subscription.needsConsent(toRenewAt: RenewalTerms(productID: "pro.basic", price: "9.99", currency: "USD", period: Self.month, offerID: "")))
+        subscription.downgradeChosen(to: "pro.basic", price: "2.99")
+        #expect(!subscription.needsConsent(toRenewAt: RenewalTerms(productID: "pro.basic", price: "2.99", currency: "USD", period: Self.month, offerID: "")))
+        #expect(subscription.needsConsent(toRenewAt: RenewalTerms(productID: "pro.basic", price: "3.49", currency: "USD", period: Self.month, offerID: "")))
+        #expect(!subscription.priceIncreasePending(regularPrice: "2.99", currency: "USD"))
+    }
+
+    @Test("a subscription with no agreed price agrees to the first regular price it renews at")
+    func legacyRowsGetAnAgreedPrice() {
+        var subscription = Self.bought()
+        subscription.acceptedPrice = ""
+        #expect(!subscription.needsConsent(toRenewAt: Self.regular("9.99")))
+        subscription.renewed(Self.paid("t2", expiresMs: 60 * Self.day, regularPrice: "4.99"))
+        #expect(subscription.acceptedPrice == "4.99")
+        #expect(subscription.needsConsent(toRenewAt: Self.regular("5.99")))
     }
 
     // MARK: renewalDeclined

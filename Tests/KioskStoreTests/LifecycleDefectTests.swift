@@ -210,6 +210,9 @@ import Testing
         #expect(payments.chargeCount == 1)
         #expect(StripeAmount.apiAmount(PaymentRequest(paymentID: "p", accountID: "a", productID: "book.kw", quantity: 2, unitPrice: "1.255",
                                                       currency: "KWD", paymentMethod: "pm_card_visa")) == 2510)
+        // Stripe takes three-decimal currencies in whole hundredths only: 1.255 KWD alone cannot go to Stripe.
+        #expect(StripeAmount.apiAmount(PaymentRequest(paymentID: "p", accountID: "a", productID: "book.kw", quantity: 1, unitPrice: "1.255",
+                                                      currency: "KWD", paymentMethod: "pm_card_visa")) == nil)
         #expect(StripeAmount.apiAmount(PaymentRequest(paymentID: "p", accountID: "a", productID: "x", quantity: 1, unitPrice: "500",
                                                       currency: "JPY", paymentMethod: "pm_card_visa")) == 500)
         #expect(StripeAmount.apiAmount(PaymentRequest(paymentID: "p", accountID: "a", productID: "x", quantity: 1, unitPrice: "4.99",

@@ -13,7 +13,7 @@ public enum FieldLimits {
     /// `page_token`.
     public static let pageToken = 512
     /// A refund's or refund request's `reason`.
-    public static let reason = 1_024
+    public static let reason = 1_000
     /// AccessToken's `audience`.
     public static let audience = 128
     /// A subscription offer's `offer_id`, `key_id` and `nonce`.

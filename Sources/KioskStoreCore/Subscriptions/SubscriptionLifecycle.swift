@@ -150,7 +150,9 @@ extension Subscription {
     public mutating func renewed(_ paid: PaidPeriod) {
         let switched = paid.productID != productID
         enterPaidPeriod(paid)
-        if switched, !paid.regularPrice.isEmpty { acceptedPrice = paid.regularPrice }
+        // A switch renews at the price it was charged (which needed no consent only up to the one agreed when it was
+        // chosen); a subscription from before the ledger kept an agreed price agrees to the first regular one it pays.
+        if !paid.regularPrice.isEmpty, switched || acceptedPrice.isEmpty { acceptedPrice = paid.regularPrice }
         pendingProductID = ""
         if paid.offerID.isEmpty {
             offerID = ""
@@ -240,11 +242,13 @@ extension Subscription {
         return true
     }
 
-    /// The buyer switches to a product of the same group at a lower or equal level: it takes effect at the next
-    /// renewal, which renews (the buyer chose it).
-    public mutating func downgradeChosen(to productID: String) {
+    /// The buyer switches to a product of the same group at a lower or equal level at `price` (its regular price
+    /// now): it takes effect at the next renewal, which renews (the buyer chose it) at no more than that price
+    /// without consent.
+    public mutating func downgradeChosen(to productID: String, price: String) {
         pendingProductID = productID
         willAutoRenew = true
+        acceptedPrice = price
     }
 
     /// Ends the subscription now (an operator's or the sandbox's "expire"): no entitlement, nothing renews.
@@ -264,17 +268,18 @@ extension Subscription {
 
     // MARK: Questions
 
-    /// True when renewing at `terms` would charge a regular price above the one the buyer agreed to. A pending
-    /// downgrade's price was chosen by the buyer; an offer's price is the offer's.
+    /// True when renewing at `terms` would charge a regular price above the one the buyer agreed to (for a pending
+    /// downgrade, its price when chosen). An offer's price is the offer's.
     public func needsConsent(toRenewAt terms: RenewalTerms) -> Bool {
-        guard pendingProductID.isEmpty, terms.offerID.isEmpty else { return false }
+        guard terms.offerID.isEmpty else { return false }
         return isAbove(terms.price, currency: terms.currency)
     }
 
-    /// True when the product's regular price now is above the agreed one, so the buyer must consent before the
-    /// subscription renews at it (also while an offer's periods run: the increase applies when they end).
+    /// True when the regular price the next renewal is at (the product's, or a pending downgrade's) is above the
+    /// agreed one, so the buyer must consent first (also while an offer's periods run: the increase applies when
+    /// they end).
     public func priceIncreasePending(regularPrice: String, currency: String) -> Bool {
-        guard isLive, pendingProductID.isEmpty else { return false }
+        guard isLive else { return false }
         return isAbove(regularPrice, currency: currency)
     }
 
