@@ -169,18 +169,18 @@ extension Store {
                     // Unknown: the intent stays pending; the next pass asks again with the same payment id, or reconciliation settles it.
                     return .unknown
                 }
-                switch outcome {
-                case .succeeded(let reference):
+                // The intent's lifecycle says what the answer means: a renewal is recorded or closed, never deferred.
+                var lifecycle = PaymentIntentLifecycle(kind: .renewal)
+                switch lifecycle.processorAnswered(outcome) {
+                case .recordPurchased(let reference):
                     try await completeRenewal(intent, reference: reference)
                     return .renewed
-                case .declined(let reason, _):
-                    try await renewalFailed(intent, outcome: "declined:\(reason)")
-                case .cancelled:
-                    try await renewalFailed(intent, outcome: "cancelled")
-                case .deferred:
-                    try await renewalFailed(intent, outcome: "deferred")
+                case .close(let closing):
+                    try await renewalFailed(intent, outcome: closing)
+                    return .failed
+                case .nothing, .recordDeferred, .recordFailed, .keepPending:
+                    return .unknown
                 }
-                return .failed
             }
             switch charged {
             case .renewed: report.renewed += 1
