@@ -7,7 +7,7 @@ public struct CatalogProduct: Hashable, Sendable {
     /// The product id, e.g. `credits.5`.
     public var id: String
     /// Consumable, non-consumable or a kind of subscription.
-    public var type: ReceiptV1.ProductType
+    public var type: ProductKind
     /// The display title.
     public var title: String
     /// The display description.
@@ -48,7 +48,7 @@ public struct CatalogProduct: Hashable, Sendable {
 
     /// Creates a product.
     public init(
-        id: String, type: ReceiptV1.ProductType, title: String, description: String = "", price: String, currency: String,
+        id: String, type: ProductKind, title: String, description: String = "", price: String, currency: String,
         credits: UInt64 = 0, maxQuantity: UInt32 = 1, hostedContent: Bool = false, subscriptionPeriod: SubscriptionPeriod? = nil,
         subscriptionGroup: String? = nil, groupLevel: UInt32 = 1, gracePeriod: SubscriptionPeriod? = nil,
         billingRetryPeriod: SubscriptionPeriod = CatalogProduct.defaultBillingRetryPeriod
@@ -72,7 +72,7 @@ public struct CatalogProduct: Hashable, Sendable {
     /// The product as sent on the wire.
     public var message: StoreV1.Product {
         StoreV1.Product(
-            id: id, type: type, title: title, description: description, price: price, currency: currency,
+            id: id, type: type.wire, title: title, description: description, price: price, currency: currency,
             creditsPerUnit: credits, maxQuantity: maxQuantity, hostedContent: hostedContent,
             subscriptionPeriod: subscriptionPeriod?.description ?? "", subscriptionGroup: subscriptionGroup, groupLevel: groupLevel,
             gracePeriod: type == .autoRenewableSubscription ? gracePeriod?.description ?? "" : "",
@@ -180,7 +180,7 @@ public struct Catalog: Sendable {
         return try parse(data, file: file)
     }
 
-    static let productTypes: [String: ReceiptV1.ProductType] = [
+    static let productTypes: [String: ProductKind] = [
         "consumable": .consumable,
         "non-consumable": .nonConsumable,
         "non-renewing-subscription": .nonRenewingSubscription,

@@ -4,7 +4,7 @@ import KioskAPI
 /// An event as JSON: what `kiosk-store events` prints and webhooks send.
 public enum EventJSON {
     /// The event's fields as a JSON object: `event_id`, `type` ("REFUNDED"), `account_id`, … (empty and zero fields left out).
-    public static func object(_ event: EventRecord, environment: ReceiptV1.Environment) -> [String: Any] {
+    public static func object(_ event: EventRecord, environment: StoreEnvironment) -> [String: Any] {
         var object: [String: Any] = [
             "event_id": event.id, "type": event.type.shortName, "created_ms": event.createdMs, "environment": environment.name,
         ]
@@ -16,12 +16,12 @@ public enum EventJSON {
         if event.creditShortfall > 0 { object["credit_shortfall"] = event.creditShortfall }
         if event.type == .autoRenewChanged { object["auto_renew"] = event.autoRenew }
         if !event.price.isEmpty { object["price"] = event.price }
-        if event.expirationReason != .expirationReasonUnspecified { object["expiration_reason"] = "\(event.expirationReason)" }
+        if event.expirationReason != .unspecified { object["expiration_reason"] = "\(event.expirationReason)" }
         return object
     }
 
     /// One line of JSON, keys sorted.
-    public static func line(_ event: EventRecord, environment: ReceiptV1.Environment) -> String {
+    public static func line(_ event: EventRecord, environment: StoreEnvironment) -> String {
         let data = (try? JSONSerialization.data(withJSONObject: object(event, environment: environment), options: [.sortedKeys])) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }

@@ -1,104 +1,30 @@
 import GRDB
 import KioskAPI
 
-/// One entry of the ledger's event log: a change to a purchase, recorded in
-/// the same write as the change (``Ledger/recordEvent(_:_:)``).
-///
-/// Ids increase in the order events commit, on both backends: SQLite has one
-/// writer, and on PostgreSQL a write takes a transaction-scoped advisory lock
-/// before it inserts an event, so an event with a lower id can never commit
-/// after one with a higher id has been read. A reader resuming after an id
-/// therefore never misses one.
-public struct EventRecord: Hashable, Sendable {
-    /// The event's id and cursor.
-    public var id: UInt64
-    public var type: StoreV1.EventType
-    public var accountID: String
-    public var transactionID: String
-    public var originalTransactionID: String
-    public var productID: String
-    /// When it was recorded, milliseconds since 1970 (the store's clock).
-    public var createdMs: Int64
-    /// REFUNDED: the revocation reason; DECLINED: why; REFUND_REQUESTED / REFUND_DENIED: the buyer's or operator's words.
-    public var reason: String
-    public var creditShortfall: UInt64
-    /// AUTO_RENEW_CHANGED: the new setting.
-    public var autoRenew: Bool
-    /// PRICE_CHANGED: the accepted price.
-    public var price: String
-    /// EXPIRED: why.
-    public var expirationReason: StoreV1.ExpirationReason
+// `EventRecord` and `EventKind` are the domain's (KioskStoreCore); here: reading one from a ledger
+// row and sending it. Event ids increase in the order events commit, on both backends: SQLite has
+// one writer, and on PostgreSQL a write takes a transaction-scoped advisory lock before it inserts
+// an event, so an event with a lower id can never commit after one with a higher id has been read.
 
-    /// An event to record (its id is assigned by the ledger).
-    public init(
-        type: StoreV1.EventType, accountID: String, transactionID: String = "", originalTransactionID: String = "", productID: String = "",
-        createdMs: Int64, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false, price: String = "",
-        expirationReason: StoreV1.ExpirationReason = .expirationReasonUnspecified
-    ) {
-        self.id = 0
-        self.type = type
-        self.accountID = accountID
-        self.transactionID = transactionID
-        self.originalTransactionID = originalTransactionID
-        self.productID = productID
-        self.createdMs = createdMs
-        self.reason = reason
-        self.creditShortfall = creditShortfall
-        self.autoRenew = autoRenew
-        self.price = price
-        self.expirationReason = expirationReason
-    }
-
-    /// The event about `record` (its ids and product).
-    init(_ type: StoreV1.EventType, _ record: TransactionRecord, nowMs: Int64, reason: String = "", creditShortfall: UInt64 = 0) {
-        self.init(type: type, accountID: record.accountID, transactionID: record.id, originalTransactionID: record.originalID,
-                  productID: record.productID, createdMs: nowMs, reason: reason, creditShortfall: creditShortfall)
-    }
-
+extension EventRecord {
     init(row: LedgerRow) throws {
-        id = UInt64(clamping: try row["id"] as Int64)
-        type = StoreV1.EventType(rawValue: Int32(clamping: try row["type"] as Int64))
-        accountID = try row["account_id"]
-        transactionID = try row["transaction_id"]
-        originalTransactionID = try row["original_transaction_id"]
-        productID = try row["product_id"]
-        createdMs = try row["created_ms"]
-        reason = try row["reason"]
-        creditShortfall = UInt64(clamping: try row["credit_shortfall"] as Int64)
-        autoRenew = try row["auto_renew"]
-        price = try row["price"]
-        expirationReason = StoreV1.ExpirationReason(rawValue: Int32(clamping: try row["expiration_reason"] as Int64))
+        let raw = Int32(clamping: try row["type"] as Int64)
+        guard let type = EventKind(rawValue: raw) else { throw LedgerError(.schema, "ledger column type holds \(raw), not an event type") }
+        self.init(
+            id: UInt64(clamping: try row["id"] as Int64), type: type, accountID: try row["account_id"],
+            transactionID: try row["transaction_id"], originalTransactionID: try row["original_transaction_id"],
+            productID: try row["product_id"], createdMs: try row["created_ms"], reason: try row["reason"],
+            creditShortfall: UInt64(clamping: try row["credit_shortfall"] as Int64), autoRenew: try row["auto_renew"],
+            price: try row["price"],
+            expirationReason: Subscription.ExpirationReason(rawValue: Int32(clamping: try row["expiration_reason"] as Int64)) ?? .unspecified)
     }
 
     /// The event as signed and sent.
-    public func message(environment: ReceiptV1.Environment) -> StoreV1.Event {
+    public func message(environment: StoreEnvironment) -> StoreV1.Event {
         StoreV1.Event(
-            eventID: id, type: type, accountID: accountID, transactionID: transactionID, originalTransactionID: originalTransactionID,
+            eventID: id, type: type.wire, accountID: accountID, transactionID: transactionID, originalTransactionID: originalTransactionID,
             productID: productID, createdMs: createdMs, reason: reason, creditShortfall: creditShortfall, autoRenew: autoRenew,
-            price: price, expirationReason: expirationReason, environment: environment)
-    }
-}
-
-extension StoreV1.EventType {
-    /// The name without its prefix, as webhooks and `kiosk-store events` print it ("REFUNDED").
-    public var shortName: String {
-        let name = "\(self)"
-        return name.hasPrefix("EVENT_TYPE_") ? String(name.dropFirst("EVENT_TYPE_".count)) : name
-    }
-
-    /// The type named `name` ("refunded", "REFUNDED" or "EVENT_TYPE_REFUNDED").
-    public init?(shortName name: String) {
-        let wanted = name.uppercased()
-        for raw in Int32(1)...Int32(64) {
-            let type = StoreV1.EventType(rawValue: raw)
-            let full = "\(type)"
-            guard full.hasPrefix("EVENT_TYPE_"), type != .unspecified else { continue }
-            if full == wanted || type.shortName == wanted {
-                self = type
-                return
-            }
-        }
-        return nil
+            price: price, expirationReason: expirationReason.wire, environment: environment.wire)
     }
 }
 
@@ -137,7 +63,7 @@ extension Ledger {
 
     /// Events after `cursor`, oldest first, at most `limit`: of one account, or of all; of `types`, or of any.
     static func events(_ db: any LedgerDatabase, after cursor: UInt64, limit: Int, accountID: String? = nil,
-                       types: [StoreV1.EventType] = []) throws -> [EventRecord] {
+                       types: [EventKind] = []) throws -> [EventRecord] {
         var sql = "SELECT * FROM events WHERE id > ?"
         var arguments: [any LedgerArgument] = [Int64(clamping: cursor)]
         if let accountID {
@@ -154,7 +80,7 @@ extension Ledger {
     }
 
     /// Events after `cursor`, oldest first (see ``events(_:after:limit:accountID:types:)``).
-    public func events(after cursor: UInt64, limit: Int = 500, accountID: String? = nil, types: [StoreV1.EventType] = []) async throws -> [EventRecord] {
+    public func events(after cursor: UInt64, limit: Int = 500, accountID: String? = nil, types: [EventKind] = []) async throws -> [EventRecord] {
         try await backend.read { db in try Self.events(db, after: cursor, limit: limit, accountID: accountID, types: types) }
     }
 

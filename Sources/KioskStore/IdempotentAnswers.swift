@@ -25,7 +25,7 @@ enum StoredAnswer: Codable, Hashable {
         case .failed(let failure):
             self = .failedPurchase(StoredFailure(
                 code: failure.code.rawValue, reason: failure.reason, message: failure.message, transactionID: failure.transactionID,
-                accountID: failure.accountID, productID: failure.productID, productType: failure.productType.rawValue,
+                accountID: failure.accountID, productID: failure.productID, productType: failure.productType?.rawValue ?? 0,
                 quantity: failure.quantity, dateMs: failure.dateMs, price: failure.price, currency: failure.currency,
                 environment: failure.environment.rawValue))
         }
@@ -49,8 +49,13 @@ enum StoredAnswer: Codable, Hashable {
 
 extension PurchaseOutcome {
     /// A purchase's answer replayed from what the ledger kept for its key (inside the write that checks it).
+    private static func environment(_ raw: Int32) throws -> StoreEnvironment {
+        guard let environment = StoreEnvironment(rawValue: raw) else { throw LedgerError(.schema, "a kept answer names environment \(raw)") }
+        return environment
+    }
+
     static func replaying(_ bytes: [UInt8], _ db: any LedgerDatabase) throws -> PurchaseOutcome {
-        if StoredAnswer.isLegacy(bytes) { return PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)) }
+        if StoredAnswer.isLegacy(bytes) { return try PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)) }
         switch try StoredAnswer.decoded(bytes) {
         case .purchase(let transactionID, let alreadyOwned):
             guard let record = try Ledger.transaction(db, id: transactionID) else {
@@ -67,8 +72,8 @@ extension PurchaseOutcome {
             return PurchaseOutcome(result: .failed(FailedPurchase(
                 code: FailedPurchase.Code(rawValue: failure.code) ?? .unknown, reason: failure.reason, message: failure.message,
                 transactionID: failure.transactionID, accountID: failure.accountID, productID: failure.productID,
-                productType: ReceiptV1.ProductType(rawValue: failure.productType), quantity: failure.quantity, dateMs: failure.dateMs,
-                price: failure.price, currency: failure.currency, environment: ReceiptV1.Environment(rawValue: failure.environment))),
+                productType: ProductKind(rawValue: failure.productType), quantity: failure.quantity, dateMs: failure.dateMs,
+                price: failure.price, currency: failure.currency, environment: try Self.environment(failure.environment))),
                                    replayed: true)
         case .spend:
             throw StoreError(.keyReused, "this idempotency-key answered a spend of credits; use a new key for a new request")

@@ -4,70 +4,10 @@ import KioskAPI
 import KioskStoreCore
 import NIOConcurrencyHelpers
 
-/// One row of the `transactions` table.
-public struct TransactionRecord: Hashable, Sendable {
-    /// The id.
-    public var id: String
-    /// The original transaction id (a renewal keeps its first purchase's).
-    public var originalID: String
-    /// The account.
-    public var accountID: String
-    /// The product.
-    public var productID: String
-    /// The product's kind.
-    public var productType: ReceiptV1.ProductType
-    /// Units bought.
-    public var quantity: UInt32
-    /// PURCHASED, FAILED or DEFERRED.
-    public var state: StoreV1.TransactionState
-    /// Purchase (or approval) time, milliseconds since 1970.
-    public var purchaseMs: Int64
-    /// Subscription expiry, milliseconds since 1970; 0 = none.
-    public var expiresMs: Int64
-    /// Subscriptions: the start of the period paid for (a stacked non-renewing period starts when the one before ends); 0 = none.
-    public var periodStartMs: Int64
-    /// Subscriptions bought or renewed under an offer: `introductory` or the promotional offer's id; empty: none.
-    public var offerID: String
-    /// Unit price, decimal string.
-    public var price: String
-    /// ISO 4217 currency code.
-    public var currency: String
-    /// The payment method used.
-    public var paymentMethod: String
-    /// The payment's stable id; unique, so one payment is recorded (and charged) once.
-    public var paymentID: String?
-    /// FAILED: StoreKit error code.
-    public var errorCode: UInt32
-    /// FAILED: machine-readable reason.
-    public var errorReason: String
-    /// FAILED: readable message.
-    public var errorMessage: String
-    /// The encoded `SignedReceipt`, for PURCHASED transactions.
-    public var receipt: [UInt8]?
-    /// True once the app finished it.
-    public var finished: Bool
-    /// Revocation (refund) time, milliseconds since 1970; 0 = not revoked.
-    public var revokedMs: Int64
-    /// Why it was revoked.
-    public var revocationReason: String
-    /// Sandbox or production.
-    public var environment: ReceiptV1.Environment
-    /// Credits this transaction added to the balance.
-    public var credits: UInt64
-    /// A refunded consumable: credits the refund could not take back (already spent).
-    public var refundCreditShortfall: UInt64
+// The records (`TransactionRecord`, `AccountRecord`, `RevocationRecord`) are the domain's
+// (KioskStoreCore); here: reading them from ledger rows and writing them.
 
-    /// The transaction as sent on the wire.
-    public var message: StoreV1.Transaction {
-        StoreV1.Transaction(
-            transactionID: id, originalTransactionID: originalID, productID: productID, productType: productType,
-            quantity: quantity, state: state, purchaseDateMs: purchaseMs, expiresDateMs: expiresMs, accountID: accountID,
-            errorCode: errorCode, errorReason: errorReason, errorMessage: errorMessage, signedReceipt: receipt ?? [],
-            finished: finished, revocationDateMs: revokedMs, revocationReason: revocationReason, price: price,
-            currency: currency, environment: environment, refundCreditShortfall: refundCreditShortfall, periodStartMs: periodStartMs,
-            offerID: offerID)
-    }
-
+extension TransactionRecord {
     /// The columns a page of transactions reads: what ``message`` sends, not the payment method (free text the
     /// wire never carries back).
     static let pageColumns = """
@@ -77,64 +17,29 @@ public struct TransactionRecord: Hashable, Sendable {
         """
 
     init(row: LedgerRow) throws {
-        id = try row["id"]
-        originalID = try row["original_id"]
-        accountID = try row["account_id"]
-        productID = try row["product_id"]
-        productType = ReceiptV1.ProductType(rawValue: try row["product_type"])
-        quantity = UInt32(clamping: try row["quantity"] as Int64)
-        state = StoreV1.TransactionState(rawValue: try row["state"])
-        purchaseMs = try row["purchase_ms"]
-        expiresMs = try row["expires_ms"]
-        periodStartMs = try row["period_start_ms"]
-        offerID = try row["offer_id"]
-        price = try row["price"]
-        currency = try row["currency"]
-        // Pages leave it out (``pageColumns``): it is never sent.
-        paymentMethod = row.has("payment_method") ? try row["payment_method"] : ""
-        paymentID = try row["payment_id"]
-        errorCode = UInt32(clamping: try row["error_code"] as Int64)
-        errorReason = try row["error_reason"]
-        errorMessage = try row["error_message"]
-        receipt = try row["receipt"] as [UInt8]?
-        finished = try row["finished"]
-        revokedMs = try row["revoked_ms"]
-        revocationReason = try row["revocation_reason"]
-        environment = ReceiptV1.Environment(rawValue: try row["environment"])
-        credits = UInt64(clamping: try row["credits"] as Int64)
-        refundCreditShortfall = UInt64(clamping: try row["refund_credit_shortfall"] as Int64)
+        self.init(
+            id: try row["id"], originalID: try row["original_id"], accountID: try row["account_id"], productID: try row["product_id"],
+            productType: try row.enumeration("product_type"), quantity: UInt32(clamping: try row["quantity"] as Int64),
+            state: try row.enumeration("state"), purchaseMs: try row["purchase_ms"], expiresMs: try row["expires_ms"],
+            periodStartMs: try row["period_start_ms"], offerID: try row["offer_id"], price: try row["price"], currency: try row["currency"],
+            // Pages leave it out (``pageColumns``): it is never sent.
+            paymentMethod: row.has("payment_method") ? try row["payment_method"] : "",
+            paymentID: try row["payment_id"], errorCode: UInt32(clamping: try row["error_code"] as Int64),
+            errorReason: try row["error_reason"], errorMessage: try row["error_message"], receipt: try row["receipt"] as [UInt8]?,
+            finished: try row["finished"], revokedMs: try row["revoked_ms"], revocationReason: try row["revocation_reason"],
+            environment: try row.enumeration("environment"), credits: UInt64(clamping: try row["credits"] as Int64),
+            refundCreditShortfall: UInt64(clamping: try row["refund_credit_shortfall"] as Int64))
     }
 
     init(
         id: String, originalID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
-        state: StoreV1.TransactionState, purchaseMs: Int64, expiresMs: Int64, paymentMethod: String, paymentID: String?,
-        environment: ReceiptV1.Environment
+        state: TransactionState, purchaseMs: Int64, expiresMs: Int64, paymentMethod: String, paymentID: String?,
+        environment: StoreEnvironment
     ) {
-        self.id = id
-        self.originalID = originalID
-        self.accountID = accountID
-        self.productID = product.id
-        self.productType = product.type
-        self.quantity = quantity
-        self.state = state
-        self.purchaseMs = purchaseMs
-        self.expiresMs = expiresMs
-        self.periodStartMs = 0
-        self.offerID = ""
-        self.price = product.price
-        self.currency = product.currency
-        self.paymentMethod = paymentMethod
-        self.paymentID = paymentID
-        self.errorCode = 0
-        self.errorReason = ""
-        self.errorMessage = ""
-        self.receipt = nil
-        self.finished = false
-        self.revokedMs = 0
-        self.revocationReason = ""
-        self.environment = environment
-        self.credits = 0
-        self.refundCreditShortfall = 0
+        self.init(
+            id: id, originalID: originalID, accountID: accountID, productID: product.id, productType: product.type, quantity: quantity,
+            state: state, purchaseMs: purchaseMs, expiresMs: expiresMs, price: product.price, currency: product.currency,
+            paymentMethod: paymentMethod, paymentID: paymentID, environment: environment)
     }
 
     func insert(_ db: any LedgerDatabase) throws {
@@ -153,53 +58,20 @@ public struct TransactionRecord: Hashable, Sendable {
     }
 }
 
-/// An account row.
-public struct AccountRecord: Hashable, Sendable {
-    /// The id.
-    public var id: String
-    /// False when payments are disabled (restrictions).
-    public var paymentsAllowed: Bool
-    /// Credits held.
-    public var creditBalance: UInt64
-
+extension AccountRecord {
     init(row: LedgerRow) throws {
-        id = try row["id"]
-        paymentsAllowed = try row["payments_allowed"]
-        creditBalance = UInt64(clamping: try row["credit_balance"] as Int64)
+        self.init(id: try row["id"], paymentsAllowed: try row["payments_allowed"],
+                  creditBalance: UInt64(clamping: try row["credit_balance"] as Int64))
     }
 }
 
-/// A revocation row: a refunded or revoked transaction.
-public struct RevocationRecord: Hashable, Sendable {
-    /// The revocation's position in the feed.
-    public var cursor: UInt64
-    /// The revoked transaction.
-    public var transactionID: String
-    /// Its original transaction.
-    public var originalTransactionID: String
-    /// The account.
-    public var accountID: String
-    /// Revocation (refund) time, milliseconds since 1970; 0 = not revoked.
-    public var revokedMs: Int64
-    /// Why.
-    public var reason: String
-    /// Credits the refund could not take back because they were spent.
-    public var creditShortfall: UInt64
-
+extension RevocationRecord {
     init(row: LedgerRow) throws {
-        cursor = UInt64(clamping: try row["cursor"] as Int64)
-        transactionID = try row["transaction_id"]
-        originalTransactionID = try row["original_transaction_id"]
-        accountID = try row["account_id"]
-        revokedMs = try row["revoked_ms"]
-        reason = try row["reason"]
-        creditShortfall = UInt64(clamping: try row["credit_shortfall"] as Int64)
-    }
-
-    /// The revocation as sent on the wire.
-    public var message: StoreV1.Revocation {
-        StoreV1.Revocation(cursor: cursor, transactionID: transactionID, originalTransactionID: originalTransactionID,
-                           revocationDateMs: revokedMs, reason: reason, creditShortfall: creditShortfall, accountID: accountID)
+        self.init(
+            cursor: UInt64(clamping: try row["cursor"] as Int64), transactionID: try row["transaction_id"],
+            originalTransactionID: try row["original_transaction_id"], accountID: try row["account_id"],
+            revokedMs: try row["revoked_ms"], reason: try row["reason"],
+            creditShortfall: UInt64(clamping: try row["credit_shortfall"] as Int64))
     }
 }
 
@@ -309,9 +181,9 @@ public final class Ledger: Sendable {
     // MARK: Settings
 
     /// The environment this ledger's receipts are signed for, once a store has opened it.
-    public func environment() throws -> ReceiptV1.Environment? {
+    public func environment() throws -> StoreEnvironment? {
         try backend.read { db in
-            try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'").flatMap(ReceiptV1.Environment.init(name:))
+            try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'").flatMap(StoreEnvironment.init(name:))
         }
     }
 
@@ -328,7 +200,7 @@ public final class Ledger: Sendable {
     }
 
     /// Binds the ledger to `environment` on first use; refuses another environment later.
-    func claim(environment: ReceiptV1.Environment) throws {
+    func claim(environment: StoreEnvironment) throws {
         try backend.write { db in
             if let stored = try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'") {
                 guard stored == environment.name else {
@@ -398,7 +270,7 @@ public final class Ledger: Sendable {
 
     /// A live purchase of a product bought once (a non-consumable, or an
     /// auto-renewable subscription unexpired at `nowMs`); one indexed lookup.
-    static func owned(_ db: any LedgerDatabase, accountID: String, productID: String, type: ReceiptV1.ProductType, nowMs: Int64) throws -> TransactionRecord? {
+    static func owned(_ db: any LedgerDatabase, accountID: String, productID: String, type: ProductKind, nowMs: Int64) throws -> TransactionRecord? {
         guard type == .nonConsumable || type == .autoRenewableSubscription else { return nil }
         if type == .autoRenewableSubscription {
             // The subscription's row decides: paid up, or in its grace period (a renewal's payment failed but the
@@ -437,7 +309,7 @@ public final class Ledger: Sendable {
 
     /// Inserts a transaction and, for a purchased consumable, its credits, and records its event:
     /// PURCHASED or DEFERRED by its state, or `event` (a renewal's RENEWED).
-    static func insertTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase, event: StoreV1.EventType? = nil) throws {
+    static func insertTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase, event: EventKind? = nil) throws {
         try serializeOnAccount(record.accountID, db)
         do {
             try record.insert(db)

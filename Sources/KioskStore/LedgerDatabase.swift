@@ -123,6 +123,14 @@ public struct LedgerRow: Sendable {
         }
     }
 
+    /// The closed domain enum stored as an integer in `column`.
+    /// - Throws: ``LedgerError`` (schema) for a value the enum does not have: a row this version cannot read.
+    func enumeration<T: RawRepresentable>(_ column: String) throws -> T where T.RawValue == Int32 {
+        let raw = try self[column] as Int32
+        guard let value = T(rawValue: raw) else { throw LedgerError(.schema, "ledger column \(column) holds \(raw), which \(T.self) does not have") }
+        return value
+    }
+
     /// The first column's value.
     func first<T: LedgerColumn>(_ type: T.Type) throws -> T {
         guard let value = values.first else { throw LedgerError(.schema, "the ledger row has no columns") }

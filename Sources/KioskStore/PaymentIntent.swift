@@ -3,130 +3,31 @@ import GRDB
 import KioskAPI
 import KioskStoreCore
 
-/// A payment the store is about to ask the processor for, written to the
-/// ledger before the processor is asked (intent before charge), and completed
-/// or closed in the same write that records the outcome.
-///
-/// An intent left `pending` by a crash, or by a processor that did not answer,
-/// is settled by ``Store/reconcile(force:)``: the processor is asked whether
-/// the payment was charged (``PaymentProcessor/lookup(_:)``); charged → the
-/// transaction is recorded and delivered as unfinished; not charged → closed.
-public struct PaymentIntent: Hashable, Sendable {
-    /// What the payment is for (the domain's ``PaymentKind``).
-    public typealias Kind = PaymentKind
-
-    /// Where the intent stands.
-    public enum State: String, Sendable {
-        /// Written; the processor may be being asked, or the outcome was never recorded.
-        case pending
-        /// Charged (or deferred) and recorded.
-        case completed
-        /// Nothing was charged (declined, cancelled, or found uncharged by reconciliation).
-        case closed
-    }
-
-    /// `kind:paymentID`.
-    public var id: String { "\(kind.rawValue):\(paymentID)" }
-    /// What it is for.
-    public var kind: Kind
-    /// The payment id the processor deduplicates on.
-    public var paymentID: String
-    /// The transaction it records (a purchase's new id, or the deferred transaction approved).
-    public var transactionID: String
-    /// The paying account.
-    public var accountID: String
-    /// The product, and what the catalog said of it when the intent was written.
-    public var productID: String
-    /// The product's kind.
-    public var productType: ReceiptV1.ProductType
-    /// Credits per unit for a consumable.
-    public var creditsPerUnit: UInt64
-    /// A subscription's period (`P1M`), empty for other products.
-    public var subscriptionPeriod: String
-    /// Units bought.
-    public var quantity: UInt32
-    /// Unit price, decimal string.
-    public var unitPrice: String
-    /// ISO 4217 currency.
-    public var currency: String
-    /// The buyer's payment method.
-    public var paymentMethod: String
-    /// Purchase time, milliseconds since 1970: the transaction's purchase date.
-    public var purchaseMs: Int64
-    /// The subscription offer the price is under (`introductory` or a promotional offer's id); empty: none.
-    public var offerID: String = ""
-    /// The client's idempotency key, if any.
-    public var idempotencyKey: String?
-    /// The purchase request's hash, to answer the key later.
-    public var requestHash: [UInt8]
-    /// Where it stands.
-    public var state: State
-    /// Why it was closed or how it completed (`charged`, `declined:card_declined`, `reconciled:not_charged`, …).
-    public var outcome: String
-    /// The store instance that wrote it (see ``InstanceLock``).
-    public var owner: String
-    /// When it was first written (the processor's idempotency key lifetime counts from here).
-    public var createdMs: Int64
-    /// When it was last attempted (written or reopened by a retry): reconciliation waits from here.
-    public var attemptMs: Int64
-
-    /// True for products an account owns at most once: one pending intent per account and product.
-    var exclusive: Bool { productType == .nonConsumable || productType == .autoRenewableSubscription }
-
-    /// The processor's request for this payment.
-    public var request: PaymentRequest {
-        PaymentRequest(paymentID: paymentID, accountID: accountID, productID: productID, quantity: quantity,
-                       unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, isApproval: kind == .approval,
-                       isRenewal: kind == .renewal)
-    }
-
+extension PaymentIntent {
     init(kind: Kind, paymentID: String, transactionID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
          unitPrice: String, currency: String, paymentMethod: String, purchaseMs: Int64, idempotencyKey: String?, requestHash: [UInt8],
          owner: String) {
-        self.kind = kind
-        self.paymentID = paymentID
-        self.transactionID = transactionID
-        self.accountID = accountID
-        self.productID = product.id
-        self.productType = product.type
-        self.creditsPerUnit = product.credits
-        self.subscriptionPeriod = product.subscriptionPeriod?.description ?? ""
-        self.quantity = quantity
-        self.unitPrice = unitPrice
-        self.currency = currency
-        self.paymentMethod = paymentMethod
-        self.purchaseMs = purchaseMs
-        self.idempotencyKey = idempotencyKey
-        self.requestHash = requestHash
-        self.state = .pending
-        self.outcome = ""
-        self.owner = owner
-        self.createdMs = purchaseMs
-        self.attemptMs = purchaseMs
+        self.init(
+            kind: kind, paymentID: paymentID, transactionID: transactionID, accountID: accountID, productID: product.id,
+            productType: product.type, creditsPerUnit: product.credits, subscriptionPeriod: product.subscriptionPeriod?.description ?? "",
+            quantity: quantity, unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, purchaseMs: purchaseMs,
+            idempotencyKey: idempotencyKey, requestHash: requestHash, owner: owner, createdMs: purchaseMs, attemptMs: purchaseMs)
     }
 
     init(row: LedgerRow) throws {
-        kind = Kind(rawValue: try row["kind"]) ?? .purchase
-        paymentID = try row["payment_id"]
-        transactionID = try row["transaction_id"]
-        accountID = try row["account_id"]
-        productID = try row["product_id"]
-        productType = ReceiptV1.ProductType(rawValue: try row["product_type"])
-        creditsPerUnit = UInt64(clamping: try row["credits_per_unit"] as Int64)
-        subscriptionPeriod = try row["subscription_period"]
-        quantity = UInt32(clamping: try row["quantity"] as Int64)
-        unitPrice = try row["unit_price"]
-        currency = try row["currency"]
-        paymentMethod = try row["payment_method"]
-        purchaseMs = try row["purchase_ms"]
-        idempotencyKey = try row["idempotency_key"]
-        offerID = try row["offer_id"]
-        requestHash = try row["request_hash"] as [UInt8]
-        state = State(rawValue: try row["state"]) ?? .pending
-        outcome = try row["outcome"]
-        owner = try row["owner"]
-        createdMs = try row["created_ms"]
-        attemptMs = try row["updated_ms"]
+        let kindName: String = try row["kind"]
+        let stateName: String = try row["state"]
+        guard let kind = Kind(rawValue: kindName), let state = State(rawValue: stateName) else {
+            throw LedgerError(.schema, "payment intent of kind \(kindName) in state \(stateName): not one this version knows")
+        }
+        self.init(
+            kind: kind, paymentID: try row["payment_id"], transactionID: try row["transaction_id"], accountID: try row["account_id"],
+            productID: try row["product_id"], productType: try row.enumeration("product_type"),
+            creditsPerUnit: UInt64(clamping: try row["credits_per_unit"] as Int64), subscriptionPeriod: try row["subscription_period"],
+            quantity: UInt32(clamping: try row["quantity"] as Int64), unitPrice: try row["unit_price"], currency: try row["currency"],
+            paymentMethod: try row["payment_method"], purchaseMs: try row["purchase_ms"], offerID: try row["offer_id"],
+            idempotencyKey: try row["idempotency_key"], requestHash: try row["request_hash"] as [UInt8], state: state,
+            outcome: try row["outcome"], owner: try row["owner"], createdMs: try row["created_ms"], attemptMs: try row["updated_ms"])
     }
 }
 

@@ -151,7 +151,7 @@ extension Store {
                 request = try RefundRequest.asked(transactionID: transactionID, accountID: accountID, productID: record.productID,
                                                   purchased: record.state == .purchased, refunded: record.revokedMs != 0, reason: reason, atMs: nowMs)
             } catch RefundRequest.Refusal.notPurchased {
-                throw StoreError(.conflict, "transaction \(transactionID) is \(record.state.name.lowercased()), not purchased: there is nothing to refund")
+                throw StoreError(.conflict, "transaction \(transactionID) is \(record.state.description.lowercased()), not purchased: there is nothing to refund")
             } catch {
                 throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
             }

@@ -152,7 +152,7 @@ final class RevocationFeed: Sendable {
 
     /// Events after `cursor` of `types` (empty: any), at most `limit`, oldest first, and the id
     /// the reader has seen through: pass it as the next `cursor` (events the filter left out move it).
-    func events(after cursor: UInt64, limit: Int = 500, types: [StoreV1.EventType] = []) async throws -> (events: [FeedEvent], through: UInt64) {
+    func events(after cursor: UInt64, limit: Int = 500, types: [EventKind] = []) async throws -> (events: [FeedEvent], through: UInt64) {
         let wanted = Set(types)
         // Heartbeats past events the feed could not sign would tell a watcher it is current while it misses them
         // (the content service would keep honouring refunded receipts): the stream fails instead, and the watcher

@@ -16,7 +16,7 @@ extension Store {
         let nowMs = now
         let key = try keys.accessTokenKey(nowMs: nowMs, settle: Self.accessTokenKeySettleMs)
         return try AccessToken.issue(
-            accountID: account.id, audience: audience, environment: configuration.environment, nowMs: nowMs,
+            accountID: account.id, audience: audience, environment: configuration.environment.wire, nowMs: nowMs,
             lifetimeMs: configuration.accessTokenLifetime.wholeMilliseconds, key: key)
     }
 }

@@ -9,7 +9,7 @@ extension Store {
     /// One page of the event log after `cursor` (of one account, or all), of `types` (empty: any).
     /// - Returns: the events, the cursor to pass next (the last event's id, or `cursor`), and whether more follow.
     public func listEvents(after cursor: UInt64, limit requested: UInt32, accountID: String? = nil,
-                           types: [StoreV1.EventType] = []) async throws -> (events: [EventRecord], cursor: UInt64, hasMore: Bool) {
+                           types: [EventKind] = []) async throws -> (events: [EventRecord], cursor: UInt64, hasMore: Bool) {
         let limit = Ledger.pageSize(requested)
         let page = try await ledger.events(after: cursor, limit: limit + 1, accountID: accountID, types: types)
         let kept = Array(page.prefix(limit))

@@ -343,16 +343,16 @@ extension Store {
     func sign(_ record: TransactionRecord, with key: ReceiptSigningKey, atMs signedAtMs: Int64) throws -> [UInt8] {
         let payload = ReceiptV1.ReceiptPayload(
             transactionID: record.id, originalTransactionID: record.originalID, productID: record.productID,
-            productType: record.productType, quantity: record.quantity, purchaseDateMs: record.purchaseMs,
+            productType: record.productType.wire, quantity: record.quantity, purchaseDateMs: record.purchaseMs,
             expiresDateMs: record.expiresMs, accountID: record.accountID, bundleID: catalog.bundleID,
-            environment: record.environment, periodStartMs: record.periodStartMs, offerID: record.offerID)
+            environment: record.environment.wire, periodStartMs: record.periodStartMs, offerID: record.offerID)
         return try key.sign(payload, signedAtMs: signedAtMs).serializedBytes()
     }
 
     /// A FAILED purchase: reported, never recorded (nothing was charged).
     private func failure(_ id: String, order: Order, nowMs: Int64, code: FailedPurchase.Code, reason: String, _ message: String) -> FailedPurchase {
         FailedPurchase(code: code, reason: reason, message: message, transactionID: id, accountID: order.account, productID: order.productID,
-                       productType: order.product?.type ?? .productTypeUnspecified, quantity: order.quantity, dateMs: nowMs,
+                       productType: order.product?.type, quantity: order.quantity, dateMs: nowMs,
                        price: order.product?.price ?? "", currency: order.product?.currency ?? "", environment: configuration.environment)
     }
 
@@ -719,7 +719,7 @@ extension Store {
 
 extension TransactionRecord {
     /// The record an intent makes, before its receipt, expiry and credits.
-    init(_ intent: PaymentIntent, id: String, state: StoreV1.TransactionState, purchaseMs: Int64, environment: ReceiptV1.Environment) {
+    init(_ intent: PaymentIntent, id: String, state: TransactionState, purchaseMs: Int64, environment: StoreEnvironment) {
         self.init(
             id: id, originalID: id, accountID: intent.accountID,
             product: CatalogProduct(id: intent.productID, type: intent.productType, title: "", description: "", price: intent.unitPrice,

@@ -168,8 +168,8 @@ public final class Store: Sendable {
         return try (0..<count).map { _ in
             let id = Self.newTransactionID()
             let payload = ReceiptV1.ReceiptPayload(
-                transactionID: id, originalTransactionID: id, productID: product.id, productType: product.type, quantity: 1,
-                purchaseDateMs: nowMs, accountID: accountID, bundleID: catalog.bundleID, environment: configuration.environment)
+                transactionID: id, originalTransactionID: id, productID: product.id, productType: product.type.wire, quantity: 1,
+                purchaseDateMs: nowMs, accountID: accountID, bundleID: catalog.bundleID, environment: configuration.environment.wire)
             return try key.sign(payload, signedAtMs: max(nowMs, key.notBeforeMs)).serializedBytes()
         }
     }
@@ -262,7 +262,7 @@ public final class Store: Sendable {
     /// The store's verifier: its environment, and receipts of its catalog's app only.
     static func makeVerifier(keys: [ReceiptPublicKey], configuration: StoreConfiguration) -> ReceiptVerifier {
         let bundleID = configuration.catalog.bundleID
-        return ReceiptVerifier(keys: keys, environment: configuration.environment, bundleID: bundleID.isEmpty ? nil : bundleID)
+        return ReceiptVerifier(keys: keys, environment: configuration.environment.wire, bundleID: bundleID.isEmpty ? nil : bundleID)
     }
 
     // MARK: Helpers

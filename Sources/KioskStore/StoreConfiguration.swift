@@ -20,7 +20,7 @@ public struct StoreConfiguration: Sendable {
     /// The products sold.
     public var catalog: Catalog
     /// Sandbox or production: written into every receipt.
-    public var environment: ReceiptV1.Environment
+    public var environment: StoreEnvironment
     /// Takes the payments.
     public var paymentProcessor: any PaymentProcessor
     /// How long idempotency keys are kept (at least 7 days).
@@ -71,7 +71,7 @@ public struct StoreConfiguration: Sendable {
     /// revocations polled every 200 ms, heartbeats every second,
     /// access tokens valid 10 minutes.
     public init(
-        dataDirectory: String, catalog: Catalog, environment: ReceiptV1.Environment = .sandbox,
+        dataDirectory: String, catalog: Catalog, environment: StoreEnvironment = .sandbox,
         paymentProcessor: any PaymentProcessor = SimulatedPaymentProcessor(),
         idempotencyRetention: Duration = .seconds(7 * 24 * 3600),
         revocationPollInterval: Duration = .milliseconds(200),

@@ -37,7 +37,7 @@ public struct FailedPurchase: Hashable, Sendable {
     /// The product asked for.
     public var productID: String
     /// Its kind, when the catalog has it.
-    public var productType: ReceiptV1.ProductType
+    public var productType: ProductKind?
     /// Units asked for.
     public var quantity: UInt32
     /// When, milliseconds since 1970.
@@ -45,7 +45,7 @@ public struct FailedPurchase: Hashable, Sendable {
     /// Unit price and currency, when the catalog has the product.
     public var price: String, currency: String
     /// The store's environment.
-    public var environment: ReceiptV1.Environment
+    public var environment: StoreEnvironment
 }
 
 /// What a purchase came to.

@@ -42,16 +42,16 @@ extension FailedPurchase {
     /// The FAILED transaction as sent.
     public var transactionMessage: StoreV1.Transaction {
         StoreV1.Transaction(
-            transactionID: transactionID, originalTransactionID: transactionID, productID: productID, productType: productType,
+            transactionID: transactionID, originalTransactionID: transactionID, productID: productID, productType: productType?.wire ?? .productTypeUnspecified,
             quantity: quantity, state: .failed, purchaseDateMs: dateMs, accountID: accountID, errorCode: code.rawValue, errorReason: reason,
-            errorMessage: message, finished: true, price: price, currency: currency, environment: environment)
+            errorMessage: message, finished: true, price: price, currency: currency, environment: environment.wire)
     }
 
     init(_ message: StoreV1.Transaction) {
         self.init(code: Code(rawValue: message.errorCode) ?? .unknown, reason: message.errorReason, message: message.errorMessage,
                   transactionID: message.transactionID, accountID: message.accountID, productID: message.productID,
-                  productType: message.productType, quantity: message.quantity, dateMs: message.purchaseDateMs, price: message.price,
-                  currency: message.currency, environment: message.environment)
+                  productType: ProductKind(wire: message.productType), quantity: message.quantity, dateMs: message.purchaseDateMs, price: message.price,
+                  currency: message.currency, environment: StoreEnvironment(wire: message.environment) ?? .sandbox)
     }
 }
 
@@ -66,11 +66,11 @@ extension PurchaseOutcome {
     }
 
     /// An answer the ledger kept for an idempotency key, as it was first sent (marked replayed).
-    init(replaying message: StoreV1.PurchaseResponse) {
+    init(replaying message: StoreV1.PurchaseResponse) throws {
         let transaction = message.transaction ?? StoreV1.Transaction()
         switch transaction.state {
-        case .purchased: result = .purchased(TransactionRecord(sent: transaction))
-        case .deferred: result = .deferred(TransactionRecord(sent: transaction))
+        case .purchased: result = .purchased(try TransactionRecord(sent: transaction))
+        case .deferred: result = .deferred(try TransactionRecord(sent: transaction))
         default: result = .failed(FailedPurchase(transaction))
         }
         replayed = true
@@ -101,16 +101,69 @@ extension ReceiptPublicKey {
 
 extension TransactionRecord {
     /// A transaction as it was sent (an answer kept for an idempotency key): what the wire carries, no payment details.
-    init(sent message: StoreV1.Transaction) {
+    init(sent message: StoreV1.Transaction) throws {
+        guard let type = ProductKind(wire: message.productType), let state = TransactionState(wire: message.state),
+              let environment = StoreEnvironment(wire: message.environment)
+        else { throw LedgerError(.schema, "a kept answer holds transaction \(message.transactionID) this version cannot read") }
         self.init(
             id: message.transactionID, originalID: message.originalTransactionID, accountID: message.accountID,
-            product: CatalogProduct(id: message.productID, type: message.productType, title: "", price: message.price, currency: message.currency),
-            quantity: message.quantity, state: message.state, purchaseMs: message.purchaseDateMs, expiresMs: message.expiresDateMs,
-            paymentMethod: "", paymentID: nil, environment: message.environment)
+            product: CatalogProduct(id: message.productID, type: type, title: "", price: message.price, currency: message.currency),
+            quantity: message.quantity, state: state, purchaseMs: message.purchaseDateMs, expiresMs: message.expiresDateMs,
+            paymentMethod: "", paymentID: nil, environment: environment)
         receipt = message.signedReceipt
         finished = message.finished
         revokedMs = message.revocationDateMs
         revocationReason = message.revocationReason
         refundCreditShortfall = message.refundCreditShortfall
+    }
+}
+
+// The domain's enums ⇄ the wire's. The domain's are closed; the wire's are open (a newer peer may
+// send a value this version does not know), so reading one back can fail.
+
+extension ProductKind {
+    /// The receipt format's product type.
+    public var wire: ReceiptV1.ProductType { ReceiptV1.ProductType(rawValue: rawValue) }
+    /// The kind a wire product type names; nil for UNSPECIFIED or a value this version does not know.
+    public init?(wire: ReceiptV1.ProductType) { self.init(rawValue: wire.rawValue) }
+}
+
+extension TransactionState {
+    public var wire: StoreV1.TransactionState { StoreV1.TransactionState(rawValue: rawValue) }
+    public init?(wire: StoreV1.TransactionState) { self.init(rawValue: wire.rawValue) }
+}
+
+extension StoreEnvironment {
+    public var wire: ReceiptV1.Environment { ReceiptV1.Environment(rawValue: rawValue) }
+    public init?(wire: ReceiptV1.Environment) { self.init(rawValue: wire.rawValue) }
+}
+
+extension EventKind {
+    public var wire: StoreV1.EventType { StoreV1.EventType(rawValue: rawValue) }
+    public init?(wire: StoreV1.EventType) { self.init(rawValue: wire.rawValue) }
+}
+
+extension Subscription.ExpirationReason {
+    public var wire: StoreV1.ExpirationReason { StoreV1.ExpirationReason(rawValue: rawValue) }
+}
+
+extension TransactionRecord {
+    /// The transaction as sent on the wire.
+    public var message: StoreV1.Transaction {
+        StoreV1.Transaction(
+            transactionID: id, originalTransactionID: originalID, productID: productID, productType: productType.wire,
+            quantity: quantity, state: state.wire, purchaseDateMs: purchaseMs, expiresDateMs: expiresMs, accountID: accountID,
+            errorCode: errorCode, errorReason: errorReason, errorMessage: errorMessage, signedReceipt: receipt ?? [],
+            finished: finished, revocationDateMs: revokedMs, revocationReason: revocationReason, price: price,
+            currency: currency, environment: environment.wire, refundCreditShortfall: refundCreditShortfall, periodStartMs: periodStartMs,
+            offerID: offerID)
+    }
+}
+
+extension RevocationRecord {
+    /// The revocation as sent on the wire.
+    public var message: StoreV1.Revocation {
+        StoreV1.Revocation(cursor: cursor, transactionID: transactionID, originalTransactionID: originalTransactionID,
+                           revocationDateMs: revokedMs, reason: reason, creditShortfall: creditShortfall, accountID: accountID)
     }
 }

@@ -36,7 +36,7 @@ extension Subscription {
         if state == .expired, let before = try Ledger.subscription(db, originalID: originalID), before.isLive {
             try Ledger.recordEvent(EventRecord(
                 type: .expired, accountID: accountID, transactionID: latestTransactionID, originalTransactionID: originalID,
-                productID: productID, createdMs: nowMs, expirationReason: StoreV1.ExpirationReason(rawValue: expirationReason.rawValue)), db)
+                productID: productID, createdMs: nowMs, expirationReason: expirationReason), db)
         }
         try db.execute(
             """

@@ -5,14 +5,13 @@ public struct TransactionFilter: Sendable, Equatable {
     /// Only these products (empty: any).
     public var productIDs: [String] = []
     /// Only these product types (empty: any).
-    public var productTypes: [ReceiptV1.ProductType] = []
-    /// Only this state (``StoreV1/TransactionState/transactionStateUnspecified``: any).
-    public var state: StoreV1.TransactionState = .transactionStateUnspecified
+    public var productTypes: [ProductKind] = []
+    /// Only this state (nil: any).
+    public var state: TransactionState?
     /// Only revoked (true), only not revoked (false), or either (nil).
     public var revoked: Bool?
 
-    public init(productIDs: [String] = [], productTypes: [ReceiptV1.ProductType] = [],
-                state: StoreV1.TransactionState = .transactionStateUnspecified, revoked: Bool? = nil) {
+    public init(productIDs: [String] = [], productTypes: [ProductKind] = [], state: TransactionState? = nil, revoked: Bool? = nil) {
         self.productIDs = productIDs
         self.productTypes = productTypes
         self.state = state
@@ -20,14 +19,23 @@ public struct TransactionFilter: Sendable, Equatable {
     }
 
     /// The filters of a ListTransactions request.
-    /// - Throws: ``StoreError`` 3 for a `revoked` other than 0, 1, 2, or more than 100 products or types.
+    /// - Throws: ``StoreError`` 3 for a `revoked` other than 0, 1, 2, more than 100 products or types, or a type or state
+    ///   this version does not know (a filter that could only match nothing is a mistake, not a question).
     public init(_ request: StoreV1.ListTransactionsRequest) throws {
         guard request.revoked <= 2 else { throw StoreError.invalid("revoked is 0 (any), 1 (only revoked) or 2 (only not revoked), not \(request.revoked)") }
         guard request.productIDs.count <= 100, request.productTypes.count <= 100 else {
             throw StoreError.invalid("at most 100 product_ids and 100 product_types")
         }
-        self.init(productIDs: request.productIDs, productTypes: request.productTypes, state: request.state,
-                  revoked: request.revoked == 0 ? nil : request.revoked == 1)
+        let types = try request.productTypes.map { type in
+            guard let kind = ProductKind(wire: type) else { throw StoreError.invalid("product_types holds \(type), not a product type") }
+            return kind
+        }
+        var state: TransactionState?
+        if request.state != .transactionStateUnspecified {
+            guard let known = TransactionState(wire: request.state) else { throw StoreError.invalid("state is \(request.state), not a transaction state") }
+            state = known
+        }
+        self.init(productIDs: request.productIDs, productTypes: types, state: state, revoked: request.revoked == 0 ? nil : request.revoked == 1)
     }
 }
 
@@ -81,9 +89,9 @@ extension Ledger {
                 sql += " AND product_type IN (\(Self.marks(filter.productTypes.count)))"
                 arguments += filter.productTypes.map { Int64($0.rawValue) as any LedgerArgument }
             }
-            if filter.state != .transactionStateUnspecified {
+            if let state = filter.state {
                 sql += " AND state = ?"
-                arguments.append(Int64(filter.state.rawValue))
+                arguments.append(Int64(state.rawValue))
             }
             if let revoked = filter.revoked {
                 sql += revoked ? " AND revoked_ms != 0" : " AND revoked_ms = 0"

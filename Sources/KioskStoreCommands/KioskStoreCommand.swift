@@ -62,7 +62,7 @@ struct DataDirOptions: ParsableArguments {
     }
 
     /// The store's configuration on this data dir and ledger.
-    func configuration(catalog: Catalog, environment: ReceiptV1.Environment) throws -> StoreConfiguration {
+    func configuration(catalog: Catalog, environment: StoreEnvironment) throws -> StoreConfiguration {
         var configuration = StoreConfiguration(dataDirectory: dataDir, catalog: catalog, environment: environment)
         configuration.database = try postgres()
         configuration.keyEncryptionKey = try keyEncryptionKey()
@@ -72,7 +72,7 @@ struct DataDirOptions: ParsableArguments {
     /// Opens the store on the data dir, in the environment it was first served with.
     /// Only `creating` commands (`account create`) may start a new data dir: for
     /// the others a mistyped path is an error, not a fresh ledger and key.
-    func openStore(catalog: String? = nil, environment: ReceiptV1.Environment? = nil, creating: Bool = false,
+    func openStore(catalog: String? = nil, environment: StoreEnvironment? = nil, creating: Bool = false,
                    payments: PaymentOptions? = nil) throws -> Store {
         let postgres = try postgres()
         // The data dir's own file: the SQLite ledger, or on PostgreSQL the signing keys (a mistyped
@@ -129,7 +129,7 @@ struct PaymentOptions: ParsableArguments {
     }
 }
 
-extension ReceiptV1.Environment: ExpressibleByArgument {
+extension StoreEnvironment: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
     public var defaultValueDescription: String { name }
     public static var allValueStrings: [String] { ["sandbox", "production"] }
@@ -143,7 +143,7 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup var data: DataDirOptions
     @Option(help: "The catalog file (JSON).") var catalog: String
     @Option(help: "sandbox or production (a data dir is bound to the first one it is served with).")
-    var environment: ReceiptV1.Environment = .sandbox
+    var environment: StoreEnvironment = .sandbox
     @OptionGroup var payments: PaymentOptions
     @Option(name: .customLong("tls-cert"), help: "PEM certificate chain to serve TLS with (reloaded on SIGHUP).") var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: "PEM private key of --tls-cert.") var tlsKey: String?
@@ -381,9 +381,9 @@ struct Events: AsyncParsableCommand {
 
         func run() async throws {
             let store = try data.openStore()
-            var wanted: [StoreV1.EventType] = []
+            var wanted: [EventKind] = []
             for name in (types ?? "").split(separator: ",") {
-                guard let type = StoreV1.EventType(shortName: String(name.trimmingCharacters(in: .whitespaces))) else {
+                guard let type = EventKind(shortName: String(name.trimmingCharacters(in: .whitespaces))) else {
                     throw ValidationError("unknown event type \(name)")
                 }
                 wanted.append(type)

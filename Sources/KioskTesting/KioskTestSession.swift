@@ -104,7 +104,7 @@ public final class KioskTestSession: Sendable {
     /// `chunkSize` is the content service's (one that is not a multiple of 64
     /// bytes sends no SHA-256 states: its downloads are hashed in order).
     public static func start(
-        catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent, environment: ReceiptV1.Environment = .sandbox,
+        catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent, environment: StoreEnvironment = .sandbox,
         tls: Bool = true, chunkSize: UInt32 = 256 * 1024
     ) async throws -> KioskTestSession {
         let root = NSTemporaryDirectory() + "kiosk-test-session-" + UUID().uuidString
@@ -135,7 +135,7 @@ public final class KioskTestSession: Sendable {
         let contentServer = try ContentServer(
             configuration: ContentConfiguration(
                 contentDirectory: contentDirectory, storePort: storePort, storeCredential: credential,
-                storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) }, environment: environment,
+                storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) }, environment: environment.wire,
                 chunkSize: chunkSize),
             server: ServerConfiguration(tls: identity))
         try await contentServer.start()
@@ -146,7 +146,7 @@ public final class KioskTestSession: Sendable {
     }
 
     private static func storeConfiguration(
-        root: String, catalog: Catalog, environment: ReceiptV1.Environment, payments: TestPaymentProcessor, hold: NIOLockedValueBox<Int>,
+        root: String, catalog: Catalog, environment: StoreEnvironment, payments: TestPaymentProcessor, hold: NIOLockedValueBox<Int>,
         clockOffset: NIOLockedValueBox<Int64>
     ) -> StoreConfiguration {
         var configuration = StoreConfiguration(
@@ -343,7 +343,7 @@ public final class KioskTestSession: Sendable {
         storeServer.withLockedValue { $0 = server }
     }
 
-    private func ledgerEnvironment() throws -> ReceiptV1.Environment {
+    private func ledgerEnvironment() throws -> StoreEnvironment {
         try Ledger(directory: storeDirectory).environment() ?? .sandbox
     }
 

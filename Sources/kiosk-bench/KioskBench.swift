@@ -177,7 +177,7 @@ struct Verify: AsyncParsableCommand {
         let endpoints: [Endpoint]
         if let content {
             let (store, loaded) = try storeAccess.open(needing: "with --content, to mint receipts")
-            environment = store.configuration.environment
+            environment = store.configuration.environment.wire
             productID = product ?? loaded.products.first { $0.hostedContent }?.id ?? ""
             let account = try store.createAccount()
             token = try store.issueAccessToken(account: try await store.authenticate(token: account.token), audience: AccessToken.contentAudience).token
@@ -192,7 +192,7 @@ struct Verify: AsyncParsableCommand {
             productID = LocalServices.product
             token = try await services.buyerAccessToken()
             clientConfiguration = try services.clientConfiguration(clientConfiguration)
-            environment = services.store.store.configuration.environment
+            environment = services.store.store.configuration.environment.wire
             keys = try services.store.store.publicKeys()
             endpoints = [Endpoint(host: "127.0.0.1", port: services.content.port ?? 0)]
             do {

@@ -119,7 +119,7 @@ struct StoreFixture {
     var store: Store { server.store }
 
     static func with<R>(
-        environment: ReceiptV1.Environment = .sandbox, dataDirectory: String = temporaryDirectory(),
+        environment: StoreEnvironment = .sandbox, dataDirectory: String = temporaryDirectory(),
         keyEncryptionKey: KeyEncryptionKey? = nil,
         _ body: (StoreFixture) async throws -> R
     ) async throws -> R {
