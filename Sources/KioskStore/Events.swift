@@ -33,14 +33,33 @@ extension Ledger {
     /// The advisory lock a PostgreSQL write takes before it inserts an event: event ids commit in order.
     static let eventOrderLockKey: Int64 = 0x4B494F534B_45  // "KIOSKE"
 
+
+
+
+
+
+
+    /// Events after `cursor`, oldest first (see ``events(_:after:limit:accountID:types:)``).
+    public func events(after cursor: UInt64, limit: Int = 500, accountID: String? = nil, types: [EventKind] = []) async throws -> [EventRecord] {
+        try await backend.read { db in try db.events(after: cursor, limit: limit, accountID: accountID, types: types) }
+    }
+
+    /// The highest event id recorded so far.
+    public func latestEventID() throws -> UInt64 {
+        try backend.read { db in try db.latestEventID() }
+    }
+}
+
+// The ledger adapter: the domain's repository ports on SQL (SQLite and PostgreSQL alike).
+extension LedgerDatabase {
     /// Records `event` in the write in progress; returns it with its id.
     @discardableResult
-    static func recordEvent(_ event: EventRecord, _ db: any LedgerDatabase) throws -> EventRecord {
-        if db.dialect == .postgres {
+    public func recordEvent(_ event: EventRecord) throws -> EventRecord {
+        if dialect == .postgres {
             // Held to the commit: ids are handed out and committed one writer at a time.
-            try db.execute("SELECT pg_advisory_xact_lock(?)", [eventOrderLockKey])
+            try execute("SELECT pg_advisory_xact_lock(?)", [Ledger.eventOrderLockKey])
         }
-        guard let id = try db.value(
+        guard let id = try value(
             Int64.self,
             """
                 INSERT INTO events (type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason,
@@ -50,20 +69,20 @@ extension Ledger {
             [Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID, event.productID, event.createdMs,
              event.reason, Int64(clamping: event.creditShortfall), event.autoRenew, event.price, Int64(event.expirationReason.rawValue)])
         else { throw StoreError(.internalFailure, "the event log did not answer the id of its new event") }
-        try announceChange(db)
+        try Ledger.announceChange(self)
         var recorded = event
         recorded.id = UInt64(id)
         return recorded
     }
 
     /// The highest event id (0 when there is none).
-    static func latestEventID(_ db: any LedgerDatabase) throws -> UInt64 {
-        UInt64(clamping: try db.value(Int64.self, "SELECT MAX(id) FROM events") ?? 0)
+    public func latestEventID() throws -> UInt64 {
+        UInt64(clamping: try value(Int64.self, "SELECT MAX(id) FROM events") ?? 0)
     }
 
     /// Events after `cursor`, oldest first, at most `limit`: of one account, or of all; of `types`, or of any.
-    static func events(_ db: any LedgerDatabase, after cursor: UInt64, limit: Int, accountID: String? = nil,
-                       types: [EventKind] = []) throws -> [EventRecord] {
+    public func events(after cursor: UInt64, limit: Int, accountID: String?,
+                       types: [EventKind]) throws -> [EventRecord] {
         var sql = "SELECT * FROM events WHERE id > ?"
         var arguments: [any LedgerArgument] = [Int64(clamping: cursor)]
         if let accountID {
@@ -76,16 +95,6 @@ extension Ledger {
         }
         sql += " ORDER BY id LIMIT ?"
         arguments.append(Int64(limit))
-        return try db.fetchAll(sql, arguments).map(EventRecord.init)
-    }
-
-    /// Events after `cursor`, oldest first (see ``events(_:after:limit:accountID:types:)``).
-    public func events(after cursor: UInt64, limit: Int = 500, accountID: String? = nil, types: [EventKind] = []) async throws -> [EventRecord] {
-        try await backend.read { db in try Self.events(db, after: cursor, limit: limit, accountID: accountID, types: types) }
-    }
-
-    /// The highest event id recorded so far.
-    public func latestEventID() throws -> UInt64 {
-        try backend.read { db in try Self.latestEventID(db) }
+        return try fetchAll(sql, arguments).map(EventRecord.init)
     }
 }

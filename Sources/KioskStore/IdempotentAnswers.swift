@@ -54,11 +54,11 @@ extension PurchaseOutcome {
         return environment
     }
 
-    static func replaying(_ bytes: [UInt8], _ db: any LedgerDatabase) throws -> PurchaseOutcome {
+    static func replaying(_ bytes: [UInt8], _ db: any StoreRepositories) throws -> PurchaseOutcome {
         if StoredAnswer.isLegacy(bytes) { return try PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)) }
         switch try StoredAnswer.decoded(bytes) {
         case .purchase(let transactionID, let alreadyOwned):
-            guard let record = try Ledger.transaction(db, id: transactionID) else {
+            guard let record = try db.transaction(id: transactionID) else {
                 throw StoreError(.internalFailure, "transaction \(transactionID), the answer kept for this idempotency key, is not in the ledger")
             }
             // A deferred purchase since declined is FAILED now: replayed as the failure it became.

@@ -253,112 +253,30 @@ public final class Ledger: Sendable {
 
     /// The transaction with `id`.
     public func transaction(id: String) throws -> TransactionRecord? {
-        try backend.read { db in try Self.transaction(db, id: id) }
+        try backend.read { db in try db.transaction(id: id) }
     }
 
-    static func transaction(_ db: any LedgerDatabase, id: String) throws -> TransactionRecord? {
-        try db.fetchOne("SELECT * FROM transactions WHERE id = ?", [id]).map(TransactionRecord.init)
-    }
 
-    static func transaction(_ db: any LedgerDatabase, paymentID: String) throws -> TransactionRecord? {
-        try db.fetchOne("SELECT * FROM transactions WHERE payment_id = ?", [paymentID]).map(TransactionRecord.init)
-    }
 
-    static func account(_ db: any LedgerDatabase, id: String) throws -> AccountRecord? {
-        try db.fetchOne("SELECT * FROM accounts WHERE id = ?", [id]).map(AccountRecord.init)
-    }
 
-    /// A live purchase of a product bought once (a non-consumable, or an
-    /// auto-renewable subscription unexpired at `nowMs`); one indexed lookup.
-    static func owned(_ db: any LedgerDatabase, accountID: String, productID: String, type: ProductKind, nowMs: Int64) throws -> TransactionRecord? {
-        guard type == .nonConsumable || type == .autoRenewableSubscription else { return nil }
-        if type == .autoRenewableSubscription {
-            // The subscription's row decides: paid up, or in its grace period (a renewal's payment failed but the
-            // entitlement is kept); expired early (`expire`) or in billing retry is not owned.
-            if let row = try db.fetchOne("SELECT * FROM subscriptions WHERE account_id = ? AND product_id = ? ORDER BY expires_ms DESC LIMIT 1",
-                                         [accountID, productID]).map(SubscriptionRecord.init) {
-                return row.isEntitled(atMs: nowMs) ? try transaction(db, id: row.latestTransactionID) : nil
-            }
-        }
-        return try db.fetchOne("""
-                SELECT * FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0
-                  AND (product_type = 2 OR expires_ms > ?) ORDER BY \(db.dialect.insertionOrder) LIMIT 1
-                """, [accountID, productID, nowMs]
-        ).map(TransactionRecord.init)
-    }
 
-    /// A subscription's history for a new period: the first purchase's original id and the latest expiry.
-    static func subscription(_ db: any LedgerDatabase, accountID: String, productID: String) throws -> (originalID: String?, latestExpiryMs: Int64) {
-        let originalID = try db.value(String.self, "SELECT original_id FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0 ORDER BY \(db.dialect.insertionOrder) LIMIT 1", [accountID, productID])
-        let latest = try db.value(Int64.self, "SELECT MAX(expires_ms) FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0", [accountID, productID]) ?? 0
-        return (originalID, latest)
-    }
 
-    /// Orders this write after every other write about the account's purchases, on PostgreSQL:
-    /// a write of the account's row, so of two concurrent writes about one account the second
-    /// waits for the first and then fails with a serialization failure, and is retried on a
-    /// snapshot that holds the first (PostgreSQL's "first updater wins"). Without it a
-    /// `SERIALIZABLE` write could check ownership on a snapshot older than a purchase it then
-    /// races (unique indexes are checked against the present, the ownership read against the
-    /// snapshot: an approval could pass both while a purchase completed, and charge twice).
-    /// SQLite runs one write at a time: nothing to do there.
-    static func serializeOnAccount(_ accountID: String, _ db: any LedgerDatabase) throws {
-        guard db.dialect == .postgres else { return }
-        try db.execute("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?", [accountID])
-    }
 
-    /// Inserts a transaction and, for a purchased consumable, its credits, and records its event:
-    /// PURCHASED or DEFERRED by its state, or `event` (a renewal's RENEWED).
-    static func insertTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase, event: EventKind? = nil) throws {
-        try serializeOnAccount(record.accountID, db)
-        do {
-            try record.insert(db)
-        } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded")
-        }
-        if record.state == .purchased, record.credits > 0 {
-            try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs, db)
-        }
-        if let type = event ?? (record.state == .purchased ? .purchased : record.state == .deferred ? .deferred : nil) {
-            try recordEvent(EventRecord(type, record, nowMs: record.purchaseMs), db)
-        }
-    }
 
-    /// Moves credits and records the movement; the balance's CHECK keeps it from going below 0.
-    static func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64, _ db: any LedgerDatabase) throws {
-        try db.execute("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", [amount, account])
-        try db.execute(
-            "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)", [account, amount, transaction, reason, nowMs])
-    }
+
+
+
+
+
+
+
+
 
     // MARK: Idempotency keys
 
-    /// The answer stored for an idempotency key, checked in the same write that will store a new one.
-    /// - Throws: ``StoreError`` 6 when the key was used for another request.
-    static func remembered(_ db: any LedgerDatabase, account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
-        guard let key, let row = try db.fetchOne("SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?", [account, key]) else {
-            return nil
-        }
-        let storedOperation: String = try row["operation"]
-        let storedHash: [UInt8] = try row["request_hash"]
-        guard storedOperation == operation, storedHash == hash else {
-            throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different \(storedOperation) request; use a new key for a new request")
-        }
-        return try row["response"] as [UInt8]
-    }
 
-    /// Stores an idempotency key's answer (nothing without a key). An answer already stored stays, unless `replacing`.
-    static func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
-                         replacing: Bool = false, _ db: any LedgerDatabase) throws {
-        guard let key else { return }
-        try db.execute(
-            """
-                INSERT INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (account_id, key) DO \(replacing
-                  ? "UPDATE SET operation = excluded.operation, request_hash = excluded.request_hash, response = excluded.response, created_ms = excluded.created_ms"
-                  : "NOTHING")
-                """, [account, key, operation, hash, response, nowMs])
-    }
+
+
 
     /// Every transaction of an account, oldest first.
     public func transactions(accountID: String) throws -> [TransactionRecord] {
@@ -428,68 +346,11 @@ public final class Ledger: Sendable {
         return TransactionPage(transactions: try kept.map(TransactionRecord.init), nextPageToken: hasMore ? last.map { "r\($0)" } ?? "" : "", hasMore: hasMore)
     }
 
-    static func markFinished(transactionID: String, _ db: any LedgerDatabase) throws {
-        try db.execute("UPDATE transactions SET finished = 1 WHERE id = ?", [transactionID])
-    }
 
-    /// Rewrites a transaction in place (an approval: DEFERRED → PURCHASED), keeping its row and so its place
-    /// in the account's pages; a purchased consumable's credits are added and APPROVED recorded.
-    static func replaceTransaction(_ record: TransactionRecord, _ db: any LedgerDatabase) throws {
-        try serializeOnAccount(record.accountID, db)
-        do {
-            try db.execute(
-                """
-                    UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
-                      price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ?,
-                      period_start_ms = ?, offer_id = ? WHERE id = ?
-                    """, [record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue, record.purchaseMs,
-                            record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID, record.receipt,
-                            record.finished, Int64(clamping: record.credits), record.periodStartMs, record.offerID, record.id])
-        } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)")
-        }
-        if record.state == .purchased, record.credits > 0 {
-            try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs, db)
-        }
-        if record.state == .purchased {
-            try recordEvent(EventRecord(.approved, record, nowMs: record.purchaseMs), db)
-        }
-    }
 
-    /// Revokes a purchased transaction in one write: its row marked, a revocation
-    /// in the feed, a consumable's credits taken back as far as the balance goes
-    /// and the rest recorded as the shortfall on both.
-    static func revoke(transactionID: String, reason: String, nowMs: Int64, _ db: any LedgerDatabase) throws -> RevocationRecord {
-        guard let current = try transaction(db, id: transactionID), current.state == .purchased else {
-            throw StoreError(.conflict, "transaction \(transactionID) is not purchased")
-        }
-        guard current.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
-        try serializeOnAccount(current.accountID, db)
-        var shortfall: Int64 = 0
-        if current.credits > 0 {
-            let owed = Int64(clamping: current.credits)
-            let balance = Int64(clamping: try account(db, id: current.accountID)?.creditBalance ?? 0)
-            let taken = min(balance, owed)
-            shortfall = owed - taken
-            if taken > 0 {
-                try addCredits(-taken, account: current.accountID, transaction: transactionID, reason: "refund", nowMs: nowMs, db)
-            }
-        }
-        try db.execute("UPDATE transactions SET revoked_ms = ?, revocation_reason = ?, refund_credit_shortfall = ? WHERE id = ?", [nowMs, reason, shortfall, transactionID])
-        // Refunding a subscription's newest transaction ends the subscription (REVOKED): nothing renews it.
-        try db.execute("UPDATE subscriptions SET state = 5, due_ms = 0, will_auto_renew = 0, updated_ms = ? WHERE latest_transaction_id = ?",
-                       [nowMs, transactionID])
-        guard let revocation = try db.fetchOne(
-            """
-                INSERT INTO revocations (transaction_id, original_transaction_id, account_id, revoked_ms, reason, credit_shortfall)
-                VALUES (?, ?, ?, ?, ?, ?) RETURNING *
-                """, [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall]).map(RevocationRecord.init) else {
-            throw StoreError(.internalFailure, "revocation of \(transactionID) vanished in its own write")
-        }
-        try recordEvent(EventRecord(.refunded, current, nowMs: nowMs, reason: reason, creditShortfall: UInt64(clamping: shortfall)), db)
-        try announceChange(db)
-        return revocation
-    }
+
+
+
 
     /// An account's balance and the sum of its credit movements, read together (equal in a sound ledger).
     public func balanceAndMovements(accountID: String) throws -> (balance: Int64, movements: Int64) {
@@ -552,5 +413,195 @@ public final class Ledger: Sendable {
         try backend.write { db in
             try db.execute("DELETE FROM idempotency_keys WHERE created_ms < ?", [cutoffMs])
         }
+    }
+}
+
+// The ledger adapter: the domain's repository ports on SQL (SQLite and PostgreSQL alike).
+extension LedgerDatabase {
+    public func failDeferred(transactionID: String, code: UInt32, reason: String, message: String) throws {
+        try execute("UPDATE transactions SET state = ?, error_code = ?, error_reason = ?, error_message = ? WHERE id = ? AND state = ?",
+                    [TransactionState.failed.rawValue, Int64(code), reason, message, transactionID, TransactionState.deferred.rawValue])
+    }
+
+    public func deferred(before beforeMs: Int64, limit: Int) throws -> [(id: String, accountID: String)] {
+        try fetchAll("SELECT id, account_id FROM transactions WHERE state = 3 AND purchase_ms < ? ORDER BY purchase_ms LIMIT ?", [beforeMs, Int64(limit)])
+            .map { (try $0["id"] as String, try $0["account_id"] as String) }
+    }
+
+    public func offerNonceUsed(_ nonce: String) throws -> Bool {
+        try value(String.self, "SELECT nonce FROM offer_nonces WHERE nonce = ?", [nonce]) != nil
+    }
+
+    /// Used up in the purchase's own write; the unique key also stops a racing second use. `DO NOTHING`, not a
+    /// caught violation: on PostgreSQL a failed statement aborts the whole write, and the refusal must still be
+    /// recorded in it.
+    public func useOfferNonce(_ nonce: String, accountID: String, nowMs: Int64) throws -> Bool {
+        try execute("INSERT INTO offer_nonces (nonce, account_id, created_ms) VALUES (?, ?, ?) ON CONFLICT (nonce) DO NOTHING",
+                    [nonce, accountID, nowMs]) > 0
+    }
+
+    public func transaction(id: String) throws -> TransactionRecord? {
+        try fetchOne("SELECT * FROM transactions WHERE id = ?", [id]).map(TransactionRecord.init)
+    }
+
+    public func transaction(paymentID: String) throws -> TransactionRecord? {
+        try fetchOne("SELECT * FROM transactions WHERE payment_id = ?", [paymentID]).map(TransactionRecord.init)
+    }
+
+    public func account(id: String) throws -> AccountRecord? {
+        try fetchOne("SELECT * FROM accounts WHERE id = ?", [id]).map(AccountRecord.init)
+    }
+
+    /// A live purchase of a product bought once (a non-consumable, or an
+    /// auto-renewable subscription unexpired at `nowMs`); one indexed lookup.
+    public func owned(accountID: String, productID: String, kind type: ProductKind, nowMs: Int64) throws -> TransactionRecord? {
+        guard type == .nonConsumable || type == .autoRenewableSubscription else { return nil }
+        if type == .autoRenewableSubscription {
+            // The subscription's row decides: paid up, or in its grace period (a renewal's payment failed but the
+            // entitlement is kept); expired early (`expire`) or in billing retry is not owned.
+            if let row = try fetchOne("SELECT * FROM subscriptions WHERE account_id = ? AND product_id = ? ORDER BY expires_ms DESC LIMIT 1",
+                                         [accountID, productID]).map(SubscriptionRecord.init) {
+                return row.isEntitled(atMs: nowMs) ? try transaction(id: row.latestTransactionID) : nil
+            }
+        }
+        return try fetchOne("""
+                SELECT * FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0
+                  AND (product_type = 2 OR expires_ms > ?) ORDER BY \(dialect.insertionOrder) LIMIT 1
+                """, [accountID, productID, nowMs]
+        ).map(TransactionRecord.init)
+    }
+
+    /// A subscription's history for a new period: the first purchase's original id and the latest expiry.
+    public func subscriptionHistory(accountID: String, productID: String) throws -> (originalID: String?, latestExpiryMs: Int64) {
+        let originalID = try value(String.self, "SELECT original_id FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0 ORDER BY \(dialect.insertionOrder) LIMIT 1", [accountID, productID])
+        let latest = try value(Int64.self, "SELECT MAX(expires_ms) FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0", [accountID, productID]) ?? 0
+        return (originalID, latest)
+    }
+
+    /// Orders this write after every other write about the account's purchases, on PostgreSQL:
+    /// a write of the account's row, so of two concurrent writes about one account the second
+    /// waits for the first and then fails with a serialization failure, and is retried on a
+    /// snapshot that holds the first (PostgreSQL's "first updater wins"). Without it a
+    /// `SERIALIZABLE` write could check ownership on a snapshot older than a purchase it then
+    /// races (unique indexes are checked against the present, the ownership read against the
+    /// snapshot: an approval could pass both while a purchase completed, and charge twice).
+    /// SQLite runs one write at a time: nothing to do there.
+    public func serializeOnAccount(_ accountID: String) throws {
+        guard dialect == .postgres else { return }
+        try execute("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?", [accountID])
+    }
+
+    /// Inserts a transaction and, for a purchased consumable, its credits, and records its event:
+    /// PURCHASED or DEFERRED by its state, or `event` (a renewal's RENEWED).
+    public func insertTransaction(_ record: TransactionRecord, event: EventKind?) throws {
+        try serializeOnAccount(record.accountID)
+        do {
+            try record.insert(self)
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
+            throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded")
+        }
+        if record.state == .purchased, record.credits > 0 {
+            try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs)
+        }
+        if let type = event ?? (record.state == .purchased ? .purchased : record.state == .deferred ? .deferred : nil) {
+            try recordEvent(EventRecord(type, record, nowMs: record.purchaseMs))
+        }
+    }
+
+    /// Moves credits and records the movement; the balance's CHECK keeps it from going below 0.
+    public func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64) throws {
+        try execute("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", [amount, account])
+        try execute(
+            "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)", [account, amount, transaction, reason, nowMs])
+    }
+
+    /// The answer stored for an idempotency key, checked in the same write that will store a new one.
+    /// - Throws: ``StoreError`` 6 when the key was used for another request.
+    public func remembered(account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
+        guard let key, let row = try fetchOne("SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?", [account, key]) else {
+            return nil
+        }
+        let storedOperation: String = try row["operation"]
+        let storedHash: [UInt8] = try row["request_hash"]
+        guard storedOperation == operation, storedHash == hash else {
+            throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different \(storedOperation) request; use a new key for a new request")
+        }
+        return try row["response"] as [UInt8]
+    }
+
+    /// Stores an idempotency key's answer (nothing without a key). An answer already stored stays, unless `replacing`.
+    public func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
+                         replacing: Bool) throws {
+        guard let key else { return }
+        try execute(
+            """
+                INSERT INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (account_id, key) DO \(replacing
+                  ? "UPDATE SET operation = excluded.operation, request_hash = excluded.request_hash, response = excluded.response, created_ms = excluded.created_ms"
+                  : "NOTHING")
+                """, [account, key, operation, hash, response, nowMs])
+    }
+
+    public func markFinished(transactionID: String) throws {
+        try execute("UPDATE transactions SET finished = 1 WHERE id = ?", [transactionID])
+    }
+
+    /// Rewrites a transaction in place (an approval: DEFERRED → PURCHASED), keeping its row and so its place
+    /// in the account's pages; a purchased consumable's credits are added and APPROVED recorded.
+    public func replaceTransaction(_ record: TransactionRecord) throws {
+        try serializeOnAccount(record.accountID)
+        do {
+            try execute(
+                """
+                    UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
+                      price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ?,
+                      period_start_ms = ?, offer_id = ? WHERE id = ?
+                    """, [record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue, record.purchaseMs,
+                            record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID, record.receipt,
+                            record.finished, Int64(clamping: record.credits), record.periodStartMs, record.offerID, record.id])
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
+            throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)")
+        }
+        if record.state == .purchased, record.credits > 0 {
+            try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs)
+        }
+        if record.state == .purchased {
+            try recordEvent(EventRecord(.approved, record, nowMs: record.purchaseMs))
+        }
+    }
+
+    /// Revokes a purchased transaction in one write: its row marked, a revocation
+    /// in the feed, a consumable's credits taken back as far as the balance goes
+    /// and the rest recorded as the shortfall on both.
+    public func revoke(transactionID: String, reason: String, nowMs: Int64) throws -> RevocationRecord {
+        guard let current = try transaction(id: transactionID), current.state == .purchased else {
+            throw StoreError(.conflict, "transaction \(transactionID) is not purchased")
+        }
+        guard current.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
+        try serializeOnAccount(current.accountID)
+        var shortfall: Int64 = 0
+        if current.credits > 0 {
+            let owed = Int64(clamping: current.credits)
+            let balance = Int64(clamping: try account(id: current.accountID)?.creditBalance ?? 0)
+            let taken = min(balance, owed)
+            shortfall = owed - taken
+            if taken > 0 {
+                try addCredits(-taken, account: current.accountID, transaction: transactionID, reason: "refund", nowMs: nowMs)
+            }
+        }
+        try execute("UPDATE transactions SET revoked_ms = ?, revocation_reason = ?, refund_credit_shortfall = ? WHERE id = ?", [nowMs, reason, shortfall, transactionID])
+        // Refunding a subscription's newest transaction ends the subscription (REVOKED): nothing renews it.
+        try execute("UPDATE subscriptions SET state = 5, due_ms = 0, will_auto_renew = 0, updated_ms = ? WHERE latest_transaction_id = ?",
+                       [nowMs, transactionID])
+        guard let revocation = try fetchOne(
+            """
+                INSERT INTO revocations (transaction_id, original_transaction_id, account_id, revoked_ms, reason, credit_shortfall)
+                VALUES (?, ?, ?, ?, ?, ?) RETURNING *
+                """, [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall]).map(RevocationRecord.init) else {
+            throw StoreError(.internalFailure, "revocation of \(transactionID) vanished in its own write")
+        }
+        try recordEvent(EventRecord(.refunded, current, nowMs: nowMs, reason: reason, creditShortfall: UInt64(clamping: shortfall)))
+        try Ledger.announceChange(self)
+        return revocation
     }
 }

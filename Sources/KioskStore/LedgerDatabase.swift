@@ -196,7 +196,7 @@ public struct LedgerDialect: Sendable, Hashable {
 /// ledger. SQL is written once, in the subset both SQLite (3.35+) and
 /// PostgreSQL speak: `?` placeholders, `INSERT … ON CONFLICT`, `RETURNING`,
 /// `CAST(… AS BIGINT)` around sums; ``LedgerDialect`` names what differs.
-public protocol LedgerDatabase {
+public protocol LedgerDatabase: StoreRepositories {
     /// Which SQL dialect this is.
     var dialect: LedgerDialect { get }
     /// Runs one statement; returns how many rows it changed.

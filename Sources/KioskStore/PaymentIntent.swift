@@ -35,63 +35,15 @@ extension Ledger {
     /// The payment-intent table and the constraints that make the database,
     /// not a process-local lock, the guard against charging twice.
 
-    static func intent(_ db: any LedgerDatabase, id: String) throws -> PaymentIntent? {
-        try db.fetchOne("SELECT * FROM payment_intents WHERE id = ?", [id]).map(PaymentIntent.init)
-    }
 
-    /// Writes a new pending intent.
-    /// - Throws: ``StoreError`` ABORTED (10) when the account already has a payment of this owned-once product in flight.
-    static func insert(_ intent: PaymentIntent, nowMs: Int64, _ db: any LedgerDatabase) throws {
-        try serializeOnAccount(intent.accountID, db)
-        do {
-            try db.execute(
-                """
-                    INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
-                      credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
-                      idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?)
-                    """, [
-                    intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID, intent.productID,
-                    intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod, Int64(intent.quantity),
-                    intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
-                    intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs, intent.offerID,
-                ])
-        } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
-        }
-    }
 
-    /// Takes over a pending or closed intent for another attempt (a client's retry): pending again, owned by `owner`.
-    static func reopen(_ intent: PaymentIntent, owner: String, nowMs: Int64, _ db: any LedgerDatabase) throws -> PaymentIntent {
-        try serializeOnAccount(intent.accountID, db)
-        do {
-            try db.execute("UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?", [owner, nowMs, intent.id])
-        } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
-        }
-        var reopened = intent
-        reopened.state = .pending
-        reopened.owner = owner
-        reopened.attemptMs = nowMs
-        return reopened
-    }
 
-    /// Marks an intent completed or closed, with why.
-    static func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: any LedgerDatabase) throws {
-        if db.dialect == .postgres, let account = try db.value(String.self, "SELECT account_id FROM payment_intents WHERE id = ?", [intentID]) {
-            try serializeOnAccount(account, db)
-        }
-        try db.execute("UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?", [state.rawValue, outcome, nowMs, intentID])
-    }
 
-    /// Settles an intent only if it is still pending under the same owner (another attempt did not take it over).
-    /// Returns true when it did.
-    static func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64, _ db: any LedgerDatabase) throws -> Bool {
-        try serializeOnAccount(intent.accountID, db)
-        return try db.execute(
-            "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ? AND updated_ms = ?",
-            [state.rawValue, outcome, nowMs, intent.id, intent.owner, intent.attemptMs]) > 0
-    }
+
+
+
+
+
 
     /// Intents reconciliation closed as not charged before `beforeMs`, not looked at again yet (the second look).
     func closedUncharged(before beforeMs: Int64) throws -> [PaymentIntent] {
@@ -122,7 +74,7 @@ extension Ledger {
 
     /// The intent with `id` (`kind:paymentID`).
     public func intent(id: String) throws -> PaymentIntent? {
-        try backend.read { db in try Self.intent(db, id: id) }
+        try backend.read { db in try db.intent(id: id) }
     }
 
     /// Intents settled by reconciliation: found charged (and recorded), found not charged (and closed).
@@ -143,5 +95,74 @@ extension Ledger {
             }
             return counts
         }
+    }
+}
+
+// The ledger adapter: the domain's repository ports on SQL (SQLite and PostgreSQL alike).
+extension LedgerDatabase {
+    public func pendingIntentIDs(accountID: String, productIDs: [String]) throws -> [String] {
+        guard !productIDs.isEmpty else { return [] }
+        let marks = Array(repeating: "?", count: productIDs.count).joined(separator: ", ")
+        return try values(String.self, "SELECT id FROM payment_intents WHERE account_id = ? AND state = 'pending' AND product_id IN (\(marks))",
+                          [accountID] + productIDs)
+    }
+
+    public func intent(id: String) throws -> PaymentIntent? {
+        try fetchOne("SELECT * FROM payment_intents WHERE id = ?", [id]).map(PaymentIntent.init)
+    }
+
+    /// Writes a new pending intent.
+    /// - Throws: ``StoreError`` ABORTED (10) when the account already has a payment of this owned-once product in flight.
+    public func insertIntent(_ intent: PaymentIntent, nowMs: Int64) throws {
+        try serializeOnAccount(intent.accountID)
+        do {
+            try execute(
+                """
+                    INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
+                      credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
+                      idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?)
+                    """, [
+                    intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID, intent.productID,
+                    intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod, Int64(intent.quantity),
+                    intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
+                    intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs, intent.offerID,
+                ])
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
+            throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+        }
+    }
+
+    /// Takes over a pending or closed intent for another attempt (a client's retry): pending again, owned by `owner`.
+    public func reopen(_ intent: PaymentIntent, owner: String, nowMs: Int64) throws -> PaymentIntent {
+        try serializeOnAccount(intent.accountID)
+        do {
+            try execute("UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?", [owner, nowMs, intent.id])
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
+            throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+        }
+        var reopened = intent
+        reopened.state = .pending
+        reopened.outcome = ""
+        reopened.owner = owner
+        reopened.attemptMs = nowMs
+        return reopened
+    }
+
+    /// Marks an intent completed or closed, with why.
+    public func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64) throws {
+        if dialect == .postgres, let account = try value(String.self, "SELECT account_id FROM payment_intents WHERE id = ?", [intentID]) {
+            try serializeOnAccount(account)
+        }
+        try execute("UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?", [state.rawValue, outcome, nowMs, intentID])
+    }
+
+    /// Settles an intent only if it is still pending under the same owner (another attempt did not take it over).
+    /// Returns true when it did.
+    public func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64) throws -> Bool {
+        try serializeOnAccount(intent.accountID)
+        return try execute(
+            "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ? AND updated_ms = ?",
+            [state.rawValue, outcome, nowMs, intent.id, intent.owner, intent.attemptMs]) > 0
     }
 }

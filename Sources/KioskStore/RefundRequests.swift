@@ -63,9 +63,7 @@ extension Ledger {
         }
     }
 
-    static func refundRequest(_ db: any LedgerDatabase, transactionID: String) throws -> RefundRequestRecord? {
-        try db.fetchOne("SELECT * FROM refund_requests WHERE transaction_id = ?", [transactionID]).map(RefundRequestRecord.init)
-    }
+
 
     /// A pending request for `transactionID` becomes `state` (granted or denied) with the operator's reason;
     /// REFUND_DENIED is recorded for a denial (a grant's event is the REFUNDED its refund records). A refund
@@ -73,8 +71,8 @@ extension Ledger {
     /// - Returns: the request as it now stands, or nil when it has none to decide.
     @discardableResult
     static func decideRefundRequest(transactionID: String, _ decision: RefundRequest.State, reason: String, nowMs: Int64,
-                                    _ db: any LedgerDatabase) throws -> RefundRequestRecord? {
-        guard var request = try refundRequest(db, transactionID: transactionID) else { return nil }
+                                    _ db: any StoreRepositories) throws -> RefundRequestRecord? {
+        guard var request = try db.refundRequest(transactionID: transactionID) else { return nil }
         let before = request.state
         switch decision {
         case .granted:
@@ -85,11 +83,9 @@ extension Ledger {
             return nil
         }
         // Written only over the state it was decided from: a concurrent decision in another process wins, this one is refused.
-        guard try db.execute("UPDATE refund_requests SET state = ?, decided_ms = ?, decision_reason = ? WHERE transaction_id = ? AND state = ?",
-                             [Int64(request.state.rawValue), request.decidedMs, request.decisionReason, transactionID, Int64(before.rawValue)]) > 0
-        else { return nil }
-        if decision == .denied, let record = try transaction(db, id: transactionID) {
-            try recordEvent(EventRecord(.refundDenied, record, nowMs: nowMs, reason: reason), db)
+        guard try db.updateRefundRequest(request, from: before) else { return nil }
+        if decision == .denied, let record = try db.transaction(id: transactionID) {
+            try db.recordEvent(EventRecord(.refundDenied, record, nowMs: nowMs, reason: reason))
         }
         return request
     }
@@ -125,7 +121,7 @@ extension Ledger {
 
     /// The refund request of `transactionID`, if one was made.
     public func refundRequest(transactionID: String) throws -> RefundRequestRecord? {
-        try backend.read { db in try Self.refundRequest(db, transactionID: transactionID) }
+        try backend.read { db in try db.refundRequest(transactionID: transactionID) }
     }
 }
 
@@ -142,10 +138,10 @@ extension Store {
         let nowMs = now
         return try await ledger.write(account: accountID) { db in
             // Another account's transaction is as unknown as one that does not exist.
-            guard let record = try Ledger.transaction(db, id: transactionID), record.accountID == accountID else {
+            guard let record = try db.transaction(id: transactionID), record.accountID == accountID else {
                 throw StoreError.notFound("no transaction \(transactionID) for this account")
             }
-            if let existing = try Ledger.refundRequest(db, transactionID: transactionID) { return existing }
+            if let existing = try db.refundRequest(transactionID: transactionID) { return existing }
             let request: RefundRequest
             do {
                 request = try RefundRequest.asked(transactionID: transactionID, accountID: accountID, productID: record.productID,
@@ -155,13 +151,8 @@ extension Store {
             } catch {
                 throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
             }
-            try db.execute(
-                """
-                    INSERT INTO refund_requests (transaction_id, account_id, product_id, reason, state, requested_ms)
-                    VALUES (?, ?, ?, ?, ?, ?)
-                    """, [request.transactionID, request.accountID, request.productID, request.reason, Int64(request.state.rawValue),
-                          request.requestedMs])
-            try Ledger.recordEvent(EventRecord(.refundRequested, record, nowMs: nowMs, reason: reason), db)
+            try db.insertRefundRequest(request)
+            try db.recordEvent(EventRecord(.refundRequested, record, nowMs: nowMs, reason: reason))
             return request
         }
     }
@@ -179,8 +170,34 @@ extension Store {
         let nowMs = now
         return try await ledger.write(account: request.accountID) { db in
             if let denied = try Ledger.decideRefundRequest(transactionID: transactionID, .denied, reason: reason, nowMs: nowMs, db) { return denied }
-            let current = try Ledger.refundRequest(db, transactionID: transactionID)
+            let current = try db.refundRequest(transactionID: transactionID)
             throw StoreError(.conflict, "the refund request of \(transactionID) is \(current.map { "\($0.state)" } ?? "gone"), not pending")
         }
+    }
+}
+
+// The ledger adapter: the domain's repository ports on SQL (SQLite and PostgreSQL alike).
+extension LedgerDatabase {
+    public func insertRefundRequest(_ request: RefundRequest) throws {
+        do {
+            try execute(
+                """
+                    INSERT INTO refund_requests (transaction_id, account_id, product_id, reason, state, requested_ms)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """, [request.transactionID, request.accountID, request.productID, request.reason, Int64(request.state.rawValue),
+                          request.requestedMs])
+        } catch let error as LedgerError where error.kind == .uniqueViolation {
+            throw StoreError(.conflict, "transaction \(request.transactionID) has a refund request already")
+        }
+    }
+
+    /// Written only over the state it was decided from: a concurrent decision in another process wins, this one is refused.
+    public func updateRefundRequest(_ request: RefundRequest, from before: RefundRequest.State) throws -> Bool {
+        try execute("UPDATE refund_requests SET state = ?, decided_ms = ?, decision_reason = ? WHERE transaction_id = ? AND state = ?",
+                    [Int64(request.state.rawValue), request.decidedMs, request.decisionReason, request.transactionID, Int64(before.rawValue)]) > 0
+    }
+
+    public func refundRequest(transactionID: String) throws -> RefundRequestRecord? {
+        try fetchOne("SELECT * FROM refund_requests WHERE transaction_id = ?", [transactionID]).map(RefundRequestRecord.init)
     }
 }

@@ -176,7 +176,7 @@ final class RevocationFeed: Sendable {
         }
         if let fromMemory { return fromMemory }
         let (records, latest) = try await ledger.backend.read { db in
-            (try Ledger.events(db, after: cursor, limit: limit, types: types), try Ledger.latestEventID(db))
+            (try db.events(after: cursor, limit: limit, accountID: nil, types: types), try db.latestEventID())
         }
         let signed = try records.map { FeedEvent(record: $0, signed: try sign($0)) }
         // Ids commit in order: a short page read everything up to the latest id of the same snapshot.
@@ -192,7 +192,7 @@ final class RevocationFeed: Sendable {
                 (try Ledger.latestRevocationCursor(db),
                  try Ledger.publicKeys(db).map { "\($0.id)/\($0.notAfterMs)" },
                  try Ledger.revokedServiceCredentialIDs(db),
-                 try Ledger.latestEventID(db))
+                 try db.latestEventID())
             }
             if state.withLockedValue({ $0.eventFloor }) == nil {
                 state.withLockedValue { $0.eventFloor = latestEvent }

@@ -21,7 +21,7 @@ extension Store {
     public func recordTestEvent(reason: String = "test") async throws -> EventRecord {
         let nowMs = now
         return try await ledger.write { db in
-            try Ledger.recordEvent(EventRecord(type: .test, accountID: "", createdMs: nowMs, reason: reason), db)
+            try db.recordEvent(EventRecord(type: .test, accountID: "", createdMs: nowMs, reason: reason))
         }
     }
 
@@ -45,11 +45,11 @@ extension Store {
     }
 
     static func decline(_ transactionID: String, reason: String, nowMs: Int64, instance: InstanceLock, _ db: any LedgerDatabase) throws -> TransactionRecord {
-        guard var record = try Ledger.transaction(db, id: transactionID), record.state == .deferred else {
+        guard var record = try db.transaction(id: transactionID), record.state == .deferred else {
             throw StoreError(.conflict, "transaction \(transactionID) is not waiting for approval")
         }
         let paymentID = record.paymentID ?? record.id
-        if let approval = try Ledger.intent(db, id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)"), approval.state == .pending,
+        if let approval = try db.intent(id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)"), approval.state == .pending,
            approval.owner == instance.id || instance.isAlive(approval.owner, db) {
             throw StoreError(.conflict, "transaction \(transactionID) is being approved; it cannot be declined now")
         }
@@ -57,9 +57,8 @@ extension Store {
         record.errorCode = FailedPurchase.Code.paymentCancelled.rawValue
         record.errorReason = reason
         record.errorMessage = reason == "expired" ? "the ask-to-buy request expired before it was approved" : "the ask-to-buy request was declined"
-        try db.execute("UPDATE transactions SET state = ?, error_code = ?, error_reason = ?, error_message = ? WHERE id = ?",
-                       [record.state.rawValue, Int64(record.errorCode), record.errorReason, record.errorMessage, record.id])
-        try Ledger.recordEvent(EventRecord(.declined, record, nowMs: nowMs, reason: reason), db)
+        try db.failDeferred(transactionID: record.id, code: record.errorCode, reason: record.errorReason, message: record.errorMessage)
+        try db.recordEvent(EventRecord(.declined, record, nowMs: nowMs, reason: reason))
         return record
     }
 
@@ -73,10 +72,7 @@ extension Store {
         let instance = self.instance
         var declined = 0
         while true {
-            let due = try await ledger.backend.read { db in
-                try db.fetchAll("SELECT id, account_id FROM transactions WHERE state = 3 AND purchase_ms < ? ORDER BY purchase_ms LIMIT 200", [cutoff])
-                    .map { (try $0["id"] as String, try $0["account_id"] as String) }
-            }
+            let due = try await ledger.backend.read { db in try db.deferred(before: cutoff, limit: 200) }
             var progressed = false
             for (id, account) in due {
                 // One at a time, each in the account's order; one being approved now is left to its approval.

@@ -111,27 +111,27 @@ extension Store {
         let paymentID = order.paymentID(or: transactionID)
         let instance = self.instance
         return try await ledger.write(account: order.account) { db -> PurchaseStart in
-            if let bytes = try Ledger.remembered(db, account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
+            if let bytes = try db.remembered(account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
                 return .answered(try PurchaseOutcome.replaying(bytes, db))
             }
             func answer(_ outcome: PurchaseOutcome) throws -> PurchaseStart {
-                try Ledger.remember(StoredAnswer(outcome).encoded(), account: order.account, key: order.idempotencyKey, operation: "purchase",
-                                    hash: order.requestHash, nowMs: nowMs, db)
+                try db.remember(StoredAnswer(outcome).encoded(), account: order.account, key: order.idempotencyKey, operation: "purchase",
+                                    hash: order.requestHash, nowMs: nowMs)
                 return .answered(outcome)
             }
             func refuse(code: FailedPurchase.Code, _ reason: String, _ message: String) throws -> PurchaseStart {
                 try answer(PurchaseOutcome(result: .failed(self.failure(transactionID, order: order, nowMs: nowMs, code: code, reason: reason, message))))
             }
-            guard let account = try Ledger.account(db, id: order.account) else {
+            guard let account = try db.account(id: order.account) else {
                 throw StoreError.unauthenticated("account \(order.account) no longer exists")
             }
             // An earlier attempt of this payment comes first: one that may have been charged is never
             // answered FAILED because the account, the catalog or the rules changed since.
-            let earlierIntent = try Ledger.intent(db, id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)")
+            let earlierIntent = try db.intent(id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)")
             if let earlierIntent, let key = order.idempotencyKey, earlierIntent.requestHash != order.requestHash {
                 throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different purchase; use a new key for a new request")
             }
-            if order.idempotencyKey != nil, let earlier = try Ledger.transaction(db, paymentID: paymentID) {
+            if order.idempotencyKey != nil, let earlier = try db.transaction(paymentID: paymentID) {
                 // The key's answer was pruned (past the retention) but the ledger still has what that
                 // payment bought: the same answer again, never a second charge.
                 return .answered(PurchaseOutcome(result: earlier.state == .deferred ? .deferred(earlier) : .purchased(earlier), replayed: true))
@@ -142,7 +142,7 @@ extension Store {
                     throw StoreError(.inProgress, "this payment is being made by another store process; retry with the same idempotency-key")
                 }
                 // Ask again with the same payment id (the processor deduplicates on it), as the same transaction.
-                return .charge(try Ledger.reopen(earlierIntent, owner: instance.id, nowMs: nowMs, db))
+                return .charge(try db.reopen(earlierIntent, owner: instance.id, nowMs: nowMs))
             }
             guard account.paymentsAllowed else {
                 return try refuse(code: .paymentNotAllowed, "payment_not_allowed", "payment not allowed: purchases are disabled for this account")
@@ -154,7 +154,7 @@ extension Store {
                 return try refuse(code: .paymentInvalid, "test_payment_method",
                                   "\(order.paymentMethod) is a sandbox test method; a production store takes real payment methods only")
             }
-            if let owned = try Ledger.owned(db, accountID: order.account, productID: product.id, type: product.type, nowMs: nowMs) {
+            if let owned = try db.owned(accountID: order.account, productID: product.id, kind: product.type, nowMs: nowMs) {
                 return try answer(PurchaseOutcome(result: .purchased(owned), alreadyOwned: true))
             }
             var unitPrice = product.price
@@ -185,7 +185,7 @@ extension Store {
             }
             if let earlierIntent, earlierIntent.state == .closed {
                 // Closed uncharged (reconciliation found nothing): this retry pays, as the same transaction.
-                return .charge(try Ledger.reopen(earlierIntent, owner: instance.id, nowMs: nowMs, db))
+                return .charge(try db.reopen(earlierIntent, owner: instance.id, nowMs: nowMs))
             }
             var intent = PaymentIntent(
                 kind: .purchase, paymentID: paymentID, transactionID: transactionID, accountID: order.account, product: product,
@@ -195,7 +195,7 @@ extension Store {
                 intent.offerID = offerTerms.id
                 intent.subscriptionPeriod = offerTerms.period.description
             }
-            try Ledger.insert(intent, nowMs: nowMs, db)
+            try db.insertIntent(intent, nowMs: nowMs)
             return .charge(intent)
         }
     }
@@ -245,42 +245,42 @@ extension Store {
             let response: PurchaseOutcome
             switch outcome {
             case .succeeded(let reference):
-                if let recorded = try Ledger.transaction(db, paymentID: intent.paymentID) {
+                if let recorded = try db.transaction(paymentID: intent.paymentID) {
                     response = PurchaseOutcome(result: .purchased(recorded))
                 } else if intent.exclusive,
-                          let owned = try Ledger.owned(db, accountID: intent.accountID, productID: intent.productID, type: intent.productType, nowMs: nowMs) {
+                          let owned = try db.owned(accountID: intent.accountID, productID: intent.productID, kind: intent.productType, nowMs: nowMs) {
                     // Charged for something the account came to own meanwhile (only possible when a pending payment
                     // was taken for uncharged and another bought the product): the charge is never dropped silently —
                     // it is refunded, and stays due in the ledger until the processor confirms.
-                    try Ledger.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs, db)
+                    try db.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs)
                     return (PurchaseOutcome(result: .purchased(owned), alreadyOwned: true), true)
                 } else {
                     let record = try self.purchasedRecord(intent, db, signer: signer)
-                    try Ledger.insertTransaction(record, db)
+                    try db.insertTransaction(record)
                     try self.subscriptionBought(record, nowMs: nowMs, db)
                     response = PurchaseOutcome(result: .purchased(record))
                 }
-                try Ledger.settle(intent.id, .completed, outcome: "\(prefix)charged:\(reference)", nowMs: nowMs, db)
+                try db.settle(intent.id, .completed, outcome: "\(prefix)charged:\(reference)", nowMs: nowMs)
             case .deferred:
-                if let recorded = try Ledger.transaction(db, paymentID: intent.paymentID) {
+                if let recorded = try db.transaction(paymentID: intent.paymentID) {
                     response = PurchaseOutcome(result: recorded.state == .deferred ? .deferred(recorded) : .purchased(recorded))
                 } else {
                     let deferred = TransactionRecord(intent, id: intent.transactionID, state: .deferred, purchaseMs: intent.purchaseMs,
                                                      environment: self.configuration.environment)
-                    try Ledger.insertTransaction(deferred, db)
+                    try db.insertTransaction(deferred)
                     response = PurchaseOutcome(result: .deferred(deferred))
                 }
-                try Ledger.settle(intent.id, .completed, outcome: "\(prefix)deferred", nowMs: nowMs, db)
+                try db.settle(intent.id, .completed, outcome: "\(prefix)deferred", nowMs: nowMs)
             case .cancelled:
                 response = PurchaseOutcome(result: .failed(self.failure(intent, code: .paymentCancelled, reason: "payment_cancelled", "payment cancelled by the user")))
-                try Ledger.settle(intent.id, .closed, outcome: "\(prefix)cancelled", nowMs: nowMs, db)
+                try db.settle(intent.id, .closed, outcome: "\(prefix)cancelled", nowMs: nowMs)
             case .declined(let reason, let message):
                 response = PurchaseOutcome(result: .failed(self.failure(intent, code: .paymentInvalid, reason: reason, message)))
-                try Ledger.settle(intent.id, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs, db)
+                try db.settle(intent.id, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs)
             }
             // A recorded charge replaces whatever the key answered before.
-            try Ledger.remember(StoredAnswer(response).encoded(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
-                                hash: intent.requestHash, nowMs: nowMs, replacing: response.isPurchased, db)
+            try db.remember(StoredAnswer(response).encoded(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
+                                hash: intent.requestHash, nowMs: nowMs, replacing: response.isPurchased)
             return (response, false)
         }
         if refundDue { await refundDuplicate(intent) }
@@ -297,7 +297,7 @@ extension Store {
             try await configuration.paymentProcessor.refund(intent.request, reason: "duplicate")
             let nowMs = now
             try await ledger.write(account: intent.accountID) { db in
-                try Ledger.settle(intent.id, .closed, outcome: "refunded_duplicate", nowMs: nowMs, db)
+                try db.settle(intent.id, .closed, outcome: "refunded_duplicate", nowMs: nowMs)
             }
             return true
         } catch {
@@ -316,7 +316,7 @@ extension Store {
                 record.originalID = renewing.originalID
                 record.periodStartMs = renewing.periodStartMs
             } else {
-                let history = try Ledger.subscription(db, accountID: intent.accountID, productID: intent.productID)
+                let history = try db.subscriptionHistory(accountID: intent.accountID, productID: intent.productID)
                 if intent.productType == .autoRenewableSubscription,
                    let group = try groupSubscription(db, accountID: intent.accountID, productID: intent.productID) {
                     // One subscription per group: an upgrade or a resubscription continues it.
@@ -375,22 +375,22 @@ extension Store {
         return try await Task {
             // The key's answer, the balance check and the movement are one write: two processes cannot spend one key twice.
             try await ledger.write(account: account.id) { db -> SpendOutcome in
-                if let bytes = try Ledger.remembered(db, account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
+                if let bytes = try db.remembered(account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
                     return try SpendOutcome.replaying(bytes)
                 }
                 // A purchase holds the key from its intent on, before its answer is stored.
                 if let key = idempotencyKey,
-                   try Ledger.intent(db, id: "\(PaymentIntent.Kind.purchase.rawValue):\(Store.hash("\(account.id)\u{0}\(key)").hexString)") != nil {
+                   try db.intent(id: "\(PaymentIntent.Kind.purchase.rawValue):\(Store.hash("\(account.id)\u{0}\(key)").hexString)") != nil {
                     throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a purchase; use a new key for a new request")
                 }
-                let balance = Int64(clamping: try Ledger.account(db, id: account.id)?.creditBalance ?? 0)
+                let balance = Int64(clamping: try db.account(id: account.id)?.creditBalance ?? 0)
                 guard balance >= amount else {
                     throw StoreError(.conflict, "insufficient credits: the balance is \(balance), cannot spend \(amount)")
                 }
-                try Ledger.addCredits(-amount, account: account.id, transaction: nil, reason: "spend", nowMs: nowMs, db)
+                try db.addCredits(-amount, account: account.id, transaction: nil, reason: "spend", nowMs: nowMs)
                 let response = SpendOutcome(balance: UInt64(balance - amount))
-                try Ledger.remember(StoredAnswer.spend(balance: response.balance).encoded(), account: account.id, key: idempotencyKey, operation: "spend",
-                                    hash: requestHash, nowMs: nowMs, db)
+                try db.remember(StoredAnswer.spend(balance: response.balance).encoded(), account: account.id, key: idempotencyKey, operation: "spend",
+                                    hash: requestHash, nowMs: nowMs)
                 return response
             }
         }.value
@@ -447,13 +447,13 @@ extension Store {
         // The account, read before the write (a transaction's account never changes), orders the write with the account's others.
         let account = try await ledger.accountOf(transactionID: transactionID)
         return try await ledger.write(account: account) { db -> PaymentIntent in
-            guard let deferred = try Ledger.transaction(db, id: transactionID), deferred.state == .deferred else {
+            guard let deferred = try db.transaction(id: transactionID), deferred.state == .deferred else {
                 throw StoreError(.conflict, "transaction \(transactionID) is not waiting for approval")
             }
             guard let product = self.catalog.product(deferred.productID) else {
                 throw StoreError(.conflict, "product \(deferred.productID) is no longer in the catalog")
             }
-            if let owned = try Ledger.owned(db, accountID: deferred.accountID, productID: product.id, type: product.type, nowMs: nowMs) {
+            if let owned = try db.owned(accountID: deferred.accountID, productID: product.id, kind: product.type, nowMs: nowMs) {
                 throw StoreError(.conflict,
                                  "account \(deferred.accountID) already owns \(product.id) (transaction \(owned.id)); \(transactionID) was not charged")
             }
@@ -466,17 +466,17 @@ extension Store {
                                  "account \(deferred.accountID) subscribes to \(current.productID) in \(product.id)'s group now; \(transactionID) was not charged: ask to buy again")
             }
             let paymentID = deferred.paymentID ?? deferred.id
-            if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)") {
+            if let earlier = try db.intent(id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)") {
                 if earlier.state == .pending, earlier.owner != instance.id, instance.isAlive(earlier.owner, db) {
                     throw StoreError(.conflict, "transaction \(transactionID) is being approved by another process")
                 }
-                return try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db)
+                return try db.reopen(earlier, owner: instance.id, nowMs: nowMs)
             }
             let intent = PaymentIntent(
                 kind: .approval, paymentID: paymentID, transactionID: deferred.id, accountID: deferred.accountID, product: product,
                 quantity: deferred.quantity, unitPrice: deferred.price, currency: deferred.currency, paymentMethod: deferred.paymentMethod,
                 purchaseMs: nowMs, idempotencyKey: nil, requestHash: [], owner: instance.id)
-            try Ledger.insert(intent, nowMs: nowMs, db)
+            try db.insertIntent(intent, nowMs: nowMs)
             return intent
         }
     }
@@ -487,25 +487,25 @@ extension Store {
         let nowMs = now
         let signer = try keys.activeKey()
         let (record, refundDue) = try await ledger.write(account: intent.accountID) { db -> (TransactionRecord?, Bool) in
-            let current = try Ledger.transaction(db, id: intent.transactionID)
+            let current = try db.transaction(id: intent.transactionID)
             if let current, current.state == .purchased {
-                try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
+                try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
                 return (current, false)
             }
             let owned = intent.exclusive
-                ? try Ledger.owned(db, accountID: intent.accountID, productID: intent.productID, type: intent.productType, nowMs: nowMs) : nil
+                ? try db.owned(accountID: intent.accountID, productID: intent.productID, kind: intent.productType, nowMs: nowMs) : nil
             guard let current, current.state == .deferred, owned == nil else {
                 // Charged, but there is nothing left to approve (the account bought the product meanwhile):
                 // the charge is refunded, and stays due in the ledger until the processor confirms.
-                try Ledger.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs, db)
+                try db.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs)
                 return (nil, true)
             }
             // Updated in place: the transaction keeps its id and its place in the account's history.
             let record = try self.purchasedRecord(intent, db, signer: signer)
-            try Ledger.replaceTransaction(record, db)
+            try db.replaceTransaction(record)
             // The buyer asked at the deferred price: that is the regular price agreed to, whatever the catalog says now.
             try self.subscriptionBought(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, nowMs: nowMs, db)
-            try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
+            try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
             return (record, false)
         }
         if let record { return record }
@@ -515,7 +515,7 @@ extension Store {
 
     private func close(_ intent: PaymentIntent, outcome: String) async throws {
         let nowMs = now
-        try await ledger.write(account: intent.accountID) { db in try Ledger.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs, db) }
+        try await ledger.write(account: intent.accountID) { db in try db.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs) }
     }
 
     // MARK: Refunds
@@ -550,7 +550,7 @@ extension Store {
         }
         let nowMs = now
         let revocation = try await ledger.write(account: record.accountID) { db -> RevocationRecord in
-            let revocation = try Ledger.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs, db)
+            let revocation = try db.revoke(transactionID: transactionID, reason: reasonText, nowMs: nowMs)
             // A refund the buyer asked for is granted by it (an upgrade's revocation is no refund: it grants nothing).
             try Ledger.decideRefundRequest(transactionID: transactionID, .granted, reason: reasonText, nowMs: nowMs, db)
             return revocation
@@ -660,7 +660,7 @@ extension Store {
             case .close(let outcome):
                 let nowMs = now
                 try await ledger.write(account: current.accountID) { db in
-                    try Ledger.settle(current.id, .closed, outcome: outcome, nowMs: nowMs, db)
+                    try db.settle(current.id, .closed, outcome: outcome, nowMs: nowMs)
                 }
             case .nothing, .recordDeferred, .recordFailed, .keepPending:
                 break
@@ -698,7 +698,7 @@ extension Store {
             case .close(let outcome):
                 let closedMs = now
                 let changed = try await ledger.write(account: current.accountID) { db in
-                    try Ledger.settleIfUnchanged(current, .closed, outcome: outcome, nowMs: closedMs, db)
+                    try db.settleIfUnchanged(current, .closed, outcome: outcome, nowMs: closedMs)
                 }
                 if changed, current.kind != .renewal { settled.closed += 1 }
             case .nothing, .recordFailed, .keepPending:

@@ -19,15 +19,15 @@ extension Ledger {
     /// renewal (``Subscription/renewed(_:)``: auto-renew and the agreed price left as they are).
     /// - Parameter regularPrice: the regular price the buyer had in front of them (purchases only).
     static func subscriptionPaid(_ record: TransactionRecord, regularPrice: String?, renewal: Bool = false, nowMs: Int64,
-                                 _ db: any LedgerDatabase) throws {
+                                 _ db: any StoreRepositories) throws {
         guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
-        var row = try subscription(db, originalID: record.originalID)
+        var row = try db.subscription(originalID: record.originalID)
             ?? Subscription(originalID: record.originalID, accountID: record.accountID, productID: record.productID,
                             paymentMethod: record.paymentMethod, expiresMs: record.expiresMs, latestTransactionID: record.id)
         let paid = PaidPeriod(transactionID: record.id, productID: record.productID, expiresMs: record.expiresMs,
                               paymentMethod: record.paymentMethod, offerID: record.offerID, regularPrice: regularPrice ?? "")
         if renewal { row.renewed(paid) } else { row.purchased(paid) }
-        try row.upsert(db, nowMs: nowMs)
+        try db.saveSubscription(row, nowMs: nowMs)
     }
 }
 
@@ -99,7 +99,7 @@ extension Store {
         let lateness = Self.renewalLatenessMs(configuration.renewalInterval, timeScale: timeScale)
         let catchUp = configuration.catchUpRenewals
         let step = try await ledger.write(account: due.accountID) { db -> RenewalStep in
-            guard var row = try Ledger.subscription(db, originalID: due.originalID) else { return .nothing }
+            guard var row = try db.subscription(originalID: due.originalID) else { return .nothing }
             let terms = Self.renewalTerms(row, catalog: catalog)
             // Past periods are never billed, unless the store catches up period by period
             // (``StoreConfiguration/catchUpRenewals``: a test's driven clock).
@@ -108,13 +108,13 @@ extension Store {
             case .nothing:
                 return .nothing
             case .expire:
-                try row.upsert(db, nowMs: nowMs)
+                try db.saveSubscription(row, nowMs: nowMs)
                 return .expired
             case .charge(_, let periodStartMs):
                 start = periodStartMs
             }
             guard let terms, let product = catalog.product(terms.productID) else { return .nothing }
-            if let earlier = try Ledger.intent(db, id: "\(PaymentIntent.Kind.renewal.rawValue):\(row.renewalPaymentID)") {
+            if let earlier = try db.intent(id: "\(PaymentIntent.Kind.renewal.rawValue):\(row.renewalPaymentID)") {
                 switch earlier.state {
                 case .pending where earlier.owner == instance.id:
                     // Asked before without an answer: ask again under the same payment id (the processor deduplicates),
@@ -122,13 +122,13 @@ extension Store {
                     return .charge(earlier)
                 case .pending:
                     if instance.isAlive(earlier.owner, db) { return .inProgress }
-                    return .charge(try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db))
+                    return .charge(try db.reopen(earlier, owner: instance.id, nowMs: nowMs))
                 case .completed:
                     return .nothing
                 case .closed:
                     // Closed uncharged by reconciliation (a processor whose lookup may lag): ask again under the
                     // same payment id, never a new one, so a charge the lookup missed is not made twice.
-                    return .charge(try Ledger.reopen(earlier, owner: instance.id, nowMs: nowMs, db))
+                    return .charge(try db.reopen(earlier, owner: instance.id, nowMs: nowMs))
                 }
             }
             // A purchase in the group (an upgrade, a resubscription) is being paid: it decides; look again next pass.
@@ -141,7 +141,7 @@ extension Store {
             intent.offerID = terms.offerID
             intent.createdMs = nowMs
             intent.attemptMs = nowMs
-            try Ledger.insert(intent, nowMs: nowMs, db)
+            try db.insertIntent(intent, nowMs: nowMs)
             return .charge(intent)
         }
         switch step {
@@ -192,12 +192,12 @@ extension Store {
     }
 
     /// The subscription a renewal intent pays for, and whether the intent is for the period it is renewing now.
-    private static func renewedSubscription(_ intent: PaymentIntent, _ db: any LedgerDatabase) throws -> (SubscriptionRecord, current: Bool)? {
+    private static func renewedSubscription(_ intent: PaymentIntent, _ db: any StoreRepositories) throws -> (SubscriptionRecord, current: Bool)? {
         // renew_<original>_<period>_<attempt>
         let parts = intent.paymentID.split(separator: "_")
         guard parts.count >= 4, parts.first == "renew", let period = Int(parts[parts.count - 2]) else { return nil }
         let originalID = parts[1..<(parts.count - 2)].joined(separator: "_")
-        guard let row = try Ledger.subscription(db, originalID: originalID) else { return nil }
+        guard let row = try db.subscription(originalID: originalID) else { return nil }
         return (row, row.isLive && row.periodsPaid == period)
     }
 
@@ -208,19 +208,19 @@ extension Store {
         let nowMs = now
         let signer = try keys.activeKey()
         let refundDue = try await ledger.write(account: intent.accountID) { db -> Bool in
-            if try Ledger.transaction(db, paymentID: intent.paymentID) != nil {
-                try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
+            if try db.transaction(paymentID: intent.paymentID) != nil {
+                try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
                 return false
             }
             guard let (row, current) = try Self.renewedSubscription(intent, db), current else {
-                try Ledger.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs, db)
+                try db.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs)
                 return true
             }
             let record = try self.purchasedRecord(intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
-            try Ledger.insertTransaction(record, db, event: .renewed)
+            try db.insertTransaction(record, event: .renewed)
             // The regular price the renewal was charged, which the lifecycle agreed to only where it needed no consent.
             try Ledger.subscriptionPaid(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, renewal: true, nowMs: nowMs, db)
-            try Ledger.settle(intent.id, .completed, outcome: label, nowMs: nowMs, db)
+            try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
             return false
         }
         if refundDue { await refundDuplicate(intent) }
@@ -233,14 +233,14 @@ extension Store {
         let scale = timeScale
         let catalog = self.catalog
         try await ledger.write(account: intent.accountID) { db in
-            try Ledger.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs, db)
+            try db.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs)
             guard let (found, current) = try Self.renewedSubscription(intent, db), current else { return }
             var row = found
             let product = catalog.product(intent.productID)
             row.renewalDeclined(atMs: nowMs, policy: RetryPolicy(
                 gracePeriod: product?.gracePeriod, billingRetryPeriod: product?.billingRetryPeriod ?? CatalogProduct.defaultBillingRetryPeriod,
                 timeScale: scale))
-            try row.upsert(db, nowMs: nowMs)
+            try db.saveSubscription(row, nowMs: nowMs)
         }
     }
 
@@ -269,7 +269,7 @@ extension Store {
         let nowMs = now
         let catalog = self.catalog
         let row = try await ledger.write(account: account.id) { db -> SubscriptionRecord in
-            guard var row = try Ledger.subscription(db, originalID: originalID), row.accountID == account.id else {
+            guard var row = try db.subscription(originalID: originalID), row.accountID == account.id else {
                 throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
             }
             guard let product = catalog.product(row.productID) else {
@@ -281,11 +281,11 @@ extension Store {
             } catch .ended(let state, let reason) {
                 throw StoreError(.conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
             }
-            try row.upsert(db, nowMs: nowMs)
+            try db.saveSubscription(row, nowMs: nowMs)
             if changed {
-                try Ledger.recordEvent(EventRecord(
+                try db.recordEvent(EventRecord(
                     type: .priceChanged, accountID: row.accountID, transactionID: row.latestTransactionID, originalTransactionID: row.originalID,
-                    productID: row.productID, createdMs: nowMs, price: product.price), db)
+                    productID: row.productID, createdMs: nowMs, price: product.price))
             }
             return row
         }
@@ -302,7 +302,7 @@ extension Store {
     /// Whether a purchase may have the offer it asks for (inside the purchase's write). A promotional offer's
     /// nonce is used up here, in the same write as the payment's intent.
     func checkOffer(_ offer: StoreV1.SubscriptionOffer, for product: CatalogProduct, accountID: String, nowMs: Int64,
-                    _ db: any LedgerDatabase) throws -> OfferCheck {
+                    _ db: any StoreRepositories) throws -> OfferCheck {
         guard product.type == .autoRenewableSubscription else {
             return .refused(.invalidOfferIdentifier, "invalid_offer", "offers apply to auto-renewable subscriptions only; \(product.id) is not one")
         }
@@ -351,7 +351,7 @@ extension Store {
             return .refused(.invalidSignature, "invalid_offer_signature",
                             "the signature does not match key \(offer.keyID) over (bundle \(catalog.bundleID), product \(product.id), offer \(terms.id), this account, nonce, timestamp): signed for another buyer, product or offer, or altered")
         }
-        if try db.value(String.self, "SELECT nonce FROM offer_nonces WHERE nonce = ?", [offer.nonce]) != nil {
+        if try db.offerNonceUsed(offer.nonce) {
             return .refused(.invalidSignature, "offer_nonce_used", "the offer's nonce \(offer.nonce) was used before: each signed offer is good for one purchase")
         }
         if let current, current.isEntitled(atMs: nowMs) {
@@ -359,9 +359,7 @@ extension Store {
                             "this account is subscribed to \(current.productID) in group \(product.subscriptionGroup) now; a promotional offer starts a subscription")
         }
         // Used up in the purchase's own write (the unique key also stops a racing second use).
-        do {
-            try db.execute("INSERT INTO offer_nonces (nonce, account_id, created_ms) VALUES (?, ?, ?)", [offer.nonce, accountID, nowMs])
-        } catch let error as LedgerError where error.kind == .uniqueViolation {
+        guard try db.useOfferNonce(offer.nonce, accountID: accountID, nowMs: nowMs) else {
             return .refused(.invalidSignature, "offer_nonce_used", "the offer's nonce \(offer.nonce) was used before: each signed offer is good for one purchase")
         }
         return .accepted(terms)
@@ -372,24 +370,22 @@ extension Store {
 
     /// Inside a write: true when another payment for a product of `productID`'s subscription group is in flight for the
     /// account (a renewal being charged while the buyer upgrades, or the reverse): one payment per group at a time.
-    func groupPaymentInFlight(_ db: any LedgerDatabase, accountID: String, productID: String, except intentID: String? = nil) throws -> Bool {
+    func groupPaymentInFlight(_ db: any StoreRepositories, accountID: String, productID: String, except intentID: String? = nil) throws -> Bool {
         guard let product = catalog.product(productID), product.type == .autoRenewableSubscription else { return false }
         let members = catalog.products(inGroup: product.subscriptionGroup).map(\.id)
         // Ordered after any other write about the account first (PostgreSQL), so the check sees the other's intent.
-        try Ledger.serializeOnAccount(accountID, db)
-        let marks = Array(repeating: "?", count: members.count).joined(separator: ", ")
-        let pending = try db.values(String.self, "SELECT id FROM payment_intents WHERE account_id = ? AND state = 'pending' AND product_id IN (\(marks))",
-                                    [accountID] + members)
+        try db.serializeOnAccount(accountID)
+        let pending = try db.pendingIntentIDs(accountID: accountID, productIDs: members)
         return pending.contains { $0 != intentID }
     }
 
     // MARK: Groups: upgrades, downgrades, crossgrades
 
     /// The account's subscription in `productID`'s group (any state, the latest ending first), if any.
-    func groupSubscription(_ db: any LedgerDatabase, accountID: String, productID: String) throws -> SubscriptionRecord? {
+    func groupSubscription(_ db: any StoreRepositories, accountID: String, productID: String) throws -> SubscriptionRecord? {
         guard let product = catalog.product(productID), product.type == .autoRenewableSubscription else { return nil }
         let members = catalog.products(inGroup: product.subscriptionGroup).map(\.id)
-        return try Ledger.subscriptions(db, accountID: accountID, productIDs: members).first
+        return try db.subscriptions(accountID: accountID, productIDs: members).first
     }
 
     enum GroupChange {
@@ -402,15 +398,15 @@ extension Store {
     }
 
     /// What buying `product` means for the account's subscription in its group (inside the purchase's write).
-    func groupChange(_ db: any LedgerDatabase, accountID: String, to product: CatalogProduct, nowMs: Int64) throws -> GroupChange {
+    func groupChange(_ db: any StoreRepositories, accountID: String, to product: CatalogProduct, nowMs: Int64) throws -> GroupChange {
         guard product.type == .autoRenewableSubscription,
               var current = try groupSubscription(db, accountID: accountID, productID: product.id),
               current.productID != product.id, current.isEntitled(atMs: nowMs),
-              let latest = try Ledger.transaction(db, id: current.latestTransactionID) else { return .none }
+              let latest = try db.transaction(id: current.latestTransactionID) else { return .none }
         let currentLevel = catalog.product(current.productID)?.groupLevel ?? UInt32.max
         if product.groupLevel >= currentLevel {
             current.downgradeChosen(to: product.id, price: product.price)
-            try current.upsert(db, nowMs: nowMs)
+            try db.saveSubscription(current, nowMs: nowMs)
             return .atRenewal(latest)
         }
         return .upgrade(price: Self.upgradePrice(newPrice: product.price, oldPrice: latest.price, currency: product.currency,
@@ -438,12 +434,12 @@ extension Store {
     /// subscription is ACTIVE on the new product, at the regular price the buyer had in front of them.
     /// - Parameter regularPrice: that price: the catalog's now for a purchase, the price asked for in an approved
     ///   ask-to-buy (nil: the catalog's now).
-    func subscriptionBought(_ record: TransactionRecord, regularPrice: String? = nil, nowMs: Int64, _ db: any LedgerDatabase) throws {
+    func subscriptionBought(_ record: TransactionRecord, regularPrice: String? = nil, nowMs: Int64, _ db: any StoreRepositories) throws {
         guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
-        if let row = try Ledger.subscription(db, originalID: record.originalID), row.productID != record.productID,
-           row.isEntitled(atMs: nowMs), let old = try Ledger.transaction(db, id: row.latestTransactionID),
+        if let row = try db.subscription(originalID: record.originalID), row.productID != record.productID,
+           row.isEntitled(atMs: nowMs), let old = try db.transaction(id: row.latestTransactionID),
            old.state == .purchased, old.revokedMs == 0 {
-            _ = try Ledger.revoke(transactionID: old.id, reason: "upgraded to \(record.productID)", nowMs: nowMs, db)
+            _ = try db.revoke(transactionID: old.id, reason: "upgraded to \(record.productID)", nowMs: nowMs)
         }
         try Ledger.subscriptionPaid(record, regularPrice: regularPrice ?? catalog.product(record.productID)?.price, nowMs: nowMs, db)
     }
@@ -458,7 +454,7 @@ extension Store {
         guard !originalID.isEmpty else { throw StoreError.invalid("original_transaction_id is required") }
         let nowMs = now
         let row = try await ledger.write(account: account.id) { db -> SubscriptionRecord in
-            guard var row = try Ledger.subscription(db, originalID: originalID), row.accountID == account.id else {
+            guard var row = try db.subscription(originalID: originalID), row.accountID == account.id else {
                 throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
             }
             let change: AutoRenewChange
@@ -468,11 +464,11 @@ extension Store {
                 throw StoreError(.conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
             }
             if change != .unchanged {
-                try Ledger.recordEvent(EventRecord(
+                try db.recordEvent(EventRecord(
                     type: .autoRenewChanged, accountID: row.accountID, transactionID: row.latestTransactionID, originalTransactionID: row.originalID,
-                    productID: row.productID, createdMs: nowMs, autoRenew: on), db)
+                    productID: row.productID, createdMs: nowMs, autoRenew: on))
             }
-            try row.upsert(db, nowMs: nowMs)
+            try db.saveSubscription(row, nowMs: nowMs)
             return row
         }
         return try await ledger.offload { try self.statusMessage(row) }
@@ -486,10 +482,10 @@ extension Store {
         }
         let nowMs = now
         return try await ledger.write(account: found.accountID) { db -> SubscriptionRecord in
-            guard var row = try Ledger.subscription(db, originalID: originalID) else { throw StoreError.notFound("no auto-renewable subscription \(originalID)") }
+            guard var row = try db.subscription(originalID: originalID) else { throw StoreError.notFound("no auto-renewable subscription \(originalID)") }
             guard row.isLive else { return row }
             row.expiredNow(atMs: nowMs, reason: reason)
-            try row.upsert(db, nowMs: nowMs)
+            try db.saveSubscription(row, nowMs: nowMs)
             return row
         }
     }

@@ -124,14 +124,14 @@ public final class Store: Sendable {
     public func finish(account: AccountRecord, transactionID: String) async throws -> Bool {
         guard !transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
         return try await ledger.write(account: account.id) { db in
-            guard let record = try Ledger.transaction(db, id: transactionID), record.accountID == account.id else {
+            guard let record = try db.transaction(id: transactionID), record.accountID == account.id else {
                 throw StoreError.notFound("no transaction \(transactionID) for this account")
             }
             guard record.state == .purchased else {
                 throw StoreError(.conflict, "transaction \(transactionID) is \(record.state.name) and cannot be finished")
             }
             if record.finished { return true }
-            try Ledger.markFinished(transactionID: transactionID, db)
+            try db.markFinished(transactionID: transactionID)
             return false
         }
     }

@@ -31,44 +31,16 @@ extension Subscription {
         acceptedPrice = try row["accepted_price"]
     }
 
-    /// Writes the row; a subscription that ends here (ACTIVE, grace or billing retry → EXPIRED) records EXPIRED.
-    func upsert(_ db: any LedgerDatabase, nowMs: Int64) throws {
-        if state == .expired, let before = try Ledger.subscription(db, originalID: originalID), before.isLive {
-            try Ledger.recordEvent(EventRecord(
-                type: .expired, accountID: accountID, transactionID: latestTransactionID, originalTransactionID: originalID,
-                productID: productID, createdMs: nowMs, expirationReason: expirationReason), db)
-        }
-        try db.execute(
-            """
-                INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,
-                  expires_ms, grace_end_ms, retry_end_ms, due_ms, attempts, expiration_reason, pending_product_id,
-                  latest_transaction_id, offer_id, offer_periods_used, accepted_price, updated_ms)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (original_id) DO UPDATE SET product_id = excluded.product_id, state = excluded.state,
-                  will_auto_renew = excluded.will_auto_renew, payment_method = excluded.payment_method,
-                  periods_paid = excluded.periods_paid, expires_ms = excluded.expires_ms, grace_end_ms = excluded.grace_end_ms,
-                  retry_end_ms = excluded.retry_end_ms, due_ms = excluded.due_ms, attempts = excluded.attempts,
-                  expiration_reason = excluded.expiration_reason, pending_product_id = excluded.pending_product_id,
-                  latest_transaction_id = excluded.latest_transaction_id, offer_id = excluded.offer_id,
-                  offer_periods_used = excluded.offer_periods_used, accepted_price = excluded.accepted_price,
-                  updated_ms = excluded.updated_ms
-                """, [
-                originalID, accountID, productID, state.rawValue, willAutoRenew, paymentMethod, periodsPaid, expiresMs, graceEndMs,
-                retryEndMs, dueMs, attempts, expirationReason.rawValue, pendingProductID, latestTransactionID, offerID, offerPeriodsUsed, acceptedPrice, nowMs,
-            ])
-    }
 
 }
 
 extension Ledger {
 
-    static func subscription(_ db: any LedgerDatabase, originalID: String) throws -> SubscriptionRecord? {
-        try db.fetchOne("SELECT * FROM subscriptions WHERE original_id = ?", [originalID]).map(SubscriptionRecord.init)
-    }
+
 
     /// The subscription with `originalID`, if any.
     public func subscription(originalID: String) throws -> SubscriptionRecord? {
-        try backend.read { db in try Self.subscription(db, originalID: originalID) }
+        try backend.read { db in try db.subscription(originalID: originalID) }
     }
 
     /// An account's subscriptions, newest first.
@@ -89,11 +61,47 @@ extension Ledger {
         }
     }
 
+
+}
+
+// The ledger adapter: the domain's repository ports on SQL (SQLite and PostgreSQL alike).
+extension LedgerDatabase {
+    /// Writes the row; a subscription that ends here (ACTIVE, grace or billing retry → EXPIRED) records EXPIRED.
+    public func saveSubscription(_ s: Subscription, nowMs: Int64) throws {
+        if s.state == .expired, let before = try subscription(originalID: s.originalID), before.isLive {
+            try recordEvent(EventRecord(
+                type: .expired, accountID: s.accountID, transactionID: s.latestTransactionID, originalTransactionID: s.originalID,
+                productID: s.productID, createdMs: nowMs, expirationReason: s.expirationReason))
+        }
+        try execute(
+            """
+                INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,
+                  expires_ms, grace_end_ms, retry_end_ms, due_ms, attempts, expiration_reason, pending_product_id,
+                  latest_transaction_id, offer_id, offer_periods_used, accepted_price, updated_ms)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (original_id) DO UPDATE SET product_id = excluded.product_id, state = excluded.state,
+                  will_auto_renew = excluded.will_auto_renew, payment_method = excluded.payment_method,
+                  periods_paid = excluded.periods_paid, expires_ms = excluded.expires_ms, grace_end_ms = excluded.grace_end_ms,
+                  retry_end_ms = excluded.retry_end_ms, due_ms = excluded.due_ms, attempts = excluded.attempts,
+                  expiration_reason = excluded.expiration_reason, pending_product_id = excluded.pending_product_id,
+                  latest_transaction_id = excluded.latest_transaction_id, offer_id = excluded.offer_id,
+                  offer_periods_used = excluded.offer_periods_used, accepted_price = excluded.accepted_price,
+                  updated_ms = excluded.updated_ms
+                """, [
+                s.originalID, s.accountID, s.productID, s.state.rawValue, s.willAutoRenew, s.paymentMethod, s.periodsPaid, s.expiresMs, s.graceEndMs,
+                s.retryEndMs, s.dueMs, s.attempts, s.expirationReason.rawValue, s.pendingProductID, s.latestTransactionID, s.offerID, s.offerPeriodsUsed, s.acceptedPrice, nowMs,
+            ])
+    }
+
+    public func subscription(originalID: String) throws -> SubscriptionRecord? {
+        try fetchOne("SELECT * FROM subscriptions WHERE original_id = ?", [originalID]).map(SubscriptionRecord.init)
+    }
+
     /// An account's subscriptions to any of `productIDs` (a subscription group), the latest ending first.
-    static func subscriptions(_ db: any LedgerDatabase, accountID: String, productIDs: [String]) throws -> [SubscriptionRecord] {
+    public func subscriptions(accountID: String, productIDs: [String]) throws -> [SubscriptionRecord] {
         guard !productIDs.isEmpty else { return [] }
         let marks = Array(repeating: "?", count: productIDs.count).joined(separator: ", ")
-        return try db.fetchAll("SELECT * FROM subscriptions WHERE account_id = ? AND product_id IN (\(marks)) ORDER BY expires_ms DESC, original_id",
+        return try fetchAll("SELECT * FROM subscriptions WHERE account_id = ? AND product_id IN (\(marks)) ORDER BY expires_ms DESC, original_id",
                                [accountID] + productIDs).map(SubscriptionRecord.init)
     }
 }

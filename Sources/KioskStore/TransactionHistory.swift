@@ -77,7 +77,7 @@ extension Ledger {
         }
         let (start, end) = (after, upTo)
         let rows = try await backend.read { db -> (rows: [LedgerRow], through: UInt64) in
-            let through = try end ?? Self.latestEventID(db)
+            let through = try end ?? db.latestEventID()
             let order = db.dialect.insertionOrder
             var sql = "SELECT \(order) AS row_position, \(TransactionRecord.pageColumns) FROM transactions WHERE account_id = ? AND \(order) > ?"
             var arguments: [any LedgerArgument] = [accountID, start]

@@ -128,7 +128,7 @@ extension Store {
         let id = "wh_" + Self.randomHex(bytes: 8)
         let nowMs = now
         return try await ledger.write { db in
-            let through = try since ?? Ledger.latestEventID(db)
+            let through = try since ?? db.latestEventID()
             try db.execute("INSERT INTO webhooks (id, url, secret, enqueued_through, created_ms) VALUES (?, ?, ?, ?, ?)",
                            [id, url, secret, Int64(clamping: through), nowMs])
             guard let row = try db.fetchOne("SELECT * FROM webhooks WHERE id = ?", [id]) else {
@@ -215,7 +215,7 @@ extension Store {
             let leaseUntil: Int64 = try lease?["until_ms"] ?? 0
             if let leaseOwner, leaseOwner != owner, leaseUntil > nowMs, instance.isAlive(leaseOwner, db) { return (count, false, false) }
             let fresh = leaseOwner == owner && leaseUntil - nowMs > leaseMs / 2
-            let behind = try db.value(Int64.self, "SELECT MIN(enqueued_through) FROM webhooks") ?? 0 < Int64(clamping: try Ledger.latestEventID(db))
+            let behind = try db.value(Int64.self, "SELECT MIN(enqueued_through) FROM webhooks") ?? 0 < Int64(clamping: try db.latestEventID())
             return (count, fresh, behind)
         }
         if count == 0 { return WebhookReport() }
@@ -236,7 +236,7 @@ extension Store {
             for row in try db.fetchAll("SELECT * FROM webhooks ORDER BY created_ms, id") {
                 let hook = try WebhookRecord(row: row)
                 hooks.append((hook.id, hook.url, try row["secret"]))
-                let events = try Ledger.events(db, after: hook.enqueuedThrough, limit: 1000)
+                let events = try db.events(after: hook.enqueuedThrough, limit: 1000, accountID: nil, types: [])
                 for event in events {
                     try db.execute("""
                         INSERT INTO webhook_deliveries (webhook_id, event_id, account_id, state, next_attempt_ms)

@@ -129,10 +129,11 @@ struct PaymentOptions: ParsableArguments {
     }
 }
 
-extension StoreEnvironment: ExpressibleByArgument {
-    public init?(argument: String) { self.init(name: argument) }
-    public var defaultValueDescription: String { name }
-    public static var allValueStrings: [String] { ["sandbox", "production"] }
+/// `--environment`'s values, as typed.
+enum EnvironmentArgument: String, ExpressibleByArgument, CaseIterable {
+    case sandbox, production
+
+    var environment: StoreEnvironment { self == .sandbox ? .sandbox : .production }
 }
 
 struct Serve: AsyncParsableCommand {
@@ -142,8 +143,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one.") var port = 7301
     @OptionGroup var data: DataDirOptions
     @Option(help: "The catalog file (JSON).") var catalog: String
-    @Option(help: "sandbox or production (a data dir is bound to the first one it is served with).")
-    var environment: StoreEnvironment = .sandbox
+    @Option(name: .customLong("environment"), help: "sandbox or production (a data dir is bound to the first one it is served with).")
+    var environmentArgument: EnvironmentArgument = .sandbox
+    var environment: StoreEnvironment { environmentArgument.environment }
     @OptionGroup var payments: PaymentOptions
     @Option(name: .customLong("tls-cert"), help: "PEM certificate chain to serve TLS with (reloaded on SIGHUP).") var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: "PEM private key of --tls-cert.") var tlsKey: String?

@@ -84,7 +84,7 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
                             // Named by account, as every write about an account's credits is: on PostgreSQL they queue on
                             // its lock instead of colliding (64 unnamed writes on one row could exhaust the 20 retries).
                             try await store.ledger.write(account: id) { db in
-                                try Ledger.addCredits(1, account: id, transaction: nil, reason: "test \(index)", nowMs: 0, db)
+                                try db.addCredits(1, account: id, transaction: nil, reason: "test \(index)", nowMs: 0)
                                 // Every 8th write fails after changing the balance: its savepoint must take the change back.
                                 if index % 8 == 7 { throw StoreError(.conflict, "write \(index) fails on purpose") }
                             }

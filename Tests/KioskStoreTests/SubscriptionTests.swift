@@ -53,7 +53,7 @@ import Testing
         func owns(_ account: AccountRecord, _ productID: String) throws -> Bool {
             let now = clock.now
             return try store.ledger.backend.read { db in
-                try Ledger.owned(db, accountID: account.id, productID: productID, type: .autoRenewableSubscription, nowMs: now)
+                try db.owned(accountID: account.id, productID: productID, kind: .autoRenewableSubscription, nowMs: now)
             } != nil
         }
 

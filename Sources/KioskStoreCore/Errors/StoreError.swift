@@ -1,5 +1,5 @@
 /// A request the store refuses as an error (not a transaction outcome), in
-/// the store's own terms; ``StoreService`` maps each kind to a call status.
+/// the store's own terms; the store's RPC services map each kind to a call status.
 public struct StoreError: Error, Hashable, Sendable, CustomStringConvertible {
     /// What kind of refusal.
     public enum Kind: String, Hashable, Sendable {
@@ -35,7 +35,7 @@ public struct StoreError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { "\(kind.rawValue): \(message)" }
 
-    static func unauthenticated(_ message: String) -> StoreError { StoreError(.unauthenticated, message) }
-    static func invalid(_ message: String) -> StoreError { StoreError(.invalidRequest, message) }
-    static func notFound(_ message: String) -> StoreError { StoreError(.notFound, message) }
+    public static func unauthenticated(_ message: String) -> StoreError { StoreError(.unauthenticated, message) }
+    public static func invalid(_ message: String) -> StoreError { StoreError(.invalidRequest, message) }
+    public static func notFound(_ message: String) -> StoreError { StoreError(.notFound, message) }
 }
