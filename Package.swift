@@ -248,10 +248,26 @@ let package = Package(
             name: "KioskStoreCoreTests",
             dependencies: ["KioskStoreCore"]
         ),
+        // What the store's two test targets share: scratch directories, the ledger backend they run on.
+        .target(
+            name: "KioskStoreTestSupport",
+            dependencies: ["KioskStore", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+            path: "Tests/KioskStoreTestSupport"
+        ),
+        // The store's ledger adapters against their contract and schema: no sockets, no processes.
         .testTarget(
             name: "KioskStoreTests",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting", "kiosk-store", "stripe-double", "StripeDouble",
+                "KioskStore", "KioskStoreCore", "KioskStoreTestSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]
+        ),
+        // The store end to end: real servers on 127.0.0.1, store processes, kill -9, the Stripe double.
+        .testTarget(
+            name: "KioskStoreIntegrationTests",
+            dependencies: [
+                "KioskStore", "KioskStoreTestSupport", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting", "kiosk-store",
+                "stripe-double", "StripeDouble",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]

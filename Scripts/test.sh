@@ -5,7 +5,7 @@
 # (Scripts/fuzz.sh; longer runs: Scripts/fuzz.sh SECONDS) and kills the store
 # with SIGKILL 20 times under purchase load (Scripts/crash-test.sh; longer
 # runs: Scripts/crash-test.sh KILLS), and after the whole suite runs the
-# store's tests (KioskStoreTests) again on PostgreSQL: a throwaway cluster on
+# store's tests (KioskStoreTests, KioskStoreIntegrationTests) again on PostgreSQL: a throwaway cluster on
 # 127.0.0.1 (Scripts/postgres.sh; installs Debian's postgresql when missing),
 # then the short form of Scripts/scale-out.sh (PostgreSQL + 2 stores + 2
 # content replicas, one of each killed with SIGKILL under load, 8 s).
@@ -19,19 +19,20 @@ if [ $# -eq 0 ]; then
   ./Scripts/crash-test.sh 20
 fi
 if [ $# -eq 0 ]; then
-  # The store's domain (no sockets, no database): every test at once, in seconds.
-  swift test --skip-build --filter KioskStoreCoreTests
+  # The store's domain (no sockets, no database) and its ledger adapters against their
+  # contract (no sockets): every test at once, in seconds.
+  swift test --skip-build --filter 'KioskStoreCoreTests|KioskStoreTests'
   # The rest one test at a time: the end-to-end tests hold timing promises (a
   # refund refused within a second, keepalive, backpressure windows) that a
   # machine busy with every other test at once cannot keep.
-  swift test --skip-build --no-parallel --skip KioskStoreCoreTests
+  swift test --skip-build --no-parallel --skip 'KioskStoreCoreTests|KioskStoreTests'
 else
   swift test --skip-build --no-parallel "$@"
 fi
 if [ $# -eq 0 ]; then
   echo "test: the store's tests again, on a PostgreSQL ledger"
   ./Scripts/postgres.sh install > /dev/null
-  KIOSK_TEST_LEDGER=postgres swift test --skip-build --no-parallel --filter KioskStoreTests
+  KIOSK_TEST_LEDGER=postgres swift test --skip-build --no-parallel --filter 'KioskStoreTests|KioskStoreIntegrationTests'
   echo "test: replicas on PostgreSQL, killed under load (Scripts/scale-out.sh --short)"
   ./Scripts/scale-out.sh --short
 fi

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 @testable import KioskStore
+import KioskStoreTestSupport
 import Testing
 
 /// The schema's versions: one per file, both dialects side by side, bringing SQLite and PostgreSQL to the same tables.

@@ -1,6 +1,7 @@
 import Foundation
 @testable import KioskStore
 import KioskStoreCore
+import KioskStoreTestSupport
 import Testing
 
 // One contract for the repository ports (KioskStoreCore's `StoreRepositories`), run on every

@@ -2,6 +2,7 @@ import Foundation
 import KioskAPI
 import KioskRPC
 @testable import KioskStore
+import KioskStoreTestSupport
 import KioskWire
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 @testable import KioskStore
+import KioskStoreTestSupport
 import KioskTesting
 import Testing
 

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import KioskAPI
 @testable import KioskStore
+import KioskStoreTestSupport
 import KioskTesting
 import Testing
 

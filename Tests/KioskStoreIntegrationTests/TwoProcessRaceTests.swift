@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 @testable import KioskStore
+import KioskStoreTestSupport
 import Testing
 
 /// `approve` in one process and `purchase` in another, racing for the same

@@ -3,6 +3,7 @@ import GRDB
 import KioskAPI
 import KioskRPC
 @testable import KioskStore
+import KioskStoreTestSupport
 import KioskTesting
 import KioskWire
 import NIOConcurrencyHelpers

@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 @testable import KioskStore
+import KioskStoreTestSupport
 import Testing
 
 /// Private signing keys sealed in the ledger with a key-encryption key (both backends).

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import KioskAPI
 import KioskRPC
+import KioskStoreTestSupport
 import KioskWire
 import NIOCore
 import Testing
