@@ -95,11 +95,22 @@ let package = Package(
         // The store's domain: money, subscription and payment lifecycles, the ports the store's
         // adapters implement. No wire messages, no SQL, no NIO (docs/architecture.md).
         .target(name: "KioskStoreCore"),
+        // The store's integrations behind the core's ports: Stripe (PaymentProcessor) and webhook delivery over
+        // HTTP (WebhookTransport), both on async-http-client.
+        .target(
+            name: "KioskStoreIntegrations",
+            dependencies: [
+                "KioskStoreCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         // The store service as an embeddable library.
         .target(
             name: "KioskStore",
             dependencies: [
-                "KioskStoreCore", "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskStoreCore", "KioskStoreIntegrations", "KioskAPI", "KioskRPC", "KioskWire",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
@@ -107,7 +118,6 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ]
         ),
@@ -266,7 +276,8 @@ let package = Package(
         .testTarget(
             name: "KioskStoreIntegrationTests",
             dependencies: [
-                "KioskStore", "KioskStoreTestSupport", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting", "kiosk-store",
+                "KioskStore", "KioskStoreIntegrations", "KioskStoreTestSupport", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting",
+                "kiosk-store",
                 "stripe-double", "StripeDouble",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -1,3 +1,5 @@
-// The store's domain types (subscriptions, money, the payment processor port) are part of this
-// library's API: a program that imports KioskStore sees them.
+// The store's domain types (records, lifecycles, money, the ports) and its integrations (Stripe,
+// webhook delivery over HTTP) are part of this library's API: a program that imports KioskStore
+// sees them.
 @_exported import KioskStoreCore
+@_exported import KioskStoreIntegrations

@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 import KioskStoreCore
+import KioskStoreIntegrations
 
 /// Configuration of a ``Store``.
 public struct StoreConfiguration: Sendable {
@@ -63,6 +64,9 @@ public struct StoreConfiguration: Sendable {
     public var askToBuyExpiry: Duration? = .seconds(24 * 3600)
     /// How a serving store delivers webhooks (`kiosk-store webhook add`): backoff, retry period, timeouts.
     public var webhooks = WebhookPolicy()
+    /// Opens the transport of one webhook delivery pass, given the policy's request timeout: HTTP(S) with
+    /// async-http-client unless replaced (a test's recorder, another client).
+    public var webhookTransport: @Sendable (Duration) -> any WebhookTransport = { HTTPWebhookTransport(timeout: $0) }
     /// Called after a purchase is committed and before it is answered; for
     /// tests that lose the answer on the way (KioskTesting's `holdNextAnswer`).
     public var purchaseCommitted: (@Sendable (PurchaseOutcome) async -> Void)?

@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import Crypto
 import Foundation
 import GRDB
@@ -197,10 +196,11 @@ extension Store {
     /// account, up to ``WebhookPolicy/concurrency`` accounts at once. A serving store runs it continuously;
     /// its position is in the ledger, so a restart resumes it. Nil when another process holds the lease.
     ///
-    /// Each pass that has something to send uses a client of its own (`httpClient` when given): a receiver that
-    /// was down is tried afresh at each due time, on the policy's backoff, not on a shared pool's.
+    /// Each pass that has something to send opens a transport of its own (``StoreConfiguration/webhookTransport``,
+    /// or `transport` when given, which the caller closes): a receiver that was down is tried afresh at each due
+    /// time, on the policy's backoff, not on a shared pool's.
     @discardableResult
-    public func deliverWebhooks(httpClient given: HTTPClient? = nil) async throws -> WebhookReport? {
+    public func deliverWebhooks(transport given: (any WebhookTransport)? = nil) async throws -> WebhookReport? {
         let policy = configuration.webhooks
         let nowMs = now
         let owner = instance.id
@@ -251,8 +251,8 @@ extension Store {
         }
         guard let hooks else { return nil }
         var report = WebhookReport(webhooks: hooks.count)
-        var ownClient: HTTPClient?
-        defer { if let ownClient { Task { try? await ownClient.shutdown() } } }
+        var ownTransport: (any WebhookTransport)?
+        defer { if let ownTransport { Task { await ownTransport.close() } } }
         for hook in hooks {
             // The lease, renewed before each hook's batch: a pass that outlasts it stops rather than send beside another process.
             let renewedMs = now
@@ -272,18 +272,15 @@ extension Store {
                     """, [hook.id, nowMs, Int64(max(policy.concurrency, 1))]).map(WebhookDelivery.init)
             }
             guard !due.isEmpty else { continue }
-            let httpClient = given ?? ownClient ?? {
-                // A read timeout too: the deadline covers only the response head, and a receiver that stalls
-                // in its body must not hold every delivery.
-                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(
-                    timeout: .init(connect: TimeAmount(policy.requestTimeout), read: TimeAmount(policy.requestTimeout))))
-                ownClient = client
-                return client
+            let transport = given ?? ownTransport ?? {
+                let opened = configuration.webhookTransport(policy.requestTimeout)
+                ownTransport = opened
+                return opened
             }()
             let results = await withTaskGroup(of: (WebhookDelivery, String?).self) { group in
                 for delivery in due {
                     group.addTask {
-                        (delivery, await self.post(delivery, url: hook.url, secret: hook.secret, httpClient: httpClient, timeout: policy.requestTimeout))
+                        (delivery, await self.post(delivery, url: hook.url, secret: hook.secret, transport: transport, timeout: policy.requestTimeout))
                     }
                 }
                 var results: [(WebhookDelivery, String?)] = []
@@ -338,27 +335,25 @@ extension Store {
     }
 
     /// POSTs one delivery; nil on a 2xx answer, else what went wrong.
-    private func post(_ delivery: WebhookDelivery, url: String, secret: [UInt8], httpClient: HTTPClient, timeout: Duration) async -> String? {
+    private func post(_ delivery: WebhookDelivery, url: String, secret: [UInt8], transport: any WebhookTransport, timeout: Duration) async -> String? {
+        let event: EventRecord
+        let body: [UInt8]
         do {
-            guard let event = try await ledger.events(after: max(delivery.eventID, 1) - 1, limit: 1).first, event.id == delivery.eventID else {
+            guard let found = try await ledger.events(after: max(delivery.eventID, 1) - 1, limit: 1).first, found.id == delivery.eventID else {
                 return "event \(delivery.eventID) is not in the ledger"
             }
-            let body = try webhookBody(event)
-            var request = HTTPClientRequest(url: url)
-            request.method = .POST
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.headers.add(name: "User-Agent", value: "kiosk-store")
-            request.headers.add(name: "Kiosk-Event-Id", value: "\(event.id)")
-            request.headers.add(name: "Kiosk-Event-Type", value: event.type.shortName)
-            // The wall clock, not the store's (a test store's clock may be driven ahead): receivers compare `t` with theirs.
-            let wallMs = Int64((Date().timeIntervalSince1970 * 1000).rounded())
-            request.headers.add(name: WebhookSignature.header, value: WebhookSignature.value(body: body, secret: secret, timestampMs: wallMs))
-            request.body = .bytes(ByteBuffer(bytes: body))
-            let response = try await httpClient.execute(request, deadline: .now() + TimeAmount(timeout))
-            _ = try? await response.body.collect(upTo: 64 * 1024)
-            return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
+            event = found
+            body = try webhookBody(event)
         } catch {
             return "\(error)"
         }
+        // The wall clock, not the store's (a test store's clock may be driven ahead): receivers compare `t` with theirs.
+        let wallMs = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+        let headers: [(name: String, value: String)] = [
+            ("Content-Type", "application/json"), ("User-Agent", "kiosk-store"), ("Kiosk-Event-Id", "\(event.id)"),
+            ("Kiosk-Event-Type", event.type.shortName),
+            (WebhookSignature.header, WebhookSignature.value(body: body, secret: secret, timestampMs: wallMs)),
+        ]
+        return await transport.post(url: url, headers: headers, body: body, timeout: timeout)
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import KioskAPI
 import KioskRPC
 @testable import KioskStore
+@testable import KioskStoreIntegrations
 import KioskStoreTestSupport
 import KioskTesting
 import NIOConcurrencyHelpers

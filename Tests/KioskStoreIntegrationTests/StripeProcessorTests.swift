@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 @testable import KioskStore
+@testable import KioskStoreIntegrations
 import KioskTesting
 import StripeDouble
 import Testing
