@@ -106,19 +106,31 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        // The store's ledger: the core's repository ports on SQLite (GRDB) and PostgreSQL (postgres-nio), the
+        // migrations of both side by side, group commit, and the instance lock.
+        .target(
+            name: "KioskStoreLedger",
+            dependencies: [
+                "KioskStoreCore", "KioskAPI",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ]
+        ),
         // The store service as an embeddable library.
         .target(
             name: "KioskStore",
             dependencies: [
-                "KioskStoreCore", "KioskStoreIntegrations", "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskStoreCore", "KioskStoreLedger", "KioskStoreIntegrations", "KioskAPI", "KioskRPC", "KioskWire",
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
             ]
         ),
         // The `kiosk-store` command line as a library; the executable is its `main` only.

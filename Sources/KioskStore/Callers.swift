@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import KioskRPC
 
 /// The kinds of caller the store knows. Every method declares which it

@@ -1,4 +1,3 @@
-import GRDB
 import KioskAPI
 
 // Retiring a signing key: receipts it signed after the retirement time stop

@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import GRDB
 import KioskAPI
 #if canImport(Glibc)
 import Glibc

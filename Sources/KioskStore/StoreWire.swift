@@ -167,3 +167,60 @@ extension RevocationRecord {
                            revocationDateMs: revokedMs, reason: reason, creditShortfall: creditShortfall, accountID: accountID)
     }
 }
+
+extension TransactionRecord {
+    init(
+        id: String, originalID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
+        state: TransactionState, purchaseMs: Int64, expiresMs: Int64, paymentMethod: String, paymentID: String?,
+        environment: StoreEnvironment
+    ) {
+        self.init(
+            id: id, originalID: originalID, accountID: accountID, productID: product.id, productType: product.type, quantity: quantity,
+            state: state, purchaseMs: purchaseMs, expiresMs: expiresMs, price: product.price, currency: product.currency,
+            paymentMethod: paymentMethod, paymentID: paymentID, environment: environment)
+    }
+}
+
+extension PaymentIntent {
+    init(kind: Kind, paymentID: String, transactionID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
+         unitPrice: String, currency: String, paymentMethod: String, purchaseMs: Int64, idempotencyKey: String?, requestHash: [UInt8],
+         owner: String) {
+        self.init(
+            kind: kind, paymentID: paymentID, transactionID: transactionID, accountID: accountID, productID: product.id,
+            productType: product.type, creditsPerUnit: product.credits, subscriptionPeriod: product.subscriptionPeriod?.description ?? "",
+            quantity: quantity, unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, purchaseMs: purchaseMs,
+            idempotencyKey: idempotencyKey, requestHash: requestHash, owner: owner, createdMs: purchaseMs, attemptMs: purchaseMs)
+    }
+}
+
+extension EventRecord {
+    /// The event as signed and sent.
+    public func message(environment: StoreEnvironment) -> StoreV1.Event {
+        StoreV1.Event(
+            eventID: id, type: type.wire, accountID: accountID, transactionID: transactionID, originalTransactionID: originalTransactionID,
+            productID: productID, createdMs: createdMs, reason: reason, creditShortfall: creditShortfall, autoRenew: autoRenew,
+            price: price, expirationReason: expirationReason.wire, environment: environment.wire)
+    }
+}
+
+extension TransactionFilter {
+    /// The filters of a ListTransactions request.
+    /// - Throws: ``StoreError`` 3 for a `revoked` other than 0, 1, 2, more than 100 products or types, or a type or state
+    ///   this version does not know (a filter that could only match nothing is a mistake, not a question).
+    public init(_ request: StoreV1.ListTransactionsRequest) throws {
+        guard request.revoked <= 2 else { throw StoreError.invalid("revoked is 0 (any), 1 (only revoked) or 2 (only not revoked), not \(request.revoked)") }
+        guard request.productIDs.count <= 100, request.productTypes.count <= 100 else {
+            throw StoreError.invalid("at most 100 product_ids and 100 product_types")
+        }
+        let types = try request.productTypes.map { type in
+            guard let kind = ProductKind(wire: type) else { throw StoreError.invalid("product_types holds \(type), not a product type") }
+            return kind
+        }
+        var state: TransactionState?
+        if request.state != .transactionStateUnspecified {
+            guard let known = TransactionState(wire: request.state) else { throw StoreError.invalid("state is \(request.state), not a transaction state") }
+            state = known
+        }
+        self.init(productIDs: request.productIDs, productTypes: types, state: state, revoked: request.revoked == 0 ? nil : request.revoked == 1)
+    }
+}

@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import GRDB
 import KioskAPI
 import NIOCore
 import NIOHTTP1

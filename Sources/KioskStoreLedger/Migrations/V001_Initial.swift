@@ -1,7 +1,9 @@
+import KioskStoreCore
+
 extension LedgerMigration {
     /// v1: The first schema: accounts, transactions, credit movements, idempotency keys, revocations, signing keys,
     /// settings.
-    static let v001Initial = LedgerMigration(
+    package static let v001Initial = LedgerMigration(
         id: "v1",
         sqlite: ["""
             CREATE TABLE accounts (

@@ -1,6 +1,8 @@
+import KioskStoreCore
+
 extension LedgerMigration {
     /// v4-service-credentials: Service credentials (roles `content` and `admin`), stored as token hashes.
-    static let v004ServiceCredentials = LedgerMigration(
+    package static let v004ServiceCredentials = LedgerMigration(
         id: "v4-service-credentials",
         sqlite: ["""
             CREATE TABLE service_credentials (

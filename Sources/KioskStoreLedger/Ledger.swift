@@ -10,13 +10,13 @@ import NIOConcurrencyHelpers
 extension TransactionRecord {
     /// The columns a page of transactions reads: what ``message`` sends, not the payment method (free text the
     /// wire never carries back).
-    static let pageColumns = """
+    package static let pageColumns = """
         id, original_id, account_id, product_id, product_type, quantity, state, purchase_ms, expires_ms, period_start_ms, offer_id,
         price, currency, payment_id, error_code, error_reason, error_message, receipt, finished, revoked_ms, revocation_reason,
         environment, credits, refund_credit_shortfall
         """
 
-    init(row: LedgerRow) throws {
+    package init(row: LedgerRow) throws {
         self.init(
             id: try row["id"], originalID: try row["original_id"], accountID: try row["account_id"], productID: try row["product_id"],
             productType: try row.enumeration("product_type"), quantity: UInt32(clamping: try row["quantity"] as Int64),
@@ -31,18 +31,7 @@ extension TransactionRecord {
             refundCreditShortfall: UInt64(clamping: try row["refund_credit_shortfall"] as Int64))
     }
 
-    init(
-        id: String, originalID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
-        state: TransactionState, purchaseMs: Int64, expiresMs: Int64, paymentMethod: String, paymentID: String?,
-        environment: StoreEnvironment
-    ) {
-        self.init(
-            id: id, originalID: originalID, accountID: accountID, productID: product.id, productType: product.type, quantity: quantity,
-            state: state, purchaseMs: purchaseMs, expiresMs: expiresMs, price: product.price, currency: product.currency,
-            paymentMethod: paymentMethod, paymentID: paymentID, environment: environment)
-    }
-
-    func insert(_ db: any LedgerDatabase) throws {
+    package func insert(_ db: any LedgerDatabase) throws {
         try db.execute(
             """
                 INSERT INTO transactions (id, original_id, account_id, product_id, product_type, quantity, state,
@@ -59,14 +48,14 @@ extension TransactionRecord {
 }
 
 extension AccountRecord {
-    init(row: LedgerRow) throws {
+    package init(row: LedgerRow) throws {
         self.init(id: try row["id"], paymentsAllowed: try row["payments_allowed"],
                   creditBalance: UInt64(clamping: try row["credit_balance"] as Int64))
     }
 }
 
 extension RevocationRecord {
-    init(row: LedgerRow) throws {
+    package init(row: LedgerRow) throws {
         self.init(
             cursor: UInt64(clamping: try row["cursor"] as Int64), transactionID: try row["transaction_id"],
             originalTransactionID: try row["original_transaction_id"], accountID: try row["account_id"],
@@ -85,10 +74,10 @@ public final class Ledger: Sendable {
     public static let fileName = "ledger.sqlite"
 
     /// Where the ledger is kept.
-    let backend: any LedgerBackend
+    package let backend: any LedgerBackend
     private let writeObservers = NIOLockedValueBox<[@Sendable () -> Void]>([])
     /// The SQLite backend, when that is where it is kept (its pragmas, its group commits).
-    let sqlite: SQLiteLedgerBackend?
+    package let sqlite: SQLiteLedgerBackend?
 
     /// Opens (creating and migrating if needed) the embedded SQLite ledger in `directory`.
     public init(directory: String) throws {
@@ -131,13 +120,13 @@ public final class Ledger: Sendable {
     /// Calls `body` when another process commits a change the revocation feed follows
     /// (a revocation, a signing key added or retired, a service credential revoked), at once:
     /// PostgreSQL's NOTIFY. Nothing on SQLite, whose feed polls the data dir's file.
-    func watchExternalChanges(_ body: @escaping @Sendable () -> Void) {
+    package func watchExternalChanges(_ body: @escaping @Sendable () -> Void) {
         (backend as? PostgresLedgerBackend)?.watchChanges(body)
     }
 
     /// Inside a write: wakes every store watching this ledger (``watchExternalChanges(_:)``)
     /// when the write commits (PostgreSQL delivers a NOTIFY at commit, never for a rollback).
-    static func announceChange(_ db: any LedgerDatabase) throws {
+    package static func announceChange(_ db: any LedgerDatabase) throws {
         guard db.dialect == .postgres else { return }
         try db.execute("SELECT pg_notify(?, '')", [PostgresLedgerBackend.changeChannel])
     }
@@ -146,21 +135,21 @@ public final class Ledger: Sendable {
     public var backendName: String { backend.dialect.name }
 
     /// The SQLite database, for checks that are SQLite's own (query plans, pragmas). Nil on another backend.
-    var pool: DatabasePool? { sqlite?.pool }
+    package var pool: DatabasePool? { sqlite?.pool }
 
     /// Runs `body` as one write of the next group commit (see ``GroupCommit``):
     /// atomic on its own (a savepoint), serial with every other write, and on
     /// disk (fsynced) when this returns. On PostgreSQL, writes naming the same
     /// `account` run one after the other (a lock on it; see ``PostgresLedgerBackend``);
     /// every write about an account's purchases names it.
-    func write<T: Sendable>(account: String? = nil, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    package func write<T: Sendable>(account: String? = nil, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
         let result = try await backend.groupWrite(serializingOn: account, body)
         writeObservers.withLockedValue { $0 }.forEach { $0() }
         return result
     }
 
     /// Called after each write of this process through ``write(account:_:)`` commits (the event feed looks then).
-    func onWrite(_ body: @escaping @Sendable () -> Void) {
+    package func onWrite(_ body: @escaping @Sendable () -> Void) {
         writeObservers.withLockedValue { $0.append(body) }
     }
 
@@ -168,7 +157,7 @@ public final class Ledger: Sendable {
     public var commitStatistics: (commits: Int, writes: Int) { sqlite?.group.statistics ?? (0, 0) }
 
     /// The versioned schema (``LedgerMigration/all``) as GRDB migrations.
-    static var migrator: DatabaseMigrator { LedgerMigration.sqliteMigrator }
+    package static var migrator: DatabaseMigrator { LedgerMigration.sqliteMigrator }
 
     /// `PRAGMA synchronous` on the writer and on a reader: 2 is FULL.
     public func synchronousModes() throws -> (writer: Int, reader: Int) {
@@ -188,19 +177,19 @@ public final class Ledger: Sendable {
     }
 
     /// A value of the settings table.
-    func setting(_ key: String) throws -> String? {
+    package func setting(_ key: String) throws -> String? {
         try backend.read { db in try db.value(String.self, "SELECT value FROM settings WHERE key = ?", [key]) }
     }
 
     /// Sets a value of the settings table.
-    func setSetting(_ key: String, _ value: String) throws {
+    package func setSetting(_ key: String, _ value: String) throws {
         try backend.write { db in
             try db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
         }
     }
 
     /// Binds the ledger to `environment` on first use; refuses another environment later.
-    func claim(environment: StoreEnvironment) throws {
+    package func claim(environment: StoreEnvironment) throws {
         try backend.write { db in
             if let stored = try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'") {
                 guard stored == environment.name else {
@@ -247,7 +236,7 @@ public final class Ledger: Sendable {
     // MARK: Transactions
 
     /// The account a transaction belongs to (nil: no such transaction).
-    func accountOf(transactionID: String) async throws -> String? {
+    package func accountOf(transactionID: String) async throws -> String? {
         try await backend.read { db in try db.value(String.self, "SELECT account_id FROM transactions WHERE id = ?", [transactionID]) }
     }
 
@@ -382,14 +371,14 @@ public final class Ledger: Sendable {
         try backend.read { db in try Self.publicKeys(db) }
     }
 
-    static func publicKeys(_ db: any LedgerDatabase) throws -> [ReceiptPublicKey] {
+    package static func publicKeys(_ db: any LedgerDatabase) throws -> [ReceiptPublicKey] {
         try db.fetchAll("SELECT * FROM signing_keys ORDER BY \(db.dialect.insertionOrder)").map { row in
             ReceiptPublicKey(id: try row["id"], rawRepresentation: try row["public_key"] as [UInt8], notBeforeMs: try row["not_before_ms"],
                              notAfterMs: try row["not_after_ms"])
         }
     }
 
-    func addPublicKey(_ key: ReceiptPublicKey) throws {
+    package func addPublicKey(_ key: ReceiptPublicKey) throws {
         try backend.write { db in
             try db.execute("INSERT INTO signing_keys (id, public_key, not_before_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", [key.id, key.rawRepresentation, key.notBeforeMs])
             try Self.announceChange(db)

@@ -1,18 +1,21 @@
+import KioskStoreCore
 import NIOConcurrencyHelpers
 
 /// Runs operations on one key one at a time, in this process: retries of one
 /// payment queue behind it and replay its answer instead of asking the
 /// processor again. Not a guard against charging twice — the ledger's
 /// constraints are, across processes too.
-final class KeyedLock: Sendable {
+package final class KeyedLock: Sendable {
     private struct State {
-        var busy: Set<String> = []
-        var waiters: [String: [CheckedContinuation<Void, Never>]] = [:]
+        package var busy: Set<String> = []
+        package var waiters: [String: [CheckedContinuation<Void, Never>]] = [:]
     }
 
     private let state = NIOLockedValueBox(State())
 
-    func withLock<R: Sendable>(_ key: String, _ body: () async throws -> R) async throws -> R {
+    package init() {}
+
+    package func withLock<R: Sendable>(_ key: String, _ body: () async throws -> R) async throws -> R {
         await acquire(key)
         defer { release(key) }
         return try await body()

@@ -1,4 +1,5 @@
 import GRDB
+import KioskStoreCore
 
 /// One version of the ledger's schema, in both dialects side by side: the SQLite statements the embedded ledger
 /// runs (through GRDB's migrator) and the PostgreSQL ones (``PostgresMigrations``), each bringing its database to
@@ -7,22 +8,22 @@ import GRDB
 ///
 /// One file per version, `V001_…` to the newest, in ``all``'s order. Add a version for every change; never edit
 /// a shipped one (databases that ran it keep what it did).
-struct LedgerMigration: Sendable {
+package struct LedgerMigration: Sendable {
     /// The version's name, recorded in the database once applied.
-    let id: String
+    package let id: String
     /// SQLite scripts, run in order in one transaction.
-    let sqlite: [String]
+    package let sqlite: [String]
     /// The PostgreSQL script, run in one transaction (statements split at semicolons outside literals).
-    let postgres: String
+    package let postgres: String
 
     /// Every version, oldest first.
-    static let all: [LedgerMigration] = [
+    package static let all: [LedgerMigration] = [
         .v001Initial, .v002IntentsPagingShortfall, .v003KeyRetirement, .v004ServiceCredentials, .v005SealedSigningKeys,
         .v006Subscriptions, .v007Events, .v008Webhooks, .v009RefundRequests,
     ]
 
     /// ``all`` as GRDB migrations, for the SQLite ledger.
-    static var sqliteMigrator: DatabaseMigrator {
+    package static var sqliteMigrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         for migration in all {
             migrator.registerMigration(migration.id) { db in

@@ -4,17 +4,7 @@ import KioskAPI
 import KioskStoreCore
 
 extension PaymentIntent {
-    init(kind: Kind, paymentID: String, transactionID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
-         unitPrice: String, currency: String, paymentMethod: String, purchaseMs: Int64, idempotencyKey: String?, requestHash: [UInt8],
-         owner: String) {
-        self.init(
-            kind: kind, paymentID: paymentID, transactionID: transactionID, accountID: accountID, productID: product.id,
-            productType: product.type, creditsPerUnit: product.credits, subscriptionPeriod: product.subscriptionPeriod?.description ?? "",
-            quantity: quantity, unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, purchaseMs: purchaseMs,
-            idempotencyKey: idempotencyKey, requestHash: requestHash, owner: owner, createdMs: purchaseMs, attemptMs: purchaseMs)
-    }
-
-    init(row: LedgerRow) throws {
+    package init(row: LedgerRow) throws {
         let kindName: String = try row["kind"]
         let stateName: String = try row["state"]
         guard let kind = Kind(rawValue: kindName), let state = State(rawValue: stateName) else {
@@ -46,7 +36,7 @@ extension Ledger {
 
 
     /// Intents reconciliation closed as not charged before `beforeMs`, not looked at again yet (the second look).
-    func closedUncharged(before beforeMs: Int64) throws -> [PaymentIntent] {
+    package func closedUncharged(before beforeMs: Int64) throws -> [PaymentIntent] {
         try backend.read { db in
             try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome = 'reconciled:not_charged' AND updated_ms < ? LIMIT 500", [beforeMs]
             ).map(PaymentIntent.init)
@@ -54,7 +44,7 @@ extension Ledger {
     }
 
     /// Intents charged for something the account already owned, whose refund the processor has not confirmed yet.
-    func refundsDue() throws -> [PaymentIntent] {
+    package func refundsDue() throws -> [PaymentIntent] {
         try backend.read { db in
             try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome LIKE 'refund_due:%' LIMIT 500")
                 .map(PaymentIntent.init)

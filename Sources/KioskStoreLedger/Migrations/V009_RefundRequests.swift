@@ -1,10 +1,12 @@
+import KioskStoreCore
+
 extension LedgerMigration {
     /// v9-refund-requests: Refund requests, and a REFUNDED event for each revocation recorded before the event log
     /// existed (webhooks that had queued every event then are moved past them). PostgreSQL takes the event-order lock
     /// first: a store of the version before, still serving during a rolling upgrade, must not commit a higher event
     /// id while the backfill holds lower ones.
     /// (82778235554629 is ``Ledger/eventOrderLockKey``; `LedgerMigrationTests` checks it.)
-    static let v009RefundRequests = LedgerMigration(
+    package static let v009RefundRequests = LedgerMigration(
         id: "v9-refund-requests",
         sqlite: [
             """

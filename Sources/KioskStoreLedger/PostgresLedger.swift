@@ -1,4 +1,5 @@
 import Foundation
+import KioskStoreCore
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -53,30 +54,30 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
 /// runs on one of this backend's threads, holding one connection, and waits
 /// there for each statement's answer, never on an event loop or a Swift
 /// concurrency thread (the async entry points hop to those threads first).
-final class PostgresLedgerBackend: LedgerBackend {
-    var dialect: LedgerDialect { .postgres }
+package final class PostgresLedgerBackend: LedgerBackend {
+    package var dialect: LedgerDialect { .postgres }
 
     /// Most retries of a transaction PostgreSQL could not serialize.
-    static let maximumRetries = 20
+    package static let maximumRetries = 20
 
     /// The channel a write that the revocation feed follows notifies (revocations, keys, credentials).
-    static let changeChannel = "kiosk_ledger_changed"
+    package static let changeChannel = "kiosk_ledger_changed"
 
-    let location: PostgresLocation
+    package let location: PostgresLocation
     private let group: MultiThreadedEventLoopGroup
     private let threads: NIOThreadPool
     private let connections: ConnectionPool
     private let configuration: PostgresConnection.Configuration
     private let logger: Logger
     /// Whether PostgreSQL answers in time (see ``PostgresHealth``).
-    let health: PostgresHealth
+    package let health: PostgresHealth
     /// Bodies waiting for or running on ``threads``; past ``maximumQueued`` (1,024: a burst drains in well under a
     /// call deadline while the database answers, and memory stays bounded when it does not) a call fails at once.
     private let admission: NIOLockedValueBox<Int>
     private let maximumQueued: Int
 
     /// How long a checkout, a connect or a statement may take by default.
-    static var defaultTimeout: Duration { Ledger.defaultDatabaseTimeout }
+    package static var defaultTimeout: Duration { Ledger.defaultDatabaseTimeout }
     /// The LISTEN connection and its task, when something watches for changes.
     /// Every ``watchChanges(_:)`` watch: its task and, while connected, its LISTEN connection (by a serial number).
     private let watcher = NIOLockedValueBox<(tasks: [Task<Void, Never>], connections: [Int: PostgresConnection], serial: Int, stopped: Bool)>(([], [:], 0, false))
@@ -86,7 +87,7 @@ final class PostgresLedgerBackend: LedgerBackend {
     /// Connects (the first connection at once, the others when needed) and migrates the schema.
     /// - Parameter timeout: how long a connection checkout, a connect or one statement may take before the call
     ///   that needed it fails with ``LedgerError/Kind/unavailable`` (and, for a statement, its connection is closed).
-    init(location: PostgresLocation, connections size: Int = 8, timeout: Duration = PostgresLedgerBackend.defaultTimeout,
+    package init(location: PostgresLocation, connections size: Int = 8, timeout: Duration = PostgresLedgerBackend.defaultTimeout,
          logger: Logger = Logger(label: "kiosk-store.postgres")) throws {
         self.location = location
         self.logger = logger
@@ -144,7 +145,7 @@ final class PostgresLedgerBackend: LedgerBackend {
     /// (PostgreSQL's LISTEN on a connection of its own), and once each time that connection
     /// is (re)established, for what changed while nobody listened. A lost connection is
     /// opened again after a second; meanwhile the caller's own polling covers.
-    func watchChanges(_ body: @escaping @Sendable () -> Void) {
+    package func watchChanges(_ body: @escaping @Sendable () -> Void) {
         let (group, configuration, logger, watcher) = (group, configuration, logger, watcher)
         let task = Task.detached {
             // Not once the backend is shutting down: a connect on its stopping threads would never complete.
@@ -179,7 +180,7 @@ final class PostgresLedgerBackend: LedgerBackend {
         if stopped { task.cancel() }
     }
 
-    func read<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
+    package func read<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
         try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
     }
 
@@ -192,7 +193,7 @@ final class PostgresLedgerBackend: LedgerBackend {
     /// as this backend lives: PostgreSQL lets it go when that session ends, however the process ends
     /// (a SIGKILL closes its socket at once). Other store processes on the database, whatever their
     /// data dir, ask ``isInstanceAlive(_:)``.
-    func holdInstanceLock(_ instance: String) throws {
+    package func holdInstanceLock(_ instance: String) throws {
         let connection: PostgresConnection
         do {
             connection = try connectWithin(health.timeout, on: group.next(), configuration: configuration, id: -1, logger: logger)
@@ -217,7 +218,7 @@ final class PostgresLedgerBackend: LedgerBackend {
     /// True when some session holds `instance`'s lock: its store process is alive. Asked on `db`, the
     /// connection of the caller's transaction, when there is one (a connection of the pool otherwise):
     /// a write never waits for a second connection while holding one.
-    func isInstanceAlive(_ instance: String, _ db: (any LedgerDatabase)? = nil) throws -> Bool {
+    package func isInstanceAlive(_ instance: String, _ db: (any LedgerDatabase)? = nil) throws -> Bool {
         let key = Self.instanceKey(instance)
         let ask = { (db: any LedgerDatabase) throws -> Bool in
             guard try db.value(Bool.self, "SELECT pg_try_advisory_lock(hashtextextended(?, 0))", [key]) == true else { return true }
@@ -228,14 +229,14 @@ final class PostgresLedgerBackend: LedgerBackend {
         return try transaction("BEGIN", ask)
     }
 
-    func read<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    package func read<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
         try await offload { try self.read(body) }
     }
 
     /// Runs `body` on this backend's threads, never the caller's: a stalled database blocks none of the event
     /// loops or Swift concurrency threads. Fails at once with ``LedgerError/Kind/unavailable`` while PostgreSQL is
     /// known not to answer, or when more bodies wait than the threads could serve within a timeout each.
-    func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    package func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try health.requireAnswering()
         let admitted = admission.withLockedValue { waiting -> Bool in
             guard waiting < maximumQueued else { return false }
@@ -254,12 +255,12 @@ final class PostgresLedgerBackend: LedgerBackend {
     }
 
     @discardableResult
-    func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
+    package func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
         try transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", body)
     }
 
     @discardableResult
-    func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    package func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
         try await offload { try self.transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", serializingOn: key, body) }
     }
 
@@ -270,7 +271,7 @@ final class PostgresLedgerBackend: LedgerBackend {
     /// and keeps it until after COMMIT: writes about one account then run one after the
     /// other, each on a snapshot taken after the one before committed (as SQLite's single
     /// writer does), instead of colliding and retrying; writes about other accounts run on.
-    func transaction<T>(_ begin: String, serializingOn key: String? = nil, _ body: (any LedgerDatabase) throws -> T) throws -> T {
+    package func transaction<T>(_ begin: String, serializingOn key: String? = nil, _ body: (any LedgerDatabase) throws -> T) throws -> T {
         var attempt = 0
         while true {
             let connection = try connections.checkOut()
@@ -316,10 +317,10 @@ final class PostgresLedgerBackend: LedgerBackend {
 /// A fixed number of connections, opened when first needed; a caller waits for a free one.
 private final class ConnectionPool: Sendable {
     private struct State {
-        var idle: [PostgresConnection] = []
+        package var idle: [PostgresConnection] = []
         var open = 0
-        var nextID = 0
-        var closed = false
+        package var nextID = 0
+        package var closed = false
     }
 
     private let size: Int
@@ -330,7 +331,7 @@ private final class ConnectionPool: Sendable {
     private let state = NIOLockedValueBox(State())
     private let free: DispatchSemaphore
 
-    init(size: Int, group: MultiThreadedEventLoopGroup, configuration: PostgresConnection.Configuration, health: PostgresHealth,
+    package init(size: Int, group: MultiThreadedEventLoopGroup, configuration: PostgresConnection.Configuration, health: PostgresHealth,
          logger: Logger) {
         self.size = size
         self.group = group
@@ -341,7 +342,7 @@ private final class ConnectionPool: Sendable {
     }
 
     /// A free connection, waiting at most the backend's timeout for one.
-    func checkOut() throws -> PostgresConnection {
+    package func checkOut() throws -> PostgresConnection {
         try health.requireAnswering()
         guard free.wait(timeout: .now() + .nanoseconds(Int(health.timeout.nanoseconds))) == .success else {
             health.noteStalled()
@@ -378,7 +379,7 @@ private final class ConnectionPool: Sendable {
         }
     }
 
-    func checkIn(_ connection: PostgresConnection) {
+    package func checkIn(_ connection: PostgresConnection) {
         let close = state.withLockedValue { state -> Bool in
             if state.closed || connection.isClosed {
                 state.open -= 1
@@ -391,14 +392,14 @@ private final class ConnectionPool: Sendable {
         free.signal()
     }
 
-    func discard(_ connection: PostgresConnection) {
+    package func discard(_ connection: PostgresConnection) {
         state.withLockedValue { $0.open -= 1 }
         let _: EventLoopFuture<Void> = connection.close()
         free.signal()
     }
 
     /// Marks the pool closed and hands back its idle connections, for the caller to close.
-    func closeAll() -> [PostgresConnection] {
+    package func closeAll() -> [PostgresConnection] {
         state.withLockedValue { state -> [PostgresConnection] in
             state.closed = true
             defer { state.idle = [] }
@@ -408,7 +409,7 @@ private final class ConnectionPool: Sendable {
 }
 
 /// `future` did not complete within its timeout.
-struct PostgresTimedOut: Error {}
+package struct PostgresTimedOut: Error {}
 
 /// A new connection, waiting at most `timeout`; one that connects after the wait gave up is closed, not leaked.
 private func connectWithin(_ timeout: TimeAmount, on loop: any EventLoop, configuration: PostgresConnection.Configuration, id: Int,
@@ -437,16 +438,16 @@ private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>, timeout: TimeAmo
 /// Whether PostgreSQL answers in time. A checkout, connect or statement that times out marks it stalled: for the
 /// next second every call that needs the database fails at once with ``LedgerError/Kind/unavailable`` (14 on the
 /// wire) instead of waiting its own timeout; then one call tries again, and an answer clears the mark.
-final class PostgresHealth: Sendable {
+package final class PostgresHealth: Sendable {
     /// How long one checkout, connect or statement may take.
-    let timeout: TimeAmount
+    package let timeout: TimeAmount
     private let stalledUntil = NIOLockedValueBox<NIODeadline?>(nil)
 
-    init(timeout: TimeAmount) { self.timeout = timeout }
+    package init(timeout: TimeAmount) { self.timeout = timeout }
 
-    var timeoutDescription: String { "\(Double(timeout.nanoseconds) / 1e9) s" }
+    package var timeoutDescription: String { "\(Double(timeout.nanoseconds) / 1e9) s" }
 
-    func requireAnswering() throws {
+    package func requireAnswering() throws {
         let stalled = stalledUntil.withLockedValue { until -> Bool in
             guard let deadline = until else { return false }
             if NIODeadline.now() < deadline { return true }
@@ -457,20 +458,20 @@ final class PostgresHealth: Sendable {
         if stalled { throw LedgerError(.unavailable, "PostgreSQL is not answering (a statement or connection took over \(timeoutDescription)); retry later") }
     }
 
-    func noteStalled() { stalledUntil.withLockedValue { $0 = .now() + .seconds(1) } }
+    package func noteStalled() { stalledUntil.withLockedValue { $0 = .now() + .seconds(1) } }
 
-    func noteAnswered() { stalledUntil.withLockedValue { $0 = nil } }
+    package func noteAnswered() { stalledUntil.withLockedValue { $0 = nil } }
 }
 
 /// One PostgreSQL connection inside a transaction, as a ``LedgerDatabase``.
-struct PostgresLedgerDatabase: LedgerDatabase {
-    let connection: PostgresConnection
-    let health: PostgresHealth
-    let logger: Logger
+package struct PostgresLedgerDatabase: LedgerDatabase {
+    package let connection: PostgresConnection
+    package let health: PostgresHealth
+    package let logger: Logger
 
-    var dialect: LedgerDialect { .postgres }
+    package var dialect: LedgerDialect { .postgres }
 
-    func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
+    package func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
         if arguments.isEmpty, sql.contains(";") {
             // Several statements (the schema, clearing): one at a time, the extended protocol takes one.
             var changed = 0
@@ -480,7 +481,7 @@ struct PostgresLedgerDatabase: LedgerDatabase {
         return try translatingErrors { try wait(connection.query(Self.query(sql, arguments), logger: logger)).metadata.rows ?? 0 }
     }
 
-    func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
+    package func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
         let result = try translatingErrors { try wait(connection.query(Self.query(sql, arguments), logger: logger)) }
         var columns: LedgerRow.Columns?
         return try result.rows.map { row in
@@ -498,7 +499,7 @@ struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// A statement with no rows to read (BEGIN, COMMIT, ROLLBACK).
-    func run(_ sql: String) throws {
+    package func run(_ sql: String) throws {
         _ = try translatingErrors { try wait(connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)) }
     }
 
@@ -517,7 +518,7 @@ struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// The statements of a script, split at the semicolons outside quoted literals.
-    static func statements(_ sql: String) -> [String] {
+    package static func statements(_ sql: String) -> [String] {
         var statements: [String] = [], current = ""
         var quoted = false
         for character in sql {
@@ -534,7 +535,7 @@ struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// `?` placeholders as PostgreSQL's `$1, $2, …` (outside quoted literals), with the arguments bound.
-    static func query(_ sql: String, _ arguments: [any LedgerArgument]) -> PostgresQuery {
+    package static func query(_ sql: String, _ arguments: [any LedgerArgument]) -> PostgresQuery {
         var text = ""
         text.reserveCapacity(sql.utf8.count + 2 * arguments.count)
         var number = 0
@@ -560,7 +561,7 @@ struct PostgresLedgerDatabase: LedgerDatabase {
         return PostgresQuery(unsafeSQL: text, binds: binds)
     }
 
-    static func value(_ cell: PostgresCell) throws -> LedgerValue {
+    package static func value(_ cell: PostgresCell) throws -> LedgerValue {
         guard cell.bytes != nil else { return .null }
         switch cell.dataType {
         case .int2, .int4, .int8:
@@ -577,7 +578,7 @@ struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// PostgreSQL's SQLSTATEs as the ``LedgerError`` kinds both backends share; a lost connection as unavailable.
-    func translatingErrors<T>(_ body: () throws -> T) throws -> T {
+    package func translatingErrors<T>(_ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch let error as PSQLError {
@@ -592,7 +593,7 @@ struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// The server's message when there is one (PSQLError's own description hides it).
-    static func describe(_ error: any Error) -> String {
+    package static func describe(_ error: any Error) -> String {
         guard let error = error as? PSQLError else { return "\(error)" }
         if let info = error.serverInfo, let message = info[.message] {
             return "\(message) (SQLSTATE \(info[.sqlState] ?? "?"))"

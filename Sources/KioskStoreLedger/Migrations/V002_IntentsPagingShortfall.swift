@@ -1,7 +1,9 @@
+import KioskStoreCore
+
 extension LedgerMigration {
     /// v2-intents-paging-shortfall: Payment intents (intent before charge), paging indexes, and the credit shortfall
     /// of refunded consumables.
-    static let v002IntentsPagingShortfall = LedgerMigration(
+    package static let v002IntentsPagingShortfall = LedgerMigration(
         id: "v2-intents-paging-shortfall",
         sqlite: ["""
             CREATE TABLE payment_intents (

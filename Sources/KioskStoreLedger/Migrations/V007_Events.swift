@@ -1,6 +1,8 @@
+import KioskStoreCore
+
 extension LedgerMigration {
     /// v7-events: The event log (every change to a purchase, signed when served).
-    static let v007Events = LedgerMigration(
+    package static let v007Events = LedgerMigration(
         id: "v7-events",
         sqlite: ["""
             CREATE TABLE events (

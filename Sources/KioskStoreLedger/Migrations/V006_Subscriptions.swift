@@ -1,8 +1,10 @@
+import KioskStoreCore
+
 extension LedgerMigration {
     /// v6-subscriptions: Auto-renewable subscriptions (the domain's `Subscription`), offer nonces, a subscription
     /// transaction's period start. Subscriptions bought before it never renewed: they are carried over with auto-
     /// renew off, so an upgrade charges nobody unasked.
-    static let v006Subscriptions = LedgerMigration(
+    package static let v006Subscriptions = LedgerMigration(
         id: "v6-subscriptions",
         sqlite: ["""
             CREATE TABLE subscriptions (

@@ -1,4 +1,5 @@
 import Foundation
+import KioskStoreCore
 
 /// A value bound to a ledger statement or read from one of its rows: the
 /// four kinds every backend stores (booleans are integers 0 and 1, as SQLite
@@ -91,8 +92,8 @@ extension Optional: LedgerColumn where Wrapped: LedgerColumn {
 public struct LedgerRow: Sendable {
     /// The names of a result's columns and where each is, shared by its rows.
     public final class Columns: Sendable {
-        let names: [String]
-        let index: [String: Int]
+        package let names: [String]
+        package let index: [String: Int]
 
         public init(_ names: [String]) {
             self.names = names
@@ -101,8 +102,8 @@ public struct LedgerRow: Sendable {
         }
     }
 
-    let columns: Columns
-    let values: [LedgerValue]
+    package let columns: Columns
+    package let values: [LedgerValue]
 
     public init(columns: Columns, values: [LedgerValue]) {
         self.columns = columns
@@ -125,14 +126,14 @@ public struct LedgerRow: Sendable {
 
     /// The closed domain enum stored as an integer in `column`.
     /// - Throws: ``LedgerError`` (schema) for a value the enum does not have: a row this version cannot read.
-    func enumeration<T: RawRepresentable>(_ column: String) throws -> T where T.RawValue == Int32 {
+    package func enumeration<T: RawRepresentable>(_ column: String) throws -> T where T.RawValue == Int32 {
         let raw = try self[column] as Int32
         guard let value = T(rawValue: raw) else { throw LedgerError(.schema, "ledger column \(column) holds \(raw), which \(T.self) does not have") }
         return value
     }
 
     /// The first column's value.
-    func first<T: LedgerColumn>(_ type: T.Type) throws -> T {
+    package func first<T: LedgerColumn>(_ type: T.Type) throws -> T {
         guard let value = values.first else { throw LedgerError(.schema, "the ledger row has no columns") }
         return try T(ledgerValue: value, column: columns.names.first ?? "?")
     }
@@ -163,7 +164,7 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
         self.message = message
     }
 
-    static func mismatch(_ column: String, _ value: LedgerValue, _ expected: String) -> LedgerError {
+    package static func mismatch(_ column: String, _ value: LedgerValue, _ expected: String) -> LedgerError {
         LedgerError(.schema, "ledger column \(column) holds \(value.kindName), not \(expected)")
     }
 
@@ -171,7 +172,7 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
 }
 
 extension LedgerValue {
-    var kindName: String {
+    package var kindName: String {
         switch self {
         case .null: "NULL"
         case .integer: "an integer"
@@ -208,24 +209,24 @@ public protocol LedgerDatabase: StoreRepositories {
 
 extension LedgerDatabase {
     @discardableResult
-    func execute(_ sql: String) throws -> Int { try execute(sql, []) }
+    package func execute(_ sql: String) throws -> Int { try execute(sql, []) }
 
     /// Every row a statement without arguments read.
-    func fetchAll(_ sql: String) throws -> [LedgerRow] { try fetchAll(sql, []) }
+    package func fetchAll(_ sql: String) throws -> [LedgerRow] { try fetchAll(sql, []) }
 
     /// The first row a statement read, if any.
-    func fetchOne(_ sql: String, _ arguments: [any LedgerArgument] = []) throws -> LedgerRow? {
+    package func fetchOne(_ sql: String, _ arguments: [any LedgerArgument] = []) throws -> LedgerRow? {
         try fetchAll(sql, arguments).first
     }
 
     /// The first column of the first row a statement read; nil when it read none or that value is NULL.
-    func value<T: LedgerColumn>(_ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []) throws -> T? {
+    package func value<T: LedgerColumn>(_ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []) throws -> T? {
         guard let row = try fetchOne(sql, arguments) else { return nil }
         return try row.first(T?.self)
     }
 
     /// The first column of every row a statement read (NULLs skipped).
-    func values<T: LedgerColumn>(_ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []) throws -> [T] {
+    package func values<T: LedgerColumn>(_ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []) throws -> [T] {
         try fetchAll(sql, arguments).compactMap { try $0.first(T?.self) }
     }
 }

@@ -9,7 +9,7 @@ import KioskStoreCore
 public typealias SubscriptionRecord = Subscription
 
 extension Subscription {
-    init(row: LedgerRow) throws {
+    package init(row: LedgerRow) throws {
         let stateValue: Int32 = try row["state"]
         guard let state = Subscription.State(rawValue: stateValue) else {
             throw LedgerError(.schema, "subscription row has state \(stateValue)")

@@ -1,4 +1,5 @@
 import GRDB
+import KioskStoreCore
 import NIOConcurrencyHelpers
 
 /// Group commit: writes that arrive while the ledger is committing (and
@@ -7,36 +8,36 @@ import NIOConcurrencyHelpers
 /// disk. One fsync then covers many purchases, as PostgreSQL's and InnoDB's
 /// group commit do, while each write still sees the ones before it and one
 /// write's error rolls back only its own savepoint.
-final class GroupCommit: Sendable {
+package final class GroupCommit: Sendable {
     /// Most writes in one transaction.
-    static let maximumBatch = 128
+    package static let maximumBatch = 128
 
     private struct Job: Sendable {
         /// Runs the write inside the batch's transaction, keeping its own result.
-        let run: @Sendable (Database) -> Void
+        package let run: @Sendable (Database) -> Void
         /// Answers the caller: with its result once committed, or with the commit's error.
-        let finish: @Sendable ((any Error)?) -> Void
+        package let finish: @Sendable ((any Error)?) -> Void
     }
 
     private struct State {
-        var queue: [Job] = []
-        var draining = false
-        var commits = 0
-        var writes = 0
+        package var queue: [Job] = []
+        package var draining = false
+        package var commits = 0
+        package var writes = 0
     }
 
     /// Transactions committed (each one fsync of the WAL) and the writes they carried.
-    var statistics: (commits: Int, writes: Int) { state.withLockedValue { ($0.commits, $0.writes) } }
+    package var statistics: (commits: Int, writes: Int) { state.withLockedValue { ($0.commits, $0.writes) } }
 
     private let pool: DatabasePool
     private let state = NIOLockedValueBox(State())
 
-    init(pool: DatabasePool) {
+    package init(pool: DatabasePool) {
         self.pool = pool
     }
 
     /// Runs `body` in the next group's transaction; returns once it is committed.
-    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    package func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             let outcome = NIOLockedValueBox<Result<T, any Error>?>(nil)
             let job = Job(

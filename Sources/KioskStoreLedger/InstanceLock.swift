@@ -1,6 +1,7 @@
-import Foundation
 #if canImport(Glibc)
+import Foundation
 import Glibc
+import KioskStoreCore
 #endif
 
 /// Tells which store processes on a data dir are alive, so that a payment
@@ -14,17 +15,17 @@ import Glibc
 /// own, the instance also holds a session advisory lock in the database (see
 /// ``PostgresLedgerBackend/holdInstanceLock(_:)``), and liveness is asked there:
 /// an intent of a live replica elsewhere is never taken for a dead one's.
-final class InstanceLock: Sendable {
+package final class InstanceLock: Sendable {
     /// This instance's id, written as the owner of its intents.
-    let id: String
+    package let id: String
     private let directory: String
     private let descriptor: Int32
     private let shared: PostgresLedgerBackend?
 
-    init(dataDirectory: String, ledger: Ledger? = nil) throws {
+    package init(dataDirectory: String, ledger: Ledger? = nil) throws {
         directory = (dataDirectory as NSString).appendingPathComponent("instances")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        id = "inst_" + Store.randomHex(bytes: 8)
+        id = "inst_" + (0..<8).map { _ in UInt8.random(in: 0...255) }.hexString
         let path = (directory as NSString).appendingPathComponent(id + ".lock")
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw StoreError(.internalFailure, "cannot create \(path): \(String(cString: strerror(errno)))") }
@@ -49,7 +50,7 @@ final class InstanceLock: Sendable {
 
     /// True when `owner` is this instance or another process that still holds its lock.
     /// - Parameter db: the caller's open transaction, if any (on PostgreSQL the question is asked on its connection).
-    func isAlive(_ owner: String, _ db: (any LedgerDatabase)? = nil) -> Bool {
+    package func isAlive(_ owner: String, _ db: (any LedgerDatabase)? = nil) -> Bool {
         if owner == id { return true }
         guard owner.hasPrefix("inst_"), !owner.contains("/") else { return false }
         if let shared {

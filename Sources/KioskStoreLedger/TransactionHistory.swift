@@ -1,4 +1,5 @@
 import KioskAPI
+import KioskStoreCore
 
 /// Filters of ``Ledger/listTransactions(accountID:filter:limit:pageToken:revision:)``.
 public struct TransactionFilter: Sendable, Equatable {
@@ -16,26 +17,6 @@ public struct TransactionFilter: Sendable, Equatable {
         self.productTypes = productTypes
         self.state = state
         self.revoked = revoked
-    }
-
-    /// The filters of a ListTransactions request.
-    /// - Throws: ``StoreError`` 3 for a `revoked` other than 0, 1, 2, more than 100 products or types, or a type or state
-    ///   this version does not know (a filter that could only match nothing is a mistake, not a question).
-    public init(_ request: StoreV1.ListTransactionsRequest) throws {
-        guard request.revoked <= 2 else { throw StoreError.invalid("revoked is 0 (any), 1 (only revoked) or 2 (only not revoked), not \(request.revoked)") }
-        guard request.productIDs.count <= 100, request.productTypes.count <= 100 else {
-            throw StoreError.invalid("at most 100 product_ids and 100 product_types")
-        }
-        let types = try request.productTypes.map { type in
-            guard let kind = ProductKind(wire: type) else { throw StoreError.invalid("product_types holds \(type), not a product type") }
-            return kind
-        }
-        var state: TransactionState?
-        if request.state != .transactionStateUnspecified {
-            guard let known = TransactionState(wire: request.state) else { throw StoreError.invalid("state is \(request.state), not a transaction state") }
-            state = known
-        }
-        self.init(productIDs: request.productIDs, productTypes: types, state: state, revoked: request.revoked == 0 ? nil : request.revoked == 1)
     }
 }
 
@@ -114,7 +95,7 @@ extension Ledger {
     }
 
     /// Reads a revision (empty: none).
-    static func revision(_ text: String) throws -> UInt64? {
+    package static func revision(_ text: String) throws -> UInt64? {
         guard !text.isEmpty else { return nil }
         guard text.hasPrefix("v"), let value = UInt64(text.dropFirst()) else {
             throw StoreError.invalid("revision \"\(text.prefix(64))\" is not one this store gave; pass the revision of an earlier listing, or empty")
@@ -122,7 +103,7 @@ extension Ledger {
         return value
     }
 
-    static func marks(_ count: Int) -> String {
+    package static func marks(_ count: Int) -> String {
         Array(repeating: "?", count: count).joined(separator: ", ")
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import KioskStoreCore
 
 /// Where a ledger lives: transactions of ``LedgerDatabase`` statements on one backend.
 ///
@@ -7,7 +8,7 @@ import GRDB
 /// `groupWrite` is the durable write every purchase uses: atomic on its own,
 /// on disk when it returns, possibly committed together with other writes
 /// (SQLite's ``GroupCommit``).
-protocol LedgerBackend: Sendable {
+package protocol LedgerBackend: Sendable {
     /// The SQL dialect of this backend.
     var dialect: LedgerDialect { get }
     /// Runs `body` in a read transaction.
@@ -28,7 +29,7 @@ protocol LedgerBackend: Sendable {
 }
 
 extension LedgerBackend {
-    func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T { try body() }
+    package func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T { try body() }
 }
 
 /// The embedded backend: an SQLite database in WAL mode in the data dir (GRDB).
@@ -36,14 +37,14 @@ extension LedgerBackend {
 /// Every write is one SQLite transaction (`BEGIN IMMEDIATE`) committed with
 /// `synchronous = FULL` before the method returns: the commit fsyncs the WAL,
 /// so an answer the store sends is on disk.
-final class SQLiteLedgerBackend: LedgerBackend {
-    let pool: DatabasePool
-    let group: GroupCommit
+package final class SQLiteLedgerBackend: LedgerBackend {
+    package let pool: DatabasePool
+    package let group: GroupCommit
 
-    var dialect: LedgerDialect { .sqlite }
+    package var dialect: LedgerDialect { .sqlite }
 
     /// Opens (creating and migrating if needed) the database at `path`.
-    init(path: String, migrator: DatabaseMigrator) throws {
+    package init(path: String, migrator: DatabaseMigrator) throws {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
         configuration.prepareDatabase { db in
@@ -58,32 +59,32 @@ final class SQLiteLedgerBackend: LedgerBackend {
         group = GroupCommit(pool: pool)
     }
 
-    func read<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
+    package func read<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
         try pool.read { db in try body(SQLiteLedgerDatabase(db: db)) }
     }
 
-    func read<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    package func read<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
         try await pool.read { db in try body(SQLiteLedgerDatabase(db: db)) }
     }
 
     @discardableResult
-    func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
+    package func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T {
         try pool.write { db in try body(SQLiteLedgerDatabase(db: db)) }
     }
 
     @discardableResult
-    func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    package func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
         try await group.write { db in try body(SQLiteLedgerDatabase(db: db)) }
     }
 }
 
 /// A GRDB connection, inside one of its transactions, as a ``LedgerDatabase``.
-struct SQLiteLedgerDatabase: LedgerDatabase {
-    let db: Database
+package struct SQLiteLedgerDatabase: LedgerDatabase {
+    package let db: Database
 
-    var dialect: LedgerDialect { .sqlite }
+    package var dialect: LedgerDialect { .sqlite }
 
-    func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
+    package func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
         try Self.translatingErrors {
             if arguments.isEmpty {
                 // May hold several statements (migrations, clearing); not worth a cached statement.
@@ -95,7 +96,7 @@ struct SQLiteLedgerDatabase: LedgerDatabase {
         }
     }
 
-    func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
+    package func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
         try Self.translatingErrors {
             let cursor = try Row.fetchCursor(db.cachedStatement(sql: sql), arguments: Self.arguments(arguments))
             var rows: [LedgerRow] = []
@@ -110,7 +111,7 @@ struct SQLiteLedgerDatabase: LedgerDatabase {
         }
     }
 
-    static func arguments(_ arguments: [any LedgerArgument]) -> StatementArguments {
+    package static func arguments(_ arguments: [any LedgerArgument]) -> StatementArguments {
         StatementArguments(arguments.map { argument -> DatabaseValue in
             switch argument.ledgerValue {
             case .null: .null
@@ -121,7 +122,7 @@ struct SQLiteLedgerDatabase: LedgerDatabase {
         })
     }
 
-    static func value(_ value: DatabaseValue) -> LedgerValue {
+    package static func value(_ value: DatabaseValue) -> LedgerValue {
         switch value.storage {
         case .null: .null
         case .int64(let integer): .integer(integer)
@@ -132,7 +133,7 @@ struct SQLiteLedgerDatabase: LedgerDatabase {
     }
 
     /// SQLite's constraint failures as the ``LedgerError`` kinds both backends share; other errors unchanged.
-    static func translatingErrors<T>(_ body: () throws -> T) throws -> T {
+    package static func translatingErrors<T>(_ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch let error as DatabaseError {

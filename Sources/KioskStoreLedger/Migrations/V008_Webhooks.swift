@@ -1,6 +1,8 @@
+import KioskStoreCore
+
 extension LedgerMigration {
     /// v8-webhooks: Webhooks, their deliveries and the delivery lease.
-    static let v008Webhooks = LedgerMigration(
+    package static let v008Webhooks = LedgerMigration(
         id: "v8-webhooks",
         sqlite: ["""
             CREATE TABLE webhooks (

@@ -1,12 +1,13 @@
 import Foundation
+import KioskStoreCore
 
 /// Applies ``LedgerMigration/all`` to a PostgreSQL ledger, recorded in `kiosk_migrations`.
-enum PostgresMigrations {
+package enum PostgresMigrations {
     /// A key for `pg_advisory_xact_lock`: stores starting together migrate one at a time.
-    static let lockKey: Int64 = 0x4B494F534B  // "KIOSK"
+    package static let lockKey: Int64 = 0x4B494F534B  // "KIOSK"
 
     /// Applies the migrations this database has not had, each in its own transaction.
-    static func migrate(_ backend: PostgresLedgerBackend) throws {
+    package static func migrate(_ backend: PostgresLedgerBackend) throws {
         for migration in LedgerMigration.all {
             let (id, sql) = (migration.id, migration.postgres)
             // READ COMMITTED: after waiting for the lock, the next statement sees what the holder committed.

@@ -1,5 +1,6 @@
 import GRDB
 import KioskAPI
+import KioskStoreCore
 
 // `EventRecord` and `EventKind` are the domain's (KioskStoreCore); here: reading one from a ledger
 // row and sending it. Event ids increase in the order events commit, on both backends: SQLite has
@@ -7,7 +8,7 @@ import KioskAPI
 // an event, so an event with a lower id can never commit after one with a higher id has been read.
 
 extension EventRecord {
-    init(row: LedgerRow) throws {
+    package init(row: LedgerRow) throws {
         let raw = Int32(clamping: try row["type"] as Int64)
         guard let type = EventKind(rawValue: raw) else { throw LedgerError(.schema, "ledger column type holds \(raw), not an event type") }
         self.init(
@@ -18,20 +19,12 @@ extension EventRecord {
             price: try row["price"],
             expirationReason: Subscription.ExpirationReason(rawValue: Int32(clamping: try row["expiration_reason"] as Int64)) ?? .unspecified)
     }
-
-    /// The event as signed and sent.
-    public func message(environment: StoreEnvironment) -> StoreV1.Event {
-        StoreV1.Event(
-            eventID: id, type: type.wire, accountID: accountID, transactionID: transactionID, originalTransactionID: originalTransactionID,
-            productID: productID, createdMs: createdMs, reason: reason, creditShortfall: creditShortfall, autoRenew: autoRenew,
-            price: price, expirationReason: expirationReason.wire, environment: environment.wire)
-    }
 }
 
 extension Ledger {
 
     /// The advisory lock a PostgreSQL write takes before it inserts an event: event ids commit in order.
-    static let eventOrderLockKey: Int64 = 0x4B494F534B_45  // "KIOSKE"
+    package static let eventOrderLockKey: Int64 = 0x4B494F534B_45  // "KIOSKE"
 
 
 
