@@ -29,7 +29,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         var requestTimer: Scheduled<Void>?
         /// Run once the call's last frame has been written to the socket (or the connection is gone).
         var whenWritten: [@Sendable () -> Void] = []
-        /// The ``ServerConnectionHandler/headersGeneration`` of the remembered HEADERS this call's are; 0: not remembered.
+        /// The generation of the remembered HEADERS this call's are (``InlineCallPath``); 0: not remembered.
         var headersGeneration: UInt64 = 0
 
         init(method: RPCRouter.Method, context: ServerContext) {
@@ -66,9 +66,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private var deadlines: CallDeadlines?
     /// HEADERS up to this size are remembered for the next call: a peer can make a connection hold this
     /// much more, not the 16 KiB a HEADERS frame may carry.
-    static let largestRememberedHeaders = 2048
     /// The last HEADERS payload that decoded, as decoded and routed.
-    private var lastHeaders: (payload: ByteBuffer, routed: RoutedHeaders)?
     /// HEADERS as decoded and routed; a class, so that the calls sent with the same bytes share them
     /// without copying (and retaining) the method's closures and the metadata per call.
     private final class RoutedHeaders {
@@ -90,26 +88,14 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             self.calls = method?.calls
         }
     }
-    /// Counts the HEADERS remembered in turn (``lastHeaders``), from 1.
-    private var headersGeneration: UInt64 = 0
-    /// The caller an inline authenticator found for a call with the remembered HEADERS: a later call with
-    /// the same HEADERS reuses it while the authenticator says it ``RPCAuthenticator/stillHolds(_:)``.
-    private var rememberedPrincipal: RememberedPrincipal?
-    private struct RememberedPrincipal {
-        var principal: (any Sendable)?
-    }
-    /// An inline unary call admitted by the last HEADERS of this read, not yet
-    /// entered in the machine or ``resources``: when its request is the next
-    /// frame (as it usually is) it is answered at once without ever being
-    /// entered; any other event enters it first (``openPendingCall()``).
-    private var pendingCall: PendingCall?
-    private struct PendingCall {
-        var callID: UInt32
-        /// Their method was found and has an inline form.
-        var routed: RoutedHeaders
-        var timeoutMs: UInt32
-        var headersGeneration: UInt64
-    }
+    /// The inline fast path's memory (its own tested type): the last HEADERS as decoded and routed, the
+    /// caller an inline authenticator found for them (a later call with the same HEADERS reuses it while the
+    /// authenticator says it ``RPCAuthenticator/stillHolds(_:)``), and an inline unary call admitted by the
+    /// last HEADERS of this read, not yet entered in the machine or ``resources``: when its request is the
+    /// next frame (as it usually is) it is answered at once without ever being entered; any other event
+    /// enters it first (``openPendingCall()``).
+    private var inlinePath = InlineCallPath<RoutedHeaders>()
+    private typealias PendingCall = InlineCallPath<RoutedHeaders>.PendingCall
     /// The payload of TRAILERS with a plain OK (no message, no metadata): no bytes at all.
     private let emptyPayload = ByteBuffer()
     /// Calls opened in the current read batch: their request timers are armed
@@ -132,10 +118,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     }
 
     /// Calls open now (for tests).
-    var openCalls: Int { machine.openCalls + (pendingCall == nil ? 0 : 1) }
+    var openCalls: Int { machine.openCalls + (inlinePath.pending == nil ? 0 : 1) }
 
     /// Bytes of HEADERS remembered for the next call (for tests).
-    var rememberedHeadersBytes: Int { lastHeaders?.payload.readableBytes ?? 0 }
+    var rememberedHeadersBytes: Int { inlinePath.rememberedBytes }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -211,12 +197,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     }
 
     private func received(_ frame: Frame, context: ChannelHandlerContext) {
-        if let pending = pendingCall {
-            pendingCall = nil
-            if frame.type == .message, frame.callID == pending.callID {
-                return answerPendingCall(pending, payload: frame.payload, flags: frame.flags)
-            }
-            openPendingCall(pending)
+        switch inlinePath.frameRead(type: frame.type, callID: frame.callID) {
+        case .none: break
+        case .answer(let pending): return answerPendingCall(pending, payload: frame.payload, flags: frame.flags)
+        case .open(let pending): openPendingCall(pending)
         }
         switch frame.type {
         case .headers:
@@ -268,10 +252,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private func receivedHeaders(_ frame: Frame) {
         let routed: RoutedHeaders?
         var generation: UInt64 = 0
-        if let last = lastHeaders, last.payload == frame.payload {
+        if let last = inlinePath.routed(matching: frame.payload) {
             // The same HEADERS as the call before (a client's calls usually are): decoded and routed already.
             routed = last.routed
-            generation = headersGeneration
+            generation = last.generation
         } else if let headers = try? frame.decode(CallHeaders.self) {
             var route = StateMachine.Route.unknown
             let method = router.method(named: headers.method)
@@ -280,14 +264,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             }
             let decoded = RoutedHeaders(headers: headers, method: method, route: route, runsHandlersOnEventLoop: runsHandlersOnEventLoop)
             routed = decoded
-            if let context, frame.payload.readableBytes <= Self.largestRememberedHeaders {
+            if let context, frame.payload.readableBytes <= InlineCallPath<RoutedHeaders>.largestRememberedHeaders {
                 // Kept as a copy: the frame's payload is a slice of the read buffer, which it would keep alive.
                 var payload = context.channel.allocator.buffer(capacity: frame.payload.readableBytes)
                 payload.writeImmutableBuffer(frame.payload)
-                lastHeaders = (payload, decoded)
-                headersGeneration += 1
-                generation = headersGeneration
-                rememberedPrincipal = nil
+                generation = inlinePath.remember(payload, routed: decoded)
             }
         } else {
             routed = nil
@@ -299,7 +280,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         if case .openCall(let callID, let timeoutMs) = action, let routed, let calls = routed.calls {
             calls.increment()
             if deferring {
-                pendingCall = PendingCall(callID: callID, routed: routed, timeoutMs: timeoutMs, headersGeneration: generation)
+                inlinePath.admit(PendingCall(callID: callID, routed: routed, timeoutMs: timeoutMs, headersGeneration: generation))
                 return
             }
             guard let method = routed.method else { return perform(action) }
@@ -321,8 +302,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     /// its HEADERS would have without deferring: before any event other than
     /// its request reaches the machine.
     private func openPendingCall() {
-        guard let pending = pendingCall else { return }
-        pendingCall = nil
+        guard let pending = inlinePath.takePending() else { return }
         openPendingCall(pending)
     }
 
@@ -620,16 +600,15 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         // The caller's context, given its principal in place (a copy retained its method, metadata and connection).
         do {
             if let authenticator {
-                let remembered = generation != 0 && generation == headersGeneration
-                if remembered, let reused = rememberedPrincipal, authenticator.stillHolds(reused.principal) {
+                if let reused = inlinePath.principal(forGeneration: generation), authenticator.stillHolds(reused) {
                     // The same credentials as the call before on this connection, checked then and still good.
-                    callContext.principal = reused.principal
+                    callContext.principal = reused
                 } else {
                     // Forgotten first: credentials this check refuses must not pass later on the earlier answer.
-                    if remembered { rememberedPrincipal = nil }
+                    inlinePath.forgetPrincipal(generation: generation)
                     guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else { return .needsTask }
                     callContext.principal = principal
-                    if remembered { rememberedPrincipal = RememberedPrincipal(principal: principal) }
+                    inlinePath.authenticated(principal, generation: generation)
                 }
             }
             switch try inline(payload, flags, codec, flags.contains(.compressed), callContext) {
