@@ -31,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         // The PostgreSQL ledger backend (`--database postgres://…`).
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // Process hosting of the servers (signals, graceful shutdown); postgres-nio depends on it too.
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // System libraries: the project's chosen codecs.
@@ -133,11 +135,22 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
+        // How the servers live in a process: a ServiceGroup, SIGTERM/SIGINT shutting it down gracefully, SIGHUP
+        // reloading TLS (the command lines' hosting; not a dependency of the SDK).
+        .target(
+            name: "KioskHosting",
+            dependencies: [
+                "KioskRPC",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ]
+        ),
         // The `kiosk-store` command line as a library; the executable is its `main` only.
         .target(
             name: "KioskStoreCommands",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC",
+                "KioskStore", "KioskAPI", "KioskRPC", "KioskHosting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -159,7 +172,7 @@ let package = Package(
         .target(
             name: "KioskContentCommands",
             dependencies: [
-                "KioskContent", "KioskAPI", "KioskRPC",
+                "KioskContent", "KioskAPI", "KioskRPC", "KioskHosting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -198,7 +211,7 @@ let package = Package(
         // The double in its own process (Scripts/crash-test.sh's payment processor).
         .executableTarget(
             name: "stripe-double",
-            dependencies: ["StripeDouble", "KioskRPC"]
+            dependencies: ["StripeDouble", "KioskHosting", .product(name: "Logging", package: "swift-log")]
         ),
         // The `kiosk` command line as a library; the executable is its `main` only.
         .target(
@@ -210,9 +223,9 @@ let package = Package(
             ]
         ),
         .executableTarget(name: "kiosk", dependencies: ["KioskCommands"]),
-        // Load tests of verification, downloads and purchases.
-        .executableTarget(
-            name: "kiosk-bench",
+        // Load tests of verification, downloads and purchases: the command line as a library.
+        .target(
+            name: "KioskBenchCommands",
             dependencies: [
                 "KioskStore", "KioskContent", "KioskAPI", "KioskRPC", "KioskWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -223,6 +236,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
+        .executableTarget(name: "kiosk-bench", dependencies: ["KioskBenchCommands"]),
         // libFuzzer's LLVMFuzzerRunDriver, declared for kiosk-fuzz (header only).
         .systemLibrary(name: "CLibFuzzer"),
         // libFuzzer target for the frame and message decoders (Scripts/fuzz.sh);

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import KioskAPI
 import KioskContent
+import KioskHosting
 import KioskRPC
 import Logging
 
@@ -101,8 +102,6 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-content: \(error.message) (--tls-cert and --tls-key)\n".utf8))
             throw ExitCode(2)
         }
-        // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.
-        let signals = SignalWaiter(signals: [SIGINT, SIGTERM, SIGHUP])
         do {
             try await server.start()
         } catch let error as TransportSecurityError {
@@ -110,10 +109,14 @@ struct Serve: AsyncParsableCommand {
             throw ExitCode(2)
         }
         let banner = "kiosk-content listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(server.items.count) products)\n"
-        FileHandle.standardOutput.write(Data(banner.utf8))
-        await signals.waitForShutdown(reloading: tls, logger: logger)
-        logger.info("shutting down; cache hits \(server.stats.cacheHits), misses \(server.stats.cacheMisses)")
-        await server.shutdown()
+        // Printed once SIGTERM and SIGHUP are trapped: a script may signal as soon as it reads it.
+        try await ServiceHosting.serve(
+            announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
+            shutdown: {
+                logger.info("shutting down; cache hits \(server.stats.cacheHits), misses \(server.stats.cacheMisses)")
+                await server.shutdown()
+            },
+            reloading: tls, logger: logger)
     }
 }
 

@@ -1,28 +1,75 @@
 import Foundation
-import KioskAPI
 
-/// An event as JSON: what `kiosk-store events` prints and webhooks send.
-public enum EventJSON {
-    /// The event's fields as a JSON object: `event_id`, `type` ("REFUNDED"), `account_id`, … (empty and zero fields left out).
-    public static func object(_ event: EventRecord, environment: StoreEnvironment) -> [String: Any] {
-        var object: [String: Any] = [
-            "event_id": event.id, "type": event.type.shortName, "created_ms": event.createdMs, "environment": environment.name,
-        ]
-        if !event.accountID.isEmpty { object["account_id"] = event.accountID }
-        if !event.transactionID.isEmpty { object["transaction_id"] = event.transactionID }
-        if !event.originalTransactionID.isEmpty { object["original_transaction_id"] = event.originalTransactionID }
-        if !event.productID.isEmpty { object["product_id"] = event.productID }
-        if !event.reason.isEmpty { object["reason"] = event.reason }
-        if event.creditShortfall > 0 { object["credit_shortfall"] = event.creditShortfall }
-        if event.type == .autoRenewChanged { object["auto_renew"] = event.autoRenew }
-        if !event.price.isEmpty { object["price"] = event.price }
-        if event.expirationReason != .unspecified { object["expiration_reason"] = "\(event.expirationReason)" }
-        return object
+/// Kiosk's JSON lines: keys sorted, slashes unescaped, one object per line: what the command lines print
+/// with `--json` and webhooks send.
+public enum JSONLine {
+    /// `value` encoded as one line.
+    public static func encode<T: Encodable>(_ value: T) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        // Encoding these plain structs cannot fail; an empty object is still one line of JSON.
+        guard let data = try? encoder.encode(value) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+/// An event as JSON: what `kiosk-store events` prints and webhooks send. Empty and zero fields are left out;
+/// `auto_renew` is there for AUTO_RENEW_CHANGED only.
+public struct EventDocument: Codable, Hashable, Sendable {
+    public var eventID: UInt64
+    /// The type's short name ("REFUNDED").
+    public var type: String
+    public var createdMs: Int64
+    /// `sandbox` or `production`.
+    public var environment: String
+    public var accountID: String?
+    public var transactionID: String?
+    public var originalTransactionID: String?
+    public var productID: String?
+    public var reason: String?
+    public var creditShortfall: UInt64?
+    public var autoRenew: Bool?
+    public var price: String?
+    public var expirationReason: String?
+
+    enum CodingKeys: String, CodingKey {
+        case eventID = "event_id", type, createdMs = "created_ms", environment, accountID = "account_id"
+        case transactionID = "transaction_id", originalTransactionID = "original_transaction_id", productID = "product_id"
+        case reason, creditShortfall = "credit_shortfall", autoRenew = "auto_renew", price, expirationReason = "expiration_reason"
     }
 
-    /// One line of JSON, keys sorted.
-    public static func line(_ event: EventRecord, environment: StoreEnvironment) -> String {
-        let data = (try? JSONSerialization.data(withJSONObject: object(event, environment: environment), options: [.sortedKeys])) ?? Data("{}".utf8)
-        return String(decoding: data, as: UTF8.self)
+    public init(_ event: EventRecord, environment: StoreEnvironment) {
+        func present(_ text: String) -> String? { text.isEmpty ? nil : text }
+        eventID = event.id
+        type = event.type.shortName
+        createdMs = event.createdMs
+        self.environment = environment.name
+        accountID = present(event.accountID)
+        transactionID = present(event.transactionID)
+        originalTransactionID = present(event.originalTransactionID)
+        productID = present(event.productID)
+        reason = present(event.reason)
+        creditShortfall = event.creditShortfall > 0 ? event.creditShortfall : nil
+        autoRenew = event.type == .autoRenewChanged ? event.autoRenew : nil
+        price = present(event.price)
+        expirationReason = event.expirationReason == .unspecified ? nil : "\(event.expirationReason)"
+    }
+
+    /// One line of JSON.
+    public var line: String { JSONLine.encode(self) }
+}
+
+/// A webhook's POST body: the event's fields and `signed_event`, the base64 of the encoded signed event
+/// for offline verification with the store's public keys.
+struct WebhookBody: Encodable {
+    var event: EventDocument
+    var signedEvent: String
+
+    enum CodingKeys: String, CodingKey { case signedEvent = "signed_event" }
+
+    func encode(to encoder: any Encoder) throws {
+        try event.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(signedEvent, forKey: .signedEvent)
     }
 }

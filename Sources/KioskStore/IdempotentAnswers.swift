@@ -64,7 +64,7 @@ extension PurchaseOutcome {
             // A deferred purchase since declined is FAILED now: replayed as the failure it became.
             let result: Result = switch record.state {
             case .deferred: .deferred(record)
-            case .failed: .failed(FailedPurchase(record.message))
+            case .failed: .failed(try FailedPurchase(record.message))
             default: .purchased(record)
             }
             return PurchaseOutcome(result: result, replayed: true, alreadyOwned: alreadyOwned)

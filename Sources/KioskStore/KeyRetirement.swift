@@ -47,7 +47,7 @@ extension Ledger {
                                      + "receipts it signed after that verify again")
                 }
             }
-            try db.execute("UPDATE signing_keys SET not_after_ms = ? WHERE id = ?", [atMs, id])
+            try db.retireSigningKey(id: id, atMs: atMs)
             try Self.announceChange(db)
             key.notAfterMs = atMs
             retired = key

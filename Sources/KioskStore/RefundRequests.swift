@@ -7,18 +7,7 @@ extension RefundRequest {
     public var wireState: StoreV1.RefundRequestState { StoreV1.RefundRequestState(rawValue: state.rawValue) }
 
     /// One line of JSON, keys sorted (`kiosk-store refund-requests --json`): the wire's field names, the state by name.
-    public var jsonLine: String {
-        var object: [String: Any] = [
-            "transaction_id": transactionID, "account_id": accountID, "product_id": productID, "reason": reason,
-            "state": wireState.name, "requested_ms": requestedMs,
-        ]
-        if decidedMs > 0 {
-            object["decided_ms"] = decidedMs
-            object["decision_reason"] = decisionReason
-        }
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
-        return String(decoding: data, as: UTF8.self)
-    }
+    public var jsonLine: String { JSONLine.encode(RefundRequestDocument(self)) }
 
     /// As the wire carries it.
     public var message: StoreV1.RefundRequestStatus {
@@ -93,5 +82,27 @@ extension Store {
             let current = try db.refundRequest(transactionID: transactionID)
             throw StoreError(.conflict, "the refund request of \(transactionID) is \(current.map { "\($0.state)" } ?? "gone"), not pending")
         }
+    }
+}
+
+/// A refund request as `kiosk-store refund-requests --json` prints it; the decision's fields only once decided.
+struct RefundRequestDocument: Encodable {
+    var transactionID: String, accountID: String, productID: String, reason: String, state: String, requestedMs: Int64
+    var decidedMs: Int64?, decisionReason: String?
+
+    enum CodingKeys: String, CodingKey {
+        case transactionID = "transaction_id", accountID = "account_id", productID = "product_id", reason, state
+        case requestedMs = "requested_ms", decidedMs = "decided_ms", decisionReason = "decision_reason"
+    }
+
+    init(_ request: RefundRequest) {
+        transactionID = request.transactionID
+        accountID = request.accountID
+        productID = request.productID
+        reason = request.reason
+        state = request.wireState.name
+        requestedMs = request.requestedMs
+        decidedMs = request.decidedMs > 0 ? request.decidedMs : nil
+        decisionReason = request.decidedMs > 0 ? request.decisionReason : nil
     }
 }

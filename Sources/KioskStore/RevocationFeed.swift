@@ -7,7 +7,7 @@ import NIOConcurrencyHelpers
 ///
 /// One task looks for new revocations and key changes: at once when this
 /// process wrote one (``noteWritten()``) or, on PostgreSQL, when another
-/// process committed one (its NOTIFY, ``Ledger/watchExternalChanges(_:)``),
+/// process committed one (its NOTIFY, `Ledger.watchExternalChanges(_:)`),
 /// otherwise every poll interval (for refunds and key changes made by another
 /// process on the same data dir, such as `kiosk-store refund`). It keeps the most recent revocations in memory
 /// and wakes the streams, which read from that memory; only a stream resuming
@@ -189,9 +189,9 @@ final class RevocationFeed: Sendable {
         do {
             // One read of the ledger for the cheap parts, off the Swift concurrency threads (GRDB's reader).
             let (latest, fingerprint, revoked, latestEvent) = try await ledger.backend.read { db in
-                (try Ledger.latestRevocationCursor(db),
+                (try db.latestRevocationCursor(),
                  try Ledger.publicKeys(db).map { "\($0.id)/\($0.notAfterMs)" },
-                 try Ledger.revokedServiceCredentialIDs(db),
+                 try db.revokedServiceCredentialIDs(),
                  try db.latestEventID())
             }
             if state.withLockedValue({ $0.eventFloor }) == nil {
@@ -271,11 +271,4 @@ final class RevocationFeed: Sendable {
 struct FeedEvent: Sendable {
     var record: EventRecord
     var signed: StoreV1.SignedEvent
-}
-
-extension Ledger {
-    /// The highest revocation cursor (0 when there is none).
-    static func latestRevocationCursor(_ db: any LedgerDatabase) throws -> UInt64 {
-        UInt64(clamping: try db.value(Int64.self, "SELECT MAX(cursor) FROM revocations") ?? 0)
-    }
 }

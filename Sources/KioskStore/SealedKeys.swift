@@ -116,32 +116,3 @@ public struct KeyEncryptionKey: Sendable {
         }
     }
 }
-
-extension Ledger {
-    /// v5: the private half of a signing key sealed with the key-encryption key (NULL: in the data dir's `keys/`).
-
-    /// The sealed private half of signing key `id`; nil when it has none (kept in a file).
-    func sealedPrivateKey(id: String, _ db: (any LedgerDatabase)? = nil) throws -> [UInt8]? {
-        let query = { (db: any LedgerDatabase) in
-            try db.value([UInt8].self, "SELECT sealed_private_key FROM signing_keys WHERE id = ?", [id])
-        }
-        if let db { return try query(db) }
-        return try backend.read { db in try query(db) }
-    }
-
-    /// Adds a signing key with its private half sealed.
-    func addPublicKey(_ key: ReceiptPublicKey, sealed: [UInt8]) throws {
-        try backend.write { db in
-            try db.execute("INSERT INTO signing_keys (id, public_key, not_before_ms, sealed_private_key) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                           [key.id, key.rawRepresentation, key.notBeforeMs, sealed])
-            try Self.announceChange(db)
-        }
-    }
-
-    /// Stores the sealed private half of a key that had none (one sealed already is kept).
-    func sealPrivateKey(id: String, sealed: [UInt8]) throws {
-        try backend.write { db in
-            try db.execute("UPDATE signing_keys SET sealed_private_key = ? WHERE id = ? AND sealed_private_key IS NULL", [sealed, id])
-        }
-    }
-}

@@ -228,14 +228,11 @@ public struct StoreService: RPCService {
         }
     }
 
-    /// A request's event types, each once; a list longer than there are types, or a type this version does not know
-    /// (a filter that could only match nothing), is refused (3 INVALID_ARGUMENT).
+    /// A request's event types, each once; a list longer than there are types is refused (3 INVALID_ARGUMENT). A type
+    /// this version does not know stays in the filter (a newer replica on the same ledger may record it).
     static func eventTypes(_ requested: [StoreV1.EventType]) throws -> [EventKind] {
         guard requested.count <= 64 else { throw StoreError.invalid("types lists \(requested.count) event types; there are fewer than 64") }
         var seen = Set<EventKind>()
-        return try requested.compactMap { type in
-            guard let kind = EventKind(wire: type) else { throw StoreError.invalid("types holds \(type), not an event type") }
-            return seen.insert(kind).inserted ? kind : nil
-        }
+        return requested.map(EventKind.init(wire:)).filter { seen.insert($0).inserted }
     }
 }

@@ -47,11 +47,14 @@ extension FailedPurchase {
             errorMessage: message, finished: true, price: price, currency: currency, environment: environment.wire)
     }
 
-    init(_ message: StoreV1.Transaction) {
+    init(_ message: StoreV1.Transaction) throws {
+        guard let environment = StoreEnvironment(wire: message.environment) else {
+            throw LedgerError(.schema, "a kept answer holds failed transaction \(message.transactionID) in no environment this version knows")
+        }
         self.init(code: Code(rawValue: message.errorCode) ?? .unknown, reason: message.errorReason, message: message.errorMessage,
                   transactionID: message.transactionID, accountID: message.accountID, productID: message.productID,
                   productType: ProductKind(wire: message.productType), quantity: message.quantity, dateMs: message.purchaseDateMs, price: message.price,
-                  currency: message.currency, environment: StoreEnvironment(wire: message.environment) ?? .sandbox)
+                  currency: message.currency, environment: environment)
     }
 }
 
@@ -71,7 +74,7 @@ extension PurchaseOutcome {
         switch transaction.state {
         case .purchased: result = .purchased(try TransactionRecord(sent: transaction))
         case .deferred: result = .deferred(try TransactionRecord(sent: transaction))
-        default: result = .failed(FailedPurchase(transaction))
+        default: result = .failed(try FailedPurchase(transaction))
         }
         replayed = true
         alreadyOwned = message.alreadyOwned
@@ -140,7 +143,19 @@ extension StoreEnvironment {
 
 extension EventKind {
     public var wire: StoreV1.EventType { StoreV1.EventType(rawValue: rawValue) }
-    public init?(wire: StoreV1.EventType) { self.init(rawValue: wire.rawValue) }
+    /// Both are open: every wire value has its kind.
+    public init(wire: StoreV1.EventType) { self.init(rawValue: wire.rawValue) }
+}
+
+extension StoreV1.EventType {
+    /// The name without its prefix, as webhooks and `kiosk-store events` print it ("REFUNDED").
+    public var shortName: String { EventKind(wire: self).shortName }
+
+    /// The type named `name` ("refunded", "REFUNDED" or "EVENT_TYPE_REFUNDED").
+    public init?(shortName name: String) {
+        guard let kind = EventKind(shortName: name) else { return nil }
+        self = kind.wire
+    }
 }
 
 extension Subscription.ExpirationReason {

@@ -4,57 +4,6 @@ import KioskAPI
 import NIOCore
 import NIOHTTP1
 
-/// A receiver of the event log: every event is POSTed to `url` as JSON, signed with `secret`.
-public struct WebhookRecord: Hashable, Sendable {
-    public var id: String
-    public var url: String
-    /// Events with an id up to this one have their deliveries queued.
-    public var enqueuedThrough: UInt64
-    public var createdMs: Int64
-
-    init(row: LedgerRow) throws {
-        id = try row["id"]
-        url = try row["url"]
-        enqueuedThrough = UInt64(clamping: try row["enqueued_through"] as Int64)
-        createdMs = try row["created_ms"]
-    }
-}
-
-/// One event's delivery to one webhook.
-public struct WebhookDelivery: Hashable, Sendable {
-    public enum State: String, Sendable {
-        /// Not yet answered with 2xx; tried again at ``nextAttemptMs``.
-        case pending
-        /// Answered with 2xx.
-        case delivered
-        /// Still failing when the retry period ran out; `kiosk-store webhook redrive` queues it again.
-        case failed
-    }
-
-    public var webhookID: String
-    public var eventID: UInt64
-    public var accountID: String
-    public var state: State
-    public var attempts: Int
-    public var nextAttemptMs: Int64
-    /// When it was first tried (0: not yet).
-    public var firstAttemptMs: Int64
-    public var lastError: String
-    public var deliveredMs: Int64
-
-    init(row: LedgerRow) throws {
-        webhookID = try row["webhook_id"]
-        eventID = UInt64(clamping: try row["event_id"] as Int64)
-        accountID = try row["account_id"]
-        state = State(rawValue: try row["state"]) ?? .pending
-        attempts = Int(try row["attempts"] as Int64)
-        nextAttemptMs = try row["next_attempt_ms"]
-        firstAttemptMs = try row["first_attempt_ms"]
-        lastError = try row["last_error"]
-        deliveredMs = try row["delivered_ms"]
-    }
-}
-
 /// How webhooks are delivered (``StoreConfiguration/webhooks``).
 public struct WebhookPolicy: Sendable {
     /// The wait after the first failed attempt; it doubles with each failure…
@@ -110,9 +59,6 @@ public enum WebhookSignature {
     }
 }
 
-extension Ledger {
-}
-
 extension Store {
     // MARK: Managing webhooks
 
@@ -126,57 +72,33 @@ extension Store {
         let id = "wh_" + Self.randomHex(bytes: 8)
         let nowMs = now
         return try await ledger.write { db in
-            let through = try since ?? db.latestEventID()
-            try db.execute("INSERT INTO webhooks (id, url, secret, enqueued_through, created_ms) VALUES (?, ?, ?, ?, ?)",
-                           [id, url, secret, Int64(clamping: through), nowMs])
-            guard let row = try db.fetchOne("SELECT * FROM webhooks WHERE id = ?", [id]) else {
-                throw StoreError(.internalFailure, "webhook \(id) vanished in its own write")
-            }
-            return try WebhookRecord(row: row)
+            let webhook = WebhookRecord(id: id, url: url, enqueuedThrough: try since ?? db.latestEventID(), createdMs: nowMs)
+            try db.insertWebhook(webhook, secret: secret)
+            return webhook
         }
     }
 
     /// Removes a webhook and its deliveries.
     public func removeWebhook(id: String) async throws {
-        let removed = try await ledger.write { db -> Bool in
-            let found = try db.value(String.self, "SELECT id FROM webhooks WHERE id = ?", [id]) != nil
-            try db.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ?", [id])
-            try db.execute("DELETE FROM webhooks WHERE id = ?", [id])
-            return found
-        }
+        let removed = try await ledger.write { db in try db.removeWebhook(id: id) }
         guard removed else { throw StoreError.notFound("no webhook \(id)") }
     }
 
     /// The webhooks, oldest first.
     public func webhooks() throws -> [WebhookRecord] {
-        try ledger.backend.read { db in try db.fetchAll("SELECT * FROM webhooks ORDER BY created_ms, id").map(WebhookRecord.init) }
+        try ledger.backend.read { db in try db.webhooksWithSecrets().map(\.webhook) }
     }
 
     /// Deliveries, newest first: of one webhook or all, in one state or any.
     public func webhookDeliveries(webhookID: String? = nil, state: WebhookDelivery.State? = nil, limit: Int = 100) throws -> [WebhookDelivery] {
-        var sql = "SELECT * FROM webhook_deliveries WHERE 1 = 1"
-        var arguments: [any LedgerArgument] = []
-        if let webhookID { sql += " AND webhook_id = ?"; arguments.append(webhookID) }
-        if let state { sql += " AND state = ?"; arguments.append(state.rawValue) }
-        sql += " ORDER BY event_id DESC LIMIT ?"
-        arguments.append(Int64(limit))
-        let (query, values) = (sql, arguments)
-        return try ledger.backend.read { db in try db.fetchAll(query, values).map(WebhookDelivery.init) }
+        try ledger.backend.read { db in try db.webhookDeliveries(webhookID: webhookID, state: state, limit: limit) }
     }
 
     /// Queues failed deliveries again (all of them, or one event's), to be tried at once; returns how many.
     @discardableResult
     public func redriveWebhookDeliveries(webhookID: String? = nil, eventID: UInt64? = nil) async throws -> Int {
         let nowMs = now
-        return try await ledger.write { db in
-            var sql = "UPDATE webhook_deliveries SET state = 'pending', attempts = 0, first_attempt_ms = 0, next_attempt_ms = ? WHERE state = 'failed'"
-            var arguments: [any LedgerArgument] = [nowMs]
-            if let webhookID { sql += " AND webhook_id = ?"; arguments.append(webhookID) }
-            if let eventID { sql += " AND event_id = ?"; arguments.append(Int64(clamping: eventID)) }
-            try db.execute(sql, arguments)
-            return try db.value(Int64.self, "SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_ms = ? AND attempts = 0",
-                                [nowMs]).map(Int.init) ?? 0
-        }
+        return try await ledger.write { db in try db.redriveWebhookDeliveries(webhookID: webhookID, eventID: eventID, nowMs: nowMs) }
     }
 
     // MARK: Delivering
@@ -206,45 +128,30 @@ extension Store {
         let instance = self.instance
         let leaseMs = max(policy.requestTimeout.wholeMilliseconds * 3, 30_000)
         // A read first: an idle store (no webhook, nothing new, its lease fresh) writes nothing.
-        let (count, leaseOK, behind) = try await ledger.backend.read { db -> (Int64, Bool?, Bool) in
-            let count = try db.value(Int64.self, "SELECT COUNT(*) FROM webhooks") ?? 0
-            guard count > 0 else { return (0, nil, false) }
-            let lease = try db.fetchOne("SELECT owner, until_ms FROM webhook_lease WHERE id = 1")
-            let leaseOwner: String? = try lease?["owner"]
-            let leaseUntil: Int64 = try lease?["until_ms"] ?? 0
-            if let leaseOwner, leaseOwner != owner, leaseUntil > nowMs, instance.isAlive(leaseOwner, db) { return (count, false, false) }
-            let fresh = leaseOwner == owner && leaseUntil - nowMs > leaseMs / 2
-            let behind = try db.value(Int64.self, "SELECT MIN(enqueued_through) FROM webhooks") ?? 0 < Int64(clamping: try db.latestEventID())
-            return (count, fresh, behind)
+        let (count, leaseOK, behind) = try await ledger.backend.read { db -> (Int, Bool?, Bool) in
+            guard let least = try db.leastEnqueuedThrough() else { return (0, nil, false) }
+            let lease = try db.webhookLease()
+            if let lease, lease.owner != owner, lease.untilMs > nowMs, instance.isAlive(lease.owner, db) { return (1, false, false) }
+            let fresh = lease?.owner == owner && (lease?.untilMs ?? 0) - nowMs > leaseMs / 2
+            return (1, fresh, least < (try db.latestEventID()))
         }
         if count == 0 { return WebhookReport() }
         guard let leaseFresh = leaseOK else { return nil }
         // The dispatcher's own writes do not wake the loops that follow this process's writes (they would wake it again).
         let hooks = try await ledger.backend.groupWrite(serializingOn: nil) { db -> [(id: String, url: String, secret: [UInt8])]? in
             if leaseFresh, !behind {
-                return try db.fetchAll("SELECT * FROM webhooks ORDER BY created_ms, id").map { ((try $0["id"] as String), (try $0["url"] as String), (try $0["secret"] as [UInt8])) }
+                return try db.webhooksWithSecrets().map { ($0.webhook.id, $0.webhook.url, $0.secret) }
             }
-            let lease = try db.fetchOne("SELECT owner, until_ms FROM webhook_lease WHERE id = 1")
-            if let lease, case let holder = try lease["owner"] as String, holder != owner, (try lease["until_ms"] as Int64) > nowMs,
-               instance.isAlive(holder, db) { return nil }
-            try db.execute("""
-                INSERT INTO webhook_lease (id, owner, until_ms) VALUES (1, ?, ?)
-                ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, until_ms = excluded.until_ms
-                """, [owner, nowMs + leaseMs])
+            if let lease = try db.webhookLease(), lease.owner != owner, lease.untilMs > nowMs, instance.isAlive(lease.owner, db) { return nil }
+            try db.takeWebhookLease(owner: owner, untilMs: nowMs + leaseMs)
             var hooks: [(id: String, url: String, secret: [UInt8])] = []
-            for row in try db.fetchAll("SELECT * FROM webhooks ORDER BY created_ms, id") {
-                let hook = try WebhookRecord(row: row)
-                hooks.append((hook.id, hook.url, try row["secret"]))
+            for (hook, secret) in try db.webhooksWithSecrets() {
+                hooks.append((hook.id, hook.url, secret))
                 let events = try db.events(after: hook.enqueuedThrough, limit: 1000, accountID: nil, types: [])
                 for event in events {
-                    try db.execute("""
-                        INSERT INTO webhook_deliveries (webhook_id, event_id, account_id, state, next_attempt_ms)
-                        VALUES (?, ?, ?, 'pending', ?) ON CONFLICT DO NOTHING
-                        """, [hook.id, Int64(clamping: event.id), event.accountID, nowMs])
+                    try db.queueWebhookDelivery(webhookID: hook.id, eventID: event.id, accountID: event.accountID, nowMs: nowMs)
                 }
-                if let last = events.last {
-                    try db.execute("UPDATE webhooks SET enqueued_through = ? WHERE id = ?", [Int64(clamping: last.id), hook.id])
-                }
+                if let last = events.last { try db.setEnqueuedThrough(webhookID: hook.id, eventID: last.id) }
             }
             return hooks
         }
@@ -255,20 +162,13 @@ extension Store {
         for hook in hooks {
             // The lease, renewed before each hook's batch: a pass that outlasts it stops rather than send beside another process.
             let renewedMs = now
-            let held = try await ledger.backend.groupWrite(serializingOn: nil) { db -> Bool in
-                try db.execute("UPDATE webhook_lease SET until_ms = ? WHERE id = 1 AND owner = ?", [renewedMs + leaseMs, owner])
-                return try db.value(String.self, "SELECT owner FROM webhook_lease WHERE id = 1") == owner
+            let held = try await ledger.backend.groupWrite(serializingOn: nil) { db in
+                try db.renewWebhookLease(owner: owner, untilMs: renewedMs + leaseMs)
             }
             guard held else { break }
             // The head of each account's queue, when it is due.
             let due = try await ledger.backend.read { db in
-                try db.fetchAll("""
-                    SELECT d.* FROM webhook_deliveries d
-                    WHERE d.webhook_id = ? AND d.state = 'pending' AND d.next_attempt_ms <= ? AND NOT EXISTS (
-                      SELECT 1 FROM webhook_deliveries e WHERE e.webhook_id = d.webhook_id AND e.account_id = d.account_id
-                        AND e.state = 'pending' AND e.event_id < d.event_id)
-                    ORDER BY d.event_id LIMIT ?
-                    """, [hook.id, nowMs, Int64(max(policy.concurrency, 1))]).map(WebhookDelivery.init)
+                try db.dueWebhookDeliveries(webhookID: hook.id, nowMs: nowMs, limit: max(policy.concurrency, 1))
             }
             guard !due.isEmpty else { continue }
             let transport = given ?? ownTransport ?? {
@@ -288,25 +188,21 @@ extension Store {
             }
             let finishedMs = now
             for (delivery, failure) in results {
-                let outcome = try await ledger.backend.groupWrite(serializingOn: nil) { db -> WebhookDelivery.State in
-                    let first = delivery.firstAttemptMs == 0 ? finishedMs : delivery.firstAttemptMs
-                    if let failure {
-                        let attempts = delivery.attempts + 1
-                        let givenUp = finishedMs - first >= policy.retryFor.wholeMilliseconds
-                        try db.execute("""
-                            UPDATE webhook_deliveries SET state = ?, attempts = ?, first_attempt_ms = ?, next_attempt_ms = ?, last_error = ?
-                            WHERE webhook_id = ? AND event_id = ? AND state = 'pending'
-                              AND EXISTS (SELECT 1 FROM webhook_lease WHERE id = 1 AND owner = ?)
-                            """, [givenUp ? "failed" : "pending", Int64(attempts), first, finishedMs + policy.backoffMs(afterAttempts: attempts),
-                                  String(failure.prefix(500)), delivery.webhookID, Int64(clamping: delivery.eventID), owner])
-                        return givenUp ? .failed : .pending
-                    }
-                    try db.execute("""
-                        UPDATE webhook_deliveries SET state = 'delivered', attempts = ?, first_attempt_ms = ?, delivered_ms = ?, last_error = ''
-                        WHERE webhook_id = ? AND event_id = ?
-                        """, [Int64(delivery.attempts + 1), first, finishedMs, delivery.webhookID, Int64(clamping: delivery.eventID)])
-                    return .delivered
+                var attempted = delivery
+                attempted.attempts += 1
+                attempted.firstAttemptMs = delivery.firstAttemptMs == 0 ? finishedMs : delivery.firstAttemptMs
+                if let failure {
+                    attempted.state = finishedMs - attempted.firstAttemptMs >= policy.retryFor.wholeMilliseconds ? .failed : .pending
+                    attempted.nextAttemptMs = finishedMs + policy.backoffMs(afterAttempts: attempted.attempts)
+                    attempted.lastError = failure
+                } else {
+                    attempted.state = .delivered
+                    attempted.deliveredMs = finishedMs
+                    attempted.lastError = ""
                 }
+                let recorded = attempted
+                try await ledger.backend.groupWrite(serializingOn: nil) { db in try db.recordWebhookAttempt(recorded, leaseOwner: owner) }
+                let outcome = attempted.state
                 switch outcome {
                 case .delivered: report.delivered += 1
                 case .pending: report.failedAttempts += 1
@@ -320,17 +216,15 @@ extension Store {
     /// Gives up the delivery lease (a store shutting down), so another process takes over at once.
     public func releaseWebhookLease() async {
         let owner = instance.id
-        _ = try? await ledger.backend.groupWrite(serializingOn: nil) { db in
-            try db.execute("DELETE FROM webhook_lease WHERE id = 1 AND owner = ?", [owner])
-        }
+        _ = try? await ledger.backend.groupWrite(serializingOn: nil) { db in try db.releaseWebhookLease(owner: owner) }
     }
 
     /// The JSON body of an event's POST: its fields (as `kiosk-store events` prints them) and `signed_event`,
     /// the base64 of the encoded ``StoreV1/SignedEvent`` for offline verification with the store's public keys.
     public func webhookBody(_ event: EventRecord) throws -> [UInt8] {
-        var object = EventJSON.object(event, environment: configuration.environment)
-        object["signed_event"] = Data(try signed(event).serializedBytes()).base64EncodedString()
-        return Array(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+        let body = WebhookBody(event: EventDocument(event, environment: configuration.environment),
+                               signedEvent: Data(try signed(event).serializedBytes()).base64EncodedString())
+        return Array(JSONLine.encode(body).utf8)
     }
 
     /// POSTs one delivery; nil on a 2xx answer, else what went wrong.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KioskAPI
+import KioskHosting
 import KioskRPC
 import KioskStore
 import Logging
@@ -133,6 +134,8 @@ struct PaymentOptions: ParsableArguments {
 enum EnvironmentArgument: String, ExpressibleByArgument, CaseIterable {
     case sandbox, production
 
+    init?(argument: String) { self.init(rawValue: argument.lowercased()) }
+
     var environment: StoreEnvironment { self == .sandbox ? .sandbox : .production }
 }
 
@@ -193,8 +196,6 @@ struct Serve: AsyncParsableCommand {
         }
         let server: StoreServer
         let tls: ServerTLSIdentity?
-        // Catch the signals before the banner: a script may send SIGTERM as soon as it reads it.
-        let signals = SignalWaiter(signals: [SIGINT, SIGTERM, SIGHUP])
         do {
             tls = try ServerTLSIdentity(certificateChainPath: tlsCert, privateKeyPath: tlsKey)
             server = try StoreServer(
@@ -211,12 +212,15 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-store: \(error.description)\n".utf8))
             throw ExitCode(2)
         }
-        // Scripts and tests read this line to learn the port.
+        // Scripts and tests read this line to learn the port; it is printed once SIGTERM and SIGHUP are trapped.
         let banner = "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(loadedCatalog.products.count) products)\n"
-        FileHandle.standardOutput.write(Data(banner.utf8))
-        await signals.waitForShutdown(reloading: tls, logger: logger)
-        logger.info("shutting down")
-        await server.shutdown()
+        try await ServiceHosting.serve(
+            announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
+            shutdown: {
+                logger.info("shutting down")
+                await server.shutdown()
+            },
+            reloading: tls, logger: logger)
     }
 }
 
@@ -234,7 +238,7 @@ struct AccountCommand: AsyncParsableCommand {
             let store = try data.openStore(creating: true)
             let (id, token) = try store.createAccount(paymentsAllowed: !paymentsDisabled)
             if json {
-                print(#"{"account_id":"\#(id)","token":"\#(token)","payments_allowed":\#(!paymentsDisabled)}"#)
+                print(JSONLine.encode(Output.AccountCreated(accountID: id, token: token, paymentsAllowed: !paymentsDisabled)))
             } else {
                 print("account \(id)")
                 print("token   \(token)")
@@ -284,7 +288,7 @@ struct ServiceCommand: AsyncParsableCommand {
             let store = try data.openStore(creating: true)
             let (id, secret) = try store.createServiceCredential(role: CallerRole(rawValue: role) ?? .content, name: name)
             if json {
-                print(#"{"id":"\#(id)","role":"\#(role)","credential":"\#(secret)"}"#)
+                print(JSONLine.encode(Output.ServiceCredentialCreated(id: id, role: role, credential: secret)))
             } else {
                 print("service \(id) (\(role))")
                 print("credential \(secret)")
@@ -395,7 +399,7 @@ struct Events: AsyncParsableCommand {
             while true {
                 let batch = try await store.ledger.events(after: cursor, limit: 500, accountID: account, types: wanted)
                 for event in batch {
-                    print(EventJSON.line(event, environment: store.configuration.environment))
+                    print(EventDocument(event, environment: store.configuration.environment).line)
                     cursor = event.id
                     printed += 1
                     if limit > 0, printed >= limit { return }
@@ -572,7 +576,9 @@ struct Reconcile: AsyncParsableCommand {
         let counts = try store.ledger.intentCounts()
         let pending = counts[.pending] ?? 0, completed = counts[.completed] ?? 0, closed = counts[.closed] ?? 0
         if json {
-            print(#"{"charged":\#(report.charged),"deferred":\#(report.deferred),"closed":\#(report.closed),"refunded":\#(report.refunded),"left":\#(report.left),"intents":{"pending":\#(pending),"completed":\#(completed),"closed":\#(closed)}}"#)
+            print(JSONLine.encode(Output.Reconciled(
+                charged: report.charged, deferred: report.deferred, closed: report.closed, refunded: report.refunded, left: report.left,
+                intents: .init(pending: pending, completed: completed, closed: closed))))
         } else {
             print("recorded \(report.charged) charged and \(report.deferred) deferred, closed \(report.closed) uncharged, refunded \(report.refunded) duplicates, left \(report.left); intents now: \(pending) pending, \(completed) completed, \(closed) closed")
         }
@@ -640,10 +646,10 @@ struct Keys: AsyncParsableCommand {
         @OptionGroup var data: DataDirOptions
         func run() async throws {
             let keys = try data.openStore().publicKeys()
-            let entries = keys.map {
-                #"{"key_id":"\#($0.id)","ed25519_public_key":"\#(Data($0.rawRepresentation).base64EncodedString())","not_before_ms":\#($0.notBeforeMs),"not_after_ms":\#($0.notAfterMs)}"#
-            }
-            print("{\"keys\":[" + entries.joined(separator: ",") + "]}")
+            print(JSONLine.encode(Output.PublicKeys(keys: keys.map {
+                .init(keyID: $0.id, ed25519PublicKey: Data($0.rawRepresentation).base64EncodedString(), notBeforeMs: $0.notBeforeMs,
+                      notAfterMs: $0.notAfterMs)
+            })))
         }
     }
 }

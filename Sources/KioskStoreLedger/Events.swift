@@ -9,8 +9,8 @@ import KioskStoreCore
 
 extension EventRecord {
     package init(row: LedgerRow) throws {
-        let raw = Int32(clamping: try row["type"] as Int64)
-        guard let type = EventKind(rawValue: raw) else { throw LedgerError(.schema, "ledger column type holds \(raw), not an event type") }
+        // Kept whatever its number: a newer replica on the same ledger may record kinds this version does not know.
+        let type = EventKind(rawValue: Int32(clamping: try row["type"] as Int64))
         self.init(
             id: UInt64(clamping: try row["id"] as Int64), type: type, accountID: try row["account_id"],
             transactionID: try row["transaction_id"], originalTransactionID: try row["original_transaction_id"],
@@ -32,7 +32,7 @@ extension Ledger {
 
 
 
-    /// Events after `cursor`, oldest first (see ``events(_:after:limit:accountID:types:)``).
+    /// Events after `cursor`, oldest first, at most `limit`: of one account or all, of `types` or any.
     public func events(after cursor: UInt64, limit: Int = 500, accountID: String? = nil, types: [EventKind] = []) async throws -> [EventRecord] {
         try await backend.read { db in try db.events(after: cursor, limit: limit, accountID: accountID, types: types) }
     }

@@ -1,14 +1,14 @@
-#if canImport(Glibc)
 import Foundation
-import Glibc
 import KioskStoreCore
+#if canImport(Glibc)
+import Glibc
 #endif
 
 /// Tells which store processes on a data dir are alive, so that a payment
 /// intent left open by a process that died (SIGKILL, power cut) is reconciled
 /// at once, while one a live process is still paying is left to it.
 ///
-/// Each opened ``Store`` holds an exclusive `flock` on
+/// Each opened store holds an exclusive `flock` on
 /// `instances/<id>.lock` in its data dir for as long as the process lives; the
 /// kernel drops the lock when the process dies, however it dies. On a
 /// PostgreSQL ledger, shared by store replicas each with a data dir of its

@@ -8,7 +8,7 @@ import NIOConcurrencyHelpers
 // (KioskStoreCore); here: reading them from ledger rows and writing them.
 
 extension TransactionRecord {
-    /// The columns a page of transactions reads: what ``message`` sends, not the payment method (free text the
+    /// The columns a page of transactions reads: what the wire message sends, not the payment method (free text the
     /// wire never carries back).
     package static let pageColumns = """
         id, original_id, account_id, product_id, product_type, quantity, state, purchase_ms, expires_ms, period_start_ms, offer_id,
@@ -361,9 +361,7 @@ public final class Ledger: Sendable {
 
     /// Revocations after `cursor`, oldest first, at most `limit`.
     public func revocations(after cursor: UInt64, limit: Int = 500) async throws -> [RevocationRecord] {
-        try await backend.read { db in
-            try db.fetchAll("SELECT * FROM revocations WHERE cursor > ? ORDER BY cursor LIMIT ?", [Int64(clamping: cursor), limit]).map(RevocationRecord.init)
-        }
+        try await backend.read { db in try db.revocations(after: cursor, limit: limit) }
     }
 
     /// The public signing keys, in the order they were added (the last one signs), with their retirement time (0: none).
@@ -372,17 +370,26 @@ public final class Ledger: Sendable {
     }
 
     package static func publicKeys(_ db: any LedgerDatabase) throws -> [ReceiptPublicKey] {
-        try db.fetchAll("SELECT * FROM signing_keys ORDER BY \(db.dialect.insertionOrder)").map { row in
-            ReceiptPublicKey(id: try row["id"], rawRepresentation: try row["public_key"] as [UInt8], notBeforeMs: try row["not_before_ms"],
-                             notAfterMs: try row["not_after_ms"])
+        try db.signingKeys().map { ReceiptPublicKey(id: $0.id, rawRepresentation: $0.publicKey, notBeforeMs: $0.notBeforeMs, notAfterMs: $0.notAfterMs) }
+    }
+
+    /// Adds a signing key with its private half sealed, or none (kept in the data dir's `keys/`).
+    package func addPublicKey(_ key: ReceiptPublicKey, sealed: [UInt8]? = nil) throws {
+        try backend.write { db in
+            try db.addSigningKey(SigningKeyRecord(id: key.id, publicKey: key.rawRepresentation, notBeforeMs: key.notBeforeMs), sealedPrivateKey: sealed)
+            try Self.announceChange(db)
         }
     }
 
-    package func addPublicKey(_ key: ReceiptPublicKey) throws {
-        try backend.write { db in
-            try db.execute("INSERT INTO signing_keys (id, public_key, not_before_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", [key.id, key.rawRepresentation, key.notBeforeMs])
-            try Self.announceChange(db)
-        }
+    /// The sealed private half of signing key `id`; nil when it has none (kept in a file).
+    package func sealedPrivateKey(id: String, _ db: (any LedgerDatabase)? = nil) throws -> [UInt8]? {
+        if let db { return try db.sealedPrivateKey(id: id) }
+        return try backend.read { db in try db.sealedPrivateKey(id: id) }
+    }
+
+    /// Stores the sealed private half of a key that had none (one sealed already is kept).
+    package func sealPrivateKey(id: String, sealed: [UInt8]) throws {
+        try backend.write { db in try db.sealPrivateKey(id: id, sealed: sealed) }
     }
 
     /// Removes every transaction, credit movement, revocation, payment intent and
@@ -592,5 +599,41 @@ extension LedgerDatabase {
         try recordEvent(EventRecord(.refunded, current, nowMs: nowMs, reason: reason, creditShortfall: UInt64(clamping: shortfall)))
         try Ledger.announceChange(self)
         return revocation
+    }
+}
+
+// The ledger adapter: signing keys and the revocation feed.
+extension LedgerDatabase {
+    public func signingKeys() throws -> [SigningKeyRecord] {
+        try fetchAll("SELECT id, public_key, not_before_ms, not_after_ms FROM signing_keys ORDER BY \(dialect.insertionOrder)").map { row in
+            SigningKeyRecord(id: try row["id"], publicKey: try row["public_key"] as [UInt8], notBeforeMs: try row["not_before_ms"],
+                             notAfterMs: try row["not_after_ms"])
+        }
+    }
+
+    public func addSigningKey(_ key: SigningKeyRecord, sealedPrivateKey: [UInt8]?) throws {
+        try execute("INSERT INTO signing_keys (id, public_key, not_before_ms, sealed_private_key) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    [key.id, key.publicKey, key.notBeforeMs, sealedPrivateKey])
+    }
+
+    public func sealedPrivateKey(id: String) throws -> [UInt8]? {
+        try value([UInt8].self, "SELECT sealed_private_key FROM signing_keys WHERE id = ?", [id])
+    }
+
+    public func sealPrivateKey(id: String, sealed: [UInt8]) throws {
+        try execute("UPDATE signing_keys SET sealed_private_key = ? WHERE id = ? AND sealed_private_key IS NULL", [sealed, id])
+    }
+
+    public func retireSigningKey(id: String, atMs: Int64) throws {
+        try execute("UPDATE signing_keys SET not_after_ms = ? WHERE id = ?", [atMs, id])
+    }
+
+    public func revocations(after cursor: UInt64, limit: Int) throws -> [RevocationRecord] {
+        try fetchAll("SELECT * FROM revocations WHERE cursor > ? ORDER BY cursor LIMIT ?", [Int64(clamping: cursor), Int64(max(limit, 0))])
+            .map(RevocationRecord.init)
+    }
+
+    public func latestRevocationCursor() throws -> UInt64 {
+        UInt64(clamping: try value(Int64.self, "SELECT MAX(cursor) FROM revocations") ?? 0)
     }
 }

@@ -22,6 +22,14 @@ extension PaymentIntent {
 }
 
 extension Ledger {
+    /// Intents of the kinds this version settles: a newer replica on the same ledger may write kinds it does not
+    /// know, which that replica reconciles (an older one neither reads them as something else nor stops on them).
+    static var knownKinds: String {
+        "kind IN (" + PaymentIntent.Kind.allCases.map { "'\($0.rawValue)'" }.joined(separator: ", ") + ")"
+    }
+}
+
+extension Ledger {
     /// The payment-intent table and the constraints that make the database,
     /// not a process-local lock, the guard against charging twice.
 
@@ -38,7 +46,7 @@ extension Ledger {
     /// Intents reconciliation closed as not charged before `beforeMs`, not looked at again yet (the second look).
     package func closedUncharged(before beforeMs: Int64) throws -> [PaymentIntent] {
         try backend.read { db in
-            try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome = 'reconciled:not_charged' AND updated_ms < ? LIMIT 500", [beforeMs]
+            try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome = 'reconciled:not_charged' AND updated_ms < ? AND \(Self.knownKinds) LIMIT 500", [beforeMs]
             ).map(PaymentIntent.init)
         }
     }
@@ -46,7 +54,7 @@ extension Ledger {
     /// Intents charged for something the account already owned, whose refund the processor has not confirmed yet.
     package func refundsDue() throws -> [PaymentIntent] {
         try backend.read { db in
-            try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome LIKE 'refund_due:%' LIMIT 500")
+            try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome LIKE 'refund_due:%' AND \(Self.knownKinds) LIMIT 500")
                 .map(PaymentIntent.init)
         }
     }
@@ -55,7 +63,7 @@ extension Ledger {
     public func openIntents(after cursor: (Int64, String)? = nil, limit: Int = 500) throws -> [PaymentIntent] {
         try backend.read { db in
             try db.fetchAll("""
-                    SELECT * FROM payment_intents WHERE state = 'pending' AND (created_ms > ? OR (created_ms = ? AND id > ?))
+                    SELECT * FROM payment_intents WHERE state = 'pending' AND (created_ms > ? OR (created_ms = ? AND id > ?)) AND \(Self.knownKinds)
                     ORDER BY created_ms, id LIMIT ?
                     """, [cursor?.0 ?? Int64.min, cursor?.0 ?? Int64.min, cursor?.1 ?? "", limit]
             ).map(PaymentIntent.init)

@@ -7,7 +7,8 @@
 // Listens on a free port of 127.0.0.1, prints "stripe-double listening on
 // 127.0.0.1:PORT" and serves until SIGTERM or SIGINT.
 import Foundation
-import KioskRPC
+import KioskHosting
+import Logging
 import StripeDouble
 #if canImport(Glibc)
 import Glibc
@@ -23,9 +24,11 @@ while let argument = arguments.popFirst() {
         exit(64)
     }
 }
-let signals = SignalWaiter(signals: [SIGINT, SIGTERM])  // before the banner: a script may signal as soon as it reads it
 let double = StripeDouble(secretKey: secretKey)
 try await double.start()
-FileHandle.standardOutput.write(Data("stripe-double listening on 127.0.0.1:\(double.port) (key \(secretKey))\n".utf8))
-await signals.wait()
-try await double.shutdown()
+let banner = "stripe-double listening on 127.0.0.1:\(double.port) (key \(secretKey))\n"
+// The banner once SIGTERM is trapped: a script may signal as soon as it reads it.
+try await ServiceHosting.serve(
+    announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
+    shutdown: { try? await double.shutdown() },
+    reloading: nil, logger: Logger(label: "stripe-double"))

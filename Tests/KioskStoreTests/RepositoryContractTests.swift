@@ -355,6 +355,11 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         #expect(revocation.cursor > 0)
         #expect([revocation.transactionID, revocation.originalTransactionID, revocation.accountID, revocation.reason] == ["t1", "t1", "a1", "asked"])
         #expect(revocation.revokedMs == 9_000 && revocation.creditShortfall == 4)
+        let (feed, latest) = try await ledger.write { repositories in
+            (try repositories.revocations(after: 0, limit: 10), try repositories.latestRevocationCursor())
+        }
+        #expect(feed == [revocation] && latest == revocation.cursor)
+        #expect(try await ledger.write { try $0.revocations(after: revocation.cursor, limit: 10) }.isEmpty)
         let revoked = try #require(try await ledger.transaction("t1"))
         #expect(revoked.revokedMs == 9_000 && revoked.revocationReason == "asked" && revoked.refundCreditShortfall == 4)
         #expect(try await ledger.balance("a1") == 0)
@@ -643,7 +648,161 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         #expect(try await ledger.refundRequest("t1") == granted)
     }
 
+    // MARK: Signing keys
+
+    @Test(arguments: RepositoryContractBackend.allCases)
+    func signingKeysKeepTheirOrderTheirSealAndTheirRetirement(_ backend: RepositoryContractBackend) async throws {
+        let ledger = try backend.make()
+        let first = SigningKeyRecord(id: "k1", publicKey: Array(repeating: 1, count: 32), notBeforeMs: 1_000)
+        let second = SigningKeyRecord(id: "k2", publicKey: Array(repeating: 2, count: 32), notBeforeMs: 2_000)
+        try await ledger.write { repositories in
+            try repositories.addSigningKey(first, sealedPrivateKey: nil)
+            try repositories.addSigningKey(second, sealedPrivateKey: [9, 9])
+            try repositories.addSigningKey(SigningKeyRecord(id: "k1", publicKey: [0], notBeforeMs: 5), sealedPrivateKey: [7])  // exists: unchanged
+            try repositories.sealPrivateKey(id: "k1", sealed: [1, 1])
+            try repositories.sealPrivateKey(id: "k2", sealed: [8, 8])  // sealed already: kept
+            try repositories.retireSigningKey(id: "k1", atMs: 3_000)
+        }
+        let (keys, sealedFirst, sealedSecond, none) = try await ledger.write { repositories in
+            (try repositories.signingKeys(), try repositories.sealedPrivateKey(id: "k1"), try repositories.sealedPrivateKey(id: "k2"),
+             try repositories.sealedPrivateKey(id: "k9"))
+        }
+        var retired = first
+        retired.notAfterMs = 3_000
+        #expect(keys == [retired, second])
+        #expect(sealedFirst == [1, 1] && sealedSecond == [9, 9] && none == nil)
+    }
+
+    // MARK: Webhooks
+
+    @Test(arguments: RepositoryContractBackend.allCases)
+    func webhookDeliveriesQueueOnePerAccountAtATimeUnderTheLease(_ backend: RepositoryContractBackend) async throws {
+        let ledger = try backend.make()
+        let hook = WebhookRecord(id: "wh_1", url: "https://example.com/hook", enqueuedThrough: 0, createdMs: 1_000)
+        try await ledger.write { repositories in
+            try repositories.insertWebhook(hook, secret: Array(repeating: 7, count: 16))
+            // Events 1 and 3 of account a1, 2 of a2: a1's second waits for its first.
+            for (event, account) in [(UInt64(1), "a1"), (2, "a2"), (3, "a1")] {
+                try repositories.queueWebhookDelivery(webhookID: "wh_1", eventID: event, accountID: account, nowMs: 2_000)
+            }
+            try repositories.queueWebhookDelivery(webhookID: "wh_1", eventID: 1, accountID: "a1", nowMs: 9_999)  // already queued: unchanged
+            try repositories.setEnqueuedThrough(webhookID: "wh_1", eventID: 3)
+        }
+        let (hooks, least, due, early) = try await ledger.write { repositories in
+            (try repositories.webhooksWithSecrets(), try repositories.leastEnqueuedThrough(),
+             try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 2_000, limit: 8),
+             try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 1_999, limit: 8))
+        }
+        #expect(hooks.map(\.webhook.enqueuedThrough) == [3] && hooks.first?.secret == Array(repeating: 7, count: 16))
+        #expect(least == 3)
+        #expect(due.map(\.eventID) == [1, 2] && due.allSatisfy { $0.nextAttemptMs == 2_000 && $0.attempts == 0 })
+        #expect(early.isEmpty)
+
+        // A failure is written only under the lease; a success always.
+        var failed = due[0]
+        failed.attempts = 1
+        failed.firstAttemptMs = 2_000
+        failed.nextAttemptMs = 3_000
+        failed.lastError = "HTTP 503"
+        var delivered = due[1]
+        delivered.state = .delivered
+        delivered.attempts = 1
+        delivered.firstAttemptMs = 2_000
+        delivered.deliveredMs = 2_100
+        let (failedFailure, failedSuccess) = (failed, delivered)
+        let noLease = try await ledger.write { repositories -> Bool in
+            try repositories.recordWebhookAttempt(failedFailure, leaseOwner: "inst_a")
+            return try repositories.webhookDeliveries(webhookID: "wh_1", state: nil, limit: 10).first { $0.eventID == 1 }?.attempts == 0
+        }
+        #expect(noLease, "a failure without the lease is not written")
+        let (leased, renewedByOther) = try await ledger.write { repositories in
+            try repositories.takeWebhookLease(owner: "inst_a", untilMs: 60_000)
+            try repositories.recordWebhookAttempt(failedFailure, leaseOwner: "inst_a")
+            try repositories.recordWebhookAttempt(failedSuccess, leaseOwner: "inst_b")
+            return (try repositories.webhookLease(), try repositories.renewWebhookLease(owner: "inst_b", untilMs: 90_000))
+        }
+        #expect(leased?.owner == "inst_a" && leased?.untilMs == 60_000 && !renewedByOther)
+        let (listed, pendingOnly, dueLater) = try await ledger.write { repositories in
+            (try repositories.webhookDeliveries(webhookID: "wh_1", state: nil, limit: 10),
+             try repositories.webhookDeliveries(webhookID: nil, state: .pending, limit: 10),
+             try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 3_000, limit: 8))
+        }
+        #expect(listed.map(\.eventID) == [3, 2, 1], "newest first")
+        #expect(listed.first { $0.eventID == 2 }?.state == .delivered && listed.first { $0.eventID == 1 }?.lastError == "HTTP 503")
+        #expect(pendingOnly.map(\.eventID) == [3, 1])
+        #expect(dueLater.map(\.eventID) == [1], "a1's event 3 waits behind its event 1")
+
+        // Given up, then redriven; the lease released; the webhook removed with its deliveries.
+        var givenUp = failed
+        givenUp.state = .failed
+        givenUp.attempts = 2
+        let gaveUp = givenUp
+        let (redriven, redrivenDelivery, leaseAfter, removed, removedAgain, left) = try await ledger.write { repositories in
+            try repositories.recordWebhookAttempt(gaveUp, leaseOwner: "inst_a")
+            let count = try repositories.redriveWebhookDeliveries(webhookID: "wh_1", eventID: nil, nowMs: 5_000)
+            let delivery = try repositories.webhookDeliveries(webhookID: "wh_1", state: .pending, limit: 10).first { $0.eventID == 1 }
+            try repositories.releaseWebhookLease(owner: "inst_b")
+            try repositories.releaseWebhookLease(owner: "inst_a")
+            let lease = try repositories.webhookLease()
+            return (count, delivery, lease, try repositories.removeWebhook(id: "wh_1"), try repositories.removeWebhook(id: "wh_1"),
+                    try repositories.webhookDeliveries(webhookID: nil, state: nil, limit: 10))
+        }
+        #expect(redriven == 1 && redrivenDelivery?.attempts == 0 && redrivenDelivery?.nextAttemptMs == 5_000)
+        #expect(leaseAfter == nil)
+        #expect(removed && !removedAgain && left.isEmpty)
+    }
+
+    // MARK: Service credentials
+
+    @Test(arguments: RepositoryContractBackend.allCases)
+    func aServiceCredentialIsFoundByItsHashUntilRevoked(_ backend: RepositoryContractBackend) async throws {
+        let ledger = try backend.make()
+        let content = ServiceCredentialRecord(id: "svc_1", role: .content, name: "content-1", createdMs: 1_000)
+        let admin = ServiceCredentialRecord(id: "svc_2", role: .admin, name: "ops", createdMs: 2_000)
+        try await ledger.write { repositories in
+            try repositories.addServiceCredential(content, tokenHash: Array(repeating: 1, count: 32))
+            try repositories.addServiceCredential(admin, tokenHash: Array(repeating: 2, count: 32))
+        }
+        await #expect(throws: StoreError.self) {
+            try await ledger.write { try $0.addServiceCredential(ServiceCredentialRecord(id: "svc_3", role: .admin, name: "again", createdMs: 3_000),
+                                                                 tokenHash: Array(repeating: 2, count: 32)) }
+        }
+        let (found, listed) = try await ledger.write { repositories in
+            (try repositories.serviceCredential(tokenHash: Array(repeating: 1, count: 32)), try repositories.serviceCredentials())
+        }
+        #expect(found == content)
+        #expect(listed == [content, admin], "the refused third one left nothing behind")
+        let (revoked, again, unknown) = try await ledger.write { repositories in
+            (try repositories.revokeServiceCredential(id: "svc_1", nowMs: 5_000), try repositories.revokeServiceCredential(id: "svc_1", nowMs: 6_000),
+             try repositories.revokeServiceCredential(id: "svc_9", nowMs: 6_000))
+        }
+        #expect(revoked && !again && !unknown)
+        let (afterRevoke, revokedIDs, kept) = try await ledger.write { repositories in
+            (try repositories.serviceCredential(tokenHash: Array(repeating: 1, count: 32)), try repositories.revokedServiceCredentialIDs(),
+             try repositories.serviceCredentials().first)
+        }
+        #expect(afterRevoke == nil && revokedIDs == ["svc_1"] && kept?.revokedMs == 5_000)
+    }
+
     // MARK: Events
+
+    /// Replicas of two versions share one ledger during an upgrade: an event of a kind this version does not know
+    /// is kept, read back with its number, and found by a filter naming it; it stops no reader.
+    @Test(arguments: RepositoryContractBackend.allCases)
+    func anEventOfAKindThisVersionDoesNotKnowIsKeptAndRead(_ backend: RepositoryContractBackend) async throws {
+        let ledger = try backend.make()
+        let newer = EventKind(rawValue: 99)
+        #expect(!newer.isKnown && newer.shortName == "EventType(99)")
+        let recorded = try await ledger.write { repositories in
+            try [repositories.recordEvent(EventRecord(type: newer, accountID: "a1", createdMs: 1_000)),
+                 repositories.recordEvent(EventRecord(type: .purchased, accountID: "a1", createdMs: 2_000))]
+        }
+        let (all, ofNewer) = try await ledger.write { repositories in
+            (try repositories.events(after: 0, limit: 10), try repositories.events(after: 0, limit: 10, accountID: nil, types: [newer]))
+        }
+        #expect(all == recorded)
+        #expect(ofNewer.map(\.type) == [newer])
+    }
 
     @Test(arguments: RepositoryContractBackend.allCases)
     func eventIDsIncreaseAndReadsFilterAndLimit(_ backend: RepositoryContractBackend) async throws {

@@ -2,57 +2,74 @@
 /// the change it describes.
 
 /// The kinds of event. Raw values are the ledger's `type` column and the wire's `EventType`.
-public enum EventKind: Int32, Hashable, Sendable, CaseIterable, CustomStringConvertible {
-    /// A purchase was charged (or a free trial began).
-    case purchased = 1
-    /// An auto-renewable subscription renewed: a new transaction, the same original.
-    case renewed = 2
-    /// A purchase waits for approval (ask to buy).
-    case deferred = 3
-    /// A deferred purchase was approved and charged.
-    case approved = 4
-    /// A deferred purchase was declined, or its request expired.
-    case declined = 5
-    /// A transaction was refunded or revoked.
-    case refunded = 6
-    /// A subscription ended.
-    case expired = 7
-    /// The buyer turned auto-renew off or on.
-    case autoRenewChanged = 8
-    /// The buyer accepted a subscription's new price.
-    case priceChanged = 9
-    /// Sent by an operator to check that receivers are wired up.
-    case test = 10
-    /// The buyer asked for a refund.
-    case refundRequested = 11
-    /// An operator denied a refund request.
-    case refundDenied = 12
+///
+/// Open, as the log is: replicas of different versions share one ledger during an upgrade, and an
+/// event a newer one recorded is kept, listed, signed and delivered by an older one with its number
+/// (``isKnown`` false, named `EventType(13)`), never dropped or refused.
+public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: Int32
+    public init(rawValue: Int32) { self.rawValue = rawValue }
 
-    /// The name webhooks and `kiosk-store events` print ("REFUNDED").
+    /// A purchase was charged (or a free trial began).
+    public static let purchased = EventKind(rawValue: 1)
+    /// An auto-renewable subscription renewed: a new transaction, the same original.
+    public static let renewed = EventKind(rawValue: 2)
+    /// A purchase waits for approval (ask to buy).
+    public static let deferred = EventKind(rawValue: 3)
+    /// A deferred purchase was approved and charged.
+    public static let approved = EventKind(rawValue: 4)
+    /// A deferred purchase was declined, or its request expired.
+    public static let declined = EventKind(rawValue: 5)
+    /// A transaction was refunded or revoked.
+    public static let refunded = EventKind(rawValue: 6)
+    /// A subscription ended.
+    public static let expired = EventKind(rawValue: 7)
+    /// The buyer turned auto-renew off or on.
+    public static let autoRenewChanged = EventKind(rawValue: 8)
+    /// The buyer accepted a subscription's new price.
+    public static let priceChanged = EventKind(rawValue: 9)
+    /// Sent by an operator to check that receivers are wired up.
+    public static let test = EventKind(rawValue: 10)
+    /// The buyer asked for a refund.
+    public static let refundRequested = EventKind(rawValue: 11)
+    /// An operator denied a refund request.
+    public static let refundDenied = EventKind(rawValue: 12)
+
+    /// The kinds this version records, in number order.
+    public static let known: [EventKind] = [
+        .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged, .test,
+        .refundRequested, .refundDenied,
+    ]
+
+    /// True for a kind this version records.
+    public var isKnown: Bool { rawValue >= 1 && rawValue <= 12 }
+
+    /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(13)` for a kind this version does not know.
     public var shortName: String {
-        switch self {
-        case .purchased: "PURCHASED"
-        case .renewed: "RENEWED"
-        case .deferred: "DEFERRED"
-        case .approved: "APPROVED"
-        case .declined: "DECLINED"
-        case .refunded: "REFUNDED"
-        case .expired: "EXPIRED"
-        case .autoRenewChanged: "AUTO_RENEW_CHANGED"
-        case .priceChanged: "PRICE_CHANGED"
-        case .test: "TEST"
-        case .refundRequested: "REFUND_REQUESTED"
-        case .refundDenied: "REFUND_DENIED"
+        switch rawValue {
+        case 1: "PURCHASED"
+        case 2: "RENEWED"
+        case 3: "DEFERRED"
+        case 4: "APPROVED"
+        case 5: "DECLINED"
+        case 6: "REFUNDED"
+        case 7: "EXPIRED"
+        case 8: "AUTO_RENEW_CHANGED"
+        case 9: "PRICE_CHANGED"
+        case 10: "TEST"
+        case 11: "REFUND_REQUESTED"
+        case 12: "REFUND_DENIED"
+        default: "EventType(\(rawValue))"
         }
     }
 
     /// The wire enum's full name ("EVENT_TYPE_REFUNDED").
-    public var description: String { "EVENT_TYPE_\(shortName)" }
+    public var description: String { isKnown ? "EVENT_TYPE_\(shortName)" : shortName }
 
-    /// The kind named `name` ("refunded", "REFUNDED" or "EVENT_TYPE_REFUNDED").
+    /// The known kind named `name` ("refunded", "REFUNDED" or "EVENT_TYPE_REFUNDED").
     public init?(shortName name: String) {
         let wanted = name.uppercased()
-        guard let kind = Self.allCases.first(where: { $0.shortName == wanted || $0.description == wanted }) else { return nil }
+        guard let kind = Self.known.first(where: { $0.shortName == wanted || $0.description == wanted }) else { return nil }
         self = kind
     }
 }

@@ -53,6 +53,16 @@ public final class InMemoryLedger: @unchecked Sendable {
         public internal(set) var subscriptionUpdatedMs: [String: Int64] = [:]
         /// Used promotional-offer nonces.
         public internal(set) var offerNonces: [String: OfferNonce] = [:]
+        /// Signing keys in the order they were added, with their sealed private halves.
+        public internal(set) var signingKeys: [(key: SigningKeyRecord, sealed: [UInt8]?)] = []
+        /// Webhooks with their secrets, in the order they were added.
+        public internal(set) var webhooks: [(webhook: WebhookRecord, secret: [UInt8])] = []
+        /// Deliveries by webhook, then event id.
+        public internal(set) var webhookDeliveries: [String: [UInt64: WebhookDelivery]] = [:]
+        /// The delivery lease.
+        public internal(set) var webhookLease: (owner: String, untilMs: Int64)?
+        /// Service credentials with the hash of their secret, in the order they were added.
+        public internal(set) var serviceCredentials: [(credential: ServiceCredentialRecord, tokenHash: [UInt8])] = []
         /// Refund requests by transaction id.
         public internal(set) var refundRequests: [String: RefundRequest] = [:]
         /// The event log, oldest first.
@@ -480,6 +490,161 @@ public final class InMemoryRepositories: StoreRepositories {
         row.decisionReason = request.decisionReason
         state.refundRequests[row.transactionID] = row
         return true
+    }
+
+    // MARK: Signing keys and revocations
+
+    public func signingKeys() throws -> [SigningKeyRecord] { state.signingKeys.map(\.key) }
+
+    public func addSigningKey(_ key: SigningKeyRecord, sealedPrivateKey: [UInt8]?) throws {
+        guard !state.signingKeys.contains(where: { $0.key.id == key.id }) else { return }
+        state.signingKeys.append((key, sealedPrivateKey))
+    }
+
+    public func sealedPrivateKey(id: String) throws -> [UInt8]? {
+        state.signingKeys.first { $0.key.id == id }?.sealed
+    }
+
+    public func sealPrivateKey(id: String, sealed: [UInt8]) throws {
+        guard let index = state.signingKeys.firstIndex(where: { $0.key.id == id }), state.signingKeys[index].sealed == nil else { return }
+        state.signingKeys[index].sealed = sealed
+    }
+
+    public func retireSigningKey(id: String, atMs: Int64) throws {
+        guard let index = state.signingKeys.firstIndex(where: { $0.key.id == id }) else { return }
+        state.signingKeys[index].key.notAfterMs = atMs
+    }
+
+    public func revocations(after cursor: UInt64, limit: Int) throws -> [RevocationRecord] {
+        Array(state.revocations.filter { $0.cursor > cursor }.prefix(max(limit, 0)))
+    }
+
+    public func latestRevocationCursor() throws -> UInt64 { state.revocations.last?.cursor ?? 0 }
+
+    // MARK: Webhooks
+
+    public func insertWebhook(_ webhook: WebhookRecord, secret: [UInt8]) throws {
+        guard !state.webhooks.contains(where: { $0.webhook.id == webhook.id }) else {
+            throw StoreError(.conflict, "webhook \(webhook.id) exists already")
+        }
+        state.webhooks.append((webhook, secret))
+    }
+
+    public func webhooksWithSecrets() throws -> [(webhook: WebhookRecord, secret: [UInt8])] {
+        state.webhooks.sorted { ($0.webhook.createdMs, $0.webhook.id) < ($1.webhook.createdMs, $1.webhook.id) }
+    }
+
+    public func removeWebhook(id: String) throws -> Bool {
+        state.webhookDeliveries[id] = nil
+        let before = state.webhooks.count
+        state.webhooks.removeAll { $0.webhook.id == id }
+        return state.webhooks.count < before
+    }
+
+    public func webhookDeliveries(webhookID: String?, state wanted: WebhookDelivery.State?, limit: Int) throws -> [WebhookDelivery] {
+        let all = state.webhookDeliveries.filter { webhookID == nil || $0.key == webhookID }.values.flatMap(\.values)
+        return Array(all.filter { wanted == nil || $0.state == wanted }
+            .sorted { ($0.eventID, $1.webhookID) > ($1.eventID, $0.webhookID) }
+            .prefix(max(limit, 0)))
+    }
+
+    public func redriveWebhookDeliveries(webhookID: String?, eventID: UInt64?, nowMs: Int64) throws -> Int {
+        for (hook, deliveries) in state.webhookDeliveries where webhookID == nil || hook == webhookID {
+            for (event, var delivery) in deliveries where delivery.state == .failed && (eventID == nil || event == eventID) {
+                delivery.state = .pending
+                delivery.attempts = 0
+                delivery.firstAttemptMs = 0
+                delivery.nextAttemptMs = nowMs
+                state.webhookDeliveries[hook]?[event] = delivery
+            }
+        }
+        return state.webhookDeliveries.values.flatMap(\.values)
+            .filter { $0.state == .pending && $0.nextAttemptMs == nowMs && $0.attempts == 0 }.count
+    }
+
+    public func leastEnqueuedThrough() throws -> UInt64? { state.webhooks.map(\.webhook.enqueuedThrough).min() }
+
+    public func queueWebhookDelivery(webhookID: String, eventID: UInt64, accountID: String, nowMs: Int64) throws {
+        guard state.webhookDeliveries[webhookID]?[eventID] == nil else { return }
+        state.webhookDeliveries[webhookID, default: [:]][eventID] = WebhookDelivery(
+            webhookID: webhookID, eventID: eventID, accountID: accountID, nextAttemptMs: nowMs)
+    }
+
+    public func setEnqueuedThrough(webhookID: String, eventID: UInt64) throws {
+        guard let index = state.webhooks.firstIndex(where: { $0.webhook.id == webhookID }) else { return }
+        state.webhooks[index].webhook.enqueuedThrough = eventID
+    }
+
+    public func dueWebhookDeliveries(webhookID: String, nowMs: Int64, limit: Int) throws -> [WebhookDelivery] {
+        let pending = (state.webhookDeliveries[webhookID] ?? [:]).values.filter { $0.state == .pending }
+        var heads: [String: WebhookDelivery] = [:]
+        for delivery in pending where heads[delivery.accountID].map({ delivery.eventID < $0.eventID }) ?? true {
+            heads[delivery.accountID] = delivery
+        }
+        return Array(heads.values.filter { $0.nextAttemptMs <= nowMs }.sorted { $0.eventID < $1.eventID }.prefix(max(limit, 0)))
+    }
+
+    public func recordWebhookAttempt(_ delivery: WebhookDelivery, leaseOwner: String) throws {
+        guard var stored = state.webhookDeliveries[delivery.webhookID]?[delivery.eventID] else { return }
+        if delivery.state == .delivered {
+            stored.state = .delivered
+            stored.attempts = delivery.attempts
+            stored.firstAttemptMs = delivery.firstAttemptMs
+            stored.deliveredMs = delivery.deliveredMs
+            stored.lastError = ""
+        } else {
+            guard stored.state == .pending, state.webhookLease?.owner == leaseOwner else { return }
+            stored.state = delivery.state
+            stored.attempts = delivery.attempts
+            stored.firstAttemptMs = delivery.firstAttemptMs
+            stored.nextAttemptMs = delivery.nextAttemptMs
+            stored.lastError = String(delivery.lastError.prefix(500))
+        }
+        state.webhookDeliveries[delivery.webhookID]?[delivery.eventID] = stored
+    }
+
+    public func webhookLease() throws -> (owner: String, untilMs: Int64)? { state.webhookLease }
+
+    public func takeWebhookLease(owner: String, untilMs: Int64) throws { state.webhookLease = (owner, untilMs) }
+
+    public func renewWebhookLease(owner: String, untilMs: Int64) throws -> Bool {
+        guard state.webhookLease?.owner == owner else { return false }
+        state.webhookLease = (owner, untilMs)
+        return true
+    }
+
+    public func releaseWebhookLease(owner: String) throws {
+        if state.webhookLease?.owner == owner { state.webhookLease = nil }
+    }
+
+    // MARK: Service credentials
+
+    public func addServiceCredential(_ credential: ServiceCredentialRecord, tokenHash: [UInt8]) throws {
+        guard !state.serviceCredentials.contains(where: { $0.credential.id == credential.id || $0.tokenHash == tokenHash }) else {
+            throw StoreError(.conflict, "service credential \(credential.id) or its secret exists already")
+        }
+        state.serviceCredentials.append((credential, tokenHash))
+    }
+
+    public func serviceCredential(tokenHash: [UInt8]) throws -> ServiceCredentialRecord? {
+        state.serviceCredentials.first { $0.tokenHash == tokenHash && $0.credential.revokedMs == 0 }?.credential
+    }
+
+    /// Oldest first, then by id.
+    public func serviceCredentials() throws -> [ServiceCredentialRecord] {
+        state.serviceCredentials.map(\.credential).sorted { ($0.createdMs, $0.id) < ($1.createdMs, $1.id) }
+    }
+
+    public func revokeServiceCredential(id: String, nowMs: Int64) throws -> Bool {
+        guard let index = state.serviceCredentials.firstIndex(where: { $0.credential.id == id && $0.credential.revokedMs == 0 }) else {
+            return false
+        }
+        state.serviceCredentials[index].credential.revokedMs = nowMs
+        return true
+    }
+
+    public func revokedServiceCredentialIDs() throws -> Set<String> {
+        Set(state.serviceCredentials.filter { $0.credential.revokedMs > 0 }.map(\.credential.id))
     }
 
     // MARK: Events

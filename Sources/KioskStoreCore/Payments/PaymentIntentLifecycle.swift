@@ -18,7 +18,7 @@
 // (``RefundPlan``).
 
 /// What a payment is for.
-public enum PaymentKind: String, Hashable, Sendable {
+public enum PaymentKind: String, Hashable, Sendable, CaseIterable {
     /// A purchase: the processor's `charge`.
     case purchase
     /// The approval of a DEFERRED (ask-to-buy) transaction: the processor's `approve`.

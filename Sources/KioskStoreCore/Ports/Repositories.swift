@@ -124,9 +124,25 @@ public protocol EventRepository {
     func events(after cursor: UInt64, limit: Int, accountID: String?, types: [EventKind]) throws -> [EventRecord]
 }
 
+/// Service credentials: content services and admin tools, kept as the hash of their secret.
+public protocol CredentialRepository {
+    /// Adds a credential with the hash of its secret.
+    /// - Throws: ``StoreError`` conflict when its id or hash exists already.
+    func addServiceCredential(_ credential: ServiceCredentialRecord, tokenHash: [UInt8]) throws
+    /// The credential a secret's hash belongs to, unless it is revoked.
+    func serviceCredential(tokenHash: [UInt8]) throws -> ServiceCredentialRecord?
+    /// Every credential, revoked ones included, oldest first (then by id).
+    func serviceCredentials() throws -> [ServiceCredentialRecord]
+    /// Revokes a credential in use; false when there is none by that id in use.
+    func revokeServiceCredential(id: String, nowMs: Int64) throws -> Bool
+    /// The ids of the revoked credentials.
+    func revokedServiceCredentialIDs() throws -> Set<String>
+}
+
 /// Everything a purchase, renewal or refund reads and writes in one ledger transaction.
 public typealias StoreRepositories = TransactionRepository & AccountRepository & PaymentIntentRepository
-    & SubscriptionRepository & RefundRequestRepository & EventRepository
+    & SubscriptionRepository & RefundRequestRepository & EventRepository & CredentialRepository & WebhookRepository
+    & KeyRepository & RevocationRepository
 
 extension TransactionRepository {
     /// Records a new transaction with the event its state implies.

@@ -11,9 +11,11 @@ import KioskWire
 import NIOConcurrencyHelpers
 import NIOPosix
 
-@main
-struct KioskBench: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// `kiosk-bench`: the command line as a library; the executable is its `main` only.
+public struct KioskBench: AsyncParsableCommand {
+    public init() {}
+
+    public static let configuration = CommandConfiguration(
         commandName: "kiosk-bench",
         abstract: "Load-tests Kiosk: receipt verification, downloads and purchases.",
         discussion: "Without --content / --store the bench starts its own store and content service on 127.0.0.1.",

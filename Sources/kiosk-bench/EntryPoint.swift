@@ -1,0 +1,5 @@
+import KioskBenchCommands
+
+/// The program: `KioskBench`, defined in `KioskBenchCommands`.
+@main
+extension KioskBench {}
