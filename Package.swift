@@ -239,19 +239,26 @@ let package = Package(
         .executableTarget(name: "kiosk-bench", dependencies: ["KioskBenchCommands"]),
         // libFuzzer's LLVMFuzzerRunDriver, declared for kiosk-fuzz (header only).
         .systemLibrary(name: "CLibFuzzer"),
-        // libFuzzer target for the frame and message decoders (Scripts/fuzz.sh);
-        // a normal build is a corpus replayer.
-        .executableTarget(
-            name: "kiosk-fuzz",
+        // What one fuzz input goes through (the wire decoders' oracles) and the corpus replay: the fuzzer's
+        // entry point and its corpus test share it.
+        .target(
+            name: "KioskFuzzing",
             dependencies: [
-                "KioskWire", "KioskAPI", "CLibFuzzer",
+                "KioskWire", "KioskAPI",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
         ),
+        // libFuzzer target for the frame and message decoders (Scripts/fuzz.sh);
+        // a normal build is a corpus replayer.
+        .executableTarget(
+            name: "kiosk-fuzz",
+            dependencies: ["KioskFuzzing", "CLibFuzzer"]
+        ),
+        // The corpus through KioskFuzzing, and the replayer binary (built, not imported) on it.
         .testTarget(
             name: "KioskFuzzTests",
-            dependencies: ["kiosk-fuzz"]
+            dependencies: ["KioskFuzzing", "kiosk-fuzz"]
         ),
         .testTarget(
             name: "KioskBenchTests",

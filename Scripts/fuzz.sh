@@ -26,7 +26,7 @@ esac
 
 # Release (-O keeps preconditions and overflow traps) runs about 5 times as
 # many inputs a second as a debug build; coverage instrumentation and ASan are
-# the same. No -parse-as-library: the target has several files and a @main
+# the same. No -parse-as-library: the target has a @main
 # in both builds (see Sources/kiosk-fuzz/Entry.swift).
 build=(swift build -c release --scratch-path .build-fuzz --product kiosk-fuzz
        -Xswiftc -sanitize=fuzzer,address -Xswiftc -DKIOSK_FUZZ)

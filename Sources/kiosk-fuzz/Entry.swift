@@ -8,6 +8,7 @@
 // driver, exactly what libFuzzer's `main` does.
 
 import CLibFuzzer
+import KioskFuzzing
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -35,6 +36,7 @@ enum KioskFuzz {
 // crash is a regression.
 
 import Foundation
+import KioskFuzzing
 
 @main
 enum KioskFuzz {

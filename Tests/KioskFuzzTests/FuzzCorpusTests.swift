@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import kiosk_fuzz
+import KioskFuzzing
 
 /// The committed fuzz corpus (Scripts/fuzz-corpus), replayed through the fuzz
 /// target's function in an ordinary build: every input the fuzzer once

@@ -1,4 +1,3 @@
-#if !KIOSK_FUZZ
 import Foundation
 
 /// The files under `paths` (each a file or a directory, searched recursively;
@@ -40,4 +39,3 @@ public func replay(_ paths: [String], before: (String) -> Void = { _ in }) throw
     }
     return files.count
 }
-#endif
