@@ -618,7 +618,7 @@ struct Keys: AsyncParsableCommand {
             abstract: "Retire a signing key: receipts it signed after the time stop verifying (21003), older ones still do.",
             discussion: "The active (newest) key cannot be retired: run `keys rotate` first.")
         @Argument(help: "The key id (`keys export` lists them).") var keyID: String
-        @Option(help: "When: ISO 8601 (2026-11-23T15:00:00Z) or milliseconds since 1970. Default: now.") var at: String?
+        @Option(help: "When: ISO 8601 (YYYY-MM-DDThh:mm:ssZ) or milliseconds since 1970. Default: now.") var at: String?
         @OptionGroup var data: DataDirOptions
 
         func run() async throws {
@@ -635,7 +635,7 @@ struct Keys: AsyncParsableCommand {
             let fractional = ISO8601DateFormatter()
             fractional.formatOptions.insert(.withFractionalSeconds)
             guard let date = plain.date(from: text) ?? fractional.date(from: text) else {
-                throw ValidationError("--at must be ISO 8601 (2026-11-23T15:00:00Z) or milliseconds since 1970, not \"\(text)\"")
+                throw ValidationError("--at must be ISO 8601 (YYYY-MM-DDThh:mm:ssZ) or milliseconds since 1970, not \"\(text)\"")
             }
             return Int64((date.timeIntervalSince1970 * 1000).rounded())
         }
