@@ -169,7 +169,7 @@ extension Store {
                 }
             }
             if offerTerms == nil {
-                switch try self.groupChange(db, accountID: order.account, to: product, nowMs: nowMs) {
+                switch try self.rules.groupChange(db, accountID: order.account, to: product, nowMs: nowMs) {
                 case .none:
                     break
                 case .atRenewal(let current):
@@ -180,7 +180,7 @@ extension Store {
                 }
             }
             if product.type == .autoRenewableSubscription,
-               try self.groupPaymentInFlight(db, accountID: order.account, productID: product.id, except: earlierIntent?.id) {
+               try self.rules.groupPaymentInFlight(db, accountID: order.account, productID: product.id, except: earlierIntent?.id) {
                 throw StoreError(.inProgress, "a payment for a subscription in \(product.id)'s group (a renewal, or another purchase) is in progress for this account; try again when it has finished")
             }
             if let earlierIntent, earlierIntent.state == .closed {
@@ -257,7 +257,7 @@ extension Store {
                 } else {
                     let record = try self.purchasedRecord(intent, db, signer: signer)
                     try db.insertTransaction(record)
-                    try self.subscriptionBought(record, nowMs: nowMs, db)
+                    try self.rules.bought(record, nowMs: nowMs, db)
                     response = PurchaseOutcome(result: .purchased(record))
                 }
                 try db.settle(intent.id, .completed, outcome: "\(prefix)charged:\(reference)", nowMs: nowMs)
@@ -318,7 +318,7 @@ extension Store {
             } else {
                 let history = try db.subscriptionHistory(accountID: intent.accountID, productID: intent.productID)
                 if intent.productType == .autoRenewableSubscription,
-                   let group = try groupSubscription(db, accountID: intent.accountID, productID: intent.productID) {
+                   let group = try rules.groupSubscription(db, accountID: intent.accountID, productID: intent.productID) {
                     // One subscription per group: an upgrade or a resubscription continues it.
                     record.originalID = group.originalID
                 } else if intent.productType == .autoRenewableSubscription, let first = history.originalID {
@@ -460,7 +460,7 @@ extension Store {
             // An ask-to-buy request is approved as asked: not as an upgrade or a downgrade of a subscription the account
             // has in the group now (its price was asked for without one); the buyer asks again.
             if product.type == .autoRenewableSubscription,
-               let current = try self.groupSubscription(db, accountID: deferred.accountID, productID: product.id),
+               let current = try self.rules.groupSubscription(db, accountID: deferred.accountID, productID: product.id),
                current.productID != product.id, current.isEntitled(atMs: nowMs) {
                 throw StoreError(.conflict,
                                  "account \(deferred.accountID) subscribes to \(current.productID) in \(product.id)'s group now; \(transactionID) was not charged: ask to buy again")
@@ -504,7 +504,7 @@ extension Store {
             let record = try self.purchasedRecord(intent, db, signer: signer)
             try db.replaceTransaction(record)
             // The buyer asked at the deferred price: that is the regular price agreed to, whatever the catalog says now.
-            try self.subscriptionBought(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, nowMs: nowMs, db)
+            try self.rules.bought(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, nowMs: nowMs, db)
             try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
             return (record, false)
         }

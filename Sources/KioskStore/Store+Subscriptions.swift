@@ -13,24 +13,6 @@ import KioskStoreCore
 // ACTIVE → IN_GRACE_PERIOD (entitlement kept, when the product has a grace period) → IN_BILLING_RETRY
 // (no entitlement) → EXPIRED with reason BILLING_ERROR when the billing retry period ends; a retry that
 // succeeds on the way recovers the same subscription.
-extension Ledger {
-    /// Inside the write that records a PURCHASED auto-renewable transaction: the subscription's lifecycle
-    /// takes it as a buyer's purchase (`renewal` false: a purchase, an approval, an upgrade) or as the store's
-    /// renewal (``Subscription/renewed(_:)``: auto-renew and the agreed price left as they are).
-    /// - Parameter regularPrice: the regular price the buyer had in front of them (purchases only).
-    static func subscriptionPaid(_ record: TransactionRecord, regularPrice: String?, renewal: Bool = false, nowMs: Int64,
-                                 _ db: any StoreRepositories) throws {
-        guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
-        var row = try db.subscription(originalID: record.originalID)
-            ?? Subscription(originalID: record.originalID, accountID: record.accountID, productID: record.productID,
-                            paymentMethod: record.paymentMethod, expiresMs: record.expiresMs, latestTransactionID: record.id)
-        let paid = PaidPeriod(transactionID: record.id, productID: record.productID, expiresMs: record.expiresMs,
-                              paymentMethod: record.paymentMethod, offerID: record.offerID, regularPrice: regularPrice ?? "")
-        if renewal { row.renewed(paid) } else { row.purchased(paid) }
-        try db.saveSubscription(row, nowMs: nowMs)
-    }
-}
-
 extension Store {
     /// What one pass of the renewal engine did.
     public struct RenewalReport: Hashable, Sendable {
@@ -100,7 +82,7 @@ extension Store {
         let catchUp = configuration.catchUpRenewals
         let step = try await ledger.write(account: due.accountID) { db -> RenewalStep in
             guard var row = try db.subscription(originalID: due.originalID) else { return .nothing }
-            let terms = Self.renewalTerms(row, catalog: catalog)
+            let terms = self.rules.renewalTerms(row)
             // Past periods are never billed, unless the store catches up period by period
             // (``StoreConfiguration/catchUpRenewals``: a test's driven clock).
             let start: Int64
@@ -132,7 +114,7 @@ extension Store {
                 }
             }
             // A purchase in the group (an upgrade, a resubscription) is being paid: it decides; look again next pass.
-            if try self.groupPaymentInFlight(db, accountID: row.accountID, productID: product.id) { return .inProgress }
+            if try self.rules.groupPaymentInFlight(db, accountID: row.accountID, productID: product.id) { return .inProgress }
             var intent = PaymentIntent(
                 kind: .renewal, paymentID: row.renewalPaymentID, transactionID: Store.newTransactionID(), accountID: row.accountID,
                 product: product, quantity: 1, unitPrice: terms.price, currency: terms.currency, paymentMethod: row.paymentMethod,
@@ -219,7 +201,7 @@ extension Store {
             let record = try self.purchasedRecord(intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
             try db.insertTransaction(record, event: .renewed)
             // The regular price the renewal was charged, which the lifecycle agreed to only where it needed no consent.
-            try Ledger.subscriptionPaid(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, renewal: true, nowMs: nowMs, db)
+            try SubscriptionRules.paid(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, renewal: true, nowMs: nowMs, db)
             try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
             return false
         }
@@ -242,25 +224,6 @@ extension Store {
                 timeScale: scale))
             try db.saveSubscription(row, nowMs: nowMs)
         }
-    }
-
-    /// What the next renewal of `row` is: the product (a pending downgrade's, or the current one), and the price and
-    /// period — an offer's while periods of it are left, else the product's. Nil when the product left the catalog.
-    static func renewalTerms(_ row: Subscription, catalog: Catalog) -> RenewalTerms? {
-        let switching = !row.pendingProductID.isEmpty
-        guard let product = catalog.product(switching ? row.pendingProductID : row.productID), product.type == .autoRenewableSubscription,
-              let period = product.subscriptionPeriod else { return nil }
-        if !switching, !row.offerID.isEmpty, let offer = product.offer(row.offerID), row.offerPeriodsUsed < offer.periods {
-            return RenewalTerms(productID: product.id, price: offer.price, currency: product.currency, period: offer.period, offerID: offer.id)
-        }
-        return RenewalTerms(productID: product.id, price: product.price, currency: product.currency, period: period, offerID: "")
-    }
-
-    /// True when the next renewal's regular price (the product's, or a pending downgrade's) is above the one the buyer
-    /// agreed to (during an offer too).
-    func priceIncreasePending(_ row: Subscription) -> Bool {
-        guard let product = catalog.product(row.pendingProductID.isEmpty ? row.productID : row.pendingProductID) else { return false }
-        return row.priceIncreasePending(regularPrice: product.price, currency: product.currency)
     }
 
     /// The buyer agrees to the product's current price: the subscription renews at it.
@@ -314,7 +277,7 @@ extension Store {
             return .refused(.invalidOfferIdentifier, "invalid_offer",
                             "\(product.id) has no offer \"\(offer.offerID)\" (its offers: \(known.isEmpty ? "none" : known))")
         }
-        let current = try groupSubscription(db, accountID: accountID, productID: product.id)
+        let current = try rules.groupSubscription(db, accountID: accountID, productID: product.id)
         if terms.id == OfferTerms.introductoryID {
             if let current {
                 return .refused(.ineligibleForOffer, "ineligible_for_offer",
@@ -368,81 +331,8 @@ extension Store {
     /// How long a promotional offer's signature is accepted after its timestamp.
     static let offerSignatureLifetimeMs: Int64 = 24 * 3600 * 1000
 
-    /// Inside a write: true when another payment for a product of `productID`'s subscription group is in flight for the
-    /// account (a renewal being charged while the buyer upgrades, or the reverse): one payment per group at a time.
-    func groupPaymentInFlight(_ db: any StoreRepositories, accountID: String, productID: String, except intentID: String? = nil) throws -> Bool {
-        guard let product = catalog.product(productID), product.type == .autoRenewableSubscription else { return false }
-        let members = catalog.products(inGroup: product.subscriptionGroup).map(\.id)
-        // Ordered after any other write about the account first (PostgreSQL), so the check sees the other's intent.
-        try db.serializeOnAccount(accountID)
-        let pending = try db.pendingIntentIDs(accountID: accountID, productIDs: members)
-        return pending.contains { $0 != intentID }
-    }
-
-    // MARK: Groups: upgrades, downgrades, crossgrades
-
-    /// The account's subscription in `productID`'s group (any state, the latest ending first), if any.
-    func groupSubscription(_ db: any StoreRepositories, accountID: String, productID: String) throws -> SubscriptionRecord? {
-        guard let product = catalog.product(productID), product.type == .autoRenewableSubscription else { return nil }
-        let members = catalog.products(inGroup: product.subscriptionGroup).map(\.id)
-        return try db.subscriptions(accountID: accountID, productIDs: members).first
-    }
-
-    enum GroupChange {
-        /// No other live subscription in the group: an ordinary purchase.
-        case none
-        /// A lower or equal level: the subscription switches at its next renewal (returned: the current transaction).
-        case atRenewal(TransactionRecord)
-        /// A higher level: at once, charged this (the new price less the unused part of the current period).
-        case upgrade(price: String)
-    }
-
-    /// What buying `product` means for the account's subscription in its group (inside the purchase's write).
-    func groupChange(_ db: any StoreRepositories, accountID: String, to product: CatalogProduct, nowMs: Int64) throws -> GroupChange {
-        guard product.type == .autoRenewableSubscription,
-              var current = try groupSubscription(db, accountID: accountID, productID: product.id),
-              current.productID != product.id, current.isEntitled(atMs: nowMs),
-              let latest = try db.transaction(id: current.latestTransactionID) else { return .none }
-        let currentLevel = catalog.product(current.productID)?.groupLevel ?? UInt32.max
-        if product.groupLevel >= currentLevel {
-            current.downgradeChosen(to: product.id, price: product.price)
-            try db.saveSubscription(current, nowMs: nowMs)
-            return .atRenewal(latest)
-        }
-        return .upgrade(price: Self.upgradePrice(newPrice: product.price, oldPrice: latest.price, currency: product.currency,
-                                                 periodStartMs: latest.periodStartMs,
-                                                 periodEndMs: latest.expiresMs, nowMs: nowMs))
-    }
-
-    /// The new price less the unused part of the current period (prorated by time, rounded to the currency's minor
-    /// unit), never below 0, as a decimal string in the currency's decimals.
-    static func upgradePrice(newPrice: String, oldPrice: String, currency: String, periodStartMs: Int64, periodEndMs: Int64,
-                             nowMs: Int64) -> String {
-        guard let new = Money(decimal: newPrice, currency: currency), let old = Money(decimal: oldPrice, currency: currency),
-              periodEndMs > periodStartMs else { return newPrice }
-        let period = periodEndMs - periodStartMs
-        let unused = min(max(periodEndMs - nowMs, 0), period)
-        // old × unused / period, rounded half up, in minor units (a 128-bit product: no overflow).
-        let product = old.minorUnits.multipliedFullWidth(by: unused)
-        let (quotient, remainder) = period.dividingFullWidth(product)
-        let credit = quotient + (remainder * 2 >= period ? 1 : 0)
-        return Money(minorUnits: max(new.minorUnits - credit, 0), currency: currency).decimalString
-    }
-
-    /// Inside the write that records a PURCHASED auto-renewable transaction bought by the buyer: an upgrade ends the
-    /// old product's transaction (revoked, reason "upgraded", so content services stop honouring it), then the
-    /// subscription is ACTIVE on the new product, at the regular price the buyer had in front of them.
-    /// - Parameter regularPrice: that price: the catalog's now for a purchase, the price asked for in an approved
-    ///   ask-to-buy (nil: the catalog's now).
-    func subscriptionBought(_ record: TransactionRecord, regularPrice: String? = nil, nowMs: Int64, _ db: any StoreRepositories) throws {
-        guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
-        if let row = try db.subscription(originalID: record.originalID), row.productID != record.productID,
-           row.isEntitled(atMs: nowMs), let old = try db.transaction(id: row.latestTransactionID),
-           old.state == .purchased, old.revokedMs == 0 {
-            _ = try db.revoke(transactionID: old.id, reason: "upgraded to \(record.productID)", nowMs: nowMs)
-        }
-        try Ledger.subscriptionPaid(record, regularPrice: regularPrice ?? catalog.product(record.productID)?.price, nowMs: nowMs, db)
-    }
+    /// The catalog's subscription rules (renewal terms, groups, upgrades).
+    var rules: SubscriptionRules { SubscriptionRules(catalog: catalog) }
 
     // MARK: The buyer's side
 
@@ -504,7 +394,7 @@ extension Store {
     /// A subscription's status as sent on the wire.
     func statusMessage(_ row: SubscriptionRecord) throws -> StoreV1.SubscriptionStatus {
         let product = catalog.product(row.productID)
-        let terms = Self.renewalTerms(row, catalog: catalog)
+        let terms = rules.renewalTerms(row)
         return StoreV1.SubscriptionStatus(
             originalTransactionID: row.originalID, productID: row.productID, subscriptionGroup: product?.subscriptionGroup ?? row.productID,
             state: StoreV1.SubscriptionState(rawValue: row.state.rawValue), willAutoRenew: row.willAutoRenew, expiresDateMs: row.expiresMs,
@@ -514,6 +404,6 @@ extension Store {
             pendingProductID: row.pendingProductID, renewalPrice: terms?.price ?? "", currency: terms?.currency ?? "",
             latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message, periodsPaid: UInt32(clamping: row.periodsPaid),
             renewalOfferID: terms?.offerID ?? "", entitled: row.isEntitled(atMs: now),
-            priceIncreasePending: priceIncreasePending(row))
+            priceIncreasePending: rules.priceIncreasePending(row))
     }
 }

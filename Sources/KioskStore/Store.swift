@@ -35,7 +35,7 @@ public final class Store: Sendable {
             throw StoreError(.conflict, "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
         }
         self.instance = try InstanceLock(dataDirectory: configuration.dataDirectory, ledger: ledger)
-        self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock(),
+        self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock.nowMs,
                                  keyEncryptionKey: configuration.keyEncryptionKey)
         self.verifier = NIOLockedValueBox(Self.makeVerifier(keys: try ledger.publicKeys(), configuration: configuration))
         let keys = self.keys, environment = configuration.environment
@@ -73,7 +73,7 @@ public final class Store: Sendable {
         guard configuration.environment != .production else { return }
         timeScaleBox.withLockedValue { $0 = max(1, scale) }
     }
-    var now: Int64 { configuration.clock() }
+    var now: Int64 { configuration.clock.nowMs }
 
     // MARK: Accounts
 

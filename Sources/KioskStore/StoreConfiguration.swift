@@ -43,8 +43,8 @@ public struct StoreConfiguration: Sendable {
     public var lookupDelay: Duration
     /// How often a serving store reconciles pending intents and prunes old idempotency keys.
     public var reconcileInterval: Duration
-    /// The time, in milliseconds since 1970; replaceable in tests.
-    public var clock: @Sendable () -> Int64
+    /// The store's time (``SystemClock``; a ``ManualClock`` or another ``StoreClock`` in tests).
+    public var clock: any StoreClock
     /// How long an access token for the content service is accepted (the SDK
     /// asks for a new one before it runs out).
     public var accessTokenLifetime: Duration
@@ -84,7 +84,7 @@ public struct StoreConfiguration: Sendable {
         lookupDelay: Duration = .zero,
         reconcileInterval: Duration = .seconds(30),
         accessTokenLifetime: Duration = .seconds(600),
-        clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+        clock: any StoreClock = SystemClock()
     ) {
         self.dataDirectory = dataDirectory
         self.catalog = catalog

@@ -239,3 +239,25 @@ extension TransactionFilter {
         self.init(productIDs: request.productIDs, productTypes: types, state: state, revoked: request.revoked == 0 ? nil : request.revoked == 1)
     }
 }
+
+// MARK: - Catalog
+
+extension CatalogProduct {
+    /// The product as sent on the wire.
+    public var message: StoreV1.Product {
+        StoreV1.Product(
+            id: id, type: type.wire, title: title, description: description, price: price, currency: currency,
+            creditsPerUnit: credits, maxQuantity: maxQuantity, hostedContent: hostedContent,
+            subscriptionPeriod: subscriptionPeriod?.description ?? "", subscriptionGroup: subscriptionGroup, groupLevel: groupLevel,
+            gracePeriod: type == .autoRenewableSubscription ? gracePeriod?.description ?? "" : "",
+            billingRetryPeriod: type == .autoRenewableSubscription ? billingRetryPeriod.description : "",
+            introductoryOffer: introductoryOffer?.message, promotionalOffers: promotionalOffers.map(\.message))
+    }
+}
+
+extension OfferTerms {
+    /// The terms as sent on the wire.
+    public var message: StoreV1.OfferInfo {
+        StoreV1.OfferInfo(id: id, price: price, period: period.description, periods: UInt32(periods))
+    }
+}

@@ -152,7 +152,7 @@ public final class KioskTestSession: Sendable {
         var configuration = StoreConfiguration(
             dataDirectory: root + "/store", catalog: catalog, environment: environment, paymentProcessor: payments,
             revocationPollInterval: .milliseconds(50), revocationHeartbeat: .milliseconds(200),
-            clock: { Int64((Date().timeIntervalSince1970 * 1000).rounded()) + clockOffset.withLockedValue { $0 } })
+            clock: OffsetClock(offset: clockOffset))
         // Renewals happen when the test drives the clock (``advance(by:)``), not on a timer.
         configuration.renewalInterval = .seconds(3600)
         // A clock advanced by months renews each period in turn, as a tester expects.
@@ -353,4 +353,11 @@ public final class KioskTestSession: Sendable {
         await stopStore()
         try? FileManager.default.removeItem(atPath: root)
     }
+}
+
+/// Real time plus what the test advanced the session by.
+private struct OffsetClock: StoreClock {
+    let offset: NIOLockedValueBox<Int64>
+
+    var nowMs: Int64 { SystemClock().nowMs + offset.withLockedValue { $0 } }
 }

@@ -91,35 +91,6 @@ import Testing
         }
     }
 
-    @Test func badCatalogsNameFileProductAndField() throws {
-        let cases: [(String, String)] = [
-            ("[]", "catalog.json: is not a JSON object"),
-            (#"{"products": 3}"#, #"catalog.json, field "products": must be an array"#),
-            (#"{"products": [{"type": "consumable"}]}"#, #"product #1, field "id": is required"#),
-            (#"{"products": [{"id": "a b", "type": "consumable"}]}"#, #"product "a b", field "id""#),
-            (#"{"products": [{"id": "c", "type": "gift", "title": "C", "price": "1", "currency": "USD"}]}"#, #"product "c", field "type""#),
-            (#"{"products": [{"id": "c", "type": "consumable", "title": "C", "price": "1.999999", "currency": "USD", "credits": 1}]}"#, #"product "c", field "price""#),
-            (#"{"products": [{"id": "c", "type": "consumable", "title": "C", "price": "1", "currency": "usd", "credits": 1}]}"#, #"field "currency""#),
-            (#"{"products": [{"id": "c", "type": "consumable", "title": "C", "price": "1", "currency": "USD"}]}"#, #"product "c", field "credits": is required"#),
-            (#"{"products": [{"id": "c", "type": "consumable", "title": "C", "price": "1", "currency": "USD", "credits": true}]}"#, #"field "credits": must be a whole number"#),
-            (#"{"products": [{"id": "s", "type": "auto-renewable-subscription", "title": "S", "price": "1", "currency": "USD"}]}"#, #"product "s", field "subscription_period""#),
-            (#"{"products": [{"id": "n", "type": "non-consumable", "title": "N", "price": "1", "currency": "USD", "max_quantity": 5}]}"#, #"field "max_quantity": must be 1"#),
-            (#"{"products": [{"id": "n", "type": "non-consumable", "title": "N", "price": "1", "currency": "USD", "prise": "2"}]}"#, #"product "n", field "prise": unknown field"#),
-            (#"{"products": [{"id": "d", "type": "non-consumable", "title": "D", "price": "1", "currency": "USD"}, {"id": "d", "type": "non-consumable", "title": "D", "price": "1", "currency": "USD"}]}"#, #"field "id": appears twice"#),
-        ]
-        for (json, expected) in cases {
-            let error = #expect(throws: CatalogError.self) { try Catalog.parse(Data(json.utf8), file: "catalog.json") }
-            #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should contain \(expected)")
-        }
-        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Scripts/examples/catalog.json").path
-        let catalog = try Catalog.load(path: example)
-        #expect(catalog.products.count == 7)
-        #expect(catalog.product("pro.monthly")?.introductoryOffer?.price == "0")
-        #expect(catalog.product("credits.5")?.credits == 5)
-        #expect(catalog.product("season.pass")?.subscriptionPeriod == SubscriptionPeriod(iso8601: "P3M"))
-    }
-
     @Test func ledgerIsBoundToTheEnvironmentItIsFirstServedWith() async throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -82,7 +82,7 @@ import Testing
     static func store(_ directory: String, clock: TestClock, processor: any PaymentProcessor, products: [CatalogProduct]) throws -> Store {
         let catalog = Catalog(bundleID: "com.example.monkeys", products: products)
         let configuration = try StoreConfiguration(dataDirectory: directory, catalog: catalog, paymentProcessor: processor,
-                                                   clock: { clock.now }).onTestLedger()
+                                                   clock: clock).onTestLedger()
         let store = try Store(configuration: configuration)
         try store.prepareToServe()
         return store

@@ -342,7 +342,7 @@ private final class HeldChargeProcessor: PaymentProcessor {
         let processor = LaggingLookupProcessor()
         let clock = TestClock()
         let store = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor,
-                                                                clock: { clock.now }).onTestLedger())
+                                                                clock: clock).onTestLedger())
         let buyer = try account(store)
         processor.inner.overrideNextPayment(.chargeThenLoseAnswer)
         await #expect(throws: StoreError.self) {

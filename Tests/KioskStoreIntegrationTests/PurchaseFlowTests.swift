@@ -137,7 +137,7 @@ import Testing
             dearer.products = dearer.products.map { var product = $0; product.price = "2.49"; return product }
             let admins = try (0..<2).map { _ in
                 try Store(configuration: StoreConfiguration(dataDirectory: store.dataDirectory, catalog: dearer, environment: .sandbox,
-                                                            clock: { store.clock.now }).onTestLedger())
+                                                            clock: store.clock).onTestLedger())
             }
             async let first = try? admins[0].approve(transactionID: deferred.transactionID)
             async let second = try? admins[1].approve(transactionID: deferred.transactionID)
@@ -158,7 +158,7 @@ import Testing
             let first = try #require(try await store.buy("credits.5", token: token, key: "week-old").transaction)
             store.clock.advance(byMs: 7 * 24 * 3600 * 1000 + 1)
             let restarted = try Store(configuration: StoreConfiguration(dataDirectory: store.dataDirectory, catalog: testCatalog,
-                                                                        environment: .sandbox, clock: { store.clock.now }).onTestLedger())
+                                                                        environment: .sandbox, clock: store.clock).onTestLedger())
             let again = try await restarted.purchase(account: account, productID: "credits.5", quantity: 1, paymentMethod: goodCard,
                                                      idempotencyKey: "week-old")
             #expect(again.replayed)

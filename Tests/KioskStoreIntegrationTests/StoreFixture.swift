@@ -8,10 +8,11 @@ import NIOConcurrencyHelpers
 import Testing
 
 /// A clock tests can move.
-final class TestClock: Sendable {
+final class TestClock: StoreClock {
     private let value: NIOLockedValueBox<Int64>
     init(_ start: Int64 = 1_800_000_000_000) { value = NIOLockedValueBox(start) }
     var now: Int64 { value.withLockedValue { $0 } }
+    var nowMs: Int64 { now }
     func advance(byMs ms: Int64) { value.withLockedValue { $0 += ms } }
 }
 
@@ -59,7 +60,7 @@ struct StoreFixture {
         var configuration = try StoreConfiguration(
             dataDirectory: dataDirectory, catalog: testCatalog, environment: environment,
             paymentProcessor: environment == .production ? LiveCardProcessor() : SimulatedPaymentProcessor(),
-            revocationPollInterval: .milliseconds(50), clock: { clock.now }).onTestLedger()
+            revocationPollInterval: .milliseconds(50), clock: clock).onTestLedger()
         configuration.keyEncryptionKey = keyEncryptionKey
         let server = try StoreServer(store: configuration)
         try await server.start()

@@ -1,6 +1,4 @@
 import Foundation
-import KioskAPI
-import KioskStoreCore
 
 /// A product the store sells.
 public struct CatalogProduct: Hashable, Sendable {
@@ -69,17 +67,6 @@ public struct CatalogProduct: Hashable, Sendable {
         self.billingRetryPeriod = billingRetryPeriod
     }
 
-    /// The product as sent on the wire.
-    public var message: StoreV1.Product {
-        StoreV1.Product(
-            id: id, type: type.wire, title: title, description: description, price: price, currency: currency,
-            creditsPerUnit: credits, maxQuantity: maxQuantity, hostedContent: hostedContent,
-            subscriptionPeriod: subscriptionPeriod?.description ?? "", subscriptionGroup: subscriptionGroup, groupLevel: groupLevel,
-            gracePeriod: type == .autoRenewableSubscription ? gracePeriod?.description ?? "" : "",
-            billingRetryPeriod: type == .autoRenewableSubscription ? billingRetryPeriod.description : "",
-            introductoryOffer: introductoryOffer?.message, promotionalOffers: promotionalOffers.map(\.message))
-    }
-
     /// True for products bought once and owned: non-consumables and subscriptions.
     public var isRestorable: Bool { type != .consumable }
 }
@@ -102,11 +89,6 @@ public struct OfferTerms: Hashable, Sendable {
         self.price = price
         self.period = period
         self.periods = periods
-    }
-
-    /// The terms as sent on the wire.
-    public var message: StoreV1.OfferInfo {
-        StoreV1.OfferInfo(id: id, price: price, period: period.description, periods: UInt32(periods))
     }
 }
 

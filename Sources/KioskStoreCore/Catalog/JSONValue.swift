@@ -1,7 +1,7 @@
 import Foundation
 
 /// Any JSON value, decoded without losing the difference between `true` and `1`.
-enum JSONValue: Decodable, Equatable {
+package enum JSONValue: Decodable, Equatable {
     case null
     case bool(Bool)
     case number(Double)
@@ -9,7 +9,7 @@ enum JSONValue: Decodable, Equatable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
@@ -26,7 +26,7 @@ enum JSONValue: Decodable, Equatable {
         }
     }
 
-    static func parse(_ data: Data) -> JSONValue? {
+    package static func parse(_ data: Data) -> JSONValue? {
         try? JSONDecoder().decode(JSONValue.self, from: data)
     }
 }
