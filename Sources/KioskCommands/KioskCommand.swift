@@ -93,7 +93,7 @@ struct Connection: ParsableArguments {
 
     func fail(_ error: KioskError) -> Never {
         if json {
-            print(jsonObject(["error": error.code.description, "code": error.code.rawValue, "message": error.message]))
+            print(Output.line(Output.Failure(error: error.code.description, code: Int(error.code.rawValue), message: error.message)))
         } else {
             FileHandle.standardError.write(Data("kiosk: \(error.message)\n".utf8))
         }
@@ -106,36 +106,15 @@ struct Connection: ParsableArguments {
         }
     }
 
-    func emit(_ object: [String: Any], text: String) {
-        print(json ? jsonObject(object) : text)
+    /// Prints `value` as one line of JSON with `--json`, else `text`.
+    func emit(_ value: some Encodable, text: String) {
+        print(json ? Output.line(value) : text)
     }
 
     /// A list of transactions: `{key: [...]}` in JSON, a line each (or `empty`) as text.
     func emit(_ transactions: [Transaction], key: String, empty: String) {
-        emit([key: transactions.map(describe)], text: transactions.isEmpty ? empty : transactions.map(line).joined(separator: "\n"))
+        emit(Output.Transactions(key: key, transactions: transactions.map(Output.TransactionObject.init)), text: transactions.isEmpty ? empty : transactions.map(line).joined(separator: "\n"))
     }
-}
-
-func jsonObject(_ object: Any) -> String {
-    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
-    return String(decoding: data, as: UTF8.self)
-}
-
-func describe(_ transaction: Transaction) -> [String: Any] {
-    var object: [String: Any] = [
-        "transaction_id": transaction.id, "original_transaction_id": transaction.originalID, "product_id": transaction.productID,
-        "product_type": transaction.productType.rawValue, "quantity": Int(transaction.purchasedQuantity),
-        "purchase_date": transaction.purchaseDate.formatted(.iso8601), "finished": transaction.isFinished,
-        "environment": transaction.environment,
-    ]
-    if let expiry = transaction.expirationDate { object["expiration_date"] = expiry.formatted(.iso8601) }
-    if let start = transaction.periodStartDate { object["period_start_date"] = start.formatted(.iso8601) }
-    if let offer = transaction.offerID { object["offer_id"] = offer }
-    if let revoked = transaction.revocationDate { object["revocation_date"] = revoked.formatted(.iso8601) }
-    if let reason = transaction.revocationReason { object["revocation_reason"] = reason }
-    if transaction.refundCreditShortfall > 0 { object["refund_credit_shortfall"] = Int(clamping: transaction.refundCreditShortfall) }
-    object["state"] = transaction.state
-    return object
 }
 
 func line(_ transaction: Transaction) -> String {
@@ -162,9 +141,12 @@ struct Products: AsyncParsableCommand {
         try await connection.run { kiosk in
             let result = try await kiosk.products(for: ids)
             connection.emit(
-                ["products": result.products.map { ["id": $0.id, "type": $0.type.rawValue, "title": $0.displayName,
-                                                    "price": "\($0.price)", "currency": $0.currencyCode, "display_price": $0.displayPrice] },
-                 "invalid_product_ids": result.invalidIdentifiers],
+                Output.Products(
+                    products: result.products.map {
+                        Output.Products.Product(id: $0.id, type: $0.type.rawValue, title: $0.displayName, price: "\($0.price)",
+                                                currency: $0.currencyCode, displayPrice: $0.displayPrice)
+                    },
+                    invalidProductIDs: result.invalidIdentifiers),
                 text: (result.products.map { "\($0.id)  \($0.displayPrice)  \($0.type.rawValue)  \($0.displayName)" }
                        + result.invalidIdentifiers.map { "\($0)  (not sold)" }).joined(separator: "\n"))
         }
@@ -209,19 +191,19 @@ struct Buy: AsyncParsableCommand {
             switch try await kiosk.purchase(productID: product, quantity: quantity, paymentMethod: paymentMethod, offer: offer) {
             case .success(let transaction):
                 let receipt = try saveReceipt(transaction, with: kiosk)
-                var object = describe(transaction)
-                object["state"] = "purchased"
-                object["receipt_file"] = receipt
+                var object = Output.TransactionObject(transaction)
+                object.state = "purchased"
+                object.receiptFile = receipt
                 connection.emit(object, text: "purchased \(product) ×\(quantity): transaction \(transaction.id)\nreceipt \(receipt)")
             case .pending:
                 // Queued by this purchase (an older stuck entry must not turn an ask-to-buy into "queued").
                 let queued = kiosk.queuedPaymentCount > queuedBefore
-                connection.emit(["state": queued ? "queued" : "pending"],
+                connection.emit(Output.PurchaseState(state: queued ? "queued" : "pending"),
                                 text: queued ? "queued: the store cannot be reached; it is sent on a later run"
                                              : "pending: waiting for approval (ask to buy)")
                 if queued { throw ExitCode(3) }
             case .userCancelled:
-                connection.emit(["state": "cancelled"], text: "cancelled")
+                connection.emit(Output.PurchaseState(state: "cancelled"), text: "cancelled")
                 throw ExitCode(1)
             }
         }
@@ -256,23 +238,6 @@ struct Entitlements: AsyncParsableCommand {
     }
 }
 
-func describe(_ status: SubscriptionStatus) -> [String: Any] {
-    var object: [String: Any] = [
-        "original_transaction_id": status.originalTransactionID, "product_id": status.productID, "group": status.groupID,
-        "state": status.state.rawValue, "will_auto_renew": status.willAutoRenew, "expiration_date": status.expirationDate.formatted(.iso8601),
-        "periods_paid": Int(status.periodsPaid),
-    ]
-    if let reason = status.expirationReason { object["expiration_reason"] = reason.rawValue }
-    if let grace = status.gracePeriodExpirationDate { object["grace_period_expiration_date"] = grace.formatted(.iso8601) }
-    if let retry = status.billingRetryEndDate { object["billing_retry_end_date"] = retry.formatted(.iso8601) }
-    if let pending = status.pendingProductID { object["pending_product_id"] = pending }
-    if let price = status.renewalPrice { object["renewal_price"] = "\(price) \(status.currencyCode)" }
-    if let latest = status.latestTransaction { object["latest_transaction_id"] = latest.id }
-    object["entitled"] = status.isEntitled
-    if status.priceIncreasePending { object["price_increase_pending"] = true }
-    return object
-}
-
 func line(_ status: SubscriptionStatus) -> String {
     var text = "\(status.originalTransactionID)  \(status.productID)  \(status.state.rawValue)"
     switch status.state {
@@ -295,7 +260,7 @@ func line(_ status: SubscriptionStatus) -> String {
 
 extension Connection {
     /// One subscription's status: its JSON object, or its line.
-    func emit(_ status: SubscriptionStatus) { emit(describe(status), text: line(status)) }
+    func emit(_ status: SubscriptionStatus) { emit(Output.SubscriptionObject(status), text: line(status)) }
 }
 
 struct Subscriptions: AsyncParsableCommand {
@@ -307,7 +272,7 @@ struct Subscriptions: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             let statuses = try await kiosk.subscriptionStatus(originalTransactionID: originalTransactionID)
-            connection.emit(["subscriptions": statuses.map(describe)],
+            connection.emit(Output.Subscriptions(subscriptions: statuses.map(Output.SubscriptionObject.init)),
                             text: statuses.isEmpty ? "no subscriptions" : statuses.map(line).joined(separator: "\n"))
         }
     }
@@ -353,7 +318,7 @@ struct Balance: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             let balance = try await kiosk.creditBalance
-            connection.emit(["balance": balance], text: "\(balance) credits")
+            connection.emit(Output.Balance(balance: Int64(clamping: balance)), text: "\(balance) credits")
         }
     }
 }
@@ -366,7 +331,7 @@ struct Spend: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             let balance = try await kiosk.spendCredits(amount)
-            connection.emit(["balance": balance, "spent": amount], text: "spent \(amount); \(balance) credits left")
+            connection.emit(Output.Balance(balance: Int64(clamping: balance), spent: amount), text: "spent \(amount); \(balance) credits left")
         }
     }
 }
@@ -422,14 +387,13 @@ struct RequestRefund: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             let request = try await kiosk.requestRefund(transactionID: transaction, reason: reason)
-            var object: [String: Any] = [
-                "transaction_id": request.transactionID, "product_id": request.productID, "reason": request.reason,
-                "state": request.state.rawValue, "requested_ms": Int64(request.requestDate.timeIntervalSince1970 * 1000),
-            ]
+            var object = Output.RefundRequested(
+                transactionID: request.transactionID, productID: request.productID, reason: request.reason, state: request.state.rawValue,
+                requestedMs: Int64(request.requestDate.timeIntervalSince1970 * 1000))
             var text = "refund of \(request.transactionID) (\(request.productID)) requested: \(request.state.rawValue)"
             if let decided = request.decisionDate {
-                object["decided_ms"] = Int64(decided.timeIntervalSince1970 * 1000)
-                object["decision_reason"] = request.decisionReason ?? ""
+                object.decidedMs = Int64(decided.timeIntervalSince1970 * 1000)
+                object.decisionReason = request.decisionReason ?? ""
                 text += " (\(request.decisionReason ?? ""))"
             }
             connection.emit(object, text: text)
@@ -445,7 +409,7 @@ struct Finish: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             try await kiosk.finish(transactionID: transaction)
-            connection.emit(["finished": transaction], text: "finished \(transaction)")
+            connection.emit(Output.Finished(finished: transaction), text: "finished \(transaction)")
         }
     }
 }
@@ -461,10 +425,9 @@ struct Verify: AsyncParsableCommand {
                 throw KioskError(.notFound, "cannot read \(file)")
             }
             let result = try await kiosk.verify(receipt: [UInt8](data))
-            var object: [String: Any] = ["status": Int(result.status), "valid": result.isValid, "message": result.message]
-            if let id = result.transactionID { object["transaction_id"] = id }
-            if let product = result.productID { object["product_id"] = product }
-            if let reason = result.revocationReason { object["revocation_reason"] = reason }
+            let object = Output.Verified(status: Int(result.status), valid: result.isValid, message: result.message,
+                                         transactionID: result.transactionID, productID: result.productID,
+                                         revocationReason: result.revocationReason)
             connection.emit(object, text: "status \(result.status): \(result.message)"
                             + (result.transactionID.map { " (transaction \($0), \(result.productID ?? "?"))" } ?? ""))
             if !result.isValid { throw ExitCode(1) }
@@ -511,7 +474,7 @@ struct Download: AsyncParsableCommand {
             if terminal { print("") }
             let file = try await download.result()
             try await kiosk.finish(transaction)
-            connection.emit(["product_id": product, "file": file.path, "transaction_id": transaction.id, "finished": true],
+            connection.emit(Output.Downloaded(productID: product, file: file.path, transactionID: transaction.id, finished: true),
                             text: "downloaded \(product) to \(file.path); transaction \(transaction.id) finished")
         }
     }

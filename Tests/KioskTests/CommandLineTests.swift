@@ -105,4 +105,53 @@ import Testing
         #expect(usage.status == 64)
         await session.shutdown()
     }
+
+    /// Every `--json` answer is one object on one line whose keys scripts read; absent values are left out, not null.
+    @Test func jsonOutputsHaveTheDocumentedKeys() async throws {
+        let session = try await KioskTestSession.start()
+        let account = try session.makeAccount()
+        let state = NSTemporaryDirectory() + "kiosk-cli-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        func json(_ arguments: [String], status: Int32 = 0) async throws -> [String: Any] {
+            let run = try await kiosk(arguments + ["--json"], session: session, token: account.token, state: state)
+            #expect(run.status == status, "\(arguments): \(run.errors)")
+            #expect(run.output.split(separator: "\n").count == 1, "one line: \(run.output)")
+            #expect(!run.output.contains("null"))
+            return try #require(try JSONSerialization.jsonObject(with: Data(run.output.utf8)) as? [String: Any])
+        }
+        let products = try await json(["products", "credits.5", "nope"])
+        let product = try #require((products["products"] as? [[String: Any]])?.first)
+        #expect(Set(product.keys) == ["id", "type", "title", "price", "currency", "display_price"])
+        #expect(products["invalid_product_ids"] as? [String] == ["nope"])
+
+        let bought = try await json(["buy", "book.swift"])
+        #expect(bought["state"] as? String == "purchased" && bought["product_type"] as? String == "non-consumable")
+        #expect(Set(bought.keys).isSuperset(of: ["transaction_id", "original_transaction_id", "product_id", "quantity", "purchase_date",
+                                                 "finished", "environment", "receipt_file"]))
+        #expect(bought["expiration_date"] == nil && bought["revocation_date"] == nil)
+        let receipt = try #require(bought["receipt_file"] as? String)
+        #expect(!receipt.contains("\\/"))
+
+        let history = try #require(try await json(["history"])["transactions"] as? [[String: Any]])
+        #expect(history.map { $0["transaction_id"] as? String } == [bought["transaction_id"] as? String])
+        #expect(history.first?["state"] as? String == "PURCHASED" && history.first?["receipt_file"] == nil)
+        #expect((try await json(["entitlements"])["entitlements"] as? [[String: Any]])?.count == 1)
+
+        let verified = try await json(["verify", receipt])
+        #expect(verified["status"] as? Int == 0 && verified["valid"] as? Bool == true && verified["product_id"] as? String == "book.swift")
+
+        let downloaded = try await json(["download", "book.swift", "--out", state + "/out"])
+        #expect(downloaded["finished"] as? Bool == true && downloaded["product_id"] as? String == "book.swift")
+        #expect((downloaded["file"] as? String)?.hasSuffix("/out/book.swift") == true)
+
+        _ = try await json(["buy", "credits.5", "--quantity", "2"])
+        let spent = try await json(["spend", "3"])
+        #expect(spent["balance"] as? Int == 7 && spent["spent"] as? Int == 3)
+        #expect(try await json(["balance"])["spent"] == nil)
+
+        let failed = try await json(["spend", "1000"], status: 1)
+        #expect(failed["error"] as? String == "insufficientCredits" && failed["code"] is Int && failed["message"] is String)
+        #expect(try await json(["subscriptions"])["subscriptions"] as? [Any] != nil)
+        await session.shutdown()
+    }
 }
