@@ -61,11 +61,11 @@ final class StoreProcess: Sendable {
     }
 
     /// Starts `kiosk-store serve` on an ephemeral port and waits for its "listening" line.
-    init(dataDirectory: String, extraArguments: [String] = []) async throws {
+    init(dataDirectory: String, extraArguments: [String] = [], environment extra: [String: String] = [:]) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         process.arguments = ["serve", "--data-dir", dataDirectory, "--catalog", Self.exampleCatalog, "--port", "0", "--log-level", "error"] + extraArguments
-        let environment = try Self.ledgerEnvironment(process.arguments ?? [])
+        let environment = try Self.ledgerEnvironment(process.arguments ?? []).merging(extra) { $1 }
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         }
