@@ -15,7 +15,7 @@ echo "demo: building (the first build takes a few minutes)"
 swift build
 
 bin=.build/debug
-. Scripts/services.sh
+. Scripts/lib.sh
 step() { printf '\n== %s\n' "$*"; }
 
 step "store: catalog Scripts/examples/catalog.json (credits.5, credits.10, filter.sepia, book.swift, pro.monthly, basic.monthly, season.pass)"

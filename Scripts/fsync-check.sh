@@ -18,24 +18,18 @@ command -v strace >/dev/null 2>&1 || { sudo=""; [ "$(id -u)" -eq 0 ] || sudo="su
 swift build -c release --product kiosk-store >/dev/null
 swift build -c release --product kiosk-bench >/dev/null
 bin=$(swift build -c release --show-bin-path)
-work=$(mktemp -d)
-store_pid=""
-trap '[ -n "$store_pid" ] && kill "$store_pid" 2>/dev/null; rm -rf "$work"' EXIT
-token=$("$bin/kiosk-store" account create --data-dir "$work/store" --json | sed 's/.*"token":"\([^"]*\)".*/\1/')
-"$bin/kiosk-store" serve --data-dir "$work/store" --catalog Scripts/examples/catalog.json --port 0 --log-level notice \
-  > "$work/banner" 2> "$work/log" &
-store_pid=$!
-until grep -q listening "$work/banner" 2>/dev/null; do sleep 0.05; done
-port=$(sed 's/.*127.0.0.1:\([0-9]*\).*/\1/' "$work/banner")
+KIOSK_TLS=0
+. Scripts/lib.sh
+token=$(new_token store)
+start_store --log-level notice
 strace -f -p "$store_pid" -e trace=fsync,fdatasync -o "$work/trace" 2>/dev/null &
 strace_pid=$!
 sleep 0.5  # strace attaches to every thread before the load starts
-"$bin/kiosk-bench" purchase --store "127.0.0.1:$port" --token "$token" --duration "$seconds" --warmup 0 \
+"$bin/kiosk-bench" purchase --store "$store" --token "$token" --duration "$seconds" --warmup 0 \
   --concurrency "$concurrency" --json > "$work/bench.json"
 kill "$strace_pid"; wait "$strace_pid" 2>/dev/null || true
-kill -TERM "$store_pid"; wait "$store_pid" 2>/dev/null || true
-store_pid=""
-python3 - "$work/bench.json" "$work/trace" "$work/store" "$work/log" "$concurrency" <<'PY'
+stop_service store
+python3 - "$work/bench.json" "$work/trace" "$work/store" "$work/store.err" "$concurrency" <<'PY'
 import json, re, sqlite3, sys
 bench = json.load(open(sys.argv[1]))
 lines = [l for l in open(sys.argv[2]) if "fsync(" in l or "fdatasync(" in l]

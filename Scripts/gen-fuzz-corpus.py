@@ -4,7 +4,7 @@
 Each seed is what a server reads from a client (the preface, then frames),
 except where the name says otherwise. Protobuf payloads are encoded by hand
 from Protos/kiosk/*/v1/*.proto field numbers, so this needs nothing but
-Python 3's standard library. Frame layout: Protos/PROTOCOL.md.
+Python 3's standard library. Frame layout: docs/PROTOCOL.md.
 
 Run it again after changing a seed; it only rewrites the seeds it knows
 (inputs the fuzzer found, kept as crash-*/regression-* files, stay).
@@ -84,7 +84,7 @@ def header_only(length, type_=MESSAGE, flags=0, call_id=1):
 HEALTH = "/kiosk.rpc.v1.Health/Check"
 
 SEEDS = {
-    # The byte-for-byte example of Protos/PROTOCOL.md.
+    # The byte-for-byte example of docs/PROTOCOL.md.
     "health-check": PREFACE + frame(HEADERS, 1, call_headers(HEALTH)) + frame(MESSAGE, 1, b"", END_STREAM),
     "health-check-service": PREFACE + frame(HEADERS, 1, call_headers(HEALTH, timeout_ms=5000))
         + frame(MESSAGE, 1, field_bytes(1, "kiosk.rpc.v1.Health"), END_STREAM),

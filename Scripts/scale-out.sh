@@ -38,14 +38,14 @@ else
   for product in kiosk-store kiosk-content kiosk-bench kiosk stripe-double; do swift build -c release --product "$product" > /dev/null; done
 fi
 bin=$(swift build -c "$config" --show-bin-path)
-work=$(mktemp -d)
-declare -A pid=()
+# The services start the one way every script starts them (Scripts/lib.sh), plaintext on 127.0.0.1.
+KIOSK_TLS=0
+. Scripts/lib.sh
 loops=()
 cleanup() {
   touch "$work/stop" 2>/dev/null || true
-  for p in "${pid[@]}" "${loops[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
+  for p in "${loops[@]}"; do kill "$p" 2>/dev/null || true; done
+  lib_cleanup
 }
 trap cleanup EXIT
 say() { echo "scale-out: $*"; }
@@ -81,26 +81,19 @@ export KIOSK_STORE_CREDENTIAL="$credential"
 mkdir -p "$work/content/books"
 python3 -c 'import random; random.seed(7); w=["kiosk","swift","store","receipt","verify","content","replica","ledger"]
 print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(40000)))' > "$work/content/books/swift-book.txt"
-cp Scripts/examples/content/manifest.json "$work/content/manifest.json"
 
 # start NAME PORT: a store (store1, store2) or content replica (content1, content2); PORT 0 picks one.
-# Sets address[NAME] and pid[NAME]; each start logs to its own file.
-declare -A address=()
+# Sets address[NAME] and pid[NAME]; a restart keeps the earlier run's output as NAME.N.out and NAME.N.err.
 starts=0
 start() {
-  local name=$1 port=$2 log
-  starts=$((starts + 1)); log="$work/$name.$starts.out"
+  local name=$1
+  starts=$((starts + 1))
+  for log in out err; do [ -f "$work/$name.$log" ] && mv "$work/$name.$log" "$work/$name.$starts.$log"; done
   case "$name" in
-    store*) "$bin/kiosk-store" serve --data-dir "$work/$name" "${ledger[@]}" "${payments[@]}" --catalog "$catalog" \
-              --host 127.0.0.1 --port "$port" --log-level warning > "$log" 2>&1 & ;;
-    content*) KIOSK_STORE_CREDENTIAL="$credential" "$bin/kiosk-content" serve --content-dir "$work/content" \
-              --prepared-dir "$work/$name-prepared" --store "${address[store1]},${address[store2]}" \
-              --host 127.0.0.1 --port "$port" --log-level warning > "$log" 2>&1 & ;;
+    store*) serve_port=$2 serve_store "$name" "${ledger[@]}" "${payments[@]}" ;;
+    content*) serve_port=$2 serve_content "$name" "${address[store1]},${address[store2]}" "$credential" \
+                --prepared-dir "$work/$name-prepared" ;;
   esac
-  pid[$name]=$!
-  for _ in $(seq 1 600); do grep -q "listening on" "$log" 2>/dev/null && break; sleep 0.05; done
-  grep -q "listening on" "$log" || { cat "$log" >&2; say "$name did not start"; exit 1; }
-  address[$name]=$(sed -n "s/^kiosk-[a-z]* listening on \([^ ]*\).*/\1/p" "$log")
 }
 start store1 0
 start store2 0

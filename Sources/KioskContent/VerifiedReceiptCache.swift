@@ -4,8 +4,8 @@ import KioskWire
 
 /// A receipt's bytes as the verified-receipt cache's key: hashed once, with
 /// the process's randomly seeded SipHash (`Hasher`), and compared byte for
-/// byte, so a colliding hash never returns another receipt's entry. A
-/// SHA-256 of the bytes cost ~2 µs of a serial call; this, a fraction.
+/// byte, so a colliding hash never returns another receipt's entry (a
+/// cryptographic hash would cost more and protect nothing more here).
 /// An entry holds the bytes themselves (shared with the request's array, not
 /// copied). The signature covers only the receipt's payload, so a caller can
 /// pad a valid receipt with fields of its own and each padded copy verifies:

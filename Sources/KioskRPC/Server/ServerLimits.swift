@@ -2,7 +2,7 @@ import KioskWire
 import NIOCore
 
 /// What one peer may make a server hold, with the refusal past each cap.
-/// Every default is listed in Protos/PROTOCOL.md ("Limits") with the code a peer gets.
+/// Every default is listed in docs/PROTOCOL.md ("Limits") with the code a peer gets.
 public struct ServerLimits: Hashable, Sendable {
     /// Open connections per server; the one over the cap gets GOAWAY(8) and
     /// is closed. Default 10,000.

@@ -1,6 +1,6 @@
-"""Used by Scripts/serial-spans.sh: where a serial call's time goes, read off the wire.
+"""Used by Benchmarks/serial-spans.sh: where a serial call's time goes, read off the wire.
 
-`python3 Scripts/serial-spans.py PCAP PORT` reads a tcpdump capture (nanosecond
+`python3 Benchmarks/serial-spans.py PCAP PORT` reads a tcpdump capture (nanosecond
 timestamps) of one serial connection (K=1 C=1) to PORT on the loopback and
 prints: calls, the median server span (a request's packet to its response's:
 the server's wake-up, read, work and write), the median client span (a

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Kiosk beside the reference ceilings of ../shared/reference, in one run, and
-# the ratios between them (issue #14's table). Release builds; every server is
+# Kiosk beside the reference ceilings (a bare SwiftNIO verify server, nginx + curl), in one run, and
+# the ratios between them (docs/performance.md's table). Release builds; every server is
 # its own process on 127.0.0.1, so server and load-generator CPU per call are
 # measured apart (/proc of the server's pid):
 #   verify cold K=4 C=64: the bare SwiftNIO reference (nio-verify), the same
-#     reference behind NIOSSL (Scripts/reference-tls.py: the ceiling for TLS),
+#     reference behind NIOSSL (Benchmarks/reference-tls.py: the ceiling for TLS),
 #     Kiosk plaintext, Kiosk over TLS, all four servers up at once and the
 #     runs alternating between them in short slices (medians of ROUNDS rounds
 #     of SLICES slices, and the median of each cycle's ratios with its
@@ -22,26 +22,30 @@
 #     the `kiosk download` process over TLS and plaintext (it checks the SHA-256
 #     of what it writes and fsyncs the file before moving it into place; the
 #     script then compares the file's sha256sum, outside the timing).
-#   Scripts/bench.sh [ROUNDS]      (default 3; LOAD_S=10 SERIAL_S=5 SLICES=5 in the environment:
+#   Benchmarks/bench.sh --reference DIR [ROUNDS]
+#                                   (or KIOSK_REFERENCE=DIR; default 3 rounds; LOAD_S=10 SERIAL_S=5 SLICES=5 in the environment:
 #                                   seconds of cold and of serial calls per server and round, in slices;
 #                                   BENCH_ROWS=FILE keeps every run's figures in FILE)
 # A run that fails is left out of the medians and counted; the script then exits 1.
 # The reference is built once into ~/.cache/kiosk-reference (KIOSK_REFERENCE_BUILD; its
-# TLS copy beside it, with -tls-src and -tls after the name); KIOSK_REFERENCE points at
-# the reference programs (default ../shared/reference), whose sources are never edited.
+# TLS copy beside it, with -tls-src and -tls after the name); DIR holds the reference programs
+# (nio-verify/ and nginx-content/, Benchmarks/README.md), whose sources are never edited.
 # Each slice has its own warm-up (1 s cold, 0.5 s serial). Installs nginx when missing. About 4
 # minutes a round after the builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ref=${KIOSK_REFERENCE:-}
+if [ "${1:-}" = "--reference" ]; then ref=${2:-}; shift 2; fi
 rounds=${1:-3}
 load_s=${LOAD_S:-10}
 serial_s=${SERIAL_S:-5}
 slices=${SLICES:-5}
 root=$(pwd)
-ref=${KIOSK_REFERENCE:-$root/../shared/reference}
 refbuild=${KIOSK_REFERENCE_BUILD:-$HOME/.cache/kiosk-reference/nio-verify}
-[ -d "$ref/nio-verify" ] && [ -d "$ref/nginx-content" ] || {
-  echo "bench: no reference programs at $ref (set KIOSK_REFERENCE)" >&2; exit 2; }
+[ -n "$ref" ] && [ -d "$ref/nio-verify" ] && [ -d "$ref/nginx-content" ] || {
+  echo "bench: give the reference programs' directory (nio-verify/, nginx-content/): --reference DIR or KIOSK_REFERENCE=DIR" >&2
+  exit 2; }
+ref=$(cd "$ref" && pwd)
 
 ./Scripts/setup.sh
 if ! command -v nginx >/dev/null 2>&1; then
@@ -51,8 +55,8 @@ fi
 echo "bench: building (release)"
 for product in kiosk-store kiosk-content kiosk kiosk-bench; do swift build -c release --product "$product" > /dev/null; done
 (cd "$ref/nio-verify" && swift build -c release --scratch-path "$refbuild" > /dev/null)
-# The same reference behind NIOSSL (Scripts/reference-tls.py patches a copy): the TLS ceiling.
-python3 Scripts/reference-tls.py "$ref/nio-verify" "$refbuild-tls-src"
+# The same reference behind NIOSSL (Benchmarks/reference-tls.py patches a copy): the TLS ceiling.
+python3 Benchmarks/reference-tls.py "$ref/nio-verify" "$refbuild-tls-src"
 (cd "$refbuild-tls-src" && swift build -c release --scratch-path "$refbuild-tls" > /dev/null)
 bin=.build/release
 refbin="$refbuild/release"
@@ -107,7 +111,7 @@ sha=$(sha256sum "$data" | cut -d' ' -f1)
 for mode in plain tls; do
   (
     KIOSK_TLS=$([ "$mode" = tls ] && echo 1 || echo 0)
-    . Scripts/services.sh
+    . Scripts/lib.sh
     start_store
     mkdir -p "$work/content/books"
     cp "$data" "$work/content/books/swift-book.txt"
@@ -142,7 +146,7 @@ kiosk_verify() {
   local tls=(); [ -n "$ca" ] && tls=(--tls-ca "$ca")
   KIOSK_STORE_CREDENTIAL="$credential" "${pin[@]}" "$bin/kiosk-bench" verify --content "$content" --store-data-dir "$work/store" --catalog Scripts/examples/catalog.json \
     --product book.swift "${tls[@]}" --server-pid "$content_pid" --json "$@" 2>/dev/null \
-    | python3 Scripts/benchrows.py figures 2>/dev/null
+    | python3 Benchmarks/benchrows.py figures 2>/dev/null
 }
 # One run against the bare reference: nio_verify plain|tls ARGS…
 nio_verify() {
@@ -247,7 +251,7 @@ def med(kind, who, i):
     values = [r[i] for r in rows.get((kind, who), [])]
     return st.median(values) if values else float("nan")
 print(f"bench: {sys.argv[2]} round(s); medians; µs per call measured from /proc of the server and the load generator")
-print("TLS ratios: Kiosk over TLS to the bare server in plaintext (issue #14's target) / to the bare server behind NIOSSL")
+print("TLS ratios: Kiosk over TLS to the bare server in plaintext (the bar in docs/performance.md) / to the bare server behind NIOSSL")
 print("| work | bare NIO / nginx | bare NIO + TLS | Kiosk plaintext | Kiosk TLS | plaintext ratio | TLS ratio |")
 print("|---|---|---|---|---|---|---|")
 for kind, label in (("cold", "cold verify K=4 C=64, calls/s"), ("serial", "serial cold K=1 C=1, calls/s"),

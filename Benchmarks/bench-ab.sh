@@ -2,7 +2,7 @@
 # Two builds of Kiosk side by side on one store: a change's effect on the verify
 # path, steadier than two bench.sh runs (this VM's state moves absolute figures
 # by up to half between minutes; here both sides share every minute).
-#   Scripts/bench-ab.sh A_BIN B_BIN [ROUNDS]
+#   Benchmarks/bench-ab.sh A_BIN B_BIN [ROUNDS]
 # A_BIN and B_BIN are release build directories (e.g. a `git worktree` of the
 # old commit built with `swift build -c release`, and .build/release). One
 # kiosk-store (from A_BIN) and one kiosk-content from each side serve the same
@@ -13,14 +13,14 @@
 # KIOSK_TLS=1: both sides over TLS (default plaintext). ROUNDS default 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { echo "usage: Scripts/bench-ab.sh A_BIN B_BIN [ROUNDS]" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: Benchmarks/bench-ab.sh A_BIN B_BIN [ROUNDS]" >&2; exit 2; }
 a_bin=$(cd "$1" && pwd); b_bin=$(cd "$2" && pwd)
 rounds=${3:-5}
 serial_s=${SERIAL_S:-5}
 load_s=${LOAD_S:-5}
 export KIOSK_TLS=${KIOSK_TLS:-0}
 bin=$a_bin
-. Scripts/services.sh
+. Scripts/lib.sh
 start_store
 credential=$(new_credential content)
 token=$(new_token)
@@ -50,7 +50,7 @@ run() {
   side_bin=$([ "$side" = A ] && echo "$a_bin" || echo "$b_bin")
   figures=$(KIOSK_STORE_CREDENTIAL="$credential" "$side_bin/kiosk-bench" verify --content "${endpoint[$side]}" --store-data-dir "$work/store" \
     --catalog Scripts/examples/catalog.json --product book.swift "${tls_args[@]}" --server-pid "${pid_of[$side]}" \
-    --json "$@" 2>/dev/null | python3 Scripts/benchrows.py figures 2>/dev/null) || true
+    --json "$@" 2>/dev/null | python3 Benchmarks/benchrows.py figures 2>/dev/null) || true
   [ -n "$figures" ] || echo "bench-ab: a $kind run of $side failed" >&2
   echo "$kind $side $figures" >> "$results"
 }

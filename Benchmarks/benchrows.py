@@ -1,6 +1,6 @@
-"""Shared by Scripts/bench.sh and Scripts/bench-ab.sh.
+"""Shared by Benchmarks/bench.sh and Benchmarks/bench-ab.sh.
 
-`python3 Scripts/benchrows.py figures` reads `kiosk-bench verify --json` on
+`python3 Benchmarks/benchrows.py figures` reads `kiosk-bench verify --json` on
 stdin and prints one row's figures: calls/s p50 p99 server-µs client-µs errors
 (µs of CPU per call). `read_rows(path)` reads the rows the scripts collect,
 "KIND WHO FIGURES…", into {(kind, who): [[figures…], …]} and counts the runs

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # Where a serial verify call's time goes, read off the wire, for the bare
 # SwiftNIO reference and Kiosk (plaintext) alike: tcpdump on the loopback
-# during each serial run (K=1 C=1), then Scripts/serial-spans.py splits every
+# during each serial run (K=1 C=1), then Benchmarks/serial-spans.py splits every
 # call into the server's span (request packet → response packet: wake-up,
 # read, work, write) and the client's (response → next request). The two load
 # generators' own clocks stop where each reads the response, before decoding
 # it, but cover different work before that (Kiosk's two answer frames and its
 # call bookkeeping); the packets' times do not depend on either. A run's
 # medians are over its calls on the serial connection, the warm-up's included.
-#   Scripts/serial-spans.sh [CYCLES]   (default 5; SPAN_S=2 seconds a run; the runs alternate)
+#   Benchmarks/serial-spans.sh --reference DIR [CYCLES]   (or KIOSK_REFERENCE=DIR; default 5 cycles; SPAN_S=2 seconds
+#                                                         a run; the runs alternate)
 # Release builds, the reference cached as bench.sh does. Installs tcpdump when
 # missing; capturing needs root (or CAP_NET_RAW).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ref=${KIOSK_REFERENCE:-}
+if [ "${1:-}" = "--reference" ]; then ref=${2:-}; shift 2; fi
 cycles=${1:-5}
 seconds=${SPAN_S:-2}
 root=$(pwd)
-ref=${KIOSK_REFERENCE:-$root/../shared/reference}
 refbuild=${KIOSK_REFERENCE_BUILD:-$HOME/.cache/kiosk-reference/nio-verify}
-[ -d "$ref/nio-verify" ] || { echo "serial-spans: no reference programs at $ref (set KIOSK_REFERENCE)" >&2; exit 2; }
+[ -n "$ref" ] && [ -d "$ref/nio-verify" ] || {
+  echo "serial-spans: give the reference programs' directory: --reference DIR or KIOSK_REFERENCE=DIR" >&2; exit 2; }
+ref=$(cd "$ref" && pwd)
 ./Scripts/setup.sh
 if ! command -v tcpdump > /dev/null 2>&1; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -35,7 +39,7 @@ refbin="$refbuild/release"
 seed=4242424242424242424242424242424242424242424242424242424242424242
 
 KIOSK_TLS=0
-. Scripts/services.sh
+. Scripts/lib.sh
 nio_pid=""; capture_pid=""
 stop_all() {
   [ -n "$capture_pid" ] && kill "$capture_pid" 2>/dev/null || true
@@ -76,7 +80,7 @@ measured() {
   kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=""
   # An assignment of its own: a failure inside echo's arguments would not stop the script (set -e).
   local spans
-  spans=$(python3 Scripts/serial-spans.py "$work/capture.pcap" "$port")
+  spans=$(python3 Benchmarks/serial-spans.py "$work/capture.pcap" "$port")
   echo "$who $spans $p50"
 }
 rows="$work/rows"

@@ -5,7 +5,7 @@
 # PostgreSQL cluster (Scripts/postgres.sh), loaded in alternating rounds by
 # `kiosk-bench purchase` (C=16 purchases in flight, one buyer), with the CPU
 # per purchase of the store and, for PostgreSQL, of the database's processes.
-#   Scripts/bench-ledger.sh [ROUNDS]     (default 3; DURATION=10 seconds a round)
+#   Benchmarks/bench-ledger.sh [ROUNDS]     (default 3; DURATION=10 seconds a round)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -13,30 +13,18 @@ duration=${DURATION:-10}
 ./Scripts/setup.sh
 for product in kiosk-store kiosk-bench; do swift build -c release --product "$product" > /dev/null; done
 bin=.build/release
-work=$(mktemp -d)
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
+KIOSK_TLS=0
+. Scripts/lib.sh
 
 read -r url pgdir _ < <(./Scripts/postgres.sh start $$)
 ./Scripts/postgres.sh createdb "$url" kiosk
 database=${url%/postgres}/kiosk
 postmaster=$(head -1 "$pgdir/data/postmaster.pid")
 
-serve() {  # NAME [--database URL] → $served_address, $served_pid
-  local name=$1; shift
-  "$bin/kiosk-store" serve --data-dir "$work/$name" --catalog Scripts/examples/catalog.json --host 127.0.0.1 --port 0 \
-    --log-level warning "$@" > "$work/$name.out" &
-  served_pid=$!
-  pids+=("$served_pid")
-  for _ in $(seq 1 400); do grep -q listening "$work/$name.out" 2>/dev/null && break; sleep 0.05; done
-  served_address=$(sed -n 's/^kiosk-store listening on \([^ ]*\).*/\1/p' "$work/$name.out")
-  [ -n "$served_address" ] || { echo "bench-ledger: the $name store did not start" >&2; exit 1; }
-}
-serve sqlite; sqlite_address=$served_address; sqlite_pid=$served_pid
-serve postgres --database "$database"; pg_address=$served_address; pg_pid=$served_pid
-sqlite_token=$("$bin/kiosk-store" account create --data-dir "$work/sqlite" --json | sed 's/.*"token":"\([^"]*\)".*/\1/')
-pg_token=$("$bin/kiosk-store" account create --data-dir "$work/postgres" --database "$database" --json | sed 's/.*"token":"\([^"]*\)".*/\1/')
+serve_store sqlite
+serve_store postgres --database "$database"
+sqlite_token=$(new_token sqlite)
+pg_token=$(new_token postgres --database "$database")
 
 # CPU seconds (user + system) of the PostgreSQL server and its backends.
 pg_cpu() {
@@ -57,10 +45,10 @@ results="$work/results"
 for round in $(seq "$rounds"); do
   echo "bench-ledger: round $round of $rounds"
   for backend in sqlite postgres; do
-    if [ "$backend" = sqlite ]; then address=$sqlite_address; pid=$sqlite_pid; token=$sqlite_token; else address=$pg_address; pid=$pg_pid; token=$pg_token; fi
+    if [ "$backend" = sqlite ]; then token=$sqlite_token; else token=$pg_token; fi
     before=$(pg_cpu)
-    json=$("$bin/kiosk-bench" purchase --store "$address" --token "$token" --concurrency 16 --duration "$duration" --warmup 2 \
-      --server-pid "$pid" --json 2>/dev/null)
+    json=$("$bin/kiosk-bench" purchase --store "${address[$backend]}" --token "$token" --concurrency 16 --duration "$duration" --warmup 2 \
+      --server-pid "${pid[$backend]}" --json 2>/dev/null)
     after=$(pg_cpu)
     echo "$backend $json $before $after" >> "$results"
   done

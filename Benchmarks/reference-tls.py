@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a copy of the bare SwiftNIO reference with TLS added: a TLS ceiling for bench.sh.
 
-    Scripts/reference-tls.py REFERENCE_DIR OUT_DIR
+    Benchmarks/reference-tls.py REFERENCE_DIR OUT_DIR
 
 REFERENCE_DIR is ../shared/reference/nio-verify (left untouched); OUT_DIR receives its
 Package.swift and Sources, changed in three places and nowhere else:
@@ -27,7 +27,7 @@ reference, out = map(pathlib.Path, sys.argv[1:3])
 server_context = '''
 import NIOSSL
 
-/// bench.sh's TLS ceiling (Scripts/reference-tls.py): the same server behind NIOSSL.
+/// bench.sh's TLS ceiling (Benchmarks/reference-tls.py): the same server behind NIOSSL.
 let tlsServerContext: NIOSSLContext? = {
   let env = ProcessInfo.processInfo.environment
   guard let cert = env["NIO_VERIFY_TLS_CERT"], let key = env["NIO_VERIFY_TLS_KEY"] else { return nil }
@@ -42,7 +42,7 @@ let tlsServerContext: NIOSSLContext? = {
 client_context = '''
 import NIOSSL
 
-/// bench.sh's TLS ceiling (Scripts/reference-tls.py): the same load generator over NIOSSL.
+/// bench.sh's TLS ceiling (Benchmarks/reference-tls.py): the same load generator over NIOSSL.
 let tlsClientContext: NIOSSLContext? = {
   guard let ca = ProcessInfo.processInfo.environment["NIO_VERIFY_TLS_CA"] else { return nil }
   var configuration = TLSConfiguration.makeClientConfiguration()

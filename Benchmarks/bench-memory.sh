@@ -4,7 +4,7 @@
 # as separate processes, then `kiosk-bench verify` with K connections and
 # K calls in flight (distinct receipts, minted on the store's data dir) and
 # --server-pid, so the table ends with the content service's CPU and peak RSS.
-#   Scripts/bench-memory.sh [CONNECTIONS] [SECONDS]      (default 1000 10)
+#   Benchmarks/bench-memory.sh [CONNECTIONS] [SECONDS]      (default 1000 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 connections=${1:-1000}
@@ -12,7 +12,7 @@ seconds=${2:-10}
 ./Scripts/setup.sh
 for product in kiosk-store kiosk-content kiosk-bench; do swift build -c release --product "$product" > /dev/null; done
 bin=.build/release
-. Scripts/services.sh
+. Scripts/lib.sh
 # Each side holds one descriptor per connection.
 ulimit -n "$(( connections * 2 + 256 > $(ulimit -Hn) ? $(ulimit -Hn) : connections * 2 + 256 ))" 2>/dev/null || true
 
