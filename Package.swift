@@ -33,6 +33,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         // Process hosting of the servers (signals, graceful shutdown); postgres-nio depends on it too.
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        // `swift package generate-documentation`: the DocC catalogs of Kiosk, KioskTesting and KioskRPC (a plugin only).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // System libraries: the project's chosen codecs.
