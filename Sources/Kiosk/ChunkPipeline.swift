@@ -33,7 +33,9 @@ struct ChunkPipeline {
         var hashed: SHA256Hasher?
         /// The state it was hashed from (the one the chunk announced).
         var hashedFrom: SHA256Hasher.State?
-        var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer.memory)[0..<count]) }
+        var bytes: UnsafeRawBufferPointer {
+            UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer.memory)[0..<count])
+        }
     }
 
     /// What one task made of its group: the chunks inflated and checked, in order, up to the first
@@ -185,7 +187,9 @@ struct ChunkPipeline {
     }
 
     /// `chunk` inflated and checked, in a buffer from the pool (`hashed`: still `hashFrom`, before its bytes).
-    private static func inflate(_ chunk: ContentV1.DownloadChunk, hashFrom: SHA256Hasher?, pool: Pool) throws -> Inflated {
+    private static func inflate(
+        _ chunk: ContentV1.DownloadChunk, hashFrom: SHA256Hasher?, pool: Pool
+    ) throws -> Inflated {
         let length = Int(chunk.originalLength)
         let buffer = pool.buffer(capacity: length)
         do {
@@ -197,7 +201,9 @@ struct ChunkPipeline {
                     do {
                         try inflater.inflate(source, into: destination)
                     } catch {
-                        throw KioskError(.downloadFailed, "chunk \(chunk.index) does not inflate: \((error as? WireError)?.message ?? "\(error)")")
+                        throw KioskError(
+                            .downloadFailed,
+                            "chunk \(chunk.index) does not inflate: \((error as? WireError)?.message ?? "\(error)")")
                     }
                 } else {
                     guard source.count == length else {
@@ -213,13 +219,15 @@ struct ChunkPipeline {
             pool.recycle(buffer)
             throw error
         }
-        return Inflated(index: chunk.index, offset: chunk.offset, buffer: buffer, count: length,
-                        hashed: hashFrom, hashedFrom: hashFrom?.state)
+        return Inflated(
+            index: chunk.index, offset: chunk.offset, buffer: buffer, count: length,
+            hashed: hashFrom, hashedFrom: hashFrom?.state)
     }
 
     /// Buffers and inflaters, reused from chunk to chunk.
     final class Pool: Sendable {
-        private let state = NIOLockedValueBox<(buffers: [ChunkBuffer], inflaters: [UncheckedInflater], limit: Int)>(([], [], 16))
+        private let state = NIOLockedValueBox<(buffers: [ChunkBuffer], inflaters: [UncheckedInflater], limit: Int)>(
+            ([], [], 16))
 
         /// Keeps up to `limit` buffers for reuse (what the pipeline has out at once, at most).
         func keep(_ limit: Int) {

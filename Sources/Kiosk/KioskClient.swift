@@ -71,7 +71,8 @@ public final class KioskClient: Sendable {
         }
         let rpc = ClientConfiguration(
             connectTimeout: .seconds(3),
-            backoff: ConnectionBackoff(initial: .milliseconds(50), maximum: .seconds(1), multiplier: 2, jitter: 0.2, maximumAttempts: 2),
+            backoff: ConnectionBackoff(
+                initial: .milliseconds(50), maximum: .seconds(1), multiplier: 2, jitter: 0.2, maximumAttempts: 2),
             defaultTimeout: configuration.callTimeout, tls: tls)
         guard !configuration.storeEndpoints.isEmpty, !configuration.contentEndpoints.isEmpty else {
             throw KioskError(.invalidRequest, "the configuration lists no store or no content endpoint")
@@ -124,8 +125,9 @@ public final class KioskClient: Sendable {
         if let cached = accessToken.withLockedValue({ $0 }), nowMs < cached.refreshMs {
             token = cached.token
         } else {
-            let issued = try await storeCall("AccessToken", StoreV1.AccessTokenRequest(audience: "content"), StoreV1.AccessTokenResponse.self,
-                                             doing: "getting an access token for the content service")
+            let issued = try await storeCall(
+                "AccessToken", StoreV1.AccessTokenRequest(audience: "content"), StoreV1.AccessTokenResponse.self,
+                doing: "getting an access token for the content service")
             // Renewed at half its life (by this machine's clock: the store's may differ).
             let refreshMs = nowMs + max(issued.expiresMs - nowMs, 0) / 2
             accessToken.withLockedValue { $0 = (issued.accessToken, refreshMs) }
@@ -142,12 +144,14 @@ public final class KioskClient: Sendable {
     }
 
     func storeCall<Request: WireMessage, Response: WireMessage>(
-        _ method: String, _ request: Request, _ response: Response.Type, idempotencyKey: String? = nil, doing what: String
+        _ method: String, _ request: Request, _ response: Response.Type, idempotencyKey: String? = nil,
+        doing what: String
     ) async throws -> Response {
         do {
             return try await failingOver(store) {
-                try await store.unary("/kiosk.store.v1.Store/\(method)", request: request, response: response,
-                                      options: options(idempotencyKey: idempotencyKey))
+                try await store.unary(
+                    "/kiosk.store.v1.Store/\(method)", request: request, response: response,
+                    options: options(idempotencyKey: idempotencyKey))
             }
         } catch {
             throw KioskError.from(error, doing: what)
@@ -171,7 +175,9 @@ public final class KioskClient: Sendable {
             } catch let error as RPCError where retries > 0 && Self.isLostConnection(error) && !Task.isCancelled {
                 retries -= 1
                 configuration.logger.debug("retrying on another replica: \(error.message)")
-            } catch let error as RPCError where error.code == .aborted && error.source == .remote && busy < 6 && !Task.isCancelled {
+            } catch let error as RPCError
+                where error.code == .aborted && error.source == .remote && busy < 6 && !Task.isCancelled
+            {
                 busy += 1
                 configuration.logger.debug("sending again: \(error.message)")
                 try await Task.sleep(for: .milliseconds(25 << (busy - 1)))
@@ -189,9 +195,11 @@ public final class KioskClient: Sendable {
 
     /// The products with `ids`, and the ids the store does not sell.
     public func products(for ids: [String]) async throws -> ProductsResult {
-        let response = try await storeCall("ListProducts", StoreV1.ListProductsRequest(productIDs: ids), StoreV1.ListProductsResponse.self,
-                                           doing: "listing products")
-        return ProductsResult(products: response.products.map(Product.init), invalidIdentifiers: response.invalidProductIDs)
+        let response = try await storeCall(
+            "ListProducts", StoreV1.ListProductsRequest(productIDs: ids), StoreV1.ListProductsResponse.self,
+            doing: "listing products")
+        return ProductsResult(
+            products: response.products.map(Product.init), invalidIdentifiers: response.invalidProductIDs)
     }
 
     /// True when the account may make payments (StoreKit's `canMakePayments`).
@@ -205,14 +213,17 @@ public final class KioskClient: Sendable {
     }
 
     private func account() async throws -> StoreV1.Account {
-        try await storeCall("GetAccount", StoreV1.GetAccountRequest(), StoreV1.Account.self, doing: "reading the account")
+        try await storeCall(
+            "GetAccount", StoreV1.GetAccountRequest(), StoreV1.Account.self, doing: "reading the account")
     }
 
     /// Spends credits; returns the new balance. The key makes a retry safe.
     /// - Throws: ``KioskError`` `insufficientCredits` when the balance is too low.
     public func spendCredits(_ amount: Int64, idempotencyKey: String = UUID().uuidString) async throws -> UInt64 {
-        try await storeCall("SpendCredits", StoreV1.SpendCreditsRequest(amount: amount), StoreV1.SpendCreditsResponse.self,
-                            idempotencyKey: idempotencyKey, doing: "spending credits").balance
+        try await storeCall(
+            "SpendCredits", StoreV1.SpendCreditsRequest(amount: amount), StoreV1.SpendCreditsResponse.self,
+            idempotencyKey: idempotencyKey, doing: "spending credits"
+        ).balance
     }
 
     // MARK: Purchasing
@@ -224,16 +235,26 @@ public final class KioskClient: Sendable {
     ///   transaction arrives on ``transactionUpdates``) or `.userCancelled`.
     /// - Throws: ``KioskError``: `paymentNotAllowed`, `productUnavailable`,
     ///   `paymentInvalid`, `invalidRequest`, `notAuthenticated`, `unknown`.
-    public func purchase(_ product: Product, quantity: UInt32 = 1, paymentMethod: String, offer: SubscriptionOffer? = nil) async throws -> PurchaseResult {
+    public func purchase(
+        _ product: Product, quantity: UInt32 = 1, paymentMethod: String, offer: SubscriptionOffer? = nil
+    ) async throws -> PurchaseResult {
         try await purchase(productID: product.id, quantity: quantity, paymentMethod: paymentMethod, offer: offer)
     }
 
     /// Buys `quantity` of the product with `productID`; see ``purchase(_:quantity:paymentMethod:offer:)``.
-    /// - Parameter offer: an auto-renewable subscription's introductory or (signed) promotional offer; a refused offer
-    ///   throws `invalidOfferIdentifier`, `invalidSignature`, `missingOfferParams` or `ineligibleForOffer`.
-    public func purchase(productID: String, quantity: UInt32 = 1, paymentMethod: String, offer: SubscriptionOffer? = nil) async throws -> PurchaseResult {
-        let entry = JournalEntry(key: UUID().uuidString, productID: productID, quantity: quantity, paymentMethod: paymentMethod,
-                                 createdMs: Date().milliseconds, offer: offer)
+    /// - Parameters:
+    ///   - productID: the product's id, e.g. `credits.5`.
+    ///   - quantity: units to buy, from 1 to the product's ``Product/maxQuantity`` (else `invalidRequest`).
+    ///   - paymentMethod: how to pay, as the store's payment processor reads it (the simulated processor takes
+    ///     `test-card:4242424242424242`, `test-cancel`, `test-ask`).
+    ///   - offer: an auto-renewable subscription's introductory or (signed) promotional offer; a refused offer
+    ///     throws `invalidOfferIdentifier`, `invalidSignature`, `missingOfferParams` or `ineligibleForOffer`.
+    public func purchase(
+        productID: String, quantity: UInt32 = 1, paymentMethod: String, offer: SubscriptionOffer? = nil
+    ) async throws -> PurchaseResult {
+        let entry = JournalEntry(
+            key: UUID().uuidString, productID: productID, quantity: quantity, paymentMethod: paymentMethod,
+            createdMs: Date().milliseconds, offer: offer)
         // In flight before it is journaled, so the background work never sends it at the same time.
         state.withLockedValue { _ = $0.inFlight.insert(entry.key) }
         defer { state.withLockedValue { _ = $0.inFlight.remove(entry.key) } }
@@ -261,13 +282,17 @@ public final class KioskClient: Sendable {
 
     private func send(_ entry: JournalEntry) async throws -> StoreV1.PurchaseResponse {
         try await storeCall(
-            "Purchase", StoreV1.PurchaseRequest(productID: entry.productID, quantity: entry.quantity, paymentMethod: entry.paymentMethod,
-                                                offer: entry.offer?.message),
+            "Purchase",
+            StoreV1.PurchaseRequest(
+                productID: entry.productID, quantity: entry.quantity, paymentMethod: entry.paymentMethod,
+                offer: entry.offer?.message),
             StoreV1.PurchaseResponse.self, idempotencyKey: entry.key, doing: "purchasing \(entry.productID)")
     }
 
     private func result(of response: StoreV1.PurchaseResponse) throws -> PurchaseResult {
-        guard let message = response.transaction else { throw KioskError(.unknown, "the store answered without a transaction") }
+        guard let message = response.transaction else {
+            throw KioskError(.unknown, "the store answered without a transaction")
+        }
         switch message.state {
         case .purchased:
             let transaction = Transaction(message)
@@ -343,8 +368,10 @@ public final class KioskClient: Sendable {
     public func saveReceipt(of transaction: Transaction) throws -> URL {
         // Transaction ids come from the store: keep them to one plain name in `receipts/`.
         let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-        guard !transaction.id.isEmpty, !transaction.id.hasPrefix("."), transaction.id.allSatisfy(allowed.contains) else {
-            throw KioskError(.unknown, "the transaction id \(transaction.id.debugDescription) cannot name a receipt file")
+        guard !transaction.id.isEmpty, !transaction.id.hasPrefix("."), transaction.id.allSatisfy(allowed.contains)
+        else {
+            throw KioskError(
+                .unknown, "the transaction id \(transaction.id.debugDescription) cannot name a receipt file")
         }
         let directory = (configuration.stateDirectory as NSString).appendingPathComponent("receipts")
         let path = (directory as NSString).appendingPathComponent("\(transaction.id).receipt")
@@ -374,8 +401,10 @@ public final class KioskClient: Sendable {
         var out: [StoreV1.Transaction] = []
         var token = ""
         repeat {
-            let page = try await storeCall("Unfinished", StoreV1.UnfinishedRequest(pageSize: 500, pageToken: token), StoreV1.UnfinishedResponse.self,
-                                           doing: "reading unfinished transactions")
+            let page = try await storeCall(
+                "Unfinished", StoreV1.UnfinishedRequest(pageSize: 500, pageToken: token),
+                StoreV1.UnfinishedResponse.self,
+                doing: "reading unfinished transactions")
             out += page.transactions
             token = page.hasMore ? page.nextPageToken : ""
         } while !token.isEmpty
@@ -390,8 +419,9 @@ public final class KioskClient: Sendable {
                 do {
                     var token = ""
                     repeat {
-                        let page = try await self.storeCall("History", StoreV1.HistoryRequest(pageSize: pageSize, pageToken: token),
-                                                            StoreV1.HistoryResponse.self, doing: "reading the transaction history")
+                        let page = try await self.storeCall(
+                            "History", StoreV1.HistoryRequest(pageSize: pageSize, pageToken: token),
+                            StoreV1.HistoryResponse.self, doing: "reading the transaction history")
                         for message in page.transactions { continuation.yield(Transaction(message)) }
                         token = page.hasMore ? page.nextPageToken : ""
                     } while !token.isEmpty && !Task.isCancelled
@@ -407,16 +437,20 @@ public final class KioskClient: Sendable {
     /// Every transaction of the account, consumables included, oldest first, read
     /// a page at a time (ListTransactions) as the sequence is consumed; `filter`
     /// narrows it. Also ``Transaction/all(in:)``.
-    public func allTransactions(productIDs: [String] = [], revokedOnly: Bool = false,
-                                pageSize: UInt32 = 100) -> AsyncThrowingStream<Transaction, Error> {
+    public func allTransactions(
+        productIDs: [String] = [], revokedOnly: Bool = false,
+        pageSize: UInt32 = 100
+    ) -> AsyncThrowingStream<Transaction, Error> {
         AsyncThrowingStream { continuation in
             let task = Task {
                 do {
                     var token = ""
                     repeat {
-                        let request = StoreV1.ListTransactionsRequest(productIDs: productIDs, revoked: revokedOnly ? 1 : 0, limit: pageSize, pageToken: token)
-                        let page = try await self.storeCall("ListTransactions", request, StoreV1.ListTransactionsResponse.self,
-                                                            doing: "listing the account's transactions")
+                        let request = StoreV1.ListTransactionsRequest(
+                            productIDs: productIDs, revoked: revokedOnly ? 1 : 0, limit: pageSize, pageToken: token)
+                        let page = try await self.storeCall(
+                            "ListTransactions", request, StoreV1.ListTransactionsResponse.self,
+                            doing: "listing the account's transactions")
                         for message in page.transactions { continuation.yield(Transaction(message)) }
                         token = page.hasMore ? page.nextPageToken : ""
                     } while !token.isEmpty && !Task.isCancelled
@@ -432,8 +466,10 @@ public final class KioskClient: Sendable {
     /// One of the account's transactions, by id.
     /// - Throws: ``KioskError`` `.notFound`-like when the account has no such transaction.
     public func transaction(id: String) async throws -> Transaction {
-        Transaction(try await storeCall("GetTransaction", StoreV1.GetTransactionRequest(transactionID: id), StoreV1.Transaction.self,
-                                        doing: "looking up transaction \(id)"))
+        Transaction(
+            try await storeCall(
+                "GetTransaction", StoreV1.GetTransactionRequest(transactionID: id), StoreV1.Transaction.self,
+                doing: "looking up transaction \(id)"))
     }
 
     /// Marks a transaction finished (the app delivered it); idempotent.
@@ -443,8 +479,9 @@ public final class KioskClient: Sendable {
 
     /// Marks the transaction with `transactionID` finished; idempotent.
     public func finish(transactionID: String) async throws {
-        _ = try await storeCall("Finish", StoreV1.FinishRequest(transactionID: transactionID), StoreV1.FinishResponse.self,
-                                doing: "finishing \(transactionID)")
+        _ = try await storeCall(
+            "Finish", StoreV1.FinishRequest(transactionID: transactionID), StoreV1.FinishResponse.self,
+            doing: "finishing \(transactionID)")
     }
 
     /// Every restorable transaction of the account (non-consumables and
@@ -457,15 +494,16 @@ public final class KioskClient: Sendable {
                 var yielded: Set<String> = []
                 var retries = store.lostConnectionRetries
                 while true {
-                    let stream = store.serverStreaming("/kiosk.store.v1.Store/Restore", request: StoreV1.RestoreRequest(),
-                                                       response: StoreV1.Transaction.self, options: options())
+                    let stream = store.serverStreaming(
+                        "/kiosk.store.v1.Store/Restore", request: StoreV1.RestoreRequest(),
+                        response: StoreV1.Transaction.self, options: options())
                     do {
                         for try await message in stream where yielded.insert(message.transactionID).inserted {
                             continuation.yield(Transaction(message))
                         }
                         continuation.finish()
                         return
-                    } catch where retries > 0 && Self.isLostConnection(error) && !Task.isCancelled {
+                    } catch  where retries > 0 && Self.isLostConnection(error) && !Task.isCancelled {
                         retries -= 1
                     } catch {
                         continuation.finish(throwing: KioskError.from(error, doing: "restoring purchases"))
@@ -481,7 +519,8 @@ public final class KioskClient: Sendable {
     public var currentEntitlements: [Transaction] {
         get async throws {
             var out: [Transaction] = []
-            for try await transaction in restore() where transaction.productType != .autoRenewable && transaction.isActive() {
+            for try await transaction in restore()
+            where transaction.productType != .autoRenewable && transaction.isActive() {
                 out.append(transaction)
             }
             // Auto-renewable subscriptions: the store's status decides (its clock; a grace period keeps the
@@ -495,8 +534,9 @@ public final class KioskClient: Sendable {
 
     /// Asks the store whether a receipt is real.
     public func verify(receipt: [UInt8]) async throws -> VerificationResult {
-        let response = try await storeCall("VerifyReceipt", StoreV1.VerifyReceiptRequest(signedReceipt: receipt),
-                                           StoreV1.VerifyReceiptResponse.self, doing: "verifying a receipt")
+        let response = try await storeCall(
+            "VerifyReceipt", StoreV1.VerifyReceiptRequest(signedReceipt: receipt),
+            StoreV1.VerifyReceiptResponse.self, doing: "verifying a receipt")
         return VerificationResult(
             status: response.status, message: response.message, transactionID: response.receipt?.transactionID,
             productID: response.receipt?.productID, accountID: response.receipt?.accountID,
@@ -512,8 +552,10 @@ public final class KioskClient: Sendable {
         do {
             // Open to anyone: no token goes with it.
             listed = try await failingOver(content) {
-                try await content.unary("/kiosk.content.v1.Content/ListContent", request: ContentV1.ListContentRequest(),
-                                        response: ContentV1.ListContentResponse.self, options: CallOptions(timeout: configuration.callTimeout))
+                try await content.unary(
+                    "/kiosk.content.v1.Content/ListContent", request: ContentV1.ListContentRequest(),
+                    response: ContentV1.ListContentResponse.self,
+                    options: CallOptions(timeout: configuration.callTimeout))
             }
         } catch {
             throw KioskError.from(error, doing: "listing hosted content")
@@ -521,8 +563,9 @@ public final class KioskClient: Sendable {
         let products = try await self.products(for: listed.items.map(\.productID)).products
         let byID = Dictionary(products.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         return listed.items.map { item in
-            HostedProduct(productID: item.productID, product: byID[item.productID], contentVersion: item.contentVersion,
-                          size: item.originalSize, downloadSize: item.compressedSize, sha256: item.sha256, title: item.title)
+            HostedProduct(
+                productID: item.productID, product: byID[item.productID], contentVersion: item.contentVersion,
+                size: item.originalSize, downloadSize: item.compressedSize, sha256: item.sha256, title: item.title)
         }
     }
 
@@ -544,7 +587,12 @@ public final class KioskClient: Sendable {
     private func nap(_ duration: Duration) async {
         let end = ContinuousClock.now + duration
         while ContinuousClock.now < end, !Task.isCancelled {
-            if wakeRequested.withLockedValue({ flag in defer { flag = false }; return flag }) { return }
+            if wakeRequested.withLockedValue({ flag in
+                defer { flag = false }
+                return flag
+            }) {
+                return
+            }
             try? await Task.sleep(for: min(.milliseconds(50), ContinuousClock.now.duration(to: end)))
         }
     }
@@ -563,7 +611,9 @@ public final class KioskClient: Sendable {
     }
 
     /// Where the account's event log was read to: the events file of the state directory.
-    private var eventCursorPath: String { (configuration.stateDirectory as NSString).appendingPathComponent("events.cursor") }
+    private var eventCursorPath: String {
+        (configuration.stateDirectory as NSString).appendingPathComponent("events.cursor")
+    }
 
     /// The cursor saved in `text` (the events file: "<account id> <cursor>") for `accountID`; nil when there is
     /// none or it is another account's (a state directory used with another account, or another store, starts
@@ -581,16 +631,20 @@ public final class KioskClient: Sendable {
     /// (no cursor saved for this account) it starts at the end of the log: what happened before this state
     /// directory is history.
     private func followAccountEvents(accountID: String) async throws {
-        let saved = Self.savedEventCursor(try? String(contentsOfFile: eventCursorPath, encoding: .utf8), accountID: accountID)
+        let saved = Self.savedEventCursor(
+            try? String(contentsOfFile: eventCursorPath, encoding: .utf8), accountID: accountID)
         var cursor = saved ?? 0
-        let save = { (cursor: UInt64) in try PrivateFiles.writeAtomically(Data("\(accountID) \(cursor)\n".utf8), to: self.eventCursorPath) }
+        let save = { (cursor: UInt64) in
+            try PrivateFiles.writeAtomically(Data("\(accountID) \(cursor)\n".utf8), to: self.eventCursorPath)
+        }
         while true {
             let request = StoreV1.ListEventsRequest(since: cursor, limit: 100, types: [.refunded, .expired])
             let page: StoreV1.ListEventsResponse
             do {
                 page = try await failingOver(store) {
-                    try await store.unary("/kiosk.store.v1.Store/ListEvents", request: request, response: StoreV1.ListEventsResponse.self,
-                                          options: options())
+                    try await store.unary(
+                        "/kiosk.store.v1.Store/ListEvents", request: request, response: StoreV1.ListEventsResponse.self,
+                        options: options())
                 }
             } catch let error as RPCError where error.code == .unimplemented {
                 throw EventLogUnsupported()

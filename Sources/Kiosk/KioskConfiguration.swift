@@ -2,7 +2,7 @@ import Foundation
 import KioskRPC
 import Logging
 
-/// A service's address, `host:port`: ``ServiceEndpoint/list(parsing:)`` reads `a:7301,b:7301`.
+/// A service's address, `host:port`: `ServiceEndpoint.list(parsing:)` reads `a:7301,b:7301`.
 public typealias ServiceEndpoint = KioskRPC.Endpoint
 
 /// Configuration of a ``KioskClient``.
@@ -75,7 +75,8 @@ public struct KioskConfiguration: Sendable {
     /// logging to `Logger(label: "kiosk")`, plaintext (loopback only). Set
     /// ``storeEndpoints`` and ``contentEndpoints`` for replicas.
     public init(
-        storeHost: String = "127.0.0.1", storePort: Int = 7301, contentHost: String = "127.0.0.1", contentPort: Int = 7302,
+        storeHost: String = "127.0.0.1", storePort: Int = 7301, contentHost: String = "127.0.0.1",
+        contentPort: Int = 7302,
         token: String, bundleID: String = "com.example.kiosk", stateDirectory: String,
         callTimeout: Duration = .seconds(10), retryInitialDelay: Duration = .milliseconds(200),
         retryMaximumDelay: Duration = .seconds(5), updatePollInterval: Duration = .seconds(2),

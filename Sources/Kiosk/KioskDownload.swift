@@ -183,11 +183,14 @@ public final class KioskDownload: Sendable {
         }
     }
 
-    private func emit(_ downloadState: DownloadState, bytesDone: UInt64? = nil, total: UInt64? = nil, remaining: Duration? = nil) {
+    private func emit(
+        _ downloadState: DownloadState, bytesDone: UInt64? = nil, total: UInt64? = nil, remaining: Duration? = nil
+    ) {
         let event = state.withLockedValue { state -> DownloadEvent? in
             guard !state.done else { return nil }
-            state.last = DownloadEvent(state: downloadState, bytesDone: bytesDone ?? state.last.bytesDone,
-                                       totalBytes: total ?? state.last.totalBytes, estimatedTimeRemaining: remaining)
+            state.last = DownloadEvent(
+                state: downloadState, bytesDone: bytesDone ?? state.last.bytesDone,
+                totalBytes: total ?? state.last.totalBytes, estimatedTimeRemaining: remaining)
             return state.last
         }
         if let event { continuation.yield(event) }
@@ -222,10 +225,12 @@ public final class KioskDownload: Sendable {
     }
 
     private func savedState() -> PartialState? {
-        guard let data = try? Data(contentsOf: stateURL), let saved = try? JSONDecoder().decode(PartialState.self, from: data),
-              saved.productID == productID,
-              let size = (try? FileManager.default.attributesOfItem(atPath: partialURL.path))?[.size] as? NSNumber,
-              size.uint64Value >= saved.bytesDone else { return nil }
+        guard let data = try? Data(contentsOf: stateURL),
+            let saved = try? JSONDecoder().decode(PartialState.self, from: data),
+            saved.productID == productID,
+            let size = (try? FileManager.default.attributesOfItem(atPath: partialURL.path))?[.size] as? NSNumber,
+            size.uint64Value >= saved.bytesDone
+        else { return nil }
         return saved
     }
 
@@ -235,7 +240,8 @@ public final class KioskDownload: Sendable {
     ///     another replica (nil: ``RPCClient/lostConnectionRetries``).
     ///   - notReadyRetries: how many more times a replica's 14 UNAVAILABLE answer (one just started that has not
     ///     reached its store yet) is met by asking again after a pause (100 ms doubling: 3.1 s in all).
-    private func fetch(mayRenewToken: Bool = true, failovers: Int? = nil, notReadyRetries: Int = 5) async throws -> URL {
+    private func fetch(mayRenewToken: Bool = true, failovers: Int? = nil, notReadyRetries: Int = 5) async throws -> URL
+    {
         let failovers = failovers ?? client.content.lostConnectionRetries
         try PrivateFiles.makeDirectory(destination.deletingLastPathComponent().path, tighteningExisting: false)
         var saved = savedState()
@@ -290,11 +296,15 @@ public final class KioskDownload: Sendable {
             progress.bytesDone = offset
             saved = progress
             // (The last chunk needs no save: the file is checked and moved into place next.)
-            if offset < progress.totalSize, offset - savedBytes >= progressSaveBytes || savedAt.duration(to: .now) >= .seconds(1) {
+            if offset < progress.totalSize,
+                offset - savedBytes >= progressSaveBytes || savedAt.duration(to: .now) >= .seconds(1)
+            {
                 try saveSoon(progress)
             }
             let elapsed = started.duration(to: .now)
-            let rate = Double(fetched) / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
+            let rate =
+                Double(fetched)
+                / max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.001)
             let seconds = Double(progress.totalSize - min(offset, progress.totalSize)) / rate
             let remaining = rate > 0 && seconds < 1e9 ? Duration.milliseconds(Int64(seconds * 1000)) : nil
             emit(.active, bytesDone: offset, total: progress.totalSize, remaining: remaining)
@@ -304,7 +314,8 @@ public final class KioskDownload: Sendable {
         let saver = ProgressSaver(stateURL: stateURL)
         defer { saver.settle() }
         func saveSoon(_ progress: PartialState) throws {
-            guard let file, progress.bytesDone > savedBytes, try saver.start(progress, syncing: file.fileDescriptor) else { return }
+            guard let file, progress.bytesDone > savedBytes, try saver.start(progress, syncing: file.fileDescriptor)
+            else { return }
             savedBytes = progress.bytesDone
             savedAt = .now
         }
@@ -329,20 +340,26 @@ public final class KioskDownload: Sendable {
             for try await part in stream {
                 try Task.checkCancellation()
                 if let header = part.header {
-                    guard file == nil else { throw KioskError(.downloadFailed, "the content service sent a second header") }
+                    guard file == nil else {
+                        throw KioskError(.downloadFailed, "the content service sent a second header")
+                    }
                     let sha = header.sha256.hexString
                     if let previous = saved, previous.version != header.contentVersion || previous.sha256 != sha {
                         // The file changed since the partial download: start over.
                         throw RestartFromScratch()
                     }
                     guard header.startOffset == offset else {
-                        throw KioskError(.downloadFailed, "the content service resumed at \(header.startOffset), not \(offset)")
+                        throw KioskError(
+                            .downloadFailed, "the content service resumed at \(header.startOffset), not \(offset)")
                     }
                     guard header.totalSize >= offset else {
-                        throw KioskError(.downloadFailed, "the content service resumed at \(offset) a file it says is \(header.totalSize) bytes")
+                        throw KioskError(
+                            .downloadFailed,
+                            "the content service resumed at \(offset) a file it says is \(header.totalSize) bytes")
                     }
-                    saved = PartialState(productID: productID, version: header.contentVersion, sha256: sha,
-                                         totalSize: header.totalSize, chunkSize: header.chunkSize, bytesDone: offset)
+                    saved = PartialState(
+                        productID: productID, version: header.contentVersion, sha256: sha,
+                        totalSize: header.totalSize, chunkSize: header.chunkSize, bytesDone: offset)
                     file = try PrivateFiles.openForWriting(partialURL.path)
                     try file?.truncate(atOffset: offset)
                     if offset > 0 { hasher = try Self.sha256(of: partialURL, upTo: offset) }
@@ -353,8 +370,12 @@ public final class KioskDownload: Sendable {
                     throw KioskError(.downloadFailed, "chunk \(chunk.index) arrived out of order")
                 }
                 guard chunk.originalLength <= min(max(saved?.chunkSize ?? 0, 1 << 20), largestChunk),
-                      UInt64(chunk.originalLength) <= (saved?.totalSize ?? 0) - received else {
-                    throw KioskError(.downloadFailed, "chunk \(chunk.index) claims \(chunk.originalLength) bytes, more than a chunk holds or the file has left")
+                    UInt64(chunk.originalLength) <= (saved?.totalSize ?? 0) - received
+                else {
+                    throw KioskError(
+                        .downloadFailed,
+                        "chunk \(chunk.index) claims \(chunk.originalLength) bytes, more than a chunk holds or the file has left"
+                    )
                 }
                 received += UInt64(chunk.originalLength)
                 // Inflated (and hashed, with a state) on the other cores while the chunks before it are written here.
@@ -365,16 +386,23 @@ public final class KioskDownload: Sendable {
             }
             pipeline.finish()
             while let inflated = try await pipeline.next() { try write(inflated) }
-        } catch let error where error is RestartFromScratch || (resumedFrom > 0 && (error as? RPCError)?.code == .outOfRange) {
+        } catch let error
+            where error is RestartFromScratch || (resumedFrom > 0 && (error as? RPCError)?.code == .outOfRange)
+        {
             // The file changed since the partial download (a new version, or a smaller one the saved
             // offset lies beyond), or the partial is not what it was (it does not hash to the state the
             // first chunk after it announces): start over from 0, once.
-            client.configuration.logger.warning("download of \(productID): \(error is RestartFromScratch ? "the partial file is not what the content service has" : "the file shrank below the partial") (resumed at \(resumedFrom) bytes); starting over")
+            client.configuration.logger.warning(
+                "download of \(productID): \(error is RestartFromScratch ? "the partial file is not what the content service has" : "the file shrank below the partial") (resumed at \(resumedFrom) bytes); starting over"
+            )
             discardPartial()
             return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers, notReadyRetries: notReadyRetries)
         } catch let mismatch as HashMismatch {
             discardPartial()
-            throw KioskError(.downloadFailed, "the downloaded file's SHA-256 does not match: the bytes before chunk \(mismatch.index) do not hash to the SHA-256 state the content service announced for it; the partial file was removed")
+            throw KioskError(
+                .downloadFailed,
+                "the downloaded file's SHA-256 does not match: the bytes before chunk \(mismatch.index) do not hash to the SHA-256 state the content service announced for it; the partial file was removed"
+            )
         } catch let error as RPCError {
             // What was fetched and checked is kept for the resume (or the retry below); a save that
             // failed ends the download with its error instead: nothing written after it can be trusted.
@@ -394,7 +422,8 @@ public final class KioskDownload: Sendable {
                 saver.settle()
                 try? file?.close()
                 file = nil
-                return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers - 1, notReadyRetries: notReadyRetries)
+                return try await fetch(
+                    mayRenewToken: mayRenewToken, failovers: failovers - 1, notReadyRetries: notReadyRetries)
             }
             if notReadyRetries > 0, error.code == .unavailable, error.source == .remote {
                 // A content service that just (re)started answers 14 until it has reached its store, moments later;
@@ -403,7 +432,8 @@ public final class KioskDownload: Sendable {
                 try? file?.close()
                 file = nil
                 try await Task.sleep(for: .milliseconds(100 << (5 - notReadyRetries)))
-                return try await fetch(mayRenewToken: mayRenewToken, failovers: failovers, notReadyRetries: notReadyRetries - 1)
+                return try await fetch(
+                    mayRenewToken: mayRenewToken, failovers: failovers, notReadyRetries: notReadyRetries - 1)
             }
             switch error.code {
             case .permissionDenied, .failedPrecondition, .invalidArgument, .unauthenticated:
@@ -464,15 +494,23 @@ public final class KioskDownload: Sendable {
             return nil
         case (32, _):
             guard let state = SHA256Hasher.State(bytes: chunk.sha256State),
-                  let hasher = SHA256Hasher(state: state, count: chunk.offset) else {
-                throw KioskError(.downloadFailed, "the content service announced a SHA-256 state for chunk \(chunk.index) at offset \(chunk.offset), not a multiple of 64")
+                let hasher = SHA256Hasher(state: state, count: chunk.offset)
+            else {
+                throw KioskError(
+                    .downloadFailed,
+                    "the content service announced a SHA-256 state for chunk \(chunk.index) at offset \(chunk.offset), not a multiple of 64"
+                )
             }
             chained = true
             return hasher
         case (0, true?):
-            throw KioskError(.downloadFailed, "the content service stopped announcing SHA-256 states at chunk \(chunk.index)")
+            throw KioskError(
+                .downloadFailed, "the content service stopped announcing SHA-256 states at chunk \(chunk.index)")
         default:
-            throw KioskError(.downloadFailed, "the content service announced a \(chunk.sha256State.count)-byte SHA-256 state for chunk \(chunk.index), not 32 bytes")
+            throw KioskError(
+                .downloadFailed,
+                "the content service announced a \(chunk.sha256State.count)-byte SHA-256 state for chunk \(chunk.index), not 32 bytes"
+            )
         }
     }
 
@@ -509,7 +547,10 @@ public final class KioskDownload: Sendable {
             queue.async {
                 var error: Error?
                 do {
-                    guard fsync(descriptor) == 0 else { throw KioskError(.downloadFailed, "cannot fsync the download: \(String(cString: strerror(errno)))") }
+                    guard fsync(descriptor) == 0 else {
+                        throw KioskError(
+                            .downloadFailed, "cannot fsync the download: \(String(cString: strerror(errno)))")
+                    }
                     try PrivateFiles.writeAtomically(JSONEncoder().encode(progress), to: stateURL.path)
                 } catch let caught {
                     error = caught

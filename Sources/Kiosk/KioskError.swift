@@ -5,7 +5,9 @@ import KioskRPC
 public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
     /// What went wrong.
     public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        /// The code's number, as each code lists it: the payment and offer codes share StoreKit's `SKError` numbers.
         public var rawValue: Int
+        /// Creates a code from its number (one this SDK does not name is described as `unknown`).
         public init(rawValue: Int) { self.rawValue = rawValue }
 
         /// 0: the store or content service cannot be reached.
@@ -41,6 +43,7 @@ public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
         /// 5005: something asked for does not exist (a transaction, a hosted product).
         public static let notFound = Code(rawValue: 5005)
 
+        /// The code's name, e.g. `paymentInvalid`; `unknown` for a number this SDK does not name.
         public var description: String {
             switch self {
             case .cannotConnect: "cannotConnect"
@@ -74,6 +77,7 @@ public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
         self.message = message
     }
 
+    /// The code's name and number, then the message, e.g. `paymentInvalid (3): <the store's reason>`.
     public var description: String { "\(code) (\(code.rawValue)): \(message)" }
 
     /// The SDK error for an RPC failure.

@@ -83,7 +83,9 @@ struct PaymentJournal: Sendable {
             try PrivateFiles.remove(path(key))
         } catch {
             // Sent again later with the same key, the store answers with the same transaction.
-            logger.warning("cannot remove an answered payment from the journal: \(error)", metadata: ["kiosk.journal.file": "\(path(key))"])
+            logger.warning(
+                "cannot remove an answered payment from the journal: \(error)",
+                metadata: ["kiosk.journal.file": "\(path(key))"])
         }
     }
 
@@ -138,8 +140,9 @@ struct PaymentJournal: Sendable {
             } catch {
                 guard FileManager.default.fileExists(atPath: destination) else {
                     if state.unmovable.insert(name).inserted {
-                        logger.error("payment journal entry \(name) cannot be used (\(reason)) nor moved aside: \(error)",
-                                     metadata: ["kiosk.journal.file": "\(source)", "kiosk.journal.reason": "\(reason)"])
+                        logger.error(
+                            "payment journal entry \(name) cannot be used (\(reason)) nor moved aside: \(error)",
+                            metadata: ["kiosk.journal.file": "\(source)", "kiosk.journal.reason": "\(reason)"])
                     }
                     return
                 }
@@ -147,9 +150,12 @@ struct PaymentJournal: Sendable {
                 logger.warning("payment journal: \(error)")
             }
             state.entries.append(SetAsideJournalEntry(name: name, path: destination, reason: reason))
-            logger.warning("payment journal entry \(name) cannot be used (\(reason)); moved aside to \(destination)",
-                           metadata: ["kiosk.journal.file": "\(source)", "kiosk.journal.set-aside-to": "\(destination)",
-                                      "kiosk.journal.reason": "\(reason)"])
+            logger.warning(
+                "payment journal entry \(name) cannot be used (\(reason)); moved aside to \(destination)",
+                metadata: [
+                    "kiosk.journal.file": "\(source)", "kiosk.journal.set-aside-to": "\(destination)",
+                    "kiosk.journal.reason": "\(reason)",
+                ])
         }
     }
 
@@ -157,7 +163,8 @@ struct PaymentJournal: Sendable {
     private static func reason(_ error: any Error) -> String {
         guard let error = error as? DecodingError else { return "not a journal entry: \(error)" }
         func at(_ context: DecodingError.Context) -> String {
-            context.codingPath.isEmpty ? "the entry" : "\"" + context.codingPath.map(\.stringValue).joined(separator: ".") + "\""
+            context.codingPath.isEmpty
+                ? "the entry" : "\"" + context.codingPath.map(\.stringValue).joined(separator: ".") + "\""
         }
         switch error {
         case .dataCorrupted(let context): return "not a journal entry: \(context.debugDescription)"

@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -47,7 +48,9 @@ enum PrivateFiles {
             try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
             if mkdir(path, directoryMode) == 0 {
                 // Exactly 0700, whatever the umask.
-                guard chmod(path, directoryMode) == 0 else { throw Failure(operation: "cannot set the mode of", path: path, code: errno) }
+                guard chmod(path, directoryMode) == 0 else {
+                    throw Failure(operation: "cannot set the mode of", path: path, code: errno)
+                }
                 try syncDirectory(parent)
                 return nil
             }
@@ -55,10 +58,14 @@ enum PrivateFiles {
             // Made meanwhile by someone else: look at it as at any existing one.
             guard stat(path, &info) == 0 else { throw Failure(operation: "cannot look at", path: path, code: errno) }
         }
-        guard info.st_mode & 0o170000 == 0o040000 else { throw Failure(operation: "cannot use as a directory", path: path, code: ENOTDIR) }
+        guard info.st_mode & 0o170000 == 0o040000 else {
+            throw Failure(operation: "cannot use as a directory", path: path, code: ENOTDIR)
+        }
         let permissions = info.st_mode & 0o7777
         guard tighteningExisting, permissions & 0o077 != 0 else { return nil }
-        guard chmod(path, permissions & 0o700) == 0 else { throw Failure(operation: "cannot make private", path: path, code: errno) }
+        guard chmod(path, permissions & 0o700) == 0 else {
+            throw Failure(operation: "cannot make private", path: path, code: errno)
+        }
         return permissions
     }
 
@@ -69,7 +76,9 @@ enum PrivateFiles {
         let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else { throw Failure(operation: "cannot open the directory", path: path, code: errno) }
         defer { close(descriptor) }
-        guard fsync(descriptor) == 0 || errno == EINVAL else { throw Failure(operation: "cannot fsync the directory", path: path, code: errno) }
+        guard fsync(descriptor) == 0 || errno == EINVAL else {
+            throw Failure(operation: "cannot fsync the directory", path: path, code: errno)
+        }
         directorySynced(path)
     }
 
@@ -86,7 +95,9 @@ enum PrivateFiles {
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, fileMode)
         guard descriptor >= 0 else { throw Failure(operation: "cannot create", path: temporary, code: errno) }
         do {
-            guard fchmod(descriptor, fileMode) == 0 else { throw Failure(operation: "cannot set the mode of", path: temporary, code: errno) }
+            guard fchmod(descriptor, fileMode) == 0 else {
+                throw Failure(operation: "cannot set the mode of", path: temporary, code: errno)
+            }
             try writeAll(data, to: descriptor, path: temporary)
             guard fsync(descriptor) == 0 else { throw Failure(operation: "cannot fsync", path: temporary, code: errno) }
             close(descriptor)

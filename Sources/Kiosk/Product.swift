@@ -61,12 +61,14 @@ public struct Product: Hashable, Sendable, Identifiable {
         maxQuantity = message.maxQuantity
         hostsContent = message.hostedContent
         subscriptionPeriod = message.subscriptionPeriod.isEmpty ? nil : message.subscriptionPeriod
-        subscription = message.type == .autoRenewableSubscription
-            ? SubscriptionInfo(period: message.subscriptionPeriod, groupID: message.subscriptionGroup, groupLevel: message.groupLevel,
-                               gracePeriod: message.gracePeriod.isEmpty ? nil : message.gracePeriod,
-                               billingRetryPeriod: message.billingRetryPeriod,
-                               introductoryOffer: message.introductoryOffer.map(SubscriptionOfferInfo.init),
-                               promotionalOffers: message.promotionalOffers.map(SubscriptionOfferInfo.init))
+        subscription =
+            message.type == .autoRenewableSubscription
+            ? SubscriptionInfo(
+                period: message.subscriptionPeriod, groupID: message.subscriptionGroup, groupLevel: message.groupLevel,
+                gracePeriod: message.gracePeriod.isEmpty ? nil : message.gracePeriod,
+                billingRetryPeriod: message.billingRetryPeriod,
+                introductoryOffer: message.introductoryOffer.map(SubscriptionOfferInfo.init),
+                promotionalOffers: message.promotionalOffers.map(SubscriptionOfferInfo.init))
             : nil
     }
 }

@@ -1,18 +1,22 @@
 import Foundation
-@_exported import struct KioskAPI.PromotionalOfferSignature
 import KioskAPI
+
+@_exported import struct KioskAPI.PromotionalOfferSignature
 
 /// An offer a subscription purchase asks for (StoreKit's `Product.PurchaseOption.promotionalOffer` and
 /// introductory offers).
 public enum SubscriptionOffer: Hashable, Sendable, Codable {
     /// The product's introductory offer (a free trial or a reduced price), once per group and account.
     case introductory
-    /// A promotional offer the app's server signed for this buyer (``PromotionalOfferSignature/sign(privateKey:keyID:bundleID:productID:offerID:accountID:nonce:timestampMs:)``).
+    /// A promotional offer the app's server signed for this buyer
+    /// (`PromotionalOfferSignature.sign(privateKey:keyID:bundleID:productID:offerID:accountID:nonce:timestampMs:)`).
     case promotional(offerID: String, keyID: String, nonce: String, timestampMs: Int64, signature: [UInt8])
 
     /// A signed promotional offer.
     public static func promotional(_ signed: PromotionalOfferSignature) -> SubscriptionOffer {
-        .promotional(offerID: signed.offerID, keyID: signed.keyID, nonce: signed.nonce, timestampMs: signed.timestampMs, signature: signed.signature)
+        .promotional(
+            offerID: signed.offerID, keyID: signed.keyID, nonce: signed.nonce, timestampMs: signed.timestampMs,
+            signature: signed.signature)
     }
 
     var message: StoreV1.SubscriptionOffer {
@@ -20,7 +24,8 @@ public enum SubscriptionOffer: Hashable, Sendable, Codable {
         case .introductory:
             StoreV1.SubscriptionOffer(offerID: "introductory")
         case .promotional(let offerID, let keyID, let nonce, let timestampMs, let signature):
-            StoreV1.SubscriptionOffer(offerID: offerID, keyID: keyID, nonce: nonce, timestampMs: timestampMs, signature: signature)
+            StoreV1.SubscriptionOffer(
+                offerID: offerID, keyID: keyID, nonce: nonce, timestampMs: timestampMs, signature: signature)
         }
     }
 }
@@ -75,11 +80,17 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
     /// refund of the latest transaction ─▶ revoked
     /// ```
     public enum State: String, Hashable, Sendable {
+        /// Within a paid (or offer) period; it renews when the period ends unless auto-renew is off.
         case active
+        /// A renewal was declined and the product has a grace period: still entitled while the store retries.
         case inGracePeriod = "in-grace-period"
+        /// A renewal was declined and no grace period is left: not entitled while the store retries the payment.
         case inBillingRetry = "in-billing-retry"
+        /// Ended; ``SubscriptionStatus/expirationReason`` says why.
         case expired
+        /// The latest transaction was refunded or revoked: no entitlement.
         case revoked
+        /// A state this SDK does not know (a newer store).
         case unknown
     }
 
@@ -121,6 +132,7 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
     public var pendingProductID: String?
     /// What the next renewal charges, and its currency.
     public var renewalPrice: Decimal?
+    /// The ISO 4217 currency code of ``renewalPrice``.
     public var currencyCode: String
     /// Periods paid so far.
     public var periodsPaid: UInt32
@@ -139,27 +151,32 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
         productID = message.productID
         groupID = message.subscriptionGroup
         renewalOfferID = message.renewalOfferID.isEmpty ? nil : message.renewalOfferID
-        state = switch message.state {
-        case .active: .active
-        case .inGracePeriod: .inGracePeriod
-        case .inBillingRetry: .inBillingRetry
-        case .expired: .expired
-        case .revoked: .revoked
-        default: .unknown
-        }
+        state =
+            switch message.state {
+            case .active: .active
+            case .inGracePeriod: .inGracePeriod
+            case .inBillingRetry: .inBillingRetry
+            case .expired: .expired
+            case .revoked: .revoked
+            default: .unknown
+            }
         willAutoRenew = message.willAutoRenew
         expirationDate = Date(milliseconds: message.expiresDateMs)
-        expirationReason = switch message.expirationReason {
-        case .cancelled: .cancelled
-        case .billingError: .billingError
-        case .priceIncreaseNotAccepted: .priceIncreaseNotAccepted
-        case .productUnavailable: .productUnavailable
-        default: nil
-        }
-        gracePeriodExpirationDate = message.gracePeriodExpiresMs > 0 ? Date(milliseconds: message.gracePeriodExpiresMs) : nil
+        expirationReason =
+            switch message.expirationReason {
+            case .cancelled: .cancelled
+            case .billingError: .billingError
+            case .priceIncreaseNotAccepted: .priceIncreaseNotAccepted
+            case .productUnavailable: .productUnavailable
+            default: nil
+            }
+        gracePeriodExpirationDate =
+            message.gracePeriodExpiresMs > 0 ? Date(milliseconds: message.gracePeriodExpiresMs) : nil
         billingRetryEndDate = message.billingRetryEndsMs > 0 ? Date(milliseconds: message.billingRetryEndsMs) : nil
         pendingProductID = message.pendingProductID.isEmpty ? nil : message.pendingProductID
-        renewalPrice = message.renewalPrice.isEmpty ? nil : Decimal(string: message.renewalPrice, locale: Locale(identifier: "en_US_POSIX"))
+        renewalPrice =
+            message.renewalPrice.isEmpty
+            ? nil : Decimal(string: message.renewalPrice, locale: Locale(identifier: "en_US_POSIX"))
         currencyCode = message.currency
         periodsPaid = message.periodsPaid
         latestTransaction = message.latestTransaction.map(Transaction.init)
@@ -172,9 +189,10 @@ extension KioskClient {
     /// The buyer agrees to the product's new, higher price: the subscription renews at it (StoreKit's price-increase consent).
     @discardableResult
     public func consentToPriceIncrease(originalTransactionID: String) async throws -> SubscriptionStatus {
-        SubscriptionStatus(try await storeCall(
-            "ConsentToPriceIncrease", StoreV1.SetAutoRenewRequest(originalTransactionID: originalTransactionID),
-            StoreV1.SubscriptionStatus.self, doing: "agreeing to a price increase"))
+        SubscriptionStatus(
+            try await storeCall(
+                "ConsentToPriceIncrease", StoreV1.SetAutoRenewRequest(originalTransactionID: originalTransactionID),
+                StoreV1.SubscriptionStatus.self, doing: "agreeing to a price increase"))
     }
 
     /// True when the account may have `product`'s introductory offer: it has never subscribed in the product's group
@@ -196,8 +214,10 @@ extension KioskClient {
     /// - Throws: ``KioskError`` for an unknown subscription or one that has ended.
     @discardableResult
     public func setAutoRenew(originalTransactionID: String, _ on: Bool) async throws -> SubscriptionStatus {
-        SubscriptionStatus(try await storeCall(
-            "SetAutoRenew", StoreV1.SetAutoRenewRequest(originalTransactionID: originalTransactionID, autoRenew: on),
-            StoreV1.SubscriptionStatus.self, doing: on ? "turning auto-renew on" : "turning auto-renew off"))
+        SubscriptionStatus(
+            try await storeCall(
+                "SetAutoRenew",
+                StoreV1.SetAutoRenewRequest(originalTransactionID: originalTransactionID, autoRenew: on),
+                StoreV1.SubscriptionStatus.self, doing: on ? "turning auto-renew on" : "turning auto-renew off"))
     }
 }

@@ -68,7 +68,7 @@ public struct Transaction: Hashable, Sendable, Identifiable {
     }
 }
 
-/// The outcome of ``KioskClient/purchase(_:quantity:paymentMethod:)``, as StoreKit's `Product.PurchaseResult`.
+/// The outcome of ``KioskClient/purchase(_:quantity:paymentMethod:offer:)``, as StoreKit's `Product.PurchaseResult`.
 public enum PurchaseResult: Hashable, Sendable {
     /// Bought. Deliver the product, then call ``KioskClient/finish(_:)``.
     case success(Transaction)

@@ -43,7 +43,8 @@ public enum AccessToken {
     /// The signed token inside `token`, if it has the form of one (nothing is verified).
     public static func decode(_ token: String) -> ReceiptV1.SignedAccessToken? {
         guard token.count <= maximumLength, looksLikeAccessToken(token),
-              let bytes = fromBase64URL(token.dropFirst(scheme.count)) else { return nil }
+            let bytes = fromBase64URL(token.dropFirst(scheme.count))
+        else { return nil }
         return try? ReceiptV1.SignedAccessToken(serializedBytes: bytes)
     }
 
@@ -83,9 +84,11 @@ public enum AccessTokenRefusal: Error, Hashable, Sendable, CustomStringConvertib
     public var description: String {
         switch self {
         case .malformed: "the access token is malformed"
-        case .unknownKey(let id): "the access token is signed by key \(id.isEmpty ? "(none)" : id), which this service does not accept"
+        case .unknownKey(let id):
+            "the access token is signed by key \(id.isEmpty ? "(none)" : id), which this service does not accept"
         case .badSignature: "the access token's signature does not verify"
-        case .wrongAudience(let audience): "the access token is for \(audience.isEmpty ? "no service" : "\"\(audience)\""), not this service"
+        case .wrongAudience(let audience):
+            "the access token is for \(audience.isEmpty ? "no service" : "\"\(audience)\""), not this service"
         case .wrongEnvironment(let environment): "the access token is from a \(environment.name) store"
         case .expired: "the access token has expired: ask the store for a new one"
         case .notYetValid: "the access token is issued in the future: the store's clock and this service's disagree"
@@ -106,7 +109,10 @@ public struct AccessTokenVerifier: Sendable {
     public let clockSkewMs: Int64
 
     /// Creates a verifier. Keys that are not valid Ed25519 public keys are skipped.
-    public init(keys: [ReceiptPublicKey], audience: String, environments: Set<ReceiptV1.Environment>, clockSkewMs: Int64 = 60_000) {
+    public init(
+        keys: [ReceiptPublicKey], audience: String, environments: Set<ReceiptV1.Environment>,
+        clockSkewMs: Int64 = 60_000
+    ) {
         var byID: [String: (Curve25519.Signing.PublicKey, ReceiptPublicKey)] = [:]
         for key in keys {
             if let publicKey = try? Curve25519.Signing.PublicKey(rawRepresentation: key.rawRepresentation) {
@@ -125,13 +131,16 @@ public struct AccessTokenVerifier: Sendable {
         guard let signed = AccessToken.decode(token), signed.signature.count == 64, !signed.payload.isEmpty
         else { throw AccessTokenRefusal.malformed }
         guard let entry = keys[signed.keyID] else { throw AccessTokenRefusal.unknownKey(signed.keyID) }
-        guard let payload = try? ReceiptV1.AccessTokenPayload(serializedBytes: signed.payload), payload.keyID == signed.keyID,
-              !payload.accountID.isEmpty
+        guard let payload = try? ReceiptV1.AccessTokenPayload(serializedBytes: signed.payload),
+            payload.keyID == signed.keyID,
+            !payload.accountID.isEmpty
         else { throw AccessTokenRefusal.malformed }
         // Refusals read from the payload before its signature is checked are safe
         // (a forger gains nothing by being refused) and spare the signature check.
         guard payload.audience == audience else { throw AccessTokenRefusal.wrongAudience(payload.audience) }
-        guard environments.contains(payload.environment) else { throw AccessTokenRefusal.wrongEnvironment(payload.environment) }
+        guard environments.contains(payload.environment) else {
+            throw AccessTokenRefusal.wrongEnvironment(payload.environment)
+        }
         guard payload.expiresMs > nowMs else { throw AccessTokenRefusal.expired }
         guard payload.issuedMs <= nowMs + clockSkewMs else { throw AccessTokenRefusal.notYetValid }
         guard entry.window.isValid(atMs: payload.issuedMs) else { throw AccessTokenRefusal.unknownKey(signed.keyID) }

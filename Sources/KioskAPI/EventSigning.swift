@@ -29,7 +29,8 @@ extension StoreV1.SignedEvent {
             throw VerificationError(description: "event signed with unknown key \(keyID.isEmpty ? "(none)" : keyID)")
         }
         guard let publicKey = try? Curve25519.Signing.PublicKey(rawRepresentation: key.rawRepresentation),
-              publicKey.isValidSignature(signature, for: eventSignaturePrefix + event) else {
+            publicKey.isValidSignature(signature, for: eventSignaturePrefix + event)
+        else {
             throw VerificationError(description: "event signature does not verify with key \(keyID)")
         }
         let decoded: StoreV1.Event

@@ -29,29 +29,45 @@ public struct PromotionalOfferSignature: Hashable, Sendable {
     }
 
     /// The bytes signed.
-    public static func message(bundleID: String, keyID: String, productID: String, offerID: String, accountID: String,
-                               nonce: String, timestampMs: Int64) -> [UInt8] {
-        Array(["KIOSK-OFFER-V1", bundleID, keyID, productID, offerID, accountID, nonce, String(timestampMs)].joined(separator: "\n").utf8)
+    public static func message(
+        bundleID: String, keyID: String, productID: String, offerID: String, accountID: String,
+        nonce: String, timestampMs: Int64
+    ) -> [UInt8] {
+        Array(
+            ["KIOSK-OFFER-V1", bundleID, keyID, productID, offerID, accountID, nonce, String(timestampMs)].joined(
+                separator: "\n"
+            ).utf8)
     }
 
     /// Signs an offer for `accountID` (on the app's server).
-    public static func sign(privateKey: Curve25519.Signing.PrivateKey, keyID: String, bundleID: String, productID: String, offerID: String,
-                            accountID: String, nonce: String = UUID().uuidString, timestampMs: Int64) throws -> PromotionalOfferSignature {
-        let bytes = message(bundleID: bundleID, keyID: keyID, productID: productID, offerID: offerID, accountID: accountID,
-                            nonce: nonce, timestampMs: timestampMs)
-        return PromotionalOfferSignature(offerID: offerID, keyID: keyID, nonce: nonce, timestampMs: timestampMs,
-                                         signature: Array(try privateKey.signature(for: bytes)))
+    public static func sign(
+        privateKey: Curve25519.Signing.PrivateKey, keyID: String, bundleID: String, productID: String, offerID: String,
+        accountID: String, nonce: String = UUID().uuidString, timestampMs: Int64
+    ) throws -> PromotionalOfferSignature {
+        let bytes = message(
+            bundleID: bundleID, keyID: keyID, productID: productID, offerID: offerID, accountID: accountID,
+            nonce: nonce, timestampMs: timestampMs)
+        return PromotionalOfferSignature(
+            offerID: offerID, keyID: keyID, nonce: nonce, timestampMs: timestampMs,
+            signature: Array(try privateKey.signature(for: bytes)))
     }
 
     /// True for a nonce the store accepts: 8 to 64 of `[A-Za-z0-9-]`.
     public static func isWellFormed(nonce: String) -> Bool {
-        (8...64).contains(nonce.utf8.count) && nonce.utf8.allSatisfy { $0 == UInt8(ascii: "-") || ($0 < 128 && Character(Unicode.Scalar($0)).isLetter) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+        (8...64).contains(nonce.utf8.count)
+            && nonce.utf8.allSatisfy {
+                $0 == UInt8(ascii: "-") || ($0 < 128 && Character(Unicode.Scalar($0)).isLetter)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
+            }
     }
 
     /// True when `signature` is `publicKey`'s over this offer for the buyer.
-    public func isValid(publicKey: Curve25519.Signing.PublicKey, bundleID: String, productID: String, accountID: String) -> Bool {
-        let bytes = Self.message(bundleID: bundleID, keyID: keyID, productID: productID, offerID: offerID, accountID: accountID,
-                                 nonce: nonce, timestampMs: timestampMs)
+    public func isValid(
+        publicKey: Curve25519.Signing.PublicKey, bundleID: String, productID: String, accountID: String
+    ) -> Bool {
+        let bytes = Self.message(
+            bundleID: bundleID, keyID: keyID, productID: productID, offerID: offerID, accountID: accountID,
+            nonce: nonce, timestampMs: timestampMs)
         return signature.count == 64 && publicKey.isValidSignature(signature, for: bytes)
     }
 }

@@ -23,7 +23,8 @@ public struct ReceiptSigningKey: Sendable {
 
     /// The public half, for verifiers.
     public var publicKey: ReceiptPublicKey {
-        ReceiptPublicKey(id: id, rawRepresentation: Array(privateKey.publicKey.rawRepresentation), notBeforeMs: notBeforeMs)
+        ReceiptPublicKey(
+            id: id, rawRepresentation: Array(privateKey.publicKey.rawRepresentation), notBeforeMs: notBeforeMs)
     }
 
     /// Signs `payload` (its `keyID` is set to this key's id) into a receipt.

@@ -148,7 +148,10 @@ public struct ReceiptVerifier: Sendable {
     ///   - environment: the environment receipts must be from.
     ///   - acceptSandbox: a production verifier that also accepts sandbox receipts.
     ///   - bundleID: when set, a receipt for another bundle id is refused with 21003.
-    public init(keys: [ReceiptPublicKey], environment: ReceiptV1.Environment, acceptSandbox: Bool = false, bundleID: String? = nil) {
+    public init(
+        keys: [ReceiptPublicKey], environment: ReceiptV1.Environment, acceptSandbox: Bool = false,
+        bundleID: String? = nil
+    ) {
         var byID: [String: TrustedKey] = [:]
         for key in keys {
             if let publicKey = try? Curve25519.Signing.PublicKey(rawRepresentation: key.rawRepresentation) {
@@ -166,7 +169,9 @@ public struct ReceiptVerifier: Sendable {
     public func verify(_ receipt: [UInt8], nowMs: Int64) -> ReceiptCheck {
         verifyEncoded(receipt, nowMs: nowMs) { status, message, payload in
             // The payload's strings were checked: it decodes.
-            ReceiptCheck(status: status, message: message, payload: payload.flatMap { try? ReceiptV1.ReceiptPayload(cStruct: $0) })
+            ReceiptCheck(
+                status: status, message: message,
+                payload: payload.flatMap { try? ReceiptV1.ReceiptPayload(cStruct: $0) })
         }
     }
 
@@ -176,7 +181,8 @@ public struct ReceiptVerifier: Sendable {
     /// outcome carries no ``ReceiptCheck/payload``; `kept` is nil unless the receipt is valid.
     @inlinable
     public func verify<Kept>(
-        _ receipt: [UInt8], nowMs: Int64, keeping keep: (borrowing ReceiptV1.ReceiptPayload.CStruct) throws(WireError) -> Kept
+        _ receipt: [UInt8], nowMs: Int64,
+        keeping keep: (borrowing ReceiptV1.ReceiptPayload.CStruct) throws(WireError) -> Kept
     ) -> (check: ReceiptCheck, kept: Kept?) {
         // Inlinable around a non-generic core: specialised in the caller's module, where `Kept` is known.
         var outcome: (check: ReceiptCheck, kept: Kept?) = (ReceiptCheck(status: .malformed, message: ""), nil)
@@ -197,7 +203,9 @@ public struct ReceiptVerifier: Sendable {
     /// ``verify(_:nowMs:keeping:)``'s core: the outcome of an encoded receipt, and its payload where
     /// protobuf-c unpacked it when it decoded.
     @usableFromInline
-    func readEncoded(_ receipt: [UInt8], nowMs: Int64, _ finish: (ReceiptStatus, String, ReceiptV1.ReceiptPayload.CStruct?) -> Void) {
+    func readEncoded(
+        _ receipt: [UInt8], nowMs: Int64, _ finish: (ReceiptStatus, String, ReceiptV1.ReceiptPayload.CStruct?) -> Void
+    ) {
         verifyEncoded(receipt, nowMs: nowMs, finish)
     }
 
@@ -207,8 +215,11 @@ public struct ReceiptVerifier: Sendable {
         return signed.payload.withUnsafeBytes { payload in
             signed.signature.withUnsafeBytes { signature in
                 keyID.withUTF8 { keyID in
-                    check(payload: payload, signature: signature, keyID: UnsafeRawBufferPointer(keyID), nowMs: nowMs) { status, message, payload in
-                        ReceiptCheck(status: status, message: message, payload: payload.flatMap { try? ReceiptV1.ReceiptPayload(cStruct: $0) })
+                    check(payload: payload, signature: signature, keyID: UnsafeRawBufferPointer(keyID), nowMs: nowMs) {
+                        status, message, payload in
+                        ReceiptCheck(
+                            status: status, message: message,
+                            payload: payload.flatMap { try? ReceiptV1.ReceiptPayload(cStruct: $0) })
                     }
                 }
             }
@@ -224,9 +235,12 @@ public struct ReceiptVerifier: Sendable {
         do {
             return try receipt.withUnsafeBytes { bytes throws(WireError) -> Result in
                 try ReceiptV1.SignedReceipt.withUnpacked(bytes) { signed throws(WireError) -> Result in
-                    guard CField.isValidUTF8(signed.key_id) else { throw WireError(.malformedMessage, "SignedReceipt.key_id is not valid UTF-8") }
-                    return check(payload: CField.view(signed.payload), signature: CField.view(signed.signature),
-                                 keyID: CField.utf8View(signed.key_id), nowMs: nowMs, finish)
+                    guard CField.isValidUTF8(signed.key_id) else {
+                        throw WireError(.malformedMessage, "SignedReceipt.key_id is not valid UTF-8")
+                    }
+                    return check(
+                        payload: CField.view(signed.payload), signature: CField.view(signed.signature),
+                        keyID: CField.utf8View(signed.key_id), nowMs: nowMs, finish)
                 }
             }
         } catch {
@@ -236,7 +250,8 @@ public struct ReceiptVerifier: Sendable {
 
     /// Checks 1 (past decoding) to 7 of the list above for a receipt's parts (`keyID`: UTF-8).
     private func check<Result>(
-        payload bytes: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer, keyID: UnsafeRawBufferPointer, nowMs: Int64,
+        payload bytes: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer, keyID: UnsafeRawBufferPointer,
+        nowMs: Int64,
         _ finish: (ReceiptStatus, String, ReceiptV1.ReceiptPayload.CStruct?) -> Result
     ) -> Result {
         guard !bytes.isEmpty, signature.count == 64, !keyID.isEmpty else {
@@ -245,14 +260,18 @@ public struct ReceiptVerifier: Sendable {
         guard let key = storage.key(id: keyID) else {
             // Not one of the keys: a receipt of the other environment is answered as such (21007 / 21008).
             let mismatched = try? ReceiptV1.ReceiptPayload.withUnpacked(bytes) { payload throws(WireError) -> Result? in
-                guard Self.stringsAreValid(payload), let status = environmentMismatch(Self.environment(of: payload)) else { return nil }
+                guard Self.stringsAreValid(payload), let status = environmentMismatch(Self.environment(of: payload))
+                else { return nil }
                 return finish(status, mismatchMessage(status), copy payload)
             }
             if let mismatched { return mismatched }
-            return finish(.notAuthentic, "receipt is signed by unknown key \(String(decoding: keyID, as: UTF8.self))", nil)
+            return finish(
+                .notAuthentic, "receipt is signed by unknown key \(String(decoding: keyID, as: UTF8.self))", nil)
         }
         // The signed bytes: the domain prefix, then the payload.
-        let authentic = withUnsafeTemporaryAllocation(byteCount: receiptSignaturePrefix.count + bytes.count, alignment: 1) { message in
+        let authentic = withUnsafeTemporaryAllocation(
+            byteCount: receiptSignaturePrefix.count + bytes.count, alignment: 1
+        ) { message in
             receiptSignaturePrefix.withUnsafeBytes { message.copyMemory(from: $0) }
             UnsafeMutableRawBufferPointer(rebasing: message[receiptSignaturePrefix.count...]).copyMemory(from: bytes)
             return key.verifying.isValidSignature(signature, for: UnsafeRawBufferPointer(message))
@@ -278,8 +297,10 @@ public struct ReceiptVerifier: Sendable {
     /// True when every string of `payload` is valid UTF-8, as its Swift value requires.
     private static func stringsAreValid(_ payload: borrowing ReceiptV1.ReceiptPayload.CStruct) -> Bool {
         guard CField.isValidUTF8(payload.transaction_id), CField.isValidUTF8(payload.original_transaction_id),
-              CField.isValidUTF8(payload.product_id), CField.isValidUTF8(payload.account_id), CField.isValidUTF8(payload.bundle_id),
-              CField.isValidUTF8(payload.key_id), CField.isValidUTF8(payload.offer_id) else { return false }
+            CField.isValidUTF8(payload.product_id), CField.isValidUTF8(payload.account_id),
+            CField.isValidUTF8(payload.bundle_id),
+            CField.isValidUTF8(payload.key_id), CField.isValidUTF8(payload.offer_id)
+        else { return false }
         return true
     }
 
@@ -288,13 +309,19 @@ public struct ReceiptVerifier: Sendable {
     }
 
     /// Checks 3 (an environment named) to 7 of the list above, for a payload whose signature verified.
-    private func judge(_ payload: borrowing ReceiptV1.ReceiptPayload.CStruct, key: ReceiptPublicKey, nowMs: Int64) -> (ReceiptStatus, String) {
+    private func judge(
+        _ payload: borrowing ReceiptV1.ReceiptPayload.CStruct, key: ReceiptPublicKey, nowMs: Int64
+    ) -> (ReceiptStatus, String) {
         let environment = Self.environment(of: payload)
         guard environment == .sandbox || environment == .production else {
-            let named = environment == .environmentUnspecified ? "no environment" : "unknown environment \(environment.rawValue)"
+            let named =
+                environment == .environmentUnspecified
+                ? "no environment" : "unknown environment \(environment.rawValue)"
             return (.malformed, "receipt payload names \(named) (expected sandbox or production)")
         }
-        if let refusal = windowRefusal(signedDateMs: payload.signed_date_ms, purchaseDateMs: payload.purchase_date_ms, key: key) {
+        if let refusal = windowRefusal(
+            signedDateMs: payload.signed_date_ms, purchaseDateMs: payload.purchase_date_ms, key: key)
+        {
             return (.notAuthentic, refusal)
         }
         if let bundleID = storage.bundleID, !Self.string(payload.bundle_id, is: bundleID) {
@@ -325,7 +352,8 @@ public struct ReceiptVerifier: Sendable {
         }
         // A receipt of an older store: its purchase date is when it was signed, or earlier.
         guard key.isRetired, purchaseDateMs > key.notAfterMs else { return nil }
-        return "receipt (no signing time; purchased at \(purchaseDateMs)) is after the retirement of key \(key.id), \(window)"
+        return
+            "receipt (no signing time; purchased at \(purchaseDateMs)) is after the retirement of key \(key.id), \(window)"
     }
 
     private func environmentMismatch(_ receiptEnvironment: ReceiptV1.Environment) -> ReceiptStatus? {

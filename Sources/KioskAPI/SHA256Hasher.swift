@@ -1,8 +1,9 @@
+import CSHA256Lanes
+import Foundation
+
 #if !canImport(Darwin)
 import CBoringSHA256
 #endif
-import CSHA256Lanes
-import Foundation
 
 /// SHA-256 with its chaining value in the open, so that a long input can be
 /// hashed in pieces on several cores and still give the one SHA-256 of the
@@ -30,8 +31,9 @@ public struct SHA256Hasher: Sendable {
         var words: SIMD8<UInt32>
 
         /// SHA-256's initial value (the state before any byte).
-        public static let initial = State(words: SIMD8(
-            0x6a09_e667, 0xbb67_ae85, 0x3c6e_f372, 0xa54f_f53a, 0x510e_527f, 0x9b05_688c, 0x1f83_d9ab, 0x5be0_cd19))
+        public static let initial = State(
+            words: SIMD8(
+                0x6a09_e667, 0xbb67_ae85, 0x3c6e_f372, 0xa54f_f53a, 0x510e_527f, 0x9b05_688c, 0x1f83_d9ab, 0x5be0_cd19))
 
         init(words: SIMD8<UInt32>) { self.words = words }
 
@@ -50,7 +52,9 @@ public struct SHA256Hasher: Sendable {
             var out = [UInt8]()
             out.reserveCapacity(32)
             for word in 0..<8 {
-                for shift in stride(from: 24, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: words[word] >> UInt32(shift))) }
+                for shift in stride(from: 24, through: 0, by: -8) {
+                    out.append(UInt8(truncatingIfNeeded: words[word] >> UInt32(shift)))
+                }
             }
             return out
         }
@@ -99,7 +103,9 @@ public struct SHA256Hasher: Sendable {
         let blocks = left / Self.blockSize
         if blocks > 0 { compress(base, blocks: blocks) }
         let rest = left - blocks * Self.blockSize
-        if rest > 0 { pending.append(contentsOf: UnsafeRawBufferPointer(start: base + blocks * Self.blockSize, count: rest)) }
+        if rest > 0 {
+            pending.append(contentsOf: UnsafeRawBufferPointer(start: base + blocks * Self.blockSize, count: rest))
+        }
     }
 
     /// Hashes `bytes` after those before.
@@ -190,7 +196,9 @@ public struct SHA256Hasher: Sendable {
         tail.append(0x80)
         while tail.count % Self.blockSize != 56 { tail.append(0) }
         let bits = count &* 8
-        for shift in stride(from: 56, through: 0, by: -8) { tail.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            tail.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift)))
+        }
         var copy = self
         tail.withUnsafeBytes { copy.compress($0.baseAddress!, blocks: $0.count / Self.blockSize) }
         return copy.state.bytes
@@ -216,16 +224,22 @@ public struct SHA256Hasher: Sendable {
         for block in 0..<blocks {
             let base = data + block * blockSize
             for t in 0..<16 {
-                schedule[t] = (0..<4).reduce(0) { $0 << 8 | UInt32(base.load(fromByteOffset: t * 4 + $1, as: UInt8.self)) }
+                schedule[t] = (0..<4).reduce(0) {
+                    $0 << 8 | UInt32(base.load(fromByteOffset: t * 4 + $1, as: UInt8.self))
+                }
             }
             for t in 16..<64 {
                 let s0 = rotate(schedule[t - 15], 7) ^ rotate(schedule[t - 15], 18) ^ schedule[t - 15] >> 3
                 let s1 = rotate(schedule[t - 2], 17) ^ rotate(schedule[t - 2], 19) ^ schedule[t - 2] >> 10
                 schedule[t] = schedule[t - 16] &+ s0 &+ schedule[t - 7] &+ s1
             }
-            var (a, b, c, d, e, f, g, h) = (words[0], words[1], words[2], words[3], words[4], words[5], words[6], words[7])
+            var (a, b, c, d, e, f, g, h) = (
+                words[0], words[1], words[2], words[3], words[4], words[5], words[6], words[7]
+            )
             for t in 0..<64 {
-                let t1 = h &+ (rotate(e, 6) ^ rotate(e, 11) ^ rotate(e, 25)) &+ (e & f ^ ~e & g) &+ roundConstants[t] &+ schedule[t]
+                let t1 =
+                    h &+ (rotate(e, 6) ^ rotate(e, 11) ^ rotate(e, 25)) &+ (e & f ^ ~e & g) &+ roundConstants[t]
+                    &+ schedule[t]
                 let t2 = (rotate(a, 2) ^ rotate(a, 13) ^ rotate(a, 22)) &+ (a & b ^ a & c ^ b & c)
                 (h, g, f, e, d, c, b, a) = (g, f, e, d &+ t1, c, b, a, t1 &+ t2)
             }

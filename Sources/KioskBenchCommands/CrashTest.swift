@@ -5,6 +5,7 @@ import KioskRPC
 import KioskStore
 import KioskWire
 import NIOConcurrencyHelpers
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,11 +19,13 @@ import Glibc
 /// payment intent may be left open after reconciliation.
 struct CrashTest: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "crash", abstract: "Kill the store with SIGKILL under purchase load and check that no money is lost or taken twice.")
+        commandName: "crash",
+        abstract: "Kill the store with SIGKILL under purchase load and check that no money is lost or taken twice.")
     @Option(help: "How many times the store is killed.") var kills = 20
     @Option(help: "Clients buying at once (one account each).") var clients = 4
     @Option(help: "Purchases in flight per client.") var inFlight = 4
-    @Option(help: "Longest time between a start and its kill, in milliseconds (each kill waits a random time up to it).")
+    @Option(
+        help: "Longest time between a start and its kill, in milliseconds (each kill waits a random time up to it).")
     var maxLifeMs = 600
     @Option(help: "A seed for the kill times (default: random).") var seed: UInt64?
     @Option(help: "Keep the data dir here instead of a temporary one.") var dataDir: String?
@@ -31,12 +34,16 @@ struct CrashTest: AsyncParsableCommand {
         let root = dataDir ?? (NSTemporaryDirectory() + "kiosk-crash-" + UUID().uuidString)
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { if dataDir == nil { try? FileManager.default.removeItem(atPath: root) } }
-        let bin = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
-            .deletingLastPathComponent()
+        let bin = URL(
+            fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                ?? CommandLine.arguments[0]
+        )
+        .deletingLastPathComponent()
         let storeBinary = bin.appendingPathComponent("kiosk-store").path
         let doubleBinary = bin.appendingPathComponent("stripe-double").path
         var random = SeededRandom(seed: seed ?? UInt64.random(in: 1...UInt64.max))
-        print("crash: seed \(random.seed), \(kills) kills, \(clients) clients × \(inFlight) in flight, data dir \(root)")
+        print(
+            "crash: seed \(random.seed), \(kills) kills, \(clients) clients × \(inFlight) in flight, data dir \(root)")
 
         // The processor, in its own process.
         let processor = try Child(binary: doubleBinary, arguments: [], readyPrefix: "stripe-double listening on")
@@ -45,12 +52,14 @@ struct CrashTest: AsyncParsableCommand {
         let keyFile = root + "/stripe.key"
         try Data("sk_test_kiosk_stripe_double\n".utf8).write(to: URL(fileURLWithPath: keyFile))
         let catalog = root + "/catalog.json"
-        try Data(#"""
+        try Data(
+            #"""
             {"bundle_id": "com.example.crash", "products": [
               {"id": "credits.5", "type": "consumable", "title": "5 credits", "price": "0.99", "currency": "USD", "credits": 5, "max_quantity": 10},
               {"id": "credits.10", "type": "consumable", "title": "10 credits", "price": "1.79", "currency": "USD", "credits": 10, "max_quantity": 10}
             ]}
-            """#.utf8).write(to: URL(fileURLWithPath: catalog))
+            """#.utf8
+        ).write(to: URL(fileURLWithPath: catalog))
         let data = root + "/store"
         var created: [String] = []
         for _ in 0..<clients {
@@ -60,21 +69,29 @@ struct CrashTest: AsyncParsableCommand {
             }
             created.append(String(token))
         }
-        let serveArguments = ["serve", "--data-dir", data, "--catalog", catalog, "--port", "0", "--log-level", "error",
-                              "--payment-processor", "stripe", "--stripe-key-file", keyFile,
-                              "--stripe-api-base", "http://127.0.0.1:\(processorPort)", "--stripe-lookup-delay-ms", "0"]
+        let serveArguments = [
+            "serve", "--data-dir", data, "--catalog", catalog, "--port", "0", "--log-level", "error",
+            "--payment-processor", "stripe", "--stripe-key-file", keyFile,
+            "--stripe-api-base", "http://127.0.0.1:\(processorPort)", "--stripe-lookup-delay-ms", "0",
+        ]
 
         let book = Book(clients: clients)
-        let tokens = created, inFlight = inFlight
+        let tokens = created
+        let inFlight = inFlight
         var killsDone = 0
         var generation = 0
         while true {
-            let store = try Child(binary: storeBinary, arguments: serveArguments, readyPrefix: "kiosk-store listening on")
+            let store = try Child(
+                binary: storeBinary, arguments: serveArguments, readyPrefix: "kiosk-store listening on")
             let port = try store.port()
             generation += 1
             let finalRound = killsDone == kills
-            let client = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
-                backoff: ConnectionBackoff(initial: .milliseconds(5), maximum: .milliseconds(20), multiplier: 2, jitter: 0, maximumAttempts: 2)))
+            let client = RPCClient(
+                host: "127.0.0.1", port: port,
+                configuration: ClientConfiguration(
+                    backoff: ConnectionBackoff(
+                        initial: .milliseconds(5), maximum: .milliseconds(20), multiplier: 2, jitter: 0,
+                        maximumAttempts: 2)))
             if finalRound {
                 // No more kills: every purchase not answered yet is retried until it is.
                 await book.drive(client: client, tokens: tokens, inFlight: inFlight, newPurchases: false, until: nil)
@@ -85,7 +102,10 @@ struct CrashTest: AsyncParsableCommand {
             let life = Duration.milliseconds(Int64(random.next(upTo: UInt64(maxLifeMs)) + 20))
             let deadline = ContinuousClock.now + life
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await book.drive(client: client, tokens: tokens, inFlight: inFlight, newPurchases: true, until: deadline) }
+                group.addTask {
+                    await book.drive(
+                        client: client, tokens: tokens, inFlight: inFlight, newPurchases: true, until: deadline)
+                }
                 group.addTask {
                     try? await Task.sleep(until: deadline)
                     store.stop(SIGKILL)
@@ -96,15 +116,21 @@ struct CrashTest: AsyncParsableCommand {
         }
 
         // Settle what the dead processes left (a store is not running now), then check.
-        let reconciled = try Child.output(storeBinary, ["reconcile", "--data-dir", data, "--catalog", catalog, "--all", "--json",
-                                                        "--payment-processor", "stripe", "--stripe-key-file", keyFile,
-                                                        "--stripe-api-base", "http://127.0.0.1:\(processorPort)", "--stripe-lookup-delay-ms", "0"])
+        let reconciled = try Child.output(
+            storeBinary,
+            [
+                "reconcile", "--data-dir", data, "--catalog", catalog, "--all", "--json",
+                "--payment-processor", "stripe", "--stripe-key-file", keyFile,
+                "--stripe-api-base", "http://127.0.0.1:\(processorPort)", "--stripe-lookup-delay-ms", "0",
+            ])
         let stats = try Child.get("http://127.0.0.1:\(processorPort)/_double/stats")
-        let charges = (try JSONSerialization.jsonObject(with: Data(stats.utf8)) as? [String: Any])?["charges"] as? Int ?? -1
+        let charges =
+            (try JSONSerialization.jsonObject(with: Data(stats.utf8)) as? [String: Any])?["charges"] as? Int ?? -1
 
         let ledger = try Ledger(directory: data)
         var failures: [String] = []
-        var recorded = 0, balancesChecked = 0
+        var recorded = 0
+        var balancesChecked = 0
         var answeredPurchases = 0
         for (index, token) in tokens.enumerated() {
             guard let account = try await ledger.account(tokenHash: Store.tokenHash(token)) else {
@@ -116,24 +142,41 @@ struct CrashTest: AsyncParsableCommand {
             let byID = Dictionary(grouping: transactions, by: \.id)
             for (key, answer) in book.answers(client: index) {
                 answeredPurchases += 1
-                if (byID[answer]?.count ?? 0) != 1 { failures.append("answered purchase \(key) (\(answer)) is in the ledger \(byID[answer]?.count ?? 0) times") }
+                if (byID[answer]?.count ?? 0) != 1 {
+                    failures.append(
+                        "answered purchase \(key) (\(answer)) is in the ledger \(byID[answer]?.count ?? 0) times")
+                }
             }
-            if Set(transactions.compactMap(\.paymentID)).count != transactions.count { failures.append("a payment id is recorded twice") }
+            if Set(transactions.compactMap(\.paymentID)).count != transactions.count {
+                failures.append("a payment id is recorded twice")
+            }
             let movements = try ledger.creditMovementsTotal(accountID: account.id)
-            if movements != Int64(account.creditBalance) { failures.append("client \(index): balance \(account.creditBalance) ≠ movements \(movements)") }
+            if movements != Int64(account.creditBalance) {
+                failures.append("client \(index): balance \(account.creditBalance) ≠ movements \(movements)")
+            }
             let bought = transactions.reduce(UInt64(0)) { $0 + $1.credits }
-            if bought != account.creditBalance { failures.append("client \(index): balance \(account.creditBalance) ≠ credits bought \(bought)") }
+            if bought != account.creditBalance {
+                failures.append("client \(index): balance \(account.creditBalance) ≠ credits bought \(bought)")
+            }
             balancesChecked += 1
         }
         let open = try ledger.intentCounts()[.pending] ?? 0
         let reconciledCounts = try ledger.reconciledCounts()
-        if charges != recorded { failures.append("the processor made \(charges) charges, the ledger records \(recorded) transactions") }
+        if charges != recorded {
+            failures.append("the processor made \(charges) charges, the ledger records \(recorded) transactions")
+        }
         if open != 0 { failures.append("\(open) payment intents still open after reconciliation") }
         let unanswered = book.unanswered
         if unanswered != 0 { failures.append("\(unanswered) purchases never answered") }
-        print("crash: \(killsDone) kills (SIGKILL), \(generation) store starts; answered purchases \(answeredPurchases), retried after a failure \(book.retries), abandoned after a failure (never retried) \(book.abandoned)")
-        print("crash: ledger transactions \(recorded), processor charges \(charges), balances checked \(balancesChecked) (each = sum of its movements), open intents \(open)")
-        print("crash: payments the store died in the middle of, settled by reconciliation: \(reconciledCounts.charged) found charged and recorded, \(reconciledCounts.closed) found uncharged and closed")
+        print(
+            "crash: \(killsDone) kills (SIGKILL), \(generation) store starts; answered purchases \(answeredPurchases), retried after a failure \(book.retries), abandoned after a failure (never retried) \(book.abandoned)"
+        )
+        print(
+            "crash: ledger transactions \(recorded), processor charges \(charges), balances checked \(balancesChecked) (each = sum of its movements), open intents \(open)"
+        )
+        print(
+            "crash: payments the store died in the middle of, settled by reconciliation: \(reconciledCounts.charged) found charged and recorded, \(reconciledCounts.closed) found uncharged and closed"
+        )
         print("crash: final reconcile \(reconciled.trimmingCharacters(in: .whitespacesAndNewlines))")
         if failures.isEmpty {
             print("crash: OK — every answered purchase recorded once, charges = transactions, no intent open")
@@ -148,16 +191,18 @@ struct CrashTest: AsyncParsableCommand {
 final class Book: Sendable {
     private struct State {
         var next: [Int]
-        var answers: [[String: String]]   // per client: key → transaction id
-        var pending: [Set<Int>]           // per client: purchase numbers sent, not answered
+        var answers: [[String: String]]  // per client: key → transaction id
+        var pending: [Set<Int>]  // per client: purchase numbers sent, not answered
         var retries = 0
         var abandoned = 0
     }
     private let state: NIOLockedValueBox<State>
 
     init(clients: Int) {
-        state = NIOLockedValueBox(State(next: Array(repeating: 0, count: clients), answers: Array(repeating: [:], count: clients),
-                                        pending: Array(repeating: [], count: clients)))
+        state = NIOLockedValueBox(
+            State(
+                next: Array(repeating: 0, count: clients), answers: Array(repeating: [:], count: clients),
+                pending: Array(repeating: [], count: clients)))
     }
 
     func answers(client: Int) -> [String: String] { state.withLockedValue { $0.answers[client] } }
@@ -204,7 +249,9 @@ final class Book: Sendable {
     }
 
     /// Purchases from every client until `until` (or, with nil, until every purchase is answered).
-    func drive(client: RPCClient, tokens: [String], inFlight: Int, newPurchases: Bool, until deadline: ContinuousClock.Instant?) async {
+    func drive(
+        client: RPCClient, tokens: [String], inFlight: Int, newPurchases: Bool, until deadline: ContinuousClock.Instant?
+    ) async {
         await withTaskGroup(of: Void.self) { group in
             for (index, token) in tokens.enumerated() {
                 let busy = NIOLockedValueBox<Set<Int>>([])
@@ -212,17 +259,24 @@ final class Book: Sendable {
                     group.addTask {
                         var failuresInARow = 0
                         while deadline.map({ ContinuousClock.now < $0 }) ?? true {
-                            guard let number = busy.withLockedValue({ self.take(client: index, newPurchases: newPurchases, busy: &$0) }) else { return }
+                            guard
+                                let number = busy.withLockedValue({
+                                    self.take(client: index, newPurchases: newPurchases, busy: &$0)
+                                })
+                            else { return }
                             defer { _ = busy.withLockedValue { $0.remove(number) } }
                             var options = bearer(token, timeout: .seconds(5))
                             options.metadata.add("idempotency-key", Self.key(client: index, number: number))
-                            let request = StoreV1.PurchaseRequest(productID: number % 2 == 0 ? "credits.5" : "credits.10",
-                                                                  quantity: Self.quantity(number), paymentMethod: "pm_card_visa")
+                            let request = StoreV1.PurchaseRequest(
+                                productID: number % 2 == 0 ? "credits.5" : "credits.10",
+                                quantity: Self.quantity(number), paymentMethod: "pm_card_visa")
                             do {
-                                let response = try await client.unary("/kiosk.store.v1.Store/Purchase", request: request,
-                                                                       response: StoreV1.PurchaseResponse.self, options: options)
+                                let response = try await client.unary(
+                                    "/kiosk.store.v1.Store/Purchase", request: request,
+                                    response: StoreV1.PurchaseResponse.self, options: options)
                                 if let transaction = response.transaction, transaction.state == .purchased {
-                                    self.answered(client: index, number: number, transactionID: transaction.transactionID)
+                                    self.answered(
+                                        client: index, number: number, transactionID: transaction.transactionID)
                                     failuresInARow = 0
                                 }
                             } catch {
@@ -263,7 +317,8 @@ final class Child: Sendable {
 
     func port() throws -> Int {
         guard let address = line.split(separator: " ").first(where: { $0.hasPrefix("127.0.0.1:") }),
-              let port = Int(address.dropFirst("127.0.0.1:".count)) else { throw ValidationError("no port in \(line)") }
+            let port = Int(address.dropFirst("127.0.0.1:".count))
+        else { throw ValidationError("no port in \(line)") }
         return port
     }
 
@@ -289,7 +344,9 @@ final class Child: Sendable {
         let (process, output) = try launch(binary, arguments)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw ValidationError("\(binary) \(arguments.joined(separator: " ")) exited \(process.terminationStatus)") }
+        guard process.terminationStatus == 0 else {
+            throw ValidationError("\(binary) \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
+        }
         return String(decoding: data, as: UTF8.self)
     }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Histogram
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -54,24 +55,39 @@ struct Floor: ParsableCommand {
         defer { close(connection) }
         var address = Self.loopback(port: port)
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(connection, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(connection, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else { throw SystemError(call: "connect", code: errno) }
         Self.noDelay(connection)
 
-        var histogram = Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three)
+        var histogram = Histogram<UInt64>(
+            highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three)
         let message = [UInt8](repeating: 0x6B, count: size)
         var buffer = [UInt8](repeating: 0, count: size)
         var calls = 0
         var failure: SystemError?  // with errno as the failing call left it
         func roundTrip() -> Bool {
-            guard Self.writeAll(connection, message, size) else { failure = SystemError(call: "write", code: errno); return false }
+            guard Self.writeAll(connection, message, size) else {
+                failure = SystemError(call: "write", code: errno)
+                return false
+            }
             var received = 0
             while received < size {
-                guard Self.waitReadable(connection) else { failure = SystemError(call: "poll", code: errno); return false }
-                let count = buffer.withUnsafeMutableBytes { read(connection, $0.baseAddress! + received, size - received) }
+                guard Self.waitReadable(connection) else {
+                    failure = SystemError(call: "poll", code: errno)
+                    return false
+                }
+                let count = buffer.withUnsafeMutableBytes {
+                    read(connection, $0.baseAddress! + received, size - received)
+                }
                 if count < 0, errno == EINTR { continue }
-                guard count > 0 else { failure = SystemError(call: count == 0 ? "read (the echo thread closed)" : "read", code: count == 0 ? 0 : errno); return false }
+                guard count > 0 else {
+                    failure = SystemError(
+                        call: count == 0 ? "read (the echo thread closed)" : "read", code: count == 0 ? 0 : errno)
+                    return false
+                }
                 received += count
             }
             return true
@@ -112,7 +128,8 @@ struct Floor: ParsableCommand {
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(listener, pointer, length) == 0 && Glibc.listen(listener, 1) == 0 && getsockname(listener, pointer, &length) == 0
+                bind(listener, pointer, length) == 0 && Glibc.listen(listener, 1) == 0
+                    && getsockname(listener, pointer, &length) == 0
             }
         }
         guard bound else {

@@ -9,7 +9,8 @@ import KioskAPI
 /// the lanes off, as for a download.
 struct HashBench: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "sha256", abstract: "SHA-256 on one core: download chunks hashed one at a time against 8 at once in the vector lanes.")
+        commandName: "sha256",
+        abstract: "SHA-256 on one core: download chunks hashed one at a time against 8 at once in the vector lanes.")
 
     @Option(help: "Seconds measured for each way.") var duration = 1.0
     @Option(help: "Bytes per chunk (the content service's default: 256 KiB).") var chunk = 256 * 1024
@@ -29,7 +30,9 @@ struct HashBench: ParsableCommand {
             seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
             memory[index] = UInt8(truncatingIfNeeded: seed >> 33)
         }
-        let pieces = (0..<8).map { UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(memory)[($0 * chunk)..<(($0 + 1) * chunk)]) }
+        let pieces = (0..<8).map {
+            UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(memory)[($0 * chunk)..<(($0 + 1) * chunk)])
+        }
         // The two ways alternate in 10 slices each (a VM's slow seconds fall on both); medians.
         let slices = 10
         let slice = Duration.milliseconds(max(Int64(duration * 1000) / Int64(slices), 1))
@@ -60,17 +63,20 @@ struct HashBench: ParsableCommand {
         guard oneAtATime().map({ $0.finalize() }) == inLanes().map({ $0.finalize() }) else {
             throw ValidationError("sha256: the lanes gave other digests than one stream")
         }
-        var alones: [Double] = [], togethers: [Double] = []
+        var alones: [Double] = []
+        var togethers: [Double] = []
         for _ in 0..<slices {
             alones.append(rate(oneAtATime))
             togethers.append(rate(inLanes))
         }
         func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
-        let alone = median(alones), together = median(togethers)
+        let alone = median(alones)
+        let together = median(togethers)
         let ratio = (median(zip(togethers, alones).map { $0 / $1 }) * 100).rounded() / 100
         if json {
             let object: [String: Any] = [
-                "benchmark": "sha256", "chunk_bytes": chunk, "lanes": SHA256Hasher.lanes, "implementation": SHA256Hasher.laneImplementation,
+                "benchmark": "sha256", "chunk_bytes": chunk, "lanes": SHA256Hasher.lanes,
+                "implementation": SHA256Hasher.laneImplementation,
                 "one_stream_mb_per_s": alone.rounded(), "lanes_mb_per_s": together.rounded(), "ratio": ratio,
             ]
             let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])

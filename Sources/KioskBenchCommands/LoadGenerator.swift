@@ -18,8 +18,11 @@ struct LoadResult {
 
     /// No calls yet.
     static var empty: LoadResult {
-        LoadResult(calls: 0, errors: [:], histogram: Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three),
-                   elapsed: .zero)
+        LoadResult(
+            calls: 0, errors: [:],
+            histogram: Histogram<UInt64>(
+                highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three),
+            elapsed: .zero)
     }
 
     /// Adds one worker's calls.
@@ -60,13 +63,17 @@ func runLoad(
                 // Each worker runs on its connection's event loop: no thread hop per call.
                 let executor = executors.isEmpty ? nil : executors[worker % executors.count]
                 group.addTask(executorPreference: executor) {
-                    var histogram = Histogram<UInt64>(highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three)
+                    var histogram = Histogram<UInt64>(
+                        highestTrackableValue: 120_000_000_000, numberOfSignificantValueDigits: .three)
                     var errors: [String: Int] = [:]
                     var calls = 0
                     while true {
                         let due: ContinuousClock.Instant
                         if let interval {
-                            let index = issued.withLockedValue { value in defer { value += 1 }; return value }
+                            let index = issued.withLockedValue { value in
+                                defer { value += 1 }
+                                return value
+                            }
                             due = start + interval * index
                             guard due < end else { break }
                             if ContinuousClock.now < due { try? await Task.sleep(until: due, clock: .continuous) }
@@ -86,7 +93,9 @@ func runLoad(
                 }
             }
             var total = LoadResult.empty
-            for await (calls, errors, histogram) in group { total.add(calls: calls, errors: errors, histogram: histogram) }
+            for await (calls, errors, histogram) in group {
+                total.add(calls: calls, errors: errors, histogram: histogram)
+            }
             return total
         }
         var result = results
@@ -97,8 +106,10 @@ func runLoad(
 }
 
 /// A warm-up phase (not recorded), `measuring`, then the measured phase; the result counts the sequence numbers used.
-private func warmedUp(warmup: Duration, duration: Duration, sequence: Counter, measuring: () async -> Void,
-                      phase: (_ length: Duration, _ record: Bool) async -> LoadResult) async -> LoadResult {
+private func warmedUp(
+    warmup: Duration, duration: Duration, sequence: Counter, measuring: () async -> Void,
+    phase: (_ length: Duration, _ record: Bool) async -> LoadResult
+) async -> LoadResult {
     if warmup > .zero { _ = await phase(warmup, false) }
     await measuring()
     var result = await phase(duration, true)
@@ -143,7 +154,10 @@ func stopping<R>(_ services: LocalServices?, _ body: () async throws -> R) async
 func runChainedLoad(
     concurrency: Int, warmup: Duration, duration: Duration, loops: [EventLoop],
     measuring: () async -> Void = {},
-    call: @escaping @Sendable (_ worker: Int, _ sequence: Int, _ done: @escaping @Sendable (String?, NIODeadline?) -> Void) -> Void
+    call:
+        @escaping @Sendable (
+            _ worker: Int, _ sequence: Int, _ done: @escaping @Sendable (String?, NIODeadline?) -> Void
+        ) -> Void
 ) async -> LoadResult {
     let sequence = Counter()
     func phase(_ length: Duration, record: Bool) async -> LoadResult {
@@ -156,8 +170,9 @@ func runChainedLoad(
         var futures: [EventLoopFuture<ChainedWorker>] = []
         for index in 0..<concurrency {
             let loop = loops[index % loops.count]
-            let worker = ChainedWorker(index: index, end: end, tally: record ? tallies[index % loops.count] : nil, loop: loop,
-                                       sequence: sequence, call: call)
+            let worker = ChainedWorker(
+                index: index, end: end, tally: record ? tallies[index % loops.count] : nil, loop: loop,
+                sequence: sequence, call: call)
             loop.execute { worker.step() }
             futures.append(worker.done.futureResult)
         }
@@ -194,8 +209,10 @@ private final class ChainedWorker: @unchecked Sendable {
     /// Handed to every call: it holds the worker while a call is in flight (dropped when the worker is done).
     private var completion: (@Sendable (String?, NIODeadline?) -> Void)?
 
-    init(index: Int, end: NIODeadline, tally: ChainedTally?, loop: EventLoop, sequence: Counter,
-         call: @escaping @Sendable (Int, Int, @escaping @Sendable (String?, NIODeadline?) -> Void) -> Void) {
+    init(
+        index: Int, end: NIODeadline, tally: ChainedTally?, loop: EventLoop, sequence: Counter,
+        call: @escaping @Sendable (Int, Int, @escaping @Sendable (String?, NIODeadline?) -> Void) -> Void
+    ) {
         self.index = index
         self.end = end
         self.tally = tally

@@ -17,14 +17,22 @@ struct LocalServices {
 
     static let product = "bench.file"
 
-    static let catalog = Catalog(bundleID: "com.example.bench", products: [
-        CatalogProduct(id: product, type: .nonConsumable, title: "Bench file", price: "1.00", currency: "USD", hostedContent: true),
-        CatalogProduct(id: "credits.5", type: .consumable, title: "5 credits", price: "0.99", currency: "USD", credits: 5, maxQuantity: 10),
-    ])
+    static let catalog = Catalog(
+        bundleID: "com.example.bench",
+        products: [
+            CatalogProduct(
+                id: product, type: .nonConsumable, title: "Bench file", price: "1.00", currency: "USD",
+                hostedContent: true),
+            CatalogProduct(
+                id: "credits.5", type: .consumable, title: "5 credits", price: "0.99", currency: "USD", credits: 5,
+                maxQuantity: 10),
+        ])
 
     /// Starts both services; the hosted file holds `fileBytes`. With `tls`
     /// both serve TLS with a development CA (clients: ``clientConfiguration(_:)``).
-    static func start(fileBytes: [UInt8] = Array(repeating: 0x4B, count: 1024), cacheSize: Int, tls: Bool = false) async throws -> LocalServices {
+    static func start(
+        fileBytes: [UInt8] = Array(repeating: 0x4B, count: 1024), cacheSize: Int, tls: Bool = false
+    ) async throws -> LocalServices {
         let root = NSTemporaryDirectory() + "kiosk-bench-" + UUID().uuidString
         let certificates = tls ? try DevelopmentCertificates.create(in: root + "/tls") : nil
         let identity = try certificates.map {
@@ -34,7 +42,9 @@ struct LocalServices {
         try Data(fileBytes).write(to: URL(fileURLWithPath: root + "/content/file.bin"))
         try Data(#"{"products": [{"product_id": "\#(product)", "file": "file.bin", "version": "1"}]}"#.utf8)
             .write(to: URL(fileURLWithPath: root + "/content/manifest.json"))
-        let store = try StoreServer(store: StoreConfiguration(dataDirectory: root + "/store", catalog: catalog), server: ServerConfiguration(tls: identity))
+        let store = try StoreServer(
+            store: StoreConfiguration(dataDirectory: root + "/store", catalog: catalog),
+            server: ServerConfiguration(tls: identity))
         var content: ContentServer?
         do {
             try await store.start()
@@ -43,14 +53,18 @@ struct LocalServices {
             let server = try ContentServer(
                 configuration: ContentConfiguration(
                     contentDirectory: root + "/content", storePort: store.port ?? 0, storeCredential: credential,
-                    storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) }, cacheSize: cacheSize,
+                    storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) },
+                    cacheSize: cacheSize,
                     maximumDownloadsPerAccount: 1024, maximumDownloads: 1024),
                 server: ServerConfiguration(tls: identity))
             content = server
             try await server.start()
-            guard await server.waitUntilReady() else { throw ValidationError("the bench's content service never reached its store") }
-            return LocalServices(store: store, content: server, root: root, buyer: (buyer.id, buyer.token),
-                                 trustRootsPath: certificates?.caCertificatePath)
+            guard await server.waitUntilReady() else {
+                throw ValidationError("the bench's content service never reached its store")
+            }
+            return LocalServices(
+                store: store, content: server, root: root, buyer: (buyer.id, buyer.token),
+                trustRootsPath: certificates?.caCertificatePath)
         } catch {
             await content?.shutdown()
             await store.shutdown()

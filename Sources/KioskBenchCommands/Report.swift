@@ -46,15 +46,23 @@ struct Report {
         if let result {
             lines.append(pad("calls") + "\(result.calls) in \(String(format: "%.2f", result.elapsed.seconds)) s")
             lines.append(pad("calls/s") + String(format: "%.0f", result.callsPerSecond))
-            lines.append(pad("errors") + (result.errors.isEmpty ? "0" : result.errors.map { "\($0.key): \($0.value)" }.sorted().joined(separator: ", ")))
-            lines.append(pad("latency µs") + String(format: "p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f",
-                                                    percentile(50), percentile(90), percentile(99), percentile(99.9),
-                                                    Double(result.histogram.max) / 1000))
+            lines.append(
+                pad("errors")
+                    + (result.errors.isEmpty
+                        ? "0" : result.errors.map { "\($0.key): \($0.value)" }.sorted().joined(separator: ", ")))
+            lines.append(
+                pad("latency µs")
+                    + String(
+                        format: "p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f",
+                        percentile(50), percentile(90), percentile(99), percentile(99.9),
+                        Double(result.histogram.max) / 1000))
         }
         return lines.joined(separator: "\n")
     }
 
-    private func pad(_ key: String) -> String { key.padding(toLength: max(22, key.count + 2), withPad: " ", startingAt: 0) }
+    private func pad(_ key: String) -> String {
+        key.padding(toLength: max(22, key.count + 2), withPad: " ", startingAt: 0)
+    }
 
     /// Writes HdrHistogram's percentile distribution (values in microseconds).
     func writeHistogram(to path: String) throws {
@@ -69,15 +77,25 @@ struct Report {
 enum LatencyPlot {
     /// (label, [(percentile 0…100, latency µs)]) per run.
     static func svg(_ runs: [(String, [(Double, Double)])]) -> String {
-        let width = 760.0, height = 440.0, left = 70.0, right = 20.0, top = 30.0, bottom = 60.0
-        let plotWidth = width - left - right, plotHeight = height - top - bottom
+        let width = 760.0
+        let height = 440.0
+        let left = 70.0
+        let right = 20.0
+        let top = 30.0
+        let bottom = 60.0
+        let plotWidth = width - left - right
+        let plotHeight = height - top - bottom
         // x: percentile as log10(1 / (1 - p)), from 0 (p0) to 5 (p99.999).
         func x(_ p: Double) -> Double { left + min(log10(1 / max(1 - p / 100, 1e-5)), 5) / 5 * plotWidth }
         let values = runs.flatMap { $0.1.map(\.1) }.filter { $0 > 0 }
-        let low = floor(log10(values.min() ?? 1)), high = ceil(log10(max(values.max() ?? 10, 10)))
-        func y(_ v: Double) -> Double { top + plotHeight - (log10(max(v, pow(10, low))) - low) / max(high - low, 1) * plotHeight }
+        let low = floor(log10(values.min() ?? 1))
+        let high = ceil(log10(max(values.max() ?? 10, 10)))
+        func y(_ v: Double) -> Double {
+            top + plotHeight - (log10(max(v, pow(10, low))) - low) / max(high - low, 1) * plotHeight
+        }
         let colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
-        var svg = #"<svg xmlns="http://www.w3.org/2000/svg" width="\#(Int(width))" height="\#(Int(height))" font-family="sans-serif" font-size="12">"#
+        var svg =
+            #"<svg xmlns="http://www.w3.org/2000/svg" width="\#(Int(width))" height="\#(Int(height))" font-family="sans-serif" font-size="12">"#
         svg += #"<rect width="100%" height="100%" fill="white"/>"#
         for (i, label) in ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"].enumerated() {
             let px = left + Double(i) / 5 * plotWidth
@@ -92,7 +110,8 @@ enum LatencyPlot {
             decade += 1
         }
         svg += #"<text x="\#(left + plotWidth / 2)" y="\#(height - 18)" text-anchor="middle">percentile</text>"#
-        svg += #"<text x="16" y="\#(top + plotHeight / 2)" transform="rotate(-90 16 \#(top + plotHeight / 2))" text-anchor="middle">latency</text>"#
+        svg +=
+            #"<text x="16" y="\#(top + plotHeight / 2)" transform="rotate(-90 16 \#(top + plotHeight / 2))" text-anchor="middle">latency</text>"#
         for (index, (label, points)) in runs.enumerated() {
             let color = colors[index % colors.count]
             let path = points.filter { $0.0 < 100 }.map { "\(x($0.0)),\(y($0.1))" }.joined(separator: " ")
@@ -103,14 +122,17 @@ enum LatencyPlot {
     }
 
     static func formatMicros(_ value: Double) -> String {
-        value >= 1_000_000 ? "\(Int(value / 1_000_000)) s" : value >= 1000 ? "\(Int(value / 1000)) ms" : "\(Int(value)) µs"
+        value >= 1_000_000
+            ? "\(Int(value / 1_000_000)) s" : value >= 1000 ? "\(Int(value / 1000)) ms" : "\(Int(value)) µs"
     }
 
     /// The (percentile, value) points of an HdrHistogram percentile distribution file.
     static func points(fromDistribution text: String) -> [(Double, Double)] {
         text.split(separator: "\n").compactMap { line in
             let columns = line.split(separator: " ", omittingEmptySubsequences: true)
-            guard columns.count >= 2, let value = Double(columns[0]), let fraction = Double(columns[1]) else { return nil }
+            guard columns.count >= 2, let value = Double(columns[0]), let fraction = Double(columns[1]) else {
+                return nil
+            }
             return (fraction * 100, value)
         }
     }

@@ -12,7 +12,8 @@ import NIOConcurrencyHelpers
 struct TokenFlood: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "token-flood",
-        abstract: "Send random and forged tokens to the content service's Authorize; count the store's calls, the RSS and a refund's arrival.",
+        abstract:
+            "Send random and forged tokens to the content service's Authorize; count the store's calls, the RSS and a refund's arrival.",
         discussion: """
             Starts both services in this process (with --tls, over TLS). A quarter of the tokens look like account \
             tokens, a quarter like garbage access tokens, a quarter are junk of up to 4,000 characters, a quarter name \
@@ -36,23 +37,31 @@ struct TokenFlood: AsyncParsableCommand {
         let store = services.store.store
         let account = try await store.authenticate(token: services.buyer.token)
         // A real purchase (the refund needs a ledger transaction).
-        guard case .purchased(let bought) = try await store.purchase(
-            account: account, productID: LocalServices.product, quantity: 1, paymentMethod: "test-card:4242424242424242",
-            idempotencyKey: UUID().uuidString).result, let receipt = bought.receipt
+        guard
+            case .purchased(let bought) = try await store.purchase(
+                account: account, productID: LocalServices.product, quantity: 1,
+                paymentMethod: "test-card:4242424242424242",
+                idempotencyKey: UUID().uuidString
+            ).result, let receipt = bought.receipt
         else { throw ValidationError("the bench's purchase did not go through") }
         let access = try await services.buyerAccessToken()
         let keyID = try store.publicKeys().last?.id ?? ""
         let port = services.content.port ?? 0
         let clients = try (0..<max(connections, 1)).map { _ in
-            RPCClient(host: "127.0.0.1", port: port, configuration: try services.clientConfiguration(ClientConfiguration(keepalive: nil)))
+            RPCClient(
+                host: "127.0.0.1", port: port,
+                configuration: try services.clientConfiguration(ClientConfiguration(keepalive: nil)))
         }
         let legitimate = clients[0]
         func authorize(_ token: String, on client: RPCClient) async throws -> ContentV1.AuthorizeResponse {
-            try await client.unary("/kiosk.content.v1.Content/Authorize",
-                                   request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: LocalServices.product),
-                                   response: ContentV1.AuthorizeResponse.self, options: bearer(token))
+            try await client.unary(
+                "/kiosk.content.v1.Content/Authorize",
+                request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: LocalServices.product),
+                response: ContentV1.AuthorizeResponse.self, options: bearer(token))
         }
-        guard try await authorize(access, on: legitimate).allowed else { throw ValidationError("the legitimate receipt was refused") }
+        guard try await authorize(access, on: legitimate).allowed else {
+            throw ValidationError("the legitimate receipt was refused")
+        }
         let idleRSS = Self.residentBytes()
         let storeCallsBefore = services.store.server.callCounts
         let started = ProcessStats.current()
@@ -68,7 +77,10 @@ struct TokenFlood: AsyncParsableCommand {
                 group.addTask {
                     let client = clients[worker % clients.count]
                     while true {
-                        let index = sent.withLockedValue { value -> Int in defer { value += 1 }; return value }
+                        let index = sent.withLockedValue { value -> Int in
+                            defer { value += 1 }
+                            return value
+                        }
                         guard index < count else { return }
                         do {
                             _ = try await authorize(Self.hostileToken(index, keyID: keyID), on: client)
@@ -96,26 +108,34 @@ struct TokenFlood: AsyncParsableCommand {
             try await group.waitForAll()
         }
         let elapsed = clock.duration(to: .now)
-        let storeCalls = services.store.server.callCounts.reduce(0) { $0 + $1.value } - storeCallsBefore.reduce(0) { $0 + $1.value }
+        let storeCalls =
+            services.store.server.callCounts.reduce(0) { $0 + $1.value } - storeCallsBefore.reduce(0) { $0 + $1.value }
         let afterRSS = Self.residentBytes()
         for client in clients { await client.close() }
         let arrival = refundArrival.withLockedValue { $0 }
-        let report = Report(title: "token flood at the content service (\(transport.tls ? "TLS" : "plaintext"))", fields: [
-            ("tokens", count), ("refused_16", refused.withLockedValue { $0 }), ("other_answers", other.withLockedValue { $0 }),
-            ("tokens/s", Int(Double(count) / elapsed.seconds)), ("store_calls_during_flood", storeCalls),
-            ("rss_idle_mib", round2(Double(idleRSS) / 1048576)), ("rss_after_mib", round2(Double(afterRSS) / 1048576)),
-            ("access_tokens_cached", services.content.stats.accessTokensCached),
-            ("refund_reached_content_ms", arrival.map { round2($0.seconds * 1000) } ?? -1),
-            ("connections", connections), ("concurrency", concurrency),
-        ])
+        let report = Report(
+            title: "token flood at the content service (\(transport.tls ? "TLS" : "plaintext"))",
+            fields: [
+                ("tokens", count), ("refused_16", refused.withLockedValue { $0 }),
+                ("other_answers", other.withLockedValue { $0 }),
+                ("tokens/s", Int(Double(count) / elapsed.seconds)), ("store_calls_during_flood", storeCalls),
+                ("rss_idle_mib", round2(Double(idleRSS) / 1_048_576)),
+                ("rss_after_mib", round2(Double(afterRSS) / 1_048_576)),
+                ("access_tokens_cached", services.content.stats.accessTokensCached),
+                ("refund_reached_content_ms", arrival.map { round2($0.seconds * 1000) } ?? -1),
+                ("connections", connections), ("concurrency", concurrency),
+            ])
         try output.finish(report, started: started, serverBefore: nil)
-        if refused.withLockedValue({ $0 }) != count || storeCalls != 0 || (arrival ?? .seconds(5)) >= .seconds(1) { throw ExitCode(1) }
+        if refused.withLockedValue({ $0 }) != count || storeCalls != 0 || (arrival ?? .seconds(5)) >= .seconds(1) {
+            throw ExitCode(1)
+        }
     }
 
     /// The process's resident set now (VmRSS), in bytes.
     static func residentBytes() -> Int {
         let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
-        let kib = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?.split(separator: " ").dropFirst().first.flatMap { Int($0) }
+        let kib = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?.split(separator: " ").dropFirst()
+            .first.flatMap { Int($0) }
         return (kib ?? 0) * 1024
     }
 
@@ -131,9 +151,11 @@ struct TokenFlood: AsyncParsableCommand {
         default:
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             let payload = ReceiptV1.AccessTokenPayload(
-                accountID: "acct_\(index)", audience: AccessToken.contentAudience, issuedMs: now, expiresMs: now + 600_000,
+                accountID: "acct_\(index)", audience: AccessToken.contentAudience, issuedMs: now,
+                expiresMs: now + 600_000,
                 keyID: keyID, environment: .sandbox)
-            return AccessToken.encode(ReceiptV1.SignedAccessToken(payload: payload.serializedBytes(), signature: random(64), keyID: keyID))
+            return AccessToken.encode(
+                ReceiptV1.SignedAccessToken(payload: payload.serializedBytes(), signature: random(64), keyID: keyID))
         }
     }
 }

@@ -17,20 +17,33 @@ public struct KioskCommand: AsyncParsableCommand {
             service cannot be reached (a purchase stays queued and is sent on a later run), \
             4 any other error, 64 bad usage.
             """,
-        subcommands: [Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
-                      Unfinished.self, History.self, TransactionLookup.self, RequestRefund.self, Finish.self, Verify.self, Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self])
+        subcommands: [
+            Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
+            Unfinished.self, History.self, TransactionLookup.self, RequestRefund.self, Finish.self, Verify.self,
+            Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self,
+        ])
 }
 
 /// Options every command takes; flags win over the environment.
 struct Connection: ParsableArguments {
-    @Option(help: "The store, host:port, or its replicas as host:port,host:port (or KIOSK_STORE); a call whose connection is lost is sent again to the next.")
+    @Option(
+        help:
+            "The store, host:port, or its replicas as host:port,host:port (or KIOSK_STORE); a call whose connection is lost is sent again to the next."
+    )
     var store: String?
     @Option(help: "The content service, host:port or host:port,host:port (or KIOSK_CONTENT).") var content: String?
     @Option(help: "The account's bearer token (or KIOSK_TOKEN).") var token: String?
-    @Option(name: .customLong("tls-ca"), help: "PEM trust roots of the services' TLS certificates (or KIOSK_TLS_CA); without it, plaintext to loopback only.")
+    @Option(
+        name: .customLong("tls-ca"),
+        help:
+            "PEM trust roots of the services' TLS certificates (or KIOSK_TLS_CA); without it, plaintext to loopback only."
+    )
     var tlsCA: String?
-    @Flag(name: .customLong("tls-system-roots"), help: "Speak TLS trusting the system's roots (a public CA).") var tlsSystemRoots = false
-    @Option(name: .customLong("state-dir"), help: "Where queued payments and receipts are kept (or KIOSK_STATE_DIR; default ~/.kiosk).")
+    @Flag(name: .customLong("tls-system-roots"), help: "Speak TLS trusting the system's roots (a public CA).")
+    var tlsSystemRoots = false
+    @Option(
+        name: .customLong("state-dir"),
+        help: "Where queued payments and receipts are kept (or KIOSK_STATE_DIR; default ~/.kiosk).")
     var stateDir: String?
     @Flag(help: "Print JSON for scripts.") var json = false
 
@@ -66,8 +79,10 @@ struct Connection: ParsableArguments {
         configuration.logger.logLevel = .error  // set-aside journal entries are reported below, in the command's words
         let kiosk = try KioskClient(configuration: configuration)
         for entry in kiosk.setAsideJournalEntries {
-            FileHandle.standardError.write(Data(
-                "kiosk: warning: the queued payment file \(entry.name) cannot be used (\(entry.reason)); it was moved to \(entry.path) and is not sent\n".utf8))
+            FileHandle.standardError.write(
+                Data(
+                    "kiosk: warning: the queued payment file \(entry.name) cannot be used (\(entry.reason)); it was moved to \(entry.path) and is not sent\n"
+                        .utf8))
         }
         return kiosk
     }
@@ -93,14 +108,18 @@ struct Connection: ParsableArguments {
 
     func fail(_ error: KioskError) -> Never {
         if json {
-            print(Output.line(Output.Failure(error: error.code.description, code: Int(error.code.rawValue), message: error.message)))
+            print(
+                Output.line(
+                    Output.Failure(
+                        error: error.code.description, code: Int(error.code.rawValue), message: error.message)))
         } else {
             FileHandle.standardError.write(Data("kiosk: \(error.message)\n".utf8))
         }
         switch error.code {
         case .cannotConnect: Foundation.exit(3)
-        case .paymentInvalid, .paymentNotAllowed, .productUnavailable, .insufficientCredits, .downloadRefused, .paymentCancelled,
-             .notAuthenticated, .invalidRequest, .notFound:
+        case .paymentInvalid, .paymentNotAllowed, .productUnavailable, .insufficientCredits, .downloadRefused,
+            .paymentCancelled,
+            .notAuthenticated, .invalidRequest, .notFound:
             Foundation.exit(1)
         default: Foundation.exit(4)
         }
@@ -113,12 +132,15 @@ struct Connection: ParsableArguments {
 
     /// A list of transactions: `{key: [...]}` in JSON, a line each (or `empty`) as text.
     func emit(_ transactions: [Transaction], key: String, empty: String) {
-        emit(Output.Transactions(key: key, transactions: transactions.map(Output.TransactionObject.init)), text: transactions.isEmpty ? empty : transactions.map(line).joined(separator: "\n"))
+        emit(
+            Output.Transactions(key: key, transactions: transactions.map(Output.TransactionObject.init)),
+            text: transactions.isEmpty ? empty : transactions.map(line).joined(separator: "\n"))
     }
 }
 
 func line(_ transaction: Transaction) -> String {
-    var text = "\(transaction.id)  \(transaction.productID) ×\(transaction.purchasedQuantity)  original \(transaction.originalID)"
+    var text =
+        "\(transaction.id)  \(transaction.productID) ×\(transaction.purchasedQuantity)  original \(transaction.originalID)"
     if let expiry = transaction.expirationDate { text += "  expires \(expiry.formatted(.iso8601))" }
     if let offer = transaction.offerID { text += "  offer \(offer)" }
     if transaction.state != "PURCHASED" { text += "  \(transaction.state)" }
@@ -143,12 +165,13 @@ struct Products: AsyncParsableCommand {
             connection.emit(
                 Output.Products(
                     products: result.products.map {
-                        Output.Products.Product(id: $0.id, type: $0.type.rawValue, title: $0.displayName, price: "\($0.price)",
-                                                currency: $0.currencyCode, displayPrice: $0.displayPrice)
+                        Output.Products.Product(
+                            id: $0.id, type: $0.type.rawValue, title: $0.displayName, price: "\($0.price)",
+                            currency: $0.currencyCode, displayPrice: $0.displayPrice)
                     },
                     invalidProductIDs: result.invalidIdentifiers),
                 text: (result.products.map { "\($0.id)  \($0.displayPrice)  \($0.type.rawValue)  \($0.displayName)" }
-                       + result.invalidIdentifiers.map { "\($0)  (not sold)" }).joined(separator: "\n"))
+                    + result.invalidIdentifiers.map { "\($0)  (not sold)" }).joined(separator: "\n"))
         }
     }
 }
@@ -160,12 +183,17 @@ struct Buy: AsyncParsableCommand {
     @Option(help: "Units to buy.") var quantity: UInt32 = 1
     @Option(name: .customLong("payment-method"), help: "E.g. test-card:4242424242424242, test-cancel, test-ask.")
     var paymentMethod = "test-card:4242424242424242"
-    @Option(help: "A subscription offer: introductory, or a promotional offer's id (with the --offer-* values the app's server signed).")
+    @Option(
+        help:
+            "A subscription offer: introductory, or a promotional offer's id (with the --offer-* values the app's server signed)."
+    )
     var offer: String?
     @Option(name: .customLong("offer-key-id"), help: "Promotional offer: the signing key's id.") var offerKeyID = ""
     @Option(name: .customLong("offer-nonce"), help: "Promotional offer: its single-use nonce.") var offerNonce = ""
-    @Option(name: .customLong("offer-timestamp-ms"), help: "Promotional offer: when it was signed (ms since 1970).") var offerTimestampMs: Int64 = 0
-    @Option(name: .customLong("offer-signature"), help: "Promotional offer: the Ed25519 signature, hex.") var offerSignature = ""
+    @Option(name: .customLong("offer-timestamp-ms"), help: "Promotional offer: when it was signed (ms since 1970).")
+    var offerTimestampMs: Int64 = 0
+    @Option(name: .customLong("offer-signature"), help: "Promotional offer: the Ed25519 signature, hex.")
+    var offerSignature = ""
 
     var subscriptionOffer: SubscriptionOffer? {
         get throws {
@@ -180,7 +208,9 @@ struct Buy: AsyncParsableCommand {
                 }
                 signature.append(byte)
             }
-            return .promotional(offerID: offer, keyID: offerKeyID, nonce: offerNonce, timestampMs: offerTimestampMs, signature: signature)
+            return .promotional(
+                offerID: offer, keyID: offerKeyID, nonce: offerNonce, timestampMs: offerTimestampMs,
+                signature: signature)
         }
     }
 
@@ -188,19 +218,25 @@ struct Buy: AsyncParsableCommand {
         let offer = try subscriptionOffer
         try await connection.run { kiosk in
             let queuedBefore = kiosk.queuedPaymentCount
-            switch try await kiosk.purchase(productID: product, quantity: quantity, paymentMethod: paymentMethod, offer: offer) {
+            switch try await kiosk.purchase(
+                productID: product, quantity: quantity, paymentMethod: paymentMethod, offer: offer)
+            {
             case .success(let transaction):
                 let receipt = try saveReceipt(transaction, with: kiosk)
                 var object = Output.TransactionObject(transaction)
                 object.state = "purchased"
                 object.receiptFile = receipt
-                connection.emit(object, text: "purchased \(product) ×\(quantity): transaction \(transaction.id)\nreceipt \(receipt)")
+                connection.emit(
+                    object, text: "purchased \(product) ×\(quantity): transaction \(transaction.id)\nreceipt \(receipt)"
+                )
             case .pending:
                 // Queued by this purchase (an older stuck entry must not turn an ask-to-buy into "queued").
                 let queued = kiosk.queuedPaymentCount > queuedBefore
-                connection.emit(Output.PurchaseState(state: queued ? "queued" : "pending"),
-                                text: queued ? "queued: the store cannot be reached; it is sent on a later run"
-                                             : "pending: waiting for approval (ask to buy)")
+                connection.emit(
+                    Output.PurchaseState(state: queued ? "queued" : "pending"),
+                    text: queued
+                        ? "queued: the store cannot be reached; it is sent on a later run"
+                        : "pending: waiting for approval (ask to buy)")
                 if queued { throw ExitCode(3) }
             case .userCancelled:
                 connection.emit(Output.PurchaseState(state: "cancelled"), text: "cancelled")
@@ -227,7 +263,8 @@ struct Restore: AsyncParsableCommand {
 }
 
 struct Entitlements: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "What the account owns now: non-consumables and live subscriptions.")
+    static let configuration = CommandConfiguration(
+        abstract: "What the account owns now: non-consumables and live subscriptions.")
     @OptionGroup var connection: Connection
 
     func run() async throws {
@@ -242,19 +279,26 @@ func line(_ status: SubscriptionStatus) -> String {
     var text = "\(status.originalTransactionID)  \(status.productID)  \(status.state.rawValue)"
     switch status.state {
     case .active:
-        text += status.willAutoRenew
-            ? "  renews \(status.expirationDate.formatted(.iso8601))" + (status.renewalPrice.map { " for \($0) \(status.currencyCode)" } ?? "")
+        text +=
+            status.willAutoRenew
+            ? "  renews \(status.expirationDate.formatted(.iso8601))"
+                + (status.renewalPrice.map { " for \($0) \(status.currencyCode)" } ?? "")
             : "  auto-renew off, ends \(status.expirationDate.formatted(.iso8601))"
     case .inGracePeriod:
-        text += "  payment failed; entitled until \(status.gracePeriodExpirationDate?.formatted(.iso8601) ?? "?"), retrying"
+        text +=
+            "  payment failed; entitled until \(status.gracePeriodExpirationDate?.formatted(.iso8601) ?? "?"), retrying"
     case .inBillingRetry:
         text += "  payment failed; retrying until \(status.billingRetryEndDate?.formatted(.iso8601) ?? "?")"
     case .expired:
-        text += "  ended \(status.expirationDate.formatted(.iso8601))" + (status.expirationReason.map { " (\($0.rawValue))" } ?? "")
+        text +=
+            "  ended \(status.expirationDate.formatted(.iso8601))"
+            + (status.expirationReason.map { " (\($0.rawValue))" } ?? "")
     case .revoked, .unknown:
         break
     }
-    if status.priceIncreasePending { text += "  price increase: not agreed (kiosk accept-price \(status.originalTransactionID))" }
+    if status.priceIncreasePending {
+        text += "  price increase: not agreed (kiosk accept-price \(status.originalTransactionID))"
+    }
     return text + "  periods paid: \(status.periodsPaid)"
 }
 
@@ -265,15 +309,18 @@ extension Connection {
 
 struct Subscriptions: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Where the account's auto-renewable subscriptions stand: state, renewal date and price, grace and retry, why one expired.")
+        abstract:
+            "Where the account's auto-renewable subscriptions stand: state, renewal date and price, grace and retry, why one expired."
+    )
     @OptionGroup var connection: Connection
     @Argument(help: "One subscription's original transaction id (default: all).") var originalTransactionID: String?
 
     func run() async throws {
         try await connection.run { kiosk in
             let statuses = try await kiosk.subscriptionStatus(originalTransactionID: originalTransactionID)
-            connection.emit(Output.Subscriptions(subscriptions: statuses.map(Output.SubscriptionObject.init)),
-                            text: statuses.isEmpty ? "no subscriptions" : statuses.map(line).joined(separator: "\n"))
+            connection.emit(
+                Output.Subscriptions(subscriptions: statuses.map(Output.SubscriptionObject.init)),
+                text: statuses.isEmpty ? "no subscriptions" : statuses.map(line).joined(separator: "\n"))
         }
     }
 }
@@ -331,7 +378,9 @@ struct Spend: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             let balance = try await kiosk.spendCredits(amount)
-            connection.emit(Output.Balance(balance: Int64(clamping: balance), spent: amount), text: "spent \(amount); \(balance) credits left")
+            connection.emit(
+                Output.Balance(balance: Int64(clamping: balance), spent: amount),
+                text: "spent \(amount); \(balance) credits left")
         }
     }
 }
@@ -349,7 +398,8 @@ struct Unfinished: AsyncParsableCommand {
 }
 
 struct History: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Every transaction of the account, consumables included, oldest first (paged from the store).")
+    static let configuration = CommandConfiguration(
+        abstract: "Every transaction of the account, consumables included, oldest first (paged from the store).")
     @OptionGroup var connection: Connection
     @Option(help: "Only these products (comma-separated).") var product: String?
     @Flag(help: "Only refunded (revoked) transactions.") var refunded = false
@@ -358,14 +408,17 @@ struct History: AsyncParsableCommand {
         try await connection.run { kiosk in
             var all: [Transaction] = []
             let products = (product ?? "").split(separator: ",").map { String($0) }
-            for try await transaction in kiosk.allTransactions(productIDs: products, revokedOnly: refunded, pageSize: 500) { all.append(transaction) }
+            for try await transaction in kiosk.allTransactions(
+                productIDs: products, revokedOnly: refunded, pageSize: 500)
+            { all.append(transaction) }
             connection.emit(all, key: "transactions", empty: "no transactions")
         }
     }
 }
 
 struct TransactionLookup: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "transaction", abstract: "Look one of the account's transactions up by id.")
+    static let configuration = CommandConfiguration(
+        commandName: "transaction", abstract: "Look one of the account's transactions up by id.")
     @OptionGroup var connection: Connection
     @Argument(help: "The transaction id.") var id: String
 
@@ -379,7 +432,9 @@ struct TransactionLookup: AsyncParsableCommand {
 struct RequestRefund: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "request-refund",
-        abstract: "Ask for a refund of one of the account's purchases; the store's operator grants or denies it (asking again shows where it stands).")
+        abstract:
+            "Ask for a refund of one of the account's purchases; the store's operator grants or denies it (asking again shows where it stands)."
+    )
     @OptionGroup var connection: Connection
     @Option(help: "Why (shown to the operator).") var reason = ""
     @Argument(help: "The transaction id.") var transaction: String
@@ -388,7 +443,8 @@ struct RequestRefund: AsyncParsableCommand {
         try await connection.run { kiosk in
             let request = try await kiosk.requestRefund(transactionID: transaction, reason: reason)
             var object = Output.RefundRequested(
-                transactionID: request.transactionID, productID: request.productID, reason: request.reason, state: request.state.rawValue,
+                transactionID: request.transactionID, productID: request.productID, reason: request.reason,
+                state: request.state.rawValue,
                 requestedMs: Int64(request.requestDate.timeIntervalSince1970 * 1000))
             var text = "refund of \(request.transactionID) (\(request.productID)) requested: \(request.state.rawValue)"
             if let decided = request.decisionDate {
@@ -425,18 +481,22 @@ struct Verify: AsyncParsableCommand {
                 throw KioskError(.notFound, "cannot read \(file)")
             }
             let result = try await kiosk.verify(receipt: [UInt8](data))
-            let object = Output.Verified(status: Int(result.status), valid: result.isValid, message: result.message,
-                                         transactionID: result.transactionID, productID: result.productID,
-                                         revocationReason: result.revocationReason)
-            connection.emit(object, text: "status \(result.status): \(result.message)"
-                            + (result.transactionID.map { " (transaction \($0), \(result.productID ?? "?"))" } ?? ""))
+            let object = Output.Verified(
+                status: Int(result.status), valid: result.isValid, message: result.message,
+                transactionID: result.transactionID, productID: result.productID,
+                revocationReason: result.revocationReason)
+            connection.emit(
+                object,
+                text: "status \(result.status): \(result.message)"
+                    + (result.transactionID.map { " (transaction \($0), \(result.productID ?? "?"))" } ?? ""))
             if !result.isValid { throw ExitCode(1) }
         }
     }
 }
 
 struct Download: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Download a bought hosted product, then finish its transaction.")
+    static let configuration = CommandConfiguration(
+        abstract: "Download a bought hosted product, then finish its transaction.")
     @OptionGroup var connection: Connection
     @Argument(help: "The product id.") var product: String
     @Option(help: "Directory for the file.") var out = "."
@@ -444,7 +504,8 @@ struct Download: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             var owned: Transaction?
-            for try await transaction in kiosk.restore() where transaction.productID == product && transaction.isActive() {
+            for try await transaction in kiosk.restore()
+            where transaction.productID == product && transaction.isActive() {
                 owned = transaction
             }
             if owned == nil {
@@ -463,7 +524,10 @@ struct Download: AsyncParsableCommand {
                     let width = 30
                     let filled = Int(event.progress * Double(width))
                     let eta = event.estimatedTimeRemaining.map { " ETA \($0.components.seconds)s" } ?? ""
-                    FileHandle.standardOutput.write(Data("\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(percent)% \(event.bytesDone)/\(event.totalBytes) bytes\(eta)   ".utf8))
+                    FileHandle.standardOutput.write(
+                        Data(
+                            "\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(percent)% \(event.bytesDone)/\(event.totalBytes) bytes\(eta)   "
+                                .utf8))
                 case .active where !connection.json && percent / 25 != lastPercent / 25:
                     print("downloading \(product): \(percent)% (\(event.bytesDone)/\(event.totalBytes) bytes)")
                     lastPercent = percent
@@ -474,8 +538,9 @@ struct Download: AsyncParsableCommand {
             if terminal { print("") }
             let file = try await download.result()
             try await kiosk.finish(transaction)
-            connection.emit(Output.Downloaded(productID: product, file: file.path, transactionID: transaction.id, finished: true),
-                            text: "downloaded \(product) to \(file.path); transaction \(transaction.id) finished")
+            connection.emit(
+                Output.Downloaded(productID: product, file: file.path, transactionID: transaction.id, finished: true),
+                text: "downloaded \(product) to \(file.path); transaction \(transaction.id) finished")
         }
     }
 }

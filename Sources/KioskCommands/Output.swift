@@ -19,9 +19,11 @@ enum Output {
 
     /// A transaction, as `buy`, `restore`, `entitlements`, `unfinished`, `history` and `transaction` print it.
     struct TransactionObject: Encodable {
-        var transactionID: String, originalTransactionID: String, productID: String, productType: String, quantity: UInt32
+        var transactionID: String, originalTransactionID: String, productID: String, productType: String,
+            quantity: UInt32
         var purchaseDate: String, finished: Bool, environment: String, state: String
-        var expirationDate: String?, periodStartDate: String?, offerID: String?, revocationDate: String?, revocationReason: String?
+        var expirationDate: String?, periodStartDate: String?, offerID: String?, revocationDate: String?,
+            revocationReason: String?
         var refundCreditShortfall: UInt64?
         /// `buy` only: where the receipt was saved.
         var receiptFile: String?
@@ -45,7 +47,8 @@ enum Output {
         }
 
         enum CodingKeys: String, CodingKey {
-            case transactionID = "transaction_id", originalTransactionID = "original_transaction_id", productID = "product_id"
+            case transactionID = "transaction_id", originalTransactionID = "original_transaction_id", productID =
+                "product_id"
             case productType = "product_type", quantity, purchaseDate = "purchase_date", finished, environment, state
             case expirationDate = "expiration_date", periodStartDate = "period_start_date", offerID = "offer_id"
             case revocationDate = "revocation_date", revocationReason = "revocation_reason"
@@ -89,9 +92,11 @@ enum Output {
 
     /// A subscription's status, as `subscriptions`, `auto-renew` and `accept-price` print it.
     struct SubscriptionObject: Encodable {
-        var originalTransactionID: String, productID: String, group: String, state: String, willAutoRenew: Bool, expirationDate: String
+        var originalTransactionID: String, productID: String, group: String, state: String, willAutoRenew: Bool,
+            expirationDate: String
         var periodsPaid: Int, entitled: Bool
-        var expirationReason: String?, gracePeriodExpirationDate: String?, billingRetryEndDate: String?, pendingProductID: String?
+        var expirationReason: String?, gracePeriodExpirationDate: String?, billingRetryEndDate: String?,
+            pendingProductID: String?
         var renewalPrice: String?, latestTransactionID: String?
         /// Present (true) only when the buyer has a price increase to agree to.
         var priceIncreasePending: Bool?
@@ -116,9 +121,11 @@ enum Output {
 
         enum CodingKeys: String, CodingKey {
             case originalTransactionID = "original_transaction_id", productID = "product_id", group, state
-            case willAutoRenew = "will_auto_renew", expirationDate = "expiration_date", periodsPaid = "periods_paid", entitled
+            case willAutoRenew = "will_auto_renew", expirationDate = "expiration_date", periodsPaid = "periods_paid",
+                entitled
             case expirationReason = "expiration_reason", gracePeriodExpirationDate = "grace_period_expiration_date"
-            case billingRetryEndDate = "billing_retry_end_date", pendingProductID = "pending_product_id", renewalPrice = "renewal_price"
+            case billingRetryEndDate = "billing_retry_end_date", pendingProductID = "pending_product_id", renewalPrice =
+                "renewal_price"
             case latestTransactionID = "latest_transaction_id", priceIncreasePending = "price_increase_pending"
         }
     }
@@ -154,13 +161,16 @@ enum Output {
         var status: Int, valid: Bool, message: String
         var transactionID: String?, productID: String?, revocationReason: String?
         enum CodingKeys: String, CodingKey {
-            case status, valid, message, transactionID = "transaction_id", productID = "product_id", revocationReason = "revocation_reason"
+            case status, valid, message, transactionID = "transaction_id", productID = "product_id", revocationReason =
+                "revocation_reason"
         }
     }
 
     /// `download`.
     struct Downloaded: Encodable {
         var productID: String, file: String, transactionID: String, finished: Bool
-        enum CodingKeys: String, CodingKey { case productID = "product_id", file, transactionID = "transaction_id", finished }
+        enum CodingKeys: String, CodingKey {
+            case productID = "product_id", file, transactionID = "transaction_id", finished
+        }
     }
 }

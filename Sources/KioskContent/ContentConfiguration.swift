@@ -52,8 +52,10 @@ public struct ContentConfiguration: Sendable {
     /// Creates a configuration: 10,000 cached receipts, 5 minutes of staleness,
     /// 256 KiB chunks, 4 downloads per account and 64 in total.
     public init(
-        contentDirectory: String, preparedDirectory: String? = nil, storeHost: String = "127.0.0.1", storePort: Int = 7301,
-        storeCredential: String, storeTLS: ClientTLS? = nil, environment: ReceiptV1.Environment = .sandbox, acceptSandbox: Bool = false, bundleID: String? = nil,
+        contentDirectory: String, preparedDirectory: String? = nil, storeHost: String = "127.0.0.1",
+        storePort: Int = 7301,
+        storeCredential: String, storeTLS: ClientTLS? = nil, environment: ReceiptV1.Environment = .sandbox,
+        acceptSandbox: Bool = false, bundleID: String? = nil,
         cacheSize: Int = 10_000, maximumStaleness: Duration = .seconds(300), chunkSize: UInt32 = 256 * 1024,
         maximumDownloadsPerAccount: Int = 4, maximumDownloads: Int = 64, accessTokenCacheSize: Int = 10_000,
         clock: @escaping @Sendable () -> Int64 = ContentConfiguration.systemClock

@@ -19,19 +19,26 @@ public final class ContentServer: Sendable {
     /// Loads and checks the manifest; throws ``ManifestError`` for a bad one, and
     /// ``TransportSecurityError`` for a production service without TLS off loopback.
     /// The files are prepared by ``prepare()`` (or ``start()``).
-    public init(configuration: ContentConfiguration, server: ServerConfiguration = .defaults,
-                logger: Logger = Logger(label: "kiosk.content", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
+    public init(
+        configuration: ContentConfiguration, server: ServerConfiguration = .defaults,
+        logger: Logger = Logger(label: "kiosk.content", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) throws {
         if configuration.environment == .production, server.tls == nil, !Loopback.contains(host: server.host) {
-            throw TransportSecurityError("a production content service serves TLS on \(server.host): give it a certificate and key (plaintext is for loopback only)")
+            throw TransportSecurityError(
+                "a production content service serves TLS on \(server.host): give it a certificate and key (plaintext is for loopback only)"
+            )
         }
         self.configuration = configuration
         self.manifest = try Manifest.load(contentDirectory: configuration.contentDirectory)
         self.logger = logger
-        let link = StoreLink(endpoints: configuration.storeEndpoints, credential: configuration.storeCredential, tls: configuration.storeTLS)
+        let link = StoreLink(
+            endpoints: configuration.storeEndpoints, credential: configuration.storeCredential,
+            tls: configuration.storeTLS)
         self.gate = ReceiptGate(configuration: configuration, link: link, logger: logger)
         let service = ContentService(
             library: library, gate: gate,
-            limiter: DownloadLimiter(perAccount: configuration.maximumDownloadsPerAccount, total: configuration.maximumDownloads),
+            limiter: DownloadLimiter(
+                perAccount: configuration.maximumDownloadsPerAccount, total: configuration.maximumDownloads),
             operatorCredential: configuration.storeCredential)
         self.server = RPCServer(configuration: server, services: [service], logger: logger)
     }
@@ -46,13 +53,17 @@ public final class ContentServer: Sendable {
         let logger = self.logger
         let items: [PreparedContent] = try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global(qos: .utility).async {
-                continuation.resume(with: Result {
-                    try manifest.entries.map { entry in
-                        let item = try PreparedContent.prepare(entry, in: configuration.preparedDirectory, chunkSize: configuration.chunkSize)
-                        logger.info("\(item.reused ? "reused" : "prepared") \(entry.productID): \(item.originalSize) bytes in \(item.chunks.count) chunks, \(item.compressedSize) stored")
-                        return item
-                    }
-                })
+                continuation.resume(
+                    with: Result {
+                        try manifest.entries.map { entry in
+                            let item = try PreparedContent.prepare(
+                                entry, in: configuration.preparedDirectory, chunkSize: configuration.chunkSize)
+                            logger.info(
+                                "\(item.reused ? "reused" : "prepared") \(entry.productID): \(item.originalSize) bytes in \(item.chunks.count) chunks, \(item.compressedSize) stored"
+                            )
+                            return item
+                        }
+                    })
             }
         }
         library.install(items)
@@ -77,7 +88,9 @@ public final class ContentServer: Sendable {
     public func waitUntilReady(timeout: Duration = .seconds(10)) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         while !gate.isReady {
-            guard ContinuousClock.now < deadline, (try? await Task.sleep(for: .milliseconds(10))) != nil else { return false }
+            guard ContinuousClock.now < deadline, (try? await Task.sleep(for: .milliseconds(10))) != nil else {
+                return false
+            }
         }
         return true
     }

@@ -23,41 +23,64 @@ public struct ContentService: RPCService {
         let limiter = self.limiter
         let caller = CallerAuthenticator(gate: gate)
         // Every granted Authorize answers the same bytes: encoded once.
-        let granted = EncodedMessage(ContentV1.AuthorizeResponse(
-            status: ReceiptStatus.valid.rawValue, allowed: true, refusal: "", reason: AccessDecision.granted(account: "").reason))
-        router.registerUnary(Self.method("ListContent"), request: ContentV1.ListContentRequest.self, response: ContentV1.ListContentResponse.self) { _, _ in
-            ContentV1.ListContentResponse(items: library.items.map { item in
-                ContentV1.ContentItem(
-                    productID: item.entry.productID, contentVersion: item.entry.version, originalSize: item.originalSize,
-                    compressedSize: item.compressedSize, sha256: item.sha256, title: item.entry.title, chunkSize: item.chunkSize)
-            })
+        let granted = EncodedMessage(
+            ContentV1.AuthorizeResponse(
+                status: ReceiptStatus.valid.rawValue, allowed: true, refusal: "",
+                reason: AccessDecision.granted(account: "").reason))
+        router.registerUnary(
+            Self.method("ListContent"), request: ContentV1.ListContentRequest.self,
+            response: ContentV1.ListContentResponse.self
+        ) { _, _ in
+            ContentV1.ListContentResponse(
+                items: library.items.map { item in
+                    ContentV1.ContentItem(
+                        productID: item.entry.productID, contentVersion: item.entry.version,
+                        originalSize: item.originalSize,
+                        compressedSize: item.compressedSize, sha256: item.sha256, title: item.entry.title,
+                        chunkSize: item.chunkSize)
+                })
         }
         // Inline: decided on the event loop that read the request (a signature check, no I/O), unless
         // the receipt names a key not fetched yet.
-        router.registerInlineUnary(Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self, response: ContentV1.AuthorizeResponse.self, authenticator: caller) { request, context in
+        router.registerInlineUnary(
+            Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self,
+            response: ContentV1.AuthorizeResponse.self, authenticator: caller
+        ) { request, context in
             _ = try library.item(request.productID)
             let caller = context.principal as? ReceiptGate.Caller
             @Sendable func answer(_ decision: AccessDecision) -> ContentV1.AuthorizeResponse {
-                ContentV1.AuthorizeResponse(status: decision.status.rawValue, allowed: decision.allowed, refusal: decision.refusal, reason: decision.reason)
+                ContentV1.AuthorizeResponse(
+                    status: decision.status.rawValue, allowed: decision.allowed, refusal: decision.refusal,
+                    reason: decision.reason)
             }
             // The authenticator has checked the token already: it is only read again without it.
-            switch try gate.authorizeNow(receipt: request.signedReceipt, productID: request.productID,
-                                         token: caller == nil ? context.metadata.bearerToken : nil, caller: caller?.lookup) {
+            switch try gate.authorizeNow(
+                receipt: request.signedReceipt, productID: request.productID,
+                token: caller == nil ? context.metadata.bearerToken : nil, caller: caller?.lookup)
+            {
             case .decided(let decision) where decision.allowed:
                 return .encoded(granted)
             case .decided(let decision):
                 return .response(answer(decision))
             case .unknownKey:
                 return .suspend {
-                    answer(try await gate.authorizeAfterFetchingKeys(
-                        receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken, caller: caller))
+                    answer(
+                        try await gate.authorizeAfterFetchingKeys(
+                            receipt: request.signedReceipt, productID: request.productID,
+                            token: context.metadata.bearerToken, caller: caller))
                 }
             }
         }
-        router.registerServerStreaming(Self.method("Download"), request: ContentV1.DownloadRequest.self, response: ContentV1.DownloadPart.self, authenticator: caller) { request, writer, context in
+        router.registerServerStreaming(
+            Self.method("Download"), request: ContentV1.DownloadRequest.self, response: ContentV1.DownloadPart.self,
+            authenticator: caller
+        ) { request, writer, context in
             let item = try library.item(request.productID)
             guard request.resumeOffset <= item.originalSize else {
-                throw RPCError(.outOfRange, "resume_offset \(request.resumeOffset) is past the end of \(request.productID) (\(item.originalSize) bytes)")
+                throw RPCError(
+                    .outOfRange,
+                    "resume_offset \(request.resumeOffset) is past the end of \(request.productID) (\(item.originalSize) bytes)"
+                )
             }
             let decision = try await gate.authorize(
                 receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken,
@@ -66,7 +89,10 @@ public struct ContentService: RPCService {
                 var metadata = Metadata()
                 metadata.add("kiosk-receipt-status", String(decision.status.rawValue))
                 metadata.add("kiosk-refusal", decision.refusal)
-                throw RPCError(decision.callCode, "download refused (\(decision.status.rawValue) \(decision.refusal)): \(decision.reason)", metadata: metadata)
+                throw RPCError(
+                    decision.callCode,
+                    "download refused (\(decision.status.rawValue) \(decision.refusal)): \(decision.reason)",
+                    metadata: metadata)
             }
             let account = decision.accountID ?? ""
             if let refusal = limiter.acquire(account: account) {
@@ -75,23 +101,33 @@ public struct ContentService: RPCService {
             // The slot is held until the last bytes have been written, not only queued.
             writer.whenFinished { limiter.release(account: account) }
             // From the chunk holding resume_offset; at exactly the file's size no chunk holds it: the header alone.
-            let start = request.resumeOffset >= item.originalSize || item.chunks.isEmpty
+            let start =
+                request.resumeOffset >= item.originalSize || item.chunks.isEmpty
                 ? item.chunks.count : min(Int(request.resumeOffset / UInt64(item.chunkSize)), item.chunks.count)
-            try await writer.send(ContentV1.DownloadPart(header: ContentV1.DownloadHeader(
-                contentVersion: item.entry.version, totalSize: item.originalSize, chunkSize: item.chunkSize, sha256: item.sha256,
-                chunkCount: UInt32(item.chunks.count),
-                startOffset: start == item.chunks.count ? item.originalSize : UInt64(start) * UInt64(item.chunkSize))))
+            try await writer.send(
+                ContentV1.DownloadPart(
+                    header: ContentV1.DownloadHeader(
+                        contentVersion: item.entry.version, totalSize: item.originalSize, chunkSize: item.chunkSize,
+                        sha256: item.sha256,
+                        chunkCount: UInt32(item.chunks.count),
+                        startOffset: start == item.chunks.count
+                            ? item.originalSize : UInt64(start) * UInt64(item.chunkSize))))
             for index in start..<item.chunks.count {
                 let chunk = item.chunks[index]
-                try await writer.send(ContentV1.DownloadPart(chunk: ContentV1.DownloadChunk(
-                    index: UInt32(index), offset: UInt64(index) * UInt64(item.chunkSize), originalLength: chunk.originalLength,
-                    compressed: chunk.compressed, crc32: chunk.crc32, data: try item.storedBytes(of: index),
-                    sha256State: item.chunkStates[index])))
+                try await writer.send(
+                    ContentV1.DownloadPart(
+                        chunk: ContentV1.DownloadChunk(
+                            index: UInt32(index), offset: UInt64(index) * UInt64(item.chunkSize),
+                            originalLength: chunk.originalLength,
+                            compressed: chunk.compressed, crc32: chunk.crc32, data: try item.storedBytes(of: index),
+                            sha256State: item.chunkStates[index])))
             }
         }
         // The service's counters are for whoever runs it: the caller shows the content service's own credential.
-        router.registerUnary(Self.method("Stats"), request: ContentV1.StatsRequest.self, response: ContentV1.StatsResponse.self,
-                             authenticator: OperatorAuthenticator(credential: operatorCredential)) { _, _ in
+        router.registerUnary(
+            Self.method("Stats"), request: ContentV1.StatsRequest.self, response: ContentV1.StatsResponse.self,
+            authenticator: OperatorAuthenticator(credential: operatorCredential)
+        ) { _, _ in
             let stats = gate.stats
             return ContentV1.StatsResponse(
                 cacheHits: stats.cacheHits, cacheMisses: stats.cacheMisses, cacheEntries: UInt64(stats.cacheEntries),
@@ -128,8 +164,12 @@ struct OperatorAuthenticator: RPCAuthenticator {
     let credential: String
 
     func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
-        guard let token = context.metadata.bearerToken, !credential.isEmpty, Self.same(Array(token.utf8), Array(credential.utf8)) else {
-            throw RPCError(.unauthenticated, "Stats is for the service's operator: authorization: Bearer <the content service's store credential>")
+        guard let token = context.metadata.bearerToken, !credential.isEmpty,
+            Self.same(Array(token.utf8), Array(credential.utf8))
+        else {
+            throw RPCError(
+                .unauthenticated,
+                "Stats is for the service's operator: authorization: Bearer <the content service's store credential>")
         }
         return nil
     }

@@ -53,10 +53,15 @@ public struct Manifest: Sendable {
 
     private struct File: Decodable {
         struct Entry: Decodable {
-            var product_id: String?
+            var productID: String?
             var file: String?
             var version: String?
             var title: String?
+
+            enum CodingKeys: String, CodingKey {
+                case productID = "product_id"
+                case file, version, title
+            }
         }
         var products: [Entry]
     }
@@ -75,20 +80,29 @@ public struct Manifest: Sendable {
         do {
             file = try JSONDecoder().decode(File.self, from: data)
         } catch {
-            throw ManifestError(message: "\(manifestPath): not a manifest ({\"products\": [{\"product_id\", \"file\", \"version\", \"title\"}]}): \(error)")
+            throw ManifestError(
+                message:
+                    "\(manifestPath): not a manifest ({\"products\": [{\"product_id\", \"file\", \"version\", \"title\"}]}): \(error)"
+            )
         }
         var entries: [ManifestEntry] = []
         var seen: Set<String> = []
         for (index, entry) in file.products.enumerated() {
             func fail(_ field: String, _ problem: String) -> ManifestError {
-                ManifestError(message: "\(manifestPath): product \(entry.product_id.map { "\"\($0)\"" } ?? "#\(index + 1)"), field \"\(field)\": \(problem)")
+                ManifestError(
+                    message:
+                        "\(manifestPath): product \(entry.productID.map { "\"\($0)\"" } ?? "#\(index + 1)"), field \"\(field)\": \(problem)"
+                )
             }
-            guard let id = entry.product_id, !id.isEmpty, id.count <= 128,
-                  id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
+            guard let id = entry.productID, !id.isEmpty, id.count <= 128,
+                id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) })
+            else {
                 throw fail("product_id", "is required: ASCII letters, digits, '.', '_' and '-'")
             }
             guard seen.insert(id).inserted else { throw fail("product_id", "appears twice") }
-            guard let version = entry.version, !version.isEmpty else { throw fail("version", "is required, e.g. \"1.0\"") }
+            guard let version = entry.version, !version.isEmpty else {
+                throw fail("version", "is required, e.g. \"1.0\"")
+            }
             guard let relative = entry.file, !relative.isEmpty else { throw fail("file", "is required") }
             guard !relative.hasPrefix("/"), !relative.split(separator: "/").contains("..") else {
                 throw fail("file", "must be a path inside the content directory, without '..'")
@@ -100,10 +114,13 @@ public struct Manifest: Sendable {
             }
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: resolved, isDirectory: &isDirectory), !isDirectory.boolValue,
-                  FileManager.default.isReadableFile(atPath: resolved) else {
+                FileManager.default.isReadableFile(atPath: resolved)
+            else {
                 throw fail("file", "\(relative) is not a readable regular file")
             }
-            entries.append(ManifestEntry(productID: id, file: relative, version: version, title: entry.title ?? "", resolvedPath: resolved))
+            entries.append(
+                ManifestEntry(
+                    productID: id, file: relative, version: version, title: entry.title ?? "", resolvedPath: resolved))
         }
         return Manifest(entries: entries)
     }

@@ -3,6 +3,7 @@ import Foundation
 import KioskAPI
 import KioskWire
 import NIOCore
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -83,7 +84,9 @@ public final class PreparedContent: Sendable {
             var states: [[UInt8]] = []
             states.reserveCapacity(index.chunks.count)
             for chunk in index.chunks {
-                guard let state = [UInt8](hex: chunk.sha256State), state.count == 32 || state.isEmpty else { return nil }
+                guard let state = [UInt8](hex: chunk.sha256State), state.count == 32 || state.isEmpty else {
+                    return nil
+                }
                 states.append(state)
             }
             guard states.allSatisfy(\.isEmpty) || states.allSatisfy({ !$0.isEmpty }) else { return nil }
@@ -101,9 +104,14 @@ public final class PreparedContent: Sendable {
         var done = 0
         while done < out.count {
             let n = out.withUnsafeMutableBytes { buffer in
-                pread(descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(chunk.storedOffset) + off_t(done))
+                pread(
+                    descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(chunk.storedOffset) + off_t(done)
+                )
             }
-            guard n > 0 else { throw ManifestError(message: "cannot read prepared chunk \(index) of \(entry.productID): errno \(errno)") }
+            guard n > 0 else {
+                throw ManifestError(
+                    message: "cannot read prepared chunk \(index) of \(entry.productID): errno \(errno)")
+            }
             done += n
         }
         return out
@@ -112,21 +120,26 @@ public final class PreparedContent: Sendable {
     /// Prepares `entry` in `directory` (one sub-directory per product, named by
     /// the SHA-256 of its id), or reuses the preparation when the file, its
     /// version and the chunk size are unchanged.
-    public static func prepare(_ entry: ManifestEntry, in directory: String, chunkSize: UInt32) throws -> PreparedContent {
-        let folder = (directory as NSString).appendingPathComponent(Array(SHA256.hash(data: Array(entry.productID.utf8))).hexString)
+    public static func prepare(
+        _ entry: ManifestEntry, in directory: String, chunkSize: UInt32
+    ) throws -> PreparedContent {
+        let folder = (directory as NSString).appendingPathComponent(
+            Array(SHA256.hash(data: Array(entry.productID.utf8))).hexString)
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let indexPath = (folder as NSString).appendingPathComponent("index.json")
         let chunksPath = (folder as NSString).appendingPathComponent("chunks.bin")
         let (size, modifiedNs) = try fileStatus(entry.resolvedPath)
 
         if let data = FileManager.default.contents(atPath: indexPath),
-           let index = try? JSONDecoder().decode(PreparedIndex.self, from: data),
-           index.format == PreparedIndex.format, index.productID == entry.productID, index.version == entry.version,
-           index.sourceSize == size, index.sourceModifiedNs == modifiedNs, index.chunkSize == chunkSize,
-           let (storedSize, _) = try? fileStatus(chunksPath),
-           storedSize == index.chunks.reduce(0, { $0 + UInt64($1.storedLength) }),
-           let digests = Digests(index) {
-            return PreparedContent(entry: entry, index: index, digests: digests, descriptor: try open(chunksPath), reused: true)
+            let index = try? JSONDecoder().decode(PreparedIndex.self, from: data),
+            index.format == PreparedIndex.format, index.productID == entry.productID, index.version == entry.version,
+            index.sourceSize == size, index.sourceModifiedNs == modifiedNs, index.chunkSize == chunkSize,
+            let (storedSize, _) = try? fileStatus(chunksPath),
+            storedSize == index.chunks.reduce(0, { $0 + UInt64($1.storedLength) }),
+            let digests = Digests(index)
+        {
+            return PreparedContent(
+                entry: entry, index: index, digests: digests, descriptor: try open(chunksPath), reused: true)
         }
 
         // Prepare into temporary files, then rename: a crash leaves the old preparation or none.
@@ -150,9 +163,11 @@ public final class PreparedContent: Sendable {
             let useCompressed = deflated.readableBytes < original.count
             let stored = useCompressed ? Data(deflated.readableBytesView) : data
             try output.write(contentsOf: stored)
-            chunks.append(PreparedChunk(storedOffset: storedOffset, storedLength: UInt32(stored.count),
-                                        originalLength: UInt32(original.count), compressed: useCompressed, crc32: crc,
-                                        sha256State: state))
+            chunks.append(
+                PreparedChunk(
+                    storedOffset: storedOffset, storedLength: UInt32(stored.count),
+                    originalLength: UInt32(original.count), compressed: useCompressed, crc32: crc,
+                    sha256State: state))
             storedOffset += UInt64(stored.count)
             total += UInt64(original.count)
         }
@@ -167,12 +182,17 @@ public final class PreparedContent: Sendable {
         _ = try? FileManager.default.removeItem(atPath: indexPath)
         try replace(chunksPath, with: temporaryChunks)
         try replace(indexPath, with: temporaryIndex)
-        guard let digests = Digests(index) else { throw ManifestError(message: "the preparation of \(entry.productID) made a malformed index") }
-        return PreparedContent(entry: entry, index: index, digests: digests, descriptor: try open(chunksPath), reused: false)
+        guard let digests = Digests(index) else {
+            throw ManifestError(message: "the preparation of \(entry.productID) made a malformed index")
+        }
+        return PreparedContent(
+            entry: entry, index: index, digests: digests, descriptor: try open(chunksPath), reused: false)
     }
 
     private static func replace(_ path: String, with temporary: String) throws {
-        guard rename(temporary, path) == 0 else { throw ManifestError(message: "cannot rename \(temporary) to \(path): errno \(errno)") }
+        guard rename(temporary, path) == 0 else {
+            throw ManifestError(message: "cannot rename \(temporary) to \(path): errno \(errno)")
+        }
     }
 
     private static func open(_ path: String) throws -> Int32 {

@@ -97,9 +97,11 @@ final class ReceiptGate: Sendable {
         self.link = link
         self.logger = logger
         self.stalenessMs = configuration.maximumStaleness.wholeMilliseconds
-        self.state = NIOLockedValueBox(State(
-            verifier: configuration.makeVerifier(keys: []), tokenVerifier: Self.makeTokenVerifier(keys: [], configuration),
-            cache: VerifiedReceiptCache(capacity: configuration.cacheSize)))
+        self.state = NIOLockedValueBox(
+            State(
+                verifier: configuration.makeVerifier(keys: []),
+                tokenVerifier: Self.makeTokenVerifier(keys: [], configuration),
+                cache: VerifiedReceiptCache(capacity: configuration.cacheSize)))
     }
 
     private var now: Int64 { configuration.clock() }
@@ -111,12 +113,15 @@ final class ReceiptGate: Sendable {
     /// Decides whether `receipt` opens `productID` for the holder of `token`.
     /// - Throws: ``RPCError`` UNAUTHENTICATED for a missing, invalid or expired access token.
     /// - Parameter caller: what ``checkCaller(token:)`` found for this call, if it ran.
-    func authorize(receipt: [UInt8], productID: String, token: String?, caller: Caller? = nil) async throws -> AccessDecision {
+    func authorize(
+        receipt: [UInt8], productID: String, token: String?, caller: Caller? = nil
+    ) async throws -> AccessDecision {
         switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller?.lookup) {
         case .decided(let decision):
             return decision
         case .unknownKey:
-            return try await authorizeAfterFetchingKeys(receipt: receipt, productID: productID, token: token, caller: caller)
+            return try await authorizeAfterFetchingKeys(
+                receipt: receipt, productID: productID, token: token, caller: caller)
         }
     }
 
@@ -124,11 +129,14 @@ final class ReceiptGate: Sendable {
     /// at ``Attempt/unknownKey(_:)``: fetches the keys (at most once a second) and decides again,
     /// without counting a second cache miss. The fetch can bring the retirement of the key that
     /// signed the caller's token: `token` is checked again unless `caller` still holds.
-    func authorizeAfterFetchingKeys(receipt: [UInt8], productID: String, token: String?, caller: Caller?) async throws -> AccessDecision {
+    func authorizeAfterFetchingKeys(
+        receipt: [UInt8], productID: String, token: String?, caller: Caller?
+    ) async throws -> AccessDecision {
         let verifier = state.withLockedValue { $0.verifier }
         _ = await refreshKeysIfUnknown(receipt, checkedWith: verifier)
         let current = caller.flatMap { stillHolds($0) ? $0.lookup : nil }
-        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: current, useCache: false) {
+        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: current, useCache: false)
+        {
         case .decided(let decision): return decision
         case .unknownKey(let message): return .refused(.notAuthentic, message)
         }
@@ -148,9 +156,13 @@ final class ReceiptGate: Sendable {
     /// - Parameters:
     ///   - caller: the token's account as ``checkCaller(token:)`` found it; `token` is only checked for presence then.
     ///   - useCache: false after a key fetch: the lookup (and its miss) was counted by the first attempt.
-    func authorizeNow(receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil, useCache: Bool = true) throws -> Attempt {
+    func authorizeNow(
+        receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil, useCache: Bool = true
+    ) throws -> Attempt {
         guard caller != nil || !(token ?? "").isEmpty else {
-            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
+            throw RPCError(
+                .unauthenticated,
+                "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
         }
         let nowMs = now
         let lookup: AccountLookup
@@ -173,8 +185,12 @@ final class ReceiptGate: Sendable {
             if let stale = Self.staleness(lastHeardMs: state.lastHeardMs, nowMs: nowMs, stalenessMs: stalenessMs) {
                 return Found(stale: stale, cached: nil, verifier: state.verifier, generation: generation)
             }
-            guard case .account = lookup, useCache else { return Found(stale: nil, cached: nil, verifier: state.verifier, generation: generation) }
-            return Found(stale: nil, cached: key.map { state.cache.lookup($0) } ?? state.cache.missed(), verifier: state.verifier, generation: generation)
+            guard case .account = lookup, useCache else {
+                return Found(stale: nil, cached: nil, verifier: state.verifier, generation: generation)
+            }
+            return Found(
+                stale: nil, cached: key.map { state.cache.lookup($0) } ?? state.cache.missed(),
+                verifier: state.verifier, generation: generation)
         }
         if let stale = found.stale { return .decided(stale) }
         let account: String
@@ -192,7 +208,9 @@ final class ReceiptGate: Sendable {
             // The payload is read where protobuf-c unpacked it: the cache keeps three of its seven strings, and
             // only those become Swift strings.
             let (check, kept) = found.verifier.verify(receipt, nowMs: nowMs, keeping: VerifiedReceipt.init(unpacked:))
-            if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty, !found.verifier.knows(keyID: keyID) {
+            if check.status == .notAuthentic, let keyID = Self.keyID(of: receipt), !keyID.isEmpty,
+                !found.verifier.knows(keyID: keyID)
+            {
                 return .unknownKey(check.message)
             }
             guard check.status == .valid, let verified = kept else {
@@ -204,17 +222,22 @@ final class ReceiptGate: Sendable {
         }
         // Whose it is first: another account's receipt tells its caller nothing of its expiry or refund.
         guard receiptFound.accountID == account else {
-            return .decided(AccessDecision(status: .valid, refusal: "wrong_account", reason: "the receipt belongs to another account"))
+            return .decided(
+                AccessDecision(
+                    status: .valid, refusal: "wrong_account", reason: "the receipt belongs to another account"))
         }
         if receiptFound.expiresDateMs > 0, receiptFound.expiresDateMs <= nowMs {
             return .decided(.refused(.subscriptionExpired, "subscription expired"))
         }
         if revoked {
-            return .decided(AccessDecision(status: .valid, refusal: "revoked", reason: "the purchase was refunded or revoked"))
+            return .decided(
+                AccessDecision(status: .valid, refusal: "revoked", reason: "the purchase was refunded or revoked"))
         }
         guard receiptFound.productID == productID else {
-            return .decided(AccessDecision(status: .valid, refusal: "wrong_product",
-                                           reason: "the receipt is for \(receiptFound.productID), not \(productID)"))
+            return .decided(
+                AccessDecision(
+                    status: .valid, refusal: "wrong_product",
+                    reason: "the receipt is for \(receiptFound.productID), not \(productID)"))
         }
         return .decided(.granted(account: account))
     }
@@ -235,7 +258,9 @@ final class ReceiptGate: Sendable {
     private func remember(_ key: ReceiptKey, _ receipt: VerifiedReceipt, verifiedInGeneration generation: UInt64) {
         let insert: @Sendable () -> Void = { [self] in
             state.withLockedValue { state in
-                guard tokenGeneration.load(ordering: .acquiring) == generation, !state.revoked.contains(receipt.transactionID) else { return }
+                guard tokenGeneration.load(ordering: .acquiring) == generation,
+                    !state.revoked.contains(receipt.transactionID)
+                else { return }
                 state.cache.insert(key, receipt)
             }
         }
@@ -254,11 +279,14 @@ final class ReceiptGate: Sendable {
     /// The refusal of a gate that last heard from its store at `lastHeardMs` (never: nil), if it is stale.
     private static func staleness(lastHeardMs: Int64?, nowMs: Int64, stalenessMs: Int64) -> AccessDecision? {
         guard let lastHeard = lastHeardMs else {
-            return .refused(.serverUnavailable, "the store has not been reached yet; its keys and revocations are unknown")
+            return .refused(
+                .serverUnavailable, "the store has not been reached yet; its keys and revocations are unknown")
         }
         let silence = nowMs - lastHeard
         guard silence <= stalenessMs else {
-            return .refused(.serverUnavailable, "the store has been unreachable for \(silence / 1000) s (limit \(stalenessMs / 1000) s)")
+            return .refused(
+                .serverUnavailable,
+                "the store has been unreachable for \(silence / 1000) s (limit \(stalenessMs / 1000) s)")
         }
         return nil
     }
@@ -271,7 +299,9 @@ final class ReceiptGate: Sendable {
     /// Returns what it found, for ``authorize(receipt:productID:token:caller:)``.
     func checkCaller(token: String?) throws -> Caller {
         guard let token, !token.isEmpty else {
-            throw RPCError(.unauthenticated, "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
+            throw RPCError(
+                .unauthenticated,
+                "missing metadata \"authorization: Bearer <access token>\" (from the store's AccessToken call)")
         }
         let (lookup, expiresMs, generation) = try checkedToken(token, nowMs: now)
         return Caller(lookup: lookup, validUntilMs: expiresMs, generation: generation)
@@ -310,21 +340,28 @@ final class ReceiptGate: Sendable {
 
     /// Whose `token` is (from the cache of checked tokens, or checked now), the token's expiry, and the
     /// ``tokenGeneration`` of the keys it was checked with.
-    private func checkedToken(_ token: String, nowMs: Int64) throws -> (lookup: AccountLookup, expiresMs: Int64, generation: UInt64) {
+    private func checkedToken(
+        _ token: String, nowMs: Int64
+    ) throws -> (lookup: AccountLookup, expiresMs: Int64, generation: UInt64) {
         // The generation is read under the lock that install() bumps it under, with the keys and the cached tokens.
         let (cached, verifier, keysKnown, generation) = state.withLockedValue {
             ($0.tokens[token], $0.tokenVerifier, $0.keysKnown, tokenGeneration.load(ordering: .acquiring))
         }
         if let cached, cached.expiresMs > nowMs { return (.account(cached.accountID), cached.expiresMs, generation) }
         guard keysKnown > 0 else {
-            return (.refused(.refused(.serverUnavailable, "the store has not been reached yet; its keys are unknown")), 0, generation)
+            return (
+                .refused(.refused(.serverUnavailable, "the store has not been reached yet; its keys are unknown")), 0,
+                generation
+            )
         }
         let payload: ReceiptV1.AccessTokenPayload
         do {
             payload = try verifier.verify(token, nowMs: nowMs)
         } catch let refusal as AccessTokenRefusal {
             guard AccessToken.looksLikeAccessToken(token) else {
-                throw RPCError(.unauthenticated, "the content service takes an access token from the store's AccessToken call, not an account token")
+                throw RPCError(
+                    .unauthenticated,
+                    "the content service takes an access token from the store's AccessToken call, not an account token")
             }
             throw RPCError(.unauthenticated, refusal.description)
         }
@@ -346,7 +383,9 @@ final class ReceiptGate: Sendable {
     /// Tokens of the store this service follows: its keys are what bind a token
     /// to it, so the token's environment only has to be a real one (receipts
     /// carry the environment rules: 21007 / 21008).
-    private static func makeTokenVerifier(keys: [ReceiptPublicKey], _ configuration: ContentConfiguration) -> AccessTokenVerifier {
+    private static func makeTokenVerifier(
+        keys: [ReceiptPublicKey], _ configuration: ContentConfiguration
+    ) -> AccessTokenVerifier {
         AccessTokenVerifier(keys: keys, audience: AccessToken.contentAudience, environments: [.sandbox, .production])
     }
 
@@ -358,12 +397,15 @@ final class ReceiptGate: Sendable {
     /// checking it again would cost a second signature check for nothing).
     private func refreshKeysIfUnknown(_ receipt: [UInt8], checkedWith verifier: ReceiptVerifier) async -> Bool {
         guard let signed = try? ReceiptV1.SignedReceipt(serializedBytes: receipt), !signed.keyID.isEmpty,
-              !verifier.knows(keyID: signed.keyID) else { return false }
+            !verifier.knows(keyID: signed.keyID)
+        else { return false }
         for _ in 0..<2 {
             let wait = state.withLockedValue { state -> Duration?? in
                 guard !state.verifier.knows(keyID: signed.keyID) else { return .some(nil) }  // known now: done
                 let now = ContinuousClock.now
-                if let last = state.lastKeyRefresh, now - last < .seconds(1) { return .some(.seconds(1) - (now - last)) }
+                if let last = state.lastKeyRefresh, now - last < .seconds(1) {
+                    return .some(.seconds(1) - (now - last))
+                }
                 state.lastKeyRefresh = now
                 return .none
             }

@@ -13,7 +13,8 @@ struct StoreLink: Sendable {
         // Short keepalive: a store that stops answering is noticed within seconds.
         let configuration = ClientConfiguration(
             connectTimeout: .seconds(2),
-            backoff: ConnectionBackoff(initial: .milliseconds(50), maximum: .milliseconds(500), multiplier: 2, jitter: 0.2, maximumAttempts: 2),
+            backoff: ConnectionBackoff(
+                initial: .milliseconds(50), maximum: .milliseconds(500), multiplier: 2, jitter: 0.2, maximumAttempts: 2),
             keepalive: Keepalive(interval: .seconds(2), timeout: .seconds(2)), tls: tls)
         self.client = RPCClient(endpoints: endpoints, configuration: configuration)
         self.token = credential
@@ -27,10 +28,13 @@ struct StoreLink: Sendable {
 
     func publicKeys() async throws -> [ReceiptPublicKey] {
         let response = try await client.unary(
-            "/kiosk.store.v1.Store/PublicKeys", request: StoreV1.PublicKeysRequest(), response: StoreV1.PublicKeysResponse.self,
+            "/kiosk.store.v1.Store/PublicKeys", request: StoreV1.PublicKeysRequest(),
+            response: StoreV1.PublicKeysResponse.self,
             options: options(token: token))
         return response.keys.map {
-            ReceiptPublicKey(id: $0.keyID, rawRepresentation: $0.ed25519PublicKey, notBeforeMs: $0.notBeforeMs, notAfterMs: $0.notAfterMs)
+            ReceiptPublicKey(
+                id: $0.keyID, rawRepresentation: $0.ed25519PublicKey, notBeforeMs: $0.notBeforeMs,
+                notAfterMs: $0.notAfterMs)
         }
     }
 

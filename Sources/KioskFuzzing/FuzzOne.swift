@@ -18,7 +18,9 @@ public enum Fuzz {
 
     /// A key the receipt verifier knows, so the "known key, bad signature" path runs too.
     static let verifier = ReceiptVerifier(
-        keys: [ReceiptPublicKey(id: "ed25519-fuzz", rawRepresentation: Array(repeating: 0x42, count: 32), notBeforeMs: 0)],
+        keys: [
+            ReceiptPublicKey(id: "ed25519-fuzz", rawRepresentation: Array(repeating: 0x42, count: 32), notBeforeMs: 0)
+        ],
         environment: .production
     )
 }
@@ -30,9 +32,12 @@ public func fuzzOne(_ bytes: UnsafeRawBufferPointer) {
     let input = ByteBuffer(bytes: bytes)
     let viaChannel = framesThroughChannel(input)
     let viaReader = framesThroughReader(input)
-    precondition(viaReader.frames == viaChannel.frames, "FrameReader and the channel's FrameDecoder read different frames")
-    precondition(viaReader.wireErrorCode == viaChannel.wireErrorCode,
-                 "FrameReader and FrameDecoder refused differently: \(String(describing: viaReader.error)) / \(String(describing: viaChannel.error))")
+    precondition(
+        viaReader.frames == viaChannel.frames, "FrameReader and the channel's FrameDecoder read different frames")
+    precondition(
+        viaReader.wireErrorCode == viaChannel.wireErrorCode,
+        "FrameReader and FrameDecoder refused differently: \(String(describing: viaReader.error)) / \(String(describing: viaChannel.error))"
+    )
     let viaLoop = framesThroughLoop(input)
     checkAgreement(input: input, channel: viaChannel, loop: viaLoop)
     for frame in viaLoop.frames {
@@ -148,8 +153,11 @@ func framesThroughLoop(_ input: ByteBuffer) -> Decoded {
             precondition(buffer.readerIndex == before, "readFrame moved the reader index without a frame")
             break
         }
-        precondition(frame.payload.readableBytes <= Fuzz.maximumPayloadSize, "readFrame returned a payload over the limit")
-        precondition(buffer.readerIndex == before + Frame.headerSize + frame.payload.readableBytes, "readFrame consumed the wrong number of bytes")
+        precondition(
+            frame.payload.readableBytes <= Fuzz.maximumPayloadSize, "readFrame returned a payload over the limit")
+        precondition(
+            buffer.readerIndex == before + Frame.headerSize + frame.payload.readableBytes,
+            "readFrame consumed the wrong number of bytes")
         result.frames.append(frame)
     }
     // Framing round trip: the frames written back are exactly the bytes consumed.
@@ -170,19 +178,29 @@ func checkAgreement(input: ByteBuffer, channel: Decoded, loop: Decoded) {
         if head.elementsEqual(preface.prefix(head.count)) {
             precondition(channel.error == nil, "a partial preface was refused: \(String(describing: channel.error))")
         } else {
-            precondition(channel.wireErrorCode == .badPreface, "a wrong preface was not refused as such: \(String(describing: channel.error))")
+            precondition(
+                channel.wireErrorCode == .badPreface,
+                "a wrong preface was not refused as such: \(String(describing: channel.error))")
         }
         return
     }
     let common = min(channel.frames.count, loop.frames.count)
-    precondition(channel.frames.prefix(common) == loop.frames.prefix(common), "the channel and the static loop decoded different frames")
+    precondition(
+        channel.frames.prefix(common) == loop.frames.prefix(common),
+        "the channel and the static loop decoded different frames")
     if channel.frames.count < loop.frames.count {
-        precondition(channel.wireErrorCode == .frameTooLarge, "the channel stopped early without refusing a frame: \(String(describing: channel.error))")
+        precondition(
+            channel.wireErrorCode == .frameTooLarge,
+            "the channel stopped early without refusing a frame: \(String(describing: channel.error))")
     } else if channel.frames.count > loop.frames.count {
-        precondition(loop.wireErrorCode == .frameTooLarge, "the loop stopped early without refusing a frame: \(String(describing: loop.error))")
+        precondition(
+            loop.wireErrorCode == .frameTooLarge,
+            "the loop stopped early without refusing a frame: \(String(describing: loop.error))")
     } else {
-        precondition((channel.wireErrorCode == .frameTooShort) == (loop.wireErrorCode == .frameTooShort),
-                     "one reader refused a short LENGTH, the other did not: \(String(describing: channel.error)) / \(String(describing: loop.error))")
+        precondition(
+            (channel.wireErrorCode == .frameTooShort) == (loop.wireErrorCode == .frameTooShort),
+            "one reader refused a short LENGTH, the other did not: \(String(describing: channel.error)) / \(String(describing: loop.error))"
+        )
         if let code = channel.wireErrorCode {
             precondition(code == .frameTooShort || code == .frameTooLarge, "unexpected channel error \(code)")
         } else if let error = channel.error {
@@ -231,7 +249,8 @@ func inflate(_ payload: ByteBuffer) -> ByteBuffer? {
     do {
         inflated = try Zlib.decompress(payload, limit: Fuzz.decompressionLimit)
     } catch {
-        precondition(error.code == .decompressionFailed || error.code == .decompressedTooLarge, "unexpected zlib error \(error)")
+        precondition(
+            error.code == .decompressionFailed || error.code == .decompressedTooLarge, "unexpected zlib error \(error)")
         return nil
     }
     let size = inflated.readableBytes
@@ -340,7 +359,9 @@ func roundTrip<M: WireMessage & Equatable>(_ type: M.Type, _ payload: ByteBuffer
     } catch {
         precondition(error.code == .malformedMessage, "decoding \(M.self) threw \(error)")
         // The other entry points must refuse it too.
-        precondition((try? M(serializedBytes: Array(payload.readableBytesView))) == nil, "\(M.self): [UInt8] decoded what ByteBuffer did not")
+        precondition(
+            (try? M(serializedBytes: Array(payload.readableBytesView))) == nil,
+            "\(M.self): [UInt8] decoded what ByteBuffer did not")
         return nil
     }
     do {
@@ -358,9 +379,13 @@ func roundTrip<M: WireMessage & Equatable>(_ type: M.Type, _ message: M) -> M {
     precondition(bytes.count == message.serializedSize, "\(M.self): serializedSize disagrees with serializedBytes")
     var buffer = ByteBuffer()
     let written = message.serialize(into: &buffer)
-    precondition(written == bytes.count && buffer.readableBytesView.elementsEqual(bytes), "\(M.self): serialize(into:) disagrees with serializedBytes")
+    precondition(
+        written == bytes.count && buffer.readableBytesView.elementsEqual(bytes),
+        "\(M.self): serialize(into:) disagrees with serializedBytes")
     let frame = Frame(type: .message, callID: 1, message: message)
-    precondition(frame.payload.readableBytesView.elementsEqual(bytes), "\(M.self): Frame(message:) disagrees with serializedBytes")
+    precondition(
+        frame.payload.readableBytesView.elementsEqual(bytes),
+        "\(M.self): Frame(message:) disagrees with serializedBytes")
     do {
         let again = try M(serializedBytes: bytes)
         precondition(again == message, "\(M.self): encode → decode changed the value: \(message) → \(again)")

@@ -19,13 +19,14 @@ public enum ServiceHosting {
     ) async throws {
         // Trapped before anything is announced: a SIGHUP right after the banner reloads, it does not kill.
         let reloads = await UnixSignalsSequence(trapping: .sighup)
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
-            services: [
-                .init(service: RunningServer(announce: announce, shutdown: shutdown)),
-                .init(service: CertificateReloader(tls: tls, signals: reloads, logger: logger)),
-            ],
-            gracefulShutdownSignals: [.sigterm, .sigint],
-            logger: logger))
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: [
+                    .init(service: RunningServer(announce: announce, shutdown: shutdown)),
+                    .init(service: CertificateReloader(tls: tls, signals: reloads, logger: logger)),
+                ],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger))
         try await group.run()
     }
 }

@@ -34,8 +34,10 @@ public struct EventDocument: Codable, Hashable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case eventID = "event_id", type, createdMs = "created_ms", environment, accountID = "account_id"
-        case transactionID = "transaction_id", originalTransactionID = "original_transaction_id", productID = "product_id"
-        case reason, creditShortfall = "credit_shortfall", autoRenew = "auto_renew", price, expirationReason = "expiration_reason"
+        case transactionID = "transaction_id", originalTransactionID = "original_transaction_id", productID =
+            "product_id"
+        case reason, creditShortfall = "credit_shortfall", autoRenew = "auto_renew", price, expirationReason =
+            "expiration_reason"
     }
 
     public init(_ event: EventRecord, environment: StoreEnvironment) {

@@ -23,11 +23,15 @@ enum StoredAnswer: Codable, Hashable {
         case .purchased(let record), .deferred(let record):
             self = .purchase(transactionID: record.id, alreadyOwned: outcome.alreadyOwned)
         case .failed(let failure):
-            self = .failedPurchase(StoredFailure(
-                code: failure.code.rawValue, reason: failure.reason, message: failure.message, transactionID: failure.transactionID,
-                accountID: failure.accountID, productID: failure.productID, productType: failure.productType?.rawValue ?? 0,
-                quantity: failure.quantity, dateMs: failure.dateMs, price: failure.price, currency: failure.currency,
-                environment: failure.environment.rawValue))
+            self = .failedPurchase(
+                StoredFailure(
+                    code: failure.code.rawValue, reason: failure.reason, message: failure.message,
+                    transactionID: failure.transactionID,
+                    accountID: failure.accountID, productID: failure.productID,
+                    productType: failure.productType?.rawValue ?? 0,
+                    quantity: failure.quantity, dateMs: failure.dateMs, price: failure.price,
+                    currency: failure.currency,
+                    environment: failure.environment.rawValue))
         }
     }
 
@@ -50,33 +54,47 @@ enum StoredAnswer: Codable, Hashable {
 extension PurchaseOutcome {
     /// A purchase's answer replayed from what the ledger kept for its key (inside the write that checks it).
     private static func environment(_ raw: Int32) throws -> StoreEnvironment {
-        guard let environment = StoreEnvironment(rawValue: raw) else { throw LedgerError(.schema, "a kept answer names environment \(raw)") }
+        guard let environment = StoreEnvironment(rawValue: raw) else {
+            throw LedgerError(.schema, "a kept answer names environment \(raw)")
+        }
         return environment
     }
 
     static func replaying(_ bytes: [UInt8], _ db: any StoreRepositories) throws -> PurchaseOutcome {
-        if StoredAnswer.isLegacy(bytes) { return try PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes)) }
+        if StoredAnswer.isLegacy(bytes) {
+            return try PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes))
+        }
         switch try StoredAnswer.decoded(bytes) {
         case .purchase(let transactionID, let alreadyOwned):
             guard let record = try db.transaction(id: transactionID) else {
-                throw StoreError(.internalFailure, "transaction \(transactionID), the answer kept for this idempotency key, is not in the ledger")
+                throw StoreError(
+                    .internalFailure,
+                    "transaction \(transactionID), the answer kept for this idempotency key, is not in the ledger")
             }
             // A deferred purchase since declined is FAILED now: replayed as the failure it became.
-            let result: Result = switch record.state {
-            case .deferred: .deferred(record)
-            case .failed: .failed(try FailedPurchase(record.message))
-            default: .purchased(record)
-            }
+            let result: Result =
+                switch record.state {
+                case .deferred: .deferred(record)
+                case .failed: .failed(try FailedPurchase(record.message))
+                default: .purchased(record)
+                }
             return PurchaseOutcome(result: result, replayed: true, alreadyOwned: alreadyOwned)
         case .failedPurchase(let failure):
-            return PurchaseOutcome(result: .failed(FailedPurchase(
-                code: FailedPurchase.Code(rawValue: failure.code) ?? .unknown, reason: failure.reason, message: failure.message,
-                transactionID: failure.transactionID, accountID: failure.accountID, productID: failure.productID,
-                productType: ProductKind(rawValue: failure.productType), quantity: failure.quantity, dateMs: failure.dateMs,
-                price: failure.price, currency: failure.currency, environment: try Self.environment(failure.environment))),
-                                   replayed: true)
+            return PurchaseOutcome(
+                result: .failed(
+                    FailedPurchase(
+                        code: FailedPurchase.Code(rawValue: failure.code) ?? .unknown, reason: failure.reason,
+                        message: failure.message,
+                        transactionID: failure.transactionID, accountID: failure.accountID,
+                        productID: failure.productID,
+                        productType: ProductKind(rawValue: failure.productType), quantity: failure.quantity,
+                        dateMs: failure.dateMs,
+                        price: failure.price, currency: failure.currency,
+                        environment: try Self.environment(failure.environment))),
+                replayed: true)
         case .spend:
-            throw StoreError(.keyReused, "this idempotency-key answered a spend of credits; use a new key for a new request")
+            throw StoreError(
+                .keyReused, "this idempotency-key answered a spend of credits; use a new key for a new request")
         }
     }
 }
@@ -85,7 +103,8 @@ extension SpendOutcome {
     /// A spend's answer replayed from what the ledger kept for its key.
     static func replaying(_ bytes: [UInt8]) throws -> SpendOutcome {
         if StoredAnswer.isLegacy(bytes) {
-            return SpendOutcome(balance: try StoreV1.SpendCreditsResponse(serializedBytes: bytes).balance, replayed: true)
+            return SpendOutcome(
+                balance: try StoreV1.SpendCreditsResponse(serializedBytes: bytes).balance, replayed: true)
         }
         guard case .spend(let balance) = try StoredAnswer.decoded(bytes) else {
             throw StoreError(.keyReused, "this idempotency-key answered a purchase; use a new key for a new request")

@@ -28,14 +28,18 @@ extension Ledger {
             }
             var key = keys[index]
             guard index < keys.count - 1 else {
-                throw StoreError(.conflict, "signing key \(id) is the active key (the newest; it signs every new receipt) and cannot be retired: "
-                                 + "rotate first (`kiosk-store keys rotate`), then retire it")
+                throw StoreError(
+                    .conflict,
+                    "signing key \(id) is the active key (the newest; it signs every new receipt) and cannot be retired: "
+                        + "rotate first (`kiosk-store keys rotate`), then retire it")
             }
             guard atMs > 0 else {
                 throw StoreError.invalid("a retirement time must be after 1970-01-01T00:00:00Z (got \(atMs) ms)")
             }
             guard atMs >= key.notBeforeMs else {
-                throw StoreError.invalid("cannot retire signing key \(id) at \(atMs) ms: it only started signing at \(key.notBeforeMs) ms (its not_before_ms)")
+                throw StoreError.invalid(
+                    "cannot retire signing key \(id) at \(atMs) ms: it only started signing at \(key.notBeforeMs) ms (its not_before_ms)"
+                )
             }
             if key.isRetired {
                 if atMs == key.notAfterMs {
@@ -43,8 +47,10 @@ extension Ledger {
                     return
                 }
                 guard atMs < key.notAfterMs else {
-                    throw StoreError(.conflict, "signing key \(id) is already retired at \(key.notAfterMs) ms; a later time would make "
-                                     + "receipts it signed after that verify again")
+                    throw StoreError(
+                        .conflict,
+                        "signing key \(id) is already retired at \(key.notAfterMs) ms; a later time would make "
+                            + "receipts it signed after that verify again")
                 }
             }
             try db.retireSigningKey(id: id, atMs: atMs)

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import KioskAPI
 import NIOConcurrencyHelpers
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -25,7 +26,8 @@ final class KeyStore: Sendable {
         self.directory = (dataDirectory as NSString).appendingPathComponent("keys")
         self.ledger = ledger
         self.keyEncryptionKey = keyEncryptionKey
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let existing = try ledger.publicKeys()
         if existing.isEmpty {
             _ = try rotate(nowMs: nowMs)
@@ -33,14 +35,20 @@ final class KeyStore: Sendable {
             for key in existing where try ledger.sealedPrivateKey(id: key.id) == nil {
                 guard FileManager.default.fileExists(atPath: path(for: key.id)) else { continue }
                 let signingKey = try loadFile(key)
-                try ledger.sealPrivateKey(id: key.id, sealed: keyEncryptionKey.seal(Array(signingKey.privateKey.rawRepresentation), keyID: key.id))
+                try ledger.sealPrivateKey(
+                    id: key.id,
+                    sealed: keyEncryptionKey.seal(Array(signingKey.privateKey.rawRepresentation), keyID: key.id))
             }
         }
         if let newest = try ledger.publicKeys().last {
             do {
                 _ = try load(newest)
             } catch let error as StoreError where keyEncryptionKey == nil && error.message.contains("is missing") {
-                throw StoreError(.internalFailure, error.message + ": a ledger shared by store replicas needs their private keys sealed in it; give every replica the same --key-encryption-key-file")
+                throw StoreError(
+                    .internalFailure,
+                    error.message
+                        + ": a ledger shared by store replicas needs their private keys sealed in it; give every replica the same --key-encryption-key-file"
+                )
             }
         }
     }
@@ -66,7 +74,8 @@ final class KeyStore: Sendable {
     /// another process, `keys rotate` then `keys retire`) covers that time; then the active key. A
     /// retirement committed after this transaction takes its time after it, so a receipt signed here is
     /// never one its own key refuses.
-    func signer(_ chosen: ReceiptSigningKey, at signedAtMs: Int64, _ db: any LedgerDatabase) throws -> ReceiptSigningKey {
+    func signer(_ chosen: ReceiptSigningKey, at signedAtMs: Int64, _ db: any LedgerDatabase) throws -> ReceiptSigningKey
+    {
         let keys = try Ledger.publicKeys(db)
         if let current = keys.first(where: { $0.id == chosen.id }), current.isValid(atMs: signedAtMs) { return chosen }
         guard let newest = keys.last(where: { !$0.isRetired }) else {
@@ -92,7 +101,9 @@ final class KeyStore: Sendable {
     func rotate(nowMs: Int64) throws -> ReceiptPublicKey {
         let signingKey = ReceiptSigningKey(privateKey: Curve25519.Signing.PrivateKey(), notBeforeMs: nowMs)
         if let keyEncryptionKey {
-            try ledger.addPublicKey(signingKey.publicKey, sealed: keyEncryptionKey.seal(Array(signingKey.privateKey.rawRepresentation), keyID: signingKey.id))
+            try ledger.addPublicKey(
+                signingKey.publicKey,
+                sealed: keyEncryptionKey.seal(Array(signingKey.privateKey.rawRepresentation), keyID: signingKey.id))
         } else {
             try writePrivateKey(signingKey)
             try ledger.addPublicKey(signingKey.publicKey)
@@ -108,12 +119,17 @@ final class KeyStore: Sendable {
     private func load(_ publicKey: ReceiptPublicKey, _ db: (any LedgerDatabase)? = nil) throws -> ReceiptSigningKey {
         guard let sealed = try ledger.sealedPrivateKey(id: publicKey.id, db) else { return try loadFile(publicKey) }
         guard let keyEncryptionKey else {
-            throw StoreError(.internalFailure, "signing key \(publicKey.id) is sealed in the ledger: give this store the key-encryption key of its replicas (--key-encryption-key-file)")
+            throw StoreError(
+                .internalFailure,
+                "signing key \(publicKey.id) is sealed in the ledger: give this store the key-encryption key of its replicas (--key-encryption-key-file)"
+            )
         }
         let raw = try keyEncryptionKey.unseal(sealed, keyID: publicKey.id)
-        let key = ReceiptSigningKey(privateKey: try Curve25519.Signing.PrivateKey(rawRepresentation: raw), notBeforeMs: publicKey.notBeforeMs)
+        let key = ReceiptSigningKey(
+            privateKey: try Curve25519.Signing.PrivateKey(rawRepresentation: raw), notBeforeMs: publicKey.notBeforeMs)
         guard key.id == publicKey.id else {
-            throw StoreError(.internalFailure, "the sealed private half of signing key \(publicKey.id) does not match it")
+            throw StoreError(
+                .internalFailure, "the sealed private half of signing key \(publicKey.id) does not match it")
         }
         return key
     }
@@ -121,8 +137,12 @@ final class KeyStore: Sendable {
     private func loadFile(_ publicKey: ReceiptPublicKey) throws -> ReceiptSigningKey {
         let file = path(for: publicKey.id)
         guard let data = FileManager.default.contents(atPath: file) else {
-            let hint = keyEncryptionKey == nil ? "" : " and it has no sealed copy in the ledger (start the store that made it once with the key-encryption key, to seal it)"
-            throw StoreError(.internalFailure, "private key file \(file) for signing key \(publicKey.id) is missing\(hint)")
+            let hint =
+                keyEncryptionKey == nil
+                ? ""
+                : " and it has no sealed copy in the ledger (start the store that made it once with the key-encryption key, to seal it)"
+            throw StoreError(
+                .internalFailure, "private key file \(file) for signing key \(publicKey.id) is missing\(hint)")
         }
         let privateKey = try Curve25519.Signing.PrivateKey(rawRepresentation: data)
         let key = ReceiptSigningKey(privateKey: privateKey, notBeforeMs: publicKey.notBeforeMs)
@@ -136,7 +156,9 @@ final class KeyStore: Sendable {
     private func writePrivateKey(_ key: ReceiptSigningKey) throws {
         let file = path(for: key.id)
         let fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else { throw StoreError(.internalFailure, "cannot create private key file \(file): errno \(errno)") }
+        guard fd >= 0 else {
+            throw StoreError(.internalFailure, "cannot create private key file \(file): errno \(errno)")
+        }
         defer { close(fd) }
         let bytes = Array(key.privateKey.rawRepresentation)
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }

@@ -1,7 +1,6 @@
 import Foundation
 import KioskAPI
 
-
 extension RefundRequest {
     /// The state as the wire names it.
     public var wireState: StoreV1.RefundRequestState { StoreV1.RefundRequestState(rawValue: state.rawValue) }
@@ -11,15 +10,15 @@ extension RefundRequest {
 
     /// As the wire carries it.
     public var message: StoreV1.RefundRequestStatus {
-        StoreV1.RefundRequestStatus(transactionID: transactionID, accountID: accountID, productID: productID, reason: reason, state: wireState,
-                                    requestedMs: requestedMs, decidedMs: decidedMs, decisionReason: decisionReason)
+        StoreV1.RefundRequestStatus(
+            transactionID: transactionID, accountID: accountID, productID: productID, reason: reason, state: wireState,
+            requestedMs: requestedMs, decidedMs: decidedMs, decisionReason: decisionReason)
     }
 }
 
 extension Ledger {
     /// The longest reason a buyer or operator may give, in bytes of UTF-8.
     public static let maxRefundReasonBytes = FieldLimits.reason
-
 
     /// A buyer's or operator's reason: at most ``maxRefundReasonBytes`` of UTF-8 and no control characters
     /// (it is printed to operators; NUL is refused by PostgreSQL).
@@ -29,7 +28,8 @@ extension Ledger {
             throw StoreError.invalid("the reason is \(reason.utf8.count) bytes; at most \(maxRefundReasonBytes)")
         }
         guard !reason.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw StoreError.invalid("the reason holds a control character (a line break, a tab, NUL, an escape): give one line of text")
+            throw StoreError.invalid(
+                "the reason holds a control character (a line break, a tab, NUL, an escape): give one line of text")
         }
     }
 }
@@ -41,7 +41,9 @@ extension Store {
     /// and records nothing (a retry after a lost answer is safe).
     /// - Throws: ``StoreError`` NOT_FOUND for a transaction the account does not have; 9 for one that is not purchased
     ///   or already refunded (with no request); 3 for a reason over ``Ledger/maxRefundReasonBytes`` or with a control character.
-    public func requestRefund(accountID: String, transactionID: String, reason: String) async throws -> RefundRequestRecord {
+    public func requestRefund(
+        accountID: String, transactionID: String, reason: String
+    ) async throws -> RefundRequestRecord {
         guard !transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
         try Ledger.checkReason(reason)
         let nowMs = now
@@ -53,10 +55,14 @@ extension Store {
             if let existing = try db.refundRequest(transactionID: transactionID) { return existing }
             let request: RefundRequest
             do {
-                request = try RefundRequest.asked(transactionID: transactionID, accountID: accountID, productID: record.productID,
-                                                  purchased: record.state == .purchased, refunded: record.revokedMs != 0, reason: reason, atMs: nowMs)
+                request = try RefundRequest.asked(
+                    transactionID: transactionID, accountID: accountID, productID: record.productID,
+                    purchased: record.state == .purchased, refunded: record.revokedMs != 0, reason: reason, atMs: nowMs)
             } catch RefundRequest.Refusal.notPurchased {
-                throw StoreError(.conflict, "transaction \(transactionID) is \(record.state.description.lowercased()), not purchased: there is nothing to refund")
+                throw StoreError(
+                    .conflict,
+                    "transaction \(transactionID) is \(record.state.description.lowercased()), not purchased: there is nothing to refund"
+                )
             } catch {
                 throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
             }
@@ -71,16 +77,25 @@ extension Store {
     /// - Throws: ``StoreError`` NOT_FOUND when the transaction has no refund request; 9 when it is not pending.
     @discardableResult
     public func denyRefund(transactionID: String, reason: String) async throws -> RefundRequestRecord {
-        guard !transactionID.isEmpty, !reason.isEmpty else { throw StoreError.invalid("transaction_id and reason are required") }
+        guard !transactionID.isEmpty, !reason.isEmpty else {
+            throw StoreError.invalid("transaction_id and reason are required")
+        }
         try Ledger.checkReason(reason)
-        guard let request = try await ledger.offload({ [ledger] in try ledger.refundRequest(transactionID: transactionID) }) else {
+        let ledger = self.ledger
+        guard let request = try await ledger.offload({ try ledger.refundRequest(transactionID: transactionID) }) else {
             throw StoreError.notFound("transaction \(transactionID) has no refund request")
         }
         let nowMs = now
         return try await ledger.write(account: request.accountID) { db in
-            if let denied = try Ledger.decideRefundRequest(transactionID: transactionID, .denied, reason: reason, nowMs: nowMs, db) { return denied }
+            if let denied = try Ledger.decideRefundRequest(
+                transactionID: transactionID, .denied, reason: reason, nowMs: nowMs, db)
+            {
+                return denied
+            }
             let current = try db.refundRequest(transactionID: transactionID)
-            throw StoreError(.conflict, "the refund request of \(transactionID) is \(current.map { "\($0.state)" } ?? "gone"), not pending")
+            throw StoreError(
+                .conflict,
+                "the refund request of \(transactionID) is \(current.map { "\($0.state)" } ?? "gone"), not pending")
         }
     }
 }

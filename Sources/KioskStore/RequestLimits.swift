@@ -60,11 +60,15 @@ extension StoreV1.HistoryRequest: BoundedRequest {
 }
 
 extension StoreV1.FinishRequest: BoundedRequest {
-    func checkLimits() throws { try FieldLimits.require(transactionID, "transaction_id", max: FieldLimits.transactionID) }
+    func checkLimits() throws {
+        try FieldLimits.require(transactionID, "transaction_id", max: FieldLimits.transactionID)
+    }
 }
 
 extension StoreV1.VerifyReceiptRequest: BoundedRequest {
-    func checkLimits() throws { try FieldLimits.require(signedReceipt, "signed_receipt", max: FieldLimits.signedReceipt) }
+    func checkLimits() throws {
+        try FieldLimits.require(signedReceipt, "signed_receipt", max: FieldLimits.signedReceipt)
+    }
 }
 
 extension StoreV1.AccessTokenRequest: BoundedRequest {
@@ -84,7 +88,9 @@ extension StoreV1.SetAutoRenewRequest: BoundedRequest {
 }
 
 extension StoreV1.GetTransactionRequest: BoundedRequest {
-    func checkLimits() throws { try FieldLimits.require(transactionID, "transaction_id", max: FieldLimits.transactionID) }
+    func checkLimits() throws {
+        try FieldLimits.require(transactionID, "transaction_id", max: FieldLimits.transactionID)
+    }
 }
 
 extension StoreV1.ListTransactionsRequest: BoundedRequest {
@@ -121,7 +127,9 @@ extension StoreV1.ListRefundRequestsRequest: BoundedRequest {
 }
 
 extension StoreV1.ApproveRequest: BoundedRequest {
-    func checkLimits() throws { try FieldLimits.require(transactionID, "transaction_id", max: FieldLimits.transactionID) }
+    func checkLimits() throws {
+        try FieldLimits.require(transactionID, "transaction_id", max: FieldLimits.transactionID)
+    }
 }
 
 extension StoreV1.RetireKeyRequest: BoundedRequest {

@@ -48,8 +48,10 @@ final class RevocationFeed: Sendable {
     /// Called on the poller when the key set changed (the store reloads its verifier).
     private let keysChangedHandler = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
 
-    init(ledger: Ledger, pollInterval: Duration, capacity: Int = 4096,
-         sign: @escaping @Sendable (EventRecord) throws -> StoreV1.SignedEvent) {
+    init(
+        ledger: Ledger, pollInterval: Duration, capacity: Int = 4096,
+        sign: @escaping @Sendable (EventRecord) throws -> StoreV1.SignedEvent
+    ) {
         self.ledger = ledger
         self.sign = sign
         self.pollInterval = pollInterval
@@ -152,7 +154,9 @@ final class RevocationFeed: Sendable {
 
     /// Events after `cursor` of `types` (empty: any), at most `limit`, oldest first, and the id
     /// the reader has seen through: pass it as the next `cursor` (events the filter left out move it).
-    func events(after cursor: UInt64, limit: Int = 500, types: [EventKind] = []) async throws -> (events: [FeedEvent], through: UInt64) {
+    func events(
+        after cursor: UInt64, limit: Int = 500, types: [EventKind] = []
+    ) async throws -> (events: [FeedEvent], through: UInt64) {
         let wanted = Set(types)
         // Heartbeats past events the feed could not sign would tell a watcher it is current while it misses them
         // (the content service would keep honouring refunded receipts): the stream fails instead, and the watcher
@@ -189,10 +193,12 @@ final class RevocationFeed: Sendable {
         do {
             // One read of the ledger for the cheap parts, off the Swift concurrency threads (GRDB's reader).
             let (latest, fingerprint, revoked, latestEvent) = try await ledger.backend.read { db in
-                (try db.latestRevocationCursor(),
-                 try Ledger.publicKeys(db).map { "\($0.id)/\($0.notAfterMs)" },
-                 try db.revokedServiceCredentialIDs(),
-                 try db.latestEventID())
+                (
+                    try db.latestRevocationCursor(),
+                    try Ledger.publicKeys(db).map { "\($0.id)/\($0.notAfterMs)" },
+                    try db.revokedServiceCredentialIDs(),
+                    try db.latestEventID()
+                )
             }
             if state.withLockedValue({ $0.eventFloor }) == nil {
                 state.withLockedValue { $0.eventFloor = latestEvent }

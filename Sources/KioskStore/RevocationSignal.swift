@@ -2,7 +2,9 @@ import NIOConcurrencyHelpers
 
 /// Wakes `WatchRevocations` streams when a revocation is written in this process.
 final class RevocationSignal: Sendable {
-    private let state = NIOLockedValueBox<(generation: UInt64, waiters: [UInt64: CheckedContinuation<Void, Never>], next: UInt64)>((0, [:], 0))
+    private let state = NIOLockedValueBox<
+        (generation: UInt64, waiters: [UInt64: CheckedContinuation<Void, Never>], next: UInt64)
+    >((0, [:], 0))
 
     /// Wakes every waiter.
     func notify() {

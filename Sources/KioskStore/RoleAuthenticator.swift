@@ -17,7 +17,8 @@ struct RoleAuthenticator: RPCAuthenticator {
         let caller = try await store.caller(token: context.metadata.bearerToken)
         guard roles.contains(caller.role) else {
             let allowed = roles.map(\.rawValue).sorted().joined(separator: " or ")
-            throw RPCError(.permissionDenied, "\(context.method) is for callers of role \(allowed), not \(caller.role.rawValue)")
+            throw RPCError(
+                .permissionDenied, "\(context.method) is for callers of role \(allowed), not \(caller.role.rawValue)")
         }
         return caller
     }

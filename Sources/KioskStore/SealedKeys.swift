@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import KioskAPI
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,7 +29,9 @@ public struct KeyEncryptionKey: Sendable {
             throw StoreError(.invalidRequest, "a key-encryption key is 32 bytes, not \(bytes.count)")
         }
         key = SymmetricKey(data: bytes)
-        fingerprint = Array(SHA256.hash(data: Array("kiosk key-encryption key".utf8) + bytes)).prefix(8).map { String(format: "%02x", $0) }.joined()
+        fingerprint = Array(SHA256.hash(data: Array("kiosk key-encryption key".utf8) + bytes)).prefix(8).map {
+            String(format: "%02x", $0)
+        }.joined()
     }
 
     /// Reads a key file: 64 hex digits (as `keys new-kek` writes) or 32 raw bytes. The file must be
@@ -37,10 +40,14 @@ public struct KeyEncryptionKey: Sendable {
     public init(contentsOfFile path: String) throws {
         var status = stat()
         guard stat(path, &status) == 0 else {
-            throw StoreError(.invalidRequest, "cannot read the key-encryption key file \(path): \(String(cString: strerror(errno)))")
+            throw StoreError(
+                .invalidRequest, "cannot read the key-encryption key file \(path): \(String(cString: strerror(errno)))")
         }
         guard status.st_mode & 0o077 == 0 else {
-            throw StoreError(.invalidRequest, "the key-encryption key file \(path) is open to others (mode \(String(status.st_mode & 0o777, radix: 8))): chmod 600 it")
+            throw StoreError(
+                .invalidRequest,
+                "the key-encryption key file \(path) is open to others (mode \(String(status.st_mode & 0o777, radix: 8))): chmod 600 it"
+            )
         }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw StoreError(.invalidRequest, "cannot read the key-encryption key file \(path)")
@@ -51,7 +58,10 @@ public struct KeyEncryptionKey: Sendable {
         } else if data.count == 32 {
             try self.init(bytes: Array(data))
         } else {
-            throw StoreError(.invalidRequest, "the key-encryption key file \(path) holds neither 64 hex digits nor 32 bytes (make one with `kiosk-store keys new-kek FILE`)")
+            throw StoreError(
+                .invalidRequest,
+                "the key-encryption key file \(path) holds neither 64 hex digits nor 32 bytes (make one with `kiosk-store keys new-kek FILE`)"
+            )
         }
     }
 
@@ -84,13 +94,17 @@ public struct KeyEncryptionKey: Sendable {
     /// - Throws: ``StoreError`` internal failure when it was sealed with another key-encryption key, or damaged.
     func unseal(_ sealed: [UInt8], keyID: String) throws -> [UInt8] {
         guard sealed.starts(with: Self.format) else {
-            throw StoreError(.internalFailure, "the sealed private half of signing key \(keyID) is in an unknown format")
+            throw StoreError(
+                .internalFailure, "the sealed private half of signing key \(keyID) is in an unknown format")
         }
         do {
             let box = try ChaChaPoly.SealedBox(combined: sealed.dropFirst(Self.format.count))
             return Array(try ChaChaPoly.open(box, using: key, authenticating: Array("kiosk signing key \(keyID)".utf8)))
         } catch {
-            throw StoreError(.internalFailure, "signing key \(keyID) does not open with key-encryption key \(fingerprint): it was sealed with another one (give every replica the same --key-encryption-key-file), or the ledger's copy is damaged")
+            throw StoreError(
+                .internalFailure,
+                "signing key \(keyID) does not open with key-encryption key \(fingerprint): it was sealed with another one (give every replica the same --key-encryption-key-file), or the ledger's copy is damaged"
+            )
         }
     }
 

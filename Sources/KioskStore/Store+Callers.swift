@@ -11,14 +11,18 @@ extension Store {
         guard role != .account else { throw StoreError.invalid("a service credential's role is content or admin") }
         let id = "svc_" + Self.randomHex(bytes: 8)
         let secret = Self.serviceCredentialPrefix + Self.randomHex(bytes: 32)
-        try ledger.addServiceCredential(ServiceCredentialRecord(id: id, role: role, name: name.isEmpty ? role.rawValue : name, createdMs: now), tokenHash: Self.hash(secret))
+        try ledger.addServiceCredential(
+            ServiceCredentialRecord(id: id, role: role, name: name.isEmpty ? role.rawValue : name, createdMs: now),
+            tokenHash: Self.hash(secret))
         return (id, secret)
     }
 
     /// Revokes a service credential: its calls are refused from now on, and a
     /// revocation feed it holds open ends (16) within the feed's poll interval.
     public func revokeServiceCredential(id: String) throws {
-        guard try ledger.revokeServiceCredential(id: id, nowMs: now) else { throw StoreError.notFound("no service credential \(id)") }
+        guard try ledger.revokeServiceCredential(id: id, nowMs: now) else {
+            throw StoreError.notFound("no service credential \(id)")
+        }
     }
 
     /// Who a bearer token belongs to: an account or a service credential.

@@ -8,8 +8,10 @@ extension Store {
 
     /// One page of the event log after `cursor` (of one account, or all), of `types` (empty: any).
     /// - Returns: the events, the cursor to pass next (the last event's id, or `cursor`), and whether more follow.
-    public func listEvents(after cursor: UInt64, limit requested: UInt32, accountID: String? = nil,
-                           types: [EventKind] = []) async throws -> (events: [EventRecord], cursor: UInt64, hasMore: Bool) {
+    public func listEvents(
+        after cursor: UInt64, limit requested: UInt32, accountID: String? = nil,
+        types: [EventKind] = []
+    ) async throws -> (events: [EventRecord], cursor: UInt64, hasMore: Bool) {
         let limit = Ledger.pageSize(requested)
         let page = try await ledger.events(after: cursor, limit: limit + 1, accountID: accountID, types: types)
         let kept = Array(page.prefix(limit))
@@ -44,20 +46,27 @@ extension Store {
         }
     }
 
-    static func decline(_ transactionID: String, reason: String, nowMs: Int64, instance: InstanceLock, _ db: any LedgerDatabase) throws -> TransactionRecord {
+    static func decline(
+        _ transactionID: String, reason: String, nowMs: Int64, instance: InstanceLock, _ db: any LedgerDatabase
+    ) throws -> TransactionRecord {
         guard var record = try db.transaction(id: transactionID), record.state == .deferred else {
             throw StoreError(.conflict, "transaction \(transactionID) is not waiting for approval")
         }
         let paymentID = record.paymentID ?? record.id
-        if let approval = try db.intent(id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)"), approval.state == .pending,
-           approval.owner == instance.id || instance.isAlive(approval.owner, db) {
+        if let approval = try db.intent(id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)"),
+            approval.state == .pending,
+            approval.owner == instance.id || instance.isAlive(approval.owner, db)
+        {
             throw StoreError(.conflict, "transaction \(transactionID) is being approved; it cannot be declined now")
         }
         record.state = .failed
         record.errorCode = FailedPurchase.Code.paymentCancelled.rawValue
         record.errorReason = reason
-        record.errorMessage = reason == "expired" ? "the ask-to-buy request expired before it was approved" : "the ask-to-buy request was declined"
-        try db.failDeferred(transactionID: record.id, code: record.errorCode, reason: record.errorReason, message: record.errorMessage)
+        record.errorMessage =
+            reason == "expired"
+            ? "the ask-to-buy request expired before it was approved" : "the ask-to-buy request was declined"
+        try db.failDeferred(
+            transactionID: record.id, code: record.errorCode, reason: record.errorReason, message: record.errorMessage)
         try db.recordEvent(EventRecord(.declined, record, nowMs: nowMs, reason: reason))
         return record
     }

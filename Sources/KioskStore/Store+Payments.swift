@@ -29,8 +29,9 @@ extension Store {
         offer: StoreV1.SubscriptionOffer? = nil
     ) async throws -> PurchaseOutcome {
         try await Task {
-            try await uncancellablePurchase(account: account, productID: productID, quantity: quantity,
-                                            paymentMethod: paymentMethod, idempotencyKey: idempotencyKey, offer: offer)
+            try await uncancellablePurchase(
+                account: account, productID: productID, quantity: quantity,
+                paymentMethod: paymentMethod, idempotencyKey: idempotencyKey, offer: offer)
         }.value
     }
 
@@ -39,19 +40,28 @@ extension Store {
         offer: StoreV1.SubscriptionOffer?
     ) async throws -> PurchaseOutcome {
         guard !productID.isEmpty else { throw StoreError.invalid("product_id is required") }
-        guard !paymentMethod.isEmpty else { throw StoreError.invalid("payment_method is required, e.g. \"test-card:4242424242424242\"") }
+        guard !paymentMethod.isEmpty else {
+            throw StoreError.invalid("payment_method is required, e.g. \"test-card:4242424242424242\"")
+        }
         try Self.checkIdempotencyKey(idempotencyKey)
         let product = catalog.product(productID)
         let maxQuantity = product?.maxQuantity ?? 10
         guard quantity >= 1, quantity <= maxQuantity else {
             throw StoreError.invalid("quantity \(quantity) is outside 1…\(maxQuantity) for product \(productID)")
         }
-        let offer = offer.flatMap { $0.offerID.isEmpty && $0.keyID.isEmpty && $0.nonce.isEmpty && $0.signature.isEmpty ? nil : $0 }
+        let offer = offer.flatMap {
+            $0.offerID.isEmpty && $0.keyID.isEmpty && $0.nonce.isEmpty && $0.signature.isEmpty ? nil : $0
+        }
         // The offer is part of the request: a key reused with another offer is another request.
-        let offerText = offer.map { "\u{0}offer\u{0}\($0.offerID)\u{0}\($0.keyID)\u{0}\($0.nonce)\u{0}\($0.timestampMs)\u{0}\($0.signature.hexString)" } ?? ""
-        let order = Order(account: account.id, productID: productID, product: product, quantity: quantity, paymentMethod: paymentMethod,
-                          idempotencyKey: idempotencyKey, offer: offer,
-                          requestHash: Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)\(offerText)"))
+        let offerText =
+            offer.map {
+                "\u{0}offer\u{0}\($0.offerID)\u{0}\($0.keyID)\u{0}\($0.nonce)\u{0}\($0.timestampMs)\u{0}\($0.signature.hexString)"
+            } ?? ""
+        let order = Order(
+            account: account.id, productID: productID, product: product, quantity: quantity,
+            paymentMethod: paymentMethod,
+            idempotencyKey: idempotencyKey, offer: offer,
+            requestHash: Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)\(offerText)"))
         // Calls with the same key queue here, so a racing retry replays the first answer; other purchases
         // (of the same account too) run at once and commit together: the database guards them.
         let transactionID = Self.newTransactionID()
@@ -111,16 +121,24 @@ extension Store {
         let paymentID = order.paymentID(or: transactionID)
         let instance = self.instance
         return try await ledger.write(account: order.account) { db -> PurchaseStart in
-            if let bytes = try db.remembered(account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash) {
+            if let bytes = try db.remembered(
+                account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash)
+            {
                 return .answered(try PurchaseOutcome.replaying(bytes, db))
             }
             func answer(_ outcome: PurchaseOutcome) throws -> PurchaseStart {
-                try db.remember(StoredAnswer(outcome).encoded(), account: order.account, key: order.idempotencyKey, operation: "purchase",
-                                    hash: order.requestHash, nowMs: nowMs)
+                try db.remember(
+                    StoredAnswer(outcome).encoded(), account: order.account, key: order.idempotencyKey,
+                    operation: "purchase",
+                    hash: order.requestHash, nowMs: nowMs)
                 return .answered(outcome)
             }
             func refuse(code: FailedPurchase.Code, _ reason: String, _ message: String) throws -> PurchaseStart {
-                try answer(PurchaseOutcome(result: .failed(self.failure(transactionID, order: order, nowMs: nowMs, code: code, reason: reason, message))))
+                try answer(
+                    PurchaseOutcome(
+                        result: .failed(
+                            self.failure(transactionID, order: order, nowMs: nowMs, code: code, reason: reason, message)
+                        )))
             }
             guard let account = try db.account(id: order.account) else {
                 throw StoreError.unauthenticated("account \(order.account) no longer exists")
@@ -129,32 +147,49 @@ extension Store {
             // answered FAILED because the account, the catalog or the rules changed since.
             let earlierIntent = try db.intent(id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)")
             if let earlierIntent, let key = order.idempotencyKey, earlierIntent.requestHash != order.requestHash {
-                throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different purchase; use a new key for a new request")
+                throw StoreError(
+                    .keyReused,
+                    "idempotency-key \"\(key)\" was already used for a different purchase; use a new key for a new request"
+                )
             }
             if order.idempotencyKey != nil, let earlier = try db.transaction(paymentID: paymentID) {
                 // The key's answer was pruned (past the retention) but the ledger still has what that
                 // payment bought: the same answer again, never a second charge.
-                return .answered(PurchaseOutcome(result: earlier.state == .deferred ? .deferred(earlier) : .purchased(earlier), replayed: true))
+                return .answered(
+                    PurchaseOutcome(
+                        result: earlier.state == .deferred ? .deferred(earlier) : .purchased(earlier), replayed: true))
             }
             if let earlierIntent, earlierIntent.state == .pending {
                 // Its outcome was never recorded. Another live process may be asking the processor right now.
                 if earlierIntent.owner != instance.id, instance.isAlive(earlierIntent.owner, db) {
-                    throw StoreError(.inProgress, "this payment is being made by another store process; retry with the same idempotency-key")
+                    throw StoreError(
+                        .inProgress,
+                        "this payment is being made by another store process; retry with the same idempotency-key")
                 }
                 // Ask again with the same payment id (the processor deduplicates on it), as the same transaction.
                 return .charge(try db.reopen(earlierIntent, owner: instance.id, nowMs: nowMs))
             }
             guard account.paymentsAllowed else {
-                return try refuse(code: .paymentNotAllowed, "payment_not_allowed", "payment not allowed: purchases are disabled for this account")
+                return try refuse(
+                    code: .paymentNotAllowed, "payment_not_allowed",
+                    "payment not allowed: purchases are disabled for this account")
             }
             guard let product = order.product else {
-                return try refuse(code: .productUnavailable, "product_unavailable", "product unavailable: \(order.productID) is not in the catalog")
+                return try refuse(
+                    code: .productUnavailable, "product_unavailable",
+                    "product unavailable: \(order.productID) is not in the catalog")
             }
-            if self.configuration.environment == .production, SimulatedPaymentProcessor.isTestMethod(order.paymentMethod) {
-                return try refuse(code: .paymentInvalid, "test_payment_method",
-                                  "\(order.paymentMethod) is a sandbox test method; a production store takes real payment methods only")
+            if self.configuration.environment == .production,
+                SimulatedPaymentProcessor.isTestMethod(order.paymentMethod)
+            {
+                return try refuse(
+                    code: .paymentInvalid, "test_payment_method",
+                    "\(order.paymentMethod) is a sandbox test method; a production store takes real payment methods only"
+                )
             }
-            if let owned = try db.owned(accountID: order.account, productID: product.id, kind: product.type, nowMs: nowMs) {
+            if let owned = try db.owned(
+                accountID: order.account, productID: product.id, kind: product.type, nowMs: nowMs)
+            {
                 return try answer(PurchaseOutcome(result: .purchased(owned), alreadyOwned: true))
             }
             var unitPrice = product.price
@@ -180,17 +215,25 @@ extension Store {
                 }
             }
             if product.type == .autoRenewableSubscription,
-               try self.rules.groupPaymentInFlight(db, accountID: order.account, productID: product.id, except: earlierIntent?.id) {
-                throw StoreError(.inProgress, "a payment for a subscription in \(product.id)'s group (a renewal, or another purchase) is in progress for this account; try again when it has finished")
+                try self.rules.groupPaymentInFlight(
+                    db, accountID: order.account, productID: product.id, except: earlierIntent?.id)
+            {
+                throw StoreError(
+                    .inProgress,
+                    "a payment for a subscription in \(product.id)'s group (a renewal, or another purchase) is in progress for this account; try again when it has finished"
+                )
             }
             if let earlierIntent, earlierIntent.state == .closed {
                 // Closed uncharged (reconciliation found nothing): this retry pays, as the same transaction.
                 return .charge(try db.reopen(earlierIntent, owner: instance.id, nowMs: nowMs))
             }
             var intent = PaymentIntent(
-                kind: .purchase, paymentID: paymentID, transactionID: transactionID, accountID: order.account, product: product,
-                quantity: order.quantity, unitPrice: unitPrice, currency: product.currency, paymentMethod: order.paymentMethod,
-                purchaseMs: nowMs, idempotencyKey: order.idempotencyKey, requestHash: order.requestHash, owner: instance.id)
+                kind: .purchase, paymentID: paymentID, transactionID: transactionID, accountID: order.account,
+                product: product,
+                quantity: order.quantity, unitPrice: unitPrice, currency: product.currency,
+                paymentMethod: order.paymentMethod,
+                purchaseMs: nowMs, idempotencyKey: order.idempotencyKey, requestHash: order.requestHash,
+                owner: instance.id)
             if let offerTerms {
                 intent.offerID = offerTerms.id
                 intent.subscriptionPeriod = offerTerms.period.description
@@ -202,13 +245,17 @@ extension Store {
 
     /// The processor's charge; nothing to charge (a free trial, an upgrade fully credited) is not sent to it.
     func processorCharge(_ request: PaymentRequest) async throws -> PaymentOutcome {
-        if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge { return .succeeded(reference: Self.noChargeReference) }
+        if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge {
+            return .succeeded(reference: Self.noChargeReference)
+        }
         return try await configuration.paymentProcessor.charge(request)
     }
 
     /// The processor's lookup; a payment of nothing was never sent to it and counts as charged.
     func processorLookup(_ request: PaymentRequest) async throws -> PaymentLookup {
-        if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge { return .charged(reference: Self.noChargeReference) }
+        if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge {
+            return .charged(reference: Self.noChargeReference)
+        }
         return try await configuration.paymentProcessor.lookup(request)
     }
 
@@ -222,7 +269,10 @@ extension Store {
         do {
             return try await processorLookup(intent.request)
         } catch {
-            throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key later")
+            throw StoreError(
+                .processorUnavailable,
+                "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key later"
+            )
         }
     }
 
@@ -231,13 +281,18 @@ extension Store {
         do {
             return try await processorCharge(intent.request)
         } catch {
-            throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key, or the store settles it with the processor")
+            throw StoreError(
+                .processorUnavailable,
+                "the payment processor did not answer (\(error)); the payment is pending: retry with the same idempotency-key, or the store settles it with the processor"
+            )
         }
     }
 
     /// Step 3, one write: the outcome recorded, the intent completed or closed, the key's answer stored.
     /// - Parameter via: how the outcome was learnt, when not from the charge itself (`reconciled`, `lookup`), kept in the intent's outcome.
-    func completePurchase(_ intent: PaymentIntent, _ outcome: PaymentOutcome, via: String? = nil) async throws -> PurchaseOutcome {
+    func completePurchase(
+        _ intent: PaymentIntent, _ outcome: PaymentOutcome, via: String? = nil
+    ) async throws -> PurchaseOutcome {
         let prefix = via.map { "\($0):" } ?? ""
         let nowMs = now
         let signer = try keys.activeKey()
@@ -248,7 +303,10 @@ extension Store {
                 if let recorded = try db.transaction(paymentID: intent.paymentID) {
                     response = PurchaseOutcome(result: .purchased(recorded))
                 } else if intent.exclusive,
-                          let owned = try db.owned(accountID: intent.accountID, productID: intent.productID, kind: intent.productType, nowMs: nowMs) {
+                    let owned = try db.owned(
+                        accountID: intent.accountID, productID: intent.productID, kind: intent.productType, nowMs: nowMs
+                    )
+                {
                     // Charged for something the account came to own meanwhile (only possible when a pending payment
                     // was taken for uncharged and another bought the product): the charge is never dropped silently —
                     // it is refunded, and stays due in the ledger until the processor confirms.
@@ -263,24 +321,33 @@ extension Store {
                 try db.settle(intent.id, .completed, outcome: "\(prefix)charged:\(reference)", nowMs: nowMs)
             case .deferred:
                 if let recorded = try db.transaction(paymentID: intent.paymentID) {
-                    response = PurchaseOutcome(result: recorded.state == .deferred ? .deferred(recorded) : .purchased(recorded))
+                    response = PurchaseOutcome(
+                        result: recorded.state == .deferred ? .deferred(recorded) : .purchased(recorded))
                 } else {
-                    let deferred = TransactionRecord(intent, id: intent.transactionID, state: .deferred, purchaseMs: intent.purchaseMs,
-                                                     environment: self.configuration.environment)
+                    let deferred = TransactionRecord(
+                        intent, id: intent.transactionID, state: .deferred, purchaseMs: intent.purchaseMs,
+                        environment: self.configuration.environment)
                     try db.insertTransaction(deferred)
                     response = PurchaseOutcome(result: .deferred(deferred))
                 }
                 try db.settle(intent.id, .completed, outcome: "\(prefix)deferred", nowMs: nowMs)
             case .cancelled:
-                response = PurchaseOutcome(result: .failed(self.failure(intent, code: .paymentCancelled, reason: "payment_cancelled", "payment cancelled by the user")))
+                response = PurchaseOutcome(
+                    result: .failed(
+                        self.failure(
+                            intent, code: .paymentCancelled, reason: "payment_cancelled",
+                            "payment cancelled by the user")))
                 try db.settle(intent.id, .closed, outcome: "\(prefix)cancelled", nowMs: nowMs)
             case .declined(let reason, let message):
-                response = PurchaseOutcome(result: .failed(self.failure(intent, code: .paymentInvalid, reason: reason, message)))
+                response = PurchaseOutcome(
+                    result: .failed(self.failure(intent, code: .paymentInvalid, reason: reason, message)))
                 try db.settle(intent.id, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs)
             }
             // A recorded charge replaces whatever the key answered before.
-            try db.remember(StoredAnswer(response).encoded(), account: intent.accountID, key: intent.idempotencyKey, operation: "purchase",
-                                hash: intent.requestHash, nowMs: nowMs, replacing: response.isPurchased)
+            try db.remember(
+                StoredAnswer(response).encoded(), account: intent.accountID, key: intent.idempotencyKey,
+                operation: "purchase",
+                hash: intent.requestHash, nowMs: nowMs, replacing: response.isPurchased)
             return (response, false)
         }
         if refundDue { await refundDuplicate(intent) }
@@ -307,10 +374,13 @@ extension Store {
 
     /// A PURCHASED record of an intent, with its signed receipt, expiry and credits; read and written in one write.
     /// A subscription renewal passes its subscription's original id and the start of the period it pays for.
-    func purchasedRecord(_ intent: PaymentIntent, _ db: any LedgerDatabase, signer: ReceiptSigningKey,
-                         renewing: (originalID: String, periodStartMs: Int64)? = nil) throws -> TransactionRecord {
-        var record = TransactionRecord(intent, id: intent.transactionID, state: .purchased, purchaseMs: intent.purchaseMs,
-                                       environment: configuration.environment)
+    func purchasedRecord(
+        _ intent: PaymentIntent, _ db: any LedgerDatabase, signer: ReceiptSigningKey,
+        renewing: (originalID: String, periodStartMs: Int64)? = nil
+    ) throws -> TransactionRecord {
+        var record = TransactionRecord(
+            intent, id: intent.transactionID, state: .purchased, purchaseMs: intent.purchaseMs,
+            environment: configuration.environment)
         if let period = SubscriptionPeriod(iso8601: intent.subscriptionPeriod) {
             if let renewing {
                 record.originalID = renewing.originalID
@@ -318,7 +388,9 @@ extension Store {
             } else {
                 let history = try db.subscriptionHistory(accountID: intent.accountID, productID: intent.productID)
                 if intent.productType == .autoRenewableSubscription,
-                   let group = try rules.groupSubscription(db, accountID: intent.accountID, productID: intent.productID) {
+                    let group = try rules.groupSubscription(
+                        db, accountID: intent.accountID, productID: intent.productID)
+                {
                     // One subscription per group: an upgrade or a resubscription continues it.
                     record.originalID = group.originalID
                 } else if intent.productType == .autoRenewableSubscription, let first = history.originalID {
@@ -326,7 +398,8 @@ extension Store {
                 }
                 // A non-renewing period bought while another runs starts when that one ends; an auto-renewable one
                 // is bought only when the account is not subscribed (or in billing retry): it starts now.
-                record.periodStartMs = intent.productType == .autoRenewableSubscription
+                record.periodStartMs =
+                    intent.productType == .autoRenewableSubscription
                     ? intent.purchaseMs : max(intent.purchaseMs, history.latestExpiryMs)
             }
             record.expiresMs = period.end(fromMs: record.periodStartMs, timeScale: timeScale)
@@ -350,16 +423,26 @@ extension Store {
     }
 
     /// A FAILED purchase: reported, never recorded (nothing was charged).
-    private func failure(_ id: String, order: Order, nowMs: Int64, code: FailedPurchase.Code, reason: String, _ message: String) -> FailedPurchase {
-        FailedPurchase(code: code, reason: reason, message: message, transactionID: id, accountID: order.account, productID: order.productID,
-                       productType: order.product?.type, quantity: order.quantity, dateMs: nowMs,
-                       price: order.product?.price ?? "", currency: order.product?.currency ?? "", environment: configuration.environment)
+    private func failure(
+        _ id: String, order: Order, nowMs: Int64, code: FailedPurchase.Code, reason: String, _ message: String
+    ) -> FailedPurchase {
+        FailedPurchase(
+            code: code, reason: reason, message: message, transactionID: id, accountID: order.account,
+            productID: order.productID,
+            productType: order.product?.type, quantity: order.quantity, dateMs: nowMs,
+            price: order.product?.price ?? "", currency: order.product?.currency ?? "",
+            environment: configuration.environment)
     }
 
-    private func failure(_ intent: PaymentIntent, code: FailedPurchase.Code, reason: String, _ message: String) -> FailedPurchase {
-        FailedPurchase(code: code, reason: reason, message: message, transactionID: intent.transactionID, accountID: intent.accountID,
-                       productID: intent.productID, productType: intent.productType, quantity: intent.quantity, dateMs: intent.purchaseMs,
-                       price: intent.unitPrice, currency: intent.currency, environment: configuration.environment)
+    private func failure(
+        _ intent: PaymentIntent, code: FailedPurchase.Code, reason: String, _ message: String
+    ) -> FailedPurchase {
+        FailedPurchase(
+            code: code, reason: reason, message: message, transactionID: intent.transactionID,
+            accountID: intent.accountID,
+            productID: intent.productID, productType: intent.productType, quantity: intent.quantity,
+            dateMs: intent.purchaseMs,
+            price: intent.unitPrice, currency: intent.currency, environment: configuration.environment)
     }
 
     // MARK: Credits
@@ -367,7 +450,9 @@ extension Store {
     /// Spends credits, at most once per idempotency key; returns the new balance.
     /// - Throws: ``StoreError`` 3 for an amount below 1, 9 when the balance is too low, 6 for a reused key.
     /// Like a purchase, a spend once started is not cancelled with the calling task.
-    public func spendCredits(account: AccountRecord, amount: Int64, idempotencyKey: String?) async throws -> SpendOutcome {
+    public func spendCredits(
+        account: AccountRecord, amount: Int64, idempotencyKey: String?
+    ) async throws -> SpendOutcome {
         guard amount > 0 else { throw StoreError.invalid("amount must be 1 or more, got \(amount)") }
         try Self.checkIdempotencyKey(idempotencyKey)
         let requestHash = Self.hash("spend\u{0}\(amount)")
@@ -375,22 +460,33 @@ extension Store {
         return try await Task {
             // The key's answer, the balance check and the movement are one write: two processes cannot spend one key twice.
             try await ledger.write(account: account.id) { db -> SpendOutcome in
-                if let bytes = try db.remembered(account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash) {
+                if let bytes = try db.remembered(
+                    account: account.id, key: idempotencyKey, operation: "spend", hash: requestHash)
+                {
                     return try SpendOutcome.replaying(bytes)
                 }
                 // A purchase holds the key from its intent on, before its answer is stored.
                 if let key = idempotencyKey,
-                   try db.intent(id: "\(PaymentIntent.Kind.purchase.rawValue):\(Store.hash("\(account.id)\u{0}\(key)").hexString)") != nil {
-                    throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a purchase; use a new key for a new request")
+                    try db.intent(
+                        id:
+                            "\(PaymentIntent.Kind.purchase.rawValue):\(Store.hash("\(account.id)\u{0}\(key)").hexString)"
+                    ) != nil
+                {
+                    throw StoreError(
+                        .keyReused,
+                        "idempotency-key \"\(key)\" was already used for a purchase; use a new key for a new request")
                 }
                 let balance = Int64(clamping: try db.account(id: account.id)?.creditBalance ?? 0)
                 guard balance >= amount else {
-                    throw StoreError(.conflict, "insufficient credits: the balance is \(balance), cannot spend \(amount)")
+                    throw StoreError(
+                        .conflict, "insufficient credits: the balance is \(balance), cannot spend \(amount)")
                 }
                 try db.addCredits(-amount, account: account.id, transaction: nil, reason: "spend", nowMs: nowMs)
                 let response = SpendOutcome(balance: UInt64(balance - amount))
-                try db.remember(StoredAnswer.spend(balance: response.balance).encoded(), account: account.id, key: idempotencyKey, operation: "spend",
-                                    hash: requestHash, nowMs: nowMs)
+                try db.remember(
+                    StoredAnswer.spend(balance: response.balance).encoded(), account: account.id, key: idempotencyKey,
+                    operation: "spend",
+                    hash: requestHash, nowMs: nowMs)
                 return response
             }
         }.value
@@ -423,19 +519,28 @@ extension Store {
         return try await locks.withLock(record.paymentID ?? record.id) {
             let intent = try await startApproval(transactionID)
             // An approval first tried longer ago than the processor keeps idempotency keys: ask before charging again.
-            if intent.createdMs < now - Self.processorKeyLifetimeMs, case .charged(let reference) = try await lookup(intent) {
+            if intent.createdMs < now - Self.processorKeyLifetimeMs,
+                case .charged(let reference) = try await lookup(intent)
+            {
                 return try await completeApproval(intent, reference: reference, via: "lookup")
             }
             let outcome: PaymentOutcome
             do {
-                outcome = PaymentIntentLifecycle.plan(for: intent.request.amount) == .nothingToCharge
-                    ? .succeeded(reference: Self.noChargeReference) : try await configuration.paymentProcessor.approve(intent.request)
+                outcome =
+                    PaymentIntentLifecycle.plan(for: intent.request.amount) == .nothingToCharge
+                    ? .succeeded(reference: Self.noChargeReference)
+                    : try await configuration.paymentProcessor.approve(intent.request)
             } catch {
-                throw StoreError(.processorUnavailable, "the payment processor did not answer (\(error)); the approval is pending and is settled with the processor")
+                throw StoreError(
+                    .processorUnavailable,
+                    "the payment processor did not answer (\(error)); the approval is pending and is settled with the processor"
+                )
             }
             guard case .succeeded(let reference) = outcome else {
                 try await close(intent, outcome: "refused:\(outcome)")
-                throw StoreError(.conflict, "the payment processor refused the approved payment (\(outcome)); \(transactionID) stays deferred")
+                throw StoreError(
+                    .conflict,
+                    "the payment processor refused the approved payment (\(outcome)); \(transactionID) stays deferred")
             }
             return try await completeApproval(intent, reference: reference)
         }
@@ -453,17 +558,25 @@ extension Store {
             guard let product = self.catalog.product(deferred.productID) else {
                 throw StoreError(.conflict, "product \(deferred.productID) is no longer in the catalog")
             }
-            if let owned = try db.owned(accountID: deferred.accountID, productID: product.id, kind: product.type, nowMs: nowMs) {
-                throw StoreError(.conflict,
-                                 "account \(deferred.accountID) already owns \(product.id) (transaction \(owned.id)); \(transactionID) was not charged")
+            if let owned = try db.owned(
+                accountID: deferred.accountID, productID: product.id, kind: product.type, nowMs: nowMs)
+            {
+                throw StoreError(
+                    .conflict,
+                    "account \(deferred.accountID) already owns \(product.id) (transaction \(owned.id)); \(transactionID) was not charged"
+                )
             }
             // An ask-to-buy request is approved as asked: not as an upgrade or a downgrade of a subscription the account
             // has in the group now (its price was asked for without one); the buyer asks again.
             if product.type == .autoRenewableSubscription,
-               let current = try self.rules.groupSubscription(db, accountID: deferred.accountID, productID: product.id),
-               current.productID != product.id, current.isEntitled(atMs: nowMs) {
-                throw StoreError(.conflict,
-                                 "account \(deferred.accountID) subscribes to \(current.productID) in \(product.id)'s group now; \(transactionID) was not charged: ask to buy again")
+                let current = try self.rules.groupSubscription(
+                    db, accountID: deferred.accountID, productID: product.id),
+                current.productID != product.id, current.isEntitled(atMs: nowMs)
+            {
+                throw StoreError(
+                    .conflict,
+                    "account \(deferred.accountID) subscribes to \(current.productID) in \(product.id)'s group now; \(transactionID) was not charged: ask to buy again"
+                )
             }
             let paymentID = deferred.paymentID ?? deferred.id
             if let earlier = try db.intent(id: "\(PaymentIntent.Kind.approval.rawValue):\(paymentID)") {
@@ -473,8 +586,10 @@ extension Store {
                 return try db.reopen(earlier, owner: instance.id, nowMs: nowMs)
             }
             let intent = PaymentIntent(
-                kind: .approval, paymentID: paymentID, transactionID: deferred.id, accountID: deferred.accountID, product: product,
-                quantity: deferred.quantity, unitPrice: deferred.price, currency: deferred.currency, paymentMethod: deferred.paymentMethod,
+                kind: .approval, paymentID: paymentID, transactionID: deferred.id, accountID: deferred.accountID,
+                product: product,
+                quantity: deferred.quantity, unitPrice: deferred.price, currency: deferred.currency,
+                paymentMethod: deferred.paymentMethod,
                 purchaseMs: nowMs, idempotencyKey: nil, requestHash: [], owner: instance.id)
             try db.insertIntent(intent, nowMs: nowMs)
             return intent
@@ -482,18 +597,24 @@ extension Store {
     }
 
     /// One write: the deferred row becomes PURCHASED (same id), the intent completed.
-    func completeApproval(_ intent: PaymentIntent, reference: String, via: String? = nil) async throws -> TransactionRecord {
+    func completeApproval(
+        _ intent: PaymentIntent, reference: String, via: String? = nil
+    ) async throws -> TransactionRecord {
         let label = (via.map { "\($0):" } ?? "") + "charged:\(reference)"
         let nowMs = now
         let signer = try keys.activeKey()
-        let (record, refundDue) = try await ledger.write(account: intent.accountID) { db -> (TransactionRecord?, Bool) in
+        let (record, refundDue) = try await ledger.write(account: intent.accountID) {
+            db -> (TransactionRecord?, Bool) in
             let current = try db.transaction(id: intent.transactionID)
             if let current, current.state == .purchased {
                 try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
                 return (current, false)
             }
-            let owned = intent.exclusive
-                ? try db.owned(accountID: intent.accountID, productID: intent.productID, kind: intent.productType, nowMs: nowMs) : nil
+            let owned =
+                intent.exclusive
+                ? try db.owned(
+                    accountID: intent.accountID, productID: intent.productID, kind: intent.productType, nowMs: nowMs)
+                : nil
             guard let current, current.state == .deferred, owned == nil else {
                 // Charged, but there is nothing left to approve (the account bought the product meanwhile):
                 // the charge is refunded, and stays due in the ledger until the processor confirms.
@@ -504,18 +625,24 @@ extension Store {
             let record = try self.purchasedRecord(intent, db, signer: signer)
             try db.replaceTransaction(record)
             // The buyer asked at the deferred price: that is the regular price agreed to, whatever the catalog says now.
-            try self.rules.bought(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, nowMs: nowMs, db)
+            try self.rules.bought(
+                record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, nowMs: nowMs, db)
             try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
             return (record, false)
         }
         if let record { return record }
         if refundDue { await refundDuplicate(intent) }
-        throw StoreError(.conflict, "transaction \(intent.transactionID) is no longer waiting for approval (the account owns \(intent.productID)); the approved charge is refunded")
+        throw StoreError(
+            .conflict,
+            "transaction \(intent.transactionID) is no longer waiting for approval (the account owns \(intent.productID)); the approved charge is refunded"
+        )
     }
 
     private func close(_ intent: PaymentIntent, outcome: String) async throws {
         let nowMs = now
-        try await ledger.write(account: intent.accountID) { db in try db.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs) }
+        try await ledger.write(account: intent.accountID) { db in
+            try db.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs)
+        }
     }
 
     // MARK: Refunds
@@ -532,20 +659,32 @@ extension Store {
         guard let record = try await ledger.offload({ try ledger.transaction(id: transactionID) }) else {
             throw StoreError.notFound("no transaction \(transactionID)")
         }
-        guard record.state == .purchased else { throw StoreError(.conflict, "transaction \(transactionID) is not purchased") }
-        guard record.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
+        guard record.state == .purchased else {
+            throw StoreError(.conflict, "transaction \(transactionID) is not purchased")
+        }
+        guard record.revokedMs == 0 else {
+            throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
+        }
         let reasonText = reason.isEmpty ? "refunded" : reason
         // Money first: the processor refunds a payment once however often it is asked,
         // so a crash between refunding and recording is mended by refunding again.
         // A transaction that charged nothing (a free trial, a fully credited upgrade) has nothing to give back at the processor.
         if let paymentID = record.paymentID,
-           RefundPlan.forTransaction(paymentID: paymentID, unitPrice: record.price, currency: record.currency, quantity: record.quantity) == .processor {
-            let request = PaymentRequest(paymentID: paymentID, accountID: record.accountID, productID: record.productID, quantity: record.quantity,
-                                         unitPrice: record.price, currency: record.currency, paymentMethod: record.paymentMethod)
+            RefundPlan.forTransaction(
+                paymentID: paymentID, unitPrice: record.price, currency: record.currency, quantity: record.quantity)
+                == .processor
+        {
+            let request = PaymentRequest(
+                paymentID: paymentID, accountID: record.accountID, productID: record.productID,
+                quantity: record.quantity,
+                unitPrice: record.price, currency: record.currency, paymentMethod: record.paymentMethod)
             do {
                 try await configuration.paymentProcessor.refund(request, reason: reasonText)
             } catch {
-                throw StoreError(.processorUnavailable, "the payment processor did not refund \(transactionID) (\(error)); nothing was recorded: run the refund again")
+                throw StoreError(
+                    .processorUnavailable,
+                    "the payment processor did not refund \(transactionID) (\(error)); nothing was recorded: run the refund again"
+                )
             }
         }
         let nowMs = now
@@ -564,13 +703,22 @@ extension Store {
     func requireRealPaymentsInProduction() throws {
         let processor = configuration.paymentProcessor
         if configuration.environment == .production, processor.isSimulated {
-            throw StoreError(.conflict, "a production store takes real payments: the \(processor.name) processor is for sandbox only; configure a real one (kiosk-store serve --payment-processor stripe --stripe-key-file FILE)")
+            throw StoreError(
+                .conflict,
+                "a production store takes real payments: the \(processor.name) processor is for sandbox only; configure a real one (kiosk-store serve --payment-processor stripe --stripe-key-file FILE)"
+            )
         }
         if configuration.environment == .production, processor.isTestMode {
-            throw StoreError(.conflict, "a production store takes real payments: the \(processor.name) processor is in test mode (a test key); give a live key")
+            throw StoreError(
+                .conflict,
+                "a production store takes real payments: the \(processor.name) processor is in test mode (a test key); give a live key"
+            )
         }
         if configuration.environment == .sandbox, !processor.isTestMode {
-            throw StoreError(.conflict, "a sandbox store must not take real money: the \(processor.name) processor is live (a live key); give a test key")
+            throw StoreError(
+                .conflict,
+                "a sandbox store must not take real money: the \(processor.name) processor is live (a live key); give a test key"
+            )
         }
     }
 
@@ -615,7 +763,8 @@ extension Store {
             for intent in page {
                 // Age counts from the last attempt: a payment a retry just reopened may be being charged now.
                 let age = nowMs - intent.attemptMs
-                let due = age >= lookupDelay
+                let due =
+                    age >= lookupDelay
                     && (all || age >= configuration.intentGrace.wholeMilliseconds || !instance.isAlive(intent.owner))
                 guard due else {
                     report.left += 1
@@ -651,7 +800,9 @@ extension Store {
     private func secondLook(_ intent: PaymentIntent, report: inout ReconcileReport) async throws {
         var settled = report
         try await locks.withLock(intent.paymentID) {
-            guard let current = try await ledger.offload({ [ledger] in try ledger.intent(id: intent.id) }), current.state == .closed, current.outcome == Self.closedUncharged else { return }
+            guard let current = try await ledger.offload({ [ledger] in try ledger.intent(id: intent.id) }),
+                current.state == .closed, current.outcome == Self.closedUncharged
+            else { return }
             var lifecycle = PaymentIntentLifecycle(kind: current.kind, state: .closed(uncharged: true))
             switch lifecycle.lookedUp(try await processorLookup(current.request)) {
             case .recordPurchased(let reference):
@@ -685,8 +836,10 @@ extension Store {
         var settled = report
         try await locks.withLock(intent.paymentID) {
             // Read again under the lock: a retry in this process may have settled it meanwhile.
-            guard let current = try await ledger.offload({ [ledger] in try ledger.intent(id: intent.id) }), current.state == .pending, current.owner == intent.owner,
-                  current.attemptMs == intent.attemptMs else { return }
+            guard let current = try await ledger.offload({ [ledger] in try ledger.intent(id: intent.id) }),
+                current.state == .pending, current.owner == intent.owner,
+                current.attemptMs == intent.attemptMs
+            else { return }
             var lifecycle = PaymentIntentLifecycle(kind: current.kind)
             switch lifecycle.lookedUp(try await processorLookup(current.request)) {
             case .recordPurchased(let reference):
@@ -712,19 +865,25 @@ extension Store {
     /// (a sandbox ledger served with Stripe would otherwise be "reconciled" by the simulated processor).
     func requireServedProcessor() throws {
         if let served = try ledger.setting("payment_processor"), served != configuration.paymentProcessor.name {
-            throw StoreError(.conflict, "this data dir is served with the \(served) payment processor, not \(configuration.paymentProcessor.name): give the same one (--payment-processor \(served) …)")
+            throw StoreError(
+                .conflict,
+                "this data dir is served with the \(served) payment processor, not \(configuration.paymentProcessor.name): give the same one (--payment-processor \(served) …)"
+            )
         }
     }
 }
 
 extension TransactionRecord {
     /// The record an intent makes, before its receipt, expiry and credits.
-    init(_ intent: PaymentIntent, id: String, state: TransactionState, purchaseMs: Int64, environment: StoreEnvironment) {
+    init(_ intent: PaymentIntent, id: String, state: TransactionState, purchaseMs: Int64, environment: StoreEnvironment)
+    {
         self.init(
             id: id, originalID: id, accountID: intent.accountID,
-            product: CatalogProduct(id: intent.productID, type: intent.productType, title: "", description: "", price: intent.unitPrice,
-                                    currency: intent.currency),
-            quantity: intent.quantity, state: state, purchaseMs: purchaseMs, expiresMs: 0, paymentMethod: intent.paymentMethod,
+            product: CatalogProduct(
+                id: intent.productID, type: intent.productType, title: "", description: "", price: intent.unitPrice,
+                currency: intent.currency),
+            quantity: intent.quantity, state: state, purchaseMs: purchaseMs, expiresMs: 0,
+            paymentMethod: intent.paymentMethod,
             paymentID: intent.paymentID, environment: environment)
     }
 }

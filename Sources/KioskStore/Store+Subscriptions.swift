@@ -46,7 +46,9 @@ extension Store {
         var movedInSweep = false
         for _ in 0..<10_000 {
             let nowMs = now
-            let page = try await ledger.offload { [ledger, cursor] in try ledger.dueSubscriptions(atMs: nowMs, after: cursor) }
+            let page = try await ledger.offload { [ledger, cursor] in
+                try ledger.dueSubscriptions(atMs: nowMs, after: cursor)
+            }
             guard let last = page.last else {
                 guard movedInSweep else { break }
                 cursor = nil
@@ -56,7 +58,11 @@ extension Store {
             cursor = (last.dueMs, last.originalID)
             for row in page where !skipped.contains(row.originalID) {
                 do {
-                    if try await renew(row, report: &report) { movedInSweep = true } else { skipped.insert(row.originalID) }
+                    if try await renew(row, report: &report) {
+                        movedInSweep = true
+                    } else {
+                        skipped.insert(row.originalID)
+                    }
                 } catch {
                     report.left += 1
                     skipped.insert(row.originalID)
@@ -114,10 +120,14 @@ extension Store {
                 }
             }
             // A purchase in the group (an upgrade, a resubscription) is being paid: it decides; look again next pass.
-            if try self.rules.groupPaymentInFlight(db, accountID: row.accountID, productID: product.id) { return .inProgress }
+            if try self.rules.groupPaymentInFlight(db, accountID: row.accountID, productID: product.id) {
+                return .inProgress
+            }
             var intent = PaymentIntent(
-                kind: .renewal, paymentID: row.renewalPaymentID, transactionID: Store.newTransactionID(), accountID: row.accountID,
-                product: product, quantity: 1, unitPrice: terms.price, currency: terms.currency, paymentMethod: row.paymentMethod,
+                kind: .renewal, paymentID: row.renewalPaymentID, transactionID: Store.newTransactionID(),
+                accountID: row.accountID,
+                product: product, quantity: 1, unitPrice: terms.price, currency: terms.currency,
+                paymentMethod: row.paymentMethod,
                 purchaseMs: start, idempotencyKey: nil, requestHash: [], owner: instance.id)
             intent.subscriptionPeriod = terms.period.description
             intent.offerID = terms.offerID
@@ -142,7 +152,8 @@ extension Store {
                 do {
                     // First tried longer ago than the processor keeps idempotency keys: ask, never charge blindly.
                     if intent.createdMs < now - Self.processorKeyLifetimeMs,
-                       case .charged(let reference) = try await processorLookup(intent.request) {
+                        case .charged(let reference) = try await processorLookup(intent.request)
+                    {
                         try await completeRenewal(intent, reference: reference, via: "lookup")
                         return .renewed
                     }
@@ -174,7 +185,9 @@ extension Store {
     }
 
     /// The subscription a renewal intent pays for, and whether the intent is for the period it is renewing now.
-    private static func renewedSubscription(_ intent: PaymentIntent, _ db: any StoreRepositories) throws -> (SubscriptionRecord, current: Bool)? {
+    private static func renewedSubscription(
+        _ intent: PaymentIntent, _ db: any StoreRepositories
+    ) throws -> (SubscriptionRecord, current: Bool)? {
         // renew_<original>_<period>_<attempt>
         let parts = intent.paymentID.split(separator: "_")
         guard parts.count >= 4, parts.first == "renew", let period = Int(parts[parts.count - 2]) else { return nil }
@@ -198,10 +211,12 @@ extension Store {
                 try db.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs)
                 return true
             }
-            let record = try self.purchasedRecord(intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
+            let record = try self.purchasedRecord(
+                intent, db, signer: signer, renewing: (row.originalID, intent.purchaseMs))
             try db.insertTransaction(record, event: .renewed)
             // The regular price the renewal was charged, which the lifecycle agreed to only where it needed no consent.
-            try SubscriptionRules.paid(record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, renewal: true, nowMs: nowMs, db)
+            try SubscriptionRules.paid(
+                record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, renewal: true, nowMs: nowMs, db)
             try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
             return false
         }
@@ -219,15 +234,20 @@ extension Store {
             guard let (found, current) = try Self.renewedSubscription(intent, db), current else { return }
             var row = found
             let product = catalog.product(intent.productID)
-            row.renewalDeclined(atMs: nowMs, policy: RetryPolicy(
-                gracePeriod: product?.gracePeriod, billingRetryPeriod: product?.billingRetryPeriod ?? CatalogProduct.defaultBillingRetryPeriod,
-                timeScale: scale))
+            row.renewalDeclined(
+                atMs: nowMs,
+                policy: RetryPolicy(
+                    gracePeriod: product?.gracePeriod,
+                    billingRetryPeriod: product?.billingRetryPeriod ?? CatalogProduct.defaultBillingRetryPeriod,
+                    timeScale: scale))
             try db.saveSubscription(row, nowMs: nowMs)
         }
     }
 
     /// The buyer agrees to the product's current price: the subscription renews at it.
-    public func consentToPriceIncrease(account: AccountRecord, originalID: String) async throws -> StoreV1.SubscriptionStatus {
+    public func consentToPriceIncrease(
+        account: AccountRecord, originalID: String
+    ) async throws -> StoreV1.SubscriptionStatus {
         guard !originalID.isEmpty else { throw StoreError.invalid("original_transaction_id is required") }
         let nowMs = now
         let catalog = self.catalog
@@ -242,13 +262,16 @@ extension Store {
             do throws(SubscriptionRefusal) {
                 changed = try row.priceConsented(product.price)
             } catch .ended(let state, let reason) {
-                throw StoreError(.conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
+                throw StoreError(
+                    .conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
             }
             try db.saveSubscription(row, nowMs: nowMs)
             if changed {
-                try db.recordEvent(EventRecord(
-                    type: .priceChanged, accountID: row.accountID, transactionID: row.latestTransactionID, originalTransactionID: row.originalID,
-                    productID: row.productID, createdMs: nowMs, price: product.price))
+                try db.recordEvent(
+                    EventRecord(
+                        type: .priceChanged, accountID: row.accountID, transactionID: row.latestTransactionID,
+                        originalTransactionID: row.originalID,
+                        productID: row.productID, createdMs: nowMs, price: product.price))
             }
             return row
         }
@@ -264,24 +287,34 @@ extension Store {
 
     /// Whether a purchase may have the offer it asks for (inside the purchase's write). A promotional offer's
     /// nonce is used up here, in the same write as the payment's intent.
-    func checkOffer(_ offer: StoreV1.SubscriptionOffer, for product: CatalogProduct, accountID: String, nowMs: Int64,
-                    _ db: any StoreRepositories) throws -> OfferCheck {
+    func checkOffer(
+        _ offer: StoreV1.SubscriptionOffer, for product: CatalogProduct, accountID: String, nowMs: Int64,
+        _ db: any StoreRepositories
+    ) throws -> OfferCheck {
         guard product.type == .autoRenewableSubscription else {
-            return .refused(.invalidOfferIdentifier, "invalid_offer", "offers apply to auto-renewable subscriptions only; \(product.id) is not one")
+            return .refused(
+                .invalidOfferIdentifier, "invalid_offer",
+                "offers apply to auto-renewable subscriptions only; \(product.id) is not one")
         }
         guard !offer.offerID.isEmpty else {
-            return .refused(.missingOfferParams, "missing_offer_parameters", "the offer has no offer_id (\"introductory\" or a promotional offer's id)")
+            return .refused(
+                .missingOfferParams, "missing_offer_parameters",
+                "the offer has no offer_id (\"introductory\" or a promotional offer's id)")
         }
         guard let terms = product.offer(offer.offerID) else {
-            let known = ([product.introductoryOffer?.id].compactMap { $0 } + product.promotionalOffers.map(\.id)).joined(separator: ", ")
-            return .refused(.invalidOfferIdentifier, "invalid_offer",
-                            "\(product.id) has no offer \"\(offer.offerID)\" (its offers: \(known.isEmpty ? "none" : known))")
+            let known = ([product.introductoryOffer?.id].compactMap { $0 } + product.promotionalOffers.map(\.id))
+                .joined(separator: ", ")
+            return .refused(
+                .invalidOfferIdentifier, "invalid_offer",
+                "\(product.id) has no offer \"\(offer.offerID)\" (its offers: \(known.isEmpty ? "none" : known))")
         }
         let current = try rules.groupSubscription(db, accountID: accountID, productID: product.id)
         if terms.id == OfferTerms.introductoryID {
             if let current {
-                return .refused(.ineligibleForOffer, "ineligible_for_offer",
-                                "the introductory offer is once per subscription group and account: this account subscribed to \(current.productID) in group \(product.subscriptionGroup) before (\(current.originalID))")
+                return .refused(
+                    .ineligibleForOffer, "ineligible_for_offer",
+                    "the introductory offer is once per subscription group and account: this account subscribed to \(current.productID) in group \(product.subscriptionGroup) before (\(current.originalID))"
+                )
             }
             return .accepted(terms)
         }
@@ -291,39 +324,58 @@ extension Store {
         if offer.timestampMs == 0 { missing.append("timestamp_ms") }
         if offer.signature.isEmpty { missing.append("signature") }
         guard missing.isEmpty else {
-            return .refused(.missingOfferParams, "missing_offer_parameters",
-                            "promotional offer \(terms.id) needs \(missing.joined(separator: ", ")) signed by the app's server")
+            return .refused(
+                .missingOfferParams, "missing_offer_parameters",
+                "promotional offer \(terms.id) needs \(missing.joined(separator: ", ")) signed by the app's server")
         }
         guard PromotionalOfferSignature.isWellFormed(nonce: offer.nonce) else {
-            return .refused(.missingOfferParams, "invalid_nonce", "the offer's nonce must be 8 to 64 of A-Z, a-z, 0-9 and '-'")
+            return .refused(
+                .missingOfferParams, "invalid_nonce", "the offer's nonce must be 8 to 64 of A-Z, a-z, 0-9 and '-'")
         }
-        guard let raw = catalog.offerKeys[offer.keyID], let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else {
-            return .refused(.invalidSignature, "unknown_offer_key", "key_id \"\(offer.keyID)\" is not one of the catalog's offer_keys")
+        guard let raw = catalog.offerKeys[offer.keyID],
+            let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw)
+        else {
+            return .refused(
+                .invalidSignature, "unknown_offer_key",
+                "key_id \"\(offer.keyID)\" is not one of the catalog's offer_keys")
         }
         if offer.timestampMs < nowMs - Self.offerSignatureLifetimeMs {
-            return .refused(.invalidSignature, "offer_signature_expired",
-                            "the offer was signed at \(offer.timestampMs), more than 24 hours before the store's clock (\(nowMs)); sign a new one")
+            return .refused(
+                .invalidSignature, "offer_signature_expired",
+                "the offer was signed at \(offer.timestampMs), more than 24 hours before the store's clock (\(nowMs)); sign a new one"
+            )
         }
         if offer.timestampMs > nowMs + 300_000 {
-            return .refused(.invalidSignature, "offer_signature_in_the_future",
-                            "the offer's timestamp \(offer.timestampMs) is more than 5 minutes after the store's clock (\(nowMs))")
+            return .refused(
+                .invalidSignature, "offer_signature_in_the_future",
+                "the offer's timestamp \(offer.timestampMs) is more than 5 minutes after the store's clock (\(nowMs))")
         }
-        let signature = PromotionalOfferSignature(offerID: terms.id, keyID: offer.keyID, nonce: offer.nonce, timestampMs: offer.timestampMs,
-                                                  signature: offer.signature)
-        guard signature.isValid(publicKey: key, bundleID: catalog.bundleID, productID: product.id, accountID: accountID) else {
-            return .refused(.invalidSignature, "invalid_offer_signature",
-                            "the signature does not match key \(offer.keyID) over (bundle \(catalog.bundleID), product \(product.id), offer \(terms.id), this account, nonce, timestamp): signed for another buyer, product or offer, or altered")
+        let signature = PromotionalOfferSignature(
+            offerID: terms.id, keyID: offer.keyID, nonce: offer.nonce, timestampMs: offer.timestampMs,
+            signature: offer.signature)
+        guard signature.isValid(publicKey: key, bundleID: catalog.bundleID, productID: product.id, accountID: accountID)
+        else {
+            return .refused(
+                .invalidSignature, "invalid_offer_signature",
+                "the signature does not match key \(offer.keyID) over (bundle \(catalog.bundleID), product \(product.id), offer \(terms.id), this account, nonce, timestamp): signed for another buyer, product or offer, or altered"
+            )
         }
         if try db.offerNonceUsed(offer.nonce) {
-            return .refused(.invalidSignature, "offer_nonce_used", "the offer's nonce \(offer.nonce) was used before: each signed offer is good for one purchase")
+            return .refused(
+                .invalidSignature, "offer_nonce_used",
+                "the offer's nonce \(offer.nonce) was used before: each signed offer is good for one purchase")
         }
         if let current, current.isEntitled(atMs: nowMs) {
-            return .refused(.ineligibleForOffer, "ineligible_for_offer",
-                            "this account is subscribed to \(current.productID) in group \(product.subscriptionGroup) now; a promotional offer starts a subscription")
+            return .refused(
+                .ineligibleForOffer, "ineligible_for_offer",
+                "this account is subscribed to \(current.productID) in group \(product.subscriptionGroup) now; a promotional offer starts a subscription"
+            )
         }
         // Used up in the purchase's own write (the unique key also stops a racing second use).
         guard try db.useOfferNonce(offer.nonce, accountID: accountID, nowMs: nowMs) else {
-            return .refused(.invalidSignature, "offer_nonce_used", "the offer's nonce \(offer.nonce) was used before: each signed offer is good for one purchase")
+            return .refused(
+                .invalidSignature, "offer_nonce_used",
+                "the offer's nonce \(offer.nonce) was used before: each signed offer is good for one purchase")
         }
         return .accepted(terms)
     }
@@ -340,7 +392,9 @@ extension Store {
     /// in grace or billing retry it ends now) or on again.
     /// - Throws: ``StoreError`` NOT_FOUND for another account's or an unknown subscription, FAILED_PRECONDITION-like
     ///   conflict (9) for one that has ended.
-    public func setAutoRenew(account: AccountRecord, originalID: String, _ on: Bool) async throws -> StoreV1.SubscriptionStatus {
+    public func setAutoRenew(
+        account: AccountRecord, originalID: String, _ on: Bool
+    ) async throws -> StoreV1.SubscriptionStatus {
         guard !originalID.isEmpty else { throw StoreError.invalid("original_transaction_id is required") }
         let nowMs = now
         let row = try await ledger.write(account: account.id) { db -> SubscriptionRecord in
@@ -351,12 +405,15 @@ extension Store {
             do throws(SubscriptionRefusal) {
                 change = try row.autoRenewSet(on)
             } catch .ended(let state, let reason) {
-                throw StoreError(.conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
+                throw StoreError(
+                    .conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
             }
             if change != .unchanged {
-                try db.recordEvent(EventRecord(
-                    type: .autoRenewChanged, accountID: row.accountID, transactionID: row.latestTransactionID, originalTransactionID: row.originalID,
-                    productID: row.productID, createdMs: nowMs, autoRenew: on))
+                try db.recordEvent(
+                    EventRecord(
+                        type: .autoRenewChanged, accountID: row.accountID, transactionID: row.latestTransactionID,
+                        originalTransactionID: row.originalID,
+                        productID: row.productID, createdMs: nowMs, autoRenew: on))
             }
             try db.saveSubscription(row, nowMs: nowMs)
             return row
@@ -366,13 +423,17 @@ extension Store {
 
     /// Ends a subscription now, as the App Store sandbox's "expire": no entitlement from now on, nothing renews.
     @discardableResult
-    public func expireSubscription(originalID: String, reason: Subscription.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
+    public func expireSubscription(
+        originalID: String, reason: Subscription.ExpirationReason = .cancelled
+    ) async throws -> SubscriptionRecord {
         guard let found = try ledger.subscription(originalID: originalID) else {
             throw StoreError.notFound("no auto-renewable subscription \(originalID)")
         }
         let nowMs = now
         return try await ledger.write(account: found.accountID) { db -> SubscriptionRecord in
-            guard var row = try db.subscription(originalID: originalID) else { throw StoreError.notFound("no auto-renewable subscription \(originalID)") }
+            guard var row = try db.subscription(originalID: originalID) else {
+                throw StoreError.notFound("no auto-renewable subscription \(originalID)")
+            }
             guard row.isLive else { return row }
             row.expiredNow(atMs: nowMs, reason: reason)
             try db.saveSubscription(row, nowMs: nowMs)
@@ -381,7 +442,9 @@ extension Store {
     }
 
     /// Where the account's subscriptions stand: all of them, or the one with `originalID`.
-    public func subscriptionStatuses(account: AccountRecord, originalID: String = "") throws -> [StoreV1.SubscriptionStatus] {
+    public func subscriptionStatuses(
+        account: AccountRecord, originalID: String = ""
+    ) throws -> [StoreV1.SubscriptionStatus] {
         if !originalID.isEmpty {
             guard let row = try ledger.subscription(originalID: originalID), row.accountID == account.id else {
                 throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
@@ -396,13 +459,16 @@ extension Store {
         let product = catalog.product(row.productID)
         let terms = rules.renewalTerms(row)
         return StoreV1.SubscriptionStatus(
-            originalTransactionID: row.originalID, productID: row.productID, subscriptionGroup: product?.subscriptionGroup ?? row.productID,
-            state: StoreV1.SubscriptionState(rawValue: row.state.rawValue), willAutoRenew: row.willAutoRenew, expiresDateMs: row.expiresMs,
+            originalTransactionID: row.originalID, productID: row.productID,
+            subscriptionGroup: product?.subscriptionGroup ?? row.productID,
+            state: StoreV1.SubscriptionState(rawValue: row.state.rawValue), willAutoRenew: row.willAutoRenew,
+            expiresDateMs: row.expiresMs,
             expirationReason: StoreV1.ExpirationReason(rawValue: row.expirationReason.rawValue),
             gracePeriodExpiresMs: row.state == .inGracePeriod ? row.graceEndMs : 0,
             billingRetryEndsMs: row.state == .inGracePeriod || row.state == .inBillingRetry ? row.retryEndMs : 0,
             pendingProductID: row.pendingProductID, renewalPrice: terms?.price ?? "", currency: terms?.currency ?? "",
-            latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message, periodsPaid: UInt32(clamping: row.periodsPaid),
+            latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message,
+            periodsPaid: UInt32(clamping: row.periodsPaid),
             renewalOfferID: terms?.offerID ?? "", entitled: row.isEntitled(atMs: now),
             priceIncreasePending: rules.priceIncreasePending(row))
     }

@@ -29,20 +29,27 @@ public final class Store: Sendable {
     /// (``StoreServer``); opening one bound to another environment fails.
     public init(configuration: StoreConfiguration) throws {
         self.configuration = configuration
-        self.ledger = try configuration.database.map { try Ledger(postgres: $0, timeout: configuration.databaseTimeout) }
+        self.ledger =
+            try configuration.database.map { try Ledger(postgres: $0, timeout: configuration.databaseTimeout) }
             ?? Ledger(directory: configuration.dataDirectory)
         if let bound = try ledger.environment(), bound != configuration.environment {
-            throw StoreError(.conflict, "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
+            throw StoreError(
+                .conflict,
+                "the data dir holds a \(bound.name) ledger; it cannot be opened as \(configuration.environment.name)")
         }
         self.instance = try InstanceLock(dataDirectory: configuration.dataDirectory, ledger: ledger)
-        self.keys = try KeyStore(dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock.nowMs,
-                                 keyEncryptionKey: configuration.keyEncryptionKey)
-        self.verifier = NIOLockedValueBox(Self.makeVerifier(keys: try ledger.publicKeys(), configuration: configuration))
-        let keys = self.keys, environment = configuration.environment
+        self.keys = try KeyStore(
+            dataDirectory: configuration.dataDirectory, ledger: ledger, nowMs: configuration.clock.nowMs,
+            keyEncryptionKey: configuration.keyEncryptionKey)
+        self.verifier = NIOLockedValueBox(
+            Self.makeVerifier(keys: try ledger.publicKeys(), configuration: configuration))
+        let keys = self.keys
+        let environment = configuration.environment
         self.feed = RevocationFeed(ledger: ledger, pollInterval: configuration.revocationPollInterval) { record in
             try StoreV1.SignedEvent.sign(record.message(environment: environment), key: keys.activeKey())
         }
-        self.timeScaleBox = NIOLockedValueBox(configuration.environment == .production ? 1 : max(1, configuration.timeScale))
+        self.timeScaleBox = NIOLockedValueBox(
+            configuration.environment == .production ? 1 : max(1, configuration.timeScale))
         // Keys rotated or retired by another process (`kiosk-store keys …` on the data dir) reach this store's verifier too.
         feed.onKeysChanged { [weak self] in self?.refreshVerifier() }
         try pruneIdempotencyKeys()
@@ -128,7 +135,8 @@ public final class Store: Sendable {
                 throw StoreError.notFound("no transaction \(transactionID) for this account")
             }
             guard record.state == .purchased else {
-                throw StoreError(.conflict, "transaction \(transactionID) is \(record.state.name) and cannot be finished")
+                throw StoreError(
+                    .conflict, "transaction \(transactionID) is \(record.state.name) and cannot be finished")
             }
             if record.finished { return true }
             try db.markFinished(transactionID: transactionID)
@@ -168,8 +176,10 @@ public final class Store: Sendable {
         return try (0..<count).map { _ in
             let id = Self.newTransactionID()
             let payload = ReceiptV1.ReceiptPayload(
-                transactionID: id, originalTransactionID: id, productID: product.id, productType: product.type.wire, quantity: 1,
-                purchaseDateMs: nowMs, accountID: accountID, bundleID: catalog.bundleID, environment: configuration.environment.wire)
+                transactionID: id, originalTransactionID: id, productID: product.id, productType: product.type.wire,
+                quantity: 1,
+                purchaseDateMs: nowMs, accountID: accountID, bundleID: catalog.bundleID,
+                environment: configuration.environment.wire)
             return try key.sign(payload, signedAtMs: max(nowMs, key.notBeforeMs)).serializedBytes()
         }
     }
@@ -187,12 +197,17 @@ public final class Store: Sendable {
         // Decoded once; undecodable bytes get the verifier's own 21002 answer.
         let check = signed.map { current.verify($0, nowMs: now) } ?? current.verify(bytes, nowMs: now)
         var verdict = ReceiptVerdict(check: check)
-        guard let payload = check.payload, check.status == .valid || check.status == .subscriptionExpired else { return verdict }
+        guard let payload = check.payload, check.status == .valid || check.status == .subscriptionExpired else {
+            return verdict
+        }
         // Read where a stalled PostgreSQL blocks no Swift concurrency thread.
         let ledger = self.ledger
         let (account, record, row) = try await ledger.offload {
-            (try ledger.account(id: payload.accountID), try ledger.transaction(id: payload.transactionID),
-             payload.productType == .autoRenewableSubscription ? try ledger.subscription(originalID: payload.originalTransactionID) : nil)
+            (
+                try ledger.account(id: payload.accountID), try ledger.transaction(id: payload.transactionID),
+                payload.productType == .autoRenewableSubscription
+                    ? try ledger.subscription(originalID: payload.originalTransactionID) : nil
+            )
         }
         guard account != nil else {
             verdict.check.status = .accountNotFound
@@ -216,7 +231,8 @@ public final class Store: Sendable {
                 if row.isEntitled(atMs: nowMs), payload.productID == row.productID {
                     if verdict.check.status == .subscriptionExpired {
                         verdict.check.status = .valid
-                        verdict.check.message = row.state == .inGracePeriod
+                        verdict.check.message =
+                            row.state == .inGracePeriod
                             ? "valid: the subscription is in its grace period until \(row.graceEndMs) (a renewal payment failed)"
                             : "valid: the subscription renewed; latest_transaction is the current period's"
                     }
@@ -262,7 +278,8 @@ public final class Store: Sendable {
     /// The store's verifier: its environment, and receipts of its catalog's app only.
     static func makeVerifier(keys: [ReceiptPublicKey], configuration: StoreConfiguration) -> ReceiptVerifier {
         let bundleID = configuration.catalog.bundleID
-        return ReceiptVerifier(keys: keys, environment: configuration.environment.wire, bundleID: bundleID.isEmpty ? nil : bundleID)
+        return ReceiptVerifier(
+            keys: keys, environment: configuration.environment.wire, bundleID: bundleID.isEmpty ? nil : bundleID)
     }
 
     // MARK: Helpers
@@ -271,7 +288,6 @@ public final class Store: Sendable {
 
     /// What the ledger keeps of a bearer token: its SHA-256.
     public static func tokenHash(_ token: String) -> [UInt8] { hash(token) }
-
 
     static func randomHex(bytes: Int) -> String {
         var generator = SystemRandomNumberGenerator()

@@ -23,16 +23,22 @@ public final class StoreServer: Sendable {
     ///   environment, or plaintext on an address that is not loopback (production refuses it even when allowed).
     public init(store: StoreConfiguration, server: ServerConfiguration = .defaults, logger: Logger? = nil) throws {
         if store.environment == .production, server.tls == nil, !Loopback.contains(host: server.host) {
-            throw StoreError(.conflict, "a production store serves TLS on \(server.host): give --tls-cert and --tls-key (plaintext is for loopback only)")
+            throw StoreError(
+                .conflict,
+                "a production store serves TLS on \(server.host): give --tls-cert and --tls-key (plaintext is for loopback only)"
+            )
         }
         let opened = try Store(configuration: store)
         try opened.prepareToServe()
         self.store = opened
         self.logger = logger ?? Logger(label: "kiosk-store")
         if let logger {
-            self.server = RPCServer(configuration: server, services: [StoreService(store: opened), AdminService(store: opened)], logger: logger)
+            self.server = RPCServer(
+                configuration: server, services: [StoreService(store: opened), AdminService(store: opened)],
+                logger: logger)
         } else {
-            self.server = RPCServer(configuration: server, services: [StoreService(store: opened), AdminService(store: opened)])
+            self.server = RPCServer(
+                configuration: server, services: [StoreService(store: opened), AdminService(store: opened)])
         }
     }
 
@@ -70,7 +76,10 @@ public final class StoreServer: Sendable {
                     if let report = try await store.deliverWebhooks() {
                         busy = report.delivered > 0
                         idle = report.webhooks == 0
-                        if report.givenUp > 0 { self.logger.warning("webhook deliveries failed for good", metadata: ["failed": "\(report.givenUp)"]) }
+                        if report.givenUp > 0 {
+                            self.logger.warning(
+                                "webhook deliveries failed for good", metadata: ["failed": "\(report.givenUp)"])
+                        }
                     }
                 } catch {
                     self.logger.warning("webhook delivery failed: \(error)")
@@ -94,8 +103,12 @@ public final class StoreServer: Sendable {
             if declined > 0 { logger.notice("ask-to-buy requests expired", metadata: ["declined": "\(declined)"]) }
             let report = try await store.renewDueSubscriptions()
             if report.renewed + report.failed + report.expired > 0 {
-                logger.notice("subscriptions", metadata: ["renewed": "\(report.renewed)", "failed": "\(report.failed)",
-                                                          "expired": "\(report.expired)", "left": "\(report.left)"])
+                logger.notice(
+                    "subscriptions",
+                    metadata: [
+                        "renewed": "\(report.renewed)", "failed": "\(report.failed)",
+                        "expired": "\(report.expired)", "left": "\(report.left)",
+                    ])
             }
         } catch {
             logger.warning("renewals failed: \(error)")
@@ -106,7 +119,9 @@ public final class StoreServer: Sendable {
         do {
             let report = try await store.reconcile()
             if report.charged + report.closed > 0 {
-                logger.notice("reconciled payment intents", metadata: ["charged": "\(report.charged)", "closed": "\(report.closed)", "left": "\(report.left)"])
+                logger.notice(
+                    "reconciled payment intents",
+                    metadata: ["charged": "\(report.charged)", "closed": "\(report.closed)", "left": "\(report.left)"])
             }
             try store.pruneIdempotencyKeys()
         } catch {
@@ -131,6 +146,8 @@ public final class StoreServer: Sendable {
         store.feed.stop()
         await server.shutdown()
         let (commits, writes) = store.ledger.commitStatistics
-        logger.notice("ledger: \(writes) writes in \(commits) group commits", metadata: ["commits": "\(commits)", "writes": "\(writes)"])
+        logger.notice(
+            "ledger: \(writes) writes in \(commits) group commits",
+            metadata: ["commits": "\(commits)", "writes": "\(writes)"])
     }
 }

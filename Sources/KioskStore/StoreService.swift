@@ -36,121 +36,211 @@ public struct StoreService: RPCService {
         let contentServices = RoleAuthenticator(store: store, .content)
         let services = RoleAuthenticator(store: store, .content, .admin)
         let accountsAndAdmins = RoleAuthenticator(store: store, .account, .admin)
-        router.registerUnary(Self.method("ListProducts"), request: StoreV1.ListProductsRequest.self, response: StoreV1.ListProductsResponse.self) { request, _ in
+        router.registerUnary(
+            Self.method("ListProducts"), request: StoreV1.ListProductsRequest.self,
+            response: StoreV1.ListProductsResponse.self
+        ) { request, _ in
             try request.checkLimits()
             let (found, invalid) = store.products(ids: request.productIDs)
             return StoreV1.ListProductsResponse(products: found.map(\.message), invalidProductIDs: invalid)
         }
-        router.registerUnary(Self.method("GetAccount"), request: StoreV1.GetAccountRequest.self, response: StoreV1.Account.self, authenticator: auth) { _, context in
+        router.registerUnary(
+            Self.method("GetAccount"), request: StoreV1.GetAccountRequest.self, response: StoreV1.Account.self,
+            authenticator: auth
+        ) { _, context in
             let account = try RoleAuthenticator.account(context)
-            return StoreV1.Account(accountID: account.id, paymentsAllowed: account.paymentsAllowed, creditBalance: account.creditBalance)
+            return StoreV1.Account(
+                accountID: account.id, paymentsAllowed: account.paymentsAllowed, creditBalance: account.creditBalance)
         }
-        router.registerUnary(Self.method("Purchase"), request: StoreV1.PurchaseRequest.self, response: StoreV1.PurchaseResponse.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("Purchase"), request: StoreV1.PurchaseRequest.self, response: StoreV1.PurchaseResponse.self,
+            authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             try FieldLimits.requireIdempotencyKey(context.metadata["idempotency-key"])
             return try await store.purchase(
-                account: account, productID: request.productID, quantity: request.quantity, paymentMethod: request.paymentMethod,
-                idempotencyKey: context.metadata["idempotency-key"], offer: request.offer).message
+                account: account, productID: request.productID, quantity: request.quantity,
+                paymentMethod: request.paymentMethod,
+                idempotencyKey: context.metadata["idempotency-key"], offer: request.offer
+            ).message
         }
-        router.registerUnary(Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self, response: StoreV1.UnfinishedResponse.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("Unfinished"), request: StoreV1.UnfinishedRequest.self,
+            response: StoreV1.UnfinishedResponse.self, authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            let page = try await store.ledger.page(.unfinished, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize), pageToken: request.pageToken)
-            return StoreV1.UnfinishedResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
+            let page = try await store.ledger.page(
+                .unfinished, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize),
+                pageToken: request.pageToken)
+            return StoreV1.UnfinishedResponse(
+                transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore
+            )
         }
-        router.registerUnary(Self.method("Finish"), request: StoreV1.FinishRequest.self, response: StoreV1.FinishResponse.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("Finish"), request: StoreV1.FinishRequest.self, response: StoreV1.FinishResponse.self,
+            authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            return StoreV1.FinishResponse(alreadyFinished: try await store.finish(account: account, transactionID: request.transactionID))
+            return StoreV1.FinishResponse(
+                alreadyFinished: try await store.finish(account: account, transactionID: request.transactionID))
         }
-        router.registerServerStreaming(Self.method("Restore"), request: StoreV1.RestoreRequest.self, response: StoreV1.Transaction.self, authenticator: auth) { request, writer, context in
+        router.registerServerStreaming(
+            Self.method("Restore"), request: StoreV1.RestoreRequest.self, response: StoreV1.Transaction.self,
+            authenticator: auth
+        ) { request, writer, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             // Read a page at a time: memory stays bounded however many transactions the account has.
             var remaining = request.pageSize == 0 ? Int.max : Int(request.pageSize)
             var token = request.pageToken
             while remaining > 0 {
-                let page = try await store.ledger.page(.restorable, accountID: account.id, pageSize: min(remaining, Ledger.maxPageSize), pageToken: token)
+                let page = try await store.ledger.page(
+                    .restorable, accountID: account.id, pageSize: min(remaining, Ledger.maxPageSize), pageToken: token)
                 for record in page.transactions { try await writer.send(record.message) }
                 remaining -= page.transactions.count
                 guard page.hasMore else { break }
                 token = page.nextPageToken
             }
         }
-        router.registerUnary(Self.method("History"), request: StoreV1.HistoryRequest.self, response: StoreV1.HistoryResponse.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("History"), request: StoreV1.HistoryRequest.self, response: StoreV1.HistoryResponse.self,
+            authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            let page = try await store.ledger.page(.history, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize), pageToken: request.pageToken)
-            return StoreV1.HistoryResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
+            let page = try await store.ledger.page(
+                .history, accountID: account.id, pageSize: Ledger.pageSize(request.pageSize),
+                pageToken: request.pageToken)
+            return StoreV1.HistoryResponse(
+                transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore
+            )
         }
-        router.registerUnary(Self.method("SpendCredits"), request: StoreV1.SpendCreditsRequest.self, response: StoreV1.SpendCreditsResponse.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("SpendCredits"), request: StoreV1.SpendCreditsRequest.self,
+            response: StoreV1.SpendCreditsResponse.self, authenticator: auth
+        ) { request, context in
             let account = try RoleAuthenticator.account(context)
             try FieldLimits.requireIdempotencyKey(context.metadata["idempotency-key"])
-            return try await store.spendCredits(account: account, amount: request.amount, idempotencyKey: context.metadata["idempotency-key"]).message
+            return try await store.spendCredits(
+                account: account, amount: request.amount, idempotencyKey: context.metadata["idempotency-key"]
+            ).message
         }
-        router.registerUnary(Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self, response: StoreV1.VerifyReceiptResponse.self, authenticator: verifiers) { request, _ in
+        router.registerUnary(
+            Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self,
+            response: StoreV1.VerifyReceiptResponse.self, authenticator: verifiers
+        ) { request, _ in
             try request.checkLimits()
             return try await store.verifyReceipt(request.signedReceipt).message
         }
         // Public keys are public: anyone may verify receipts offline.
-        router.registerUnary(Self.method("PublicKeys"), request: StoreV1.PublicKeysRequest.self, response: StoreV1.PublicKeysResponse.self) { _, _ in
+        router.registerUnary(
+            Self.method("PublicKeys"), request: StoreV1.PublicKeysRequest.self,
+            response: StoreV1.PublicKeysResponse.self
+        ) { _, _ in
             StoreV1.PublicKeysResponse(keys: try await store.ledger.offload { try store.publicKeys() }.map(\.message))
         }
-        router.registerUnary(Self.method("AccessToken"), request: StoreV1.AccessTokenRequest.self, response: StoreV1.AccessTokenResponse.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("AccessToken"), request: StoreV1.AccessTokenRequest.self,
+            response: StoreV1.AccessTokenResponse.self, authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            let issued = try await store.ledger.offload { try store.issueAccessToken(account: account, audience: request.audience) }
+            let issued = try await store.ledger.offload {
+                try store.issueAccessToken(account: account, audience: request.audience)
+            }
             return StoreV1.AccessTokenResponse(accessToken: issued.token, expiresMs: issued.expiresMs)
         }
-        router.registerUnary(Self.method("SubscriptionStatus"), request: StoreV1.SubscriptionStatusRequest.self, response: StoreV1.SubscriptionStatusResponse.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("SubscriptionStatus"), request: StoreV1.SubscriptionStatusRequest.self,
+            response: StoreV1.SubscriptionStatusResponse.self, authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            let statuses = try await store.ledger.offload { try store.subscriptionStatuses(account: account, originalID: request.originalTransactionID) }
+            let statuses = try await store.ledger.offload {
+                try store.subscriptionStatuses(account: account, originalID: request.originalTransactionID)
+            }
             return StoreV1.SubscriptionStatusResponse(subscriptions: statuses)
         }
-        router.registerUnary(Self.method("SetAutoRenew"), request: StoreV1.SetAutoRenewRequest.self, response: StoreV1.SubscriptionStatus.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("SetAutoRenew"), request: StoreV1.SetAutoRenewRequest.self,
+            response: StoreV1.SubscriptionStatus.self, authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            return try await store.setAutoRenew(account: account, originalID: request.originalTransactionID, request.autoRenew)
+            return try await store.setAutoRenew(
+                account: account, originalID: request.originalTransactionID, request.autoRenew)
         }
-        router.registerUnary(Self.method("ConsentToPriceIncrease"), request: StoreV1.SetAutoRenewRequest.self, response: StoreV1.SubscriptionStatus.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("ConsentToPriceIncrease"), request: StoreV1.SetAutoRenewRequest.self,
+            response: StoreV1.SubscriptionStatus.self, authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
             return try await store.consentToPriceIncrease(account: account, originalID: request.originalTransactionID)
         }
-        router.registerServerStreaming(Self.method("WatchEvents"), request: StoreV1.WatchEventsRequest.self, response: StoreV1.WatchEventsResponse.self, authenticator: services) { request, writer, context in
+        router.registerServerStreaming(
+            Self.method("WatchEvents"), request: StoreV1.WatchEventsRequest.self,
+            response: StoreV1.WatchEventsResponse.self, authenticator: services
+        ) { request, writer, context in
             try await Self.watchEvents(store: store, request, writer, context)
         }
-        router.registerUnary(Self.method("ListEvents"), request: StoreV1.ListEventsRequest.self, response: StoreV1.ListEventsResponse.self, authenticator: verifiers) { request, context in
+        router.registerUnary(
+            Self.method("ListEvents"), request: StoreV1.ListEventsRequest.self,
+            response: StoreV1.ListEventsResponse.self, authenticator: verifiers
+        ) { request, context in
             // A service pages the whole log; an account only its own events.
-            let accountID: String? = if case .account(let account)? = context.principal as? Caller { account.id } else { nil }
-            let page = try await store.listEvents(after: request.since, limit: request.limit, accountID: accountID, types: try Self.eventTypes(request.types))
-            return StoreV1.ListEventsResponse(events: try page.events.map(store.signed), cursor: page.cursor, hasMore: page.hasMore)
+            let accountID: String? =
+                if case .account(let account)? = context.principal as? Caller { account.id } else { nil }
+            let page = try await store.listEvents(
+                after: request.since, limit: request.limit, accountID: accountID,
+                types: try Self.eventTypes(request.types))
+            return StoreV1.ListEventsResponse(
+                events: try page.events.map(store.signed), cursor: page.cursor, hasMore: page.hasMore)
         }
-        router.registerUnary(Self.method("GetTransaction"), request: StoreV1.GetTransactionRequest.self, response: StoreV1.Transaction.self, authenticator: accountsAndAdmins) { request, context in
+        router.registerUnary(
+            Self.method("GetTransaction"), request: StoreV1.GetTransactionRequest.self,
+            response: StoreV1.Transaction.self, authenticator: accountsAndAdmins
+        ) { request, context in
             try request.checkLimits()
             guard !request.transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
             let found = try await store.ledger.offload { try store.ledger.transaction(id: request.transactionID) }
             // Another account's transaction is as unknown as one that does not exist.
-            if case .account(let account)? = context.principal as? Caller, found?.accountID != account.id { throw StoreError.notFound("no transaction \(request.transactionID) for this account") }
+            if case .account(let account)? = context.principal as? Caller, found?.accountID != account.id {
+                throw StoreError.notFound("no transaction \(request.transactionID) for this account")
+            }
             guard let found else { throw StoreError.notFound("no transaction \(request.transactionID)") }
             return found.message
         }
-        router.registerUnary(Self.method("ListTransactions"), request: StoreV1.ListTransactionsRequest.self, response: StoreV1.ListTransactionsResponse.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("ListTransactions"), request: StoreV1.ListTransactionsRequest.self,
+            response: StoreV1.ListTransactionsResponse.self, authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            let page = try await store.ledger.listTransactions(accountID: account.id, filter: try TransactionFilter(request), limit: request.limit,
-                                                               pageToken: request.pageToken, revision: request.revision)
-            return StoreV1.ListTransactionsResponse(transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken,
-                                                    hasMore: page.hasMore, revision: page.revision)
+            let page = try await store.ledger.listTransactions(
+                accountID: account.id, filter: try TransactionFilter(request), limit: request.limit,
+                pageToken: request.pageToken, revision: request.revision)
+            return StoreV1.ListTransactionsResponse(
+                transactions: page.transactions.map(\.message), nextPageToken: page.nextPageToken,
+                hasMore: page.hasMore, revision: page.revision)
         }
-        router.registerUnary(Self.method("RequestRefund"), request: StoreV1.RequestRefundRequest.self, response: StoreV1.RefundRequestStatus.self, authenticator: auth) { request, context in
+        router.registerUnary(
+            Self.method("RequestRefund"), request: StoreV1.RequestRefundRequest.self,
+            response: StoreV1.RefundRequestStatus.self, authenticator: auth
+        ) { request, context in
             try request.checkLimits()
             let account = try RoleAuthenticator.account(context)
-            return try await store.requestRefund(accountID: account.id, transactionID: request.transactionID, reason: request.reason).message
+            return try await store.requestRefund(
+                accountID: account.id, transactionID: request.transactionID, reason: request.reason
+            ).message
         }
-        router.registerServerStreaming(Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self, response: StoreV1.Revocation.self, authenticator: contentServices) { request, writer, context in
+        router.registerServerStreaming(
+            Self.method("WatchRevocations"), request: StoreV1.WatchRevocationsRequest.self,
+            response: StoreV1.Revocation.self, authenticator: contentServices
+        ) { request, writer, context in
             let feed = store.feed
             try await Self.follow(store: store, context: context, from: request.since) { cursor in
                 (try await feed.revocations(after: cursor), cursor)
@@ -166,8 +256,10 @@ public struct StoreService: RPCService {
 
     /// WatchEvents: the backlog after `since`, then each new event, exactly once and in order, with
     /// heartbeats when caught up and a keys_changed notice when the signing keys change.
-    static func watchEvents(store: Store, _ request: StoreV1.WatchEventsRequest, _ writer: ServerStreamWriter<StoreV1.WatchEventsResponse>,
-                            _ context: ServerContext) async throws {
+    static func watchEvents(
+        store: Store, _ request: StoreV1.WatchEventsRequest, _ writer: ServerStreamWriter<StoreV1.WatchEventsResponse>,
+        _ context: ServerContext
+    ) async throws {
         let feed = store.feed
         let types = try eventTypes(request.types)
         try await follow(store: store, context: context, from: request.since) { cursor in
@@ -193,13 +285,16 @@ public struct StoreService: RPCService {
     ///   - batch: the items after a cursor, and the cursor the read reached (at least the last item's).
     ///   - send: sends an item; answers its cursor.
     ///   - notice: sends a heartbeat or key-change notice at a cursor.
-    static func follow<Item>(store: Store, context: ServerContext, from start: UInt64,
-                             batch: (UInt64) async throws -> (items: [Item], through: UInt64),
-                             send: (Item) async throws -> UInt64,
-                             notice: (_ cursor: UInt64, _ keysChanged: Bool) async throws -> Void) async throws {
+    static func follow<Item>(
+        store: Store, context: ServerContext, from start: UInt64,
+        batch: (UInt64) async throws -> (items: [Item], through: UInt64),
+        send: (Item) async throws -> UInt64,
+        notice: (_ cursor: UInt64, _ keysChanged: Bool) async throws -> Void
+    ) async throws {
         let feed = store.feed
         feed.start()
-        let credentialID: String? = if case .service(let credential)? = context.principal as? Caller { credential.id } else { nil }
+        let credentialID: String? =
+            if case .service(let credential)? = context.principal as? Caller { credential.id } else { nil }
         var cursor = start
         var keyGeneration: UInt64?
         var lastHeartbeat: ContinuousClock.Instant?
@@ -231,7 +326,9 @@ public struct StoreService: RPCService {
     /// A request's event types, each once; a list longer than there are types is refused (3 INVALID_ARGUMENT). A type
     /// this version does not know stays in the filter (a newer replica on the same ledger may record it).
     static func eventTypes(_ requested: [StoreV1.EventType]) throws -> [EventKind] {
-        guard requested.count <= 64 else { throw StoreError.invalid("types lists \(requested.count) event types; there are fewer than 64") }
+        guard requested.count <= 64 else {
+            throw StoreError.invalid("types lists \(requested.count) event types; there are fewer than 64")
+        }
         var seen = Set<EventKind>()
         return requested.map(EventKind.init(wire:)).filter { seen.insert($0).inserted }
     }

@@ -42,29 +42,37 @@ extension FailedPurchase {
     /// The FAILED transaction as sent.
     public var transactionMessage: StoreV1.Transaction {
         StoreV1.Transaction(
-            transactionID: transactionID, originalTransactionID: transactionID, productID: productID, productType: productType?.wire ?? .productTypeUnspecified,
-            quantity: quantity, state: .failed, purchaseDateMs: dateMs, accountID: accountID, errorCode: code.rawValue, errorReason: reason,
+            transactionID: transactionID, originalTransactionID: transactionID, productID: productID,
+            productType: productType?.wire ?? .productTypeUnspecified,
+            quantity: quantity, state: .failed, purchaseDateMs: dateMs, accountID: accountID, errorCode: code.rawValue,
+            errorReason: reason,
             errorMessage: message, finished: true, price: price, currency: currency, environment: environment.wire)
     }
 
     init(_ message: StoreV1.Transaction) throws {
         guard let environment = StoreEnvironment(wire: message.environment) else {
-            throw LedgerError(.schema, "a kept answer holds failed transaction \(message.transactionID) in no environment this version knows")
+            throw LedgerError(
+                .schema,
+                "a kept answer holds failed transaction \(message.transactionID) in no environment this version knows")
         }
-        self.init(code: Code(rawValue: message.errorCode) ?? .unknown, reason: message.errorReason, message: message.errorMessage,
-                  transactionID: message.transactionID, accountID: message.accountID, productID: message.productID,
-                  productType: ProductKind(wire: message.productType), quantity: message.quantity, dateMs: message.purchaseDateMs, price: message.price,
-                  currency: message.currency, environment: environment)
+        self.init(
+            code: Code(rawValue: message.errorCode) ?? .unknown, reason: message.errorReason,
+            message: message.errorMessage,
+            transactionID: message.transactionID, accountID: message.accountID, productID: message.productID,
+            productType: ProductKind(wire: message.productType), quantity: message.quantity,
+            dateMs: message.purchaseDateMs, price: message.price,
+            currency: message.currency, environment: environment)
     }
 }
 
 extension PurchaseOutcome {
     /// The answer as sent.
     public var message: StoreV1.PurchaseResponse {
-        let transaction: StoreV1.Transaction = switch result {
-        case .purchased(let record), .deferred(let record): record.message
-        case .failed(let failure): failure.transactionMessage
-        }
+        let transaction: StoreV1.Transaction =
+            switch result {
+            case .purchased(let record), .deferred(let record): record.message
+            case .failed(let failure): failure.transactionMessage
+            }
         return StoreV1.PurchaseResponse(transaction: transaction, replayed: replayed, alreadyOwned: alreadyOwned)
     }
 
@@ -83,22 +91,26 @@ extension PurchaseOutcome {
 
 extension SpendOutcome {
     /// The answer as sent.
-    public var message: StoreV1.SpendCreditsResponse { StoreV1.SpendCreditsResponse(balance: balance, replayed: replayed) }
+    public var message: StoreV1.SpendCreditsResponse {
+        StoreV1.SpendCreditsResponse(balance: balance, replayed: replayed)
+    }
 }
 
 extension ReceiptVerdict {
     /// The answer as sent.
     public var message: StoreV1.VerifyReceiptResponse {
-        StoreV1.VerifyReceiptResponse(status: check.status.rawValue, message: check.message, receipt: check.payload,
-                                      revocationDateMs: revocationMs, revocationReason: revocationReason,
-                                      latestTransaction: latestTransaction, subscription: subscription)
+        StoreV1.VerifyReceiptResponse(
+            status: check.status.rawValue, message: check.message, receipt: check.payload,
+            revocationDateMs: revocationMs, revocationReason: revocationReason,
+            latestTransaction: latestTransaction, subscription: subscription)
     }
 }
 
 extension ReceiptPublicKey {
     /// The key as `PublicKeys` sends it, with its validity window (`not_after_ms` 0: not retired).
     public var message: StoreV1.PublicKey {
-        StoreV1.PublicKey(keyID: id, ed25519PublicKey: rawRepresentation, notBeforeMs: notBeforeMs, notAfterMs: notAfterMs)
+        StoreV1.PublicKey(
+            keyID: id, ed25519PublicKey: rawRepresentation, notBeforeMs: notBeforeMs, notAfterMs: notAfterMs)
     }
 }
 
@@ -106,12 +118,17 @@ extension TransactionRecord {
     /// A transaction as it was sent (an answer kept for an idempotency key): what the wire carries, no payment details.
     init(sent message: StoreV1.Transaction) throws {
         guard let type = ProductKind(wire: message.productType), let state = TransactionState(wire: message.state),
-              let environment = StoreEnvironment(wire: message.environment)
-        else { throw LedgerError(.schema, "a kept answer holds transaction \(message.transactionID) this version cannot read") }
+            let environment = StoreEnvironment(wire: message.environment)
+        else {
+            throw LedgerError(
+                .schema, "a kept answer holds transaction \(message.transactionID) this version cannot read")
+        }
         self.init(
             id: message.transactionID, originalID: message.originalTransactionID, accountID: message.accountID,
-            product: CatalogProduct(id: message.productID, type: type, title: "", price: message.price, currency: message.currency),
-            quantity: message.quantity, state: state, purchaseMs: message.purchaseDateMs, expiresMs: message.expiresDateMs,
+            product: CatalogProduct(
+                id: message.productID, type: type, title: "", price: message.price, currency: message.currency),
+            quantity: message.quantity, state: state, purchaseMs: message.purchaseDateMs,
+            expiresMs: message.expiresDateMs,
             paymentMethod: "", paymentID: nil, environment: environment)
         receipt = message.signedReceipt
         finished = message.finished
@@ -167,10 +184,12 @@ extension TransactionRecord {
     public var message: StoreV1.Transaction {
         StoreV1.Transaction(
             transactionID: id, originalTransactionID: originalID, productID: productID, productType: productType.wire,
-            quantity: quantity, state: state.wire, purchaseDateMs: purchaseMs, expiresDateMs: expiresMs, accountID: accountID,
+            quantity: quantity, state: state.wire, purchaseDateMs: purchaseMs, expiresDateMs: expiresMs,
+            accountID: accountID,
             errorCode: errorCode, errorReason: errorReason, errorMessage: errorMessage, signedReceipt: receipt ?? [],
             finished: finished, revocationDateMs: revokedMs, revocationReason: revocationReason, price: price,
-            currency: currency, environment: environment.wire, refundCreditShortfall: refundCreditShortfall, periodStartMs: periodStartMs,
+            currency: currency, environment: environment.wire, refundCreditShortfall: refundCreditShortfall,
+            periodStartMs: periodStartMs,
             offerID: offerID)
     }
 }
@@ -178,8 +197,9 @@ extension TransactionRecord {
 extension RevocationRecord {
     /// The revocation as sent on the wire.
     public var message: StoreV1.Revocation {
-        StoreV1.Revocation(cursor: cursor, transactionID: transactionID, originalTransactionID: originalTransactionID,
-                           revocationDateMs: revokedMs, reason: reason, creditShortfall: creditShortfall, accountID: accountID)
+        StoreV1.Revocation(
+            cursor: cursor, transactionID: transactionID, originalTransactionID: originalTransactionID,
+            revocationDateMs: revokedMs, reason: reason, creditShortfall: creditShortfall, accountID: accountID)
     }
 }
 
@@ -190,21 +210,30 @@ extension TransactionRecord {
         environment: StoreEnvironment
     ) {
         self.init(
-            id: id, originalID: originalID, accountID: accountID, productID: product.id, productType: product.type, quantity: quantity,
-            state: state, purchaseMs: purchaseMs, expiresMs: expiresMs, price: product.price, currency: product.currency,
+            id: id, originalID: originalID, accountID: accountID, productID: product.id, productType: product.type,
+            quantity: quantity,
+            state: state, purchaseMs: purchaseMs, expiresMs: expiresMs, price: product.price,
+            currency: product.currency,
             paymentMethod: paymentMethod, paymentID: paymentID, environment: environment)
     }
 }
 
 extension PaymentIntent {
-    init(kind: Kind, paymentID: String, transactionID: String, accountID: String, product: CatalogProduct, quantity: UInt32,
-         unitPrice: String, currency: String, paymentMethod: String, purchaseMs: Int64, idempotencyKey: String?, requestHash: [UInt8],
-         owner: String) {
+    init(
+        kind: Kind, paymentID: String, transactionID: String, accountID: String, product: CatalogProduct,
+        quantity: UInt32,
+        unitPrice: String, currency: String, paymentMethod: String, purchaseMs: Int64, idempotencyKey: String?,
+        requestHash: [UInt8],
+        owner: String
+    ) {
         self.init(
             kind: kind, paymentID: paymentID, transactionID: transactionID, accountID: accountID, productID: product.id,
-            productType: product.type, creditsPerUnit: product.credits, subscriptionPeriod: product.subscriptionPeriod?.description ?? "",
-            quantity: quantity, unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, purchaseMs: purchaseMs,
-            idempotencyKey: idempotencyKey, requestHash: requestHash, owner: owner, createdMs: purchaseMs, attemptMs: purchaseMs)
+            productType: product.type, creditsPerUnit: product.credits,
+            subscriptionPeriod: product.subscriptionPeriod?.description ?? "",
+            quantity: quantity, unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod,
+            purchaseMs: purchaseMs,
+            idempotencyKey: idempotencyKey, requestHash: requestHash, owner: owner, createdMs: purchaseMs,
+            attemptMs: purchaseMs)
     }
 }
 
@@ -212,8 +241,10 @@ extension EventRecord {
     /// The event as signed and sent.
     public func message(environment: StoreEnvironment) -> StoreV1.Event {
         StoreV1.Event(
-            eventID: id, type: type.wire, accountID: accountID, transactionID: transactionID, originalTransactionID: originalTransactionID,
-            productID: productID, createdMs: createdMs, reason: reason, creditShortfall: creditShortfall, autoRenew: autoRenew,
+            eventID: id, type: type.wire, accountID: accountID, transactionID: transactionID,
+            originalTransactionID: originalTransactionID,
+            productID: productID, createdMs: createdMs, reason: reason, creditShortfall: creditShortfall,
+            autoRenew: autoRenew,
             price: price, expirationReason: expirationReason.wire, environment: environment.wire)
     }
 }
@@ -223,20 +254,29 @@ extension TransactionFilter {
     /// - Throws: ``StoreError`` 3 for a `revoked` other than 0, 1, 2, more than 100 products or types, or a type or state
     ///   this version does not know (a filter that could only match nothing is a mistake, not a question).
     public init(_ request: StoreV1.ListTransactionsRequest) throws {
-        guard request.revoked <= 2 else { throw StoreError.invalid("revoked is 0 (any), 1 (only revoked) or 2 (only not revoked), not \(request.revoked)") }
+        guard request.revoked <= 2 else {
+            throw StoreError.invalid(
+                "revoked is 0 (any), 1 (only revoked) or 2 (only not revoked), not \(request.revoked)")
+        }
         guard request.productIDs.count <= 100, request.productTypes.count <= 100 else {
             throw StoreError.invalid("at most 100 product_ids and 100 product_types")
         }
         let types = try request.productTypes.map { type in
-            guard let kind = ProductKind(wire: type) else { throw StoreError.invalid("product_types holds \(type), not a product type") }
+            guard let kind = ProductKind(wire: type) else {
+                throw StoreError.invalid("product_types holds \(type), not a product type")
+            }
             return kind
         }
         var state: TransactionState?
         if request.state != .transactionStateUnspecified {
-            guard let known = TransactionState(wire: request.state) else { throw StoreError.invalid("state is \(request.state), not a transaction state") }
+            guard let known = TransactionState(wire: request.state) else {
+                throw StoreError.invalid("state is \(request.state), not a transaction state")
+            }
             state = known
         }
-        self.init(productIDs: request.productIDs, productTypes: types, state: state, revoked: request.revoked == 0 ? nil : request.revoked == 1)
+        self.init(
+            productIDs: request.productIDs, productTypes: types, state: state,
+            revoked: request.revoked == 0 ? nil : request.revoked == 1)
     }
 }
 
@@ -248,7 +288,8 @@ extension CatalogProduct {
         StoreV1.Product(
             id: id, type: type.wire, title: title, description: description, price: price, currency: currency,
             creditsPerUnit: credits, maxQuantity: maxQuantity, hostedContent: hostedContent,
-            subscriptionPeriod: subscriptionPeriod?.description ?? "", subscriptionGroup: subscriptionGroup, groupLevel: groupLevel,
+            subscriptionPeriod: subscriptionPeriod?.description ?? "", subscriptionGroup: subscriptionGroup,
+            groupLevel: groupLevel,
             gracePeriod: type == .autoRenewableSubscription ? gracePeriod?.description ?? "" : "",
             billingRetryPeriod: type == .autoRenewableSubscription ? billingRetryPeriod.description : "",
             introductoryOffer: introductoryOffer?.message, promotionalOffers: promotionalOffers.map(\.message))

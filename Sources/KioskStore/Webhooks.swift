@@ -35,12 +35,15 @@ public enum WebhookSignature {
 
     /// The header's value for `body` sent at `timestampMs`.
     public static func value(body: [UInt8], secret: [UInt8], timestampMs: Int64) -> String {
-        let mac = HMAC<SHA256>.authenticationCode(for: Array("\(timestampMs).".utf8) + body, using: SymmetricKey(data: secret))
+        let mac = HMAC<SHA256>.authenticationCode(
+            for: Array("\(timestampMs).".utf8) + body, using: SymmetricKey(data: secret))
         return "t=\(timestampMs),v1=\(Array(mac).hexString)"
     }
 
     /// True when `headerValue` signs `body` with `secret` and its time is within `toleranceMs` of `nowMs`.
-    public static func isValid(_ headerValue: String, body: [UInt8], secret: [UInt8], nowMs: Int64, toleranceMs: Int64 = 300_000) -> Bool {
+    public static func isValid(
+        _ headerValue: String, body: [UInt8], secret: [UInt8], nowMs: Int64, toleranceMs: Int64 = 300_000
+    ) -> Bool {
         var timestamp: Int64?
         var signatures: [String] = []
         for part in headerValue.split(separator: ",") {
@@ -50,11 +53,14 @@ public enum WebhookSignature {
         }
         // Compared without subtracting: a forged `t` near Int64's limits must not overflow.
         guard let timestamp, timestamp >= nowMs.subtractingReportingOverflow(toleranceMs).partialValue,
-              timestamp <= nowMs.addingReportingOverflow(toleranceMs).partialValue else { return false }
-        let expected = value(body: body, secret: secret, timestampMs: timestamp).split(separator: "=").last.map(String.init) ?? ""
+            timestamp <= nowMs.addingReportingOverflow(toleranceMs).partialValue
+        else { return false }
+        let expected =
+            value(body: body, secret: secret, timestampMs: timestamp).split(separator: "=").last.map(String.init) ?? ""
         // Compared in constant time over the hex digits.
         return signatures.contains { candidate in
-            candidate.utf8.count == expected.utf8.count && zip(candidate.utf8, expected.utf8).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
+            candidate.utf8.count == expected.utf8.count
+                && zip(candidate.utf8, expected.utf8).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
         }
     }
 }
@@ -65,14 +71,19 @@ extension Store {
     /// Adds a webhook: events recorded from now on (or after `since`) are POSTed to `url`, signed with `secret`.
     /// - Throws: ``StoreError`` 3 for a URL that is not http(s) or a secret shorter than 16 bytes.
     public func addWebhook(url: String, secret: [UInt8], since: UInt64? = nil) async throws -> WebhookRecord {
-        guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), scheme == "https" || scheme == "http", parsed.host != nil else {
+        guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(),
+            scheme == "https" || scheme == "http", parsed.host != nil
+        else {
             throw StoreError.invalid("webhook URL \(url) is not an http:// or https:// URL")
         }
-        guard secret.count >= 16 else { throw StoreError.invalid("a webhook secret must be at least 16 bytes (it has \(secret.count))") }
+        guard secret.count >= 16 else {
+            throw StoreError.invalid("a webhook secret must be at least 16 bytes (it has \(secret.count))")
+        }
         let id = "wh_" + Self.randomHex(bytes: 8)
         let nowMs = now
         return try await ledger.write { db in
-            let webhook = WebhookRecord(id: id, url: url, enqueuedThrough: try since ?? db.latestEventID(), createdMs: nowMs)
+            let webhook = WebhookRecord(
+                id: id, url: url, enqueuedThrough: try since ?? db.latestEventID(), createdMs: nowMs)
             try db.insertWebhook(webhook, secret: secret)
             return webhook
         }
@@ -90,7 +101,9 @@ extension Store {
     }
 
     /// Deliveries, newest first: of one webhook or all, in one state or any.
-    public func webhookDeliveries(webhookID: String? = nil, state: WebhookDelivery.State? = nil, limit: Int = 100) throws -> [WebhookDelivery] {
+    public func webhookDeliveries(
+        webhookID: String? = nil, state: WebhookDelivery.State? = nil, limit: Int = 100
+    ) throws -> [WebhookDelivery] {
         try ledger.backend.read { db in try db.webhookDeliveries(webhookID: webhookID, state: state, limit: limit) }
     }
 
@@ -98,7 +111,9 @@ extension Store {
     @discardableResult
     public func redriveWebhookDeliveries(webhookID: String? = nil, eventID: UInt64? = nil) async throws -> Int {
         let nowMs = now
-        return try await ledger.write { db in try db.redriveWebhookDeliveries(webhookID: webhookID, eventID: eventID, nowMs: nowMs) }
+        return try await ledger.write { db in
+            try db.redriveWebhookDeliveries(webhookID: webhookID, eventID: eventID, nowMs: nowMs)
+        }
     }
 
     // MARK: Delivering
@@ -131,25 +146,33 @@ extension Store {
         let (count, leaseOK, behind) = try await ledger.backend.read { db -> (Int, Bool?, Bool) in
             guard let least = try db.leastEnqueuedThrough() else { return (0, nil, false) }
             let lease = try db.webhookLease()
-            if let lease, lease.owner != owner, lease.untilMs > nowMs, instance.isAlive(lease.owner, db) { return (1, false, false) }
+            if let lease, lease.owner != owner, lease.untilMs > nowMs, instance.isAlive(lease.owner, db) {
+                return (1, false, false)
+            }
             let fresh = lease?.owner == owner && (lease?.untilMs ?? 0) - nowMs > leaseMs / 2
             return (1, fresh, least < (try db.latestEventID()))
         }
         if count == 0 { return WebhookReport() }
         guard let leaseFresh = leaseOK else { return nil }
         // The dispatcher's own writes do not wake the loops that follow this process's writes (they would wake it again).
-        let hooks = try await ledger.backend.groupWrite(serializingOn: nil) { db -> [(id: String, url: String, secret: [UInt8])]? in
+        let hooks = try await ledger.backend.groupWrite(serializingOn: nil) {
+            db -> [(id: String, url: String, secret: [UInt8])]? in
             if leaseFresh, !behind {
                 return try db.webhooksWithSecrets().map { ($0.webhook.id, $0.webhook.url, $0.secret) }
             }
-            if let lease = try db.webhookLease(), lease.owner != owner, lease.untilMs > nowMs, instance.isAlive(lease.owner, db) { return nil }
+            if let lease = try db.webhookLease(), lease.owner != owner, lease.untilMs > nowMs,
+                instance.isAlive(lease.owner, db)
+            {
+                return nil
+            }
             try db.takeWebhookLease(owner: owner, untilMs: nowMs + leaseMs)
             var hooks: [(id: String, url: String, secret: [UInt8])] = []
             for (hook, secret) in try db.webhooksWithSecrets() {
                 hooks.append((hook.id, hook.url, secret))
                 let events = try db.events(after: hook.enqueuedThrough, limit: 1000, accountID: nil, types: [])
                 for event in events {
-                    try db.queueWebhookDelivery(webhookID: hook.id, eventID: event.id, accountID: event.accountID, nowMs: nowMs)
+                    try db.queueWebhookDelivery(
+                        webhookID: hook.id, eventID: event.id, accountID: event.accountID, nowMs: nowMs)
                 }
                 if let last = events.last { try db.setEnqueuedThrough(webhookID: hook.id, eventID: last.id) }
             }
@@ -171,15 +194,22 @@ extension Store {
                 try db.dueWebhookDeliveries(webhookID: hook.id, nowMs: nowMs, limit: max(policy.concurrency, 1))
             }
             guard !due.isEmpty else { continue }
-            let transport = given ?? ownTransport ?? {
-                let opened = configuration.webhookTransport(policy.requestTimeout)
-                ownTransport = opened
-                return opened
-            }()
+            let transport =
+                given ?? ownTransport
+                ?? {
+                    let opened = configuration.webhookTransport(policy.requestTimeout)
+                    ownTransport = opened
+                    return opened
+                }()
             let results = await withTaskGroup(of: (WebhookDelivery, String?).self) { group in
                 for delivery in due {
                     group.addTask {
-                        (delivery, await self.post(delivery, url: hook.url, secret: hook.secret, transport: transport, timeout: policy.requestTimeout))
+                        (
+                            delivery,
+                            await self.post(
+                                delivery, url: hook.url, secret: hook.secret, transport: transport,
+                                timeout: policy.requestTimeout)
+                        )
                     }
                 }
                 var results: [(WebhookDelivery, String?)] = []
@@ -192,7 +222,8 @@ extension Store {
                 attempted.attempts += 1
                 attempted.firstAttemptMs = delivery.firstAttemptMs == 0 ? finishedMs : delivery.firstAttemptMs
                 if let failure {
-                    attempted.state = finishedMs - attempted.firstAttemptMs >= policy.retryFor.wholeMilliseconds ? .failed : .pending
+                    attempted.state =
+                        finishedMs - attempted.firstAttemptMs >= policy.retryFor.wholeMilliseconds ? .failed : .pending
                     attempted.nextAttemptMs = finishedMs + policy.backoffMs(afterAttempts: attempted.attempts)
                     attempted.lastError = failure
                 } else {
@@ -201,7 +232,9 @@ extension Store {
                     attempted.lastError = ""
                 }
                 let recorded = attempted
-                try await ledger.backend.groupWrite(serializingOn: nil) { db in try db.recordWebhookAttempt(recorded, leaseOwner: owner) }
+                try await ledger.backend.groupWrite(serializingOn: nil) { db in
+                    try db.recordWebhookAttempt(recorded, leaseOwner: owner)
+                }
                 let outcome = attempted.state
                 switch outcome {
                 case .delivered: report.delivered += 1
@@ -222,17 +255,22 @@ extension Store {
     /// The JSON body of an event's POST: its fields (as `kiosk-store events` prints them) and `signed_event`,
     /// the base64 of the encoded ``StoreV1/SignedEvent`` for offline verification with the store's public keys.
     public func webhookBody(_ event: EventRecord) throws -> [UInt8] {
-        let body = WebhookBody(event: EventDocument(event, environment: configuration.environment),
-                               signedEvent: Data(try signed(event).serializedBytes()).base64EncodedString())
+        let body = WebhookBody(
+            event: EventDocument(event, environment: configuration.environment),
+            signedEvent: Data(try signed(event).serializedBytes()).base64EncodedString())
         return Array(JSONLine.encode(body).utf8)
     }
 
     /// POSTs one delivery; nil on a 2xx answer, else what went wrong.
-    private func post(_ delivery: WebhookDelivery, url: String, secret: [UInt8], transport: any WebhookTransport, timeout: Duration) async -> String? {
+    private func post(
+        _ delivery: WebhookDelivery, url: String, secret: [UInt8], transport: any WebhookTransport, timeout: Duration
+    ) async -> String? {
         let event: EventRecord
         let body: [UInt8]
         do {
-            guard let found = try await ledger.events(after: max(delivery.eventID, 1) - 1, limit: 1).first, found.id == delivery.eventID else {
+            guard let found = try await ledger.events(after: max(delivery.eventID, 1) - 1, limit: 1).first,
+                found.id == delivery.eventID
+            else {
                 return "event \(delivery.eventID) is not in the ledger"
             }
             event = found

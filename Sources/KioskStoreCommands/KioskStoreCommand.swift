@@ -14,26 +14,42 @@ public struct KioskStoreCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "kiosk-store",
         abstract: "The Kiosk store service: catalog, payments, ledger, signed receipts.",
-        subcommands: [Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self, RefundRequests.self, DenyRefund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self, TLSCommand.self])
+        subcommands: [
+            Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self,
+            RefundRequests.self, DenyRefund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self,
+            TLSCommand.self,
+        ])
 }
 
 /// Options every command that opens a data dir takes.
 struct DataDirOptions: ParsableArguments {
     @Option(name: .customLong("data-dir"), help: "Directory of the ledger and signing keys.")
     var dataDir: String
-    @Option(name: .customLong("database"),
-            help: "Keep the ledger in PostgreSQL (postgres://user@host:port/database) instead of the data dir's SQLite file; also KIOSK_STORE_DATABASE.")
+    @Option(
+        name: .customLong("database"),
+        help:
+            "Keep the ledger in PostgreSQL (postgres://user@host:port/database) instead of the data dir's SQLite file; also KIOSK_STORE_DATABASE."
+    )
     var database: String?
-    @Option(name: .customLong("database-password-file"),
-            help: "File holding the PostgreSQL user's password; also KIOSK_STORE_DATABASE_PASSWORD (never in the URL on a command line).")
+    @Option(
+        name: .customLong("database-password-file"),
+        help:
+            "File holding the PostgreSQL user's password; also KIOSK_STORE_DATABASE_PASSWORD (never in the URL on a command line)."
+    )
     var databasePasswordFile: String?
-    @Option(name: .customLong("key-encryption-key-file"),
-            help: "File holding the key that seals the private signing keys in the ledger (kiosk-store keys new-kek), the same for every replica on one database; also KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE. Without it the private keys stay in the data dir.")
+    @Option(
+        name: .customLong("key-encryption-key-file"),
+        help:
+            "File holding the key that seals the private signing keys in the ledger (kiosk-store keys new-kek), the same for every replica on one database; also KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE. Without it the private keys stay in the data dir."
+    )
     var keyEncryptionKeyFile: String?
 
     /// The key-encryption key from --key-encryption-key-file or the environment; nil: private keys in the data dir.
     func keyEncryptionKey() throws -> KeyEncryptionKey? {
-        guard let path = keyEncryptionKeyFile ?? ProcessInfo.processInfo.environment["KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE"], !path.isEmpty else {
+        guard
+            let path = keyEncryptionKeyFile
+                ?? ProcessInfo.processInfo.environment["KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE"], !path.isEmpty
+        else {
             return nil
         }
         do {
@@ -50,9 +66,11 @@ struct DataDirOptions: ParsableArguments {
         var password = environment["KIOSK_STORE_DATABASE_PASSWORD"]
         if let databasePasswordFile {
             do {
-                password = try String(contentsOfFile: databasePasswordFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+                password = try String(contentsOfFile: databasePasswordFile, encoding: .utf8).trimmingCharacters(
+                    in: .whitespacesAndNewlines)
             } catch {
-                throw ValidationError("cannot read the database password from \(databasePasswordFile): \(error.localizedDescription)")
+                throw ValidationError(
+                    "cannot read the database password from \(databasePasswordFile): \(error.localizedDescription)")
             }
         }
         do {
@@ -73,20 +91,26 @@ struct DataDirOptions: ParsableArguments {
     /// Opens the store on the data dir, in the environment it was first served with.
     /// Only `creating` commands (`account create`) may start a new data dir: for
     /// the others a mistyped path is an error, not a fresh ledger and key.
-    func openStore(catalog: String? = nil, environment: StoreEnvironment? = nil, creating: Bool = false,
-                   payments: PaymentOptions? = nil) throws -> Store {
+    func openStore(
+        catalog: String? = nil, environment: StoreEnvironment? = nil, creating: Bool = false,
+        payments: PaymentOptions? = nil
+    ) throws -> Store {
         let postgres = try postgres()
         // The data dir's own file: the SQLite ledger, or on PostgreSQL the signing keys (a mistyped
         // database name fails to connect; a mistyped data dir must not start a new signing key).
         let marker = postgres == nil ? Ledger.fileName : "keys"
-        guard creating || FileManager.default.fileExists(atPath: (dataDir as NSString).appendingPathComponent(marker)) else {
-            throw ValidationError("no ledger in \(dataDir): give the --data-dir of a store (`serve` or `account create` starts one)")
+        guard creating || FileManager.default.fileExists(atPath: (dataDir as NSString).appendingPathComponent(marker))
+        else {
+            throw ValidationError(
+                "no ledger in \(dataDir): give the --data-dir of a store (`serve` or `account create` starts one)")
         }
-        let ledgerEnvironment = try (postgres.map { try Ledger(postgres: $0) } ?? Ledger(directory: dataDir)).environment()
+        let ledgerEnvironment = try (postgres.map { try Ledger(postgres: $0) } ?? Ledger(directory: dataDir))
+            .environment()
         let chosen = environment ?? ledgerEnvironment ?? .sandbox
-        let loaded = try catalog.map { path -> Catalog in
-            do { return try Catalog.load(path: path) } catch { throw ValidationError("bad catalog: \(error)") }
-        } ?? Catalog(bundleID: "com.example.kiosk", products: [])
+        let loaded =
+            try catalog.map { path -> Catalog in
+                do { return try Catalog.load(path: path) } catch { throw ValidationError("bad catalog: \(error)") }
+            } ?? Catalog(bundleID: "com.example.kiosk", products: [])
         var configuration = try configuration(catalog: loaded, environment: chosen)
         if let payments { try payments.apply(to: &configuration) }
         return try Store(configuration: configuration)
@@ -95,15 +119,17 @@ struct DataDirOptions: ParsableArguments {
 
 /// How the store takes payments.
 struct PaymentOptions: ParsableArguments {
-    @Option(name: .customLong("payment-processor"),
-            help: "simulated (test cards; sandbox only, the sandbox default) or stripe (required in production).")
+    @Option(
+        name: .customLong("payment-processor"),
+        help: "simulated (test cards; sandbox only, the sandbox default) or stripe (required in production).")
     var processor: String?
     @Option(name: .customLong("stripe-key-file"), help: "File holding the Stripe secret key (sk_live_… or sk_test_…).")
     var stripeKeyFile: String?
     @Option(name: .customLong("stripe-api-base"), help: "Stripe's API base URL (a local double in tests).")
     var stripeAPIBase = "https://api.stripe.com"
-    @Option(name: .customLong("stripe-lookup-delay-ms"),
-            help: "How long Stripe's search may lag a charge: pending payments of dead processes are settled after it.")
+    @Option(
+        name: .customLong("stripe-lookup-delay-ms"),
+        help: "How long Stripe's search may lag a charge: pending payments of dead processes are settled after it.")
     var stripeLookupDelayMs: Int64 = 60_000
 
     func apply(to configuration: inout StoreConfiguration) throws {
@@ -111,19 +137,24 @@ struct PaymentOptions: ParsableArguments {
         case "simulated"?:
             configuration.paymentProcessor = SimulatedPaymentProcessor.fromEnvironment()
         case "stripe"?:
-            guard let stripeKeyFile else { throw ValidationError("--payment-processor stripe needs --stripe-key-file FILE") }
+            guard let stripeKeyFile else {
+                throw ValidationError("--payment-processor stripe needs --stripe-key-file FILE")
+            }
             let key: String
             do {
-                key = try String(contentsOfFile: stripeKeyFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+                key = try String(contentsOfFile: stripeKeyFile, encoding: .utf8).trimmingCharacters(
+                    in: .whitespacesAndNewlines)
             } catch {
                 throw ValidationError("cannot read the Stripe key from \(stripeKeyFile): \(error.localizedDescription)")
             }
             guard key.hasPrefix("sk_") || key.hasPrefix("rk_") else {
                 throw ValidationError("\(stripeKeyFile) does not hold a Stripe secret key (sk_… or rk_…)")
             }
-            configuration.paymentProcessor = StripePaymentProcessor(secretKey: key, baseURL: stripeAPIBase, lookupDelay: .milliseconds(stripeLookupDelayMs))
+            configuration.paymentProcessor = StripePaymentProcessor(
+                secretKey: key, baseURL: stripeAPIBase, lookupDelay: .milliseconds(stripeLookupDelayMs))
         case nil:
-            throw ValidationError("a production store takes real payments: give --payment-processor stripe --stripe-key-file FILE")
+            throw ValidationError(
+                "a production store takes real payments: give --payment-processor stripe --stripe-key-file FILE")
         case let other?:
             throw ValidationError("unknown payment processor \"\(other)\": use simulated or stripe")
         }
@@ -146,25 +177,39 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one.") var port = 7301
     @OptionGroup var data: DataDirOptions
     @Option(help: "The catalog file (JSON).") var catalog: String
-    @Option(name: .customLong("environment"), help: "sandbox or production (a data dir is bound to the first one it is served with).")
+    @Option(
+        name: .customLong("environment"),
+        help: "sandbox or production (a data dir is bound to the first one it is served with).")
     var environmentArgument: EnvironmentArgument = .sandbox
     var environment: StoreEnvironment { environmentArgument.environment }
     @OptionGroup var payments: PaymentOptions
-    @Option(name: .customLong("tls-cert"), help: "PEM certificate chain to serve TLS with (reloaded on SIGHUP).") var tlsCert: String?
+    @Option(name: .customLong("tls-cert"), help: "PEM certificate chain to serve TLS with (reloaded on SIGHUP).")
+    var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: "PEM private key of --tls-cert.") var tlsKey: String?
-    @Flag(name: .customLong("insecure-plaintext"), help: "Serve plaintext on an address that is not loopback (refused in production).")
+    @Flag(
+        name: .customLong("insecure-plaintext"),
+        help: "Serve plaintext on an address that is not loopback (refused in production).")
     var insecurePlaintext = false
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
-    @Option(name: .customLong("time-scale"),
-            help: "Sandbox only: run subscription periods, grace and billing retry this many times faster than the calendar (720: a month in an hour). Ignored in production.")
+    @Option(
+        name: .customLong("time-scale"),
+        help:
+            "Sandbox only: run subscription periods, grace and billing retry this many times faster than the calendar (720: a month in an hour). Ignored in production."
+    )
     var timeScale: Double = 1
-    @Option(name: .customLong("renewal-interval-ms"), help: "How often due subscription renewals are charged, in milliseconds.")
+    @Option(
+        name: .customLong("renewal-interval-ms"),
+        help: "How often due subscription renewals are charged, in milliseconds.")
     var renewalIntervalMs: Int = 10_000
-    @Option(name: .customLong("ask-to-buy-expiry-s"), help: "Decline ask-to-buy requests not approved within this many seconds (0: never).")
+    @Option(
+        name: .customLong("ask-to-buy-expiry-s"),
+        help: "Decline ask-to-buy requests not approved within this many seconds (0: never).")
     var askToBuyExpiryS: Int = 86_400
 
     func validate() throws {
-        guard timeScale >= 1, timeScale <= 1_000_000 else { throw ValidationError("--time-scale must be between 1 and 1000000") }
+        guard timeScale >= 1, timeScale <= 1_000_000 else {
+            throw ValidationError("--time-scale must be between 1 and 1000000")
+        }
         guard renewalIntervalMs >= 10 else { throw ValidationError("--renewal-interval-ms must be at least 10") }
         guard askToBuyExpiryS >= 0 else { throw ValidationError("--ask-to-buy-expiry-s must be 0 (never) or more") }
     }
@@ -188,18 +233,24 @@ struct Serve: AsyncParsableCommand {
                 logger.warning("--time-scale is ignored in production: subscriptions renew on the calendar")
             } else {
                 configuration.timeScale = timeScale
-                logger.notice("sandbox time scale \(timeScale)×: a one-month period lasts \(Int((30 * 24 * 60 / timeScale).rounded())) minutes")
+                logger.notice(
+                    "sandbox time scale \(timeScale)×: a one-month period lasts \(Int((30 * 24 * 60 / timeScale).rounded())) minutes"
+                )
             }
         }
         if configuration.database != nil, configuration.keyEncryptionKey == nil {
-            logger.warning("the private signing keys stay in this data dir: another store on this database cannot sign; give every replica the same --key-encryption-key-file")
+            logger.warning(
+                "the private signing keys stay in this data dir: another store on this database cannot sign; give every replica the same --key-encryption-key-file"
+            )
         }
         let server: StoreServer
         let tls: ServerTLSIdentity?
         do {
             tls = try ServerTLSIdentity(certificateChainPath: tlsCert, privateKeyPath: tlsKey)
             server = try StoreServer(
-                store: configuration, server: ServerConfiguration(host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext),
+                store: configuration,
+                server: ServerConfiguration(
+                    host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext),
                 logger: logger)
             try await server.start()
         } catch let error as StoreError {
@@ -213,7 +264,8 @@ struct Serve: AsyncParsableCommand {
             throw ExitCode(2)
         }
         // Scripts and tests read this line to learn the port; it is printed once SIGTERM and SIGHUP are trapped.
-        let banner = "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(loadedCatalog.products.count) products)\n"
+        let banner =
+            "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(loadedCatalog.products.count) products)\n"
         try await ServiceHosting.serve(
             announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
             shutdown: {
@@ -229,7 +281,8 @@ struct AccountCommand: AsyncParsableCommand {
         commandName: "account", abstract: "Manage accounts.", subcommands: [Create.self, SetPayments.self])
 
     struct Create: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Create an account and print its id and bearer token (shown once).")
+        static let configuration = CommandConfiguration(
+            abstract: "Create an account and print its id and bearer token (shown once).")
         @OptionGroup var data: DataDirOptions
         @Flag(help: "Create the account with payments disabled (restrictions).") var paymentsDisabled = false
         @Flag(help: "Print JSON.") var json = false
@@ -238,7 +291,9 @@ struct AccountCommand: AsyncParsableCommand {
             let store = try data.openStore(creating: true)
             let (id, token) = try store.createAccount(paymentsAllowed: !paymentsDisabled)
             if json {
-                print(JSONLine.encode(Output.AccountCreated(accountID: id, token: token, paymentsAllowed: !paymentsDisabled)))
+                print(
+                    JSONLine.encode(
+                        Output.AccountCreated(accountID: id, token: token, paymentsAllowed: !paymentsDisabled)))
             } else {
                 print("account \(id)")
                 print("token   \(token)")
@@ -248,7 +303,8 @@ struct AccountCommand: AsyncParsableCommand {
     }
 
     struct SetPayments: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "set-payments", abstract: "Allow (on) or forbid (off) an account's payments.")
+        static let configuration = CommandConfiguration(
+            commandName: "set-payments", abstract: "Allow (on) or forbid (off) an account's payments.")
         @OptionGroup var data: DataDirOptions
         @Argument(help: "The account id.") var account: String
         @Argument(help: "on or off.") var state: String
@@ -272,7 +328,9 @@ struct ServiceCommand: AsyncParsableCommand {
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Issue a service credential and print it (shown once; the store keeps only its hash).",
-            discussion: "Role content: the revocation feed (give it to kiosk-content --store-credential). Role admin: the Admin RPCs.")
+            discussion:
+                "Role content: the revocation feed (give it to kiosk-content --store-credential). Role admin: the Admin RPCs."
+        )
         @OptionGroup var data: DataDirOptions
         @Option(help: "content or admin.") var role: String
         @Option(help: "A label, e.g. content-1.") var name = ""
@@ -286,7 +344,8 @@ struct ServiceCommand: AsyncParsableCommand {
 
         func run() async throws {
             let store = try data.openStore(creating: true)
-            let (id, secret) = try store.createServiceCredential(role: CallerRole(rawValue: role) ?? .content, name: name)
+            let (id, secret) = try store.createServiceCredential(
+                role: CallerRole(rawValue: role) ?? .content, name: name)
             if json {
                 print(JSONLine.encode(Output.ServiceCredentialCreated(id: id, role: role, credential: secret)))
             } else {
@@ -309,7 +368,10 @@ struct ServiceCommand: AsyncParsableCommand {
     }
 
     struct Revoke: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Revoke a service credential: its next call is refused (16), and an open revocation feed of it ends within the poll interval.")
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Revoke a service credential: its next call is refused (16), and an open revocation feed of it ends within the poll interval."
+        )
         @OptionGroup var data: DataDirOptions
         @Argument(help: "The credential id (svc_…).") var id: String
         func run() async throws {
@@ -326,10 +388,15 @@ struct TLSCommand: AsyncParsableCommand {
     struct CreateDev: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "create-dev",
-            abstract: "Create a local CA (ca.pem) and a server certificate it signs (server.pem, server-key.pem), valid 30 days.",
-            discussion: "Serve with --tls-cert server.pem --tls-key server-key.pem; clients trust ca.pem (--tls-ca). Uses the openssl command. Not for production.")
+            abstract:
+                "Create a local CA (ca.pem) and a server certificate it signs (server.pem, server-key.pem), valid 30 days.",
+            discussion:
+                "Serve with --tls-cert server.pem --tls-key server-key.pem; clients trust ca.pem (--tls-ca). Uses the openssl command. Not for production."
+        )
         @Option(help: "Directory to write into (an existing CA there is reused).") var out: String
-        @Option(name: .customLong("host"), help: "A name or address the certificate is also valid for (localhost, 127.0.0.1 and ::1 always are).")
+        @Option(
+            name: .customLong("host"),
+            help: "A name or address the certificate is also valid for (localhost, 127.0.0.1 and ::1 always are).")
         var hosts: [String] = []
 
         func run() async throws {
@@ -360,7 +427,8 @@ struct Approve: AsyncParsableCommand {
 }
 
 struct Decline: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Decline a deferred (ask-to-buy) transaction: it fails (SKError 2), nothing is charged.")
+    static let configuration = CommandConfiguration(
+        abstract: "Decline a deferred (ask-to-buy) transaction: it fails (SKError 2), nothing is charged.")
     @OptionGroup var data: DataDirOptions
     @Option(help: "Why (the DECLINED event's reason).") var reason = "declined"
     @Argument(help: "The transaction id.") var transaction: String
@@ -373,11 +441,13 @@ struct Decline: AsyncParsableCommand {
 
 struct Events: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print the event log (one line of JSON per event), or record a TEST event.", subcommands: [List.self, Test.self],
+        abstract: "Print the event log (one line of JSON per event), or record a TEST event.",
+        subcommands: [List.self, Test.self],
         defaultSubcommand: List.self)
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print events after a cursor, oldest first, as JSON lines.")
+        static let configuration = CommandConfiguration(
+            abstract: "Print events after a cursor, oldest first, as JSON lines.")
         @OptionGroup var data: DataDirOptions
         @Option(help: "Print events with an id above this one.") var since: UInt64 = 0
         @Option(help: "Only these types (comma-separated: purchased,refunded,…).") var types: String?
@@ -412,7 +482,8 @@ struct Events: AsyncParsableCommand {
     }
 
     struct Test: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Record a TEST event, to check that watchers and receivers are wired up.")
+        static let configuration = CommandConfiguration(
+            abstract: "Record a TEST event, to check that watchers and receivers are wired up.")
         @OptionGroup var data: DataDirOptions
 
         func run() async throws {
@@ -424,13 +495,17 @@ struct Events: AsyncParsableCommand {
 
 struct WebhookCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "webhook", abstract: "Send every event to your back end: signed HTTP POSTs, retried until answered 2xx.",
+        commandName: "webhook",
+        abstract: "Send every event to your back end: signed HTTP POSTs, retried until answered 2xx.",
         subcommands: [Add.self, List.self, Remove.self, Deliveries.self, Redrive.self])
 
     struct Add: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Add a webhook; events recorded from now on are POSTed to URL by the serving store.")
+        static let configuration = CommandConfiguration(
+            abstract: "Add a webhook; events recorded from now on are POSTed to URL by the serving store.")
         @OptionGroup var data: DataDirOptions
-        @Option(name: .customLong("secret-file"), help: "File holding the shared secret (at least 16 bytes) the Kiosk-Signature HMAC is made with.")
+        @Option(
+            name: .customLong("secret-file"),
+            help: "File holding the shared secret (at least 16 bytes) the Kiosk-Signature HMAC is made with.")
         var secretFile: String
         @Option(help: "Also send the events after this id (a backfill); default: only new ones.") var since: UInt64?
         @Argument(help: "The receiver's URL (https://…; http:// for a receiver on your own network).") var url: String
@@ -439,14 +514,16 @@ struct WebhookCommand: AsyncParsableCommand {
             guard var secret = FileManager.default.contents(atPath: secretFile).map(Array.init) else {
                 throw ValidationError("cannot read the secret file \(secretFile)")
             }
-            while let last = secret.last, last == 10 || last == 13 { secret.removeLast() }  // a trailing newline is not part of it
+            // A trailing newline is not part of the secret.
+            while let last = secret.last, last == 10 || last == 13 { secret.removeLast() }
             let hook = try await data.openStore().addWebhook(url: url, secret: secret, since: since)
             print("webhook \(hook.id): \(hook.url), from event \(hook.enqueuedThrough + 1)")
         }
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List webhooks with their pending and failed deliveries.")
+        static let configuration = CommandConfiguration(
+            abstract: "List webhooks with their pending and failed deliveries.")
         @OptionGroup var data: DataDirOptions
 
         func run() async throws {
@@ -454,7 +531,9 @@ struct WebhookCommand: AsyncParsableCommand {
             for hook in try store.webhooks() {
                 let pending = try store.webhookDeliveries(webhookID: hook.id, state: .pending, limit: 100_000).count
                 let failed = try store.webhookDeliveries(webhookID: hook.id, state: .failed, limit: 100_000).count
-                print("\(hook.id)  \(hook.url)  queued through event \(hook.enqueuedThrough)  pending \(pending)  failed \(failed)")
+                print(
+                    "\(hook.id)  \(hook.url)  queued through event \(hook.enqueuedThrough)  pending \(pending)  failed \(failed)"
+                )
             }
         }
     }
@@ -481,7 +560,8 @@ struct WebhookCommand: AsyncParsableCommand {
         func run() async throws {
             let state: WebhookDelivery.State? = failed ? .failed : pending ? .pending : nil
             for delivery in try data.openStore().webhookDeliveries(webhookID: webhook, state: state, limit: limit) {
-                var line = "\(delivery.webhookID)  event \(delivery.eventID)  \(delivery.state.rawValue)  attempts \(delivery.attempts)"
+                var line =
+                    "\(delivery.webhookID)  event \(delivery.eventID)  \(delivery.state.rawValue)  attempts \(delivery.attempts)"
                 if !delivery.lastError.isEmpty { line += "  last error: \(delivery.lastError)" }
                 print(line)
             }
@@ -489,7 +569,8 @@ struct WebhookCommand: AsyncParsableCommand {
     }
 
     struct Redrive: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Queue failed deliveries again (all, or one event's); the serving store sends them at once.")
+        static let configuration = CommandConfiguration(
+            abstract: "Queue failed deliveries again (all, or one event's); the serving store sends them at once.")
         @OptionGroup var data: DataDirOptions
         @Option(help: "Only this webhook's.") var webhook: String?
         @Option(help: "Only this event's.") var event: UInt64?
@@ -502,7 +583,8 @@ struct WebhookCommand: AsyncParsableCommand {
 }
 
 struct Refund: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Refund (revoke) a purchased transaction; grants its refund request, if the buyer made one.")
+    static let configuration = CommandConfiguration(
+        abstract: "Refund (revoke) a purchased transaction; grants its refund request, if the buyer made one.")
     @OptionGroup var data: DataDirOptions
     @Option(help: "Why, e.g. \"customer request\".") var reason: String
     @OptionGroup var payments: PaymentOptions
@@ -521,13 +603,17 @@ struct Refund: AsyncParsableCommand {
 struct RefundRequests: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "refund-requests",
-        abstract: "List buyers' refund requests, oldest first: grant one with `kiosk-store refund TX`, deny it with `kiosk-store deny-refund TX`.")
+        abstract:
+            "List buyers' refund requests, oldest first: grant one with `kiosk-store refund TX`, deny it with `kiosk-store deny-refund TX`."
+    )
     @OptionGroup var data: DataDirOptions
     @Option(help: "pending, granted or denied.") var state = "pending"
     @Flag(help: "One line of JSON per request.") var json = false
 
     func run() async throws {
-        guard let wanted = StoreV1.RefundRequestState(name: state).flatMap({ RefundRequest.State(rawValue: $0.rawValue) }) else { throw ValidationError("state must be pending, granted or denied") }
+        guard
+            let wanted = StoreV1.RefundRequestState(name: state).flatMap({ RefundRequest.State(rawValue: $0.rawValue) })
+        else { throw ValidationError("state must be pending, granted or denied") }
         let ledger = try data.openStore().ledger
         var token = ""
         repeat {
@@ -536,7 +622,8 @@ struct RefundRequests: AsyncParsableCommand {
                 if json {
                     print(request.jsonLine)
                 } else {
-                    var line = "\(request.transactionID)  \(request.productID)  account \(request.accountID)  \(request.state)  \"\(request.reason)\""
+                    var line =
+                        "\(request.transactionID)  \(request.productID)  account \(request.accountID)  \(request.state)  \"\(request.reason)\""
                     if request.decidedMs > 0 { line += "  decision: \"\(request.decisionReason)\"" }
                     print(line)
                 }
@@ -548,7 +635,8 @@ struct RefundRequests: AsyncParsableCommand {
 
 struct DenyRefund: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "deny-refund", abstract: "Deny a buyer's pending refund request (REFUND_DENIED); the transaction stays as it is.")
+        commandName: "deny-refund",
+        abstract: "Deny a buyer's pending refund request (REFUND_DENIED); the transaction stays as it is.")
     @OptionGroup var data: DataDirOptions
     @Option(help: "Why (the REFUND_DENIED event's reason, shown to the buyer's app).") var reason: String
     @Argument(help: "The transaction id.") var transaction: String
@@ -562,11 +650,16 @@ struct DenyRefund: AsyncParsableCommand {
 struct Reconcile: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Settle pending payments with the processor: charged ones are recorded, the others closed.",
-        discussion: "A serving store does this at start-up and every 30 s; this command is for a stopped store, or to see the counts.")
+        discussion:
+            "A serving store does this at start-up and every 30 s; this command is for a stopped store, or to see the counts."
+    )
     @OptionGroup var data: DataDirOptions
     @Option(help: "The catalog file the store serves.") var catalog: String?
     @OptionGroup var payments: PaymentOptions
-    @Flag(help: "Settle every pending payment now, also those a running store may be paying (only when no store serves this data dir).")
+    @Flag(
+        help:
+            "Settle every pending payment now, also those a running store may be paying (only when no store serves this data dir)."
+    )
     var all = false
     @Flag(help: "Print JSON.") var json = false
 
@@ -574,25 +667,36 @@ struct Reconcile: AsyncParsableCommand {
         let store = try data.openStore(catalog: catalog, payments: payments)
         let report = try await store.reconcile(all: all)
         let counts = try store.ledger.intentCounts()
-        let pending = counts[.pending] ?? 0, completed = counts[.completed] ?? 0, closed = counts[.closed] ?? 0
+        let pending = counts[.pending] ?? 0
+        let completed = counts[.completed] ?? 0
+        let closed = counts[.closed] ?? 0
         if json {
-            print(JSONLine.encode(Output.Reconciled(
-                charged: report.charged, deferred: report.deferred, closed: report.closed, refunded: report.refunded, left: report.left,
-                intents: .init(pending: pending, completed: completed, closed: closed))))
+            print(
+                JSONLine.encode(
+                    Output.Reconciled(
+                        charged: report.charged, deferred: report.deferred, closed: report.closed,
+                        refunded: report.refunded, left: report.left,
+                        intents: .init(pending: pending, completed: completed, closed: closed))))
         } else {
-            print("recorded \(report.charged) charged and \(report.deferred) deferred, closed \(report.closed) uncharged, refunded \(report.refunded) duplicates, left \(report.left); intents now: \(pending) pending, \(completed) completed, \(closed) closed")
+            print(
+                "recorded \(report.charged) charged and \(report.deferred) deferred, closed \(report.closed) uncharged, refunded \(report.refunded) duplicates, left \(report.left); intents now: \(pending) pending, \(completed) completed, \(closed) closed"
+            )
         }
     }
 }
 
 struct Keys: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Manage receipt signing keys.", subcommands: [Rotate.self, Retire.self, Export.self, NewKEK.self])
+    static let configuration = CommandConfiguration(
+        abstract: "Manage receipt signing keys.", subcommands: [Rotate.self, Retire.self, Export.self, NewKEK.self])
 
     struct NewKEK: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "new-kek",
-            abstract: "Write a new key-encryption key to FILE (0600, never replacing one): give it to every store replica as --key-encryption-key-file.",
-            discussion: "Stores given it seal their private signing keys into the ledger with it (keys kept in a data dir are sealed at the next start), so replicas on one PostgreSQL database share the keys.")
+            abstract:
+                "Write a new key-encryption key to FILE (0600, never replacing one): give it to every store replica as --key-encryption-key-file.",
+            discussion:
+                "Stores given it seal their private signing keys into the ledger with it (keys kept in a data dir are sealed at the next start), so replicas on one PostgreSQL database share the keys."
+        )
         @Argument(help: "The file to create.") var file: String
         func run() async throws {
             do {
@@ -615,7 +719,8 @@ struct Keys: AsyncParsableCommand {
 
     struct Retire: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Retire a signing key: receipts it signed after the time stop verifying (21003), older ones still do.",
+            abstract:
+                "Retire a signing key: receipts it signed after the time stop verifying (21003), older ones still do.",
             discussion: "The active (newest) key cannot be retired: run `keys rotate` first.")
         @Argument(help: "The key id (`keys export` lists them).") var keyID: String
         @Option(help: "When: ISO 8601 (YYYY-MM-DDThh:mm:ssZ) or milliseconds since 1970. Default: now.") var at: String?
@@ -625,7 +730,9 @@ struct Keys: AsyncParsableCommand {
             let atMs = try at.map(Self.milliseconds(from:))
             let key = try data.openStore().retireKey(id: keyID, atMs: atMs)
             let date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(key.notAfterMs) / 1000))
-            print("retired signing key \(key.id) at \(key.notAfterMs) ms (\(date)); receipts it signed after that no longer verify")
+            print(
+                "retired signing key \(key.id) at \(key.notAfterMs) ms (\(date)); receipts it signed after that no longer verify"
+            )
         }
 
         /// Milliseconds since 1970, or an ISO 8601 date-time (with or without fractional seconds).
@@ -635,7 +742,8 @@ struct Keys: AsyncParsableCommand {
             let fractional = ISO8601DateFormatter()
             fractional.formatOptions.insert(.withFractionalSeconds)
             guard let date = plain.date(from: text) ?? fractional.date(from: text) else {
-                throw ValidationError("--at must be ISO 8601 (YYYY-MM-DDThh:mm:ssZ) or milliseconds since 1970, not \"\(text)\"")
+                throw ValidationError(
+                    "--at must be ISO 8601 (YYYY-MM-DDThh:mm:ssZ) or milliseconds since 1970, not \"\(text)\"")
             }
             return Int64((date.timeIntervalSince1970 * 1000).rounded())
         }
@@ -646,10 +754,15 @@ struct Keys: AsyncParsableCommand {
         @OptionGroup var data: DataDirOptions
         func run() async throws {
             let keys = try data.openStore().publicKeys()
-            print(JSONLine.encode(Output.PublicKeys(keys: keys.map {
-                .init(keyID: $0.id, ed25519PublicKey: Data($0.rawRepresentation).base64EncodedString(), notBeforeMs: $0.notBeforeMs,
-                      notAfterMs: $0.notAfterMs)
-            })))
+            print(
+                JSONLine.encode(
+                    Output.PublicKeys(
+                        keys: keys.map {
+                            .init(
+                                keyID: $0.id, ed25519PublicKey: Data($0.rawRepresentation).base64EncodedString(),
+                                notBeforeMs: $0.notBeforeMs,
+                                notAfterMs: $0.notAfterMs)
+                        })))
         }
     }
 }

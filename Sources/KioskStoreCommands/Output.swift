@@ -6,7 +6,9 @@ enum Output {
     /// `account create --json`.
     struct AccountCreated: Encodable {
         var accountID: String, token: String, paymentsAllowed: Bool
-        enum CodingKeys: String, CodingKey { case accountID = "account_id", token, paymentsAllowed = "payments_allowed" }
+        enum CodingKeys: String, CodingKey {
+            case accountID = "account_id", token, paymentsAllowed = "payments_allowed"
+        }
     }
 
     /// `service create --json`.
@@ -26,7 +28,8 @@ enum Output {
         struct Key: Encodable {
             var keyID: String, ed25519PublicKey: String, notBeforeMs: Int64, notAfterMs: Int64
             enum CodingKeys: String, CodingKey {
-                case keyID = "key_id", ed25519PublicKey = "ed25519_public_key", notBeforeMs = "not_before_ms", notAfterMs = "not_after_ms"
+                case keyID = "key_id", ed25519PublicKey = "ed25519_public_key", notBeforeMs = "not_before_ms",
+                    notAfterMs = "not_after_ms"
             }
         }
         var keys: [Key]

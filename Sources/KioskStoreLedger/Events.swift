@@ -17,7 +17,8 @@ extension EventRecord {
             productID: try row["product_id"], createdMs: try row["created_ms"], reason: try row["reason"],
             creditShortfall: UInt64(clamping: try row["credit_shortfall"] as Int64), autoRenew: try row["auto_renew"],
             price: try row["price"],
-            expirationReason: Subscription.ExpirationReason(rawValue: Int32(clamping: try row["expiration_reason"] as Int64)) ?? .unspecified)
+            expirationReason: Subscription.ExpirationReason(
+                rawValue: Int32(clamping: try row["expiration_reason"] as Int64)) ?? .unspecified)
     }
 }
 
@@ -26,14 +27,10 @@ extension Ledger {
     /// The advisory lock a PostgreSQL write takes before it inserts an event: event ids commit in order.
     package static let eventOrderLockKey: Int64 = 0x4B494F534B_45  // "KIOSKE"
 
-
-
-
-
-
-
     /// Events after `cursor`, oldest first, at most `limit`: of one account or all, of `types` or any.
-    public func events(after cursor: UInt64, limit: Int = 500, accountID: String? = nil, types: [EventKind] = []) async throws -> [EventRecord] {
+    public func events(
+        after cursor: UInt64, limit: Int = 500, accountID: String? = nil, types: [EventKind] = []
+    ) async throws -> [EventRecord] {
         try await backend.read { db in try db.events(after: cursor, limit: limit, accountID: accountID, types: types) }
     }
 
@@ -52,15 +49,20 @@ extension LedgerDatabase {
             // Held to the commit: ids are handed out and committed one writer at a time.
             try execute("SELECT pg_advisory_xact_lock(?)", [Ledger.eventOrderLockKey])
         }
-        guard let id = try value(
-            Int64.self,
-            """
+        guard
+            let id = try value(
+                Int64.self,
+                """
                 INSERT INTO events (type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason,
                   credit_shortfall, auto_renew, price, expiration_reason)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id
                 """,
-            [Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID, event.productID, event.createdMs,
-             event.reason, Int64(clamping: event.creditShortfall), event.autoRenew, event.price, Int64(event.expirationReason.rawValue)])
+                [
+                    Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID,
+                    event.productID, event.createdMs,
+                    event.reason, Int64(clamping: event.creditShortfall), event.autoRenew, event.price,
+                    Int64(event.expirationReason.rawValue),
+                ])
         else { throw StoreError(.internalFailure, "the event log did not answer the id of its new event") }
         try Ledger.announceChange(self)
         var recorded = event
@@ -74,8 +76,10 @@ extension LedgerDatabase {
     }
 
     /// Events after `cursor`, oldest first, at most `limit`: of one account, or of all; of `types`, or of any.
-    public func events(after cursor: UInt64, limit: Int, accountID: String?,
-                       types: [EventKind]) throws -> [EventRecord] {
+    public func events(
+        after cursor: UInt64, limit: Int, accountID: String?,
+        types: [EventKind]
+    ) throws -> [EventRecord] {
         var sql = "SELECT * FROM events WHERE id > ?"
         var arguments: [any LedgerArgument] = [Int64(clamping: cursor)]
         if let accountID {

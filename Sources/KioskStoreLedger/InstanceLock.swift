@@ -1,5 +1,6 @@
 import Foundation
 import KioskStoreCore
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -24,11 +25,14 @@ package final class InstanceLock: Sendable {
 
     package init(dataDirectory: String, ledger: Ledger? = nil) throws {
         directory = (dataDirectory as NSString).appendingPathComponent("instances")
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         id = "inst_" + (0..<8).map { _ in UInt8.random(in: 0...255) }.hexString
         let path = (directory as NSString).appendingPathComponent(id + ".lock")
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw StoreError(.internalFailure, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard descriptor >= 0 else {
+            throw StoreError(.internalFailure, "cannot create \(path): \(String(cString: strerror(errno)))")
+        }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             close(descriptor)
             throw StoreError(.internalFailure, "cannot lock \(path): \(String(cString: strerror(errno)))")

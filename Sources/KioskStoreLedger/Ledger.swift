@@ -18,15 +18,19 @@ extension TransactionRecord {
 
     package init(row: LedgerRow) throws {
         self.init(
-            id: try row["id"], originalID: try row["original_id"], accountID: try row["account_id"], productID: try row["product_id"],
+            id: try row["id"], originalID: try row["original_id"], accountID: try row["account_id"],
+            productID: try row["product_id"],
             productType: try row.enumeration("product_type"), quantity: UInt32(clamping: try row["quantity"] as Int64),
             state: try row.enumeration("state"), purchaseMs: try row["purchase_ms"], expiresMs: try row["expires_ms"],
-            periodStartMs: try row["period_start_ms"], offerID: try row["offer_id"], price: try row["price"], currency: try row["currency"],
+            periodStartMs: try row["period_start_ms"], offerID: try row["offer_id"], price: try row["price"],
+            currency: try row["currency"],
             // Pages leave it out (``pageColumns``): it is never sent.
             paymentMethod: row.has("payment_method") ? try row["payment_method"] : "",
             paymentID: try row["payment_id"], errorCode: UInt32(clamping: try row["error_code"] as Int64),
-            errorReason: try row["error_reason"], errorMessage: try row["error_message"], receipt: try row["receipt"] as [UInt8]?,
-            finished: try row["finished"], revokedMs: try row["revoked_ms"], revocationReason: try row["revocation_reason"],
+            errorReason: try row["error_reason"], errorMessage: try row["error_message"],
+            receipt: try row["receipt"] as [UInt8]?,
+            finished: try row["finished"], revokedMs: try row["revoked_ms"],
+            revocationReason: try row["revocation_reason"],
             environment: try row.enumeration("environment"), credits: UInt64(clamping: try row["credits"] as Int64),
             refundCreditShortfall: UInt64(clamping: try row["refund_credit_shortfall"] as Int64))
     }
@@ -34,11 +38,12 @@ extension TransactionRecord {
     package func insert(_ db: any LedgerDatabase) throws {
         try db.execute(
             """
-                INSERT INTO transactions (id, original_id, account_id, product_id, product_type, quantity, state,
-                  purchase_ms, expires_ms, price, currency, payment_method, payment_id, error_code, error_reason,
-                  error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits, period_start_ms, offer_id)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, [
+            INSERT INTO transactions (id, original_id, account_id, product_id, product_type, quantity, state,
+              purchase_ms, expires_ms, price, currency, payment_method, payment_id, error_code, error_reason,
+              error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits, period_start_ms, offer_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
                 id, originalID, accountID, productID, productType.rawValue, Int64(quantity), state.rawValue,
                 purchaseMs, expiresMs, price, currency, paymentMethod, paymentID, Int64(errorCode), errorReason,
                 errorMessage, receipt, finished, revokedMs, revocationReason, environment.rawValue,
@@ -49,8 +54,9 @@ extension TransactionRecord {
 
 extension AccountRecord {
     package init(row: LedgerRow) throws {
-        self.init(id: try row["id"], paymentsAllowed: try row["payments_allowed"],
-                  creditBalance: UInt64(clamping: try row["credit_balance"] as Int64))
+        self.init(
+            id: try row["id"], paymentsAllowed: try row["payments_allowed"],
+            creditBalance: UInt64(clamping: try row["credit_balance"] as Int64))
     }
 }
 
@@ -84,17 +90,27 @@ public final class Ledger: Sendable {
         // The ledger holds token hashes and webhook secrets: the directory is the owner's only (0700) and the
         // database files 0600, whatever the umask; SQLite gives -wal and -shm the database file's mode.
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        guard chmod(directory, 0o700) == 0 else { throw LedgerError(.unavailable, "cannot make \(directory) private (errno \(errno))") }
+        guard chmod(directory, 0o700) == 0 else {
+            throw LedgerError(.unavailable, "cannot make \(directory) private (errno \(errno))")
+        }
         let path = (directory as NSString).appendingPathComponent(Self.fileName)
         // Created here, before SQLite, only when missing; an existing one is changed by path: closing a descriptor of a
         // file this process has open in SQLite would drop SQLite's POSIX locks on it.
         let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        if fd >= 0 { close(fd) } else if errno != EEXIST { throw LedgerError(.unavailable, "cannot create \(path) (errno \(errno))") }
-        guard chmod(path, 0o600) == 0 else { throw LedgerError(.unavailable, "cannot make \(path) private (errno \(errno))") }
+        if fd >= 0 {
+            close(fd)
+        } else if errno != EEXIST {
+            throw LedgerError(.unavailable, "cannot create \(path) (errno \(errno))")
+        }
+        guard chmod(path, 0o600) == 0 else {
+            throw LedgerError(.unavailable, "cannot make \(path) private (errno \(errno))")
+        }
         let sqlite = try SQLiteLedgerBackend(path: path, migrator: Self.migrator)
         // Files an older version (or SQLite under another umask) created with a wider mode.
         for file in [path + "-wal", path + "-shm"] where access(file, F_OK) == 0 {
-            guard chmod(file, 0o600) == 0 else { throw LedgerError(.unavailable, "cannot make \(file) private (errno \(errno))") }
+            guard chmod(file, 0o600) == 0 else {
+                throw LedgerError(.unavailable, "cannot make \(file) private (errno \(errno))")
+            }
         }
         self.sqlite = sqlite
         backend = sqlite
@@ -142,9 +158,11 @@ public final class Ledger: Sendable {
     /// disk (fsynced) when this returns. On PostgreSQL, writes naming the same
     /// `account` run one after the other (a lock on it; see ``PostgresLedgerBackend``);
     /// every write about an account's purchases names it.
-    package func write<T: Sendable>(account: String? = nil, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    package func write<T: Sendable>(
+        account: String? = nil, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
+    ) async throws -> T {
         let result = try await backend.groupWrite(serializingOn: account, body)
-        writeObservers.withLockedValue { $0 }.forEach { $0() }
+        for observer in writeObservers.withLockedValue({ $0 }) { observer() }
         return result
     }
 
@@ -172,7 +190,8 @@ public final class Ledger: Sendable {
     /// The environment this ledger's receipts are signed for, once a store has opened it.
     public func environment() throws -> StoreEnvironment? {
         try backend.read { db in
-            try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'").flatMap(StoreEnvironment.init(name:))
+            try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'").flatMap(
+                StoreEnvironment.init(name:))
         }
     }
 
@@ -184,7 +203,9 @@ public final class Ledger: Sendable {
     /// Sets a value of the settings table.
     package func setSetting(_ key: String, _ value: String) throws {
         try backend.write { db in
-            try db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
+            try db.execute(
+                "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [key, value])
         }
     }
 
@@ -193,7 +214,8 @@ public final class Ledger: Sendable {
         try backend.write { db in
             if let stored = try db.value(String.self, "SELECT value FROM settings WHERE key = 'environment'") {
                 guard stored == environment.name else {
-                    throw StoreError(.conflict, "the data dir holds a \(stored) ledger; it cannot be served as \(environment.name)")
+                    throw StoreError(
+                        .conflict, "the data dir holds a \(stored) ledger; it cannot be served as \(environment.name)")
                 }
             } else {
                 try db.execute("INSERT INTO settings (key, value) VALUES ('environment', ?)", [environment.name])
@@ -207,7 +229,8 @@ public final class Ledger: Sendable {
     public func createAccount(id: String, tokenHash: [UInt8], paymentsAllowed: Bool, nowMs: Int64) throws {
         try backend.write { db in
             try db.execute(
-                "INSERT INTO accounts (id, token_hash, payments_allowed, created_ms) VALUES (?, ?, ?, ?)", [id, tokenHash, paymentsAllowed, nowMs])
+                "INSERT INTO accounts (id, token_hash, payments_allowed, created_ms) VALUES (?, ?, ?, ?)",
+                [id, tokenHash, paymentsAllowed, nowMs])
         }
     }
 
@@ -237,7 +260,9 @@ public final class Ledger: Sendable {
 
     /// The account a transaction belongs to (nil: no such transaction).
     package func accountOf(transactionID: String) async throws -> String? {
-        try await backend.read { db in try db.value(String.self, "SELECT account_id FROM transactions WHERE id = ?", [transactionID]) }
+        try await backend.read { db in
+            try db.value(String.self, "SELECT account_id FROM transactions WHERE id = ?", [transactionID])
+        }
     }
 
     /// The transaction with `id`.
@@ -245,33 +270,16 @@ public final class Ledger: Sendable {
         try backend.read { db in try db.transaction(id: id) }
     }
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
     // MARK: Idempotency keys
-
-
-
-
 
     /// Every transaction of an account, oldest first.
     public func transactions(accountID: String) throws -> [TransactionRecord] {
         try backend.read { db in
-            try db.fetchAll("SELECT * FROM transactions WHERE account_id = ? ORDER BY purchase_ms, \(db.dialect.insertionOrder)", [accountID])
-                .map(TransactionRecord.init)
+            try db.fetchAll(
+                "SELECT * FROM transactions WHERE account_id = ? ORDER BY purchase_ms, \(db.dialect.insertionOrder)",
+                [accountID]
+            )
+            .map(TransactionRecord.init)
         }
     }
 
@@ -308,21 +316,26 @@ public final class Ledger: Sendable {
     public static func cursor(pageToken: String) throws -> Int64 {
         guard !pageToken.isEmpty else { return 0 }
         guard pageToken.hasPrefix("r"), let value = Int64(pageToken.dropFirst()), value > 0 else {
-            throw StoreError.invalid("page_token \"\(pageToken.prefix(64))\" is not one this store gave; pass the next_page_token of the page before, or empty for the first page")
+            throw StoreError.invalid(
+                "page_token \"\(pageToken.prefix(64))\" is not one this store gave; pass the next_page_token of the page before, or empty for the first page"
+            )
         }
         return value
     }
 
     /// A page of `list` for an account: at most `pageSize` transactions after the
     /// page token. Each list reads one index in its order: no page scans the account's history.
-    public func page(_ list: TransactionList, accountID: String, pageSize: Int, pageToken: String) async throws -> TransactionPage {
+    public func page(
+        _ list: TransactionList, accountID: String, pageSize: Int, pageToken: String
+    ) async throws -> TransactionPage {
         let after = try Self.cursor(pageToken: pageToken)
         // Constants, not parameters: SQLite uses a partial index only when the query repeats its WHERE terms.
-        let filter = switch list {
-        case .unfinished: "state = 1 AND finished = 0"
-        case .restorable: "state = 1 AND revoked_ms = 0 AND product_type != 1"
-        case .history: "1 = 1"
-        }
+        let filter =
+            switch list {
+            case .unfinished: "state = 1 AND finished = 0"
+            case .restorable: "state = 1 AND revoked_ms = 0 AND product_type != 1"
+            case .history: "1 = 1"
+            }
         let rows = try await backend.read { db in
             let order = db.dialect.insertionOrder
             return try db.fetchAll(
@@ -332,20 +345,20 @@ public final class Ledger: Sendable {
         let hasMore = rows.count > pageSize
         let kept = rows.prefix(pageSize)
         let last: Int64? = try kept.last?["row_position"]
-        return TransactionPage(transactions: try kept.map(TransactionRecord.init), nextPageToken: hasMore ? last.map { "r\($0)" } ?? "" : "", hasMore: hasMore)
+        return TransactionPage(
+            transactions: try kept.map(TransactionRecord.init),
+            nextPageToken: hasMore ? last.map { "r\($0)" } ?? "" : "", hasMore: hasMore)
     }
-
-
-
-
-
-
 
     /// An account's balance and the sum of its credit movements, read together (equal in a sound ledger).
     public func balanceAndMovements(accountID: String) throws -> (balance: Int64, movements: Int64) {
         try backend.read { db in
             let balance = try db.value(Int64.self, "SELECT credit_balance FROM accounts WHERE id = ?", [accountID]) ?? 0
-            let movements = try db.value(Int64.self, "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM credit_movements WHERE account_id = ?", [accountID]) ?? 0
+            let movements =
+                try db.value(
+                    Int64.self,
+                    "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM credit_movements WHERE account_id = ?",
+                    [accountID]) ?? 0
             return (balance, movements)
         }
     }
@@ -353,7 +366,10 @@ public final class Ledger: Sendable {
     /// Sum of an account's credit movements (equal to its balance in a sound ledger).
     public func creditMovementsTotal(accountID: String) throws -> Int64 {
         try backend.read { db in
-            try db.value(Int64.self, "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM credit_movements WHERE account_id = ?", [accountID]) ?? 0
+            try db.value(
+                Int64.self,
+                "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM credit_movements WHERE account_id = ?",
+                [accountID]) ?? 0
         }
     }
 
@@ -370,13 +386,18 @@ public final class Ledger: Sendable {
     }
 
     package static func publicKeys(_ db: any LedgerDatabase) throws -> [ReceiptPublicKey] {
-        try db.signingKeys().map { ReceiptPublicKey(id: $0.id, rawRepresentation: $0.publicKey, notBeforeMs: $0.notBeforeMs, notAfterMs: $0.notAfterMs) }
+        try db.signingKeys().map {
+            ReceiptPublicKey(
+                id: $0.id, rawRepresentation: $0.publicKey, notBeforeMs: $0.notBeforeMs, notAfterMs: $0.notAfterMs)
+        }
     }
 
     /// Adds a signing key with its private half sealed, or none (kept in the data dir's `keys/`).
     package func addPublicKey(_ key: ReceiptPublicKey, sealed: [UInt8]? = nil) throws {
         try backend.write { db in
-            try db.addSigningKey(SigningKeyRecord(id: key.id, publicKey: key.rawRepresentation, notBeforeMs: key.notBeforeMs), sealedPrivateKey: sealed)
+            try db.addSigningKey(
+                SigningKeyRecord(id: key.id, publicKey: key.rawRepresentation, notBeforeMs: key.notBeforeMs),
+                sealedPrivateKey: sealed)
             try Self.announceChange(db)
         }
     }
@@ -396,7 +417,8 @@ public final class Ledger: Sendable {
     /// idempotency key, and sets every balance to 0; accounts and keys stay. For tests.
     public func clearTransactions() throws {
         try backend.write { db in
-            try db.execute("""
+            try db.execute(
+                """
                 DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations;
                 DELETE FROM idempotency_keys; DELETE FROM payment_intents; UPDATE accounts SET credit_balance = 0;
                 """)
@@ -415,13 +437,20 @@ public final class Ledger: Sendable {
 // The ledger adapter: the domain's repository ports on SQL (SQLite and PostgreSQL alike).
 extension LedgerDatabase {
     public func failDeferred(transactionID: String, code: UInt32, reason: String, message: String) throws {
-        try execute("UPDATE transactions SET state = ?, error_code = ?, error_reason = ?, error_message = ? WHERE id = ? AND state = ?",
-                    [TransactionState.failed.rawValue, Int64(code), reason, message, transactionID, TransactionState.deferred.rawValue])
+        try execute(
+            "UPDATE transactions SET state = ?, error_code = ?, error_reason = ?, error_message = ? WHERE id = ? AND state = ?",
+            [
+                TransactionState.failed.rawValue, Int64(code), reason, message, transactionID,
+                TransactionState.deferred.rawValue,
+            ])
     }
 
     public func deferred(before beforeMs: Int64, limit: Int) throws -> [(id: String, accountID: String)] {
-        try fetchAll("SELECT id, account_id FROM transactions WHERE state = 3 AND purchase_ms < ? ORDER BY purchase_ms LIMIT ?", [beforeMs, Int64(limit)])
-            .map { (try $0["id"] as String, try $0["account_id"] as String) }
+        try fetchAll(
+            "SELECT id, account_id FROM transactions WHERE state = 3 AND purchase_ms < ? ORDER BY purchase_ms LIMIT ?",
+            [beforeMs, Int64(limit)]
+        )
+        .map { (try $0["id"] as String, try $0["account_id"] as String) }
     }
 
     public func offerNonceUsed(_ nonce: String) throws -> Bool {
@@ -432,8 +461,9 @@ extension LedgerDatabase {
     /// caught violation: on PostgreSQL a failed statement aborts the whole write, and the refusal must still be
     /// recorded in it.
     public func useOfferNonce(_ nonce: String, accountID: String, nowMs: Int64) throws -> Bool {
-        try execute("INSERT INTO offer_nonces (nonce, account_id, created_ms) VALUES (?, ?, ?) ON CONFLICT (nonce) DO NOTHING",
-                    [nonce, accountID, nowMs]) > 0
+        try execute(
+            "INSERT INTO offer_nonces (nonce, account_id, created_ms) VALUES (?, ?, ?) ON CONFLICT (nonce) DO NOTHING",
+            [nonce, accountID, nowMs]) > 0
     }
 
     public func transaction(id: String) throws -> TransactionRecord? {
@@ -450,27 +480,41 @@ extension LedgerDatabase {
 
     /// A live purchase of a product bought once (a non-consumable, or an
     /// auto-renewable subscription unexpired at `nowMs`); one indexed lookup.
-    public func owned(accountID: String, productID: String, kind type: ProductKind, nowMs: Int64) throws -> TransactionRecord? {
+    public func owned(
+        accountID: String, productID: String, kind type: ProductKind, nowMs: Int64
+    ) throws -> TransactionRecord? {
         guard type == .nonConsumable || type == .autoRenewableSubscription else { return nil }
         if type == .autoRenewableSubscription {
             // The subscription's row decides: paid up, or in its grace period (a renewal's payment failed but the
             // entitlement is kept); expired early (`expire`) or in billing retry is not owned.
-            if let row = try fetchOne("SELECT * FROM subscriptions WHERE account_id = ? AND product_id = ? ORDER BY expires_ms DESC LIMIT 1",
-                                         [accountID, productID]).map(SubscriptionRecord.init) {
+            if let row = try fetchOne(
+                "SELECT * FROM subscriptions WHERE account_id = ? AND product_id = ? ORDER BY expires_ms DESC LIMIT 1",
+                [accountID, productID]
+            ).map(SubscriptionRecord.init) {
                 return row.isEntitled(atMs: nowMs) ? try transaction(id: row.latestTransactionID) : nil
             }
         }
-        return try fetchOne("""
-                SELECT * FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0
-                  AND (product_type = 2 OR expires_ms > ?) ORDER BY \(dialect.insertionOrder) LIMIT 1
-                """, [accountID, productID, nowMs]
+        return try fetchOne(
+            """
+            SELECT * FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0
+              AND (product_type = 2 OR expires_ms > ?) ORDER BY \(dialect.insertionOrder) LIMIT 1
+            """, [accountID, productID, nowMs]
         ).map(TransactionRecord.init)
     }
 
     /// A subscription's history for a new period: the first purchase's original id and the latest expiry.
-    public func subscriptionHistory(accountID: String, productID: String) throws -> (originalID: String?, latestExpiryMs: Int64) {
-        let originalID = try value(String.self, "SELECT original_id FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0 ORDER BY \(dialect.insertionOrder) LIMIT 1", [accountID, productID])
-        let latest = try value(Int64.self, "SELECT MAX(expires_ms) FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0", [accountID, productID]) ?? 0
+    public func subscriptionHistory(
+        accountID: String, productID: String
+    ) throws -> (originalID: String?, latestExpiryMs: Int64) {
+        let originalID = try value(
+            String.self,
+            "SELECT original_id FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0 ORDER BY \(dialect.insertionOrder) LIMIT 1",
+            [accountID, productID])
+        let latest =
+            try value(
+                Int64.self,
+                "SELECT MAX(expires_ms) FROM transactions WHERE account_id = ? AND product_id = ? AND state = 1 AND revoked_ms = 0",
+                [accountID, productID]) ?? 0
         return (originalID, latest)
     }
 
@@ -494,10 +538,15 @@ extension LedgerDatabase {
         do {
             try record.insert(self)
         } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded")
+            throw StoreError(
+                .conflict,
+                "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded"
+            )
         }
         if record.state == .purchased, record.credits > 0 {
-            try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs)
+            try addCredits(
+                Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase",
+                nowMs: record.purchaseMs)
         }
         if let type = event ?? (record.state == .purchased ? .purchased : record.state == .deferred ? .deferred : nil) {
             try recordEvent(EventRecord(type, record, nowMs: record.purchaseMs))
@@ -505,37 +554,46 @@ extension LedgerDatabase {
     }
 
     /// Moves credits and records the movement; the balance's CHECK keeps it from going below 0.
-    public func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64) throws {
+    public func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64) throws
+    {
         try execute("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", [amount, account])
         try execute(
-            "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)", [account, amount, transaction, reason, nowMs])
+            "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)",
+            [account, amount, transaction, reason, nowMs])
     }
 
     /// The answer stored for an idempotency key, checked in the same write that will store a new one.
     /// - Throws: ``StoreError`` 6 when the key was used for another request.
     public func remembered(account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
-        guard let key, let row = try fetchOne("SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?", [account, key]) else {
+        guard let key,
+            let row = try fetchOne("SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?", [account, key])
+        else {
             return nil
         }
         let storedOperation: String = try row["operation"]
         let storedHash: [UInt8] = try row["request_hash"]
         guard storedOperation == operation, storedHash == hash else {
-            throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different \(storedOperation) request; use a new key for a new request")
+            throw StoreError(
+                .keyReused,
+                "idempotency-key \"\(key)\" was already used for a different \(storedOperation) request; use a new key for a new request"
+            )
         }
         return try row["response"] as [UInt8]
     }
 
     /// Stores an idempotency key's answer (nothing without a key). An answer already stored stays, unless `replacing`.
-    public func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
-                         replacing: Bool) throws {
+    public func remember(
+        _ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
+        replacing: Bool
+    ) throws {
         guard let key else { return }
         try execute(
             """
-                INSERT INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (account_id, key) DO \(replacing
+            INSERT INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (account_id, key) DO \(replacing
                   ? "UPDATE SET operation = excluded.operation, request_hash = excluded.request_hash, response = excluded.response, created_ms = excluded.created_ms"
                   : "NOTHING")
-                """, [account, key, operation, hash, response, nowMs])
+            """, [account, key, operation, hash, response, nowMs])
     }
 
     public func markFinished(transactionID: String) throws {
@@ -549,17 +607,27 @@ extension LedgerDatabase {
         do {
             try execute(
                 """
-                    UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
-                      price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ?,
-                      period_start_ms = ?, offer_id = ? WHERE id = ?
-                    """, [record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue, record.purchaseMs,
-                            record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID, record.receipt,
-                            record.finished, Int64(clamping: record.credits), record.periodStartMs, record.offerID, record.id])
+                UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
+                  price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ?,
+                  period_start_ms = ?, offer_id = ? WHERE id = ?
+                """,
+                [
+                    record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue,
+                    record.purchaseMs,
+                    record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID,
+                    record.receipt,
+                    record.finished, Int64(clamping: record.credits), record.periodStartMs, record.offerID, record.id,
+                ])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)")
+            throw StoreError(
+                .conflict,
+                "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)"
+            )
         }
         if record.state == .purchased, record.credits > 0 {
-            try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase", nowMs: record.purchaseMs)
+            try addCredits(
+                Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase",
+                nowMs: record.purchaseMs)
         }
         if record.state == .purchased {
             try recordEvent(EventRecord(.approved, record, nowMs: record.purchaseMs))
@@ -573,7 +641,9 @@ extension LedgerDatabase {
         guard let current = try transaction(id: transactionID), current.state == .purchased else {
             throw StoreError(.conflict, "transaction \(transactionID) is not purchased")
         }
-        guard current.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
+        guard current.revokedMs == 0 else {
+            throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
+        }
         try serializeOnAccount(current.accountID)
         var shortfall: Int64 = 0
         if current.credits > 0 {
@@ -582,21 +652,29 @@ extension LedgerDatabase {
             let taken = min(balance, owed)
             shortfall = owed - taken
             if taken > 0 {
-                try addCredits(-taken, account: current.accountID, transaction: transactionID, reason: "refund", nowMs: nowMs)
+                try addCredits(
+                    -taken, account: current.accountID, transaction: transactionID, reason: "refund", nowMs: nowMs)
             }
         }
-        try execute("UPDATE transactions SET revoked_ms = ?, revocation_reason = ?, refund_credit_shortfall = ? WHERE id = ?", [nowMs, reason, shortfall, transactionID])
+        try execute(
+            "UPDATE transactions SET revoked_ms = ?, revocation_reason = ?, refund_credit_shortfall = ? WHERE id = ?",
+            [nowMs, reason, shortfall, transactionID])
         // Refunding a subscription's newest transaction ends the subscription (REVOKED): nothing renews it.
-        try execute("UPDATE subscriptions SET state = 5, due_ms = 0, will_auto_renew = 0, updated_ms = ? WHERE latest_transaction_id = ?",
-                       [nowMs, transactionID])
-        guard let revocation = try fetchOne(
-            """
+        try execute(
+            "UPDATE subscriptions SET state = 5, due_ms = 0, will_auto_renew = 0, updated_ms = ? WHERE latest_transaction_id = ?",
+            [nowMs, transactionID])
+        guard
+            let revocation = try fetchOne(
+                """
                 INSERT INTO revocations (transaction_id, original_transaction_id, account_id, revoked_ms, reason, credit_shortfall)
                 VALUES (?, ?, ?, ?, ?, ?) RETURNING *
-                """, [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall]).map(RevocationRecord.init) else {
+                """, [transactionID, current.originalID, current.accountID, nowMs, reason, shortfall]
+            ).map(RevocationRecord.init)
+        else {
             throw StoreError(.internalFailure, "revocation of \(transactionID) vanished in its own write")
         }
-        try recordEvent(EventRecord(.refunded, current, nowMs: nowMs, reason: reason, creditShortfall: UInt64(clamping: shortfall)))
+        try recordEvent(
+            EventRecord(.refunded, current, nowMs: nowMs, reason: reason, creditShortfall: UInt64(clamping: shortfall)))
         try Ledger.announceChange(self)
         return revocation
     }
@@ -605,15 +683,19 @@ extension LedgerDatabase {
 // The ledger adapter: signing keys and the revocation feed.
 extension LedgerDatabase {
     public func signingKeys() throws -> [SigningKeyRecord] {
-        try fetchAll("SELECT id, public_key, not_before_ms, not_after_ms FROM signing_keys ORDER BY \(dialect.insertionOrder)").map { row in
-            SigningKeyRecord(id: try row["id"], publicKey: try row["public_key"] as [UInt8], notBeforeMs: try row["not_before_ms"],
-                             notAfterMs: try row["not_after_ms"])
+        try fetchAll(
+            "SELECT id, public_key, not_before_ms, not_after_ms FROM signing_keys ORDER BY \(dialect.insertionOrder)"
+        ).map { row in
+            SigningKeyRecord(
+                id: try row["id"], publicKey: try row["public_key"] as [UInt8], notBeforeMs: try row["not_before_ms"],
+                notAfterMs: try row["not_after_ms"])
         }
     }
 
     public func addSigningKey(_ key: SigningKeyRecord, sealedPrivateKey: [UInt8]?) throws {
-        try execute("INSERT INTO signing_keys (id, public_key, not_before_ms, sealed_private_key) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    [key.id, key.publicKey, key.notBeforeMs, sealedPrivateKey])
+        try execute(
+            "INSERT INTO signing_keys (id, public_key, not_before_ms, sealed_private_key) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [key.id, key.publicKey, key.notBeforeMs, sealedPrivateKey])
     }
 
     public func sealedPrivateKey(id: String) throws -> [UInt8]? {
@@ -621,7 +703,8 @@ extension LedgerDatabase {
     }
 
     public func sealPrivateKey(id: String, sealed: [UInt8]) throws {
-        try execute("UPDATE signing_keys SET sealed_private_key = ? WHERE id = ? AND sealed_private_key IS NULL", [sealed, id])
+        try execute(
+            "UPDATE signing_keys SET sealed_private_key = ? WHERE id = ? AND sealed_private_key IS NULL", [sealed, id])
     }
 
     public func retireSigningKey(id: String, atMs: Int64) throws {
@@ -629,8 +712,11 @@ extension LedgerDatabase {
     }
 
     public func revocations(after cursor: UInt64, limit: Int) throws -> [RevocationRecord] {
-        try fetchAll("SELECT * FROM revocations WHERE cursor > ? ORDER BY cursor LIMIT ?", [Int64(clamping: cursor), Int64(max(limit, 0))])
-            .map(RevocationRecord.init)
+        try fetchAll(
+            "SELECT * FROM revocations WHERE cursor > ? ORDER BY cursor LIMIT ?",
+            [Int64(clamping: cursor), Int64(max(limit, 0))]
+        )
+        .map(RevocationRecord.init)
     }
 
     public func latestRevocationCursor() throws -> UInt64 {

@@ -47,7 +47,9 @@ extension Int32: LedgerArgument, LedgerColumn {
     public var ledgerValue: LedgerValue { .integer(Int64(self)) }
     public init(ledgerValue value: LedgerValue, column: String) throws {
         let integer = try Int64(ledgerValue: value, column: column)
-        guard let narrow = Int32(exactly: integer) else { throw LedgerError(.schema, "ledger column \(column) holds \(integer), out of a 32-bit range") }
+        guard let narrow = Int32(exactly: integer) else {
+            throw LedgerError(.schema, "ledger column \(column) holds \(integer), out of a 32-bit range")
+        }
         self = narrow
     }
 }
@@ -118,7 +120,8 @@ public struct LedgerRow: Sendable {
     public subscript<T: LedgerColumn>(_ column: String) -> T {
         get throws {
             guard let position = columns.index[column] else {
-                throw LedgerError(.schema, "the ledger row has no column \(column) (it has \(columns.names.joined(separator: ", ")))")
+                throw LedgerError(
+                    .schema, "the ledger row has no column \(column) (it has \(columns.names.joined(separator: ", ")))")
             }
             return try T(ledgerValue: values[position], column: column)
         }
@@ -128,7 +131,9 @@ public struct LedgerRow: Sendable {
     /// - Throws: ``LedgerError`` (schema) for a value the enum does not have: a row this version cannot read.
     package func enumeration<T: RawRepresentable>(_ column: String) throws -> T where T.RawValue == Int32 {
         let raw = try self[column] as Int32
-        guard let value = T(rawValue: raw) else { throw LedgerError(.schema, "ledger column \(column) holds \(raw), which \(T.self) does not have") }
+        guard let value = T(rawValue: raw) else {
+            throw LedgerError(.schema, "ledger column \(column) holds \(raw), which \(T.self) does not have")
+        }
         return value
     }
 
@@ -220,13 +225,17 @@ extension LedgerDatabase {
     }
 
     /// The first column of the first row a statement read; nil when it read none or that value is NULL.
-    package func value<T: LedgerColumn>(_ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []) throws -> T? {
+    package func value<T: LedgerColumn>(
+        _ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []
+    ) throws -> T? {
         guard let row = try fetchOne(sql, arguments) else { return nil }
         return try row.first(T?.self)
     }
 
     /// The first column of every row a statement read (NULLs skipped).
-    package func values<T: LedgerColumn>(_ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []) throws -> [T] {
+    package func values<T: LedgerColumn>(
+        _ type: T.Type, _ sql: String, _ arguments: [any LedgerArgument] = []
+    ) throws -> [T] {
         try fetchAll(sql, arguments).compactMap { try $0.first(T?.self) }
     }
 }

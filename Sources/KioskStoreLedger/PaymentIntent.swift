@@ -8,16 +8,21 @@ extension PaymentIntent {
         let kindName: String = try row["kind"]
         let stateName: String = try row["state"]
         guard let kind = Kind(rawValue: kindName), let state = State(rawValue: stateName) else {
-            throw LedgerError(.schema, "payment intent of kind \(kindName) in state \(stateName): not one this version knows")
+            throw LedgerError(
+                .schema, "payment intent of kind \(kindName) in state \(stateName): not one this version knows")
         }
         self.init(
-            kind: kind, paymentID: try row["payment_id"], transactionID: try row["transaction_id"], accountID: try row["account_id"],
+            kind: kind, paymentID: try row["payment_id"], transactionID: try row["transaction_id"],
+            accountID: try row["account_id"],
             productID: try row["product_id"], productType: try row.enumeration("product_type"),
-            creditsPerUnit: UInt64(clamping: try row["credits_per_unit"] as Int64), subscriptionPeriod: try row["subscription_period"],
-            quantity: UInt32(clamping: try row["quantity"] as Int64), unitPrice: try row["unit_price"], currency: try row["currency"],
+            creditsPerUnit: UInt64(clamping: try row["credits_per_unit"] as Int64),
+            subscriptionPeriod: try row["subscription_period"],
+            quantity: UInt32(clamping: try row["quantity"] as Int64), unitPrice: try row["unit_price"],
+            currency: try row["currency"],
             paymentMethod: try row["payment_method"], purchaseMs: try row["purchase_ms"], offerID: try row["offer_id"],
             idempotencyKey: try row["idempotency_key"], requestHash: try row["request_hash"] as [UInt8], state: state,
-            outcome: try row["outcome"], owner: try row["owner"], createdMs: try row["created_ms"], attemptMs: try row["updated_ms"])
+            outcome: try row["outcome"], owner: try row["owner"], createdMs: try row["created_ms"],
+            attemptMs: try row["updated_ms"])
     }
 }
 
@@ -33,20 +38,12 @@ extension Ledger {
     /// The payment-intent table and the constraints that make the database,
     /// not a process-local lock, the guard against charging twice.
 
-
-
-
-
-
-
-
-
-
-
     /// Intents reconciliation closed as not charged before `beforeMs`, not looked at again yet (the second look).
     package func closedUncharged(before beforeMs: Int64) throws -> [PaymentIntent] {
         try backend.read { db in
-            try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome = 'reconciled:not_charged' AND updated_ms < ? AND \(Self.knownKinds) LIMIT 500", [beforeMs]
+            try db.fetchAll(
+                "SELECT * FROM payment_intents WHERE state = 'closed' AND outcome = 'reconciled:not_charged' AND updated_ms < ? AND \(Self.knownKinds) LIMIT 500",
+                [beforeMs]
             ).map(PaymentIntent.init)
         }
     }
@@ -54,18 +51,21 @@ extension Ledger {
     /// Intents charged for something the account already owned, whose refund the processor has not confirmed yet.
     package func refundsDue() throws -> [PaymentIntent] {
         try backend.read { db in
-            try db.fetchAll("SELECT * FROM payment_intents WHERE state = 'closed' AND outcome LIKE 'refund_due:%' AND \(Self.knownKinds) LIMIT 500")
-                .map(PaymentIntent.init)
+            try db.fetchAll(
+                "SELECT * FROM payment_intents WHERE state = 'closed' AND outcome LIKE 'refund_due:%' AND \(Self.knownKinds) LIMIT 500"
+            )
+            .map(PaymentIntent.init)
         }
     }
 
     /// A page of pending intents, oldest first, after `cursor` (created, id).
     public func openIntents(after cursor: (Int64, String)? = nil, limit: Int = 500) throws -> [PaymentIntent] {
         try backend.read { db in
-            try db.fetchAll("""
-                    SELECT * FROM payment_intents WHERE state = 'pending' AND (created_ms > ? OR (created_ms = ? AND id > ?)) AND \(Self.knownKinds)
-                    ORDER BY created_ms, id LIMIT ?
-                    """, [cursor?.0 ?? Int64.min, cursor?.0 ?? Int64.min, cursor?.1 ?? "", limit]
+            try db.fetchAll(
+                """
+                SELECT * FROM payment_intents WHERE state = 'pending' AND (created_ms > ? OR (created_ms = ? AND id > ?)) AND \(Self.knownKinds)
+                ORDER BY created_ms, id LIMIT ?
+                """, [cursor?.0 ?? Int64.min, cursor?.0 ?? Int64.min, cursor?.1 ?? "", limit]
             ).map(PaymentIntent.init)
         }
     }
@@ -78,8 +78,14 @@ extension Ledger {
     /// Intents settled by reconciliation: found charged (and recorded), found not charged (and closed).
     public func reconciledCounts() throws -> (charged: Int, closed: Int) {
         try backend.read { db in
-            let charged = try db.value(Int.self, "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:charged:%' OR outcome LIKE 'second-look:charged:%'") ?? 0
-            let closed = try db.value(Int.self, "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:not_charged%'") ?? 0
+            let charged =
+                try db.value(
+                    Int.self,
+                    "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:charged:%' OR outcome LIKE 'second-look:charged:%'"
+                ) ?? 0
+            let closed =
+                try db.value(
+                    Int.self, "SELECT COUNT(*) FROM payment_intents WHERE outcome LIKE 'reconciled:not_charged%'") ?? 0
             return (charged, closed)
         }
     }
@@ -101,8 +107,10 @@ extension LedgerDatabase {
     public func pendingIntentIDs(accountID: String, productIDs: [String]) throws -> [String] {
         guard !productIDs.isEmpty else { return [] }
         let marks = Array(repeating: "?", count: productIDs.count).joined(separator: ", ")
-        return try values(String.self, "SELECT id FROM payment_intents WHERE account_id = ? AND state = 'pending' AND product_id IN (\(marks))",
-                          [accountID] + productIDs)
+        return try values(
+            String.self,
+            "SELECT id FROM payment_intents WHERE account_id = ? AND state = 'pending' AND product_id IN (\(marks))",
+            [accountID] + productIDs)
     }
 
     public func intent(id: String) throws -> PaymentIntent? {
@@ -116,18 +124,24 @@ extension LedgerDatabase {
         do {
             try execute(
                 """
-                    INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
-                      credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
-                      idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?)
-                    """, [
-                    intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID, intent.productID,
-                    intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod, Int64(intent.quantity),
+                INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
+                  credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
+                  idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?)
+                """,
+                [
+                    intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID,
+                    intent.productID,
+                    intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod,
+                    Int64(intent.quantity),
                     intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
                     intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs, intent.offerID,
                 ])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+            throw StoreError(
+                .inProgress,
+                "a payment for \(intent.productID) is already in progress for this account; try again when it has finished"
+            )
         }
     }
 
@@ -135,9 +149,14 @@ extension LedgerDatabase {
     public func reopen(_ intent: PaymentIntent, owner: String, nowMs: Int64) throws -> PaymentIntent {
         try serializeOnAccount(intent.accountID)
         do {
-            try execute("UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?", [owner, nowMs, intent.id])
+            try execute(
+                "UPDATE payment_intents SET state = 'pending', outcome = '', owner = ?, updated_ms = ? WHERE id = ?",
+                [owner, nowMs, intent.id])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+            throw StoreError(
+                .inProgress,
+                "a payment for \(intent.productID) is already in progress for this account; try again when it has finished"
+            )
         }
         var reopened = intent
         reopened.state = .pending
@@ -149,15 +168,21 @@ extension LedgerDatabase {
 
     /// Marks an intent completed or closed, with why.
     public func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64) throws {
-        if dialect == .postgres, let account = try value(String.self, "SELECT account_id FROM payment_intents WHERE id = ?", [intentID]) {
+        if dialect == .postgres,
+            let account = try value(String.self, "SELECT account_id FROM payment_intents WHERE id = ?", [intentID])
+        {
             try serializeOnAccount(account)
         }
-        try execute("UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?", [state.rawValue, outcome, nowMs, intentID])
+        try execute(
+            "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?",
+            [state.rawValue, outcome, nowMs, intentID])
     }
 
     /// Settles an intent only if it is still pending under the same owner (another attempt did not take it over).
     /// Returns true when it did.
-    public func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64) throws -> Bool {
+    public func settleIfUnchanged(
+        _ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64
+    ) throws -> Bool {
         try serializeOnAccount(intent.accountID)
         return try execute(
             "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ? AND state = 'pending' AND owner = ? AND updated_ms = ?",

@@ -19,15 +19,21 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``StoreError`` invalid request naming what is wrong with the URL.
     public init(url: String, password: String? = nil) throws {
         guard let components = URLComponents(string: url), let scheme = components.scheme,
-              scheme == "postgres" || scheme == "postgresql" else {
-            throw StoreError.invalid("--database \"\(url.prefix(200))\" is not a postgres://user@host:port/database URL")
+            scheme == "postgres" || scheme == "postgresql"
+        else {
+            throw StoreError.invalid(
+                "--database \"\(url.prefix(200))\" is not a postgres://user@host:port/database URL")
         }
-        guard let host = components.host, !host.isEmpty else { throw StoreError.invalid("--database \(url.prefix(200)): no host") }
+        guard let host = components.host, !host.isEmpty else {
+            throw StoreError.invalid("--database \(url.prefix(200)): no host")
+        }
         guard let user = components.user, !user.isEmpty else {
             throw StoreError.invalid("--database \(url.prefix(200)): no user (postgres://USER@host:port/database)")
         }
         let database = String(components.path.drop(while: { $0 == "/" }))
-        guard !database.isEmpty else { throw StoreError.invalid("--database \(url.prefix(200)): no database name after the port") }
+        guard !database.isEmpty else {
+            throw StoreError.invalid("--database \(url.prefix(200)): no database name after the port")
+        }
         self.host = host
         self.port = components.port ?? 5432
         self.user = user
@@ -80,15 +86,19 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package static var defaultTimeout: Duration { Ledger.defaultDatabaseTimeout }
     /// The LISTEN connection and its task, when something watches for changes.
     /// Every ``watchChanges(_:)`` watch: its task and, while connected, its LISTEN connection (by a serial number).
-    private let watcher = NIOLockedValueBox<(tasks: [Task<Void, Never>], connections: [Int: PostgresConnection], serial: Int, stopped: Bool)>(([], [:], 0, false))
+    private let watcher = NIOLockedValueBox<
+        (tasks: [Task<Void, Never>], connections: [Int: PostgresConnection], serial: Int, stopped: Bool)
+    >(([], [:], 0, false))
     /// The connection holding this process's instance lock (``holdInstanceLock(_:)``).
     private let instanceHolder = NIOLockedValueBox<PostgresConnection?>(nil)
 
     /// Connects (the first connection at once, the others when needed) and migrates the schema.
     /// - Parameter timeout: how long a connection checkout, a connect or one statement may take before the call
     ///   that needed it fails with ``LedgerError/Kind/unavailable`` (and, for a statement, its connection is closed).
-    package init(location: PostgresLocation, connections size: Int = 8, timeout: Duration = PostgresLedgerBackend.defaultTimeout,
-         logger: Logger = Logger(label: "kiosk-store.postgres")) throws {
+    package init(
+        location: PostgresLocation, connections size: Int = 8, timeout: Duration = PostgresLedgerBackend.defaultTimeout,
+        logger: Logger = Logger(label: "kiosk-store.postgres")
+    ) throws {
         self.location = location
         self.logger = logger
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -102,7 +112,8 @@ package final class PostgresLedgerBackend: LedgerBackend {
         health = PostgresHealth(timeout: TimeAmount(timeout))
         admission = NIOLockedValueBox(0)
         maximumQueued = 1_024
-        connections = ConnectionPool(size: size, group: group, configuration: configuration, health: health, logger: logger)
+        connections = ConnectionPool(
+            size: size, group: group, configuration: configuration, health: health, logger: logger)
         do {
             try PostgresMigrations.migrate(self)
         } catch {
@@ -124,7 +135,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
         for task in tasks { task.cancel() }
         // Each connection is closed (PostgreSQL's Terminate) before the threads stop; the closures
         // keep the connections alive until their close completes.
-        let holder = instanceHolder.withLockedValue { holder in defer { holder = nil }; return holder }
+        let holder = instanceHolder.withLockedValue { holder in
+            defer { holder = nil }
+            return holder
+        }
         let open = connections.closeAll() + listeners + (holder.map { [$0] } ?? [])
         let closed = EventLoopFuture.andAllComplete(open.map { $0.close() as EventLoopFuture<Void> }, on: group.next())
         if waiting {
@@ -151,7 +165,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
             // Not once the backend is shutting down: a connect on its stopping threads would never complete.
             while !Task.isCancelled, !watcher.withLockedValue({ $0.stopped }) {
                 do {
-                    let connection = try await PostgresConnection.connect(on: group.next(), configuration: configuration, id: 0, logger: logger).get()
+                    let connection = try await PostgresConnection.connect(
+                        on: group.next(), configuration: configuration, id: 0, logger: logger
+                    ).get()
                     let serial = watcher.withLockedValue { watcher -> Int? in
                         guard !watcher.stopped else { return nil }
                         watcher.serial += 1
@@ -196,7 +212,8 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package func holdInstanceLock(_ instance: String) throws {
         let connection: PostgresConnection
         do {
-            connection = try connectWithin(health.timeout, on: group.next(), configuration: configuration, id: -1, logger: logger)
+            connection = try connectWithin(
+                health.timeout, on: group.next(), configuration: configuration, id: -1, logger: logger)
         } catch {
             throw LedgerError(.unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
         }
@@ -211,7 +228,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
         connection.closeFuture.whenComplete { _ in
             logger.debug("the connection holding instance \(instance)'s lock closed")
         }
-        let previous = instanceHolder.withLockedValue { holder in defer { holder = connection }; return holder }
+        let previous = instanceHolder.withLockedValue { holder in
+            defer { holder = connection }
+            return holder
+        }
         if let previous { let _: EventLoopFuture<Void> = previous.close() }
     }
 
@@ -221,7 +241,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package func isInstanceAlive(_ instance: String, _ db: (any LedgerDatabase)? = nil) throws -> Bool {
         let key = Self.instanceKey(instance)
         let ask = { (db: any LedgerDatabase) throws -> Bool in
-            guard try db.value(Bool.self, "SELECT pg_try_advisory_lock(hashtextextended(?, 0))", [key]) == true else { return true }
+            guard try db.value(Bool.self, "SELECT pg_try_advisory_lock(hashtextextended(?, 0))", [key]) == true else {
+                return true
+            }
             _ = try db.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key])
             return false
         }
@@ -244,7 +266,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
             return true
         }
         guard admitted else {
-            throw LedgerError(.unavailable, "the ledger's PostgreSQL connections are all busy (\(maximumQueued) calls waiting); retry later")
+            throw LedgerError(
+                .unavailable,
+                "the ledger's PostgreSQL connections are all busy (\(maximumQueued) calls waiting); retry later")
         }
         defer { admission.withLockedValue { $0 -= 1 } }
         return try await threads.runIfActive {
@@ -260,7 +284,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
     }
 
     @discardableResult
-    package func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    package func groupWrite<T: Sendable>(
+        serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
+    ) async throws -> T {
         try await offload { try self.transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", serializingOn: key, body) }
     }
 
@@ -271,7 +297,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// and keeps it until after COMMIT: writes about one account then run one after the
     /// other, each on a snapshot taken after the one before committed (as SQLite's single
     /// writer does), instead of colliding and retrying; writes about other accounts run on.
-    package func transaction<T>(_ begin: String, serializingOn key: String? = nil, _ body: (any LedgerDatabase) throws -> T) throws -> T {
+    package func transaction<T>(
+        _ begin: String, serializingOn key: String? = nil, _ body: (any LedgerDatabase) throws -> T
+    ) throws -> T {
         var attempt = 0
         while true {
             let connection = try connections.checkOut()
@@ -297,12 +325,17 @@ package final class PostgresLedgerBackend: LedgerBackend {
                 // A failed statement leaves the transaction aborted: roll it back (and let go of the lock),
                 // or drop the connection (PostgreSQL then releases its locks).
                 if !connection.isClosed, (try? database.run("ROLLBACK")) != nil,
-                   !locked || (try? database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key ?? ""])) != nil {
+                    !locked
+                        || (try? database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key ?? ""]))
+                            != nil
+                {
                     connections.checkIn(connection)
                 } else {
                     connections.discard(connection)
                 }
-                if let ledgerError = error as? LedgerError, ledgerError.kind == .serializationFailure, attempt < Self.maximumRetries {
+                if let ledgerError = error as? LedgerError, ledgerError.kind == .serializationFailure,
+                    attempt < Self.maximumRetries
+                {
                     attempt += 1
                     // Back off a little, more each time, so the transactions that collided do not collide again.
                     usleep(UInt32.random(in: 0...UInt32(min(attempt, 10) * 2_000)))
@@ -331,8 +364,11 @@ private final class ConnectionPool: Sendable {
     private let state = NIOLockedValueBox(State())
     private let free: DispatchSemaphore
 
-    package init(size: Int, group: MultiThreadedEventLoopGroup, configuration: PostgresConnection.Configuration, health: PostgresHealth,
-         logger: Logger) {
+    package init(
+        size: Int, group: MultiThreadedEventLoopGroup, configuration: PostgresConnection.Configuration,
+        health: PostgresHealth,
+        logger: Logger
+    ) {
         self.size = size
         self.group = group
         self.configuration = configuration
@@ -346,7 +382,9 @@ private final class ConnectionPool: Sendable {
         try health.requireAnswering()
         guard free.wait(timeout: .now() + .nanoseconds(Int(health.timeout.nanoseconds))) == .success else {
             health.noteStalled()
-            throw LedgerError(.unavailable, "no PostgreSQL connection came free within \(health.timeoutDescription): the database is not answering")
+            throw LedgerError(
+                .unavailable,
+                "no PostgreSQL connection came free within \(health.timeoutDescription): the database is not answering")
         }
         enum Next { case use(PostgresConnection), connect(Int), closed }
         let next = state.withLockedValue { state -> Next in
@@ -367,14 +405,16 @@ private final class ConnectionPool: Sendable {
             throw LedgerError(.unavailable, "the ledger's PostgreSQL connections are closed")
         case .connect(let id):
             do {
-                let connection = try connectWithin(health.timeout, on: group.next(), configuration: configuration, id: id, logger: logger)
+                let connection = try connectWithin(
+                    health.timeout, on: group.next(), configuration: configuration, id: id, logger: logger)
                 health.noteAnswered()
                 return connection
             } catch {
                 health.noteStalled()
                 state.withLockedValue { $0.open -= 1 }
                 free.signal()
-                throw LedgerError(.unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
+                throw LedgerError(
+                    .unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
             }
         }
     }
@@ -412,8 +452,10 @@ private final class ConnectionPool: Sendable {
 package struct PostgresTimedOut: Error {}
 
 /// A new connection, waiting at most `timeout`; one that connects after the wait gave up is closed, not leaked.
-private func connectWithin(_ timeout: TimeAmount, on loop: any EventLoop, configuration: PostgresConnection.Configuration, id: Int,
-                           logger: Logger) throws -> PostgresConnection {
+private func connectWithin(
+    _ timeout: TimeAmount, on loop: any EventLoop, configuration: PostgresConnection.Configuration, id: Int,
+    logger: Logger
+) throws -> PostgresConnection {
     let connecting = PostgresConnection.connect(on: loop, configuration: configuration, id: id, logger: logger)
     do {
         return try waitFor(connecting, timeout: timeout)
@@ -431,7 +473,9 @@ private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>, timeout: TimeAmo
         result.withLockedValue { $0 = outcome }
         done.signal()
     }
-    guard done.wait(timeout: .now() + .nanoseconds(Int(timeout.nanoseconds))) == .success else { throw PostgresTimedOut() }
+    guard done.wait(timeout: .now() + .nanoseconds(Int(timeout.nanoseconds))) == .success else {
+        throw PostgresTimedOut()
+    }
     return try result.withLockedValue { $0! }.get()
 }
 
@@ -455,7 +499,11 @@ package final class PostgresHealth: Sendable {
             until = nil
             return false
         }
-        if stalled { throw LedgerError(.unavailable, "PostgreSQL is not answering (a statement or connection took over \(timeoutDescription)); retry later") }
+        if stalled {
+            throw LedgerError(
+                .unavailable,
+                "PostgreSQL is not answering (a statement or connection took over \(timeoutDescription)); retry later")
+        }
     }
 
     package func noteStalled() { stalledUntil.withLockedValue { $0 = .now() + .seconds(1) } }
@@ -478,7 +526,9 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             for statement in Self.statements(sql) { changed += try execute(statement, []) }
             return changed
         }
-        return try translatingErrors { try wait(connection.query(Self.query(sql, arguments), logger: logger)).metadata.rows ?? 0 }
+        return try translatingErrors {
+            try wait(connection.query(Self.query(sql, arguments), logger: logger)).metadata.rows ?? 0
+        }
     }
 
     package func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
@@ -513,13 +563,15 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         } catch is PostgresTimedOut {
             health.noteStalled()
             let _: EventLoopFuture<Void> = connection.close()
-            throw LedgerError(.unavailable, "PostgreSQL did not answer a statement within \(health.timeoutDescription); retry later")
+            throw LedgerError(
+                .unavailable, "PostgreSQL did not answer a statement within \(health.timeoutDescription); retry later")
         }
     }
 
     /// The statements of a script, split at the semicolons outside quoted literals.
     package static func statements(_ sql: String) -> [String] {
-        var statements: [String] = [], current = ""
+        var statements: [String] = []
+        var current = ""
         var quoted = false
         for character in sql {
             if character == "'" { quoted.toggle() }
@@ -573,7 +625,9 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         case .bytea:
             return .bytes(Array(buffer: try cell.decode(ByteBuffer.self)))
         default:
-            throw LedgerError(.schema, "ledger column \(cell.columnName) has PostgreSQL type \(cell.dataType), which the ledger does not use")
+            throw LedgerError(
+                .schema,
+                "ledger column \(cell.columnName) has PostgreSQL type \(cell.dataType), which the ledger does not use")
         }
     }
 

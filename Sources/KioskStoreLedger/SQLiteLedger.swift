@@ -21,7 +21,9 @@ package protocol LedgerBackend: Sendable {
     /// Runs `body` as one durable write of the next group commit. Writes with the same
     /// `key` (an account id) run one after the other (SQLite runs every write so).
     @discardableResult
-    func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
+    func groupWrite<T: Sendable>(
+        serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
+    ) async throws -> T
     /// Runs `body`, which may use this backend's synchronous methods, where waiting on the database blocks no
     /// event loop and no Swift concurrency thread (PostgreSQL: the backend's own threads; SQLite, whose reads
     /// and writes do not wait on a network: here).
@@ -73,7 +75,9 @@ package final class SQLiteLedgerBackend: LedgerBackend {
     }
 
     @discardableResult
-    package func groupWrite<T: Sendable>(serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T {
+    package func groupWrite<T: Sendable>(
+        serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
+    ) async throws -> T {
         try await group.write { db in try body(SQLiteLedgerDatabase(db: db)) }
     }
 }
@@ -112,14 +116,15 @@ package struct SQLiteLedgerDatabase: LedgerDatabase {
     }
 
     package static func arguments(_ arguments: [any LedgerArgument]) -> StatementArguments {
-        StatementArguments(arguments.map { argument -> DatabaseValue in
-            switch argument.ledgerValue {
-            case .null: .null
-            case .integer(let integer): integer.databaseValue
-            case .text(let text): text.databaseValue
-            case .bytes(let bytes): Data(bytes).databaseValue
-            }
-        })
+        StatementArguments(
+            arguments.map { argument -> DatabaseValue in
+                switch argument.ledgerValue {
+                case .null: .null
+                case .integer(let integer): integer.databaseValue
+                case .text(let text): text.databaseValue
+                case .bytes(let bytes): Data(bytes).databaseValue
+                }
+            })
     }
 
     package static func value(_ value: DatabaseValue) -> LedgerValue {

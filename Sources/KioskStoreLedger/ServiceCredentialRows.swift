@@ -4,8 +4,9 @@ import KioskStoreCore
 extension ServiceCredentialRecord {
     init(row: LedgerRow) throws {
         // The table's CHECK allows content and admin only; anything else gets the role with no service method.
-        self.init(id: try row["id"], role: CallerRole(rawValue: try row["role"]) ?? .account, name: try row["name"],
-                  createdMs: try row["created_ms"], revokedMs: try row["revoked_ms"])
+        self.init(
+            id: try row["id"], role: CallerRole(rawValue: try row["role"]) ?? .account, name: try row["name"],
+            createdMs: try row["created_ms"], revokedMs: try row["revoked_ms"])
     }
 }
 
@@ -38,15 +39,17 @@ extension Ledger {
 extension LedgerDatabase {
     public func addServiceCredential(_ credential: ServiceCredentialRecord, tokenHash: [UInt8]) throws {
         do {
-            try execute("INSERT INTO service_credentials (id, role, name, token_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
-                        [credential.id, credential.role.rawValue, credential.name, tokenHash, credential.createdMs])
+            try execute(
+                "INSERT INTO service_credentials (id, role, name, token_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
+                [credential.id, credential.role.rawValue, credential.name, tokenHash, credential.createdMs])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(.conflict, "service credential \(credential.id) or its secret exists already")
         }
     }
 
     public func serviceCredential(tokenHash: [UInt8]) throws -> ServiceCredentialRecord? {
-        try fetchOne("SELECT * FROM service_credentials WHERE token_hash = ? AND revoked_ms = 0", [tokenHash]).map(ServiceCredentialRecord.init)
+        try fetchOne("SELECT * FROM service_credentials WHERE token_hash = ? AND revoked_ms = 0", [tokenHash]).map(
+            ServiceCredentialRecord.init)
     }
 
     public func serviceCredentials() throws -> [ServiceCredentialRecord] {

@@ -12,7 +12,10 @@ public struct TransactionFilter: Sendable, Equatable {
     /// Only revoked (true), only not revoked (false), or either (nil).
     public var revoked: Bool?
 
-    public init(productIDs: [String] = [], productTypes: [ProductKind] = [], state: TransactionState? = nil, revoked: Bool? = nil) {
+    public init(
+        productIDs: [String] = [], productTypes: [ProductKind] = [], state: TransactionState? = nil,
+        revoked: Bool? = nil
+    ) {
         self.productIDs = productIDs
         self.productTypes = productTypes
         self.state = state
@@ -41,8 +44,10 @@ extension Ledger {
     /// paging while purchases continue neither skips nor repeats a row (new ones may appear at the end,
     /// and again in the next revision's listing — match them by transaction id).
     /// - Throws: ``StoreError`` 3 for a page token or revision this store did not give.
-    public func listTransactions(accountID: String, filter: TransactionFilter, limit requested: UInt32, pageToken: String,
-                                 revision: String) async throws -> TransactionListing {
+    public func listTransactions(
+        accountID: String, filter: TransactionFilter, limit requested: UInt32, pageToken: String,
+        revision: String
+    ) async throws -> TransactionListing {
         let limit = Self.pageSize(requested)
         let since = try Self.revision(revision)
         var after: Int64 = 0
@@ -50,8 +55,11 @@ extension Ledger {
         if !pageToken.isEmpty {
             let parts = pageToken.split(separator: ".", omittingEmptySubsequences: false)
             guard parts.count == 2, parts[0].hasPrefix("l"), let position = Int64(parts[0].dropFirst()), position > 0,
-                  let through = UInt64(parts[1]) else {
-                throw StoreError.invalid("page_token \"\(pageToken.prefix(64))\" is not one this store gave; pass the next_page_token of the page before, or empty for the first page")
+                let through = UInt64(parts[1])
+            else {
+                throw StoreError.invalid(
+                    "page_token \"\(pageToken.prefix(64))\" is not one this store gave; pass the next_page_token of the page before, or empty for the first page"
+                )
             }
             after = position
             upTo = through
@@ -60,7 +68,8 @@ extension Ledger {
         let rows = try await backend.read { db -> (rows: [LedgerRow], through: UInt64) in
             let through = try end ?? db.latestEventID()
             let order = db.dialect.insertionOrder
-            var sql = "SELECT \(order) AS row_position, \(TransactionRecord.pageColumns) FROM transactions WHERE account_id = ? AND \(order) > ?"
+            var sql =
+                "SELECT \(order) AS row_position, \(TransactionRecord.pageColumns) FROM transactions WHERE account_id = ? AND \(order) > ?"
             var arguments: [any LedgerArgument] = [accountID, start]
             if !filter.productIDs.isEmpty {
                 sql += " AND product_id IN (\(Self.marks(filter.productIDs.count)))"
@@ -98,7 +107,9 @@ extension Ledger {
     package static func revision(_ text: String) throws -> UInt64? {
         guard !text.isEmpty else { return nil }
         guard text.hasPrefix("v"), let value = UInt64(text.dropFirst()) else {
-            throw StoreError.invalid("revision \"\(text.prefix(64))\" is not one this store gave; pass the revision of an earlier listing, or empty")
+            throw StoreError.invalid(
+                "revision \"\(text.prefix(64))\" is not one this store gave; pass the revision of an earlier listing, or empty"
+            )
         }
         return value
     }

@@ -53,22 +53,32 @@ public final class KioskTestSession: Sendable {
     /// A sample catalog: `credits.5`, `credits.10`, the photo filter
     /// `filter.sepia`, the hosted book `book.swift` and the subscription `pro.monthly`
     /// (with a one-week free trial as its introductory offer).
-    public static let sampleCatalog = Catalog(bundleID: "com.example.monkeys", products: [
-        CatalogProduct(id: "credits.5", type: .consumable, title: "5 Monkey Credits", description: "A handful of credits",
-                       price: "0.99", currency: "USD", credits: 5, maxQuantity: 10),
-        CatalogProduct(id: "credits.10", type: .consumable, title: "10 Monkey Credits", description: "A bag of credits",
-                       price: "1.79", currency: "USD", credits: 10, maxQuantity: 10),
-        CatalogProduct(id: "filter.sepia", type: .nonConsumable, title: "Sepia Filter", description: "Old photos, new look",
-                       price: "2.99", currency: "USD"),
-        CatalogProduct(id: "book.swift", type: .nonConsumable, title: "The Swift Book", description: "Hosted by the content service",
-                       price: "9.99", currency: "USD", hostedContent: true),
-        {
-            var pro = CatalogProduct(id: "pro.monthly", type: .autoRenewableSubscription, title: "Pro", description: "Everything, monthly",
-                                     price: "4.99", currency: "USD", subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"))
-            pro.introductoryOffer = OfferTerms(id: OfferTerms.introductoryID, price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1)
-            return pro
-        }(),
-    ])
+    public static let sampleCatalog = Catalog(
+        bundleID: "com.example.monkeys",
+        products: [
+            CatalogProduct(
+                id: "credits.5", type: .consumable, title: "5 Monkey Credits", description: "A handful of credits",
+                price: "0.99", currency: "USD", credits: 5, maxQuantity: 10),
+            CatalogProduct(
+                id: "credits.10", type: .consumable, title: "10 Monkey Credits", description: "A bag of credits",
+                price: "1.79", currency: "USD", credits: 10, maxQuantity: 10),
+            CatalogProduct(
+                id: "filter.sepia", type: .nonConsumable, title: "Sepia Filter", description: "Old photos, new look",
+                price: "2.99", currency: "USD"),
+            CatalogProduct(
+                id: "book.swift", type: .nonConsumable, title: "The Swift Book",
+                description: "Hosted by the content service",
+                price: "9.99", currency: "USD", hostedContent: true),
+            {
+                var pro = CatalogProduct(
+                    id: "pro.monthly", type: .autoRenewableSubscription, title: "Pro",
+                    description: "Everything, monthly",
+                    price: "4.99", currency: "USD", subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"))
+                pro.introductoryOffer = OfferTerms(
+                    id: OfferTerms.introductoryID, price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1)
+                return pro
+            }(),
+        ])
 
     /// The sample hosted file of `book.swift`: 1 MiB of generated text.
     public static let sampleContent: [String: [UInt8]] = {
@@ -78,9 +88,12 @@ public final class KioskTestSession: Sendable {
         return ["book.swift": Array(book.prefix(1 << 20))]
     }()
 
-    private init(catalog: Catalog, payments: TestPaymentProcessor, root: String, storeServer: StoreServer, content: ContentServer,
-                 storePort: Int, contentPort: Int, holdAnswers: NIOLockedValueBox<Int>, clockOffset: NIOLockedValueBox<Int64>,
-                 trustRootsPath: String?, tls: ServerTLSIdentity?) {
+    private init(
+        catalog: Catalog, payments: TestPaymentProcessor, root: String, storeServer: StoreServer,
+        content: ContentServer,
+        storePort: Int, contentPort: Int, holdAnswers: NIOLockedValueBox<Int>, clockOffset: NIOLockedValueBox<Int64>,
+        trustRootsPath: String?, tls: ServerTLSIdentity?
+    ) {
         self.holdAnswers = holdAnswers
         self.clockOffset = clockOffset
         self.trustRootsPath = trustRootsPath
@@ -104,7 +117,8 @@ public final class KioskTestSession: Sendable {
     /// `chunkSize` is the content service's (one that is not a multiple of 64
     /// bytes sends no SHA-256 states: its downloads are hashed in order).
     public static func start(
-        catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent, environment: StoreEnvironment = .sandbox,
+        catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent,
+        environment: StoreEnvironment = .sandbox,
         tls: Bool = true, chunkSize: UInt32 = 256 * 1024
     ) async throws -> KioskTestSession {
         let root = NSTemporaryDirectory() + "kiosk-test-session-" + UUID().uuidString
@@ -126,8 +140,9 @@ public final class KioskTestSession: Sendable {
         let holdAnswers = NIOLockedValueBox(0)
         let clockOffset = NIOLockedValueBox<Int64>(0)
         let store = try StoreServer(
-            store: storeConfiguration(root: root, catalog: catalog, environment: environment, payments: payments, hold: holdAnswers,
-                                      clockOffset: clockOffset),
+            store: storeConfiguration(
+                root: root, catalog: catalog, environment: environment, payments: payments, hold: holdAnswers,
+                clockOffset: clockOffset),
             server: ServerConfiguration(tls: identity))
         try await store.start()
         let storePort = store.port ?? 0
@@ -135,18 +150,21 @@ public final class KioskTestSession: Sendable {
         let contentServer = try ContentServer(
             configuration: ContentConfiguration(
                 contentDirectory: contentDirectory, storePort: storePort, storeCredential: credential,
-                storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) }, environment: environment.wire,
+                storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) },
+                environment: environment.wire,
                 chunkSize: chunkSize),
             server: ServerConfiguration(tls: identity))
         try await contentServer.start()
         _ = await contentServer.waitUntilReady()
-        return KioskTestSession(catalog: catalog, payments: payments, root: root, storeServer: store, content: contentServer,
-                                storePort: storePort, contentPort: contentServer.port ?? 0, holdAnswers: holdAnswers,
-                                clockOffset: clockOffset, trustRootsPath: certificates?.caCertificatePath, tls: identity)
+        return KioskTestSession(
+            catalog: catalog, payments: payments, root: root, storeServer: store, content: contentServer,
+            storePort: storePort, contentPort: contentServer.port ?? 0, holdAnswers: holdAnswers,
+            clockOffset: clockOffset, trustRootsPath: certificates?.caCertificatePath, tls: identity)
     }
 
     private static func storeConfiguration(
-        root: String, catalog: Catalog, environment: StoreEnvironment, payments: TestPaymentProcessor, hold: NIOLockedValueBox<Int>,
+        root: String, catalog: Catalog, environment: StoreEnvironment, payments: TestPaymentProcessor,
+        hold: NIOLockedValueBox<Int>,
         clockOffset: NIOLockedValueBox<Int64>
     ) -> StoreConfiguration {
         var configuration = StoreConfiguration(
@@ -173,7 +191,9 @@ public final class KioskTestSession: Sendable {
     /// The running store.
     public var store: Store {
         get throws {
-            guard let server = storeServer.withLockedValue({ $0 }) else { throw KioskError(.cannotConnect, "the test store is stopped") }
+            guard let server = storeServer.withLockedValue({ $0 }) else {
+                throw KioskError(.cannotConnect, "the test store is stopped")
+            }
             return server.store
         }
     }
@@ -187,13 +207,18 @@ public final class KioskTestSession: Sendable {
     }
 
     /// A client for `account`, with its own state directory unless one is given.
-    public func makeClient(account: Account, stateDirectory: String? = nil, callTimeout: Duration = .seconds(5)) throws -> KioskClient {
+    public func makeClient(
+        account: Account, stateDirectory: String? = nil, callTimeout: Duration = .seconds(5)
+    ) throws -> KioskClient {
         let state = stateDirectory ?? root + "/clients/" + UUID().uuidString
-        return try KioskClient(configuration: configuration(account: account, stateDirectory: state, callTimeout: callTimeout))
+        return try KioskClient(
+            configuration: configuration(account: account, stateDirectory: state, callTimeout: callTimeout))
     }
 
     /// The client configuration for `account` against this session's services (trusting the session's CA).
-    public func configuration(account: Account, stateDirectory: String, callTimeout: Duration = .seconds(5)) -> KioskConfiguration {
+    public func configuration(
+        account: Account, stateDirectory: String, callTimeout: Duration = .seconds(5)
+    ) -> KioskConfiguration {
         KioskConfiguration(
             storePort: storePort, contentPort: contentPort, token: account.token, bundleID: catalog.bundleID,
             stateDirectory: stateDirectory, callTimeout: callTimeout, retryInitialDelay: .milliseconds(50),
@@ -271,6 +296,7 @@ public final class KioskTestSession: Sendable {
     public struct RenewalRate: Hashable, Sendable {
         /// How many times faster than the calendar.
         public var timeScale: Double
+        /// A rate `timeScale` times faster than the calendar: periods, grace and billing retry shrink by that factor.
         public init(timeScale: Double) { self.timeScale = timeScale }
         /// Calendar time.
         public static let realTime = RenewalRate(timeScale: 1)
@@ -309,7 +335,9 @@ public final class KioskTestSession: Sendable {
 
     /// Ends a subscription now (no entitlement, nothing renews), as the sandbox's "expire".
     @discardableResult
-    public func expire(originalID: String, reason: Subscription.ExpirationReason = .cancelled) async throws -> SubscriptionRecord {
+    public func expire(
+        originalID: String, reason: Subscription.ExpirationReason = .cancelled
+    ) async throws -> SubscriptionRecord {
         try await store.expireSubscription(originalID: originalID, reason: reason)
     }
 
@@ -327,7 +355,10 @@ public final class KioskTestSession: Sendable {
 
     /// Stops the store (the content service keeps running); ``startStore()`` brings it back.
     public func stopStore() async {
-        let server = storeServer.withLockedValue { server in defer { server = nil }; return server }
+        let server = storeServer.withLockedValue { server in
+            defer { server = nil }
+            return server
+        }
         await server?.shutdown()
     }
 
@@ -336,8 +367,9 @@ public final class KioskTestSession: Sendable {
         guard storeServer.withLockedValue({ $0 }) == nil else { return }
         let hold = holdAnswers
         let server = try StoreServer(
-            store: Self.storeConfiguration(root: root, catalog: catalog, environment: try ledgerEnvironment(), payments: payments, hold: hold,
-                                           clockOffset: clockOffset),
+            store: Self.storeConfiguration(
+                root: root, catalog: catalog, environment: try ledgerEnvironment(), payments: payments, hold: hold,
+                clockOffset: clockOffset),
             server: ServerConfiguration(port: storePort, tls: tls))
         try await server.start()
         storeServer.withLockedValue { $0 = server }

@@ -32,7 +32,9 @@ public final class TestPaymentProcessor: PaymentProcessor {
     /// Creates the processor.
     public init() {}
 
+    /// `test`, the processor's name in logs and errors.
     public var name: String { "test" }
+    /// True: it takes no real money, so a production store refuses it.
     public var isSimulated: Bool { true }
 
     /// The next payment (whatever its method) has this outcome instead.
@@ -68,6 +70,9 @@ public final class TestPaymentProcessor: PaymentProcessor {
     /// The number of refunds made.
     public var refundCount: Int { state.withLockedValue { $0.refunds.values.reduce(0, +) } }
 
+    /// Charges a payment: a payment id already answered gets the same answer again (nothing is charged twice);
+    /// a renewal is declined while ``failNextRenewals(_:)`` says so; otherwise the next override, if any,
+    /// decides, and else the payment method does, as with the simulated processor.
     public func charge(_ request: PaymentRequest) async throws -> PaymentOutcome {
         if let earlier = state.withLockedValue({ $0.outcomes[request.paymentID] }) { return earlier }
         if request.isRenewal {
@@ -76,7 +81,10 @@ public final class TestPaymentProcessor: PaymentProcessor {
                 if state.renewalDeclines != Int.max { state.renewalDeclines -= 1 }
                 return true
             }
-            if declined { return settle(request, .declined(reason: "card_declined", message: "renewal declined by the test session")) }
+            if declined {
+                return settle(
+                    request, .declined(reason: "card_declined", message: "renewal declined by the test session"))
+            }
         }
         let override = state.withLockedValue { state in state.overrides.isEmpty ? nil : state.overrides.removeFirst() }
         let outcome: PaymentOutcome
@@ -107,11 +115,14 @@ public final class TestPaymentProcessor: PaymentProcessor {
         return outcome
     }
 
+    /// Charges a deferred (ask-to-buy) payment once it was approved; counted once per payment id.
     public func approve(_ request: PaymentRequest) async throws -> PaymentOutcome {
         settle(request, .succeeded(reference: "test_" + request.paymentID))
         return .succeeded(reference: "test_" + request.paymentID)
     }
 
+    /// What this processor answered for the payment id: charged, deferred, or not charged (never asked,
+    /// declined or cancelled). Charges nothing.
     public func lookup(_ request: PaymentRequest) async throws -> PaymentLookup {
         switch state.withLockedValue({ $0.outcomes[request.paymentID] }) {
         case .succeeded(let reference)?: return .charged(reference: reference)
@@ -120,6 +131,7 @@ public final class TestPaymentProcessor: PaymentProcessor {
         }
     }
 
+    /// Records a refund of the payment; asking again for the same payment id counts it once.
     public func refund(_ request: PaymentRequest, reason: String) async throws {
         state.withLockedValue { state in
             if state.refunds[request.paymentID] == nil { state.refunds[request.paymentID] = 1 }

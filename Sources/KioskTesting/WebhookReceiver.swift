@@ -10,17 +10,22 @@ import NIOPosix
 public final class WebhookReceiver: Sendable {
     /// One request as received.
     public struct Request: Sendable {
+        /// The request's path (its URI as sent, with any query), e.g. `/kiosk`.
         public var path: String
+        /// The request's headers, by lower-cased name (the last value of a repeated name).
         public var headers: [String: String]
+        /// The request's body; one over 1 MiB is cut short.
         public var body: [UInt8]
         /// The status it was answered with.
         public var status: Int
     }
 
     private let group: any EventLoopGroup
-    private let state = NIOLockedValueBox<(channel: (any Channel)?, port: Int, requests: [Request], failures: [Int])>((nil, 0, [], []))
+    private let state = NIOLockedValueBox<(channel: (any Channel)?, port: Int, requests: [Request], failures: [Int])>(
+        (nil, 0, [], []))
     private let connections = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
 
+    /// Creates a receiver on `group`'s event loops; ``start(port:)`` starts listening.
     public init(group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) {
         self.group = group
     }
@@ -33,11 +38,15 @@ public final class WebhookReceiver: Sendable {
                 self?.track(channel)
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(WebhookReceiverHandler { request in self?.answer(request) ?? 503 })
+                    try channel.pipeline.syncOperations.addHandler(
+                        WebhookReceiverHandler { request in self?.answer(request) ?? 503 })
                 }
             }
             .bind(host: "127.0.0.1", port: port).get()
-        state.withLockedValue { $0.channel = channel; $0.port = channel.localAddress?.port ?? 0 }
+        state.withLockedValue {
+            $0.channel = channel
+            $0.port = channel.localAddress?.port ?? 0
+        }
     }
 
     /// Stops listening and closes the open connections (connections to the port are refused from now on).
@@ -53,7 +62,9 @@ public final class WebhookReceiver: Sendable {
     private func track(_ channel: any Channel) {
         let id = ObjectIdentifier(channel)
         connections.withLockedValue { $0[id] = channel }
-        channel.closeFuture.whenComplete { [weak self] _ in _ = self?.connections.withLockedValue { $0.removeValue(forKey: id) } }
+        channel.closeFuture.whenComplete { [weak self] _ in
+            _ = self?.connections.withLockedValue { $0.removeValue(forKey: id) }
+        }
     }
 
     /// The port listened on (kept after ``shutdown()``, to start again on it).
@@ -104,7 +115,12 @@ private final class WebhookReceiverHandler: ChannelInboundHandler {
             let status = answer(WebhookReceiver.Request(path: head.uri, headers: headers, body: body, status: 0))
             var responseHeaders = HTTPHeaders()
             responseHeaders.add(name: "Content-Length", value: "0")
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: HTTPResponseStatus(statusCode: status), headers: responseHeaders))), promise: nil)
+            context.write(
+                wrapOutboundOut(
+                    .head(
+                        HTTPResponseHead(
+                            version: head.version, status: HTTPResponseStatus(statusCode: status),
+                            headers: responseHeaders))), promise: nil)
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         }
     }

@@ -1,4 +1,5 @@
 import CProtobufC
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -99,7 +100,9 @@ public final class CArena {
 
     /// A protobuf-c repeated message field: the count and an array of pointers to
     /// filled C structs, one per element.
-    public func messages<M: WireMessage>(_ elements: [M]) -> (Int, UnsafeMutablePointer<UnsafeMutablePointer<M.CStruct>?>?) {
+    public func messages<M: WireMessage>(
+        _ elements: [M]
+    ) -> (Int, UnsafeMutablePointer<UnsafeMutablePointer<M.CStruct>?>?) {
         guard !elements.isEmpty else { return (0, nil) }
         let array = allocate(UnsafeMutablePointer<M.CStruct>?.self, count: elements.count)
         for (i, element) in elements.enumerated() {
@@ -157,7 +160,9 @@ public enum CField {
     }
 
     /// A Swift value from a protobuf-c message field; nil when the field is absent.
-    public static func message<M: WireMessage>(_ pointer: UnsafeMutablePointer<M.CStruct>?, as type: M.Type) throws(WireError) -> M? {
+    public static func message<M: WireMessage>(
+        _ pointer: UnsafeMutablePointer<M.CStruct>?, as type: M.Type
+    ) throws(WireError) -> M? {
         guard let pointer else { return nil }
         return try M(cStruct: pointer.pointee)
     }
@@ -192,7 +197,9 @@ public enum CField {
         var out: [M] = []
         out.reserveCapacity(count)
         for i in 0..<count {
-            guard let element = array[i] else { throw WireError(.malformedMessage, "field \(field) has a null element") }
+            guard let element = array[i] else {
+                throw WireError(.malformedMessage, "field \(field) has a null element")
+            }
             out.append(try M(cStruct: element.pointee))
         }
         return out

@@ -24,7 +24,8 @@ extension CallHeaders: WireMessage {
         self.init(
             method: try CField.string(c.method, field: "CallHeaders.method"),
             timeoutMs: c.timeout_ms,
-            metadata: Metadata(try CField.messages(c.n_metadata, c.metadata, as: MetadataEntry.self, field: "CallHeaders.metadata"))
+            metadata: Metadata(
+                try CField.messages(c.n_metadata, c.metadata, as: MetadataEntry.self, field: "CallHeaders.metadata"))
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {

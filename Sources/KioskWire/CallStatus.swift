@@ -24,7 +24,8 @@ extension CallStatus: WireMessage {
         self.init(
             code: c.code,
             message: try CField.string(c.message, field: "CallStatus.message"),
-            metadata: Metadata(try CField.messages(c.n_metadata, c.metadata, as: MetadataEntry.self, field: "CallStatus.metadata"))
+            metadata: Metadata(
+                try CField.messages(c.n_metadata, c.metadata, as: MetadataEntry.self, field: "CallStatus.metadata"))
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {

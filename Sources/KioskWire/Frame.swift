@@ -86,7 +86,10 @@ public struct Frame: Sendable, Hashable {
 
     /// Creates a frame whose payload is the encoding of `message`.
     @inlinable
-    public init(type: FrameType, flags: FrameFlags = [], callID: UInt32, message: some WireMessage, allocator: ByteBufferAllocator = ByteBufferAllocator()) {
+    public init(
+        type: FrameType, flags: FrameFlags = [], callID: UInt32, message: some WireMessage,
+        allocator: ByteBufferAllocator = ByteBufferAllocator()
+    ) {
         var buffer = allocator.buffer(capacity: 0)
         message.serialize(into: &buffer)
         self.init(type: type, flags: flags, callID: callID, payload: buffer)
@@ -108,6 +111,7 @@ public struct Frame: Sendable, Hashable {
     /// Appends the frame's header (the 10 bytes before the payload) to `buffer`.
     public func writeHeader(to buffer: inout ByteBuffer) {
         buffer.writeMultipleIntegers(
-            UInt32(Frame.lengthOverhead + payload.readableBytes), type.rawValue, flags.rawValue, callID, endianness: .big)
+            UInt32(Frame.lengthOverhead + payload.readableBytes), type.rawValue, flags.rawValue, callID,
+            endianness: .big)
     }
 }

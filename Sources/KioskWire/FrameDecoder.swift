@@ -60,7 +60,9 @@ public struct FrameDecoder: ByteToMessageDecoder {
         }
     }
 
-    public mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+    public mutating func decodeLast(
+        context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool
+    ) throws -> DecodingState {
         while try decode(context: context, buffer: &buffer) == .continue {}
         // Leftover bytes at EOF are a truncated frame; the connection is gone anyway.
         return .needMoreData
@@ -98,14 +100,17 @@ public struct FrameDecoder: ByteToMessageDecoder {
         }
         let payloadSize = Int(length) - Frame.lengthOverhead
         if payloadSize > limits.maximumMessageSize {
-            throw WireError(.frameTooLarge, "frame payload of \(payloadSize) bytes exceeds the limit of \(limits.maximumMessageSize) bytes")
+            throw WireError(
+                .frameTooLarge,
+                "frame payload of \(payloadSize) bytes exceeds the limit of \(limits.maximumMessageSize) bytes")
         }
         // The TYPE byte follows LENGTH: per-type limits are checked as soon as it is here.
         guard let typeByte = buffer.getInteger(at: start + 4, as: UInt8.self) else { return nil }
         let type = FrameType(rawValue: typeByte)
         let limit = limits.maximumPayloadSize(of: type)
         guard payloadSize <= limit else {
-            throw WireError(.frameTooLarge, "\(type) payload of \(payloadSize) bytes exceeds the limit of \(limit) bytes")
+            throw WireError(
+                .frameTooLarge, "\(type) payload of \(payloadSize) bytes exceeds the limit of \(limit) bytes")
         }
         guard buffer.readableBytes >= 4 + Int(length) else { return nil }
         buffer.moveReaderIndex(forwardBy: 5)

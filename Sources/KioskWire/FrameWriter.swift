@@ -129,8 +129,11 @@ public struct FrameGatherer {
     /// payload is returned with the promise: write what ``take()`` gives,
     /// then it. `allocator` is asked only when a new buffer is needed (a channel's allocator is behind an existential
     /// and an event-loop check: the usual frame reuses the last buffer instead).
-    public mutating func add(_ frame: Frame, promise: EventLoopPromise<Void>?, allocator: @autoclosure () -> ByteBufferAllocator)
-        -> (payload: ByteBuffer, promise: EventLoopPromise<Void>?)? {
+    public mutating func add(
+        _ frame: Frame, promise: EventLoopPromise<Void>?, allocator: @autoclosure () -> ByteBufferAllocator
+    )
+        -> (payload: ByteBuffer, promise: EventLoopPromise<Void>?)?
+    {
         var buffer: ByteBuffer
         if let gathering = pending {
             buffer = gathering
@@ -151,7 +154,11 @@ public struct FrameGatherer {
         frame.write(to: &buffer)
         pending = buffer
         if let promise {
-            if let existing = self.promise { existing.futureResult.cascade(to: promise) } else { self.promise = promise }
+            if let existing = self.promise {
+                existing.futureResult.cascade(to: promise)
+            } else {
+                self.promise = promise
+            }
         }
         return nil
     }

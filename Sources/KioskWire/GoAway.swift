@@ -22,7 +22,8 @@ extension GoAway: WireMessage {
     public typealias CStruct = Kiosk__Rpc__V1__GoAway
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__rpc__v1__go_away__init(c) }
     public init(cStruct c: CStruct) throws(WireError) {
-        self.init(lastCallID: c.last_call_id, code: c.code, message: try CField.string(c.message, field: "GoAway.message"))
+        self.init(
+            lastCallID: c.last_call_id, code: c.code, message: try CField.string(c.message, field: "GoAway.message"))
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         c.last_call_id = lastCallID

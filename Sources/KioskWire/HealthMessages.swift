@@ -63,6 +63,7 @@ extension HealthCheckResponse: WireMessage {
         self.init(status: ServingStatus(rawValue: Int32(truncatingIfNeeded: c.status.rawValue)))
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
-        c.status = Kiosk__Rpc__V1__HealthCheckResponse__ServingStatus(rawValue: .init(truncatingIfNeeded: status.rawValue))
+        c.status = Kiosk__Rpc__V1__HealthCheckResponse__ServingStatus(
+            rawValue: .init(truncatingIfNeeded: status.rawValue))
     }
 }

@@ -28,7 +28,8 @@ public struct Metadata: Hashable, Sendable, RandomAccessCollection, ExpressibleB
 
     /// `key` lower-cased, without a copy when it already is (as keys in code are).
     private static func lowercased(_ key: String) -> String {
-        key.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") } || !key.utf8.allSatisfy { $0 < 0x80 } ? key.lowercased() : key
+        key.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") } || !key.utf8.allSatisfy { $0 < 0x80 }
+            ? key.lowercased() : key
     }
 
     /// Every text value for `key`, in order.

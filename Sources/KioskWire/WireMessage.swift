@@ -108,7 +108,8 @@ extension WireMessage {
             Self.cInit(c.baseAddress!)
             return UnsafeRawPointer(c.baseAddress!).assumingMemoryBound(to: ProtobufCMessage.self).pointee.descriptor
         }
-        return try withUnsafeTemporaryAllocation(byteCount: decodingArenaSize, alignment: 16) { space throws(WireError) -> Result in
+        return try withUnsafeTemporaryAllocation(byteCount: decodingArenaSize, alignment: 16) {
+            space throws(WireError) -> Result in
             var arena = KioskUnpackArena()
             return try withUnsafeMutablePointer(to: &arena) { arena throws(WireError) -> Result in
                 // Initialised through this pointer: the arena keeps its own address (allocator_data).
@@ -150,7 +151,9 @@ extension WireMessage {
     @inlinable
     public init(serializedBytes buffer: ByteBuffer) throws(WireError) {
         do {
-            self = try buffer.withUnsafeReadableBytes { bytes throws(WireError) -> Self in try Self(serializedBytes: bytes) }
+            self = try buffer.withUnsafeReadableBytes { bytes throws(WireError) -> Self in
+                try Self(serializedBytes: bytes)
+            }
         } catch {
             throw Self.wireError(error)
         }

@@ -7,7 +7,9 @@ import NIOCore
 public enum Zlib {
     /// Compresses `input` into a zlib stream.
     /// - Parameter level: 0 (none) to 9 (best); -1 is zlib's default (6).
-    public static func compress(_ input: ByteBuffer, level: Int32 = -1, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
+    public static func compress(
+        _ input: ByteBuffer, level: Int32 = -1, allocator: ByteBufferAllocator = ByteBufferAllocator()
+    ) -> ByteBuffer {
         let bound = Int(compressBound(uLong(input.readableBytes)))
         var output = allocator.buffer(capacity: bound)
         input.withUnsafeReadableBytes { source in
@@ -17,7 +19,8 @@ public enum Zlib {
                 let status = withUnsafeMutablePointer(to: &placeholder) { fallback in
                     compress2(
                         destination.baseAddress!.assumingMemoryBound(to: Bytef.self), &destinationLength,
-                        source.baseAddress?.assumingMemoryBound(to: Bytef.self) ?? UnsafePointer(fallback), uLong(source.count), level)
+                        source.baseAddress?.assumingMemoryBound(to: Bytef.self) ?? UnsafePointer(fallback),
+                        uLong(source.count), level)
                 }
                 // compressBound guarantees room; Z_MEM_ERROR is an out-of-memory condition.
                 precondition(status == Z_OK, "zlib compress2 failed with status \(status)")
@@ -42,7 +45,9 @@ public enum Zlib {
     ///
     /// - Throws: ``WireError`` `decompressionFailed` for a corrupt or truncated
     ///   stream, `decompressedTooLarge` past `limit`.
-    public static func decompress(_ input: ByteBuffer, limit: Int, allocator: ByteBufferAllocator = ByteBufferAllocator()) throws(WireError) -> ByteBuffer {
+    public static func decompress(
+        _ input: ByteBuffer, limit: Int, allocator: ByteBufferAllocator = ByteBufferAllocator()
+    ) throws(WireError) -> ByteBuffer {
         var stream = z_stream()
         guard inflateInit_(&stream, zlibVersion(), Int32(MemoryLayout<z_stream>.size)) == Z_OK else {
             throw WireError(.decompressionFailed, "zlib could not start inflating")
@@ -54,13 +59,18 @@ public enum Zlib {
         let result: Result<Void, WireError> = input.withUnsafeReadableBytes { source in
             var placeholder: UInt8 = 0
             return withUnsafeMutablePointer(to: &placeholder) { fallback in
-                stream.next_in = UnsafeMutablePointer(mutating: source.baseAddress?.assumingMemoryBound(to: Bytef.self)) ?? fallback
+                stream.next_in =
+                    UnsafeMutablePointer(mutating: source.baseAddress?.assumingMemoryBound(to: Bytef.self)) ?? fallback
                 stream.avail_in = uInt(source.count)
                 while true {
                     if output.readableBytes > limit {
-                        return .failure(WireError(.decompressedTooLarge, "compressed message inflates beyond the limit of \(limit) bytes"))
+                        return .failure(
+                            WireError(
+                                .decompressedTooLarge, "compressed message inflates beyond the limit of \(limit) bytes")
+                        )
                     }
-                    let chunk = min(max(output.capacity - output.writerIndex, 16 * 1024), ceiling - output.readableBytes)
+                    let chunk = min(
+                        max(output.capacity - output.writerIndex, 16 * 1024), ceiling - output.readableBytes)
                     var status: Int32 = Z_OK
                     output.writeWithUnsafeMutableBytes(minimumWritableBytes: max(chunk, 1)) { destination in
                         stream.next_out = destination.baseAddress!.assumingMemoryBound(to: Bytef.self)
@@ -74,7 +84,10 @@ public enum Zlib {
                             return .failure(WireError(.decompressionFailed, "bytes follow the end of the zlib stream"))
                         }
                         if output.readableBytes > limit {
-                            return .failure(WireError(.decompressedTooLarge, "compressed message inflates beyond the limit of \(limit) bytes"))
+                            return .failure(
+                                WireError(
+                                    .decompressedTooLarge,
+                                    "compressed message inflates beyond the limit of \(limit) bytes"))
                         }
                         return .success(())
                     case Z_OK:
@@ -101,7 +114,9 @@ public enum Zlib {
         private let decompressor: OpaquePointer
 
         public init() {
-            guard let decompressor = libdeflate_alloc_decompressor() else { fatalError("libdeflate could not allocate a decompressor") }
+            guard let decompressor = libdeflate_alloc_decompressor() else {
+                fatalError("libdeflate could not allocate a decompressor")
+            }
             self.decompressor = decompressor
         }
 
@@ -111,7 +126,9 @@ public enum Zlib {
         /// exactly as long as the stream's content; its Adler-32 is checked.
         /// - Throws: ``WireError`` `decompressionFailed` for a corrupt or
         ///   truncated stream, bytes after its end, or content of another length.
-        public func inflate(_ source: UnsafeRawBufferPointer, into destination: UnsafeMutableRawBufferPointer) throws(WireError) {
+        public func inflate(
+            _ source: UnsafeRawBufferPointer, into destination: UnsafeMutableRawBufferPointer
+        ) throws(WireError) {
             var placeholder: UInt8 = 0
             var consumed = 0
             var produced = 0
@@ -122,9 +139,12 @@ public enum Zlib {
             }
             switch result {
             case LIBDEFLATE_SUCCESS:
-                guard consumed == source.count else { throw WireError(.decompressionFailed, "bytes follow the end of the zlib stream") }
+                guard consumed == source.count else {
+                    throw WireError(.decompressionFailed, "bytes follow the end of the zlib stream")
+                }
                 guard produced == destination.count else {
-                    throw WireError(.decompressionFailed, "the zlib stream holds \(produced) bytes, not \(destination.count)")
+                    throw WireError(
+                        .decompressionFailed, "the zlib stream holds \(produced) bytes, not \(destination.count)")
                 }
             case LIBDEFLATE_INSUFFICIENT_SPACE:
                 throw WireError(.decompressionFailed, "the zlib stream holds more than \(destination.count) bytes")

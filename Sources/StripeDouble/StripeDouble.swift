@@ -59,7 +59,10 @@ public final class StripeDouble: Sendable {
     /// - Parameters:
     ///   - secretKey: The key requests must carry; must look like Stripe's (`sk_test_…`).
     ///   - group: The event loops to serve on.
-    public init(secretKey: String = StripeDouble.defaultSecretKey, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) {
+    public init(
+        secretKey: String = StripeDouble.defaultSecretKey,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) {
         self.secretKey = secretKey
         self.group = group
         self.api = StripeDoubleAPI(secretKey: secretKey)
@@ -237,7 +240,9 @@ final class StripeDoubleAPI: Sendable {
         var cancellationReason: String?
 
         var snapshot: StripeDouble.PaymentIntent {
-            .init(id: id, amount: amount, currency: currency, status: status, paymentMethod: paymentMethod, metadata: metadata, amountRefunded: amountRefunded)
+            .init(
+                id: id, amount: amount, currency: currency, status: status, paymentMethod: paymentMethod,
+                metadata: metadata, amountRefunded: amountRefunded)
         }
     }
 
@@ -312,9 +317,13 @@ final class StripeDoubleAPI: Sendable {
         return state.withLockedValue { state in
             var (response, replayed) = answer(request, &state)
             response.headers.append(("Request-Id", request.id))
-            response.headers.append(("Stripe-Version", request.headers.first(name: "Stripe-Version") ?? Self.defaultAPIVersion))
-            state.log.append(.init(method: request.method, path: request.path, idempotencyKey: request.headers.first(name: "Idempotency-Key"),
-                                   status: response.status, replayed: replayed))
+            response.headers.append(
+                ("Stripe-Version", request.headers.first(name: "Stripe-Version") ?? Self.defaultAPIVersion))
+            state.log.append(
+                .init(
+                    method: request.method, path: request.path,
+                    idempotencyKey: request.headers.first(name: "Idempotency-Key"),
+                    status: response.status, replayed: replayed))
             if !state.lostAnswers.isEmpty {
                 return state.lostAnswers.removeFirst() ? .hang : .close
             }
@@ -328,7 +337,9 @@ final class StripeDoubleAPI: Sendable {
         let params: [String: String]
         if request.method == "POST" {
             guard let form = Self.parseForm(request.body) else {
-                return (Self.error(400, message: "Invalid request body: expected application/x-www-form-urlencoded"), false)
+                return (
+                    Self.error(400, message: "Invalid request body: expected application/x-www-form-urlencoded"), false
+                )
             }
             params = form
         } else {
@@ -342,20 +353,24 @@ final class StripeDoubleAPI: Sendable {
             return (search(params, state), false)
         case ("GET", let path) where path.count == 3 && path[0] == "v1" && path[1] == "payment_intents":
             return (retrieveIntent(path[2], state), false)
-        case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payment_intents" && path[3] == "cancel":
+        case ("POST", let path)
+        where path.count == 4 && path[0] == "v1" && path[1] == "payment_intents" && path[3] == "cancel":
             return idempotent(request, params, &state) { cancelIntent(path[2], params, &$0) }
         case ("POST", ["v1", "refunds"]):
             return idempotent(request, params, &state) { createRefund(params, &$0) }
         default:
-            let message = "Unrecognized request URL (\(request.method): \(request.path)). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."
+            let message =
+                "Unrecognized request URL (\(request.method): \(request.path)). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."
             return (Self.error(404, message: message), false)
         }
     }
 
     private func stats() -> Response {
         let body = state.withLockedValue { state in
-            DoubleJSON.object([("charges", .int(Int64(state.chargeCount))), ("refunds", .int(Int64(state.refunds.count))),
-                               ("payment_intents", .int(Int64(state.intents.count)))])
+            DoubleJSON.object([
+                ("charges", .int(Int64(state.chargeCount))), ("refunds", .int(Int64(state.refunds.count))),
+                ("payment_intents", .int(Int64(state.intents.count))),
+            ])
         }
         return Self.json(200, body)
     }
@@ -364,17 +379,20 @@ final class StripeDoubleAPI: Sendable {
 
     private func authenticate(_ request: Request) -> Response? {
         guard let header = request.headers.first(name: "Authorization") else {
-            let message = "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY'). See https://stripe.com/docs/api#authentication for details, or we can help at https://support.stripe.com/."
+            let message =
+                "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY'). See https://stripe.com/docs/api#authentication for details, or we can help at https://support.stripe.com/."
             return Self.error(401, message: message)
         }
         let key: String
         if header.hasPrefix("Bearer ") {
             key = String(header.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
         } else if header.hasPrefix("Basic "), let data = Data(base64Encoded: String(header.dropFirst("Basic ".count))),
-                  let decoded = String(data: data, encoding: .utf8) {
+            let decoded = String(data: data, encoding: .utf8)
+        {
             key = String(decoded.prefix { $0 != ":" })
         } else {
-            return Self.error(401, message: "Invalid Authorization header: use 'Authorization: Bearer YOUR_SECRET_KEY'.")
+            return Self.error(
+                401, message: "Invalid Authorization header: use 'Authorization: Bearer YOUR_SECRET_KEY'.")
         }
         guard key == secretKey else { return Self.error(401, message: "Invalid API Key provided: \(Self.masked(key))") }
         return nil
@@ -388,29 +406,40 @@ final class StripeDoubleAPI: Sendable {
 
     // MARK: Idempotency
 
-    private func idempotent(_ request: Request, _ params: [String: String], _ state: inout State,
-                            execute: (inout State) -> Execution) -> (Response, replayed: Bool) {
+    private func idempotent(
+        _ request: Request, _ params: [String: String], _ state: inout State,
+        execute: (inout State) -> Execution
+    ) -> (Response, replayed: Bool) {
         guard let key = request.headers.first(name: "Idempotency-Key") else { return (execute(&state).response, false) }
         guard key.count <= 255 else {
-            return (Self.error(400, type: "idempotency_error", message: "Idempotency keys can be at most 255 characters long."), false)
+            return (
+                Self.error(
+                    400, type: "idempotency_error", message: "Idempotency keys can be at most 255 characters long."),
+                false
+            )
         }
         let endpoint = "\(request.method) \(request.path)"
         if let stored = state.idempotentResponses[key] {
             if stored.endpoint != endpoint {
-                let message = "Keys for idempotent requests can only be used for the same endpoint they were first used for ('\(stored.endpoint)' vs '\(endpoint)'). Try using a key other than '\(key)' if you meant to execute a different request."
+                let message =
+                    "Keys for idempotent requests can only be used for the same endpoint they were first used for ('\(stored.endpoint)' vs '\(endpoint)'). Try using a key other than '\(key)' if you meant to execute a different request."
                 return (Self.error(400, type: "idempotency_error", message: message), false)
             }
             if stored.params != params {
-                let message = "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '\(key)' if you meant to execute a different request."
+                let message =
+                    "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '\(key)' if you meant to execute a different request."
                 return (Self.error(400, type: "idempotency_error", message: message), false)
             }
             var replay = stored.response
-            replay.headers += [("Idempotent-Replayed", "true"), ("Original-Request", stored.requestID), ("Idempotency-Key", key)]
+            replay.headers += [
+                ("Idempotent-Replayed", "true"), ("Original-Request", stored.requestID), ("Idempotency-Key", key),
+            ]
             return (replay, true)
         }
         let execution = execute(&state)
         if execution.stored {
-            state.idempotentResponses[key] = StoredResponse(endpoint: endpoint, params: params, response: execution.response, requestID: request.id)
+            state.idempotentResponses[key] = StoredResponse(
+                endpoint: endpoint, params: params, response: execution.response, requestID: request.id)
         }
         var response = execution.response
         response.headers.append(("Idempotency-Key", key))
@@ -427,21 +456,27 @@ final class StripeDoubleAPI: Sendable {
     ]
 
     private func createIntent(_ params: [String: String], _ state: inout State) -> Execution {
-        if let invalid = Self.unknownParameter(params, allowed: Self.createParams, prefixes: ["metadata[", "payment_method_types["]) {
+        if let invalid = Self.unknownParameter(
+            params, allowed: Self.createParams, prefixes: ["metadata[", "payment_method_types["])
+        {
             return Execution(response: invalid, stored: false)
         }
         if let invalid = Self.validateCreate(params) { return Execution(response: invalid, stored: false) }
         let method = params["payment_method"]
         let behaviour = method.flatMap(Self.behaviour(of:))
         if let method, behaviour == nil {
-            return Execution(response: Self.error(400, code: "resource_missing", param: "payment_method", message: "No such PaymentMethod: '\(method)'"), stored: false)
+            return Execution(
+                response: Self.error(
+                    400, code: "resource_missing", param: "payment_method",
+                    message: "No such PaymentMethod: '\(method)'"), stored: false)
         }
         let confirm = params["confirm"] == "true"
-        var intent = Intent(id: Self.newID("pi"), amount: Int64(params["amount"] ?? "") ?? 0, currency: params["currency"] ?? "",
-                            status: method == nil ? "requires_payment_method" : "requires_confirmation", paymentMethod: method,
-                            metadata: Self.metadata(params), created: Self.now(), searchableAt: .now + state.searchLag,
-                            automaticPaymentMethods: Self.automaticPaymentMethods(params),
-                            allowRedirects: params["automatic_payment_methods[allow_redirects]"], clientSecret: "")
+        var intent = Intent(
+            id: Self.newID("pi"), amount: Int64(params["amount"] ?? "") ?? 0, currency: params["currency"] ?? "",
+            status: method == nil ? "requires_payment_method" : "requires_confirmation", paymentMethod: method,
+            metadata: Self.metadata(params), created: Self.now(), searchableAt: .now + state.searchLag,
+            automaticPaymentMethods: Self.automaticPaymentMethods(params),
+            allowRedirects: params["automatic_payment_methods[allow_redirects]"], clientSecret: "")
         intent.clientSecret = "\(intent.id)_secret_\(Self.randomToken(24))"
         var response: Response
         if confirm, let behaviour {
@@ -457,25 +492,42 @@ final class StripeDoubleAPI: Sendable {
     private static func validateCreate(_ params: [String: String]) -> Response? {
         guard let amountText = params["amount"] else { return missing("amount") }
         guard let amount = Int64(amountText) else {
-            return error(400, code: "parameter_invalid_integer", param: "amount", message: "Invalid integer: \(amountText)")
+            return error(
+                400, code: "parameter_invalid_integer", param: "amount", message: "Invalid integer: \(amountText)")
         }
         guard let currency = params["currency"] else { return missing("currency") }
         guard currency.count == 3, currency.allSatisfy({ $0.isASCII && $0.isLowercase }) else {
-            return error(400, param: "currency", message: "Invalid currency: \(currency). Stripe currently supports these currencies: usd, eur, gbp, jpy, …")
+            return error(
+                400, param: "currency",
+                message:
+                    "Invalid currency: \(currency). Stripe currently supports these currencies: usd, eur, gbp, jpy, …")
         }
         if amount < 50 {
-            return error(400, code: "amount_too_small", param: "amount", message: "Amount must be at least 50 \(currency) in the smallest currency unit")
+            return error(
+                400, code: "amount_too_small", param: "amount",
+                message: "Amount must be at least 50 \(currency) in the smallest currency unit")
         }
         if amount > 99_999_999 {
-            return error(400, code: "amount_too_large", param: "amount", message: "Amount must be no more than 99999999 in the smallest currency unit")
+            return error(
+                400, code: "amount_too_large", param: "amount",
+                message: "Amount must be no more than 99999999 in the smallest currency unit")
         }
         if params["confirm"] == "true" {
             guard params["payment_method"] != nil else {
-                return error(400, code: "payment_intent_unexpected_state", param: "payment_method",
-                             message: "You cannot confirm this PaymentIntent because it's missing a payment method. Update the payment_method parameter and confirm again.")
+                return error(
+                    400, code: "payment_intent_unexpected_state", param: "payment_method",
+                    message:
+                        "You cannot confirm this PaymentIntent because it's missing a payment method. Update the payment_method parameter and confirm again."
+                )
             }
-            if automaticPaymentMethods(params), params["automatic_payment_methods[allow_redirects]"] != "never", params["return_url"] == nil {
-                return error(400, message: "This PaymentIntent is configured to accept payment methods enabled in your Dashboard. Because some of these payment methods might redirect your customer off of your page, you must provide a `return_url`. If you don't want to accept redirect-based payment methods, set `automatic_payment_methods[enabled]` to `true` and `automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and Payment Intents.")
+            if automaticPaymentMethods(params), params["automatic_payment_methods[allow_redirects]"] != "never",
+                params["return_url"] == nil
+            {
+                return error(
+                    400,
+                    message:
+                        "This PaymentIntent is configured to accept payment methods enabled in your Dashboard. Because some of these payment methods might redirect your customer off of your page, you must provide a `return_url`. If you don't want to accept redirect-based payment methods, set `automatic_payment_methods[enabled]` to `true` and `automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and Payment Intents."
+                )
             }
         }
         return nil
@@ -497,20 +549,32 @@ final class StripeDoubleAPI: Sendable {
 
     private static let testMethods: [String: Behaviour] = {
         var methods: [String: Behaviour] = [:]
-        for name in ["visa", "visa_debit", "mastercard", "mastercard_debit", "mastercard_prepaid", "amex", "discover", "diners", "jcb", "unionpay", "us", "threeDSecureOptional"] {
+        for name in [
+            "visa", "visa_debit", "mastercard", "mastercard_debit", "mastercard_prepaid", "amex", "discover", "diners",
+            "jcb", "unionpay", "us", "threeDSecureOptional",
+        ] {
             methods["pm_card_" + name] = .succeed
         }
         let declined = "Your card was declined."
-        methods["pm_card_chargeDeclined"] = .decline(code: "card_declined", declineCode: "generic_decline", message: declined)
-        methods["pm_card_visa_chargeDeclined"] = .decline(code: "card_declined", declineCode: "generic_decline", message: declined)
-        methods["pm_card_chargeDeclinedInsufficientFunds"] = .decline(code: "card_declined", declineCode: "insufficient_funds", message: "Your card has insufficient funds.")
-        methods["pm_card_chargeDeclinedLostCard"] = .decline(code: "card_declined", declineCode: "lost_card", message: declined)
-        methods["pm_card_chargeDeclinedStolenCard"] = .decline(code: "card_declined", declineCode: "stolen_card", message: declined)
-        methods["pm_card_chargeDeclinedFraudulent"] = .decline(code: "card_declined", declineCode: "fraudulent", message: declined)
-        methods["pm_card_chargeDeclinedExpiredCard"] = .decline(code: "expired_card", declineCode: "expired_card", message: "Your card has expired.")
-        methods["pm_card_chargeDeclinedIncorrectCvc"] = .decline(code: "incorrect_cvc", declineCode: "incorrect_cvc", message: "Your card's security code is incorrect.")
-        methods["pm_card_chargeDeclinedProcessingError"] = .decline(code: "processing_error", declineCode: "processing_error",
-                                                                    message: "An error occurred while processing your card. Try again in a little bit.")
+        methods["pm_card_chargeDeclined"] = .decline(
+            code: "card_declined", declineCode: "generic_decline", message: declined)
+        methods["pm_card_visa_chargeDeclined"] = .decline(
+            code: "card_declined", declineCode: "generic_decline", message: declined)
+        methods["pm_card_chargeDeclinedInsufficientFunds"] = .decline(
+            code: "card_declined", declineCode: "insufficient_funds", message: "Your card has insufficient funds.")
+        methods["pm_card_chargeDeclinedLostCard"] = .decline(
+            code: "card_declined", declineCode: "lost_card", message: declined)
+        methods["pm_card_chargeDeclinedStolenCard"] = .decline(
+            code: "card_declined", declineCode: "stolen_card", message: declined)
+        methods["pm_card_chargeDeclinedFraudulent"] = .decline(
+            code: "card_declined", declineCode: "fraudulent", message: declined)
+        methods["pm_card_chargeDeclinedExpiredCard"] = .decline(
+            code: "expired_card", declineCode: "expired_card", message: "Your card has expired.")
+        methods["pm_card_chargeDeclinedIncorrectCvc"] = .decline(
+            code: "incorrect_cvc", declineCode: "incorrect_cvc", message: "Your card's security code is incorrect.")
+        methods["pm_card_chargeDeclinedProcessingError"] = .decline(
+            code: "processing_error", declineCode: "processing_error",
+            message: "An error occurred while processing your card. Try again in a little bit.")
         for name in ["authenticationRequired", "threeDSecure2Required", "threeDSecureRequired"] {
             methods["pm_card_" + name] = .requireAction
         }
@@ -530,11 +594,16 @@ final class StripeDoubleAPI: Sendable {
         case .requireAction:
             intent.latestCharge = nil
             intent.status = "requires_action"
-            intent.nextAction = .object([("type", .string("use_stripe_sdk")), ("use_stripe_sdk", .object([("type", .string("three_d_secure_redirect"))]))])
+            intent.nextAction = .object([
+                ("type", .string("use_stripe_sdk")),
+                ("use_stripe_sdk", .object([("type", .string("three_d_secure_redirect"))])),
+            ])
             return Self.json(200, Self.render(intent))
         case .decline(let code, let declineCode, let message):
             intent.status = "requires_payment_method"
-            let error = Self.cardError(code: code, declineCode: declineCode, message: message, charge: intent.latestCharge, method: intent.paymentMethod)
+            let error = Self.cardError(
+                code: code, declineCode: declineCode, message: message, charge: intent.latestCharge,
+                method: intent.paymentMethod)
             intent.lastPaymentError = error
             var body = Self.fields(of: error)
             body.append(("payment_intent", Self.render(intent)))
@@ -547,18 +616,34 @@ final class StripeDoubleAPI: Sendable {
         return Self.json(200, Self.render(intent))
     }
 
-    private static let cancellable: Set<String> = ["requires_payment_method", "requires_capture", "requires_confirmation", "requires_action", "processing"]
-    private static let cancellationReasons: Set<String> = ["duplicate", "fraudulent", "requested_by_customer", "abandoned"]
+    private static let cancellable: Set<String> = [
+        "requires_payment_method", "requires_capture", "requires_confirmation", "requires_action", "processing",
+    ]
+    private static let cancellationReasons: Set<String> = [
+        "duplicate", "fraudulent", "requested_by_customer", "abandoned",
+    ]
 
     private func cancelIntent(_ id: String, _ params: [String: String], _ state: inout State) -> Execution {
-        if let invalid = Self.unknownParameter(params, allowed: ["cancellation_reason"], prefixes: []) { return Execution(response: invalid, stored: false) }
-        if let reason = params["cancellation_reason"], !Self.cancellationReasons.contains(reason) {
-            return Execution(response: Self.error(400, param: "cancellation_reason", message: "Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer or abandoned"), stored: false)
+        if let invalid = Self.unknownParameter(params, allowed: ["cancellation_reason"], prefixes: []) {
+            return Execution(response: invalid, stored: false)
         }
-        guard var intent = state.intents[id] else { return Execution(response: Self.noSuchIntent(id, status: 404), stored: false) }
+        if let reason = params["cancellation_reason"], !Self.cancellationReasons.contains(reason) {
+            return Execution(
+                response: Self.error(
+                    400, param: "cancellation_reason",
+                    message:
+                        "Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer or abandoned"
+                ), stored: false)
+        }
+        guard var intent = state.intents[id] else {
+            return Execution(response: Self.noSuchIntent(id, status: 404), stored: false)
+        }
         guard Self.cancellable.contains(intent.status) else {
-            let message = "You cannot cancel this PaymentIntent because it has a status of \(intent.status). Only a PaymentIntent with one of the following statuses may be canceled: requires_payment_method, requires_capture, requires_confirmation, requires_action, processing."
-            var body = Self.fields(of: Self.errorObject(type: "invalid_request_error", code: "payment_intent_unexpected_state", message: message))
+            let message =
+                "You cannot cancel this PaymentIntent because it has a status of \(intent.status). Only a PaymentIntent with one of the following statuses may be canceled: requires_payment_method, requires_capture, requires_confirmation, requires_action, processing."
+            var body = Self.fields(
+                of: Self.errorObject(
+                    type: "invalid_request_error", code: "payment_intent_unexpected_state", message: message))
             body.append(("payment_intent", Self.render(intent)))
             return Execution(response: Self.json(400, .object([("error", .object(body))])), stored: true)
         }
@@ -577,10 +662,15 @@ final class StripeDoubleAPI: Sendable {
     // MARK: Search
 
     private func search(_ params: [String: String], _ state: State) -> Response {
-        if let invalid = Self.unknownParameter(params, allowed: ["query", "limit", "page"], prefixes: ["expand["]) { return invalid }
+        if let invalid = Self.unknownParameter(params, allowed: ["query", "limit", "page"], prefixes: ["expand["]) {
+            return invalid
+        }
         guard let query = params["query"] else { return Self.missing("query") }
         guard let clauses = StripeSearchQuery.parse(query) else {
-            return Self.error(400, param: "query", message: "The query `\(query)` is not valid: use clauses like metadata['key']:'value', joined with AND.")
+            return Self.error(
+                400, param: "query",
+                message: "The query `\(query)` is not valid: use clauses like metadata['key']:'value', joined with AND."
+            )
         }
         var limit = 10
         if let text = params["limit"] {
@@ -593,10 +683,13 @@ final class StripeDoubleAPI: Sendable {
         let matches = state.intentOrder.reversed().compactMap { state.intents[$0] }
             .filter { $0.searchableAt <= now && clauses.allSatisfy($0.matches) }
         let page = matches.prefix(limit).map(Self.render)
-        return Self.json(200, .object([
-            ("object", .string("search_result")), ("data", .array(Array(page))), ("has_more", .bool(matches.count > limit)),
-            ("next_page", .null), ("url", .string("/v1/payment_intents/search")),
-        ]))
+        return Self.json(
+            200,
+            .object([
+                ("object", .string("search_result")), ("data", .array(Array(page))),
+                ("has_more", .bool(matches.count > limit)),
+                ("next_page", .null), ("url", .string("/v1/payment_intents/search")),
+            ]))
     }
 
     // MARK: Refunds
@@ -604,38 +697,68 @@ final class StripeDoubleAPI: Sendable {
     private static let refundReasons: Set<String> = ["duplicate", "fraudulent", "requested_by_customer"]
 
     private func createRefund(_ params: [String: String], _ state: inout State) -> Execution {
-        if let invalid = Self.unknownParameter(params, allowed: ["payment_intent", "charge", "amount", "reason"], prefixes: ["metadata["]) {
+        if let invalid = Self.unknownParameter(
+            params, allowed: ["payment_intent", "charge", "amount", "reason"], prefixes: ["metadata["])
+        {
             return Execution(response: invalid, stored: false)
         }
         if let reason = params["reason"], !Self.refundReasons.contains(reason) {
-            return Execution(response: Self.error(400, param: "reason", message: "Invalid reason: must be one of duplicate, fraudulent or requested_by_customer"), stored: false)
+            return Execution(
+                response: Self.error(
+                    400, param: "reason",
+                    message: "Invalid reason: must be one of duplicate, fraudulent or requested_by_customer"),
+                stored: false)
         }
         let found: Intent?
         if let id = params["payment_intent"] {
             found = state.intents[id]
-            guard found != nil else { return Execution(response: Self.noSuchIntent(id, status: 400, param: "payment_intent"), stored: false) }
+            guard found != nil else {
+                return Execution(response: Self.noSuchIntent(id, status: 400, param: "payment_intent"), stored: false)
+            }
         } else if let charge = params["charge"] {
             found = state.intents.values.first { $0.latestCharge == charge && $0.status == "succeeded" }
-            guard found != nil else { return Execution(response: Self.error(400, code: "resource_missing", param: "charge", message: "No such charge: '\(charge)'"), stored: false) }
+            guard found != nil else {
+                return Execution(
+                    response: Self.error(
+                        400, code: "resource_missing", param: "charge", message: "No such charge: '\(charge)'"),
+                    stored: false)
+            }
         } else {
-            return Execution(response: Self.error(400, code: "parameter_missing", message: "One of the following params should be provided for this request: payment_intent or charge."), stored: false)
+            return Execution(
+                response: Self.error(
+                    400, code: "parameter_missing",
+                    message:
+                        "One of the following params should be provided for this request: payment_intent or charge."),
+                stored: false)
         }
-        guard var intent = found else { return Execution(response: Self.error(500, type: "api_error", message: "unreachable"), stored: false) }
+        guard var intent = found else {
+            return Execution(response: Self.error(500, type: "api_error", message: "unreachable"), stored: false)
+        }
         guard intent.status == "succeeded", let charge = intent.latestCharge else {
             let message = "This PaymentIntent (\(intent.id)) does not have a successful charge to refund."
             return Execution(response: Self.error(400, code: "charge_not_refundable", message: message), stored: true)
         }
         let remaining = intent.amountReceived - intent.amountRefunded
         guard remaining > 0 else {
-            return Execution(response: Self.error(400, code: "charge_already_refunded", message: "Charge \(charge) has already been refunded."), stored: true)
+            return Execution(
+                response: Self.error(
+                    400, code: "charge_already_refunded", message: "Charge \(charge) has already been refunded."),
+                stored: true)
         }
         var amount = remaining
         if let text = params["amount"] {
             guard let value = Int64(text), value > 0 else {
-                return Execution(response: Self.error(400, code: "parameter_invalid_integer", param: "amount", message: "Invalid positive integer: \(text)"), stored: false)
+                return Execution(
+                    response: Self.error(
+                        400, code: "parameter_invalid_integer", param: "amount",
+                        message: "Invalid positive integer: \(text)"), stored: false)
             }
             guard value <= remaining else {
-                return Execution(response: Self.error(400, code: "amount_too_large", param: "amount", message: "Refund amount (\(value)) is greater than unrefunded amount on charge (\(remaining))"), stored: true)
+                return Execution(
+                    response: Self.error(
+                        400, code: "amount_too_large", param: "amount",
+                        message: "Refund amount (\(value)) is greater than unrefunded amount on charge (\(remaining))"),
+                    stored: true)
             }
             amount = value
         }
@@ -643,7 +766,8 @@ final class StripeDoubleAPI: Sendable {
         state.intents[intent.id] = intent
         let refundID = Self.newID("re")
         let refund = DoubleJSON.object([
-            ("id", .string(refundID)), ("object", .string("refund")), ("amount", .int(amount)), ("balance_transaction", .null),
+            ("id", .string(refundID)), ("object", .string("refund")), ("amount", .int(amount)),
+            ("balance_transaction", .null),
             ("charge", .string(charge)), ("created", .int(Self.now())), ("currency", .string(intent.currency)),
             ("metadata", Self.render(Self.metadata(params))), ("payment_intent", .string(intent.id)),
             ("reason", params["reason"].map(DoubleJSON.string) ?? .null), ("status", .string("succeeded")),
@@ -661,7 +785,13 @@ final class StripeDoubleAPI: Sendable {
             ("amount", .int(intent.amount)),
             ("amount_capturable", .int(0)),
             ("amount_received", .int(intent.amountReceived)),
-            ("automatic_payment_methods", .object([("allow_redirects", intent.allowRedirects.map(DoubleJSON.string) ?? .null), ("enabled", .bool(intent.automaticPaymentMethods))])),
+            (
+                "automatic_payment_methods",
+                .object([
+                    ("allow_redirects", intent.allowRedirects.map(DoubleJSON.string) ?? .null),
+                    ("enabled", .bool(intent.automaticPaymentMethods)),
+                ])
+            ),
             ("canceled_at", intent.canceledAt.map(DoubleJSON.int) ?? .null),
             ("cancellation_reason", intent.cancellationReason.map(DoubleJSON.string) ?? .null),
             ("capture_method", .string("automatic_async")),
@@ -685,11 +815,23 @@ final class StripeDoubleAPI: Sendable {
         .object(metadata.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })
     }
 
-    private static func cardError(code: String, declineCode: String, message: String, charge: String?, method: String?) -> DoubleJSON {
+    private static func cardError(
+        code: String, declineCode: String, message: String, charge: String?, method: String?
+    ) -> DoubleJSON {
         .object([
-            ("type", .string("card_error")), ("code", .string(code)), ("decline_code", .string(declineCode)), ("message", .string(message)),
-            ("charge", charge.map(DoubleJSON.string) ?? .null), ("doc_url", .string("https://stripe.com/docs/error-codes/\(code.replacingOccurrences(of: "_", with: "-"))")),
-            ("payment_method", method.map { .object([("id", .string($0)), ("object", .string("payment_method")), ("type", .string("card"))]) } ?? .null),
+            ("type", .string("card_error")), ("code", .string(code)), ("decline_code", .string(declineCode)),
+            ("message", .string(message)),
+            ("charge", charge.map(DoubleJSON.string) ?? .null),
+            (
+                "doc_url",
+                .string("https://stripe.com/docs/error-codes/\(code.replacingOccurrences(of: "_", with: "-"))")
+            ),
+            (
+                "payment_method",
+                method.map {
+                    .object([("id", .string($0)), ("object", .string("payment_method")), ("type", .string("card"))])
+                } ?? .null
+            ),
         ])
     }
 
@@ -706,7 +848,10 @@ final class StripeDoubleAPI: Sendable {
         return []
     }
 
-    static func error(_ status: Int, type: String = "invalid_request_error", code: String? = nil, param: String? = nil, message: String) -> Response {
+    static func error(
+        _ status: Int, type: String = "invalid_request_error", code: String? = nil, param: String? = nil,
+        message: String
+    ) -> Response {
         json(status, .object([("error", errorObject(type: type, code: code, param: param, message: message))]))
     }
 
@@ -714,8 +859,11 @@ final class StripeDoubleAPI: Sendable {
         error(400, code: "parameter_missing", param: param, message: "Missing required param: \(param).")
     }
 
-    private static func unknownParameter(_ params: [String: String], allowed: Set<String>, prefixes: [String]) -> Response? {
-        for name in params.keys.sorted() where !allowed.contains(name) && !prefixes.contains(where: { name.hasPrefix($0) && name.hasSuffix("]") }) {
+    private static func unknownParameter(
+        _ params: [String: String], allowed: Set<String>, prefixes: [String]
+    ) -> Response? {
+        for name in params.keys.sorted()
+        where !allowed.contains(name) && !prefixes.contains(where: { name.hasPrefix($0) && name.hasSuffix("]") }) {
             return error(400, code: "parameter_unknown", param: name, message: "Received unknown parameter: \(name)")
         }
         return nil
@@ -724,9 +872,14 @@ final class StripeDoubleAPI: Sendable {
     /// Stripe's answer to a failure in front of the API.
     private static func serverFailure(_ status: Int) -> Response {
         if status == 429 {
-            return error(429, code: "rate_limit", message: "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.")
+            return error(
+                429, code: "rate_limit",
+                message:
+                    "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.")
         }
-        return error(status, type: "api_error", message: "Something went wrong on Stripe's end. (This is an error the double was told to give.)")
+        return error(
+            status, type: "api_error",
+            message: "Something went wrong on Stripe's end. (This is an error the double was told to give.)")
     }
 
     static func json(_ status: Int, _ body: DoubleJSON) -> Response {
@@ -809,7 +962,9 @@ struct StripeSearchQuery {
 
         mutating func take(_ word: String) -> Bool {
             let word = Array(word)
-            guard characters.count - index >= word.count, Array(characters[index..<index + word.count]) == word else { return false }
+            guard characters.count - index >= word.count, Array(characters[index..<index + word.count]) == word else {
+                return false
+            }
             index += word.count
             return true
         }
@@ -951,7 +1106,11 @@ private final class StripeDoubleHandler: ChannelInboundHandler, RemovableChannel
             body.clear()
             bodyTooLarge = false
         case .body(var chunk):
-            if body.readableBytes + chunk.readableBytes > Self.maxBody { bodyTooLarge = true } else { body.writeBuffer(&chunk) }
+            if body.readableBytes + chunk.readableBytes > Self.maxBody {
+                bodyTooLarge = true
+            } else {
+                body.writeBuffer(&chunk)
+            }
         case .end:
             guard let head else { return }
             self.head = nil
@@ -965,7 +1124,10 @@ private final class StripeDoubleHandler: ChannelInboundHandler, RemovableChannel
             reply = .respond(StripeDoubleAPI.error(413, message: "Request body too large"))
         } else {
             let (path, query) = Self.split(head.uri)
-            reply = api.handle(.init(method: head.method.rawValue, path: path, query: query, headers: head.headers, body: String(buffer: body)))
+            reply = api.handle(
+                .init(
+                    method: head.method.rawValue, path: path, query: query, headers: head.headers,
+                    body: String(buffer: body)))
         }
         switch reply {
         case .respond(let response):
@@ -983,7 +1145,9 @@ private final class StripeDoubleHandler: ChannelInboundHandler, RemovableChannel
         headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
         headers.replaceOrAdd(name: "Connection", value: head.isKeepAlive ? "keep-alive" : "close")
         let status = HTTPResponseStatus(statusCode: response.status)
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+            promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         let written = context.eventLoop.makePromise(of: Void.self)
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: written)

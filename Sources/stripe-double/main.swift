@@ -10,6 +10,7 @@ import Foundation
 import KioskHosting
 import Logging
 import StripeDouble
+
 #if canImport(Glibc)
 import Glibc
 #endif

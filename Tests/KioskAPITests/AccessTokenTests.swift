@@ -9,17 +9,26 @@ import Testing
     let key = ReceiptSigningKey(privateKey: Curve25519.Signing.PrivateKey(), notBeforeMs: 1_800_000_000_000)
     let now: Int64 = 1_800_000_100_000
 
-    func verifier(keys: [ReceiptPublicKey]? = nil, environments: Set<ReceiptV1.Environment> = [.sandbox]) -> AccessTokenVerifier {
-        AccessTokenVerifier(keys: keys ?? [key.publicKey], audience: AccessToken.contentAudience, environments: environments)
+    func verifier(
+        keys: [ReceiptPublicKey]? = nil, environments: Set<ReceiptV1.Environment> = [.sandbox]
+    ) -> AccessTokenVerifier {
+        AccessTokenVerifier(
+            keys: keys ?? [key.publicKey], audience: AccessToken.contentAudience, environments: environments)
     }
 
-    func issue(audience: String = AccessToken.contentAudience, environment: ReceiptV1.Environment = .sandbox, at issuedMs: Int64? = nil,
-               lifetimeMs: Int64 = 600_000, signer: ReceiptSigningKey? = nil) throws -> String {
-        try AccessToken.issue(accountID: "acct_1", audience: audience, environment: environment, nowMs: issuedMs ?? now,
-                              lifetimeMs: lifetimeMs, key: signer ?? key).token
+    func issue(
+        audience: String = AccessToken.contentAudience, environment: ReceiptV1.Environment = .sandbox,
+        at issuedMs: Int64? = nil,
+        lifetimeMs: Int64 = 600_000, signer: ReceiptSigningKey? = nil
+    ) throws -> String {
+        try AccessToken.issue(
+            accountID: "acct_1", audience: audience, environment: environment, nowMs: issuedMs ?? now,
+            lifetimeMs: lifetimeMs, key: signer ?? key
+        ).token
     }
 
-    func refusal(_ token: String, _ verifier: AccessTokenVerifier? = nil, at nowMs: Int64? = nil) -> AccessTokenRefusal? {
+    func refusal(_ token: String, _ verifier: AccessTokenVerifier? = nil, at nowMs: Int64? = nil) -> AccessTokenRefusal?
+    {
         do {
             _ = try (verifier ?? self.verifier()).verify(token, nowMs: nowMs ?? now)
             return nil
@@ -69,10 +78,13 @@ import Testing
         #expect(refusal(Self.encode(tampered)) == .badSignature)
 
         // A receipt signature is never a token signature (different prefixes).
-        let receipt = try key.sign(ReceiptV1.ReceiptPayload(transactionID: "tx", accountID: "acct_1", environment: .sandbox))
+        let receipt = try key.sign(
+            ReceiptV1.ReceiptPayload(transactionID: "tx", accountID: "acct_1", environment: .sandbox))
         let lookalike = ReceiptV1.SignedAccessToken(
-            payload: ReceiptV1.AccessTokenPayload(accountID: "acct_1", audience: "content", issuedMs: now, expiresMs: now + 1000,
-                                                  keyID: key.id, environment: .sandbox).serializedBytes(),
+            payload: ReceiptV1.AccessTokenPayload(
+                accountID: "acct_1", audience: "content", issuedMs: now, expiresMs: now + 1000,
+                keyID: key.id, environment: .sandbox
+            ).serializedBytes(),
             signature: receipt.signature, keyID: key.id)
         #expect(refusal(Self.encode(lookalike)) == .badSignature)
     }
@@ -88,7 +100,9 @@ import Testing
         let both = verifier(environments: [.production, .sandbox])
         #expect(try both.verify(try issue(environment: .sandbox), nowMs: now).accountID == "acct_1")
         #expect(try both.verify(try issue(environment: .production), nowMs: now).accountID == "acct_1")
-        #expect(refusal(try issue(environment: .environmentUnspecified), both) == .wrongEnvironment(.environmentUnspecified))
+        #expect(
+            refusal(try issue(environment: .environmentUnspecified), both) == .wrongEnvironment(.environmentUnspecified)
+        )
     }
 
     static func decode(_ token: String) -> [UInt8] {

@@ -9,8 +9,10 @@ import Testing
 
     func payload(environment: ReceiptV1.Environment = .production, expires: Int64 = 0) -> ReceiptV1.ReceiptPayload {
         ReceiptV1.ReceiptPayload(
-            transactionID: "tx_1", originalTransactionID: "tx_1", productID: "book.swift", productType: .nonConsumable, quantity: 1,
-            purchaseDateMs: now - 1000, expiresDateMs: expires, accountID: "acct_1", bundleID: "com.example", environment: environment)
+            transactionID: "tx_1", originalTransactionID: "tx_1", productID: "book.swift", productType: .nonConsumable,
+            quantity: 1,
+            purchaseDateMs: now - 1000, expiresDateMs: expires, accountID: "acct_1", bundleID: "com.example",
+            environment: environment)
     }
 
     @Test func signedReceiptVerifiesOffline() throws {
@@ -39,7 +41,8 @@ import Testing
         let sandboxReceipt = try key.sign(payload(environment: .sandbox)).serializedBytes()
         let productionReceipt = try key.sign(payload(environment: .production)).serializedBytes()
         let production = ReceiptVerifier(keys: [key.publicKey], environment: .production)
-        let productionAcceptingSandbox = ReceiptVerifier(keys: [key.publicKey], environment: .production, acceptSandbox: true)
+        let productionAcceptingSandbox = ReceiptVerifier(
+            keys: [key.publicKey], environment: .production, acceptSandbox: true)
         let sandbox = ReceiptVerifier(keys: [key.publicKey], environment: .sandbox)
         #expect(production.verify(sandboxReceipt, nowMs: now).status == .sandboxReceiptInProduction)
         #expect(productionAcceptingSandbox.verify(sandboxReceipt, nowMs: now).status == .valid)
@@ -98,11 +101,17 @@ import Testing
         func field(_ number: UInt8, _ bytes: [UInt8]) -> [UInt8] {
             var out: [UInt8] = [number << 3 | 2]
             var length = bytes.count
-            while length >= 0x80 { out.append(UInt8(length & 0x7f) | 0x80); length >>= 7 }
+            while length >= 0x80 {
+                out.append(UInt8(length & 0x7f) | 0x80)
+                length >>= 7
+            }
             return out + [UInt8(length)] + bytes
         }
         let badKeyID = field(1, good.payload) + field(2, good.signature) + field(3, [0xff, 0xfe])
-        #expect(verifier.verify(badKeyID, nowMs: now) == ReceiptCheck(status: .malformed, message: "receipt is not a signed receipt (\(badKeyID.count) bytes)"))
+        #expect(
+            verifier.verify(badKeyID, nowMs: now)
+                == ReceiptCheck(
+                    status: .malformed, message: "receipt is not a signed receipt (\(badKeyID.count) bytes)"))
         #expect(verifier.verify([0xff, 0xff], nowMs: now).status == .malformed)
     }
 
@@ -112,7 +121,8 @@ import Testing
     @Test func keepingReadsValidReceiptsOnlyAndAgrees() throws {
         func signedRaw(_ payload: [UInt8], keyID: String? = nil) -> [UInt8] {
             let signature = try! key.privateKey.signature(for: receiptSignaturePrefix + payload)
-            return try! ReceiptV1.SignedReceipt(payload: payload, signature: Array(signature), keyID: keyID ?? key.id).serializedBytes()
+            return try! ReceiptV1.SignedReceipt(payload: payload, signature: Array(signature), keyID: keyID ?? key.id)
+                .serializedBytes()
         }
         var stamped = payload()
         stamped.keyID = key.id
@@ -126,7 +136,8 @@ import Testing
         let verifier = ReceiptVerifier(keys: [key.publicKey], environment: .production, bundleID: "com.example")
         let cases: [([UInt8], ReceiptStatus)] = [
             (try key.sign(payload()).serializedBytes(), .valid), (nonASCII, .valid), (notUTF8, .malformed),
-            (signedRaw(otherKeyID.serializedBytes()), .malformed), (try key.sign(otherApp).serializedBytes(), .notAuthentic),
+            (signedRaw(otherKeyID.serializedBytes()), .malformed),
+            (try key.sign(otherApp).serializedBytes(), .notAuthentic),
             (try key.sign(payload(expires: now)).serializedBytes(), .subscriptionExpired),
             (try key.sign(payload(environment: .sandbox)).serializedBytes(), .sandboxReceiptInProduction),
         ]
@@ -144,20 +155,27 @@ import Testing
         #expect(verifier.verify(try key.sign(otherApp).serializedBytes(), nowMs: now).message.contains("\"com.other\""))
 
         // A key id over 32 bytes is looked up by its string.
-        let longID = ReceiptPublicKey(id: String(repeating: "k", count: 40), rawRepresentation: key.publicKey.rawRepresentation, notBeforeMs: 1)
+        let longID = ReceiptPublicKey(
+            id: String(repeating: "k", count: 40), rawRepresentation: key.publicKey.rawRepresentation, notBeforeMs: 1)
         var long = payload()
         long.keyID = longID.id
         let longReceipt = signedRaw(long.serializedBytes(), keyID: longID.id)
-        #expect(ReceiptVerifier(keys: [longID], environment: .production).verify(longReceipt, nowMs: now).status == .valid)
+        #expect(
+            ReceiptVerifier(keys: [longID], environment: .production).verify(longReceipt, nowMs: now).status == .valid)
         #expect(verifier.verify(longReceipt, nowMs: now).status == .notAuthentic)
     }
 
     @Test func generatedMessagesRoundTrip() throws {
-        let response = StoreV1.VerifyReceiptResponse(status: 21006, message: "subscription expired ⌛", receipt: payload(expires: 5),
-                                                     revocationDateMs: -1, revocationReason: "")
+        let response = StoreV1.VerifyReceiptResponse(
+            status: 21006, message: "subscription expired ⌛", receipt: payload(expires: 5),
+            revocationDateMs: -1, revocationReason: "")
         #expect(try StoreV1.VerifyReceiptResponse(serializedBytes: response.serializedBytes()) == response)
         let list = StoreV1.ListProductsResponse(
-            products: [StoreV1.Product(id: "a", type: .consumable, title: "Ä", price: "0.99", currency: "EUR", creditsPerUnit: .max, maxQuantity: 10, hostedContent: true)],
+            products: [
+                StoreV1.Product(
+                    id: "a", type: .consumable, title: "Ä", price: "0.99", currency: "EUR", creditsPerUnit: .max,
+                    maxQuantity: 10, hostedContent: true)
+            ],
             invalidProductIDs: ["x", "", "ü"])
         #expect(try StoreV1.ListProductsResponse(serializedBytes: list.serializedBytes()) == list)
         #expect(try StoreV1.GetAccountRequest(serializedBytes: []) == StoreV1.GetAccountRequest())

@@ -1,6 +1,7 @@
 import Crypto
-@testable import KioskAPI
 import Testing
+
+@testable import KioskAPI
 
 /// SHA256Hasher: the same digest as Crypto's SHA256, in one piece, in uneven
 /// updates, and in pieces hashed apart from the states between them.
@@ -32,7 +33,9 @@ import Testing
     /// The state's wire form, fixed independently of this code: the initial value as FIPS 180-4 writes it, and
     /// the state after the one padded block of "abc", which is that message's digest.
     @Test func theStateIsBigEndianOnTheWire() throws {
-        #expect(SHA256Hasher.State.initial.bytes.hexString == "6a09e667bb67ae853c6ef372a54ff53a510e527f9b05688c1f83d9ab5be0cd19")
+        #expect(
+            SHA256Hasher.State.initial.bytes.hexString
+                == "6a09e667bb67ae853c6ef372a54ff53a510e527f9b05688c1f83d9ab5be0cd19")
         var block = Array("abc".utf8) + [0x80] + [UInt8](repeating: 0, count: 52)
         block += [0, 0, 0, 0, 0, 0, 0, 24]
         var hasher = SHA256Hasher()
@@ -107,18 +110,22 @@ import Testing
         let supported = SHA256Hasher.laneVariantsSupported
         let variants: [Int32] = [0, 3] + (supported >= 1 ? [1] : []) + (supported >= 2 ? [2] : [])
         let cases: [[Int]] = [
-            Array(repeating: 4096, count: 8),                 // one full group
-            Array(repeating: 4096, count: 11),                // a group and a tail of 3
-            [640, 4096, 64, 63, 0, 8192, 4096 + 17, 1000, 128], // lengths of every kind
-            [4096, 4096],                                     // fewer than an AVX2 group pays for
-            Array(repeating: 256 * 1024, count: 8),           // a download's chunks
+            Array(repeating: 4096, count: 8),  // one full group
+            Array(repeating: 4096, count: 11),  // a group and a tail of 3
+            [640, 4096, 64, 63, 0, 8192, 4096 + 17, 1000, 128],  // lengths of every kind
+            [4096, 4096],  // fewer than an AVX2 group pays for
+            Array(repeating: 256 * 1024, count: 8),  // a download's chunks
         ]
         for variant in variants {
             for (number, lengths) in cases.enumerated() {
                 let inputs = lengths.enumerated().map { bytes($1, seed: UInt64(number * 100 + $0)) }
                 // Hashers that already hold some bytes: whole blocks (a chunk's announced state), or half a block.
                 let starts = lengths.indices.map { bytes($0 % 3 == 2 ? 32 : 64 * ($0 % 3), seed: UInt64(900 + $0)) }
-                var alone = starts.map { start -> SHA256Hasher in var hasher = SHA256Hasher(); hasher.update(start); return hasher }
+                var alone = starts.map { start -> SHA256Hasher in
+                    var hasher = SHA256Hasher()
+                    hasher.update(start)
+                    return hasher
+                }
                 var together = alone
                 for index in alone.indices { alone[index].update(inputs[index]) }
                 let buffers = inputs.map { input -> UnsafeMutableRawBufferPointer in
@@ -126,12 +133,18 @@ import Testing
                     input.withUnsafeBytes { buffer.copyMemory(from: $0) }
                     return buffer
                 }
-                defer { buffers.forEach { $0.deallocate() } }
-                let pieces = zip(buffers, inputs).map { UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer($0)[0..<$1.count]) }
+                defer { for buffer in buffers { buffer.deallocate() } }
+                let pieces = zip(buffers, inputs).map {
+                    UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer($0)[0..<$1.count])
+                }
                 SHA256Hasher.update(lanes: &together, with: pieces, variant: variant)
                 for index in alone.indices {
-                    #expect(together[index].count == alone[index].count, "variant \(variant), case \(number), input \(index)")
-                    #expect(together[index].finalize() == alone[index].finalize(), "variant \(variant), case \(number), input \(index)")
+                    #expect(
+                        together[index].count == alone[index].count,
+                        "variant \(variant), case \(number), input \(index)")
+                    #expect(
+                        together[index].finalize() == alone[index].finalize(),
+                        "variant \(variant), case \(number), input \(index)")
                     #expect(together[index].finalize() == Array(SHA256.hash(data: starts[index] + inputs[index])))
                 }
             }

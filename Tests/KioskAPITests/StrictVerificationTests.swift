@@ -9,10 +9,13 @@ import Testing
     let signer = ReceiptSigningKey(privateKey: Curve25519.Signing.PrivateKey(), notBeforeMs: 1_800_000_000_000)
     let now: Int64 = 1_800_000_100_000
 
-    func payload(environment: ReceiptV1.Environment = .production, bundleID: String = "com.example.monkeys",
-                 purchasedAtMs: Int64 = 1_800_000_050_000) -> ReceiptV1.ReceiptPayload {
+    func payload(
+        environment: ReceiptV1.Environment = .production, bundleID: String = "com.example.monkeys",
+        purchasedAtMs: Int64 = 1_800_000_050_000
+    ) -> ReceiptV1.ReceiptPayload {
         ReceiptV1.ReceiptPayload(
-            transactionID: "tx_1", originalTransactionID: "tx_1", productID: "filter.sepia", productType: .nonConsumable, quantity: 1,
+            transactionID: "tx_1", originalTransactionID: "tx_1", productID: "filter.sepia",
+            productType: .nonConsumable, quantity: 1,
             purchaseDateMs: purchasedAtMs, accountID: "acct_1", bundleID: bundleID, environment: environment)
     }
 
@@ -30,9 +33,11 @@ import Testing
 
     @Test func unspecifiedEnvironmentIsMalformed() throws {
         let bytes = try receipt(payload(environment: .environmentUnspecified))
-        for verifier in [ReceiptVerifier(keys: [signer.publicKey], environment: .production),
-                         ReceiptVerifier(keys: [signer.publicKey], environment: .production, acceptSandbox: true),
-                         ReceiptVerifier(keys: [signer.publicKey], environment: .sandbox)] {
+        for verifier in [
+            ReceiptVerifier(keys: [signer.publicKey], environment: .production),
+            ReceiptVerifier(keys: [signer.publicKey], environment: .production, acceptSandbox: true),
+            ReceiptVerifier(keys: [signer.publicKey], environment: .sandbox),
+        ] {
             let check = verifier.verify(bytes, nowMs: now)
             #expect(check.status == .malformed)
             #expect(check.message.contains("no environment"), "\(check.message)")
@@ -41,7 +46,8 @@ import Testing
 
     @Test func unknownEnvironmentValueIsMalformed() throws {
         let bytes = try receipt(payload(environment: ReceiptV1.Environment(rawValue: 7)))
-        let check = ReceiptVerifier(keys: [signer.publicKey], environment: .production, acceptSandbox: true).verify(bytes, nowMs: now)
+        let check = ReceiptVerifier(keys: [signer.publicKey], environment: .production, acceptSandbox: true).verify(
+            bytes, nowMs: now)
         #expect(check.status == .malformed)
         #expect(check.message.contains("unknown environment 7"), "\(check.message)")
     }
@@ -51,10 +57,13 @@ import Testing
     @Test func bundleIDMismatchIsRefusedOnlyWhenConfigured() throws {
         let other = try receipt(payload(bundleID: "com.example.other"))
         let mine = try receipt(payload(bundleID: "com.example.monkeys"))
-        let strict = ReceiptVerifier(keys: [signer.publicKey], environment: .production, bundleID: "com.example.monkeys")
+        let strict = ReceiptVerifier(
+            keys: [signer.publicKey], environment: .production, bundleID: "com.example.monkeys")
         let refused = strict.verify(other, nowMs: now)
         #expect(refused.status == .notAuthentic)
-        #expect(refused.message.contains("com.example.other") && refused.message.contains("com.example.monkeys"), "\(refused.message)")
+        #expect(
+            refused.message.contains("com.example.other") && refused.message.contains("com.example.monkeys"),
+            "\(refused.message)")
         #expect(strict.verify(mine, nowMs: now).status == .valid)
         let open = ReceiptVerifier(keys: [signer.publicKey], environment: .production)
         #expect(open.bundleID == nil)
@@ -72,9 +81,12 @@ import Testing
         let early = try receipt(payload(), signedAtMs: signer.notBeforeMs - 1)
         let check = ReceiptVerifier(keys: [signer.publicKey], environment: .production).verify(early, nowMs: now)
         #expect(check.status == .notAuthentic)
-        #expect(check.message.contains(signer.id) && check.message.contains("\(signer.notBeforeMs)"), "\(check.message)")
+        #expect(
+            check.message.contains(signer.id) && check.message.contains("\(signer.notBeforeMs)"), "\(check.message)")
         let onTime = try receipt(payload(), signedAtMs: signer.notBeforeMs)
-        #expect(ReceiptVerifier(keys: [signer.publicKey], environment: .production).verify(onTime, nowMs: now).status == .valid)
+        #expect(
+            ReceiptVerifier(keys: [signer.publicKey], environment: .production).verify(onTime, nowMs: now).status
+                == .valid)
     }
 
     @Test func receiptSignedAfterTheKeysRetirementIsNotAuthentic() throws {
@@ -94,7 +106,9 @@ import Testing
         var forged = try other.sign(payload(), signedAtMs: retiredAt - 1)
         forged.keyID = signer.id
         let forgery = verifier.verify(try forged.serializedBytes(), nowMs: now)
-        #expect(forgery.status == .notAuthentic && forgery.message == "receipt signature does not verify" && forgery.payload == nil)
+        #expect(
+            forgery.status == .notAuthentic && forgery.message == "receipt signature does not verify"
+                && forgery.payload == nil)
     }
 
     @Test func receiptWithoutSigningTimeIsJudgedByItsPurchaseDate() throws {

@@ -5,7 +5,8 @@ import Testing
 /// `kiosk-bench` as a process: short runs, checked for their figures (not their speed).
 @Suite(.timeLimit(.minutes(2))) struct KioskBenchTests {
     static var binary: String {
-        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let me =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk-bench").path
     }
 
@@ -36,7 +37,8 @@ import Testing
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let (status, output) = try await bench([
-            "verify", "--receipts", "300", "--connections", "2", "--concurrency", "4", "--duration", "0.5", "--warmup", "0.1", "--json",
+            "verify", "--receipts", "300", "--connections", "2", "--concurrency", "4", "--duration", "0.5", "--warmup",
+            "0.1", "--json",
             "--histogram", directory + "/cold.hgrm", "--plot", directory + "/cold.svg",
         ])
         #expect(status == 0)
@@ -49,15 +51,23 @@ import Testing
         #expect((latency["p50"] ?? 0) > 0 && (latency["p50"] ?? 0) <= (latency["p99"] ?? 0))
         #expect(try String(contentsOfFile: directory + "/cold.hgrm", encoding: .utf8).contains("Percentile"))
         #expect(try String(contentsOfFile: directory + "/cold.svg", encoding: .utf8).hasPrefix("<svg"))
-        let (plotted, _) = try await bench(["plot", directory + "/cold.hgrm", directory + "/cold.hgrm", "--out", directory + "/both.svg"])
+        let (plotted, _) = try await bench([
+            "plot", directory + "/cold.hgrm", directory + "/cold.hgrm", "--out", directory + "/both.svg",
+        ])
         #expect(plotted == 0)
-        #expect(try String(contentsOfFile: directory + "/both.svg", encoding: .utf8).components(separatedBy: "<polyline").count == 3)
+        #expect(
+            try String(contentsOfFile: directory + "/both.svg", encoding: .utf8).components(separatedBy: "<polyline")
+                .count == 3)
     }
 
     @Test func warmRawDownloadAndPurchaseRun() async throws {
-        let warm = try json(try await bench(["verify", "--repeat-receipt", "--duration", "0.3", "--warmup", "0", "--json"]).1)
-        let overTLS = try json(try await bench(["verify", "--tls", "--duration", "0.3", "--warmup", "0", "--receipts", "200", "--json"]).1)
-        #expect((overTLS["calls"] as? Int ?? 0) > 0 && overTLS["errors"] as? Int == 0 && overTLS["transport"] as? String == "TLS")
+        let warm = try json(
+            try await bench(["verify", "--repeat-receipt", "--duration", "0.3", "--warmup", "0", "--json"]).1)
+        let overTLS = try json(
+            try await bench(["verify", "--tls", "--duration", "0.3", "--warmup", "0", "--receipts", "200", "--json"]).1)
+        #expect(
+            (overTLS["calls"] as? Int ?? 0) > 0 && overTLS["errors"] as? Int == 0
+                && overTLS["transport"] as? String == "TLS")
         let flood = try json(try await bench(["token-flood", "--tokens", "400", "--tls", "--json"]).1)
         #expect(flood["refused_16"] as? Int == 400 && flood["store_calls_during_flood"] as? Int == 0)
         #expect((flood["refund_reached_content_ms"] as? Double ?? -1) >= 0)
@@ -67,7 +77,8 @@ import Testing
         let download = try json(try await bench(["download", "--size", "1", "--parallel", "2", "--json"]).1)
         #expect(download["failures"] as? Int == 0)
         #expect((download["MB/s (original bytes)"] as? Double ?? 0) > 0)
-        let purchase = try json(try await bench(["purchase", "--concurrency", "4", "--duration", "0.3", "--warmup", "0", "--json"]).1)
+        let purchase = try json(
+            try await bench(["purchase", "--concurrency", "4", "--duration", "0.3", "--warmup", "0", "--json"]).1)
         #expect((purchase["calls"] as? Int ?? 0) > 0 && purchase["errors"] as? Int == 0)
     }
 
@@ -76,15 +87,23 @@ import Testing
     @Test func verifyAgainstRunningServicesAndCountsFailures() async throws {
         let session = try await KioskTestSession.start()
         let other = try await KioskTestSession.start()
-        defer { Task { await session.shutdown(); await other.shutdown() } }
+        defer {
+            Task {
+                await session.shutdown()
+                await other.shutdown()
+            }
+        }
         let catalog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Scripts/examples/catalog.json").path
         func run(storeDirectory: String, json: Bool) async throws -> (Int32, String) {
-            try await bench([
-                "verify", "--content", "127.0.0.1:\(session.contentPort)", "--store-data-dir", storeDirectory, "--catalog", catalog,
-                "--product", "book.swift", "--receipts", "200", "--connections", "1", "--concurrency", "2",
-                "--duration", "0.3", "--warmup", "0", "--tls-ca", session.trustRootsPath ?? "",
-            ] + (json ? ["--json"] : []), environment: ["KIOSK_STORE_CREDENTIAL": session.content.configuration.storeCredential])
+            try await bench(
+                [
+                    "verify", "--content", "127.0.0.1:\(session.contentPort)", "--store-data-dir", storeDirectory,
+                    "--catalog", catalog,
+                    "--product", "book.swift", "--receipts", "200", "--connections", "1", "--concurrency", "2",
+                    "--duration", "0.3", "--warmup", "0", "--tls-ca", session.trustRootsPath ?? "",
+                ] + (json ? ["--json"] : []),
+                environment: ["KIOSK_STORE_CREDENTIAL": session.content.configuration.storeCredential])
         }
         let (status, output) = try await run(storeDirectory: session.storeDirectory, json: true)
         #expect(status == 0)
@@ -92,10 +111,12 @@ import Testing
         #expect((report["calls"] as? Int ?? 0) > 0 && report["errors"] as? Int == 0)
         #expect(report["failed_too_many"] as? Bool == false)
         // --raw with --content verifies with that store's keys: every receipt valid.
-        let raw = try json(try await bench([
-            "verify", "--raw", "--content", "127.0.0.1:\(session.contentPort)", "--store-data-dir", session.storeDirectory,
-            "--catalog", catalog, "--product", "book.swift", "--receipts", "50", "--duration", "0.2", "--json",
-        ]).1)
+        let raw = try json(
+            try await bench([
+                "verify", "--raw", "--content", "127.0.0.1:\(session.contentPort)", "--store-data-dir",
+                session.storeDirectory,
+                "--catalog", catalog, "--product", "book.swift", "--receipts", "50", "--duration", "0.2", "--json",
+            ]).1)
         #expect((raw["verifications"] as? Int ?? 0) > 0 && raw["failures"] as? Int == 0)
 
         let (refused, table) = try await run(storeDirectory: other.storeDirectory, json: false)

@@ -1,11 +1,12 @@
 import Foundation
 import KioskAPI
-@testable import KioskContent
 import KioskRPC
 import KioskStore
 import KioskWire
 import NIOPosix
 import Testing
+
+@testable import KioskContent
 
 @Suite(.timeLimit(.minutes(1))) struct AccessTests {
     @Test func anotherAccountsRefundedReceiptSaysOnlyWhoseItIs() async throws {
@@ -13,13 +14,19 @@ import Testing
             let owner = try fixture.newAccount()
             let stranger = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: owner).signedReceipt
-            let transactionID = try ReceiptV1.ReceiptPayload(serializedBytes: try ReceiptV1.SignedReceipt(serializedBytes: receipt).payload).transactionID
+            let transactionID = try ReceiptV1.ReceiptPayload(
+                serializedBytes: try ReceiptV1.SignedReceipt(serializedBytes: receipt).payload
+            ).transactionID
             _ = try await fixture.store.store.refund(transactionID: transactionID, reason: "test")
             // Bounded wait for the revocation feed to bring the refund.
-            for _ in 0..<500 where fixture.content.stats.revocationsKnown == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            for _ in 0..<500 where fixture.content.stats.revocationsKnown == 0 {
+                try await Task.sleep(for: .milliseconds(10))
+            }
             #expect(try await fixture.authorize(receipt, product: "book.swift", token: owner).refusal == "revoked")
             let copied = try await fixture.authorize(receipt, product: "book.swift", token: stranger)
-            #expect(copied.refusal == "wrong_account" && !copied.allowed, "a stranger learnt the receipt was refunded: \(copied.refusal)")
+            #expect(
+                copied.refusal == "wrong_account" && !copied.allowed,
+                "a stranger learnt the receipt was refunded: \(copied.refusal)")
         }
     }
 
@@ -70,7 +77,9 @@ import Testing
         try await ContentFixture.with(files: ["book.swift": [1, 2, 3]], maximumStaleness: .seconds(3600)) { fixture in
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
-            for _ in 0..<3 { #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed) }
+            for _ in 0..<3 {
+                #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+            }
             // Past the access token's 600 s lifetime (the store's default), on the same connection, same HEADERS.
             // Twice the lifetime: the store issued the token by the real clock, which ran on (seconds, on a
             // loaded machine) while the content service's stayed where the fixture set it.
@@ -89,7 +98,9 @@ import Testing
         try await ContentFixture.with(files: ["book.swift": [1, 2, 3]]) { fixture in
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
-            for _ in 0..<3 { #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed) }
+            for _ in 0..<3 {
+                #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+            }
             let signed = try ReceiptV1.SignedReceipt(serializedBytes: receipt)
             let payload = try ReceiptV1.ReceiptPayload(serializedBytes: signed.payload)
             _ = try fixture.store.store.rotateKeys()
@@ -114,14 +125,18 @@ import Testing
     @Test func sandboxReceiptAtProductionIs21007UnlessAccepted() async throws {
         try await ContentFixture.with(files: ["book.swift": [1, 2, 3]], environment: .production) { fixture in
             let token = try fixture.newAccount()
-            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt  // the fixture's store is a sandbox store
+            // The fixture's store is a sandbox store.
+            let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
             let answer = try await fixture.authorize(receipt, product: "book.swift", token: token)
             #expect(answer.status == 21007 && !answer.allowed)
-            let error = await #expect(throws: RPCError.self) { _ = try await fixture.download("book.swift", receipt: receipt, token: token) }
+            let error = await #expect(throws: RPCError.self) {
+                _ = try await fixture.download("book.swift", receipt: receipt, token: token)
+            }
             #expect(error?.code == .failedPrecondition)
             #expect(error?.metadata["kiosk-receipt-status"] == "21007")
         }
-        try await ContentFixture.with(files: ["book.swift": [1, 2, 3]], environment: .production, acceptSandbox: true) { fixture in
+        try await ContentFixture.with(files: ["book.swift": [1, 2, 3]], environment: .production, acceptSandbox: true) {
+            fixture in
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
             #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
@@ -132,7 +147,9 @@ import Testing
         try await ContentFixture.with(files: ["book.swift": [1]]) { fixture in
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
-            for product in ["../../etc/passwd", "/etc/passwd", "files/book.swift.bin", "manifest.json", "", "book.swift/.."] {
+            for product in [
+                "../../etc/passwd", "/etc/passwd", "files/book.swift.bin", "manifest.json", "", "book.swift/..",
+            ] {
                 let error = await #expect(throws: RPCError.self) {
                     _ = try await fixture.download(product, receipt: receipt, token: token)
                 }
@@ -152,7 +169,10 @@ import Testing
         let cases: [(String, String)] = [
             (#"{"products": [{"product_id": "a", "file": "../secret.txt", "version": "1"}]}"#, "without '..'"),
             (#"{"products": [{"product_id": "a", "file": "\#(outside)/secret.txt", "version": "1"}]}"#, "without '..'"),
-            (#"{"products": [{"product_id": "a", "file": "link.txt", "version": "1"}]}"#, "leads outside the content directory"),
+            (
+                #"{"products": [{"product_id": "a", "file": "link.txt", "version": "1"}]}"#,
+                "leads outside the content directory"
+            ),
             (#"{"products": [{"product_id": "a", "file": "missing.bin", "version": "1"}]}"#, "does not exist"),
             (#"{"products": [{"product_id": "a", "file": "files", "version": "1"}]}"#, "not a readable regular file"),
             (#"{"products": [{"product_id": "a", "file": "files/x.bin"}]}"#, #"field "version""#),
@@ -164,7 +184,8 @@ import Testing
             defer { try? FileManager.default.removeItem(atPath: directory) }
             try FileManager.default.createDirectory(atPath: directory + "/files", withIntermediateDirectories: true)
             try Data([1]).write(to: URL(fileURLWithPath: directory + "/files/x.bin"))
-            try FileManager.default.createSymbolicLink(atPath: directory + "/link.txt", withDestinationPath: outside + "/secret.txt")
+            try FileManager.default.createSymbolicLink(
+                atPath: directory + "/link.txt", withDestinationPath: outside + "/secret.txt")
             try Data(manifest.utf8).write(to: URL(fileURLWithPath: directory + "/manifest.json"))
             let error = #expect(throws: ManifestError.self) { try Manifest.load(contentDirectory: directory) }
             #expect(error?.message.contains(expected) == true, "\(error?.message ?? "") should contain \(expected)")
@@ -173,8 +194,10 @@ import Testing
         let directory = temporaryDirectory("manifest")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try Data([1]).write(to: URL(fileURLWithPath: directory + "/real.bin"))
-        try FileManager.default.createSymbolicLink(atPath: directory + "/alias.bin", withDestinationPath: directory + "/real.bin")
-        try Data(#"{"products": [{"product_id": "a", "file": "alias.bin", "version": "1"}]}"#.utf8).write(to: URL(fileURLWithPath: directory + "/manifest.json"))
+        try FileManager.default.createSymbolicLink(
+            atPath: directory + "/alias.bin", withDestinationPath: directory + "/real.bin")
+        try Data(#"{"products": [{"product_id": "a", "file": "alias.bin", "version": "1"}]}"#.utf8).write(
+            to: URL(fileURLWithPath: directory + "/manifest.json"))
         #expect(try Manifest.load(contentDirectory: directory).entries.count == 1)
     }
 
@@ -183,7 +206,9 @@ import Testing
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
             let before = fixture.content.stats
-            for _ in 0..<5 { #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed) }
+            for _ in 0..<5 {
+                #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+            }
             let after = fixture.content.stats
             #expect(after.cacheMisses - before.cacheMisses == 1)
             #expect(after.cacheHits - before.cacheHits == 4)
@@ -192,7 +217,8 @@ import Testing
             var operatorMetadata = Metadata()
             operatorMetadata.add("authorization", "Bearer \(fixture.serviceCredential)")
             let stats = try await fixture.contentClient.unary(
-                "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self,
+                "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(),
+                response: ContentV1.StatsResponse.self,
                 options: CallOptions(metadata: operatorMetadata))
             #expect(stats.cacheHits == after.cacheHits && stats.cacheCapacity == 2)
             for token in [nil, token, fixture.serviceCredential + "x"] as [String?] {
@@ -200,15 +226,20 @@ import Testing
                 if let token { metadata.add("authorization", "Bearer \(token)") }
                 let refused = await #expect(throws: RPCError.self) {
                     _ = try await fixture.contentClient.unary(
-                        "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(), response: ContentV1.StatsResponse.self,
+                        "/kiosk.content.v1.Content/Stats", request: ContentV1.StatsRequest(),
+                        response: ContentV1.StatsResponse.self,
                         options: CallOptions(metadata: metadata))
                 }
                 #expect(refused?.code == .unauthenticated)
             }
             // A refund evicts the cached receipt as soon as the revocation arrives.
-            let transactionID = try ReceiptV1.ReceiptPayload(serializedBytes: try ReceiptV1.SignedReceipt(serializedBytes: receipt).payload).transactionID
+            let transactionID = try ReceiptV1.ReceiptPayload(
+                serializedBytes: try ReceiptV1.SignedReceipt(serializedBytes: receipt).payload
+            ).transactionID
             _ = try await fixture.store.store.refund(transactionID: transactionID, reason: "test")
-            for _ in 0..<500 where fixture.content.stats.revocationsKnown == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            for _ in 0..<500 where fixture.content.stats.revocationsKnown == 0 {
+                try await Task.sleep(for: .milliseconds(10))
+            }
             #expect(fixture.content.stats.revocationsKnown == 1)
             #expect(fixture.content.stats.cacheEntries == 0, "evicted")
             #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).refusal == "revoked")
@@ -276,8 +307,12 @@ import Testing
     }
 
     private func varint(_ value: Int) -> [UInt8] {
-        var value = UInt64(value), bytes: [UInt8] = []
-        while value >= 0x80 { bytes.append(UInt8(value & 0x7F) | 0x80); value >>= 7 }
+        var value = UInt64(value)
+        var bytes: [UInt8] = []
+        while value >= 0x80 {
+            bytes.append(UInt8(value & 0x7F) | 0x80)
+            value >>= 7
+        }
         return bytes + [UInt8(value)]
     }
 
@@ -289,7 +324,9 @@ import Testing
             // The store's keys with their retirement moved far ahead: every receipt still verifies, but the
             // windows changed, as with a retirement.
             let moved = try fixture.store.store.publicKeys().map { key in
-                ReceiptPublicKey(id: key.id, rawRepresentation: key.rawRepresentation, notBeforeMs: key.notBeforeMs, notAfterMs: 4_000_000_000_000)
+                ReceiptPublicKey(
+                    id: key.id, rawRepresentation: key.rawRepresentation, notBeforeMs: key.notBeforeMs,
+                    notAfterMs: 4_000_000_000_000)
             }
             let loop = MultiThreadedEventLoopGroup.singleton.next()
             for retire in [false, true] {
@@ -307,7 +344,8 @@ import Testing
                 #expect(allowed)
                 try await loop.submit {}.get()  // after the insert
                 // The first receipt was cached; the retirement emptied the cache, and the second stays out of it.
-                #expect(gate.stats.cacheEntries == (retire ? 0 : 1), retire ? "verified before the retirement" : "cached")
+                #expect(
+                    gate.stats.cacheEntries == (retire ? 0 : 1), retire ? "verified before the retirement" : "cached")
             }
         }
     }
@@ -316,7 +354,9 @@ import Testing
         try await ContentFixture.with(files: ["book.swift": [1]], cacheSize: 0) { fixture in
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
-            for _ in 0..<3 { #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed) }
+            for _ in 0..<3 {
+                #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
+            }
             #expect(fixture.content.stats.cacheHits == 0)
             #expect(fixture.content.stats.cacheEntries == 0)
         }

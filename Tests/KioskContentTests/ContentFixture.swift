@@ -1,25 +1,35 @@
 import Crypto
 import Foundation
 import KioskAPI
-@testable import KioskContent
 import KioskRPC
 import KioskStore
 import KioskWire
 import NIOConcurrencyHelpers
+import NIOCore
 import Testing
 
-let hostedCatalog = Catalog(bundleID: "com.example.books", products: [
-    CatalogProduct(id: "book.swift", type: .nonConsumable, title: "The Swift Book", description: "", price: "9.99", currency: "USD",
-                   credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
-    CatalogProduct(id: "file.empty", type: .nonConsumable, title: "Empty", description: "", price: "0.99", currency: "USD",
-                   credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
-    CatalogProduct(id: "file.one", type: .nonConsumable, title: "One byte", description: "", price: "0.99", currency: "USD",
-                   credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
-    CatalogProduct(id: "big.random", type: .nonConsumable, title: "Noise", description: "", price: "0.99", currency: "USD",
-                   credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
-    CatalogProduct(id: "big.text", type: .nonConsumable, title: "Prose", description: "", price: "0.99", currency: "USD",
-                   credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
-])
+@testable import KioskContent
+
+let hostedCatalog = Catalog(
+    bundleID: "com.example.books",
+    products: [
+        CatalogProduct(
+            id: "book.swift", type: .nonConsumable, title: "The Swift Book", description: "", price: "9.99",
+            currency: "USD",
+            credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
+        CatalogProduct(
+            id: "file.empty", type: .nonConsumable, title: "Empty", description: "", price: "0.99", currency: "USD",
+            credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
+        CatalogProduct(
+            id: "file.one", type: .nonConsumable, title: "One byte", description: "", price: "0.99", currency: "USD",
+            credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
+        CatalogProduct(
+            id: "big.random", type: .nonConsumable, title: "Noise", description: "", price: "0.99", currency: "USD",
+            credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
+        CatalogProduct(
+            id: "big.text", type: .nonConsumable, title: "Prose", description: "", price: "0.99", currency: "USD",
+            credits: 0, maxQuantity: 1, hostedContent: true, subscriptionPeriod: nil),
+    ])
 
 let card = "test-card:4242424242424242"
 
@@ -100,7 +110,8 @@ struct ContentFixture {
 
     static func with<R>(
         files: [String: [UInt8]], environment: ReceiptV1.Environment = .sandbox, acceptSandbox: Bool = false,
-        maximumStaleness: Duration = .seconds(300), cacheSize: Int = 100, perAccount: Int = 4, chunkSize: UInt32 = 256 * 1024,
+        maximumStaleness: Duration = .seconds(300), cacheSize: Int = 100, perAccount: Int = 4,
+        chunkSize: UInt32 = 256 * 1024,
         _ body: (ContentFixture) async throws -> R
     ) async throws -> R {
         let storeDirectory = temporaryDirectory("store")
@@ -111,7 +122,8 @@ struct ContentFixture {
         }
         let clock = NIOLockedValueBox(ContentConfiguration.systemClock())
         let identity = try ServerTLSIdentity(
-            certificateChainPath: fixtureCertificates.serverCertificatePath, privateKeyPath: fixtureCertificates.serverKeyPath)
+            certificateChainPath: fixtureCertificates.serverCertificatePath,
+            privateKeyPath: fixtureCertificates.serverKeyPath)
         let store = try StoreServer(
             store: StoreConfiguration(
                 dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox,
@@ -124,7 +136,8 @@ struct ContentFixture {
             configuration: ContentConfiguration(
                 contentDirectory: contentDirectory, storePort: storePort, storeCredential: credential,
                 storeTLS: try ClientTLS(trustRootsPath: fixtureCertificates.caCertificatePath),
-                environment: environment, acceptSandbox: acceptSandbox, cacheSize: cacheSize, maximumStaleness: maximumStaleness,
+                environment: environment, acceptSandbox: acceptSandbox, cacheSize: cacheSize,
+                maximumStaleness: maximumStaleness,
                 chunkSize: chunkSize, maximumDownloadsPerAccount: perAccount, clock: { clock.withLockedValue { $0 } }),
             server: ServerConfiguration(tls: identity))
         try await content.start()
@@ -132,8 +145,10 @@ struct ContentFixture {
         let fixture = ContentFixture(
             store: store, content: content,
             storeClient: RPCClient(host: "127.0.0.1", port: storePort, configuration: try fixtureClientConfiguration()),
-            contentClient: RPCClient(host: "127.0.0.1", port: contentPort, configuration: try fixtureClientConfiguration()),
-            contentDirectory: contentDirectory, storeDirectory: storeDirectory, clock: clock, serviceCredential: credential)
+            contentClient: RPCClient(
+                host: "127.0.0.1", port: contentPort, configuration: try fixtureClientConfiguration()),
+            contentDirectory: contentDirectory, storeDirectory: storeDirectory, clock: clock,
+            serviceCredential: credential)
         func stop() async {
             await fixture.storeClient.close()
             await fixture.contentClient.close()
@@ -170,8 +185,8 @@ struct ContentFixture {
     func contentToken(_ token: String?) async -> String? {
         if let token, let issued = accessTokens.withLockedValue({ $0[token] }) { return issued }
         guard let token, !AccessToken.looksLikeAccessToken(token),
-              let account = try? await store.store.authenticate(token: token),
-              let issued = try? store.store.issueAccessToken(account: account, audience: AccessToken.contentAudience)
+            let account = try? await store.store.authenticate(token: token),
+            let issued = try? store.store.issueAccessToken(account: account, audience: AccessToken.contentAudience)
         else { return token }
         accessTokens.withLockedValue { $0[token] = issued.token }
         return issued.token
@@ -181,15 +196,18 @@ struct ContentFixture {
         var metadata = metadata(token)
         metadata.add("idempotency-key", UUID().uuidString)
         let response = try await storeClient.unary(
-            "/kiosk.store.v1.Store/Purchase", request: StoreV1.PurchaseRequest(productID: product, quantity: 1, paymentMethod: card),
+            "/kiosk.store.v1.Store/Purchase",
+            request: StoreV1.PurchaseRequest(productID: product, quantity: 1, paymentMethod: card),
             response: StoreV1.PurchaseResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata))
         return try #require(response.transaction)
     }
 
     func authorize(_ receipt: [UInt8], product: String, token: String?) async throws -> ContentV1.AuthorizeResponse {
         try await contentClient.unary(
-            "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: product),
-            response: ContentV1.AuthorizeResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata(await contentToken(token))))
+            "/kiosk.content.v1.Content/Authorize",
+            request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: product),
+            response: ContentV1.AuthorizeResponse.self,
+            options: CallOptions(timeout: .seconds(10), metadata: metadata(await contentToken(token))))
     }
 
     /// Downloads through `client` (default: the fixture's), checking every
@@ -203,15 +221,19 @@ struct ContentFixture {
         let stream = (client ?? contentClient).serverStreaming(
             "/kiosk.content.v1.Content/Download",
             request: ContentV1.DownloadRequest(signedReceipt: receipt, productID: product, resumeOffset: resumeOffset),
-            response: ContentV1.DownloadPart.self, options: CallOptions(timeout: .seconds(60), metadata: metadata(token)))
+            response: ContentV1.DownloadPart.self,
+            options: CallOptions(timeout: .seconds(60), metadata: metadata(token)))
         for try await part in stream {
             if let header = part.header {
                 #expect(result.header == nil, "one header, first")
                 result.header = header
             }
             if let chunk = part.chunk {
-                let original = chunk.compressed
-                    ? Array(try Zlib.decompress(ByteBuffer(bytes: chunk.data), limit: Int(chunk.originalLength)).readableBytesView)
+                let original =
+                    chunk.compressed
+                    ? Array(
+                        try Zlib.decompress(ByteBuffer(bytes: chunk.data), limit: Int(chunk.originalLength))
+                            .readableBytesView)
                     : chunk.data
                 #expect(original.count == Int(chunk.originalLength))
                 #expect(Zlib.crc32(original) == chunk.crc32, "chunk \(chunk.index) CRC")
@@ -224,5 +246,3 @@ struct ContentFixture {
         return result
     }
 }
-
-import NIOCore

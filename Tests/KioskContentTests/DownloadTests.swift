@@ -1,11 +1,12 @@
 import Crypto
 import Foundation
 import KioskAPI
-@testable import KioskContent
 import KioskRPC
 import KioskStore
 import KioskWire
 import Testing
+
+@testable import KioskContent
 
 @Suite(.timeLimit(.minutes(3))) struct DownloadTests {
     @Test func smallFilesDownloadByteForByte() async throws {
@@ -13,7 +14,8 @@ import Testing
         try await ContentFixture.with(files: files) { fixture in
             let token = try fixture.newAccount()
             let listed = try await fixture.contentClient.unary(
-                "/kiosk.content.v1.Content/ListContent", request: ContentV1.ListContentRequest(), response: ContentV1.ListContentResponse.self)
+                "/kiosk.content.v1.Content/ListContent", request: ContentV1.ListContentRequest(),
+                response: ContentV1.ListContentResponse.self)
             #expect(Set(listed.items.map(\.productID)) == Set(files.keys))
             for (product, original) in files {
                 let item = try #require(listed.items.first { $0.productID == product })
@@ -45,7 +47,8 @@ import Testing
             #expect(downloaded.chunkIndexes == Array(0..<256))
             let item = try #require(fixture.content.items.first)
             if product == "big.random" {
-                #expect(item.chunks.allSatisfy { !$0.compressed }, "noise is stored raw: compression does not shrink it")
+                #expect(
+                    item.chunks.allSatisfy { !$0.compressed }, "noise is stored raw: compression does not shrink it")
             } else {
                 #expect(item.compressedSize < item.originalSize / 10)
             }
@@ -75,7 +78,8 @@ import Testing
             #expect(end?.finalize() == downloaded.header?.sha256)
             #expect(downloaded.header?.sha256 == Array(SHA256.hash(data: original)))
 
-            let resumed = try await fixture.download("book.swift", receipt: receipt, token: token, resumeOffset: 5 << 18)
+            let resumed = try await fixture.download(
+                "book.swift", receipt: receipt, token: token, resumeOffset: 5 << 18)
             var prefix = SHA256Hasher()
             original[..<(5 << 18)].withUnsafeBytes { prefix.update($0) }
             #expect(resumed.chunkIndexes.first == 5)
@@ -86,7 +90,9 @@ import Testing
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
             let downloaded = try await fixture.download("book.swift", receipt: receipt, token: token)
             #expect(downloaded.bytes == original)
-            #expect(!downloaded.states.isEmpty && downloaded.states.allSatisfy(\.isEmpty), "1000-byte chunks announce no states")
+            #expect(
+                !downloaded.states.isEmpty && downloaded.states.allSatisfy(\.isEmpty),
+                "1000-byte chunks announce no states")
         }
     }
 
@@ -96,21 +102,27 @@ import Testing
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
             // A client whose connection dies after 5 chunks.
-            let doomed = RPCClient(host: "127.0.0.1", port: try #require(fixture.content.port), configuration: try fixtureClientConfiguration())
-            let partial = try await fixture.download("book.swift", receipt: receipt, token: token, stopAfter: 5, client: doomed)
+            let doomed = RPCClient(
+                host: "127.0.0.1", port: try #require(fixture.content.port),
+                configuration: try fixtureClientConfiguration())
+            let partial = try await fixture.download(
+                "book.swift", receipt: receipt, token: token, stopAfter: 5, client: doomed)
             await doomed.close()
             #expect(partial.chunkIndexes == [0, 1, 2, 3, 4])
             // Later, the same receipt, from the end of the last complete chunk (not chunk-aligned: a byte count).
             let resumeOffset = UInt64(partial.bytes.count)
-            let rest = try await fixture.download("book.swift", receipt: receipt, token: token, resumeOffset: resumeOffset)
+            let rest = try await fixture.download(
+                "book.swift", receipt: receipt, token: token, resumeOffset: resumeOffset)
             #expect(rest.header?.startOffset == resumeOffset)
             #expect(rest.chunkIndexes.first == 5, "nothing before the resume offset is sent again")
             #expect(partial.bytes + rest.bytes == original)
             // An offset inside a chunk starts at that chunk; past the end is refused.
-            let inside = try await fixture.download("book.swift", receipt: receipt, token: token, resumeOffset: resumeOffset + 1000, stopAfter: 1)
+            let inside = try await fixture.download(
+                "book.swift", receipt: receipt, token: token, resumeOffset: resumeOffset + 1000, stopAfter: 1)
             #expect(inside.header?.startOffset == resumeOffset)
             let error = await #expect(throws: RPCError.self) {
-                _ = try await fixture.download("book.swift", receipt: receipt, token: token, resumeOffset: UInt64(original.count) + 1)
+                _ = try await fixture.download(
+                    "book.swift", receipt: receipt, token: token, resumeOffset: UInt64(original.count) + 1)
             }
             #expect(error?.code == .outOfRange)
             // Resuming needed no new purchase: the account has one transaction.
@@ -125,7 +137,8 @@ import Testing
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
             // Every byte saved, the rename not done yet: nothing is sent again (the last chunk was, for ever).
-            let done = try await fixture.download("book.swift", receipt: receipt, token: token, resumeOffset: UInt64(original.count))
+            let done = try await fixture.download(
+                "book.swift", receipt: receipt, token: token, resumeOffset: UInt64(original.count))
             #expect(done.header?.startOffset == UInt64(original.count))
             #expect(done.chunkIndexes.isEmpty)
         }
@@ -135,26 +148,38 @@ import Testing
         let directory = try makeContentDirectory(files: ["book.swift": proseBytes(2 << 20), "file.one": [1]])
         defer { try? FileManager.default.removeItem(atPath: directory) }
         func open() async throws -> ContentServer {
-            let server = try ContentServer(configuration: ContentConfiguration(contentDirectory: directory, storePort: 1, storeCredential: "unused"))
+            let server = try ContentServer(
+                configuration: ContentConfiguration(
+                    contentDirectory: directory, storePort: 1, storeCredential: "unused"))
             try await server.prepare()
             return server
         }
         let first = try await open()
         #expect(first.items.allSatisfy { !$0.reused })
-        let chunksFile = try #require(FileManager.default.subpaths(atPath: directory + "/.kiosk-prepared")?
-            .first { $0.hasSuffix("chunks.bin") })
-        let stamp = try FileManager.default.attributesOfItem(atPath: directory + "/.kiosk-prepared/" + chunksFile)[.modificationDate] as? Date
+        let chunksFile = try #require(
+            FileManager.default.subpaths(atPath: directory + "/.kiosk-prepared")?
+                .first { $0.hasSuffix("chunks.bin") })
+        let stamp =
+            try FileManager.default.attributesOfItem(atPath: directory + "/.kiosk-prepared/" + chunksFile)[
+                .modificationDate] as? Date
         let second = try await open()
         #expect(second.items.allSatisfy { $0.reused }, "nothing recompressed on restart")
         #expect(second.items.map(\.sha256) == first.items.map(\.sha256))
-        let again = try FileManager.default.attributesOfItem(atPath: directory + "/.kiosk-prepared/" + chunksFile)[.modificationDate] as? Date
+        let again =
+            try FileManager.default.attributesOfItem(atPath: directory + "/.kiosk-prepared/" + chunksFile)[
+                .modificationDate] as? Date
         #expect(stamp == again, "prepared files untouched")
         // An index damaged on disk (a state that is not hex) is prepared again, not served or trapped on.
-        let indexPath = directory + "/.kiosk-prepared/" + (chunksFile as NSString).deletingLastPathComponent + "/index.json"
+        let indexPath =
+            directory + "/.kiosk-prepared/" + (chunksFile as NSString).deletingLastPathComponent + "/index.json"
         let index = try String(contentsOfFile: indexPath, encoding: .utf8)
-        let firstState = try #require(second.items.first { indexPath.contains(Array(SHA256.hash(data: Array($0.entry.productID.utf8))).hexString) }?
+        let firstState = try #require(
+            second.items.first {
+                indexPath.contains(Array(SHA256.hash(data: Array($0.entry.productID.utf8))).hexString)
+            }?
             .chunkStates.first?.hexString)
-        try index.replacingOccurrences(of: firstState, with: "!!" + firstState.dropFirst(2)).write(toFile: indexPath, atomically: true, encoding: .utf8)
+        try index.replacingOccurrences(of: firstState, with: "!!" + firstState.dropFirst(2)).write(
+            toFile: indexPath, atomically: true, encoding: .utf8)
         let repaired = try await open()
         #expect(repaired.items.filter { !$0.reused }.count == 1, "the damaged one is prepared again")
         #expect(repaired.items.allSatisfy { $0.chunkStates.allSatisfy { $0.count == 32 } })
@@ -168,14 +193,18 @@ import Testing
     }
 
     @Test func downloadLimitsPerAccount() async throws {
-        try await ContentFixture.with(files: ["big.random": randomBytes(8 << 20), "file.one": [7]], perAccount: 1) { fixture in
+        try await ContentFixture.with(files: ["big.random": randomBytes(8 << 20), "file.one": [7]], perAccount: 1) {
+            fixture in
             let token = try fixture.newAccount()
             let big = try await fixture.buy("big.random", token: token).signedReceipt
             let small = try await fixture.buy("file.one", token: token).signedReceipt
             // Hold one download open: read its header and stop reading (the window stops the server).
             var held = fixture.contentClient.serverStreaming(
-                "/kiosk.content.v1.Content/Download", request: ContentV1.DownloadRequest(signedReceipt: big, productID: "big.random"),
-                response: ContentV1.DownloadPart.self, options: CallOptions(metadata: fixture.metadata(await fixture.contentToken(token)))).makeAsyncIterator()
+                "/kiosk.content.v1.Content/Download",
+                request: ContentV1.DownloadRequest(signedReceipt: big, productID: "big.random"),
+                response: ContentV1.DownloadPart.self,
+                options: CallOptions(metadata: fixture.metadata(await fixture.contentToken(token)))
+            ).makeAsyncIterator()
             #expect(try await held.next()?.header != nil)
             let error = await #expect(throws: RPCError.self) {
                 _ = try await fixture.download("file.one", receipt: small, token: token)

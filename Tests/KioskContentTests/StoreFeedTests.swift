@@ -1,10 +1,11 @@
 import Foundation
 import KioskAPI
-@testable import KioskContent
 import KioskRPC
 import KioskStore
 import KioskWire
 import Testing
+
+@testable import KioskContent
 
 /// The content service and its store: refunds, rotation, outages.
 @Suite(.timeLimit(.minutes(1))) struct StoreFeedTests {
@@ -15,7 +16,9 @@ import Testing
     ) async throws -> Duration {
         let start = ContinuousClock.now
         for _ in 0..<attempts {
-            if done(try await fixture.authorize(receipt, product: "book.swift", token: token)) { return start.duration(to: .now) }
+            if done(try await fixture.authorize(receipt, product: "book.swift", token: token)) {
+                return start.duration(to: .now)
+            }
             try await Task.sleep(for: .milliseconds(10))
         }
         Issue.record("condition not reached after \(attempts) attempts")
@@ -28,15 +31,23 @@ import Testing
             let transaction = try await fixture.buy("book.swift", token: token)
             #expect(try await fixture.authorize(transaction.signedReceipt, product: "book.swift", token: token).allowed)
             // `kiosk-store refund`, a separate process on the running store's data dir.
-            let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+            let me =
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                ?? CommandLine.arguments[0]
             let binary = URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk-store").path
             let process = Process()
             process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = ["refund", transaction.transactionID, "--reason", "customer request", "--data-dir", fixture.storeDirectory]
+            process.arguments = [
+                "refund", transaction.transactionID, "--reason", "customer request", "--data-dir",
+                fixture.storeDirectory,
+            ]
             process.standardOutput = FileHandle.nullDevice
             try process.run()
             await withCheckedContinuation { continuation in
-                DispatchQueue.global().async { process.waitUntilExit(); continuation.resume() }
+                DispatchQueue.global().async {
+                    process.waitUntilExit()
+                    continuation.resume()
+                }
             }
             #expect(process.terminationStatus == 0)
             let elapsed = try await until(fixture, receipt: transaction.signedReceipt, token: token) { !$0.allowed }
@@ -67,7 +78,9 @@ import Testing
         try await ContentFixture.with(files: ["book.swift": [1, 2, 3]]) { fixture in
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
-            #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed, "verified and cached")
+            #expect(
+                try await fixture.authorize(receipt, product: "book.swift", token: token).allowed, "verified and cached"
+            )
             let signed = try ReceiptV1.SignedReceipt(serializedBytes: receipt)
             let payload = try ReceiptV1.ReceiptPayload(serializedBytes: signed.payload)
             _ = try fixture.store.store.rotateKeys()
@@ -79,7 +92,9 @@ import Testing
             fixture.accessTokens.withLockedValue { $0.removeAll() }
             for _ in 0..<200 where !refusedCached {
                 do {
-                    refusedCached = try await fixture.authorize(receipt, product: "book.swift", token: token).status == ReceiptStatus.notAuthentic.rawValue
+                    refusedCached =
+                        try await fixture.authorize(receipt, product: "book.swift", token: token).status
+                        == ReceiptStatus.notAuthentic.rawValue
                 } catch let error as RPCError where error.code == .unauthenticated {
                     // The new key's token reached the content service before the feed message did.
                 }
@@ -92,7 +107,8 @@ import Testing
     }
 
     @Test func storeOutageServesWithinTheStalenessBoundThen21005ThenRecovers() async throws {
-        try await ContentFixture.with(files: ["book.swift": proseBytes(300_000)], maximumStaleness: .seconds(60)) { fixture in
+        try await ContentFixture.with(files: ["book.swift": proseBytes(300_000)], maximumStaleness: .seconds(60)) {
+            fixture in
             let token = try fixture.newAccount()
             let receipt = try await fixture.buy("book.swift", token: token).signedReceipt
             #expect(try await fixture.authorize(receipt, product: "book.swift", token: token).allowed)
@@ -101,21 +117,28 @@ import Testing
             await fixture.store.shutdown()
             // Within the bound: served on the last known keys and revocations.
             fixture.advanceClock(by: .seconds(59))
-            #expect(try await fixture.download("book.swift", receipt: receipt, token: token).bytes == proseBytes(300_000))
+            #expect(
+                try await fixture.download("book.swift", receipt: receipt, token: token).bytes == proseBytes(300_000))
             // Past it: 21005.
             fixture.advanceClock(by: .seconds(2))
             let stale = try await fixture.authorize(receipt, product: "book.swift", token: token)
             #expect(stale.status == 21005 && !stale.allowed)
-            let error = await #expect(throws: RPCError.self) { _ = try await fixture.download("book.swift", receipt: receipt, token: token) }
+            let error = await #expect(throws: RPCError.self) {
+                _ = try await fixture.download("book.swift", receipt: receipt, token: token)
+            }
             #expect(error?.code == .unavailable)
             #expect(error?.metadata["kiosk-receipt-status"] == "21005")
 
             // The store comes back on the same port and data dir: the content service recovers by itself.
             let revived = try StoreServer(
-                store: StoreConfiguration(dataDirectory: fixture.storeDirectory, catalog: hostedCatalog, environment: .sandbox,
-                                          revocationHeartbeat: .milliseconds(100)),
-                server: ServerConfiguration(port: port, tls: try ServerTLSIdentity(
-                    certificateChainPath: fixtureCertificates.serverCertificatePath, privateKeyPath: fixtureCertificates.serverKeyPath)))
+                store: StoreConfiguration(
+                    dataDirectory: fixture.storeDirectory, catalog: hostedCatalog, environment: .sandbox,
+                    revocationHeartbeat: .milliseconds(100)),
+                server: ServerConfiguration(
+                    port: port,
+                    tls: try ServerTLSIdentity(
+                        certificateChainPath: fixtureCertificates.serverCertificatePath,
+                        privateKeyPath: fixtureCertificates.serverKeyPath)))
             try await revived.start()
             _ = try await until(fixture, receipt: receipt, token: token) { $0.allowed }
             #expect(try await fixture.download("book.swift", receipt: receipt, token: token).bytes.count == 300_000)
@@ -132,13 +155,16 @@ import Testing
             try? FileManager.default.removeItem(atPath: storeDirectory)
             try? FileManager.default.removeItem(atPath: contentDirectory)
         }
-        let store = try Store(configuration: StoreConfiguration(dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox))
+        let store = try Store(
+            configuration: StoreConfiguration(
+                dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox))
         let server = RPCServer(services: [FeedlessStore(inner: StoreService(store: store))])
         try await server.start()
         let credential = try store.createServiceCredential(role: .content, name: "feedless").secret
-        let content = try ContentServer(configuration: ContentConfiguration(
-            contentDirectory: contentDirectory, storePort: try #require(server.port), storeCredential: credential,
-            maximumStaleness: .seconds(1)))
+        let content = try ContentServer(
+            configuration: ContentConfiguration(
+                contentDirectory: contentDirectory, storePort: try #require(server.port), storeCredential: credential,
+                maximumStaleness: .seconds(1)))
         try await content.start()
         let client = RPCClient(host: "127.0.0.1", port: try #require(content.port))
         do {
@@ -146,13 +172,17 @@ import Testing
             #expect(await content.waitUntilReady(timeout: .seconds(2)) == false)
             #expect(content.stats.keysKnown > 0)
             let buyer = try store.createAccount()
-            let receipt = try #require(try store.mintReceipts(accountID: buyer.id, productID: "book.swift", count: 1).first)
+            let receipt = try #require(
+                try store.mintReceipts(accountID: buyer.id, productID: "book.swift", count: 1).first)
             var metadata = Metadata()
-            let access = try store.issueAccessToken(account: try await store.authenticate(token: buyer.token), audience: AccessToken.contentAudience)
+            let access = try store.issueAccessToken(
+                account: try await store.authenticate(token: buyer.token), audience: AccessToken.contentAudience)
             metadata.add("authorization", "Bearer \(access.token)")
             let answer = try await client.unary(
-                "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: "book.swift"),
-                response: ContentV1.AuthorizeResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata))
+                "/kiosk.content.v1.Content/Authorize",
+                request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: "book.swift"),
+                response: ContentV1.AuthorizeResponse.self,
+                options: CallOptions(timeout: .seconds(10), metadata: metadata))
             #expect(!answer.allowed)
             #expect(answer.status == ReceiptStatus.serverUnavailable.rawValue)
         } catch {
@@ -171,8 +201,10 @@ private struct FeedlessStore: RPCService {
     var serviceName: String { inner.serviceName }
     func register(in router: inout RPCRouter) {
         inner.register(in: &router)
-        router.registerServerStreaming("/kiosk.store.v1.Store/WatchEvents", request: StoreV1.WatchEventsRequest.self,
-                                       response: StoreV1.WatchEventsResponse.self) { _, _, _ in
+        router.registerServerStreaming(
+            "/kiosk.store.v1.Store/WatchEvents", request: StoreV1.WatchEventsRequest.self,
+            response: StoreV1.WatchEventsResponse.self
+        ) { _, _, _ in
             throw RPCError(.unavailable, "the revocation feed is down")
         }
     }

@@ -1,12 +1,13 @@
 import Crypto
 import Foundation
 import KioskAPI
-@testable import KioskContent
 import KioskRPC
 import KioskStore
 import KioskWire
 import NIOConcurrencyHelpers
 import Testing
+
+@testable import KioskContent
 
 /// Callers are resolved without amplification: bad tokens at the content service cost the store nothing.
 @Suite(.timeLimit(.minutes(2))) struct TokenFloodTests {
@@ -24,10 +25,12 @@ import Testing
             default:
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let payload = ReceiptV1.AccessTokenPayload(
-                    accountID: "acct_\(index)", audience: AccessToken.contentAudience, issuedMs: now, expiresMs: now + 600_000,
+                    accountID: "acct_\(index)", audience: AccessToken.contentAudience, issuedMs: now,
+                    expiresMs: now + 600_000,
                     keyID: keyID, environment: .sandbox)
                 let signed = ReceiptV1.SignedAccessToken(
-                    payload: payload.serializedBytes(), signature: (0..<64).map { _ in UInt8.random(in: 0...255) }, keyID: keyID)
+                    payload: payload.serializedBytes(), signature: (0..<64).map { _ in UInt8.random(in: 0...255) },
+                    keyID: keyID)
                 return AccessToken.encode(signed)
             }
         }
@@ -45,7 +48,9 @@ import Testing
 
             // The flood, 32 calls in flight over 4 connections; a refund lands in the middle of it.
             let clients = try (0..<4).map { _ in
-                RPCClient(host: "127.0.0.1", port: try #require(fixture.content.port), configuration: try fixtureClientConfiguration())
+                RPCClient(
+                    host: "127.0.0.1", port: try #require(fixture.content.port),
+                    configuration: try fixtureClientConfiguration())
             }
             let refused = NIOLockedValueBox(0)
             let next = NIOLockedValueBox(0)
@@ -54,14 +59,20 @@ import Testing
                 for worker in 0..<32 {
                     group.addTask {
                         while true {
-                            let index = next.withLockedValue { value -> Int in defer { value += 1 }; return value }
+                            let index = next.withLockedValue { value -> Int in
+                                defer { value += 1 }
+                                return value
+                            }
                             guard index < tokens.count else { return }
                             var metadata = Metadata()
                             metadata.add("authorization", "Bearer \(tokens[index])")
                             do {
                                 _ = try await clients[worker % clients.count].unary(
-                                    "/kiosk.content.v1.Content/Authorize", request: ContentV1.AuthorizeRequest(signedReceipt: receipt, productID: "book.swift"),
-                                    response: ContentV1.AuthorizeResponse.self, options: CallOptions(timeout: .seconds(30), metadata: metadata))
+                                    "/kiosk.content.v1.Content/Authorize",
+                                    request: ContentV1.AuthorizeRequest(
+                                        signedReceipt: receipt, productID: "book.swift"),
+                                    response: ContentV1.AuthorizeResponse.self,
+                                    options: CallOptions(timeout: .seconds(30), metadata: metadata))
                             } catch let error as RPCError where error.code == .unauthenticated {
                                 refused.withLockedValue { $0 += 1 }
                             }
@@ -71,7 +82,8 @@ import Testing
                 group.addTask {
                     // Wait until the flood is well under way, then refund and watch for the content service to refuse.
                     while next.withLockedValue({ $0 }) < tokens.count / 4 { await Task.yield() }
-                    _ = try await fixture.store.store.refund(transactionID: transaction.transactionID, reason: "during the flood")
+                    _ = try await fixture.store.store.refund(
+                        transactionID: transaction.transactionID, reason: "during the flood")
                     let refunded = ContinuousClock.now
                     for _ in 0..<400 {
                         if try await !fixture.authorize(receipt, product: "book.swift", token: token).allowed {

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import KioskFuzzing
+import Testing
 
 /// The committed fuzz corpus (Scripts/fuzz-corpus), replayed through the fuzz
 /// target's function in an ordinary build: every input the fuzzer once
@@ -12,8 +12,10 @@ import KioskFuzzing
 
     @Test func corpusHasTheSeeds() throws {
         let names = Set(try corpusFiles([Self.corpus]).map { URL(fileURLWithPath: $0).lastPathComponent })
-        for seed in ["health-check", "ping-pong", "window-update", "goaway", "verify-receipt-compressed",
-                     "truncated-frame", "oversized-length", "bad-preface", "unknown-type"] {
+        for seed in [
+            "health-check", "ping-pong", "window-update", "goaway", "verify-receipt-compressed",
+            "truncated-frame", "oversized-length", "bad-preface", "unknown-type",
+        ] {
             #expect(names.contains(seed), "seed \(seed) is missing from \(Self.corpus)")
         }
     }
@@ -27,7 +29,8 @@ import KioskFuzzing
     /// Every prefix of the health check, and every single-byte corruption of
     /// it: cheap neighbours of the seeds, run on every test.
     @Test func prefixesAndFlipsOfTheHealthCheck() throws {
-        let seed = [UInt8](try Data(contentsOf: URL(fileURLWithPath: Self.corpus).appendingPathComponent("health-check")))
+        let seed = [UInt8](
+            try Data(contentsOf: URL(fileURLWithPath: Self.corpus).appendingPathComponent("health-check")))
         for end in 0...seed.count { fuzzOne(Array(seed[..<end])) }
         for index in seed.indices {
             for value: UInt8 in [0x00, 0x7F, 0x80, 0xFF] {
@@ -40,7 +43,8 @@ import KioskFuzzing
 
     /// The replayer binary the package builds: `kiosk-fuzz Scripts/fuzz-corpus` exits 0.
     @Test func replayerBinaryRunsTheCorpus() throws {
-        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let me =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         let binary = URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk-fuzz")
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "no kiosk-fuzz next to the test bundle")
         let process = Process()

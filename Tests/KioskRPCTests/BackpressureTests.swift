@@ -11,7 +11,8 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(1))) struct BackpressureTests {
     static let highWater = 256 * 1024
     static let limits = ServerLimits(
-        maximumPingStrikes: .max, minimumPingInterval: .zero, outboundHighWaterMark: highWater, outboundLowWaterMark: highWater / 2)
+        maximumPingStrikes: .max, minimumPingInterval: .zero, outboundHighWaterMark: highWater,
+        outboundLowWaterMark: highWater / 2)
     /// Small kernel buffers on both ends, so the server meets its own high-water mark quickly
     /// instead of first filling megabytes of socket buffers (which are not its memory, but cost CPU to fill).
     static let configuration = ServerConfiguration(
@@ -38,15 +39,21 @@ import Testing
                 var opening = ByteBuffer(bytes: Frame.preface)
                 Frame.headers(1, TestService.prefix + "Flood").write(to: &opening)
                 Frame.request(1, Ping(opaque: 10_000)).write(to: &opening)
-                Frame(type: .windowUpdate, callID: 1, message: WindowUpdate(increment: UInt32(Int32.max) - 1024 * 1024)).write(to: &opening)
+                Frame(type: .windowUpdate, callID: 1, message: WindowUpdate(increment: UInt32(Int32.max) - 1024 * 1024))
+                    .write(to: &opening)
                 try await peer.send(Array(opening.readableBytesView))
                 // Never reads. Over two seconds the server may fill the kernel's buffers, then must wait.
                 let largest = try await largestBuffered(server, for: 2)
                 let sent = probe.sent.withLockedValue { $0 }
-                #expect(largest <= Self.highWater + 64 * 1024 + 64, "the server buffered \(largest) bytes for a peer that does not read")
-                #expect(sent < 10_000 && sent * 64 * 1024 < 64 * 1024 * 1024, "the handler waited after \(sent) messages")
+                #expect(
+                    largest <= Self.highWater + 64 * 1024 + 64,
+                    "the server buffered \(largest) bytes for a peer that does not read")
+                #expect(
+                    sent < 10_000 && sent * 64 * 1024 < 64 * 1024 * 1024, "the handler waited after \(sent) messages")
                 // Other calls are served meanwhile.
-                #expect(try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 3), response: Ping.self).opaque == 3)
+                #expect(
+                    try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 3), response: Ping.self)
+                        .opaque == 3)
             }
         }
     }
@@ -78,9 +85,12 @@ import Testing
                 let statistics = await server.statistics()
                 // Over the mark by what was gathered when it was crossed (the handler hands the channel its
                 // answers every 8 KiB and stops framing what it read once unwritable), not by a read's worth.
-                #expect(statistics.largestBufferedOutboundBytes <= Self.highWater + 64 * 1024,
-                        "PONGs buffered for a peer that does not read: \(statistics.largestBufferedOutboundBytes) bytes")
-                #expect(try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 4), response: Ping.self).opaque == 4)
+                #expect(
+                    statistics.largestBufferedOutboundBytes <= Self.highWater + 64 * 1024,
+                    "PONGs buffered for a peer that does not read: \(statistics.largestBufferedOutboundBytes) bytes")
+                #expect(
+                    try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 4), response: Ping.self)
+                        .opaque == 4)
             }
         }
     }
@@ -113,7 +123,8 @@ import Testing
                     if frame.type == .trailers { break }
                 }
                 #expect(messages == 4)
-                #expect(await iterator.next() == .finished(4), "released once the last frame was written, and not before")
+                #expect(
+                    await iterator.next() == .finished(4), "released once the last frame was written, and not before")
             }
         }
     }
@@ -159,7 +170,8 @@ private final class Flooder: ChannelInboundHandler {
             flooded = true
             var out = ByteBuffer()
             for _ in 0..<32 {
-                Frame(type: .message, callID: frame.callID, payload: ByteBuffer(repeating: 1, count: 64 * 1024)).write(to: &out)
+                Frame(type: .message, callID: frame.callID, payload: ByteBuffer(repeating: 1, count: 64 * 1024)).write(
+                    to: &out)
             }
             context.writeAndFlush(wrapOutboundOut(out), promise: nil)
             return

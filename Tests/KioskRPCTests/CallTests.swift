@@ -28,7 +28,9 @@ import Testing
                 let got = NIOLockedValueBox<[UInt64]>([])
                 @Sendable func next(_ i: UInt64) {
                     guard i < first + count else { return done.succeed(got.withLockedValue { $0 }) }
-                    client.unary(echo, request: Ping(opaque: i), response: Ping.self, options: CallOptions(timeout: .seconds(10))) { result in
+                    client.unary(
+                        echo, request: Ping(opaque: i), response: Ping.self, options: CallOptions(timeout: .seconds(10))
+                    ) { result in
                         guard loop.inEventLoop else { return done.fail(TestFailure()) }
                         switch result {
                         case .success(let reply):
@@ -45,7 +47,9 @@ import Testing
             chain(0, count: 200, into: one)
             #expect(try await one.futureResult.get() == Array(0..<200))
             let many = (0..<20).map { _ in loop.makePromise(of: [UInt64].self) }
-            loop.execute { for (index, done) in many.enumerated() { chain(UInt64(index) * 1000, count: 20, into: done) } }
+            loop.execute {
+                for (index, done) in many.enumerated() { chain(UInt64(index) * 1000, count: 20, into: done) }
+            }
             for (index, done) in many.enumerated() {
                 #expect(try await done.futureResult.get() == Array(UInt64(index) * 1000..<UInt64(index) * 1000 + 20))
             }
@@ -54,7 +58,8 @@ import Testing
                 if case .failure(let error) = result { failed.succeed(error) } else { failed.fail(TestFailure()) }
             }
             let error = try await failed.futureResult.get()
-            #expect(error.code == .permissionDenied && error.source == .remote && error.metadata["reason"] == "restricted")
+            #expect(
+                error.code == .permissionDenied && error.source == .remote && error.metadata["reason"] == "restricted")
         }
     }
 
@@ -78,7 +83,8 @@ import Testing
             let chained = try await answered.futureResult.get()
             #expect(chained == Ping(opaque: 7))
             do {
-                _ = try await client.unary(TestService.prefix + "Fail", encoded: EncodedMessage(Ping(opaque: 0)), response: Ping.self)
+                _ = try await client.unary(
+                    TestService.prefix + "Fail", encoded: EncodedMessage(Ping(opaque: 0)), response: Ping.self)
                 Issue.record("a failing method answered")
             } catch let error as RPCError {
                 #expect(error.code == .permissionDenied && error.metadata["reason"] == "restricted")
@@ -91,8 +97,11 @@ import Testing
     @Test func responsesCanBeLeftEncoded() async throws {
         try await withServer { _, client in
             let request = EncodedMessage(Ping(opaque: 9))
-            @Sendable func call<R: WireMessage>(_ method: String, as type: R.Type, request: EncodedMessage<Ping> = request) async throws
-                -> Result<EncodedMessage<R>, RPCError> {
+            @Sendable func call<R: WireMessage>(
+                _ method: String, as type: R.Type, request: EncodedMessage<Ping> = request
+            ) async throws
+                -> Result<EncodedMessage<R>, RPCError>
+            {
                 let answered = client.eventLoop.makePromise(of: Result<EncodedMessage<R>, RPCError>.self)
                 client.unary(method, encoded: request, response: EncodedMessage<R>.self) { answered.succeed($0) }
                 return try await answered.futureResult.get()
@@ -102,9 +111,11 @@ import Testing
             // Ping's bytes (a varint in field 1) are not a HealthCheckRequest (a string in field 1): refused when decoded.
             let other = try await call(echo, as: HealthCheckRequest.self).get()
             #expect(throws: WireError.self) { try other.decoded() }
-            switch try await call(TestService.prefix + "Fail", as: Ping.self, request: EncodedMessage(Ping(opaque: 0))) {
+            switch try await call(TestService.prefix + "Fail", as: Ping.self, request: EncodedMessage(Ping(opaque: 0)))
+            {
             case .success: Issue.record("a failing method answered")
-            case .failure(let error): #expect(error.code == .permissionDenied && error.metadata["reason"] == "restricted")
+            case .failure(let error):
+                #expect(error.code == .permissionDenied && error.metadata["reason"] == "restricted")
             }
         }
     }
@@ -115,15 +126,26 @@ import Testing
         try await withServer { _, client in
             try await withThrowingTaskGroup(of: (UInt64, UInt64).self) { group in
                 for i in UInt64(0)..<90 {  // under the default cap of 100 calls open a connection
-                    group.addTask { (i, try await client.unary(TestService.prefix + "InlineEcho", request: Ping(opaque: i), response: Ping.self).opaque) }
+                    group.addTask {
+                        (
+                            i,
+                            try await client.unary(
+                                TestService.prefix + "InlineEcho", request: Ping(opaque: i), response: Ping.self
+                            ).opaque
+                        )
+                    }
                 }
                 for try await (sent, got) in group { #expect(got == (sent % 2 == 1 ? sent * 10 : sent)) }
             }
             let ok = CallOptions(metadata: ["authorization": "Bearer ok"])
-            #expect(try await client.unary(TestService.prefix + "InlineBehindAsync", request: Ping(opaque: 1), response: Ping.self, options: ok).opaque == 101)
+            #expect(
+                try await client.unary(
+                    TestService.prefix + "InlineBehindAsync", request: Ping(opaque: 1), response: Ping.self, options: ok
+                ).opaque == 101)
             let refused = await #expect(throws: RPCError.self) {
-                try await client.unary(TestService.prefix + "InlineBehindAsync", request: Ping(opaque: 1), response: Ping.self,
-                                       options: CallOptions(metadata: ["authorization": "Bearer no"]))
+                try await client.unary(
+                    TestService.prefix + "InlineBehindAsync", request: Ping(opaque: 1), response: Ping.self,
+                    options: CallOptions(metadata: ["authorization": "Bearer no"]))
             }
             #expect(refused?.code == .unauthenticated)
         }
@@ -132,13 +154,17 @@ import Testing
     @Test func serverStreamingCall() async throws {
         try await withServer { _, client in
             var received: [UInt64] = []
-            for try await ping in client.serverStreaming(TestService.prefix + "Count", request: Ping(opaque: 500), response: Ping.self) {
+            for try await ping in client.serverStreaming(
+                TestService.prefix + "Count", request: Ping(opaque: 500), response: Ping.self)
+            {
                 received.append(ping.opaque)
             }
             #expect(received == Array(0..<500))
             // An empty stream ends at once.
             var none = 0
-            for try await _ in client.serverStreaming(TestService.prefix + "Count", request: Ping(opaque: 0), response: Ping.self) { none += 1 }
+            for try await _ in client.serverStreaming(
+                TestService.prefix + "Count", request: Ping(opaque: 0), response: Ping.self)
+            { none += 1 }
             #expect(none == 0)
         }
     }
@@ -147,13 +173,15 @@ import Testing
         let calls = 1_000
         let probe = Probe(gatherTarget: calls)
         // The default cap is 100 calls a connection; this server allows all 1,000 at once.
-        let configuration = ServerConfiguration(shutdownGracePeriod: .seconds(5), limits: ServerLimits(maximumConcurrentCalls: calls))
+        let configuration = ServerConfiguration(
+            shutdownGracePeriod: .seconds(5), limits: ServerLimits(maximumConcurrentCalls: calls))
         try await withServer(probe: probe, configuration: configuration) { _, client in
             // Gather answers only once all 1,000 calls are in the server at the same time.
             try await withThrowingTaskGroup(of: (UInt64, UInt64).self) { group in
                 for i in 0..<UInt64(calls) {
                     group.addTask {
-                        let reply = try await client.unary(TestService.prefix + "Gather", request: Ping(opaque: i), response: Ping.self)
+                        let reply = try await client.unary(
+                            TestService.prefix + "Gather", request: Ping(opaque: i), response: Ping.self)
                         return (i, reply.opaque)
                     }
                 }
@@ -174,7 +202,8 @@ import Testing
         options.timeout = .milliseconds(100)
         try await withServer(probe: probe) { _, client in
             let error = await #expect(throws: RPCError.self) {
-                try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 1), response: Ping.self, options: options)
+                try await client.unary(
+                    TestService.prefix + "Hold", request: Ping(opaque: 1), response: Ping.self, options: options)
             }
             #expect(error?.code == .deadlineExceeded)
             // The handler was cancelled on the server, not left running.
@@ -187,8 +216,9 @@ import Testing
         let probe = Probe()
         try await withServer(probe: probe) { _, client in
             let error = await #expect(throws: RPCError.self) {
-                try await client.unary(TestService.prefix + "InlineHold", request: Ping(opaque: 3), response: Ping.self,
-                                       options: CallOptions(timeout: .milliseconds(100)))
+                try await client.unary(
+                    TestService.prefix + "InlineHold", request: Ping(opaque: 3), response: Ping.self,
+                    options: CallOptions(timeout: .milliseconds(100)))
             }
             #expect(error?.code == .deadlineExceeded)
             await probe.wait(for: .cancelled(3))
@@ -241,14 +271,16 @@ import Testing
             var metadata = Metadata()
             metadata.add("authorization", "Bearer s3cr3t")
             metadata.add("idempotency-key", "k-1")
-            let seen = try await client.unary(TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self,
-                                              options: CallOptions(timeout: .seconds(30), metadata: metadata))
+            let seen = try await client.unary(
+                TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self,
+                options: CallOptions(timeout: .seconds(30), metadata: metadata))
             #expect(seen.method == TestService.prefix + "Whoami")
             #expect(seen.metadata.bearerToken == "s3cr3t")
             #expect(seen.metadata["idempotency-key"] == "k-1")
             #expect((29_000...30_001).contains(seen.timeoutMs), "the handler saw the 30 s deadline, less the trip")
             // No timeout: no deadline.
-            let none = try await client.unary(TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self)
+            let none = try await client.unary(
+                TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self)
             #expect(none.timeoutMs == 0)
         }
     }
@@ -257,12 +289,14 @@ import Testing
     /// fails the call at once instead of meaning "no deadline".
     @Test func extremeTimeoutsAreClamped() async throws {
         try await withServer { _, client in
-            let far = try await client.unary(TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self,
-                                             options: CallOptions(timeout: .seconds(Int64.max / 2)))
+            let far = try await client.unary(
+                TestService.prefix + "Whoami", request: Ping(opaque: 0), response: CallHeaders.self,
+                options: CallOptions(timeout: .seconds(Int64.max / 2)))
             #expect(far.timeoutMs > 4_000_000_000, "about UInt32.max ms, the most the header holds")
             let error = await #expect(throws: RPCError.self) {
-                try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 1), response: Ping.self,
-                                       options: CallOptions(timeout: .seconds(-1)))
+                try await client.unary(
+                    TestService.prefix + "Hold", request: Ping(opaque: 1), response: Ping.self,
+                    options: CallOptions(timeout: .seconds(-1)))
             }
             #expect(error?.code == .deadlineExceeded)
         }
@@ -270,8 +304,9 @@ import Testing
 
     @Test func compressedCallsRoundTrip() async throws {
         try await withServer { _, client in
-            let reply = try await client.unary(TestService.prefix + "Blob", request: MetadataEntry(key: "b", value: "100000"),
-                                               response: MetadataEntry.self, options: CallOptions(compress: true))
+            let reply = try await client.unary(
+                TestService.prefix + "Blob", request: MetadataEntry(key: "b", value: "100000"),
+                response: MetadataEntry.self, options: CallOptions(compress: true))
             #expect(reply.value.utf8.count == 600_000)
         }
     }
@@ -280,7 +315,9 @@ import Testing
         // 6 MB of response is above the 4 MiB limit unless compressed below it.
         try await withServer { _, client in
             let error = await #expect(throws: RPCError.self) {
-                try await client.unary(TestService.prefix + "Blob", request: MetadataEntry(key: "b", value: "1000000"), response: MetadataEntry.self)
+                try await client.unary(
+                    TestService.prefix + "Blob", request: MetadataEntry(key: "b", value: "1000000"),
+                    response: MetadataEntry.self)
             }
             #expect(error?.code == .resourceExhausted)
             #expect(error?.source == .remote)
@@ -300,8 +337,10 @@ import Testing
     @Test func slowReaderKeepsServerBufferBoundedAndOtherCallsFlow() async throws {
         let probe = Probe()
         try await withServer(probe: probe) { _, client in
-            var flood = client.serverStreaming(TestService.prefix + "Flood", request: Ping(opaque: 200), response: MetadataEntry.self)
-                .makeAsyncIterator()
+            var flood = client.serverStreaming(
+                TestService.prefix + "Flood", request: Ping(opaque: 200), response: MetadataEntry.self
+            )
+            .makeAsyncIterator()
             // Read one message, then stop reading.
             _ = try await flood.next()
             // The handler gets 16 messages of 64 KiB (+ 9 bytes of framing) out before the
@@ -327,8 +366,10 @@ import Testing
         let probe = Probe()
         try await withServer(probe: probe) { _, client in
             do {
-                var flood = client.serverStreaming(TestService.prefix + "Flood", request: Ping(opaque: 1_000), response: MetadataEntry.self)
-                    .makeAsyncIterator()
+                var flood = client.serverStreaming(
+                    TestService.prefix + "Flood", request: Ping(opaque: 1_000), response: MetadataEntry.self
+                )
+                .makeAsyncIterator()
                 _ = try await flood.next()
             }
             // The iterator is gone: CANCEL reached the handler, whose send failed.
@@ -338,17 +379,25 @@ import Testing
 
     @Test func gracefulShutdownLetsInFlightCallsFinish() async throws {
         let probe = Probe()
-        let server = RPCServer(configuration: ServerConfiguration(shutdownGracePeriod: .seconds(30)), services: [TestService(probe: probe)])
+        let server = RPCServer(
+            configuration: ServerConfiguration(shutdownGracePeriod: .seconds(30)), services: [TestService(probe: probe)]
+        )
         try await server.start()
         let port = try #require(server.port)
         let client = RPCClient(host: "127.0.0.1", port: port)
-        let held = Task { try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 3), response: Ping.self) }
+        let held = Task {
+            try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 3), response: Ping.self)
+        }
         await probe.wait(for: .started(3))
 
         server.beginShutdown()
         // A new call is refused with UNAVAILABLE while the old one drains.
-        let late = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: .init(
-            initial: .milliseconds(10), maximum: .milliseconds(10), multiplier: 1, jitter: 0, maximumAttempts: 1)))
+        let late = RPCClient(
+            host: "127.0.0.1", port: port,
+            configuration: ClientConfiguration(
+                backoff: .init(
+                    initial: .milliseconds(10), maximum: .milliseconds(10), multiplier: 1, jitter: 0, maximumAttempts: 1
+                )))
         let refused = await #expect(throws: RPCError.self) {
             try await late.unary(TestService.prefix + "Echo", request: Ping(opaque: 4), response: Ping.self)
         }
@@ -372,7 +421,9 @@ import Testing
         let server = RPCServer(services: [TestService(probe: probe)])
         try await server.start()
         let client = RPCClient(host: "127.0.0.1", port: try #require(server.port))
-        let held = Task { try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 6), response: Ping.self) }
+        let held = Task {
+            try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 6), response: Ping.self)
+        }
         await probe.wait(for: .started(6))
         await server.shutdown(gracePeriod: .milliseconds(50))
         let error = await #expect(throws: RPCError.self) { try await held.value }
@@ -384,11 +435,13 @@ import Testing
     @Test func healthService() async throws {
         try await withServer { _, client in
             for service in ["", "kiosk.rpc.v1.Health", "kiosk.test.v1.Test"] {
-                let reply = try await client.unary(healthCheck, request: HealthCheckRequest(service: service), response: HealthCheckResponse.self)
+                let reply = try await client.unary(
+                    healthCheck, request: HealthCheckRequest(service: service), response: HealthCheckResponse.self)
                 #expect(reply.status == .serving)
             }
             let error = await #expect(throws: RPCError.self) {
-                try await client.unary(healthCheck, request: HealthCheckRequest(service: "no.Such"), response: HealthCheckResponse.self)
+                try await client.unary(
+                    healthCheck, request: HealthCheckRequest(service: "no.Such"), response: HealthCheckResponse.self)
             }
             #expect(error?.code == .notFound)
         }

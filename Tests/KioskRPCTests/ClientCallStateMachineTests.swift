@@ -1,5 +1,6 @@
-@testable import KioskRPC
 import Testing
+
+@testable import KioskRPC
 
 /// ClientCallStateMachine, event by event: the inbound window and the one end.
 @Suite struct ClientCallStateMachineTests {

@@ -1,4 +1,3 @@
-@testable import KioskRPC
 import KioskWire
 import Logging
 import NIOConcurrencyHelpers
@@ -6,13 +5,17 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
+@testable import KioskRPC
+
 /// ClientConnectionHandler on an EmbeddedChannel: the calls opened in one
 /// pass of the event loop leave in one flush, after the pass.
 @Suite struct ClientConnectionHandlerTests {
     /// A connected channel with the handler, and the handler bound to its loop (as calls hold it).
     func makeChannel() throws -> (EmbeddedChannel, ClientConnectionHandler, NIOLoopBound<ClientConnectionHandler>) {
         let channel = EmbeddedChannel()
-        let handler = ClientConnectionHandler(target: "test", logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })) {}
+        let handler = ClientConnectionHandler(
+            target: "test", logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+        ) {}
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         return (channel, handler, NIOLoopBound(handler, eventLoop: channel.eventLoop))
@@ -27,7 +30,9 @@ import Testing
             Ping(opaque: opaque).serialize(into: &request)
             handler.open(call, headers: headers, request: request, flags: [], timeout: nil)
         }
-        #expect(try channel.readOutbound(as: ByteBuffer.self) == nil, "nothing is flushed while the pass that opened the calls runs")
+        #expect(
+            try channel.readOutbound(as: ByteBuffer.self) == nil,
+            "nothing is flushed while the pass that opened the calls runs")
         channel.embeddedEventLoop.run()
         var frames: [Frame] = []
         var writes = 0
@@ -48,9 +53,12 @@ import Testing
         let (channel, handler, bound) = try makeChannel()
         let outcomes = NIOLockedValueBox<[UInt64: RPCError.Source]>([:])
         func open(_ opaque: UInt64) {
-            let slot = ClientCall.UnarySlot(.callback { result in
-                if case .failure(let error as RPCError) = result { outcomes.withLockedValue { $0[opaque] = error.source } }
-            })
+            let slot = ClientCall.UnarySlot(
+                .callback { result in
+                    if case .failure(let error as RPCError) = result {
+                        outcomes.withLockedValue { $0[opaque] = error.source }
+                    }
+                })
             let call = ClientCall(method: "/t.S/Echo", connection: bound, sink: .unary(slot))
             var request = ByteBuffer()
             Ping(opaque: opaque).serialize(into: &request)

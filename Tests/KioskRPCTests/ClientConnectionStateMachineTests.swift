@@ -1,6 +1,7 @@
-@testable import KioskRPC
 import KioskWire
 import Testing
+
+@testable import KioskRPC
 
 /// ClientConnectionStateMachine, event by event.
 @Suite struct ClientConnectionStateMachineTests {
@@ -25,9 +26,15 @@ import Testing
         var machine = Machine(target: "t")
         let id = open(&machine, "a")
         let other = open(&machine, "b")
-        guard case .deliver("a") = machine.receivedMessage(callID: id, bytes: 1024 * 1024) else { Issue.record("within"); return }
+        guard case .deliver("a") = machine.receivedMessage(callID: id, bytes: 1024 * 1024) else {
+            Issue.record("within")
+            return
+        }
         // The window is now 0: the server may not send.
-        guard case .closeWithError(let failing, let error) = machine.receivedMessage(callID: id, bytes: 1) else { Issue.record("breach"); return }
+        guard case .closeWithError(let failing, let error) = machine.receivedMessage(callID: id, bytes: 1) else {
+            Issue.record("breach")
+            return
+        }
         #expect(Set(failing) == ["a", "b"])
         #expect(error.code == .internal && error.message.contains("window"))
         check(machine.receivedMessage(callID: other, bytes: 1).isNone, "closed ignores")
@@ -37,25 +44,43 @@ import Testing
         var machine = Machine(target: "t")
         let id = open(&machine, "a")
         _ = machine.receivedMessage(callID: id, bytes: 1024 * 1024 + 10)
-        guard case .sendWindowUpdate(id, 20) = machine.granted(callID: id, increment: 20) else { Issue.record("grant"); return }
-        guard case .deliver = machine.receivedMessage(callID: id, bytes: 5) else { Issue.record("reopened"); return }
+        guard case .sendWindowUpdate(id, 20) = machine.granted(callID: id, increment: 20) else {
+            Issue.record("grant")
+            return
+        }
+        guard case .deliver = machine.receivedMessage(callID: id, bytes: 5) else {
+            Issue.record("reopened")
+            return
+        }
         check(machine.granted(callID: 77, increment: 1).isNone, "unknown call")
     }
 
     @Test func trailersFinishOnceAndLateFramesAreIgnored() {
         var machine = Machine(target: "t")
         let id = open(&machine, "a")
-        guard case .finish("a", let status, false) = machine.receivedTrailers(callID: id, status: CallStatus(code: 5, message: "nf")) else { Issue.record("finish"); return }
+        guard
+            case .finish("a", let status, false) = machine.receivedTrailers(
+                callID: id, status: CallStatus(code: 5, message: "nf"))
+        else {
+            Issue.record("finish")
+            return
+        }
         #expect(status.code == 5)
         check(machine.receivedTrailers(callID: id, status: CallStatus(code: 0)).isNone)
         check(machine.receivedMessage(callID: id, bytes: 1).isNone)
-        guard case .closeWithError = machine.receivedTrailers(callID: id, status: nil) else { Issue.record("undecodable trailers"); return }
+        guard case .closeWithError = machine.receivedTrailers(callID: id, status: nil) else {
+            Issue.record("undecodable trailers")
+            return
+        }
     }
 
     @Test func abandonSendsCancelOnce() {
         var machine = Machine(target: "t")
         let id = open(&machine, "a")
-        guard case .abandon(id, "a", let error, false) = machine.abandon(callID: id, error: RPCError(.cancelled, "c", source: .local)) else {
+        guard
+            case .abandon(id, "a", let error, false) = machine.abandon(
+                callID: id, error: RPCError(.cancelled, "c", source: .local))
+        else {
             Issue.record("abandon")
             return
         }
@@ -67,42 +92,72 @@ import Testing
         var machine = Machine(target: "t")
         let first = open(&machine, "a")
         _ = open(&machine, "b")
-        guard case .retire(let failing, let error, false) = machine.receivedGoAway(GoAway(lastCallID: first, code: 0, message: "bye")) else {
+        guard
+            case .retire(let failing, let error, false) = machine.receivedGoAway(
+                GoAway(lastCallID: first, code: 0, message: "bye"))
+        else {
             Issue.record("retire")
             return
         }
         #expect(failing == ["b"] && error.code == .unavailable)
-        guard case .fail(let refused) = machine.openCall("c", method: "/t.S/M") else { Issue.record("no new calls"); return }
+        guard case .fail(let refused) = machine.openCall("c", method: "/t.S/M") else {
+            Issue.record("no new calls")
+            return
+        }
         #expect(refused.message.contains("shutting down"))
-        guard case .finish("a", _, true) = machine.receivedTrailers(callID: first, status: CallStatus(code: 0)) else { Issue.record("last closes"); return }
+        guard case .finish("a", _, true) = machine.receivedTrailers(callID: first, status: CallStatus(code: 0)) else {
+            Issue.record("last closes")
+            return
+        }
     }
 
     @Test func goAwayWithNoCallsClosesAndNamesItsCode() {
         var machine = Machine(target: "t")
-        guard case .retire([], _, true) = machine.receivedGoAway(GoAway(lastCallID: 0, code: 8, message: "too_many_pings")) else { Issue.record("close"); return }
+        guard
+            case .retire([], _, true) = machine.receivedGoAway(
+                GoAway(lastCallID: 0, code: 8, message: "too_many_pings"))
+        else {
+            Issue.record("close")
+            return
+        }
         #expect(machine.closingReason.code == .resourceExhausted)
         #expect(machine.closingReason.message.contains("too_many_pings"))
-        guard case .closeWithError = Machine(target: "t").withGoAway(nil) else { Issue.record("undecodable goaway"); return }
+        guard case .closeWithError = Machine(target: "t").withGoAway(nil) else {
+            Issue.record("undecodable goaway")
+            return
+        }
     }
 
     @Test func spentCallIDsRetireTheConnection() {
         var machine = Machine(target: "t")
         machine.forceNextCallID(UInt32.max - 1)
-        guard case .send(let id, true) = machine.openCall("last", method: "/t.S/M") else { Issue.record("retire"); return }
+        guard case .send(let id, true) = machine.openCall("last", method: "/t.S/M") else {
+            Issue.record("retire")
+            return
+        }
         #expect(id == UInt32.max - 1)
-        guard case .fail = machine.openCall("more", method: "/t.S/M") else { Issue.record("refused"); return }
+        guard case .fail = machine.openCall("more", method: "/t.S/M") else {
+            Issue.record("refused")
+            return
+        }
     }
 
     @Test func channelInactiveFailsEveryCallWithTheReason() {
         var machine = Machine(target: "t")
         _ = open(&machine, "a")
-        guard case .failAll(let calls, let error, let unsent, _) = machine.channelInactive(reason: RPCError(.unavailable, "keepalive", source: .connection)) else {
+        guard
+            case .failAll(let calls, let error, let unsent, _) = machine.channelInactive(
+                reason: RPCError(.unavailable, "keepalive", source: .connection))
+        else {
             Issue.record("fail all")
             return
         }
         #expect(calls == ["a"] && unsent.isEmpty && error.message == "keepalive")
         check(machine.channelInactive(reason: nil).isNone)
-        guard case .fail(let refused) = machine.openCall("b", method: "/t.S/M") else { Issue.record("closed"); return }
+        guard case .fail(let refused) = machine.openCall("b", method: "/t.S/M") else {
+            Issue.record("closed")
+            return
+        }
         #expect(refused.message.contains("keepalive"))
     }
 }
@@ -115,13 +170,17 @@ extension ClientConnectionStateMachineTests {
         _ = open(&machine, "a")
         _ = open(&machine, "b")
         _ = open(&machine, "c")
-        guard case .failAll(let calls, let error, let unsent, let unsentError) = machine.channelInactive(
-            reason: RPCError(.unavailable, "keepalive", source: .connection), unsentFrom: 2) else {
+        guard
+            case .failAll(let calls, let error, let unsent, let unsentError) = machine.channelInactive(
+                reason: RPCError(.unavailable, "keepalive", source: .connection), unsentFrom: 2)
+        else {
             Issue.record("fail all")
             return
         }
         #expect(calls == ["a"] && error.source == .connection)
-        #expect(Set(unsent) == ["b", "c"] && unsentError.source == .unprocessed && unsentError.message == "keepalive; the call was not sent")
+        #expect(
+            Set(unsent) == ["b", "c"] && unsentError.source == .unprocessed
+                && unsentError.message == "keepalive; the call was not sent")
     }
 }
 

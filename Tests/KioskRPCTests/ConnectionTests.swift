@@ -14,7 +14,8 @@ import Testing
         let reserved = try ReservedPort()
         let port = reserved.port
 
-        let client = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: Self.quickBackoff))
+        let client = RPCClient(
+            host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: Self.quickBackoff))
         let error = await #expect(throws: RPCError.self) {
             try await client.unary(healthCheck, request: HealthCheckRequest(), response: HealthCheckResponse.self)
         }
@@ -37,7 +38,9 @@ import Testing
         #expect(down?.code == .unavailable)
         let again = RPCServer(configuration: ServerConfiguration(port: port), services: [TestService(probe: Probe())])
         try await again.start()
-        #expect(try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 3), response: Ping.self).opaque == 3)
+        #expect(
+            try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 3), response: Ping.self).opaque
+                == 3)
         await client.close()
         await again.shutdown()
     }
@@ -48,8 +51,11 @@ import Testing
             .childChannelInitializer { channel in channel.eventLoop.makeSucceededVoidFuture() }
             .bind(host: "127.0.0.1", port: 0).get()
         let port = try #require(silent.localAddress?.port)
-        let client = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
-            backoff: Self.quickBackoff, keepalive: Keepalive(interval: .milliseconds(50), timeout: .milliseconds(100))))
+        let client = RPCClient(
+            host: "127.0.0.1", port: port,
+            configuration: ClientConfiguration(
+                backoff: Self.quickBackoff,
+                keepalive: Keepalive(interval: .milliseconds(50), timeout: .milliseconds(100))))
         let error = await #expect(throws: RPCError.self) {
             try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
         }
@@ -64,10 +70,13 @@ import Testing
 
     @Test func serverDropsClientsThatStopAnsweringPings() async throws {
         let probe = Probe()
-        let configuration = ServerConfiguration(keepalive: Keepalive(interval: .milliseconds(200), timeout: .seconds(1)))
+        let configuration = ServerConfiguration(
+            keepalive: Keepalive(interval: .milliseconds(200), timeout: .seconds(1)))
         try await withServer(probe: probe, configuration: configuration) { server, client in
             // A control: Kiosk's client answers the server's PINGs, so its call outlives the silent peer.
-            let held = Task { try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 7), response: Ping.self) }
+            let held = Task {
+                try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 7), response: Ping.self)
+            }
             await probe.wait(for: .started(7))
 
             try await RawPeer.with(port: try #require(server.port)) { silent in
@@ -80,7 +89,9 @@ import Testing
                 #expect(ping.type == .ping)
                 let pinged = ContinuousClock.now
                 try await silent.readUntilClosed()
-                #expect(ContinuousClock.now - pinged < .seconds(15), "dropped after the PONG timeout (with slack for a loaded machine)")
+                #expect(
+                    ContinuousClock.now - pinged < .seconds(15),
+                    "dropped after the PONG timeout (with slack for a loaded machine)")
             }
             // The silent peer's call was cancelled with its connection…
             await probe.wait(for: .cancelled(8))
@@ -91,7 +102,8 @@ import Testing
     }
 
     @Test func connectionsOverTheCapGetGoAwayAndTheCapFreesUp() async throws {
-        let configuration = ServerConfiguration(shutdownGracePeriod: .seconds(1), limits: ServerLimits(maximumConnections: 2))
+        let configuration = ServerConfiguration(
+            shutdownGracePeriod: .seconds(1), limits: ServerLimits(maximumConnections: 2))
         try await withServer(configuration: configuration) { server, client in
             let port = try #require(server.port)
             // The test client is connection one.
@@ -100,7 +112,9 @@ import Testing
                 try await second.send(Frame.preface)
                 // Admitted on its own event loop: the third must come after the server counted the second.
                 let admitted = ContinuousClock.now + .seconds(10)
-                while server.connectionCount < 2, ContinuousClock.now < admitted { try await Task.sleep(for: .milliseconds(5)) }
+                while server.connectionCount < 2, ContinuousClock.now < admitted {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
                 #expect(server.connectionCount == 2)
                 try await RawPeer.with(port: port) { third in
                     // The refusal is written as soon as the server accepts, and its close may come before our preface goes out.
@@ -108,7 +122,9 @@ import Testing
                     let refusal = try #require(try await third.readFrame())
                     #expect(refusal.type == .goAway)
                     let goAway = try refusal.decode(GoAway.self)
-                    #expect(goAway.code == StatusCode.resourceExhausted.rawValue && goAway.message.contains("2 connections"))
+                    #expect(
+                        goAway.code == StatusCode.resourceExhausted.rawValue && goAway.message.contains("2 connections")
+                    )
                     try await third.readUntilClosed()
                 }
                 #expect(server.connectionCount <= 2)
@@ -116,16 +132,21 @@ import Testing
             // Both others leave: once the server has seen them go, the slots are free again.
             await client.close()
             let deadline = ContinuousClock.now + .seconds(10)
-            while server.connectionCount > 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+            while server.connectionCount > 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
             #expect(server.connectionCount == 0)
             let another = RPCClient(host: "127.0.0.1", port: port)
-            #expect(try await another.unary(TestService.prefix + "Echo", request: Ping(opaque: 2), response: Ping.self).opaque == 2)
+            #expect(
+                try await another.unary(TestService.prefix + "Echo", request: Ping(opaque: 2), response: Ping.self)
+                    .opaque == 2)
             await another.close()
         }
     }
 
     @Test func idleSweepClosesAConnectionWithoutCalls() async throws {
-        let configuration = ServerConfiguration(shutdownGracePeriod: .seconds(1), limits: ServerLimits(idleTimeout: .milliseconds(100)))
+        let configuration = ServerConfiguration(
+            shutdownGracePeriod: .seconds(1), limits: ServerLimits(idleTimeout: .milliseconds(100)))
         try await withServer(configuration: configuration) { server, _ in
             try await RawPeer.with(port: try #require(server.port)) { peer in
                 try await peer.send(Frame.preface)
@@ -149,4 +170,3 @@ import Testing
         }
     }
 }
-

@@ -11,31 +11,45 @@ import Testing
     static let configuration = ClientConfiguration(backoff: quickBackoff)
 
     @Test func endpointListsParse() throws {
-        #expect(try Endpoint.list(parsing: "a:7301,10.0.0.2:7302, [::1]:7303") == [
-            Endpoint(host: "a", port: 7301), Endpoint(host: "10.0.0.2", port: 7302), Endpoint(host: "::1", port: 7303)])
+        #expect(
+            try Endpoint.list(parsing: "a:7301,10.0.0.2:7302, [::1]:7303") == [
+                Endpoint(host: "a", port: 7301), Endpoint(host: "10.0.0.2", port: 7302),
+                Endpoint(host: "::1", port: 7303),
+            ])
         #expect(Endpoint(host: "::1", port: 7303).description == "[::1]:7303")
         #expect(try Endpoint(parsing: "store.example:443") == Endpoint(host: "store.example", port: 443))
-        for bad in ["", "a", "a:", ":7301", "a:0", "a:65536", "a:x", "a:1,", "a:1,,b:2", "::1:7301", "[::1]7301", "a:1,a:1"] {
-            #expect(throws: EndpointSyntaxError.self, "\(bad.debugDescription) must be refused") { try Endpoint.list(parsing: bad) }
+        for bad in [
+            "", "a", "a:", ":7301", "a:0", "a:65536", "a:x", "a:1,", "a:1,,b:2", "::1:7301", "[::1]7301", "a:1,a:1",
+        ] {
+            #expect(throws: EndpointSyntaxError.self, "\(bad.debugDescription) must be refused") {
+                try Endpoint.list(parsing: bad)
+            }
         }
     }
 
     @Test func picksTheFirstThatConnectsAndStaysOnIt() async throws {
         let dead = try ReservedPort()
         let (a, b) = (try await Self.server(), try await Self.server())
-        let client = RPCClient(endpoints: [Self.endpoint(dead.port), Self.endpoint(a), Self.endpoint(b)], configuration: Self.configuration)
+        let client = RPCClient(
+            endpoints: [Self.endpoint(dead.port), Self.endpoint(a), Self.endpoint(b)], configuration: Self.configuration
+        )
         // The first endpoint refuses: one attempt goes on to the second.
-        #expect(try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self).opaque == 1)
+        #expect(
+            try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self).opaque
+                == 1)
         #expect(client.connectedEndpoint == Self.endpoint(a))
         for i in 2...5 {
-            _ = try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: UInt64(i)), response: Ping.self)
+            _ = try await client.unary(
+                TestService.prefix + "Echo", request: Ping(opaque: UInt64(i)), response: Ping.self)
         }
         #expect(client.connectedEndpoint == Self.endpoint(a))
         #expect(a.connectionCount == 1 && b.connectionCount == 0)
 
         // A goes away: the next call connects to B and stays there when A is back.
         await a.shutdown()
-        #expect(try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 6), response: Ping.self).opaque == 6)
+        #expect(
+            try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 6), response: Ping.self).opaque
+                == 6)
         #expect(client.connectedEndpoint == Self.endpoint(b))
         await client.close()
         await b.shutdown()
@@ -47,14 +61,18 @@ import Testing
             .childChannelInitializer { channel in channel.pipeline.addHandler(CloseOnMethod(method: "Hold")) }
             .bind(host: "127.0.0.1", port: 0).get()
         let b = try await Self.server()
-        let client = RPCClient(endpoints: [Self.endpoint(killed.localAddress?.port ?? 0), Self.endpoint(b)], configuration: Self.configuration)
+        let client = RPCClient(
+            endpoints: [Self.endpoint(killed.localAddress?.port ?? 0), Self.endpoint(b)],
+            configuration: Self.configuration)
         let lost = await #expect(throws: RPCError.self) {
             try await client.unary(TestService.prefix + "Hold", request: Ping(opaque: 7), response: Ping.self)
         }
         #expect(lost?.code == .unavailable)
         #expect(lost?.source == .connection)
         // Sent again at once (as the SDK does): the lost connection is already retired, so it goes to B.
-        #expect(try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 8), response: Ping.self).opaque == 8)
+        #expect(
+            try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 8), response: Ping.self).opaque
+                == 8)
         #expect(client.connectedEndpoint == Self.endpoint(b))
         await client.close()
         await b.shutdown()
@@ -66,13 +84,17 @@ import Testing
         let (a, b) = (try await Self.server(probe: probe), try await Self.server())
         let first = RPCClient(endpoints: [Self.endpoint(a), Self.endpoint(b)], configuration: Self.configuration)
         // A call in flight keeps A draining for its grace period.
-        let held = Task { try await first.unary(TestService.prefix + "Hold", request: Ping(opaque: 9), response: Ping.self) }
+        let held = Task {
+            try await first.unary(TestService.prefix + "Hold", request: Ping(opaque: 9), response: Ping.self)
+        }
         await probe.wait(for: .started(9))
         a.beginShutdown()
         await a.waitUntilClosed()
         // A client that has not connected yet, A listed first: refused by A, served by B.
         let late = RPCClient(endpoints: [Self.endpoint(a), Self.endpoint(b)], configuration: Self.configuration)
-        #expect(try await late.unary(TestService.prefix + "Echo", request: Ping(opaque: 10), response: Ping.self).opaque == 10)
+        #expect(
+            try await late.unary(TestService.prefix + "Echo", request: Ping(opaque: 10), response: Ping.self).opaque
+                == 10)
         #expect(late.connectedEndpoint == Self.endpoint(b))
         // The draining connection still finishes its call.
         probe.release()
@@ -85,7 +107,8 @@ import Testing
 
     @Test func everyEndpointDownIsAConnectFailureNamingThemAll() async throws {
         let (first, second) = (try ReservedPort(), try ReservedPort())
-        let client = RPCClient(endpoints: [Self.endpoint(first.port), Self.endpoint(second.port)], configuration: Self.configuration)
+        let client = RPCClient(
+            endpoints: [Self.endpoint(first.port), Self.endpoint(second.port)], configuration: Self.configuration)
         let error = await #expect(throws: RPCError.self) {
             try await client.unary(TestService.prefix + "Echo", request: Ping(opaque: 1), response: Ping.self)
         }
@@ -124,7 +147,10 @@ import Testing
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             seen += Array(buffer: unwrapInboundIn(data))
-            if seen.count >= method.count, (0...(seen.count - method.count)).contains(where: { seen[$0..<$0 + method.count].elementsEqual(method) }) {
+            if seen.count >= method.count,
+                (0...(seen.count - method.count)).contains(where: { seen[$0..<$0 + method.count].elementsEqual(method) }
+                )
+            {
                 // The listener first: a reconnect must be refused, as a killed process's would be.
                 let channel = context.channel
                 if let listener = channel.parent {
@@ -137,7 +163,8 @@ import Testing
     }
 
     static func server(probe: Probe = Probe()) async throws -> RPCServer {
-        let server = RPCServer(configuration: ServerConfiguration(shutdownGracePeriod: .seconds(5)), services: [TestService(probe: probe)])
+        let server = RPCServer(
+            configuration: ServerConfiguration(shutdownGracePeriod: .seconds(5)), services: [TestService(probe: probe)])
         try await server.start()
         return server
     }

@@ -75,7 +75,9 @@ import Testing
         }
         #expect(answered.callID == 1 && answered.routed === routed && path.pending == nil)
 
-        for (type, callID) in [(FrameType.message, UInt32(3)), (.headers, 2), (.cancel, 2), (.ping, 0), (.windowUpdate, 2)] {
+        for (type, callID) in [
+            (FrameType.message, UInt32(3)), (.headers, 2), (.cancel, 2), (.ping, 0), (.windowUpdate, 2),
+        ] {
             path.admit(.init(callID: 2, routed: routed, timeoutMs: 50, headersGeneration: 1))
             guard case .open(let opened) = path.frameRead(type: type, callID: callID) else {
                 Issue.record("\(type) for call \(callID) must open call 2 first")

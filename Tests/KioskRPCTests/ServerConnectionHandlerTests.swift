@@ -1,4 +1,3 @@
-@testable import KioskRPC
 import KioskWire
 import Logging
 import NIOConcurrencyHelpers
@@ -6,11 +5,14 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
+@testable import KioskRPC
+
 /// ServerConnectionHandler on an EmbeddedChannel: every timer on a manual
 /// clock (no sleeps), every refusal seen as the frames written.
 @Suite struct ServerConnectionHandlerTests {
     static let limits = ServerLimits(
-        maximumConcurrentCalls: 2, requestTimeout: .seconds(10), handshakeTimeout: .seconds(5), idleTimeout: .seconds(60),
+        maximumConcurrentCalls: 2, requestTimeout: .seconds(10), handshakeTimeout: .seconds(5),
+        idleTimeout: .seconds(60),
         maximumPingStrikes: 2, minimumPingInterval: .seconds(5))
 
     struct Locked: RPCAuthenticator {
@@ -46,33 +48,46 @@ import Testing
         func authenticate(_ context: ServerContext) async throws -> (any Sendable)? { nil }
         func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication {
             lock.withLock { _checks += 1 }
-            guard !refuses, let token = context.metadata.bearerToken, token.hasPrefix("ok") else { throw RPCError(.unauthenticated, "not ok") }
+            guard !refuses, let token = context.metadata.bearerToken, token.hasPrefix("ok") else {
+                throw RPCError(.unauthenticated, "not ok")
+            }
             return .principal(token)
         }
         func stillHolds(_ principal: (any Sendable)?) -> Bool { principal is String && holds }
     }
 
-    func makeChannel(limits: ServerLimits = Self.limits, preface: Bool = true, shutdown: ShutdownFlag = ShutdownFlag(),
-                     runsHandlersOnEventLoop: Bool = false, counting: Counting = Counting()) throws -> EmbeddedChannel {
+    func makeChannel(
+        limits: ServerLimits = Self.limits, preface: Bool = true, shutdown: ShutdownFlag = ShutdownFlag(),
+        runsHandlersOnEventLoop: Bool = false, counting: Counting = Counting()
+    ) throws -> EmbeddedChannel {
         var router = RPCRouter()
         router.registerUnary("/t.S/Echo", request: Ping.self, response: Ping.self) { request, _ in request }
-        router.registerUnary("/t.S/Locked", request: Ping.self, response: Ping.self, authenticator: Locked()) { request, _ in request }
-        router.registerInlineUnary("/t.S/Inline", request: Ping.self, response: Ping.self, authenticator: Gatekeeper()) { request, context in
+        router.registerUnary("/t.S/Locked", request: Ping.self, response: Ping.self, authenticator: Locked()) {
+            request, _ in request
+        }
+        router.registerInlineUnary("/t.S/Inline", request: Ping.self, response: Ping.self, authenticator: Gatekeeper())
+        { request, context in
             guard request.opaque != 7 else { throw RPCError(.permissionDenied, "seven is refused") }
             return .response(Ping(opaque: request.opaque + (context.principal as? String == "gatekeeper" ? 1000 : 0)))
         }
-        router.registerInlineUnary("/t.S/Counted", request: Ping.self, response: Ping.self, authenticator: counting) { request, context in
+        router.registerInlineUnary("/t.S/Counted", request: Ping.self, response: Ping.self, authenticator: counting) {
+            request, context in
             let principal = context.principal as? String
-            return .response(Ping(opaque: request.opaque + (principal == "ok-a" ? 1000 : principal == "ok-b" ? 2000 : 0)))
+            return .response(
+                Ping(opaque: request.opaque + (principal == "ok-a" ? 1000 : principal == "ok-b" ? 2000 : 0)))
         }
-        router.registerInlineUnary("/t.S/Later", request: Ping.self, response: Ping.self, authenticator: Gatekeeper()) { request, _ in
+        router.registerInlineUnary("/t.S/Later", request: Ping.self, response: Ping.self, authenticator: Gatekeeper()) {
+            request, _ in
             .suspend { Ping(opaque: request.opaque + 1) }
         }
-        router.registerInlineUnary("/t.S/LockedInline", request: Ping.self, response: Ping.self, authenticator: Locked()) { request, _ in
+        router.registerInlineUnary(
+            "/t.S/LockedInline", request: Ping.self, response: Ping.self, authenticator: Locked()
+        ) { request, _ in
             .response(Ping(opaque: request.opaque + 2))
         }
         let handler = ServerConnectionHandler(
-            router: router, limits: limits, maximumMessageSize: 64 * 1024, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
+            router: router, limits: limits, maximumMessageSize: 64 * 1024,
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }),
             shutdown: shutdown, runsHandlersOnEventLoop: runsHandlersOnEventLoop)
         let channel = EmbeddedChannel()
         try channel.pipeline.syncOperations.addHandler(handler)
@@ -84,8 +99,12 @@ import Testing
         return channel
     }
 
-    func headers(_ callID: UInt32, _ method: String = "/t.S/Echo", timeoutMs: UInt32 = 0, metadata: Metadata = Metadata()) -> Frame {
-        Frame(type: .headers, callID: callID, message: CallHeaders(method: method, timeoutMs: timeoutMs, metadata: metadata))
+    func headers(
+        _ callID: UInt32, _ method: String = "/t.S/Echo", timeoutMs: UInt32 = 0, metadata: Metadata = Metadata()
+    ) -> Frame {
+        Frame(
+            type: .headers, callID: callID,
+            message: CallHeaders(method: method, timeoutMs: timeoutMs, metadata: metadata))
     }
 
     func written(_ channel: EmbeddedChannel) throws -> [Frame] {
@@ -110,7 +129,8 @@ import Testing
         var read = ByteBuffer()
         for (id, opaque) in [(1, 1), (3, 7), (5, 5)] as [(UInt32, UInt64)] {
             read.writeImmutableBuffer(headers(id, "/t.S/Inline", timeoutMs: 1000, metadata: bearer).wire)
-            read.writeImmutableBuffer(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)).wire)
+            read.writeImmutableBuffer(
+                Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)).wire)
         }
         read.writeImmutableBuffer(headers(9, "/t.S/Inline", metadata: ["authorization": "Bearer no"]).wire)
         // The last request split across two reads: the first read's answers leave when its whole frames are handled.
@@ -130,9 +150,15 @@ import Testing
         #expect(frames.map(\.callID) == [1, 1, 3, 5, 5, 9])
         #expect(try frames[0].decode(Ping.self).opaque == 1001, "the authenticator's principal reached the handler")
         #expect(try status(frames[1])?.code == 0)
-        #expect(try status(frames[2]).map { ($0.code, $0.message) } ?? (0, "") == (StatusCode.permissionDenied.rawValue, "seven is refused"))
+        #expect(
+            try status(frames[2]).map { ($0.code, $0.message) } ?? (0, "") == (
+                StatusCode.permissionDenied.rawValue, "seven is refused"
+            ))
         #expect(try frames[3].decode(Ping.self).opaque == 1005)
-        #expect(try status(frames[5]).map { ($0.code, $0.message) } ?? (0, "") == (StatusCode.unauthenticated.rawValue, "not ok"))
+        #expect(
+            try status(frames[5]).map { ($0.code, $0.message) } ?? (0, "") == (
+                StatusCode.unauthenticated.rawValue, "not ok"
+            ))
         // HEADERS over 2 KiB are not remembered (a peer cannot make a connection keep 16 KiB), and still served.
         let handler = try channel.pipeline.syncOperations.handler(type: ServerConnectionHandler.self)
         let remembered = handler.rememberedHeadersBytes
@@ -141,7 +167,8 @@ import Testing
         big.add("x-padding", String(repeating: "p", count: 3000))
         for id in [11, 13] as [UInt32] {
             channel.pipeline.fireChannelRead(headers(id, "/t.S/Inline", metadata: big).wire)
-            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: 6)).wire)
+            channel.pipeline.fireChannelRead(
+                Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: 6)).wire)
         }
         channel.pipeline.fireChannelReadComplete()
         let bigFrames = try written(channel)
@@ -160,10 +187,13 @@ import Testing
     /// call's came in between) is checked and leaves nothing to reuse.
     @Test func sameHeadersReuseTheCallerWhileItHolds() throws {
         let counting = Counting()
-        let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 10), runsHandlersOnEventLoop: true, counting: counting)
+        let channel = try makeChannel(
+            limits: ServerLimits(maximumConcurrentCalls: 10), runsHandlersOnEventLoop: true, counting: counting)
         func call(_ id: UInt32, _ token: String, _ opaque: UInt64) {
-            channel.pipeline.fireChannelRead(headers(id, "/t.S/Counted", metadata: ["authorization": "Bearer \(token)"]).wire)
-            channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)).wire)
+            channel.pipeline.fireChannelRead(
+                headers(id, "/t.S/Counted", metadata: ["authorization": "Bearer \(token)"]).wire)
+            channel.pipeline.fireChannelRead(
+                Frame(type: .message, flags: .endStream, callID: id, message: Ping(opaque: opaque)).wire)
         }
         func answers() throws -> [UInt64] {
             channel.pipeline.fireChannelReadComplete()
@@ -186,8 +216,10 @@ import Testing
         // 19 with ok-b's HEADERS reuses the caller found for 17, not 15's.
         channel.pipeline.fireChannelRead(headers(15, "/t.S/Counted", metadata: ["authorization": "Bearer ok-a"]).wire)
         channel.pipeline.fireChannelRead(headers(17, "/t.S/Counted", metadata: ["authorization": "Bearer ok-b"]).wire)
-        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 15, message: Ping(opaque: 5)).wire)
-        channel.pipeline.fireChannelRead(Frame(type: .message, flags: .endStream, callID: 17, message: Ping(opaque: 6)).wire)
+        channel.pipeline.fireChannelRead(
+            Frame(type: .message, flags: .endStream, callID: 15, message: Ping(opaque: 5)).wire)
+        channel.pipeline.fireChannelRead(
+            Frame(type: .message, flags: .endStream, callID: 17, message: Ping(opaque: 6)).wire)
         call(19, "ok-b", 7)
         #expect(try answers() == [1005, 2006, 2007])
         #expect(counting.checks == 7, "15 and 17 checked, 19 reused 17's")
@@ -212,7 +244,9 @@ import Testing
     /// frame, the end of the read, or a handler or authenticator that has to
     /// wait enters it as a call like any other.
     @Test func inlineCallAnsweredInItsReadIsNeverEntered() throws {
-        let channel = try makeChannel(limits: ServerLimits(maximumConcurrentCalls: 1, requestTimeout: .seconds(10)), runsHandlersOnEventLoop: true)
+        let channel = try makeChannel(
+            limits: ServerLimits(maximumConcurrentCalls: 1, requestTimeout: .seconds(10)), runsHandlersOnEventLoop: true
+        )
         let handler = try channel.pipeline.syncOperations.handler(type: ServerConnectionHandler.self)
         let bearer: Metadata = ["authorization": "Bearer ok"]
         func request(_ id: UInt32, _ opaque: UInt64) -> Frame {
@@ -279,7 +313,8 @@ import Testing
         #expect(try frames[0].decode(Ping.self).opaque == 1004)
         channel.embeddedEventLoop.advanceTime(by: .milliseconds(200))
         let expired = try #require(try status(written(channel).first))
-        #expect(expired.code == StatusCode.deadlineExceeded.rawValue, "call 3 never sent its request: its deadline ends it")
+        #expect(
+            expired.code == StatusCode.deadlineExceeded.rawValue, "call 3 never sent its request: its deadline ends it")
         _ = try? channel.finish()
     }
 
@@ -332,9 +367,13 @@ import Testing
 
     @Test func pingFloodGetsPongsThenEnhanceYourCalm() throws {
         let channel = try makeChannel()
-        for opaque in 1...5 { _ = try? channel.writeInbound(Frame(type: .ping, callID: 0, message: Ping(opaque: UInt64(opaque))).wire) }
+        for opaque in 1...5 {
+            _ = try? channel.writeInbound(Frame(type: .ping, callID: 0, message: Ping(opaque: UInt64(opaque))).wire)
+        }
         let frames = try written(channel)
-        #expect(frames.map(\.type) == [.pong, .pong, .pong, .goAway], "the first PING and two strikes are answered, the third strike ends it")
+        #expect(
+            frames.map(\.type) == [.pong, .pong, .pong, .goAway],
+            "the first PING and two strikes are answered, the third strike ends it")
         #expect(try frames[0].decode(Ping.self).opaque == 1)
         let goAway = try frames[3].decode(GoAway.self)
         #expect(goAway.code == StatusCode.resourceExhausted.rawValue && goAway.message.hasPrefix("too_many_pings"))
@@ -347,7 +386,8 @@ import Testing
         let channel = try makeChannel()
         let recorder = CloseRecorder()
         try channel.pipeline.syncOperations.addHandler(recorder, position: .first)
-        var bytes = Frame(type: .message, flags: .endStream, callID: 9, message: Ping(opaque: 1)).wire  // a call never opened
+        // A call never opened.
+        var bytes = Frame(type: .message, flags: .endStream, callID: 9, message: Ping(opaque: 1)).wire
         headers(11).write(to: &bytes)
         channel.pipeline.fireChannelRead(bytes)
         channel.pipeline.fireChannelReadComplete()
@@ -391,7 +431,9 @@ import Testing
         let refused = try #require(try status(written(channel).first))
         #expect(refused.code == StatusCode.unauthenticated.rawValue)
         // Its body, when it comes, is dropped unread.
-        try channel.writeInbound(Frame(type: .message, flags: [.endStream, .compressed], callID: 1, payload: ByteBuffer(bytes: [1, 2, 3])).wire)
+        try channel.writeInbound(
+            Frame(type: .message, flags: [.endStream, .compressed], callID: 1, payload: ByteBuffer(bytes: [1, 2, 3]))
+                .wire)
         #expect(try written(channel).isEmpty)
         #expect(channel.isActive)
         _ = try? channel.finish()

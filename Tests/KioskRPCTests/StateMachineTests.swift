@@ -1,5 +1,6 @@
-@testable import KioskRPC
 import Testing
+
+@testable import KioskRPC
 
 /// The protocol's value-type state, tested alone.
 @Suite struct StateMachineTests {
@@ -29,7 +30,8 @@ import Testing
     }
 
     @Test func backoffGrowsCapsAndJitters() {
-        let backoff = ConnectionBackoff(initial: .milliseconds(100), maximum: .seconds(1), multiplier: 2, jitter: 0.2, maximumAttempts: 10)
+        let backoff = ConnectionBackoff(
+            initial: .milliseconds(100), maximum: .seconds(1), multiplier: 2, jitter: 0.2, maximumAttempts: 10)
         #expect(backoff.delay(afterAttempt: 1, random: 0.5) == .milliseconds(100))
         #expect(backoff.delay(afterAttempt: 2, random: 0.5) == .milliseconds(200))
         #expect(backoff.delay(afterAttempt: 3, random: 0.5) == .milliseconds(400))

@@ -140,11 +140,14 @@ struct TestService: RPCService {
             }
         }
         // Inline, behind an authenticator that can only check asynchronously: the call runs as a task.
-        router.registerInlineUnary(Self.prefix + "InlineBehindAsync", request: Ping.self, response: Ping.self,
-                                   authenticator: AsyncOnly()) { request, context in
+        router.registerInlineUnary(
+            Self.prefix + "InlineBehindAsync", request: Ping.self, response: Ping.self,
+            authenticator: AsyncOnly()
+        ) { request, context in
             .response(Ping(opaque: request.opaque + (context.principal as? UInt64 ?? 0)))
         }
-        router.registerServerStreaming(Self.prefix + "Count", request: Ping.self, response: Ping.self) { request, writer, _ in
+        router.registerServerStreaming(Self.prefix + "Count", request: Ping.self, response: Ping.self) {
+            request, writer, _ in
             for i in 0..<request.opaque { try await writer.send(Ping(opaque: i)) }
         }
         // Waits until released or cancelled, reporting both.
@@ -175,15 +178,18 @@ struct TestService: RPCService {
         router.registerUnary(Self.prefix + "Whoami", request: Ping.self, response: CallHeaders.self) { _, context in
             // timeout_ms: the milliseconds left before the deadline the handler sees (0: none).
             let left = context.deadline.map { ContinuousClock.now.duration(to: $0).components.seconds * 1000 + 1 }
-            return CallHeaders(method: context.method, timeoutMs: left.map { UInt32(clamping: $0) } ?? 0, metadata: context.metadata)
+            return CallHeaders(
+                method: context.method, timeoutMs: left.map { UInt32(clamping: $0) } ?? 0, metadata: context.metadata)
         }
         // A large, compressible response of `opaque` bytes.
-        router.registerUnary(Self.prefix + "Blob", request: MetadataEntry.self, response: MetadataEntry.self) { request, _ in
+        router.registerUnary(Self.prefix + "Blob", request: MetadataEntry.self, response: MetadataEntry.self) {
+            request, _ in
             MetadataEntry(key: request.key, value: String(repeating: "kiosk ", count: Int(request.value) ?? 0))
         }
         // Streams `opaque` messages of 64 KiB; reports .started when its handler returns and
         // .finished once the call's last frame has left for the socket (`whenFinished`).
-        router.registerServerStreaming(Self.prefix + "Tail", request: Ping.self, response: MetadataEntry.self) { request, writer, _ in
+        router.registerServerStreaming(Self.prefix + "Tail", request: Ping.self, response: MetadataEntry.self) {
+            request, writer, _ in
             writer.whenFinished {
                 probe.sent.withLockedValue { $0 = -1 }
                 probe.emit(.finished(request.opaque))
@@ -193,7 +199,8 @@ struct TestService: RPCService {
             probe.emit(.started(request.opaque))
         }
         // Streams `opaque` messages of 64 KiB, counting those sent.
-        router.registerServerStreaming(Self.prefix + "Flood", request: Ping.self, response: MetadataEntry.self) { request, writer, _ in
+        router.registerServerStreaming(Self.prefix + "Flood", request: Ping.self, response: MetadataEntry.self) {
+            request, writer, _ in
             let chunk = MetadataEntry(key: "chunk", binaryValue: Array(repeating: 0xAB, count: 64 * 1024))
             do {
                 for _ in 0..<request.opaque {
@@ -240,10 +247,15 @@ struct RawPeer {
 
     /// Connects to 127.0.0.1:`port` and runs `body`; the connection closes afterwards.
     /// `receiveBuffer` sets SO_RCVBUF: a small one keeps the kernel from soaking up what the server sends.
-    static func with<R: Sendable>(port: Int, receiveBuffer: Int? = nil, _ body: (inout RawPeer) async throws -> R) async throws -> R {
+    static func with<R: Sendable>(
+        port: Int, receiveBuffer: Int? = nil, _ body: (inout RawPeer) async throws -> R
+    ) async throws -> R {
         var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-        if let receiveBuffer { bootstrap = bootstrap.channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(receiveBuffer)) }
-        let channel = try await bootstrap
+        if let receiveBuffer {
+            bootstrap = bootstrap.channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(receiveBuffer))
+        }
+        let channel =
+            try await bootstrap
             .connect(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)

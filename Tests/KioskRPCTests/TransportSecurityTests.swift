@@ -12,7 +12,8 @@ import Testing
 
     /// A fresh CA and server pair in a temporary directory.
     static func certificates(hosts: [String] = [], includingLoopback: Bool = true) throws -> DevelopmentCertificates {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kiosk-tls-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kiosk-tls-\(UUID().uuidString)")
+            .path
         return try DevelopmentCertificates.create(in: directory, hosts: hosts, includingLoopback: includingLoopback)
     }
 
@@ -22,13 +23,17 @@ import Testing
 
     @Test func aClientTrustingTheCAConnectsByAddressAndByName() async throws {
         let files = try Self.certificates()
-        let identity = try ServerTLSIdentity(certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
-        let server = RPCServer(configuration: ServerConfiguration(tls: identity), services: [TestService(probe: Probe())])
+        let identity = try ServerTLSIdentity(
+            certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
+        let server = RPCServer(
+            configuration: ServerConfiguration(tls: identity), services: [TestService(probe: Probe())])
         try await server.start()
         let port = try #require(server.port)
-        for (host, name) in [("127.0.0.1", nil), ("localhost", nil), ("127.0.0.1", "localhost")] as [(String, String?)] {
+        for (host, name) in [("127.0.0.1", nil), ("localhost", nil), ("127.0.0.1", "localhost")] as [(String, String?)]
+        {
             let tls = try ClientTLS(trustRootsPath: files.caCertificatePath, serverName: name)
-            let client = RPCClient(host: host, port: port, configuration: ClientConfiguration(backoff: Self.noRetry, tls: tls))
+            let client = RPCClient(
+                host: host, port: port, configuration: ClientConfiguration(backoff: Self.noRetry, tls: tls))
             #expect(try await Self.echo(client, 7) == 7)
             await client.close()
         }
@@ -38,23 +43,30 @@ import Testing
     @Test func aClientWithAnotherTrustRootOrNameCannotConnect() async throws {
         let files = try Self.certificates()
         let stranger = try Self.certificates()
-        let identity = try ServerTLSIdentity(certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
-        let server = RPCServer(configuration: ServerConfiguration(tls: identity), services: [TestService(probe: Probe())])
+        let identity = try ServerTLSIdentity(
+            certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
+        let server = RPCServer(
+            configuration: ServerConfiguration(tls: identity), services: [TestService(probe: Probe())])
         try await server.start()
         let port = try #require(server.port)
 
-        let wrongRoot = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
-            backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: stranger.caCertificatePath)))
+        let wrongRoot = RPCClient(
+            host: "127.0.0.1", port: port,
+            configuration: ClientConfiguration(
+                backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: stranger.caCertificatePath)))
         let untrusted = await #expect(throws: RPCError.self) { try await Self.echo(wrongRoot, 1) }
         #expect(untrusted?.code == .unavailable)
         #expect(untrusted?.isConnectFailure == true)
-        #expect(untrusted?.message.hasPrefix("TLS handshake with") == true, "a certificate refusal, not retried: \(String(describing: untrusted))")
+        #expect(
+            untrusted?.message.hasPrefix("TLS handshake with") == true,
+            "a certificate refusal, not retried: \(String(describing: untrusted))")
         await wrongRoot.close()
 
-
         // A plaintext client gets nothing from a TLS server either.
-        let plain = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
-            connectTimeout: .seconds(2), backoff: Self.noRetry, defaultTimeout: .seconds(2)))
+        let plain = RPCClient(
+            host: "127.0.0.1", port: port,
+            configuration: ClientConfiguration(
+                connectTimeout: .seconds(2), backoff: Self.noRetry, defaultTimeout: .seconds(2)))
         await #expect(throws: RPCError.self) { try await Self.echo(plain, 3) }
         await plain.close()
         await server.shutdown()
@@ -64,17 +76,26 @@ import Testing
     /// (NIOSSL accepts a certificate whose IP address names the peer too, so the certificate must not name 127.0.0.1.)
     @Test func theServersNameIsVerified() async throws {
         let files = try Self.certificates(hosts: ["store.example.com"], includingLoopback: false)
-        let identity = try ServerTLSIdentity(certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
-        let server = RPCServer(configuration: ServerConfiguration(tls: identity), services: [TestService(probe: Probe())])
+        let identity = try ServerTLSIdentity(
+            certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
+        let server = RPCServer(
+            configuration: ServerConfiguration(tls: identity), services: [TestService(probe: Probe())])
         try await server.start()
         let port = try #require(server.port)
-        let byAddress = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
-            backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: files.caCertificatePath)))
+        let byAddress = RPCClient(
+            host: "127.0.0.1", port: port,
+            configuration: ClientConfiguration(
+                backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: files.caCertificatePath)))
         let misnamed = await #expect(throws: RPCError.self) { try await Self.echo(byAddress, 1) }
-        #expect(misnamed?.message.hasPrefix("TLS handshake with") == true, "a certificate refusal, not retried: \(String(describing: misnamed))")
+        #expect(
+            misnamed?.message.hasPrefix("TLS handshake with") == true,
+            "a certificate refusal, not retried: \(String(describing: misnamed))")
         await byAddress.close()
-        let byName = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(
-            backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: files.caCertificatePath, serverName: "store.example.com")))
+        let byName = RPCClient(
+            host: "127.0.0.1", port: port,
+            configuration: ClientConfiguration(
+                backoff: Self.noRetry,
+                tls: try ClientTLS(trustRootsPath: files.caCertificatePath, serverName: "store.example.com")))
         #expect(try await Self.echo(byName, 2) == 2)
         await byName.close()
         await server.shutdown()
@@ -83,18 +104,23 @@ import Testing
     @Test func reloadServesTheNewCertificateToNewConnections() async throws {
         let first = try Self.certificates()
         let second = try Self.certificates()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kiosk-tls-live-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "kiosk-tls-live-\(UUID().uuidString)"
+        ).path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let certificate = (directory as NSString).appendingPathComponent("server.pem")
         let key = (directory as NSString).appendingPathComponent("server-key.pem")
         try FileManager.default.copyItem(atPath: first.serverCertificatePath, toPath: certificate)
         try FileManager.default.copyItem(atPath: first.serverKeyPath, toPath: key)
         let identity = try ServerTLSIdentity(certificateChainPath: certificate, privateKeyPath: key)
-        let server = RPCServer(configuration: ServerConfiguration(tls: identity), services: [TestService(probe: Probe())])
+        let server = RPCServer(
+            configuration: ServerConfiguration(tls: identity), services: [TestService(probe: Probe())])
         try await server.start()
         let port = try #require(server.port)
         func client(trusting ca: String) throws -> RPCClient {
-            RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: ca)))
+            RPCClient(
+                host: "127.0.0.1", port: port,
+                configuration: ClientConfiguration(backoff: Self.noRetry, tls: try ClientTLS(trustRootsPath: ca)))
         }
         let before = try client(trusting: second.caCertificatePath)
         await #expect(throws: RPCError.self) { try await Self.echo(before, 1) }
@@ -123,16 +149,21 @@ import Testing
     /// GOAWAY); the client counts it as a failed attempt and retries with backoff, not as a certificate error.
     @Test func aTLSServerAtItsCapClosesAndTheClientRetries() async throws {
         let files = try Self.certificates()
-        let identity = try ServerTLSIdentity(certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
-        let server = RPCServer(configuration: ServerConfiguration(limits: ServerLimits(maximumConnections: 1), tls: identity),
-                               services: [TestService(probe: Probe())])
+        let identity = try ServerTLSIdentity(
+            certificateChainPath: files.serverCertificatePath, privateKeyPath: files.serverKeyPath)
+        let server = RPCServer(
+            configuration: ServerConfiguration(limits: ServerLimits(maximumConnections: 1), tls: identity),
+            services: [TestService(probe: Probe())])
         try await server.start()
         let port = try #require(server.port)
         let tls = try ClientTLS(trustRootsPath: files.caCertificatePath)
-        let first = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: Self.noRetry, tls: tls))
+        let first = RPCClient(
+            host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: Self.noRetry, tls: tls))
         #expect(try await Self.echo(first, 1) == 1)
-        let twoAttempts = ConnectionBackoff(initial: .milliseconds(5), maximum: .milliseconds(5), multiplier: 1, jitter: 0, maximumAttempts: 2)
-        let second = RPCClient(host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: twoAttempts, tls: tls))
+        let twoAttempts = ConnectionBackoff(
+            initial: .milliseconds(5), maximum: .milliseconds(5), multiplier: 1, jitter: 0, maximumAttempts: 2)
+        let second = RPCClient(
+            host: "127.0.0.1", port: port, configuration: ClientConfiguration(backoff: twoAttempts, tls: tls))
         let refused = await #expect(throws: RPCError.self) { try await Self.echo(second, 2) }
         #expect(refused?.code == .unavailable)
         #expect(refused?.message.contains("after 2 attempt(s)") == true, "\(String(describing: refused))")
@@ -143,7 +174,8 @@ import Testing
 
     @Test func plaintextIsRefusedOffLoopbackUnlessAllowed() async throws {
         // Refused before anything is bound.
-        let server = RPCServer(configuration: ServerConfiguration(host: "0.0.0.0"), services: [TestService(probe: Probe())])
+        let server = RPCServer(
+            configuration: ServerConfiguration(host: "0.0.0.0"), services: [TestService(probe: Probe())])
         let refused = await #expect(throws: TransportSecurityError.self) { try await server.start() }
         #expect(refused?.message.contains("not a loopback address") == true)
         // (Not bound: the tests listen on loopback only.)
@@ -153,7 +185,11 @@ import Testing
         let error = await #expect(throws: RPCError.self) { try await Self.echo(client, 1) }
         #expect(error?.message.contains("plaintext") == true)
         await client.close()
-        #expect(Loopback.contains(host: "127.0.0.1") && Loopback.contains(host: "localhost") && Loopback.contains(host: "::1"))
-        #expect(!Loopback.contains(host: "0.0.0.0") && !Loopback.contains(host: "10.0.0.1") && !Loopback.contains(host: "127.example.com"))
+        #expect(
+            Loopback.contains(host: "127.0.0.1") && Loopback.contains(host: "localhost")
+                && Loopback.contains(host: "::1"))
+        #expect(
+            !Loopback.contains(host: "0.0.0.0") && !Loopback.contains(host: "10.0.0.1")
+                && !Loopback.contains(host: "127.example.com"))
     }
 }

@@ -55,7 +55,8 @@ import Testing
             }
             // No 2 GiB buffer was allocated on the way.
             #expect(residentBytes() - before < 256 << 20)
-            let health = try await client.unary(healthCheck, request: HealthCheckRequest(), response: HealthCheckResponse.self)
+            let health = try await client.unary(
+                healthCheck, request: HealthCheckRequest(), response: HealthCheckResponse.self)
             #expect(health.status == .serving)
         }
     }
@@ -67,7 +68,8 @@ import Testing
                 try await peer.send(Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
                 try await peer.readUntilClosed()
             }
-            let health = try await client.unary(healthCheck, request: HealthCheckRequest(), response: HealthCheckResponse.self)
+            let health = try await client.unary(
+                healthCheck, request: HealthCheckRequest(), response: HealthCheckResponse.self)
             #expect(health.status == .serving)
         }
     }
@@ -106,7 +108,9 @@ import Testing
                     Frame(type: .message, flags: [.endStream, .compressed], callID: 1, payload: Zlib.compress(request)))
                 let message = try #require(try await peer.readFrame())
                 #expect(message.type == .message)
-                let payload = message.flags.contains(.compressed) ? try Zlib.decompress(message.payload, limit: 1024) : message.payload
+                let payload =
+                    message.flags.contains(.compressed)
+                    ? try Zlib.decompress(message.payload, limit: 1024) : message.payload
                 #expect(try HealthCheckResponse(serializedBytes: payload).status == .serving)
             }
         }
@@ -131,7 +135,8 @@ import Testing
         try await withServer(probe: probe) { server, _ in
             try await RawPeer.with(port: try #require(server.port)) { peer in
                 try await peer.send(Frame.preface)
-                try await peer.send(.headers(1, TestService.prefix + "Hold", timeoutMs: 50), .request(1, Ping(opaque: 1)))
+                try await peer.send(
+                    .headers(1, TestService.prefix + "Hold", timeoutMs: 50), .request(1, Ping(opaque: 1)))
                 let trailers = try #require(try await peer.readFrame())
                 #expect(trailers.type == .trailers && trailers.callID == 1)
                 #expect(try trailers.decode(CallStatus.self).code == StatusCode.deadlineExceeded.rawValue)
@@ -158,7 +163,10 @@ import Testing
     }
 
     @Test(arguments: [
-        ("HEADERS reusing a call id", [Frame.headers(5, healthCheck), .request(5, HealthCheckRequest()), .headers(5, healthCheck)]),
+        (
+            "HEADERS reusing a call id",
+            [Frame.headers(5, healthCheck), .request(5, HealthCheckRequest()), .headers(5, healthCheck)]
+        ),
         ("MESSAGE for a call never opened", [Frame.request(9, HealthCheckRequest())]),
         ("undecodable HEADERS", [Frame(type: .headers, callID: 1, payload: ByteBuffer(bytes: [0xFF]))]),
     ])
@@ -175,7 +183,8 @@ import Testing
                 let frame = try #require(goAway, "\(breach): expected GOAWAY before the close")
                 #expect(try frame.decode(GoAway.self).code == StatusCode.internal.rawValue, "\(breach)")
             }
-            let health = try await client.unary(healthCheck, request: HealthCheckRequest(), response: HealthCheckResponse.self)
+            let health = try await client.unary(
+                healthCheck, request: HealthCheckRequest(), response: HealthCheckResponse.self)
             #expect(health.status == .serving)
         }
     }
@@ -184,7 +193,8 @@ import Testing
         try await withServer { server, _ in
             try await RawPeer.with(port: try #require(server.port)) { peer in
                 try await peer.send(Frame.preface)
-                try await peer.send(Frame(type: FrameType(rawValue: 99), callID: 0, payload: ByteBuffer(bytes: [1, 2, 3])))
+                try await peer.send(
+                    Frame(type: FrameType(rawValue: 99), callID: 0, payload: ByteBuffer(bytes: [1, 2, 3])))
                 try await peer.send(.headers(1, TestService.prefix + "Echo"), .request(1, Ping(opaque: 11)))
                 let message = try #require(try await peer.readFrame())
                 #expect(try message.decode(Ping.self) == Ping(opaque: 11))

@@ -3,21 +3,26 @@ import Testing
 
 @Suite("Money")
 struct MoneyTests {
-    @Test("prices read with their currency's ISO 4217 decimals", arguments: [
-        ("4.99", "USD", Int64(499)), ("4.9", "USD", 490), ("5", "EUR", 500), ("0", "USD", 0), ("0.00", "USD", 0),
-        ("1.255", "KWD", 1255), ("1.2", "KWD", 1200), ("7", "BHD", 7000),
-        ("500", "JPY", 500), ("120000", "KRW", 120_000),
-    ])
+    @Test(
+        "prices read with their currency's ISO 4217 decimals",
+        arguments: [
+            ("4.99", "USD", Int64(499)), ("4.9", "USD", 490), ("5", "EUR", 500), ("0", "USD", 0), ("0.00", "USD", 0),
+            ("1.255", "KWD", 1255), ("1.2", "KWD", 1200), ("7", "BHD", 7000),
+            ("500", "JPY", 500), ("120000", "KRW", 120_000),
+        ])
     func reads(text: String, currency: String, minor: Int64) throws {
         let money = try #require(Money(decimal: text, currency: currency))
         #expect(money.minorUnits == minor)
         #expect(Money(decimal: money.decimalString, currency: currency) == money)
     }
 
-    @Test("more decimals than the currency has, signs, exponents and blanks are refused", arguments: [
-        ("4.999", "USD"), ("1.2555", "KWD"), ("500.5", "JPY"), ("-1", "USD"), ("+1", "USD"), (".5", "USD"), ("5.", "USD"),
-        ("1e3", "USD"), ("", "USD"), (" 1", "USD"), ("1.2.3", "USD"), ("99999999999999999999", "USD"),
-    ])
+    @Test(
+        "more decimals than the currency has, signs, exponents and blanks are refused",
+        arguments: [
+            ("4.999", "USD"), ("1.2555", "KWD"), ("500.5", "JPY"), ("-1", "USD"), ("+1", "USD"), (".5", "USD"),
+            ("5.", "USD"),
+            ("1e3", "USD"), ("", "USD"), (" 1", "USD"), ("1.2.3", "USD"), ("99999999999999999999", "USD"),
+        ])
     func refuses(text: String, currency: String) {
         #expect(Money(decimal: text, currency: currency) == nil)
     }
@@ -39,11 +44,13 @@ struct MoneyTests {
 
     @Test("a charge of 1.255 KWD is 1255 fils to the processor")
     func threeDecimalCharge() {
-        let request = PaymentRequest(paymentID: "p", accountID: "a", productID: "x", quantity: 2, unitPrice: "1.255", currency: "KWD",
-                                     paymentMethod: "m")
+        let request = PaymentRequest(
+            paymentID: "p", accountID: "a", productID: "x", quantity: 2, unitPrice: "1.255", currency: "KWD",
+            paymentMethod: "m")
         #expect(request.amountMinorUnits == 2510)
-        let free = PaymentRequest(paymentID: "p", accountID: "a", productID: "x", quantity: 1, unitPrice: "0.00", currency: "USD",
-                                  paymentMethod: "m")
+        let free = PaymentRequest(
+            paymentID: "p", accountID: "a", productID: "x", quantity: 1, unitPrice: "0.00", currency: "USD",
+            paymentMethod: "m")
         #expect(free.amount?.isZero == true)
     }
 
@@ -58,13 +65,18 @@ struct MoneyTests {
 struct FieldLimitsTests {
     @Test("a field at its limit passes; one byte more is refused, naming the field")
     func limits() throws {
-        try FieldLimits.check(String(repeating: "x", count: FieldLimits.paymentMethod), "payment_method", max: FieldLimits.paymentMethod)
+        try FieldLimits.check(
+            String(repeating: "x", count: FieldLimits.paymentMethod), "payment_method", max: FieldLimits.paymentMethod)
         #expect(throws: FieldTooLong(field: "payment_method", limit: 256, length: 257)) {
             try FieldLimits.check(String(repeating: "x", count: 257), "payment_method", max: FieldLimits.paymentMethod)
         }
         // Bytes, not characters: 128 two-byte characters are 256 bytes.
         try FieldLimits.check(String(repeating: "é", count: 128), "payment_method", max: 256)
-        #expect(throws: FieldTooLong.self) { try FieldLimits.check(String(repeating: "é", count: 129), "payment_method", max: 256) }
-        #expect(FieldTooLong(field: "reason", limit: 1024, length: 2000).description == "reason is 2000 bytes; at most 1024 are accepted")
+        #expect(throws: FieldTooLong.self) {
+            try FieldLimits.check(String(repeating: "é", count: 129), "payment_method", max: 256)
+        }
+        #expect(
+            FieldTooLong(field: "reason", limit: 1024, length: 2000).description
+                == "reason is 2000 bytes; at most 1024 are accepted")
     }
 }

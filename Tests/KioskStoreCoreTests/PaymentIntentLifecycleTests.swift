@@ -5,7 +5,9 @@ import Testing
 @Suite("Payment intent lifecycle")
 struct PaymentIntentLifecycleTests {
     static let kinds: [PaymentKind] = [.purchase, .approval, .renewal]
-    static let states: [PaymentIntentLifecycle.State] = [.pending, .completed, .closed(uncharged: true), .closed(uncharged: false)]
+    static let states: [PaymentIntentLifecycle.State] = [
+        .pending, .completed, .closed(uncharged: true), .closed(uncharged: false),
+    ]
 
     @Test("a charge succeeds: PENDING → COMPLETED, record PURCHASED", arguments: kinds)
     func succeeded(_ kind: PaymentKind) {
@@ -18,14 +20,19 @@ struct PaymentIntentLifecycleTests {
     func declined(_ kind: PaymentKind) {
         var intent = PaymentIntentLifecycle(kind: kind)
         let action = intent.processorAnswered(.declined(reason: "card_declined", message: "no"))
-        #expect(action == (kind == .purchase ? .recordFailed(reason: "card_declined") : .close(outcome: "declined:card_declined")))
+        #expect(
+            action
+                == (kind == .purchase
+                    ? .recordFailed(reason: "card_declined") : .close(outcome: "declined:card_declined")))
         #expect(intent.state == .closed(uncharged: false))
     }
 
     @Test("a cancel: a purchase records FAILED, the others close", arguments: kinds)
     func cancelled(_ kind: PaymentKind) {
         var intent = PaymentIntentLifecycle(kind: kind)
-        #expect(intent.processorAnswered(.cancelled) == (kind == .purchase ? .recordFailed(reason: "cancelled") : .close(outcome: "cancelled")))
+        #expect(
+            intent.processorAnswered(.cancelled)
+                == (kind == .purchase ? .recordFailed(reason: "cancelled") : .close(outcome: "cancelled")))
         #expect(intent.state == .closed(uncharged: false))
     }
 
@@ -44,7 +51,9 @@ struct PaymentIntentLifecycleTests {
         #expect(intent.state == .pending)
     }
 
-    @Test("settled intents ignore late answers", arguments: kinds, [PaymentIntentLifecycle.State.completed, .closed(uncharged: false)])
+    @Test(
+        "settled intents ignore late answers", arguments: kinds,
+        [PaymentIntentLifecycle.State.completed, .closed(uncharged: false)])
     func settledIgnoresAnswers(_ kind: PaymentKind, _ state: PaymentIntentLifecycle.State) {
         var intent = PaymentIntentLifecycle(kind: kind, state: state)
         #expect(intent.processorAnswered(.succeeded(reference: "late")) == .nothing)
@@ -64,7 +73,9 @@ struct PaymentIntentLifecycleTests {
             case (.pending, .deferred) where kind == .purchase:
                 #expect(action == .recordDeferred && intent.state == .completed)
             case (.pending, _):
-                #expect(action == .close(outcome: PaymentIntentLifecycle.closedUncharged) && intent.state == .closed(uncharged: true))
+                #expect(
+                    action == .close(outcome: PaymentIntentLifecycle.closedUncharged)
+                        && intent.state == .closed(uncharged: true))
             case (.closed(uncharged: true), _):
                 #expect(action == .close(outcome: PaymentIntentLifecycle.closedUncharged + ":confirmed"))
                 #expect(intent.state == .closed(uncharged: false))
@@ -83,10 +94,14 @@ struct PaymentIntentLifecycleTests {
 
     @Test("a free trial is refunded in the ledger only; a paid one at the processor")
     func refundPlans() {
-        #expect(RefundPlan.forTransaction(paymentID: "p", unitPrice: "0.00", currency: "USD", quantity: 1) == .ledgerOnly)
+        #expect(
+            RefundPlan.forTransaction(paymentID: "p", unitPrice: "0.00", currency: "USD", quantity: 1) == .ledgerOnly)
         #expect(RefundPlan.forTransaction(paymentID: "p", unitPrice: "0", currency: "JPY", quantity: 3) == .ledgerOnly)
-        #expect(RefundPlan.forTransaction(paymentID: nil, unitPrice: "4.99", currency: "USD", quantity: 1) == .ledgerOnly)
-        #expect(RefundPlan.forTransaction(paymentID: "p", unitPrice: "4.99", currency: "USD", quantity: 1) == .processor)
-        #expect(RefundPlan.forTransaction(paymentID: "p", unitPrice: "garbage", currency: "USD", quantity: 1) == .processor)
+        #expect(
+            RefundPlan.forTransaction(paymentID: nil, unitPrice: "4.99", currency: "USD", quantity: 1) == .ledgerOnly)
+        #expect(
+            RefundPlan.forTransaction(paymentID: "p", unitPrice: "4.99", currency: "USD", quantity: 1) == .processor)
+        #expect(
+            RefundPlan.forTransaction(paymentID: "p", unitPrice: "garbage", currency: "USD", quantity: 1) == .processor)
     }
 }

@@ -5,22 +5,31 @@ import Testing
 @Suite("Refund request lifecycle")
 struct RefundRequestLifecycleTests {
     static func pending() throws -> RefundRequest {
-        try RefundRequest.asked(transactionID: "t", accountID: "a", productID: "p", purchased: true, refunded: false, reason: "broken", atMs: 10)
+        try RefundRequest.asked(
+            transactionID: "t", accountID: "a", productID: "p", purchased: true, refunded: false, reason: "broken",
+            atMs: 10)
     }
 
     @Test("asking: only a purchased transaction not yet refunded")
     func asking() throws {
         let request = try Self.pending()
-        #expect(request.state == .pending && request.requestedMs == 10 && request.decidedMs == 0 && request.reason == "broken")
+        #expect(
+            request.state == .pending && request.requestedMs == 10 && request.decidedMs == 0
+                && request.reason == "broken")
         #expect(throws: RefundRequest.Refusal.notPurchased) {
-            try RefundRequest.asked(transactionID: "t", accountID: "a", productID: "p", purchased: false, refunded: false, reason: "", atMs: 1)
+            try RefundRequest.asked(
+                transactionID: "t", accountID: "a", productID: "p", purchased: false, refunded: false, reason: "",
+                atMs: 1)
         }
         #expect(throws: RefundRequest.Refusal.alreadyRefunded) {
-            try RefundRequest.asked(transactionID: "t", accountID: "a", productID: "p", purchased: true, refunded: true, reason: "", atMs: 1)
+            try RefundRequest.asked(
+                transactionID: "t", accountID: "a", productID: "p", purchased: true, refunded: true, reason: "", atMs: 1
+            )
         }
     }
 
-    @Test("granted from pending and from denied; once only", arguments: [RefundRequest.State.pending, .denied, .granted])
+    @Test(
+        "granted from pending and from denied; once only", arguments: [RefundRequest.State.pending, .denied, .granted])
     func granting(_ state: RefundRequest.State) throws {
         var request = try Self.pending()
         request.state = state

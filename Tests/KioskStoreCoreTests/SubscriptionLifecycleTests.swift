@@ -6,24 +6,30 @@ import Testing
 struct SubscriptionLifecycleTests {
     static let day: Int64 = 86_400_000
     static let month = SubscriptionPeriod(iso8601: "P1M")!
-    static let policy = RetryPolicy(gracePeriod: SubscriptionPeriod(iso8601: "P3D"), billingRetryPeriod: SubscriptionPeriod(iso8601: "P30D")!,
-                                    timeScale: 1)
-    static let noGrace = RetryPolicy(gracePeriod: nil, billingRetryPeriod: SubscriptionPeriod(iso8601: "P30D")!, timeScale: 1)
+    static let policy = RetryPolicy(
+        gracePeriod: SubscriptionPeriod(iso8601: "P3D"), billingRetryPeriod: SubscriptionPeriod(iso8601: "P30D")!,
+        timeScale: 1)
+    static let noGrace = RetryPolicy(
+        gracePeriod: nil, billingRetryPeriod: SubscriptionPeriod(iso8601: "P30D")!, timeScale: 1)
 
     static func regular(_ price: String = "4.99") -> RenewalTerms {
         RenewalTerms(productID: "pro.monthly", price: price, currency: "USD", period: month, offerID: "")
     }
 
-    static func paid(_ id: String, expiresMs: Int64, offerID: String = "", regularPrice: String = "4.99",
-                     productID: String = "pro.monthly") -> PaidPeriod {
-        PaidPeriod(transactionID: id, productID: productID, expiresMs: expiresMs, paymentMethod: "card", offerID: offerID,
-                   regularPrice: regularPrice)
+    static func paid(
+        _ id: String, expiresMs: Int64, offerID: String = "", regularPrice: String = "4.99",
+        productID: String = "pro.monthly"
+    ) -> PaidPeriod {
+        PaidPeriod(
+            transactionID: id, productID: productID, expiresMs: expiresMs, paymentMethod: "card", offerID: offerID,
+            regularPrice: regularPrice)
     }
 
     /// A subscription bought at 0, paid until 30 days.
     static func bought(offerID: String = "") -> Subscription {
-        var subscription = Subscription(originalID: "o1", accountID: "a1", productID: "pro.monthly", paymentMethod: "card",
-                                        expiresMs: 30 * day, latestTransactionID: "t1")
+        var subscription = Subscription(
+            originalID: "o1", accountID: "a1", productID: "pro.monthly", paymentMethod: "card",
+            expiresMs: 30 * day, latestTransactionID: "t1")
         subscription.purchased(paid("t1", expiresMs: 30 * day, offerID: offerID))
         return subscription
     }
@@ -35,7 +41,9 @@ struct SubscriptionLifecycleTests {
         case .inGracePeriod: subscription.renewalDeclined(atMs: 30 * day, policy: policy)
         case .inBillingRetry: subscription.renewalDeclined(atMs: 30 * day, policy: noGrace)
         case .expired: subscription.expiredNow(atMs: day, reason: .cancelled)
-        case .revoked: subscription.state = .revoked; subscription.dueMs = 0
+        case .revoked:
+            subscription.state = .revoked
+            subscription.dueMs = 0
         }
         #expect(subscription.state == state)
         return subscription
@@ -54,7 +62,9 @@ struct SubscriptionLifecycleTests {
         #expect(subscription.willAutoRenew)
         #expect(subscription.acceptedPrice == "5.99")
         #expect(subscription.expiresMs == 90 * Self.day && subscription.dueMs == 90 * Self.day)
-        #expect(subscription.latestTransactionID == "t9" && subscription.attempts == 0 && subscription.expirationReason == .unspecified)
+        #expect(
+            subscription.latestTransactionID == "t9" && subscription.attempts == 0
+                && subscription.expirationReason == .unspecified)
     }
 
     // MARK: renewalDue
@@ -62,8 +72,9 @@ struct SubscriptionLifecycleTests {
     @Test("renewal due: live and auto-renewing charges; ended states do nothing", arguments: allStates)
     func renewalDueFromEveryState(_ state: Subscription.State) {
         var subscription = Self.inState(state)
-        let decision = subscription.renewalDue(atMs: subscription.dueMs == 0 ? 31 * Self.day : subscription.dueMs, terms: Self.regular(),
-                                               latenessMs: Self.day)
+        let decision = subscription.renewalDue(
+            atMs: subscription.dueMs == 0 ? 31 * Self.day : subscription.dueMs, terms: Self.regular(),
+            latenessMs: Self.day)
         switch state {
         case .active:
             #expect(decision == .charge(Self.regular(), periodStartMs: 30 * Self.day))
@@ -88,28 +99,36 @@ struct SubscriptionLifecycleTests {
     func dueWithAutoRenewOff(_ state: Subscription.State) throws {
         var subscription = Self.inState(state)
         #expect(try subscription.autoRenewSet(false) == .changed(endedNow: false))
-        #expect(subscription.renewalDue(atMs: 30 * Self.day, terms: Self.regular(), latenessMs: nil) == .expire(.cancelled))
+        #expect(
+            subscription.renewalDue(atMs: 30 * Self.day, terms: Self.regular(), latenessMs: nil) == .expire(.cancelled))
         #expect(subscription.state == .expired && subscription.dueMs == 0 && !subscription.willAutoRenew)
     }
 
     @Test("renewal due with the product gone expires it, PRODUCT_UNAVAILABLE")
     func dueWithProductGone() {
         var subscription = Self.bought()
-        #expect(subscription.renewalDue(atMs: 30 * Self.day, terms: nil, latenessMs: nil) == .expire(.productUnavailable))
+        #expect(
+            subscription.renewalDue(atMs: 30 * Self.day, terms: nil, latenessMs: nil) == .expire(.productUnavailable))
     }
 
     @Test("renewal due after the billing retry period expires it, BILLING_ERROR")
     func dueAfterRetry() {
         var subscription = Self.inState(.inBillingRetry)
-        #expect(subscription.renewalDue(atMs: subscription.retryEndMs, terms: Self.regular(), latenessMs: nil) == .expire(.billingError))
+        #expect(
+            subscription.renewalDue(atMs: subscription.retryEndMs, terms: Self.regular(), latenessMs: nil)
+                == .expire(.billingError))
     }
 
     @Test("a late renewal starts now; catching up starts at the period's end")
     func lateness() {
         var late = Self.bought()
-        #expect(late.renewalDue(atMs: 40 * Self.day, terms: Self.regular(), latenessMs: Self.day) == .charge(Self.regular(), periodStartMs: 40 * Self.day))
+        #expect(
+            late.renewalDue(atMs: 40 * Self.day, terms: Self.regular(), latenessMs: Self.day)
+                == .charge(Self.regular(), periodStartMs: 40 * Self.day))
         var catchingUp = Self.bought()
-        #expect(catchingUp.renewalDue(atMs: 40 * Self.day, terms: Self.regular(), latenessMs: nil) == .charge(Self.regular(), periodStartMs: 30 * Self.day))
+        #expect(
+            catchingUp.renewalDue(atMs: 40 * Self.day, terms: Self.regular(), latenessMs: nil)
+                == .charge(Self.regular(), periodStartMs: 30 * Self.day))
     }
 
     // MARK: renewed
@@ -126,14 +145,17 @@ struct SubscriptionLifecycleTests {
         #expect(subscription.state == .active && subscription.periodsPaid == 2)
         #expect(!subscription.willAutoRenew)
         // The next period is not charged: it expires, CANCELLED.
-        #expect(subscription.renewalDue(atMs: 60 * Self.day, terms: Self.regular(), latenessMs: nil) == .expire(.cancelled))
+        #expect(
+            subscription.renewalDue(atMs: 60 * Self.day, terms: Self.regular(), latenessMs: nil) == .expire(.cancelled))
     }
 
     @Test("a renewal recovers grace and billing retry", arguments: [Subscription.State.inGracePeriod, .inBillingRetry])
     func renewalRecovers(_ state: Subscription.State) {
         var subscription = Self.inState(state)
         subscription.renewed(Self.paid("t2", expiresMs: 62 * Self.day))
-        #expect(subscription.state == .active && subscription.attempts == 0 && subscription.graceEndMs == 0 && subscription.retryEndMs == 0)
+        #expect(
+            subscription.state == .active && subscription.attempts == 0 && subscription.graceEndMs == 0
+                && subscription.retryEndMs == 0)
         #expect(subscription.dueMs == 62 * Self.day)
     }
 
@@ -144,7 +166,9 @@ struct SubscriptionLifecycleTests {
         #expect(subscription.acceptedPrice == "4.99")
         subscription.downgradeChosen(to: "pro.basic", price: "2.99")
         subscription.renewed(Self.paid("t3", expiresMs: 90 * Self.day, regularPrice: "2.99", productID: "pro.basic"))
-        #expect(subscription.productID == "pro.basic" && subscription.acceptedPrice == "2.99" && subscription.pendingProductID.isEmpty)
+        #expect(
+            subscription.productID == "pro.basic" && subscription.acceptedPrice == "2.99"
+                && subscription.pendingProductID.isEmpty)
     }
 
     // MARK: prices and offers
@@ -152,19 +176,27 @@ struct SubscriptionLifecycleTests {
     @Test("a price raised during an introductory offer needs consent when the offer ends")
     func priceRaisedDuringOffer() throws {
         var subscription = Self.bought(offerID: "introductory")
-        #expect(subscription.acceptedPrice == "4.99" && subscription.offerID == "introductory" && subscription.offerPeriodsUsed == 1)
-        let offer = RenewalTerms(productID: "pro.monthly", price: "0.99", currency: "USD", period: Self.month, offerID: "introductory")
+        #expect(
+            subscription.acceptedPrice == "4.99" && subscription.offerID == "introductory"
+                && subscription.offerPeriodsUsed == 1)
+        let offer = RenewalTerms(
+            productID: "pro.monthly", price: "0.99", currency: "USD", period: Self.month, offerID: "introductory")
         // The catalog price rises to 6.99 while the offer runs: the offer's periods are still charged at the offer's price.
         #expect(subscription.priceIncreasePending(regularPrice: "6.99", currency: "USD"))
-        #expect(subscription.renewalDue(atMs: 30 * Self.day, terms: offer, latenessMs: nil) == .charge(offer, periodStartMs: 30 * Self.day))
+        #expect(
+            subscription.renewalDue(atMs: 30 * Self.day, terms: offer, latenessMs: nil)
+                == .charge(offer, periodStartMs: 30 * Self.day))
         subscription.renewed(Self.paid("t2", expiresMs: 60 * Self.day, offerID: "introductory", regularPrice: "6.99"))
         #expect(subscription.acceptedPrice == "4.99" && subscription.offerPeriodsUsed == 2)
         // The offer is over: the regular 6.99 is above the agreed 4.99, so nothing is charged without consent.
         var unconsented = subscription
-        #expect(unconsented.renewalDue(atMs: 60 * Self.day, terms: Self.regular("6.99"), latenessMs: nil) == .expire(.priceIncreaseNotAccepted))
+        #expect(
+            unconsented.renewalDue(atMs: 60 * Self.day, terms: Self.regular("6.99"), latenessMs: nil)
+                == .expire(.priceIncreaseNotAccepted))
         #expect(try subscription.priceConsented("6.99"))
         #expect(!subscription.priceIncreasePending(regularPrice: "6.99", currency: "USD"))
-        #expect(subscription.renewalDue(atMs: 60 * Self.day, terms: Self.regular("6.99"), latenessMs: nil)
+        #expect(
+            subscription.renewalDue(atMs: 60 * Self.day, terms: Self.regular("6.99"), latenessMs: nil)
                 == .charge(Self.regular("6.99"), periodStartMs: 60 * Self.day))
     }
 
@@ -183,8 +215,14 @@ struct SubscriptionLifecycleTests {
     func downgradeNeedsConsentOnlyAboveItsPrice() {
         var subscription = Self.bought()
         subscription.downgradeChosen(to: "pro.basic", price: "2.99")
-        #expect(!subscription.needsConsent(toRenewAt: RenewalTerms(productID: "pro.basic", price: "2.99", currency: "USD", period: Self.month, offerID: "")))
-        #expect(subscription.needsConsent(toRenewAt: RenewalTerms(productID: "pro.basic", price: "3.49", currency: "USD", period: Self.month, offerID: "")))
+        #expect(
+            !subscription.needsConsent(
+                toRenewAt: RenewalTerms(
+                    productID: "pro.basic", price: "2.99", currency: "USD", period: Self.month, offerID: "")))
+        #expect(
+            subscription.needsConsent(
+                toRenewAt: RenewalTerms(
+                    productID: "pro.basic", price: "3.49", currency: "USD", period: Self.month, offerID: "")))
         #expect(!subscription.priceIncreasePending(regularPrice: "2.99", currency: "USD"))
     }
 
@@ -210,7 +248,8 @@ struct SubscriptionLifecycleTests {
         subscription.renewalDeclined(atMs: 33 * Self.day, policy: Self.policy)
         #expect(subscription.state == .inBillingRetry && subscription.dueMs == 35 * Self.day)
         subscription.renewalDeclined(atMs: 60 * Self.day, policy: Self.policy)
-        #expect(subscription.state == .expired && subscription.expirationReason == .billingError && subscription.dueMs == 0)
+        #expect(
+            subscription.state == .expired && subscription.expirationReason == .billingError && subscription.dueMs == 0)
     }
 
     @Test("a decline of an ended subscription changes nothing", arguments: [Subscription.State.expired, .revoked])
@@ -223,7 +262,9 @@ struct SubscriptionLifecycleTests {
 
     // MARK: autoRenewSet, priceConsented, expiredNow
 
-    @Test("auto-renew off: ACTIVE runs to its end; grace and billing retry end now; ended ones refuse", arguments: allStates)
+    @Test(
+        "auto-renew off: ACTIVE runs to its end; grace and billing retry end now; ended ones refuse",
+        arguments: allStates)
     func autoRenewOff(_ state: Subscription.State) throws {
         var subscription = Self.inState(state)
         switch state {
@@ -257,7 +298,9 @@ struct SubscriptionLifecycleTests {
         let wasLive = subscription.isLive
         subscription.expiredNow(atMs: 2 * Self.day, reason: .cancelled)
         if wasLive {
-            #expect(subscription.state == .expired && subscription.expiresMs == 2 * Self.day && !subscription.isEntitled(atMs: 2 * Self.day))
+            #expect(
+                subscription.state == .expired && subscription.expiresMs == 2 * Self.day
+                    && !subscription.isEntitled(atMs: 2 * Self.day))
         } else {
             #expect(subscription.state == state)
         }

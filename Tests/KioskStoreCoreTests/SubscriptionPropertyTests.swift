@@ -20,8 +20,9 @@ struct SubscriptionPropertyTests {
     }
 
     enum Step: CaseIterable {
-        case purchase, purchaseWithOffer, renewalDue, chargeSucceeds, chargeDeclined, autoRenewOff, autoRenewOn, priceUp, priceDown,
-             consent, advance, expireNow
+        case purchase, purchaseWithOffer, renewalDue, chargeSucceeds, chargeDeclined, autoRenewOff, autoRenewOn,
+            priceUp, priceDown,
+            consent, advance, expireNow
     }
 
     @Test("no charge after auto-renew off, none above the agreed price", arguments: 0..<200)
@@ -29,8 +30,9 @@ struct SubscriptionPropertyTests {
         var random = SplitMix(state: UInt64(seed) &* 7919 &+ 1)
         let day: Int64 = 86_400_000
         let month = SubscriptionPeriod(iso8601: "P1M")!
-        let policy = RetryPolicy(gracePeriod: SubscriptionPeriod(iso8601: "P3D"), billingRetryPeriod: SubscriptionPeriod(iso8601: "P20D")!,
-                                 timeScale: 1)
+        let policy = RetryPolicy(
+            gracePeriod: SubscriptionPeriod(iso8601: "P3D"), billingRetryPeriod: SubscriptionPeriod(iso8601: "P20D")!,
+            timeScale: 1)
         var now: Int64 = 0
         var catalogCents: Int64 = 499
         func price(_ cents: Int64) -> String { Money(minorUnits: cents, currency: "USD").decimalString }
@@ -51,10 +53,15 @@ struct SubscriptionPropertyTests {
             case .purchase, .purchaseWithOffer:
                 guard inFlight == nil, subscription.map({ !$0.isEntitled(atMs: now) }) ?? true else { continue }
                 let offer = step == .purchaseWithOffer && subscription == nil
-                let paid = PaidPeriod(transactionID: "t\(serial)", productID: "pro", expiresMs: month.end(fromMs: now), paymentMethod: "card",
-                                      offerID: offer ? "introductory" : "", regularPrice: price(catalogCents))
-                var next = subscription ?? Subscription(originalID: "o", accountID: "a", productID: "pro", paymentMethod: "card",
-                                                        expiresMs: paid.expiresMs, latestTransactionID: paid.transactionID)
+                let paid = PaidPeriod(
+                    transactionID: "t\(serial)", productID: "pro", expiresMs: month.end(fromMs: now),
+                    paymentMethod: "card",
+                    offerID: offer ? "introductory" : "", regularPrice: price(catalogCents))
+                var next =
+                    subscription
+                    ?? Subscription(
+                        originalID: "o", accountID: "a", productID: "pro", paymentMethod: "card",
+                        expiresMs: paid.expiresMs, latestTransactionID: paid.transactionID)
                 next.purchased(paid)
                 subscription = next
                 modelAgreedCents = catalogCents
@@ -62,15 +69,22 @@ struct SubscriptionPropertyTests {
             case .renewalDue:
                 guard var current = subscription, inFlight == nil else { continue }
                 now = max(now, current.dueMs)
-                let regular = RenewalTerms(productID: "pro", price: price(catalogCents), currency: "USD", period: month, offerID: "")
-                let terms = current.offerID == "introductory" && current.offerPeriodsUsed < offerPeriods
-                    ? RenewalTerms(productID: "pro", price: offerPrice, currency: "USD", period: month, offerID: "introductory") : regular
+                let regular = RenewalTerms(
+                    productID: "pro", price: price(catalogCents), currency: "USD", period: month, offerID: "")
+                let terms =
+                    current.offerID == "introductory" && current.offerPeriodsUsed < offerPeriods
+                    ? RenewalTerms(
+                        productID: "pro", price: offerPrice, currency: "USD", period: month, offerID: "introductory")
+                    : regular
                 let decision = current.renewalDue(atMs: now, terms: terms, latenessMs: nil)
                 if case .charge(let charged, let start) = decision {
-                    #expect(modelWantsRenewal, "seed \(seed): a renewal was charged after the buyer turned auto-renew off")
+                    #expect(
+                        modelWantsRenewal, "seed \(seed): a renewal was charged after the buyer turned auto-renew off")
                     if charged.offerID.isEmpty {
                         let cents = Money(decimal: charged.price, currency: "USD")!.minorUnits
-                        #expect(cents <= modelAgreedCents, "seed \(seed): charged \(charged.price) with \(price(modelAgreedCents)) agreed")
+                        #expect(
+                            cents <= modelAgreedCents,
+                            "seed \(seed): charged \(charged.price) with \(price(modelAgreedCents)) agreed")
                     }
                     inFlight = (charged, start)
                 }
@@ -78,8 +92,11 @@ struct SubscriptionPropertyTests {
             case .chargeSucceeds:
                 guard var current = subscription, let (terms, start) = inFlight else { continue }
                 let wantedBefore = current.willAutoRenew
-                current.renewed(PaidPeriod(transactionID: "t\(serial)", productID: terms.productID, expiresMs: terms.period.end(fromMs: start),
-                                           paymentMethod: "card", offerID: terms.offerID, regularPrice: price(catalogCents)))
+                current.renewed(
+                    PaidPeriod(
+                        transactionID: "t\(serial)", productID: terms.productID,
+                        expiresMs: terms.period.end(fromMs: start),
+                        paymentMethod: "card", offerID: terms.offerID, regularPrice: price(catalogCents)))
                 #expect(current.willAutoRenew == wantedBefore, "seed \(seed): a renewal changed auto-renew")
                 subscription = current
                 inFlight = nil

@@ -24,7 +24,9 @@ final class RawSocket {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else {
             close(fd)
@@ -39,7 +41,9 @@ final class RawSocket {
     func send(_ bytes: [UInt8]) -> Bool {
         var offset = 0
         while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let sent = bytes[offset...].withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+            }
             if sent < 0 && errno == EINTR { continue }
             guard sent > 0 else { return false }
             offset += sent
@@ -56,7 +60,9 @@ final class RawSocket {
     /// The next frame, or nil at EOF, on a reset or after the receive timeout.
     func readFrame() -> Frame? {
         while true {
-            if let frame = try? FrameDecoder.readFrame(from: &inbound, maximumPayloadSize: 8 * 1024 * 1024) { return frame }
+            if let frame = try? FrameDecoder.readFrame(from: &inbound, maximumPayloadSize: 8 * 1024 * 1024) {
+                return frame
+            }
             var chunk = [UInt8](repeating: 0, count: 64 * 1024)
             let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if count < 0 && errno == EINTR { continue }
@@ -130,8 +136,10 @@ final class RawSocket {
     }
 
     func health(_ client: RPCClient) async throws -> HealthCheckResponse.ServingStatus {
-        try await client.unary("/kiosk.rpc.v1.Health/Check", request: HealthCheckRequest(), response: HealthCheckResponse.self,
-                               options: CallOptions(timeout: .seconds(10))).status
+        try await client.unary(
+            "/kiosk.rpc.v1.Health/Check", request: HealthCheckRequest(), response: HealthCheckResponse.self,
+            options: CallOptions(timeout: .seconds(10))
+        ).status
     }
 
     static func headers(_ callID: UInt32, _ method: String, metadata: Metadata = Metadata()) -> Frame {
@@ -147,7 +155,11 @@ final class RawSocket {
             #expect(socket.send(frames, preface: true))
             var refused = 0
             while refused < 9_900, let frame = socket.readFrame() {
-                if frame.type == .trailers, (try? frame.decode(CallStatus.self))?.code == StatusCode.resourceExhausted.rawValue { refused += 1 }
+                if frame.type == .trailers,
+                    (try? frame.decode(CallStatus.self))?.code == StatusCode.resourceExhausted.rawValue
+                {
+                    refused += 1
+                }
             }
             #expect(refused == 9_900, "every call over the cap of 100 is refused with RESOURCE_EXHAUSTED")
             // The 100 admitted calls still answer once their requests come.
@@ -189,9 +201,15 @@ final class RawSocket {
             let other = try RawSocket(port: port)
             #expect(other.send([Self.headers(1, Self.listProducts, metadata: sixtyFive)], preface: true))
             let refused = try #require(other.readFrame())
-            #expect(refused.type == .trailers && (try? refused.decode(CallStatus.self))?.code == StatusCode.resourceExhausted.rawValue)
+            #expect(
+                refused.type == .trailers
+                    && (try? refused.decode(CallStatus.self))?.code == StatusCode.resourceExhausted.rawValue)
             // Same connection, a call within the limits is served.
-            #expect(other.send([Self.headers(3, Self.listProducts), Frame(type: .message, flags: .endStream, callID: 3, message: StoreV1.ListProductsRequest())]))
+            #expect(
+                other.send([
+                    Self.headers(3, Self.listProducts),
+                    Frame(type: .message, flags: .endStream, callID: 3, message: StoreV1.ListProductsRequest()),
+                ]))
             #expect(other.readFrame()?.type == .message)
         }
         #expect(growth < 8 * Self.mib, "peak RSS grew by \(growth / 1024) KiB")
@@ -209,7 +227,9 @@ final class RawSocket {
             // Never reads. The third strike ends the connection: GOAWAY, then the server closes its side and drops
             // what still comes, for a second at most (so the GOAWAY is not lost to a reset): the sends may all pass.
             while sent < 2_000_000, socket.send(bytes) { sent += 10_000 }
-            #expect(socket.readGoAway()?.message.hasPrefix("too_many_pings") == true, "ended at the third strike, the rest never answered")
+            #expect(
+                socket.readGoAway()?.message.hasPrefix("too_many_pings") == true,
+                "ended at the third strike, the rest never answered")
             #expect(socket.readUntilClosed())
         }
         #expect(growth < 8 * Self.mib, "peak RSS grew by \(growth / 1024) KiB")
@@ -218,7 +238,9 @@ final class RawSocket {
     @Test func oneMiBPingAndOverflowingWindowUpdateEndTheConnection() async throws {
         let growth = try await attacking("1 MiB PING, WINDOW_UPDATE overflow") { port, pid in
             let big = try RawSocket(port: port)
-            #expect(big.send([Frame(type: .ping, callID: 0, payload: ByteBuffer(repeating: 7, count: Self.mib))], preface: true))
+            #expect(
+                big.send(
+                    [Frame(type: .ping, callID: 0, payload: ByteBuffer(repeating: 7, count: Self.mib))], preface: true))
             #expect(big.readGoAway()?.code == StatusCode.resourceExhausted.rawValue)
 
             let overflow = try RawSocket(port: port)
@@ -276,7 +298,11 @@ final class RawSocket {
             #expect(socket.send(frames, preface: true))
             var unauthenticated = 0
             while unauthenticated < 200, let frame = socket.readFrame() {
-                if frame.type == .trailers, (try? frame.decode(CallStatus.self))?.code == StatusCode.unauthenticated.rawValue { unauthenticated += 1 }
+                if frame.type == .trailers,
+                    (try? frame.decode(CallStatus.self))?.code == StatusCode.unauthenticated.rawValue
+                {
+                    unauthenticated += 1
+                }
             }
             #expect(unauthenticated == 200)
             cpu = Self.cpuSeconds(of: pid) - cpuBefore

@@ -1,10 +1,11 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskWire
 import Testing
+
+@testable import KioskStore
 
 /// The auto-renew race in a real `kiosk-store serve` process: its simulated processor takes seconds per charge,
 /// the buyer turns auto-renew off over the wire while the renewal's charge is at the processor, and the store
@@ -20,7 +21,8 @@ import Testing
         let chargeLog = directory + "-charges.log"
         defer { try? FileManager.default.removeItem(atPath: chargeLog) }
         let created = try await StoreProcess.run(["account", "create", "--data-dir", directory, "--json"])
-        let token = try #require(created.split(separator: "\"").drop { $0 != "token" }.dropFirst(2).first.map(String.init))
+        let token = try #require(
+            created.split(separator: "\"").drop { $0 != "token" }.dropFirst(2).first.map(String.init))
         // A month lasts about 2.6 s at this scale; renewals are looked for every 20 ms.
         let store = try await StoreProcess(
             dataDirectory: directory, extraArguments: ["--time-scale", "1000000", "--renewal-interval-ms", "20"],
@@ -31,7 +33,8 @@ import Testing
         let options = CallOptions(timeout: .seconds(10), metadata: metadata)
 
         let bought = try await client.unary(
-            "/kiosk.store.v1.Store/Purchase", request: StoreV1.PurchaseRequest(productID: "pro.monthly", quantity: 1, paymentMethod: goodCard),
+            "/kiosk.store.v1.Store/Purchase",
+            request: StoreV1.PurchaseRequest(productID: "pro.monthly", quantity: 1, paymentMethod: goodCard),
             response: StoreV1.PurchaseResponse.self, options: options)
         let first = try #require(bought.transaction)
         #expect(first.state == StoreV1.TransactionState.purchased)
@@ -41,19 +44,27 @@ import Testing
         let account = try #require(try await ledger.account(tokenHash: Store.hash(token)))
         let deadline = ContinuousClock.now + .seconds(20)
         while try ledger.intentCounts()[.pending, default: 0] == 0 {
-            guard ContinuousClock.now < deadline else { Issue.record("no renewal was started"); return }
+            guard ContinuousClock.now < deadline else {
+                Issue.record("no renewal was started")
+                return
+            }
             try await Task.sleep(for: .milliseconds(5))
         }
         let turnedOff = try await client.unary(
-            "/kiosk.store.v1.Store/SetAutoRenew", request: StoreV1.SetAutoRenewRequest(originalTransactionID: first.originalTransactionID, autoRenew: false),
+            "/kiosk.store.v1.Store/SetAutoRenew",
+            request: StoreV1.SetAutoRenewRequest(originalTransactionID: first.originalTransactionID, autoRenew: false),
             response: StoreV1.SubscriptionStatus.self, options: options)
         #expect(!turnedOff.willAutoRenew)
-        #expect(try ledger.intentCounts()[.pending, default: 0] == 1,
-                "auto-renew was turned off while the renewal was still being charged")
+        #expect(
+            try ledger.intentCounts()[.pending, default: 0] == 1,
+            "auto-renew was turned off while the renewal was still being charged")
 
         // The renewal is recorded; the period after it ends the subscription, CANCELLED, and is never charged.
         while try ledger.subscription(originalID: first.originalTransactionID)?.state != .expired {
-            guard ContinuousClock.now < deadline else { Issue.record("the subscription never expired"); break }
+            guard ContinuousClock.now < deadline else {
+                Issue.record("the subscription never expired")
+                break
+            }
             try await Task.sleep(for: .milliseconds(20))
         }
         let row = try #require(try ledger.subscription(originalID: first.originalTransactionID))

@@ -1,10 +1,11 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskWire
 import Testing
+
+@testable import KioskStore
 
 /// The `kiosk-store` admin commands, run as processes on the data dir of a live store.
 @Suite(.timeLimit(.minutes(1))) struct CommandLineTests {
@@ -22,15 +23,20 @@ import Testing
             #expect(try await store.buy("credits.5", token: token).transaction?.state == .purchased)
 
             // approve: an ask-to-buy purchase approved from the command line.
-            let deferred = try #require(try await store.buy("filter.sepia", method: "test-ask", token: token).transaction)
-            let approved = try await StoreProcess.run(["approve", deferred.transactionID, "--data-dir", dir, "--catalog", StoreProcess.exampleCatalog])
+            let deferred = try #require(
+                try await store.buy("filter.sepia", method: "test-ask", token: token).transaction)
+            let approved = try await StoreProcess.run([
+                "approve", deferred.transactionID, "--data-dir", dir, "--catalog", StoreProcess.exampleCatalog,
+            ])
             #expect(approved.contains("PURCHASED"))
             let restored = try await store.restore(token: token)
             #expect(restored.map(\.transactionID) == [deferred.transactionID])
 
             // refund from another process reaches a WatchRevocations stream of the running store,
             // followed with a service credential made by `service create` (an account is refused).
-            let service = try await StoreProcess.run(["service", "create", "--role", "content", "--name", "cdn-1", "--data-dir", dir, "--json"])
+            let service = try await StoreProcess.run([
+                "service", "create", "--role", "content", "--name", "cdn-1", "--data-dir", dir, "--json",
+            ])
             let fields = try #require(try JSONSerialization.jsonObject(with: Data(service.utf8)) as? [String: String])
             let credential = try #require(fields["credential"])
             #expect(credential.hasPrefix("ksvc_") && fields["role"] == "content")
@@ -42,7 +48,9 @@ import Testing
                 "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(),
                 response: StoreV1.Revocation.self, options: CallOptions(metadata: metadata)
             ).makeAsyncIterator()
-            _ = try await StoreProcess.run(["refund", deferred.transactionID, "--reason", "customer request", "--data-dir", dir])
+            _ = try await StoreProcess.run([
+                "refund", deferred.transactionID, "--reason", "customer request", "--data-dir", dir,
+            ])
             let revocation = try #require(try await nextRevocation(&feed))
             #expect(revocation.transactionID == deferred.transactionID)
             #expect(revocation.reason == "customer request")
@@ -56,7 +64,9 @@ import Testing
             #expect(rotated.contains(try #require(entries.last?["key_id"] as? String)))
             // The running store signs with the rotated key, and still verifies the old receipt.
             let fresh = try #require(try await store.buy("credits.5", token: token).transaction)
-            #expect(try ReceiptV1.SignedReceipt(serializedBytes: fresh.signedReceipt).keyID == entries.last?["key_id"] as? String)
+            #expect(
+                try ReceiptV1.SignedReceipt(serializedBytes: fresh.signedReceipt).keyID == entries.last?["key_id"]
+                    as? String)
             #expect(try await store.verify(fresh.signedReceipt, token: token).status == 0)
         }
     }
@@ -67,25 +77,41 @@ import Testing
             let token = try store.newAccount()
             let bought = try #require(try await store.buy("credits.5", quantity: 2, token: token).transaction)
             let filter = try #require(try await store.buy("filter.sepia", token: token).transaction)
-            _ = try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 4), as: StoreV1.SpendCreditsResponse.self, token: token)
+            _ = try await store.call(
+                "SpendCredits", StoreV1.SpendCreditsRequest(amount: 4), as: StoreV1.SpendCreditsResponse.self,
+                token: token)
             // The buyer asks for both; refund-requests lists them, refund grants one, deny-refund denies the other.
             for transaction in [bought, filter] {
-                _ = try await store.call("RequestRefund", StoreV1.RequestRefundRequest(transactionID: transaction.transactionID, reason: "mistake"),
-                                         as: StoreV1.RefundRequestStatus.self, token: token)
+                _ = try await store.call(
+                    "RequestRefund",
+                    StoreV1.RequestRefundRequest(transactionID: transaction.transactionID, reason: "mistake"),
+                    as: StoreV1.RefundRequestStatus.self, token: token)
             }
             let pending = try await StoreProcess.run(["refund-requests", "--data-dir", dir, "--json"])
-            let rows = pending.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-            #expect(Set(rows.compactMap { $0["transaction_id"] as? String }) == [bought.transactionID, filter.transactionID], "\(pending)")
+            let rows = pending.split(separator: "\n").compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }
+            #expect(
+                Set(rows.compactMap { $0["transaction_id"] as? String }) == [
+                    bought.transactionID, filter.transactionID,
+                ], "\(pending)")
             #expect(rows.allSatisfy { $0["state"] as? String == "PENDING" && $0["reason"] as? String == "mistake" })
-            let refunded = try await StoreProcess.run(["refund", bought.transactionID, "--reason", "chargeback", "--data-dir", dir])
+            let refunded = try await StoreProcess.run([
+                "refund", bought.transactionID, "--reason", "chargeback", "--data-dir", dir,
+            ])
             #expect(refunded.contains("refunded"))
             #expect(refunded.contains("4 of its credits were already spent"), "\(refunded)")
-            let denied = try await StoreProcess.run(["deny-refund", filter.transactionID, "--reason", "used", "--data-dir", dir])
+            let denied = try await StoreProcess.run([
+                "deny-refund", filter.transactionID, "--reason", "used", "--data-dir", dir,
+            ])
             #expect(denied.contains("refund request denied"))
             #expect(try await StoreProcess.run(["refund-requests", "--data-dir", dir]).isEmpty)
-            #expect(try await StoreProcess.run(["refund-requests", "--state", "granted", "--data-dir", dir]).contains(bought.transactionID))
+            #expect(
+                try await StoreProcess.run(["refund-requests", "--state", "granted", "--data-dir", dir]).contains(
+                    bought.transactionID))
             let deniedList = try await StoreProcess.run(["refund-requests", "--state", "denied", "--data-dir", dir])
-            #expect(deniedList.contains(filter.transactionID) && deniedList.contains("decision: \"used\""), "\(deniedList)")
+            #expect(
+                deniedList.contains(filter.transactionID) && deniedList.contains("decision: \"used\""), "\(deniedList)")
             let reconciled = try await StoreProcess.run(["reconcile", "--data-dir", dir, "--json"])
             let counts = try JSONSerialization.jsonObject(with: Data(reconciled.utf8)) as? [String: Any]
             #expect(counts?["charged"] as? Int == 0)
@@ -98,12 +124,16 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // The README's order: an account first, then serve — in production.
         _ = try await StoreProcess.run(["account", "create", "--data-dir", directory])
-        let refused = try await StoreProcess.outcome(["serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog,
-                                                      "--port", "0", "--environment", "production"])
+        let refused = try await StoreProcess.outcome([
+            "serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog,
+            "--port", "0", "--environment", "production",
+        ])
         #expect(refused.status != 0)
         #expect(refused.errors.contains("production store takes real payments"), "\(refused.errors)")
-        let simulated = try await StoreProcess.outcome(["serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog,
-                                                        "--port", "0", "--environment", "production", "--payment-processor", "simulated"])
+        let simulated = try await StoreProcess.outcome([
+            "serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog,
+            "--port", "0", "--environment", "production", "--payment-processor", "simulated",
+        ])
         #expect(simulated.status != 0)
         #expect(simulated.errors.contains("simulated processor is for sandbox only"), "\(simulated.errors)")
         let help = try await StoreProcess.outcome(["serve", "--help"])
@@ -111,14 +141,19 @@ import Testing
         // With Stripe's processor it starts, in production, on the data dir `account create` made.
         let keyFile = directory + "/stripe.key"
         try Data("sk_test_kiosk_stripe_double\n".utf8).write(to: URL(fileURLWithPath: keyFile))
-        let testKey = try await StoreProcess.outcome(["serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog, "--port", "0",
-                                                      "--environment", "production", "--payment-processor", "stripe", "--stripe-key-file", keyFile])
+        let testKey = try await StoreProcess.outcome([
+            "serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog, "--port", "0",
+            "--environment", "production", "--payment-processor", "stripe", "--stripe-key-file", keyFile,
+        ])
         #expect(testKey.status != 0)
         #expect(testKey.errors.contains("in test mode"), "\(testKey.errors)")
         try Data("sk_live_kiosk_never_used\n".utf8).write(to: URL(fileURLWithPath: keyFile))
-        let server = try await StoreProcess(dataDirectory: directory, extraArguments: [
-            "--environment", "production", "--payment-processor", "stripe", "--stripe-key-file", keyFile,
-            "--stripe-api-base", "http://127.0.0.1:9"])
+        let server = try await StoreProcess(
+            dataDirectory: directory,
+            extraArguments: [
+                "--environment", "production", "--payment-processor", "stripe", "--stripe-key-file", keyFile,
+                "--stripe-api-base", "http://127.0.0.1:9",
+            ])
         await server.signal(SIGTERM)
         #expect(try testLedger(directory: directory).environment() == .production)
     }
@@ -127,9 +162,14 @@ import Testing
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let catalog = directory + "/catalog.json"
-        try Data(#"{"products": [{"id": "gold", "type": "consumable", "title": "Gold", "price": "free", "currency": "USD", "credits": 1}]}"#.utf8)
-            .write(to: URL(fileURLWithPath: catalog))
-        let (status, _, message) = try await StoreProcess.outcome(["serve", "--data-dir", directory, "--catalog", catalog, "--port", "0"])
+        try Data(
+            #"{"products": [{"id": "gold", "type": "consumable", "title": "Gold", "price": "free", "currency": "USD", "credits": 1}]}"#
+                .utf8
+        )
+        .write(to: URL(fileURLWithPath: catalog))
+        let (status, _, message) = try await StoreProcess.outcome([
+            "serve", "--data-dir", directory, "--catalog", catalog, "--port", "0",
+        ])
         #expect(status != 0)
         #expect(message.contains(#"catalog.json: product "gold", field "price""#), "\(message)")
     }
@@ -138,7 +178,10 @@ import Testing
     @Test func adminCommandsRefuseADataDirWithNoLedger() async throws {
         let missing = temporaryDirectory() + "/typo"
         defer { try? FileManager.default.removeItem(atPath: (missing as NSString).deletingLastPathComponent) }
-        for arguments in [["refund", "tx_1", "--reason", "r"], ["approve", "tx_1", "--catalog", StoreProcess.exampleCatalog], ["keys", "rotate"], ["keys", "export"], ["account", "set-payments", "acct_1", "off"]] {
+        for arguments in [
+            ["refund", "tx_1", "--reason", "r"], ["approve", "tx_1", "--catalog", StoreProcess.exampleCatalog],
+            ["keys", "rotate"], ["keys", "export"], ["account", "set-payments", "acct_1", "off"],
+        ] {
             let (status, _, message) = try await StoreProcess.outcome(arguments + ["--data-dir", missing])
             #expect(status == 64, "\(arguments)")
             #expect(message.contains("no ledger in \(missing)"), "\(message)")
@@ -153,25 +196,41 @@ import Testing
     /// `tls create-dev` makes a CA and a server pair; `serve --tls-cert/--tls-key` serves it and takes a new
     /// pair on SIGHUP; plaintext off loopback is refused, in production even when allowed.
     @Test func tlsCertificatesAreMadeServedAndReloadedOnSIGHUP() async throws {
-        let first = temporaryDirectory(), second = temporaryDirectory(), live = temporaryDirectory(), data = temporaryDirectory()
-        defer { for directory in [first, second, live, data] { try? FileManager.default.removeItem(atPath: directory) } }
+        let first = temporaryDirectory()
+        let second = temporaryDirectory()
+        let live = temporaryDirectory()
+        let data = temporaryDirectory()
+        defer {
+            for directory in [first, second, live, data] { try? FileManager.default.removeItem(atPath: directory) }
+        }
         let made = try await StoreProcess.run(["tls", "create-dev", "--out", first])
         #expect(made.contains("ca.pem") && made.contains("server.pem"))
         _ = try await StoreProcess.run(["tls", "create-dev", "--out", second])
-        let keyMode = try FileManager.default.attributesOfItem(atPath: first + "/server-key.pem")[.posixPermissions] as? Int
+        let keyMode =
+            try FileManager.default.attributesOfItem(atPath: first + "/server-key.pem")[.posixPermissions] as? Int
         #expect(keyMode == 0o600)
         for name in ["server.pem", "server-key.pem"] {
             try FileManager.default.copyItem(atPath: "\(first)/\(name)", toPath: "\(live)/\(name)")
         }
-        let server = try await StoreProcess(dataDirectory: data, extraArguments: [
-            "--tls-cert", live + "/server.pem", "--tls-key", live + "/server-key.pem"])
+        let server = try await StoreProcess(
+            dataDirectory: data,
+            extraArguments: [
+                "--tls-cert", live + "/server.pem", "--tls-key", live + "/server-key.pem",
+            ])
         defer { server.process.terminate() }
         func health(trusting ca: String) async -> Bool {
             guard let tls = try? ClientTLS(trustRootsPath: ca) else { return false }
-            let client = RPCClient(host: "127.0.0.1", port: server.port, configuration: ClientConfiguration(
-                backoff: ConnectionBackoff(initial: .milliseconds(5), maximum: .milliseconds(5), multiplier: 1, jitter: 0, maximumAttempts: 1), tls: tls))
+            let client = RPCClient(
+                host: "127.0.0.1", port: server.port,
+                configuration: ClientConfiguration(
+                    backoff: ConnectionBackoff(
+                        initial: .milliseconds(5), maximum: .milliseconds(5), multiplier: 1, jitter: 0,
+                        maximumAttempts: 1), tls: tls))
             defer { Task { await client.close() } }
-            return (try? await client.unary("/kiosk.rpc.v1.Health/Check", request: HealthCheckRequest(), response: HealthCheckResponse.self)) != nil
+            return
+                (try? await client.unary(
+                    "/kiosk.rpc.v1.Health/Check", request: HealthCheckRequest(), response: HealthCheckResponse.self))
+                != nil
         }
         #expect(await health(trusting: first + "/ca.pem"))
         #expect(await !health(trusting: second + "/ca.pem"))
@@ -189,13 +248,20 @@ import Testing
         #expect(reloaded, "the new certificate is served after SIGHUP")
         #expect(await !health(trusting: first + "/ca.pem"))
 
-        let refused = try await StoreProcess.outcome(["serve", "--data-dir", temporaryDirectory(), "--catalog", StoreProcess.exampleCatalog,
-                                                      "--host", "0.0.0.0", "--port", "0"])
+        let refused = try await StoreProcess.outcome([
+            "serve", "--data-dir", temporaryDirectory(), "--catalog", StoreProcess.exampleCatalog,
+            "--host", "0.0.0.0", "--port", "0",
+        ])
         #expect(refused.status != 0 && refused.errors.contains("not a loopback address"), "\(refused.errors)")
         try "sk_live_not_a_real_key".write(toFile: first + "/stripe.key", atomically: true, encoding: .utf8)
         let production = try await StoreProcess.outcome([
-            "serve", "--data-dir", temporaryDirectory(), "--catalog", StoreProcess.exampleCatalog, "--host", "0.0.0.0", "--port", "0",
-            "--environment", "production", "--insecure-plaintext", "--payment-processor", "stripe", "--stripe-key-file", first + "/stripe.key"])
-        #expect(production.status != 0 && production.errors.contains("a production store serves TLS"), "\(production.errors)")
+            "serve", "--data-dir", temporaryDirectory(), "--catalog", StoreProcess.exampleCatalog, "--host", "0.0.0.0",
+            "--port", "0",
+            "--environment", "production", "--insecure-plaintext", "--payment-processor", "stripe", "--stripe-key-file",
+            first + "/stripe.key",
+        ])
+        #expect(
+            production.status != 0 && production.errors.contains("a production store serves TLS"),
+            "\(production.errors)")
     }
 }

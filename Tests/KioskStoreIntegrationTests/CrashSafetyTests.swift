@@ -1,11 +1,12 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskWire
 import NIOConcurrencyHelpers
 import Testing
+
+@testable import KioskStore
 
 /// A `kiosk-store serve` child process.
 final class StoreProcess: Sendable {
@@ -14,19 +15,22 @@ final class StoreProcess: Sendable {
 
     /// The `kiosk-store` binary SwiftPM built next to this test bundle.
     static var binary: String {
-        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let me =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk-store").path
     }
 
     static var exampleCatalog: String {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
             .appendingPathComponent("Scripts/examples/catalog.json").path
     }
 
     /// On the PostgreSQL test ledger, `KIOSK_STORE_DATABASE` naming the database of the command's `--data-dir`.
     static func ledgerEnvironment(_ arguments: [String]) throws -> [String: String] {
         guard let flag = arguments.firstIndex(of: "--data-dir"), flag + 1 < arguments.count,
-              let location = try TestLedger.database(for: arguments[flag + 1]) else { return [:] }
+            let location = try TestLedger.database(for: arguments[flag + 1])
+        else { return [:] }
         return ["KIOSK_STORE_DATABASE": location.description]
     }
 
@@ -38,7 +42,9 @@ final class StoreProcess: Sendable {
     }
 
     /// Runs `kiosk-store` to its end: exit status, standard output and standard error.
-    static func outcome(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, output: String, errors: String) {
+    static func outcome(
+        _ arguments: [String], environment: [String: String] = [:]
+    ) async throws -> (status: Int32, output: String, errors: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
@@ -46,7 +52,8 @@ final class StoreProcess: Sendable {
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         }
-        let output = Pipe(), errors = Pipe()
+        let output = Pipe()
+        let errors = Pipe()
         process.standardOutput = output
         process.standardError = errors
         try process.run()
@@ -55,7 +62,11 @@ final class StoreProcess: Sendable {
                 let out = output.fileHandleForReading.readDataToEndOfFile()
                 let err = errors.fileHandleForReading.readDataToEndOfFile()
                 process.waitUntilExit()
-                continuation.resume(returning: (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self)))
+                continuation.resume(
+                    returning: (
+                        process.terminationStatus, String(decoding: out, as: UTF8.self),
+                        String(decoding: err, as: UTF8.self)
+                    ))
             }
         }
     }
@@ -64,7 +75,11 @@ final class StoreProcess: Sendable {
     init(dataDirectory: String, extraArguments: [String] = [], environment extra: [String: String] = [:]) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = ["serve", "--data-dir", dataDirectory, "--catalog", Self.exampleCatalog, "--port", "0", "--log-level", "error"] + extraArguments
+        process.arguments =
+            [
+                "serve", "--data-dir", dataDirectory, "--catalog", Self.exampleCatalog, "--port", "0", "--log-level",
+                "error",
+            ] + extraArguments
         let environment = try Self.ledgerEnvironment(process.arguments ?? []).merging(extra) { $1 }
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
@@ -85,7 +100,9 @@ final class StoreProcess: Sendable {
             }
         }
         // "kiosk-store listening on 127.0.0.1:PORT (sandbox, 6 products)"
-        guard let address = line.split(separator: " ").dropFirst(3).first, let port = address.split(separator: ":").last.flatMap({ Int($0) }) else {
+        guard let address = line.split(separator: " ").dropFirst(3).first,
+            let port = address.split(separator: ":").last.flatMap({ Int($0) })
+        else {
             process.terminate()
             throw StoreError(.internalFailure, "kiosk-store did not report its port: \(line)")
         }
@@ -114,7 +131,8 @@ final class StoreProcess: Sendable {
         metadata.add("idempotency-key", "crash-\(index)")
         return try await client.unary(
             "/kiosk.store.v1.Store/Purchase",
-            request: StoreV1.PurchaseRequest(productID: "credits.5", quantity: Self.quantity(index), paymentMethod: goodCard),
+            request: StoreV1.PurchaseRequest(
+                productID: "credits.5", quantity: Self.quantity(index), paymentMethod: goodCard),
             response: StoreV1.PurchaseResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata))
     }
 
@@ -122,12 +140,17 @@ final class StoreProcess: Sendable {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let created = try await StoreProcess.run(["account", "create", "--data-dir", directory, "--json"])
-        let token = try #require(created.split(separator: "\"").drop { $0 != "token" }.dropFirst(2).first.map(String.init))
+        let token = try #require(
+            created.split(separator: "\"").drop { $0 != "token" }.dropFirst(2).first.map(String.init))
 
         // Phase 1: purchases from 8 concurrent workers; SIGKILL once 30 are answered.
         let first = try await StoreProcess(dataDirectory: directory)
-        let client = RPCClient(host: "127.0.0.1", port: first.port, configuration: ClientConfiguration(
-            backoff: ConnectionBackoff(initial: .milliseconds(5), maximum: .milliseconds(5), multiplier: 1, jitter: 0, maximumAttempts: 1)))
+        let client = RPCClient(
+            host: "127.0.0.1", port: first.port,
+            configuration: ClientConfiguration(
+                backoff: ConnectionBackoff(
+                    initial: .milliseconds(5), maximum: .milliseconds(5), multiplier: 1, jitter: 0, maximumAttempts: 1))
+        )
         let answered = NIOLockedValueBox<[Int: String]>([:])
         let next = NIOLockedValueBox(0)
         let killed = NIOLockedValueBox(false)
@@ -143,10 +166,17 @@ final class StoreProcess: Sendable {
                         guard let index, !killed.withLockedValue({ $0 }) else { return }
                         guard let response = try? await purchase(client, token: token, index: index) else { return }
                         let count = answered.withLockedValue { answers -> Int in
-                            answers[index] = response.transaction?.state == .purchased ? (response.transaction?.transactionID ?? "") : ""
+                            answers[index] =
+                                response.transaction?.state == .purchased
+                                ? (response.transaction?.transactionID ?? "") : ""
                             return answers.count
                         }
-                        if count == 30, killed.withLockedValue({ value in defer { value = true }; return !value }) {
+                        if count == 30,
+                            killed.withLockedValue({ value in
+                                defer { value = true }
+                                return !value
+                            })
+                        {
                             await first.signal(SIGKILL)
                         }
                     }
@@ -166,7 +196,8 @@ final class StoreProcess: Sendable {
         let recorded = try ledger.transactions(accountID: account.id)
         let recordedIDs = Set(recorded.map(\.id))
         for (index, transactionID) in beforeCrash {
-            #expect(recordedIDs.contains(transactionID), "answered purchase \(index) (\(transactionID)) is in the ledger")
+            #expect(
+                recordedIDs.contains(transactionID), "answered purchase \(index) (\(transactionID)) is in the ledger")
         }
         // One read: the restarted store may be recording a charge it found pending (start-up reconciliation) meanwhile.
         let sums = try ledger.balanceAndMovements(accountID: account.id)
@@ -186,7 +217,8 @@ final class StoreProcess: Sendable {
         let final = try ledger.transactions(accountID: account.id)
         #expect(final.count == Self.purchases, "one transaction per idempotency key")
         // Each purchase and its PURCHASED event were committed together, across the kill: one event per transaction, no other.
-        let events = try await ledger.events(after: 0, limit: 10 * Self.purchases, accountID: account.id, types: [.purchased])
+        let events = try await ledger.events(
+            after: 0, limit: 10 * Self.purchases, accountID: account.id, types: [.purchased])
         #expect(events.count == final.count && Set(events.map(\.transactionID)) == Set(final.map(\.id)))
         let expectedCredits = (0..<Self.purchases).reduce(UInt64(0)) { $0 + UInt64(Self.quantity($1)) * 5 }
         let settled = try #require(try ledger.account(id: account.id))

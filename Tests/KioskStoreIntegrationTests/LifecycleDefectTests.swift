@@ -1,13 +1,14 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
-@testable import KioskStoreIntegrations
 import KioskStoreTestSupport
 import KioskTesting
 import NIOConcurrencyHelpers
 import StripeDouble
 import Testing
+
+@testable import KioskStore
+@testable import KioskStoreIntegrations
 
 /// The store's money rules where the ledger, the processor and the wire meet: each was a defect where two
 /// places decided one rule differently, and each is now decided by the domain's lifecycle
@@ -18,8 +19,12 @@ import Testing
     /// A processor whose renewal charges wait until the test lets them go, so a buyer can act while one is in flight.
     final class GatedRenewals: PaymentProcessor {
         private let simulated = SimulatedPaymentProcessor()
-        private let state = NIOLockedValueBox<(arrived: CheckedContinuation<Void, Never>?, release: CheckedContinuation<Void, Never>?,
-                                                arrivedEarly: Bool, released: Bool, renewals: Int)>((nil, nil, false, false, 0))
+        private let state = NIOLockedValueBox<
+            (
+                arrived: CheckedContinuation<Void, Never>?, release: CheckedContinuation<Void, Never>?,
+                arrivedEarly: Bool, released: Bool, renewals: Int
+            )
+        >((nil, nil, false, false, 0))
         var name: String { "gated" }
         var isSimulated: Bool { true }
         var renewals: Int { state.withLockedValue { $0.renewals } }
@@ -72,17 +77,24 @@ import Testing
         }
     }
 
-    static func product(_ id: String, price: String, currency: String = "USD", intro: OfferTerms? = nil) -> CatalogProduct {
-        var product = CatalogProduct(id: id, type: .autoRenewableSubscription, title: id, price: price, currency: currency,
-                                     subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"))
+    static func product(
+        _ id: String, price: String, currency: String = "USD", intro: OfferTerms? = nil
+    ) -> CatalogProduct {
+        var product = CatalogProduct(
+            id: id, type: .autoRenewableSubscription, title: id, price: price, currency: currency,
+            subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"))
         product.introductoryOffer = intro
         return product
     }
 
-    static func store(_ directory: String, clock: TestClock, processor: any PaymentProcessor, products: [CatalogProduct]) throws -> Store {
+    static func store(
+        _ directory: String, clock: TestClock, processor: any PaymentProcessor, products: [CatalogProduct]
+    ) throws -> Store {
         let catalog = Catalog(bundleID: "com.example.monkeys", products: products)
-        let configuration = try StoreConfiguration(dataDirectory: directory, catalog: catalog, paymentProcessor: processor,
-                                                   clock: clock).onTestLedger()
+        let configuration = try StoreConfiguration(
+            dataDirectory: directory, catalog: catalog, paymentProcessor: processor,
+            clock: clock
+        ).onTestLedger()
         let store = try Store(configuration: configuration)
         try store.prepareToServe()
         return store
@@ -98,10 +110,15 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let clock = TestClock()
         let gate = GatedRenewals()
-        let store = try Self.store(directory, clock: clock, processor: gate, products: [Self.product("pro.monthly", price: "4.99")])
+        let store = try Self.store(
+            directory, clock: clock, processor: gate, products: [Self.product("pro.monthly", price: "4.99")])
         let buyer = try Self.account(store)
-        let bought = try await store.purchase(account: buyer, productID: "pro.monthly", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
-        guard case .purchased(let first) = bought.result else { Issue.record("not purchased: \(bought.result)"); return }
+        let bought = try await store.purchase(
+            account: buyer, productID: "pro.monthly", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+        guard case .purchased(let first) = bought.result else {
+            Issue.record("not purchased: \(bought.result)")
+            return
+        }
         clock.advance(byMs: first.expiresMs - clock.now)
 
         let renewing = Task { try await store.renewDueSubscriptions() }
@@ -128,15 +145,22 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let clock = TestClock()
         let payments = TestPaymentProcessor()
-        let intro = OfferTerms(id: "introductory", price: "0.99", period: SubscriptionPeriod(iso8601: "P1M")!, periods: 2)
-        let before = try Self.store(directory, clock: clock, processor: payments, products: [Self.product("plus", price: "4.99", intro: intro)])
+        let intro = OfferTerms(
+            id: "introductory", price: "0.99", period: SubscriptionPeriod(iso8601: "P1M")!, periods: 2)
+        let before = try Self.store(
+            directory, clock: clock, processor: payments, products: [Self.product("plus", price: "4.99", intro: intro)])
         let buyer = try Self.account(before)
-        let bought = try await before.purchase(account: buyer, productID: "plus", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil,
-                                               offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
-        guard case .purchased(let first) = bought.result else { Issue.record("not purchased: \(bought.result)"); return }
+        let bought = try await before.purchase(
+            account: buyer, productID: "plus", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil,
+            offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
+        guard case .purchased(let first) = bought.result else {
+            Issue.record("not purchased: \(bought.result)")
+            return
+        }
 
         // The operator raises the price to 6.99 (a store restarted with the new catalog) while the offer runs.
-        let store = try Self.store(directory, clock: clock, processor: payments, products: [Self.product("plus", price: "6.99", intro: intro)])
+        let store = try Self.store(
+            directory, clock: clock, processor: payments, products: [Self.product("plus", price: "6.99", intro: intro)])
         #expect(try store.subscriptionStatuses(account: buyer).first?.priceIncreasePending == true)
         // The offer's second period is charged at the offer's price.
         clock.advance(byMs: first.expiresMs - clock.now)
@@ -158,11 +182,17 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let clock = TestClock()
         let payments = TestPaymentProcessor()
-        let before = try Self.store(directory, clock: clock, processor: payments, products: [Self.product("pro", price: "4.99")])
+        let before = try Self.store(
+            directory, clock: clock, processor: payments, products: [Self.product("pro", price: "4.99")])
         let child = try Self.account(before)
-        let asked = try await before.purchase(account: child, productID: "pro", quantity: 1, paymentMethod: "test-ask", idempotencyKey: nil)
-        guard case .deferred(let deferred) = asked.result else { Issue.record("not deferred: \(asked.result)"); return }
-        let store = try Self.store(directory, clock: clock, processor: payments, products: [Self.product("pro", price: "6.99")])
+        let asked = try await before.purchase(
+            account: child, productID: "pro", quantity: 1, paymentMethod: "test-ask", idempotencyKey: nil)
+        guard case .deferred(let deferred) = asked.result else {
+            Issue.record("not deferred: \(asked.result)")
+            return
+        }
+        let store = try Self.store(
+            directory, clock: clock, processor: payments, products: [Self.product("pro", price: "6.99")])
         let approved = try await store.approve(transactionID: deferred.id)
         #expect(approved.price == "4.99", "charged at the price asked for")
         let row = try #require(try store.ledger.subscription(originalID: approved.originalID))
@@ -177,16 +207,23 @@ import Testing
         let double = StripeDouble()
         try await double.start()
         defer { Task { try? await double.shutdown() } }
-        let stripe = StripePaymentProcessor(secretKey: double.secretKey, baseURL: double.baseURL, requestTimeout: .seconds(5), maxRetries: 1,
-                                            retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
+        let stripe = StripePaymentProcessor(
+            secretKey: double.secretKey, baseURL: double.baseURL, requestTimeout: .seconds(5), maxRetries: 1,
+            retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let trial = OfferTerms(id: "introductory", price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1)
-        let store = try Self.store(directory, clock: TestClock(), processor: stripe, products: [Self.product("plus", price: "2.99", intro: trial)])
+        let store = try Self.store(
+            directory, clock: TestClock(), processor: stripe,
+            products: [Self.product("plus", price: "2.99", intro: trial)])
         let buyer = try Self.account(store)
-        let bought = try await store.purchase(account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil,
-                                              offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
-        guard case .purchased(let free) = bought.result else { Issue.record("not purchased: \(bought.result)"); return }
+        let bought = try await store.purchase(
+            account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil,
+            offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
+        guard case .purchased(let free) = bought.result else {
+            Issue.record("not purchased: \(bought.result)")
+            return
+        }
         #expect(free.price == "0")
         let revocation = try await store.refund(transactionID: free.id, reason: "trial revoked")
         #expect(revocation.transactionID == free.id)
@@ -199,26 +236,49 @@ import Testing
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let payments = TestPaymentProcessor()
-        let catalog = Catalog(bundleID: "com.example.monkeys", products: [
-            CatalogProduct(id: "book.kw", type: .nonConsumable, title: "Book", price: "1.255", currency: "KWD", subscriptionPeriod: nil),
-        ])
-        let store = try Store(configuration: try StoreConfiguration(dataDirectory: directory, catalog: catalog, paymentProcessor: payments)
+        let catalog = Catalog(
+            bundleID: "com.example.monkeys",
+            products: [
+                CatalogProduct(
+                    id: "book.kw", type: .nonConsumable, title: "Book", price: "1.255", currency: "KWD",
+                    subscriptionPeriod: nil)
+            ])
+        let store = try Store(
+            configuration: try StoreConfiguration(
+                dataDirectory: directory, catalog: catalog, paymentProcessor: payments
+            )
             .onTestLedger())
         try store.prepareToServe()
         let buyer = try Self.account(store)
-        let bought = try await store.purchase(account: buyer, productID: "book.kw", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
-        guard case .purchased(let record) = bought.result else { Issue.record("not purchased: \(bought.result)"); return }
+        let bought = try await store.purchase(
+            account: buyer, productID: "book.kw", quantity: 1, paymentMethod: goodCard, idempotencyKey: nil)
+        guard case .purchased(let record) = bought.result else {
+            Issue.record("not purchased: \(bought.result)")
+            return
+        }
         #expect(record.price == "1.255" && record.currency == "KWD")
         #expect(payments.chargeCount == 1)
-        #expect(StripeAmount.apiAmount(PaymentRequest(paymentID: "p", accountID: "a", productID: "book.kw", quantity: 2, unitPrice: "1.255",
-                                                      currency: "KWD", paymentMethod: "pm_card_visa")) == 2510)
+        #expect(
+            StripeAmount.apiAmount(
+                PaymentRequest(
+                    paymentID: "p", accountID: "a", productID: "book.kw", quantity: 2, unitPrice: "1.255",
+                    currency: "KWD", paymentMethod: "pm_card_visa")) == 2510)
         // Stripe takes three-decimal currencies in whole hundredths only: 1.255 KWD alone cannot go to Stripe.
-        #expect(StripeAmount.apiAmount(PaymentRequest(paymentID: "p", accountID: "a", productID: "book.kw", quantity: 1, unitPrice: "1.255",
-                                                      currency: "KWD", paymentMethod: "pm_card_visa")) == nil)
-        #expect(StripeAmount.apiAmount(PaymentRequest(paymentID: "p", accountID: "a", productID: "x", quantity: 1, unitPrice: "500",
-                                                      currency: "JPY", paymentMethod: "pm_card_visa")) == 500)
-        #expect(StripeAmount.apiAmount(PaymentRequest(paymentID: "p", accountID: "a", productID: "x", quantity: 1, unitPrice: "4.99",
-                                                      currency: "USD", paymentMethod: "pm_card_visa")) == 499)
+        #expect(
+            StripeAmount.apiAmount(
+                PaymentRequest(
+                    paymentID: "p", accountID: "a", productID: "book.kw", quantity: 1, unitPrice: "1.255",
+                    currency: "KWD", paymentMethod: "pm_card_visa")) == nil)
+        #expect(
+            StripeAmount.apiAmount(
+                PaymentRequest(
+                    paymentID: "p", accountID: "a", productID: "x", quantity: 1, unitPrice: "500",
+                    currency: "JPY", paymentMethod: "pm_card_visa")) == 500)
+        #expect(
+            StripeAmount.apiAmount(
+                PaymentRequest(
+                    paymentID: "p", accountID: "a", productID: "x", quantity: 1, unitPrice: "4.99",
+                    currency: "USD", paymentMethod: "pm_card_visa")) == 499)
     }
 
     @Test func oversizedFieldsAreRefusedBeforeAnythingIsWritten() async throws {
@@ -226,18 +286,24 @@ import Testing
             let token = try fixture.newAccount()
             let rows = {
                 try fixture.store.ledger.backend.read { db in
-                    (try db.value(Int64.self, "SELECT COUNT(*) FROM transactions") ?? -1, try db.value(Int64.self, "SELECT COUNT(*) FROM payment_intents") ?? -1)
+                    (
+                        try db.value(Int64.self, "SELECT COUNT(*) FROM transactions") ?? -1,
+                        try db.value(Int64.self, "SELECT COUNT(*) FROM payment_intents") ?? -1
+                    )
                 }
             }
             let huge = String(repeating: "x", count: FieldLimits.paymentMethod + 1)
             for _ in 0..<3 {
-                let error = await #expect(throws: RPCError.self) { try await fixture.buy("filter.sepia", method: huge, token: token) }
+                let error = await #expect(throws: RPCError.self) {
+                    try await fixture.buy("filter.sepia", method: huge, token: token)
+                }
                 #expect(error?.code == .invalidArgument)
                 #expect(error?.message.contains("payment_method") == true)
             }
             let key = String(repeating: "k", count: FieldLimits.idempotencyKey + 1)
             await #expect(throws: RPCError.self) { try await fixture.buy("filter.sepia", token: token, key: key) }
-            let refund = StoreV1.RequestRefundRequest(transactionID: "t", reason: String(repeating: "r", count: FieldLimits.reason + 1))
+            let refund = StoreV1.RequestRefundRequest(
+                transactionID: "t", reason: String(repeating: "r", count: FieldLimits.reason + 1))
             let refused = await #expect(throws: RPCError.self) {
                 try await fixture.call("RequestRefund", refund, as: StoreV1.RefundRequestStatus.self, token: token)
             }
@@ -255,11 +321,17 @@ import Testing
     @Test func pagesReadOnlyTheColumnsTheySend() async throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let store = try Self.store(directory, clock: TestClock(), processor: TestPaymentProcessor(), products: [Self.product("pro", price: "4.99")])
+        let store = try Self.store(
+            directory, clock: TestClock(), processor: TestPaymentProcessor(),
+            products: [Self.product("pro", price: "4.99")])
         let buyer = try Self.account(store)
         let method = "test-card:4242424242424242" + String(repeating: "0", count: FieldLimits.paymentMethod - 26)
-        let bought = try await store.purchase(account: buyer, productID: "pro", quantity: 1, paymentMethod: method, idempotencyKey: nil)
-        guard case .purchased(let record) = bought.result else { Issue.record("not purchased: \(bought.result)"); return }
+        let bought = try await store.purchase(
+            account: buyer, productID: "pro", quantity: 1, paymentMethod: method, idempotencyKey: nil)
+        guard case .purchased(let record) = bought.result else {
+            Issue.record("not purchased: \(bought.result)")
+            return
+        }
         #expect(try store.ledger.transaction(id: record.id)?.paymentMethod == method)
         let page = try await store.ledger.page(.history, accountID: buyer.id, pageSize: 10, pageToken: "")
         #expect(page.transactions.map(\.id) == [record.id])

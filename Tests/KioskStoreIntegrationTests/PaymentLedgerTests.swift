@@ -2,12 +2,13 @@ import Foundation
 import GRDB
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskTesting
 import KioskWire
 import NIOConcurrencyHelpers
 import Testing
+
+@testable import KioskStore
 
 /// A store on a fresh data dir with a ``TestPaymentProcessor``, no server.
 private func withStore<R>(
@@ -16,7 +17,9 @@ private func withStore<R>(
 ) async throws -> R {
     let directory = temporaryDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    let store = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: catalog, paymentProcessor: processor).onTestLedger())
+    let store = try Store(
+        configuration: StoreConfiguration(dataDirectory: directory, catalog: catalog, paymentProcessor: processor)
+            .onTestLedger())
     return try await body(store, directory)
 }
 
@@ -46,7 +49,9 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
         return try await inner.approve(request)
     }
     func lookup(_ request: PaymentRequest) async throws -> PaymentLookup { try await inner.lookup(request) }
-    func refund(_ request: PaymentRequest, reason: String) async throws { try await inner.refund(request, reason: reason) }
+    func refund(_ request: PaymentRequest, reason: String) async throws {
+        try await inner.refund(request, reason: reason)
+    }
 }
 
 @Suite struct DurabilityTests {
@@ -56,7 +61,9 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             let modes = try store.ledger.synchronousModes()
             #expect(modes.writer == 2, "the writer must fsync the WAL at every commit (2 = FULL), got \(modes.writer)")
             #expect(modes.reader == 2, "readers: 2 = FULL, got \(modes.reader)")
-            let journal = try #require(store.ledger.pool).read { db in try String.fetchOne(db, sql: "PRAGMA journal_mode") }
+            let journal = try #require(store.ledger.pool).read { db in
+                try String.fetchOne(db, sql: "PRAGMA journal_mode")
+            }
             #expect(journal == "wal")
         }
     }
@@ -103,7 +110,9 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             let (commits, writes) = store.ledger.commitStatistics
             if !TestLedger.isPostgres {
                 #expect(writes == 64)
-                #expect(commits < writes, "writes that arrived during a commit were committed together (\(commits) commits)")
+                #expect(
+                    commits < writes, "writes that arrived during a commit were committed together (\(commits) commits)"
+                )
             }
         }
     }
@@ -116,16 +125,20 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             processor.ledger.withLockedValue { $0 = store.ledger }
             let buyer = try account(store)
             for product in ["credits.5", "filter.sepia", "pro.monthly"] {
-                let response = try await store.purchase(account: buyer, productID: product, quantity: 1, paymentMethod: goodCard, idempotencyKey: product)
+                let response = try await store.purchase(
+                    account: buyer, productID: product, quantity: 1, paymentMethod: goodCard, idempotencyKey: product)
                 #expect(response.isPurchased)
             }
-            let asked = try await store.purchase(account: buyer, productID: "credits.10", quantity: 1, paymentMethod: "test-ask", idempotencyKey: "ask")
+            let asked = try await store.purchase(
+                account: buyer, productID: "credits.10", quantity: 1, paymentMethod: "test-ask", idempotencyKey: "ask")
             _ = try await store.approve(transactionID: try #require(asked.record).id)
             #expect(processor.chargesWithoutIntent.withLockedValue { $0 } == 0)
             #expect(processor.inner.chargeCount == 4)
             let counts = try store.ledger.intentCounts()
             #expect(counts[.pending] == nil, "every intent settled: \(counts)")
-            #expect(counts[.completed] == 5, "four purchases and one approval (the deferred purchase completed as deferred): \(counts)")
+            #expect(
+                counts[.completed] == 5,
+                "four purchases and one approval (the deferred purchase completed as deferred): \(counts)")
         }
     }
 
@@ -135,7 +148,8 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             let buyer = try account(store)
             processor.overrideNextPayment(.chargeThenLoseAnswer)
             let error = await #expect(throws: StoreError.self) {
-                try await store.purchase(account: buyer, productID: "credits.5", quantity: 2, paymentMethod: goodCard, idempotencyKey: "k1")
+                try await store.purchase(
+                    account: buyer, productID: "credits.5", quantity: 2, paymentMethod: goodCard, idempotencyKey: "k1")
             }
             #expect(error?.code == .unavailable)
             #expect(processor.chargeCount == 1, "the money was taken")
@@ -150,7 +164,8 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             #expect(recorded.count == 1)
             #expect(recorded.first?.finished == false, "delivered as unfinished")
             #expect(try store.ledger.account(id: buyer.id)?.creditBalance == 10)
-            let retry = try await store.purchase(account: buyer, productID: "credits.5", quantity: 2, paymentMethod: goodCard, idempotencyKey: "k1")
+            let retry = try await store.purchase(
+                account: buyer, productID: "credits.5", quantity: 2, paymentMethod: goodCard, idempotencyKey: "k1")
             #expect(retry.replayed)
             #expect(retry.transactionID == recorded.first?.id)
             #expect(processor.chargeCount == 1)
@@ -164,19 +179,26 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
             let buyer = try account(store)
             processor.overrideNextPayment(.unreachable)
             await #expect(throws: StoreError.self) {
-                try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k2")
+                try await store.purchase(
+                    account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard,
+                    idempotencyKey: "k2")
             }
             // While its intent is open, another purchase of the same owned-once product is refused by the database.
             let racing = await #expect(throws: StoreError.self) {
-                try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "other")
+                try await store.purchase(
+                    account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard,
+                    idempotencyKey: "other")
             }
             #expect(racing?.code == .aborted)
             #expect(try await store.reconcile(all: true).closed == 1)
             #expect(processor.chargeCount == 0)
-            let retry = try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k2")
+            let retry = try await store.purchase(
+                account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k2")
             #expect(retry.isPurchased)
             #expect(processor.chargeCount == 1)
-            let again = try await store.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "other")
+            let again = try await store.purchase(
+                account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "other"
+            )
             #expect(again.alreadyOwned)
             #expect(processor.chargeCount == 1)
         }
@@ -186,13 +208,16 @@ private final class IntentCheckingProcessor: PaymentProcessor, @unchecked Sendab
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let processor = TestPaymentProcessor()
-        let configuration = try StoreConfiguration(dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor).onTestLedger()
+        let configuration = try StoreConfiguration(
+            dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor
+        ).onTestLedger()
         var first: Store? = try Store(configuration: configuration)
         let second = try Store(configuration: configuration)
         let buyer = try account(second)
         processor.overrideNextPayment(.chargeThenLoseAnswer)
         await #expect(throws: StoreError.self) {
-            try await first!.purchase(account: buyer, productID: "credits.10", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k3")
+            try await first!.purchase(
+                account: buyer, productID: "credits.10", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k3")
         }
         #expect(try await second.reconcile().left == 1, "its writer is alive: its charge may still be in flight")
         let firstInstance = try #require(first?.instance.id)
@@ -219,13 +244,20 @@ private final class LaggingLookupProcessor: PaymentProcessor {
     func lookup(_ request: PaymentRequest) async throws -> PaymentLookup {
         lagging.withLockedValue { $0 } ? .notCharged : try await inner.lookup(request)
     }
-    func refund(_ request: PaymentRequest, reason: String) async throws { try await inner.refund(request, reason: reason) }
+    func refund(_ request: PaymentRequest, reason: String) async throws {
+        try await inner.refund(request, reason: reason)
+    }
 }
 
 /// Holds the first charge until released.
 private final class HeldChargeProcessor: PaymentProcessor {
     let inner = TestPaymentProcessor()
-    private let held = NIOLockedValueBox<(started: Bool, waiting: CheckedContinuation<Void, Never>?, released: Bool, release: CheckedContinuation<Void, Never>?)>((false, nil, false, nil))
+    private let held = NIOLockedValueBox<
+        (
+            started: Bool, waiting: CheckedContinuation<Void, Never>?, released: Bool,
+            release: CheckedContinuation<Void, Never>?
+        )
+    >((false, nil, false, nil))
     var name: String { "held" }
     var isSimulated: Bool { true }
 
@@ -269,7 +301,9 @@ private final class HeldChargeProcessor: PaymentProcessor {
     }
     func approve(_ request: PaymentRequest) async throws -> PaymentOutcome { try await inner.approve(request) }
     func lookup(_ request: PaymentRequest) async throws -> PaymentLookup { try await inner.lookup(request) }
-    func refund(_ request: PaymentRequest, reason: String) async throws { try await inner.refund(request, reason: reason) }
+    func refund(_ request: PaymentRequest, reason: String) async throws {
+        try await inner.refund(request, reason: reason)
+    }
 }
 
 @Suite struct PaymentRetryTests {
@@ -279,13 +313,17 @@ private final class HeldChargeProcessor: PaymentProcessor {
             let buyer = try account(store)
             processor.overrideNextPayment(.unreachable)
             await #expect(throws: StoreError.self) {
-                try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+                try await store.purchase(
+                    account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
             }
             let other = await #expect(throws: StoreError.self) {
-                try await store.purchase(account: buyer, productID: "credits.10", quantity: 3, paymentMethod: goodCard, idempotencyKey: "k")
+                try await store.purchase(
+                    account: buyer, productID: "credits.10", quantity: 3, paymentMethod: goodCard, idempotencyKey: "k")
             }
             #expect(other?.kind == .keyReused)
-            let spend = await #expect(throws: StoreError.self) { try await store.spendCredits(account: buyer, amount: 1, idempotencyKey: "k") }
+            let spend = await #expect(throws: StoreError.self) {
+                try await store.spendCredits(account: buyer, amount: 1, idempotencyKey: "k")
+            }
             #expect(spend?.kind == .keyReused)
             #expect(processor.chargeCount == 0)
         }
@@ -297,10 +335,12 @@ private final class HeldChargeProcessor: PaymentProcessor {
             let buyer = try account(store)
             processor.overrideNextPayment(.chargeThenLoseAnswer)
             await #expect(throws: StoreError.self) {
-                try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+                try await store.purchase(
+                    account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
             }
             try store.setPaymentsAllowed(accountID: buyer.id, false)
-            let retry = try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+            let retry = try await store.purchase(
+                account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
             #expect(retry.isPurchased, "it was charged: the retry records it, whatever changed since")
             #expect(processor.chargeCount == 1)
         }
@@ -311,19 +351,23 @@ private final class HeldChargeProcessor: PaymentProcessor {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let processor = HeldChargeProcessor()
-        let configuration = try StoreConfiguration(dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor).onTestLedger()
+        let configuration = try StoreConfiguration(
+            dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor
+        ).onTestLedger()
         let first = try Store(configuration: configuration)
         let second = try Store(configuration: configuration)
         let buyer = try account(first)
         // The first process's charge hangs at the processor …
         let hung = Task {
-            try await first.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "a")
+            try await first.purchase(
+                account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "a")
         }
         await processor.waitUntilHeld()
         // … the second settles it as uncharged (an operator's `reconcile --all`; the processor has not charged yet),
         #expect(try await second.reconcile(all: true).closed == 1)
         // the buyer buys again, and is charged,
-        let again = try await second.purchase(account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "b")
+        let again = try await second.purchase(
+            account: buyer, productID: "filter.sepia", quantity: 1, paymentMethod: goodCard, idempotencyKey: "b")
         #expect(again.isPurchased && !again.alreadyOwned)
         // then the hung charge goes through. It is refunded, never dropped, and the ledger says so.
         processor.release()
@@ -341,12 +385,16 @@ private final class HeldChargeProcessor: PaymentProcessor {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let processor = LaggingLookupProcessor()
         let clock = TestClock()
-        let store = try Store(configuration: StoreConfiguration(dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor,
-                                                                clock: clock).onTestLedger())
+        let store = try Store(
+            configuration: StoreConfiguration(
+                dataDirectory: directory, catalog: testCatalog, paymentProcessor: processor,
+                clock: clock
+            ).onTestLedger())
         let buyer = try account(store)
         processor.inner.overrideNextPayment(.chargeThenLoseAnswer)
         await #expect(throws: StoreError.self) {
-            try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+            try await store.purchase(
+                account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
         }
         // The processor's index lags: the charged payment is taken for uncharged and closed.
         processor.lagging.withLockedValue { $0 = true }
@@ -356,7 +404,8 @@ private final class HeldChargeProcessor: PaymentProcessor {
         clock.advance(byMs: Store.secondLookDelayMs + 1)
         #expect(try await store.reconcile(all: true).charged == 1)
         #expect(try store.ledger.account(id: buyer.id)?.creditBalance == 5)
-        let retry = try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
+        let retry = try await store.purchase(
+            account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "k")
         #expect(retry.replayed && retry.isPurchased)
         #expect(processor.inner.chargeCount == 1)
     }
@@ -364,9 +413,12 @@ private final class HeldChargeProcessor: PaymentProcessor {
     @Test func anApprovedTransactionKeepsItsPlaceInTheHistory() async throws {
         try await withStore { store, _ in
             let buyer = try account(store)
-            let first = try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "1")
-            let asked = try await store.purchase(account: buyer, productID: "credits.10", quantity: 1, paymentMethod: "test-ask", idempotencyKey: "2")
-            let third = try await store.purchase(account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "3")
+            let first = try await store.purchase(
+                account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "1")
+            let asked = try await store.purchase(
+                account: buyer, productID: "credits.10", quantity: 1, paymentMethod: "test-ask", idempotencyKey: "2")
+            let third = try await store.purchase(
+                account: buyer, productID: "credits.5", quantity: 1, paymentMethod: goodCard, idempotencyKey: "3")
             _ = try await store.approve(transactionID: asked.transactionID)
             let page = try await store.ledger.page(.history, accountID: buyer.id, pageSize: 10, pageToken: "")
             #expect(page.transactions.map(\.id) == [first.transactionID, asked.transactionID, third.transactionID])
@@ -380,12 +432,18 @@ private final class HeldChargeProcessor: PaymentProcessor {
     @Test func refundOfSpentCreditsTakesWhatIsLeftAndRecordsTheShortfall() async throws {
         try await StoreFixture.with { fixture in
             let token = try fixture.newAccount()
-            let bought = try #require(try await fixture.buy("credits.5", quantity: 2, token: token).transaction)  // 10 credits
-            _ = try await fixture.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 7), as: StoreV1.SpendCreditsResponse.self, token: token)
+            // 10 credits.
+            let bought = try #require(try await fixture.buy("credits.5", quantity: 2, token: token).transaction)
+            _ = try await fixture.call(
+                "SpendCredits", StoreV1.SpendCreditsRequest(amount: 7), as: StoreV1.SpendCreditsResponse.self,
+                token: token)
             var metadata = Metadata()
-            metadata.add("authorization", "Bearer \(try fixture.store.createServiceCredential(role: .content, name: "feed").secret)")
+            metadata.add(
+                "authorization",
+                "Bearer \(try fixture.store.createServiceCredential(role: .content, name: "feed").secret)")
             let feed = fixture.client.serverStreaming(
-                "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(), response: StoreV1.Revocation.self,
+                "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(),
+                response: StoreV1.Revocation.self,
                 options: CallOptions(timeout: .seconds(20), metadata: metadata))
             var iterator = feed.makeAsyncIterator()
             let revocation = try await fixture.store.refund(transactionID: bought.transactionID, reason: "chargeback")
@@ -393,12 +451,14 @@ private final class HeldChargeProcessor: PaymentProcessor {
             #expect(try await fixture.balance(token) == 0)
             let record = try #require(try fixture.store.ledger.transaction(id: bought.transactionID))
             #expect(record.refundCreditShortfall == 7)
-            #expect(try fixture.store.ledger.creditMovementsTotal(accountID: record.accountID) == 0, "movements: +10 −7 −3")
+            #expect(
+                try fixture.store.ledger.creditMovementsTotal(accountID: record.accountID) == 0, "movements: +10 −7 −3")
             let delivered = try #require(try await nextRevocation(&iterator))
             #expect(delivered.transactionID == bought.transactionID)
             #expect(delivered.creditShortfall == 7)
             #expect(delivered.accountID == record.accountID)
-            let history = try await fixture.call("History", StoreV1.HistoryRequest(), as: StoreV1.HistoryResponse.self, token: token)
+            let history = try await fixture.call(
+                "History", StoreV1.HistoryRequest(), as: StoreV1.HistoryResponse.self, token: token)
             #expect(history.transactions.first?.refundCreditShortfall == 7)
             #expect(history.transactions.first?.revocationReason == "chargeback")
         }
@@ -415,7 +475,8 @@ private final class HeldChargeProcessor: PaymentProcessor {
         try await store.ledger.write { db in
             for (index, id) in ids.enumerated() {
                 var record = TransactionRecord(
-                    id: id, originalID: id, accountID: account, product: product, quantity: 1, state: .purchased, purchaseMs: 1_800_000_000_000 + Int64(index),
+                    id: id, originalID: id, accountID: account, product: product, quantity: 1, state: .purchased,
+                    purchaseMs: 1_800_000_000_000 + Int64(index),
                     expiresMs: 0, paymentMethod: goodCard, paymentID: "pay_" + id, environment: .sandbox)
                 // Restorable every 4th (a product id of its own, so ownership stays one per product).
                 if index % 4 == 0 {
@@ -437,26 +498,31 @@ private final class HeldChargeProcessor: PaymentProcessor {
 
             // Unfinished: 500 a page, 40 pages, every id once, in the order recorded.
             var seen: [String] = []
-            var token_ = ""
+            var pageToken = ""
             var pages = 0
             repeat {
-                let page = try await fixture.call("Unfinished", StoreV1.UnfinishedRequest(pageSize: 500, pageToken: token_),
-                                                  as: StoreV1.UnfinishedResponse.self, token: token)
+                let page = try await fixture.call(
+                    "Unfinished", StoreV1.UnfinishedRequest(pageSize: 500, pageToken: pageToken),
+                    as: StoreV1.UnfinishedResponse.self, token: token)
                 #expect(page.transactions.count <= 500)
                 seen += page.transactions.map(\.transactionID)
-                token_ = page.hasMore ? page.nextPageToken : ""
+                pageToken = page.hasMore ? page.nextPageToken : ""
                 pages += 1
-            } while !token_.isEmpty
+            } while !pageToken.isEmpty
             #expect(pages == 40)
             #expect(seen == ids)
 
             // The default page is 100; more than 500 is cut to 500.
-            let first = try await fixture.call("Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
+            let first = try await fixture.call(
+                "Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
             #expect(first.transactions.count == 100 && first.hasMore)
-            let big = try await fixture.call("History", StoreV1.HistoryRequest(pageSize: 100_000), as: StoreV1.HistoryResponse.self, token: token)
+            let big = try await fixture.call(
+                "History", StoreV1.HistoryRequest(pageSize: 100_000), as: StoreV1.HistoryResponse.self, token: token)
             #expect(big.transactions.count == 500 && big.hasMore)
             let bad = await #expect(throws: RPCError.self) {
-                try await fixture.call("History", StoreV1.HistoryRequest(pageToken: "garbage"), as: StoreV1.HistoryResponse.self, token: token)
+                try await fixture.call(
+                    "History", StoreV1.HistoryRequest(pageToken: "garbage"), as: StoreV1.HistoryResponse.self,
+                    token: token)
             }
             #expect(bad?.code == .invalidArgument)
 
@@ -467,9 +533,12 @@ private final class HeldChargeProcessor: PaymentProcessor {
 
             // Finishing shrinks Unfinished from the front; the next page starts where the last ended.
             for id in ids.prefix(250) {
-                _ = try await fixture.call("Finish", StoreV1.FinishRequest(transactionID: id), as: StoreV1.FinishResponse.self, token: token)
+                _ = try await fixture.call(
+                    "Finish", StoreV1.FinishRequest(transactionID: id), as: StoreV1.FinishResponse.self, token: token)
             }
-            let after = try await fixture.call("Unfinished", StoreV1.UnfinishedRequest(pageSize: 10), as: StoreV1.UnfinishedResponse.self, token: token)
+            let after = try await fixture.call(
+                "Unfinished", StoreV1.UnfinishedRequest(pageSize: 10), as: StoreV1.UnfinishedResponse.self, token: token
+            )
             #expect(after.transactions.first?.transactionID == ids[250])
         }
     }
@@ -478,8 +547,14 @@ private final class HeldChargeProcessor: PaymentProcessor {
     func pageQueriesReadAnIndexNotTheAccountsHistory() async throws {
         try await withStore { store, _ in
             let plans = try await #require(store.ledger.pool).read { db -> [String] in
-                ["state = 1 AND finished = 0", "state = 1 AND revoked_ms = 0 AND product_type != 1", "1 = 1"].map { filter in
-                    let rows = (try? Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT rowid, * FROM transactions WHERE account_id = 'a' AND \(filter) AND rowid > 0 ORDER BY rowid LIMIT 10")) ?? []
+                ["state = 1 AND finished = 0", "state = 1 AND revoked_ms = 0 AND product_type != 1", "1 = 1"].map {
+                    filter in
+                    let rows =
+                        (try? Row.fetchAll(
+                            db,
+                            sql:
+                                "EXPLAIN QUERY PLAN SELECT rowid, * FROM transactions WHERE account_id = 'a' AND \(filter) AND rowid > 0 ORDER BY rowid LIMIT 10"
+                        )) ?? []
                     return rows.map { $0["detail"] as String }.joined(separator: "; ")
                 }
             }

@@ -1,10 +1,11 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskWire
 import Testing
+
+@testable import KioskStore
 
 /// A PostgreSQL that stops answering (SIGSTOP on the whole cluster) costs the calls that need it a quick
 /// 14 UNAVAILABLE, within their deadline, and nothing else: calls that need no database are answered
@@ -13,15 +14,18 @@ import Testing
 @Suite struct PostgresStallTests {
     /// The cluster's postmaster and its children (every backend), read from the server itself.
     static func clusterProcesses(_ ledger: Ledger) throws -> [pid_t] {
-        let directory = try #require(try ledger.backend.read { db in
-            try db.value(String.self, "SELECT current_setting('data_directory')", [])
-        })
+        let directory = try #require(
+            try ledger.backend.read { db in
+                try db.value(String.self, "SELECT current_setting('data_directory')", [])
+            })
         let pidFile = try String(contentsOfFile: directory + "/postmaster.pid", encoding: .utf8)
         let postmaster = try #require(pid_t(pidFile.split(separator: "\n").first.map(String.init) ?? ""))
         var processes = [postmaster]
         for entry in try FileManager.default.contentsOfDirectory(atPath: "/proc") {
-            guard let pid = pid_t(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { continue }
+            guard let pid = pid_t(entry),
+                let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { continue }
             // pid (comm) state ppid …
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             if fields.count > 1, pid_t(fields[1]) == postmaster { processes.append(pid) }
@@ -33,22 +37,28 @@ import Testing
         guard TestLedger.isPostgres else { return }
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        var configuration = try StoreConfiguration(dataDirectory: directory, catalog: testCatalog, paymentProcessor: SimulatedPaymentProcessor(),
-                                                   revocationPollInterval: .milliseconds(50)).onTestLedger()
+        var configuration = try StoreConfiguration(
+            dataDirectory: directory, catalog: testCatalog, paymentProcessor: SimulatedPaymentProcessor(),
+            revocationPollInterval: .milliseconds(50)
+        ).onTestLedger()
         configuration.databaseTimeout = .seconds(1)
         let server = try StoreServer(store: configuration)
         try await server.start()
         let client = RPCClient(host: "127.0.0.1", port: try #require(server.port))
         let token = try server.store.createAccount().token
-        func call<Response: WireMessage>(_ method: String, _ request: some WireMessage, _: Response.Type, token: String? = nil,
-                                         timeout: Duration = .seconds(10)) async throws -> Response {
+        func call<Response: WireMessage>(
+            _ method: String, _ request: some WireMessage, _: Response.Type, token: String? = nil,
+            timeout: Duration = .seconds(10)
+        ) async throws -> Response {
             var metadata = Metadata()
             if let token { metadata.add("authorization", "Bearer \(token)") }
-            return try await client.unary("/kiosk.store.v1.Store/\(method)", request: request, response: Response.self,
-                                          options: CallOptions(timeout: timeout, metadata: metadata))
+            return try await client.unary(
+                "/kiosk.store.v1.Store/\(method)", request: request, response: Response.self,
+                options: CallOptions(timeout: timeout, metadata: metadata))
         }
         // Healthy first.
-        #expect(try await call("PublicKeys", StoreV1.PublicKeysRequest(), StoreV1.PublicKeysResponse.self).keys.count >= 1)
+        #expect(
+            try await call("PublicKeys", StoreV1.PublicKeysRequest(), StoreV1.PublicKeysResponse.self).keys.count >= 1)
 
         let processes = try Self.clusterProcesses(server.store.ledger)
         for pid in processes { kill(pid, SIGSTOP) }
@@ -67,8 +77,9 @@ import Testing
             }
         }
         // A call that needs no database is answered meanwhile, well within a deadline shorter than the stall.
-        let products = try await call("ListProducts", StoreV1.ListProductsRequest(productIDs: ["credits.5"]), StoreV1.ListProductsResponse.self,
-                                      timeout: .seconds(3))
+        let products = try await call(
+            "ListProducts", StoreV1.ListProductsRequest(productIDs: ["credits.5"]), StoreV1.ListProductsResponse.self,
+            timeout: .seconds(3))
         #expect(products.products.map(\.id) == ["credits.5"])
         // Every call that needed the database: 14 within its 10 s deadline, not a deadline, not a hang.
         var codes: [StatusCode?] = []
@@ -76,8 +87,9 @@ import Testing
         #expect(codes.allSatisfy { $0 == .unavailable }, "\(codes)")
         // A purchase too: refused 14, nothing half-written.
         let purchase = await #expect(throws: RPCError.self) {
-            try await call("Purchase", StoreV1.PurchaseRequest(productID: "filter.sepia", quantity: 1, paymentMethod: goodCard),
-                           StoreV1.PurchaseResponse.self, token: token)
+            try await call(
+                "Purchase", StoreV1.PurchaseRequest(productID: "filter.sepia", quantity: 1, paymentMethod: goodCard),
+                StoreV1.PurchaseResponse.self, token: token)
         }
         #expect(purchase?.code == .unavailable, "\(String(describing: purchase))")
 
@@ -86,15 +98,19 @@ import Testing
         // The database answers again: within a few fail-fast windows the ledger serves (bounded polling).
         var recovered = false
         for _ in 0..<100 where !recovered {
-            if (try? await call("PublicKeys", StoreV1.PublicKeysRequest(), StoreV1.PublicKeysResponse.self, timeout: .seconds(5))) != nil {
+            if (try? await call(
+                "PublicKeys", StoreV1.PublicKeysRequest(), StoreV1.PublicKeysResponse.self, timeout: .seconds(5)))
+                != nil
+            {
                 recovered = true
             } else {
                 try await Task.sleep(for: .milliseconds(100))
             }
         }
         #expect(recovered)
-        let bought = try await call("Purchase", StoreV1.PurchaseRequest(productID: "filter.sepia", quantity: 1, paymentMethod: goodCard),
-                                    StoreV1.PurchaseResponse.self, token: token)
+        let bought = try await call(
+            "Purchase", StoreV1.PurchaseRequest(productID: "filter.sepia", quantity: 1, paymentMethod: goodCard),
+            StoreV1.PurchaseResponse.self, token: token)
         #expect(bought.transaction?.state == .purchased)
         await client.close()
         await server.shutdown()

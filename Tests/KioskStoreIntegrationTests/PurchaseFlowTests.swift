@@ -1,10 +1,11 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskWire
 import Testing
+
+@testable import KioskStore
 
 @Suite(.timeLimit(.minutes(1))) struct PurchaseFlowTests {
     @Test func seedScenarioCredits() async throws {
@@ -16,13 +17,16 @@ import Testing
             _ = try await store.buy("credits.10", token: token)
             _ = try await store.buy("credits.10", token: token)
             #expect(try await store.balance(token) == 40)
-            let spent = try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 15), as: StoreV1.SpendCreditsResponse.self,
-                                             token: token, key: "spend-1")
+            let spent = try await store.call(
+                "SpendCredits", StoreV1.SpendCreditsRequest(amount: 15), as: StoreV1.SpendCreditsResponse.self,
+                token: token, key: "spend-1")
             #expect(spent.balance == 25)
             #expect(try await store.balance(token) == 25)
             // Spending more than the balance is refused, and changes nothing.
             let error = await #expect(throws: RPCError.self) {
-                try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 26), as: StoreV1.SpendCreditsResponse.self, token: token)
+                try await store.call(
+                    "SpendCredits", StoreV1.SpendCreditsRequest(amount: 26), as: StoreV1.SpendCreditsResponse.self,
+                    token: token)
             }
             #expect(error?.code == .failedPrecondition)
             #expect(try await store.balance(token) == 25)
@@ -66,7 +70,9 @@ import Testing
             #expect(again.alreadyOwned)
             #expect(again.transaction?.transactionID == bought.transactionID)
             let account = try await store.store.authenticate(token: token)
-            #expect(try store.store.ledger.transactions(accountID: account.id).filter { $0.productID == "filter.sepia" }.count == 1)
+            #expect(
+                try store.store.ledger.transactions(accountID: account.id).filter { $0.productID == "filter.sepia" }
+                    .count == 1)
             await second.close()
         }
     }
@@ -82,7 +88,8 @@ import Testing
     func testCards(method: String, state: StoreV1.TransactionState, code: UInt32, reason: String) async throws {
         try await StoreFixture.with { store in
             let token = try store.newAccount()
-            let transaction = try #require(try await store.buy("credits.5", quantity: 2, method: method, token: token).transaction)
+            let transaction = try #require(
+                try await store.buy("credits.5", quantity: 2, method: method, token: token).transaction)
             #expect(transaction.state == state, "\(method)")
             #expect(transaction.errorCode == code)
             #expect(transaction.errorReason == reason)
@@ -97,32 +104,42 @@ import Testing
             let deferred = try #require(try await store.buy("credits.10", method: "test-ask", token: token).transaction)
             #expect(deferred.state == .deferred)
             #expect(try await store.balance(token) == 0)
-            let unfinishedBefore = try await store.call("Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
+            let unfinishedBefore = try await store.call(
+                "Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
             #expect(unfinishedBefore.transactions.isEmpty)
             let approved = try await store.store.approve(transactionID: deferred.transactionID)
             #expect(approved.state == .purchased)
             #expect(try await store.balance(token) == 10)
-            let unfinished = try await store.call("Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
+            let unfinished = try await store.call(
+                "Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
             #expect(unfinished.transactions.map(\.transactionID) == [deferred.transactionID])
-            let verified = try await store.verify(try #require(unfinished.transactions.first).signedReceipt, token: token)
+            let verified = try await store.verify(
+                try #require(unfinished.transactions.first).signedReceipt, token: token)
             #expect(verified.status == 0)
             // Approving twice is refused.
-            await #expect(throws: StoreError.self) { try await store.store.approve(transactionID: deferred.transactionID) }
+            await #expect(throws: StoreError.self) {
+                try await store.store.approve(transactionID: deferred.transactionID)
+            }
         }
     }
 
     @Test func approvalIsRefusedWhenTheProductWasBoughtMeanwhile() async throws {
         try await StoreFixture.with { store in
             let token = try store.newAccount()
-            let deferred = try #require(try await store.buy("filter.sepia", method: "test-ask", token: token).transaction)
+            let deferred = try #require(
+                try await store.buy("filter.sepia", method: "test-ask", token: token).transaction)
             let bought = try #require(try await store.buy("filter.sepia", token: token).transaction)
             #expect(bought.state == .purchased)
-            let error = await #expect(throws: StoreError.self) { try await store.store.approve(transactionID: deferred.transactionID) }
+            let error = await #expect(throws: StoreError.self) {
+                try await store.store.approve(transactionID: deferred.transactionID)
+            }
             #expect(error?.code == .failedPrecondition)
             #expect(error?.message.contains("already owns filter.sepia") == true)
             // Not charged, not recorded: still waiting, and the account owns the product once.
             #expect(try store.store.ledger.transaction(id: deferred.transactionID)?.state == .deferred)
-            let owned = try store.store.ledger.transactions(accountID: bought.accountID).filter { $0.state == .purchased }
+            let owned = try store.store.ledger.transactions(accountID: bought.accountID).filter {
+                $0.state == .purchased
+            }
             #expect(owned.map(\.id) == [bought.transactionID])
         }
     }
@@ -134,10 +151,17 @@ import Testing
             let token = try store.newAccount()
             let deferred = try #require(try await store.buy("credits.10", method: "test-ask", token: token).transaction)
             var dearer = testCatalog
-            dearer.products = dearer.products.map { var product = $0; product.price = "2.49"; return product }
+            dearer.products = dearer.products.map {
+                var product = $0
+                product.price = "2.49"
+                return product
+            }
             let admins = try (0..<2).map { _ in
-                try Store(configuration: StoreConfiguration(dataDirectory: store.dataDirectory, catalog: dearer, environment: .sandbox,
-                                                            clock: store.clock).onTestLedger())
+                try Store(
+                    configuration: StoreConfiguration(
+                        dataDirectory: store.dataDirectory, catalog: dearer, environment: .sandbox,
+                        clock: store.clock
+                    ).onTestLedger())
             }
             async let first = try? admins[0].approve(transactionID: deferred.transactionID)
             async let second = try? admins[1].approve(transactionID: deferred.transactionID)
@@ -157,10 +181,14 @@ import Testing
             let account = try await store.store.authenticate(token: token)
             let first = try #require(try await store.buy("credits.5", token: token, key: "week-old").transaction)
             store.clock.advance(byMs: 7 * 24 * 3600 * 1000 + 1)
-            let restarted = try Store(configuration: StoreConfiguration(dataDirectory: store.dataDirectory, catalog: testCatalog,
-                                                                        environment: .sandbox, clock: store.clock).onTestLedger())
-            let again = try await restarted.purchase(account: account, productID: "credits.5", quantity: 1, paymentMethod: goodCard,
-                                                     idempotencyKey: "week-old")
+            let restarted = try Store(
+                configuration: StoreConfiguration(
+                    dataDirectory: store.dataDirectory, catalog: testCatalog,
+                    environment: .sandbox, clock: store.clock
+                ).onTestLedger())
+            let again = try await restarted.purchase(
+                account: account, productID: "credits.5", quantity: 1, paymentMethod: goodCard,
+                idempotencyKey: "week-old")
             #expect(again.replayed)
             #expect(again.transactionID == first.transactionID)
             #expect(try await store.balance(token) == 5)
@@ -171,18 +199,22 @@ import Testing
     @Test func paymentsDisabledListsProductsButRefusesPurchases() async throws {
         try await StoreFixture.with { store in
             let token = try store.newAccount(paymentsAllowed: false)
-            let products = try await store.call("ListProducts", StoreV1.ListProductsRequest(productIDs: ["credits.5", "nope"]),
-                                                as: StoreV1.ListProductsResponse.self, token: nil)
+            let products = try await store.call(
+                "ListProducts", StoreV1.ListProductsRequest(productIDs: ["credits.5", "nope"]),
+                as: StoreV1.ListProductsResponse.self, token: nil)
             #expect(products.products.map(\.id) == ["credits.5"])
             #expect(products.invalidProductIDs == ["nope"])
-            let account = try await store.call("GetAccount", StoreV1.GetAccountRequest(), as: StoreV1.Account.self, token: token)
+            let account = try await store.call(
+                "GetAccount", StoreV1.GetAccountRequest(), as: StoreV1.Account.self, token: token)
             #expect(account.paymentsAllowed == false)
             let transaction = try #require(try await store.buy("credits.5", token: token).transaction)
             #expect(transaction.state == .failed)
             #expect(transaction.errorCode == 4)
             #expect(transaction.errorMessage.contains("payment not allowed"))
             #expect(try await store.balance(token) == 0)
-            #expect(try store.store.ledger.transactions(accountID: account.accountID).isEmpty, "nothing charged or recorded")
+            #expect(
+                try store.store.ledger.transactions(accountID: account.accountID).isEmpty, "nothing charged or recorded"
+            )
             // Turned back on, the same account can buy.
             try store.store.setPaymentsAllowed(accountID: account.accountID, true)
             #expect(try await store.buy("credits.5", token: token).transaction?.state == .purchased)
@@ -217,7 +249,9 @@ import Testing
             let account = try await store.store.authenticate(token: token)
             #expect(try store.store.ledger.transactions(accountID: account.id).count == 1)
             // Same key, other parameters: ALREADY_EXISTS.
-            let error = await #expect(throws: RPCError.self) { try await store.buy("credits.5", quantity: 4, token: token, key: "same-key") }
+            let error = await #expect(throws: RPCError.self) {
+                try await store.buy("credits.5", quantity: 4, token: token, key: "same-key")
+            }
             #expect(error?.code == .alreadyExists)
             #expect(error?.message.contains("idempotency-key \"same-key\" was already used") == true)
             // Keys are per account: another account may use the same key.
@@ -231,11 +265,15 @@ import Testing
             let token = try store.newAccount()
             _ = try await store.buy("credits.10", quantity: 2, token: token)
             for _ in 0..<3 {
-                _ = try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 5), as: StoreV1.SpendCreditsResponse.self, token: token, key: "s")
+                _ = try await store.call(
+                    "SpendCredits", StoreV1.SpendCreditsRequest(amount: 5), as: StoreV1.SpendCreditsResponse.self,
+                    token: token, key: "s")
             }
             #expect(try await store.balance(token) == 15)
             let error = await #expect(throws: RPCError.self) {
-                try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 6), as: StoreV1.SpendCreditsResponse.self, token: token, key: "s")
+                try await store.call(
+                    "SpendCredits", StoreV1.SpendCreditsRequest(amount: 6), as: StoreV1.SpendCreditsResponse.self,
+                    token: token, key: "s")
             }
             #expect(error?.code == .alreadyExists)
         }
@@ -246,18 +284,25 @@ import Testing
             let token = try store.newAccount()
             let a = try #require(try await store.buy("credits.5", token: token).transaction)
             let b = try #require(try await store.buy("filter.sepia", token: token).transaction)
-            var unfinished = try await store.call("Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
+            var unfinished = try await store.call(
+                "Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
             #expect(Set(unfinished.transactions.map(\.transactionID)) == [a.transactionID, b.transactionID])
-            let first = try await store.call("Finish", StoreV1.FinishRequest(transactionID: a.transactionID), as: StoreV1.FinishResponse.self, token: token)
+            let first = try await store.call(
+                "Finish", StoreV1.FinishRequest(transactionID: a.transactionID), as: StoreV1.FinishResponse.self,
+                token: token)
             #expect(first.alreadyFinished == false)
-            let second = try await store.call("Finish", StoreV1.FinishRequest(transactionID: a.transactionID), as: StoreV1.FinishResponse.self, token: token)
+            let second = try await store.call(
+                "Finish", StoreV1.FinishRequest(transactionID: a.transactionID), as: StoreV1.FinishResponse.self,
+                token: token)
             #expect(second.alreadyFinished == true)
-            unfinished = try await store.call("Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
+            unfinished = try await store.call(
+                "Unfinished", StoreV1.UnfinishedRequest(), as: StoreV1.UnfinishedResponse.self, token: token)
             #expect(unfinished.transactions.map(\.transactionID) == [b.transactionID])
             // Another account cannot finish it.
             let error = await #expect(throws: RPCError.self) {
-                try await store.call("Finish", StoreV1.FinishRequest(transactionID: b.transactionID), as: StoreV1.FinishResponse.self,
-                                     token: try store.newAccount())
+                try await store.call(
+                    "Finish", StoreV1.FinishRequest(transactionID: b.transactionID), as: StoreV1.FinishResponse.self,
+                    token: try store.newAccount())
             }
             #expect(error?.code == .notFound)
         }

@@ -1,10 +1,11 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskWire
 import Testing
+
+@testable import KioskStore
 
 @Suite(.timeLimit(.minutes(1))) struct ReceiptVerificationTests {
     @Test func everyFlippedBitOfPayloadOrSignatureIsNotAuthentic() async throws {
@@ -22,7 +23,9 @@ import Testing
                         changed[index] ^= UInt8(1 << bit)
                         if field == "payload" { tampered.payload = changed } else { tampered.signature = changed }
                         let result = try await store.store.verifyReceipt(tampered.serializedBytes()).check
-                        #expect(result.status.rawValue == 21003, "\(field) byte \(index) bit \(bit): \(result.status) \(result.message)")
+                        #expect(
+                            result.status.rawValue == 21003,
+                            "\(field) byte \(index) bit \(bit): \(result.status) \(result.message)")
                         checked += 1
                     }
                 }
@@ -62,9 +65,12 @@ import Testing
             junk.keyID = "junk-key"
             #expect(try await fixture.store.verifyReceipt(junk.serializedBytes()).check.status == .notAuthentic)
             // … then `keys rotate` runs in another process, and a receipt is signed with the new key.
-            let other = try Store(configuration: StoreConfiguration(dataDirectory: fixture.dataDirectory, catalog: testCatalog).onTestLedger())
+            let other = try Store(
+                configuration: StoreConfiguration(dataDirectory: fixture.dataDirectory, catalog: testCatalog)
+                    .onTestLedger())
             _ = try other.rotateKeys()
-            let fresh = try #require(try other.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
+            let fresh = try #require(
+                try other.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
             // Within the reload's rate limit it is still valid: the call waits for the next reload instead of refusing it.
             #expect(try await fixture.store.verifyReceipt(fresh).check.status == .valid)
         }
@@ -75,8 +81,12 @@ import Testing
             try await StoreFixture.with(environment: .production) { production in
                 let sandboxToken = try sandbox.newAccount()
                 let productionToken = try production.newAccount()
-                let sandboxReceipt = try #require(try await sandbox.buy("filter.sepia", token: sandboxToken).transaction).signedReceipt
-                let productionReceipt = try #require(try await production.buy("filter.sepia", method: liveCard, token: productionToken).transaction).signedReceipt
+                let sandboxReceipt = try #require(
+                    try await sandbox.buy("filter.sepia", token: sandboxToken).transaction
+                ).signedReceipt
+                let productionReceipt = try #require(
+                    try await production.buy("filter.sepia", method: liveCard, token: productionToken).transaction
+                ).signedReceipt
                 let atProduction = try await production.verify(sandboxReceipt, token: productionToken)
                 #expect(atProduction.status == 21007)
                 #expect(atProduction.receipt?.environment == .sandbox)
@@ -91,12 +101,16 @@ import Testing
             let token = try store.newAccount()
             let transaction = try #require(try await store.buy("filter.sepia", token: token).transaction)
             var metadata = Metadata()
-            metadata.add("authorization", "Bearer \(try store.store.createServiceCredential(role: .content, name: "feed").secret)")
+            metadata.add(
+                "authorization",
+                "Bearer \(try store.store.createServiceCredential(role: .content, name: "feed").secret)")
             var feed = store.client.serverStreaming(
                 "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(since: 0),
                 response: StoreV1.Revocation.self, options: CallOptions(metadata: metadata)
             ).makeAsyncIterator()
-            let refundTask = Task { try await store.store.refund(transactionID: transaction.transactionID, reason: "customer request") }
+            let refundTask = Task {
+                try await store.store.refund(transactionID: transaction.transactionID, reason: "customer request")
+            }
             let revocation = try #require(try await nextRevocation(&feed))
             #expect(revocation.transactionID == transaction.transactionID)
             #expect(revocation.reason == "customer request")
@@ -110,7 +124,9 @@ import Testing
             // A watcher resuming from its cursor sees nothing twice.
             let second = try await store.store.ledger.revocations(after: revocation.cursor)
             #expect(second.isEmpty)
-            await #expect(throws: StoreError.self) { try await store.store.refund(transactionID: transaction.transactionID, reason: "again") }
+            await #expect(throws: StoreError.self) {
+                try await store.store.refund(transactionID: transaction.transactionID, reason: "again")
+            }
         }
     }
 
@@ -118,7 +134,9 @@ import Testing
         try await StoreFixture.with { store in
             let token = try store.newAccount()
             let transaction = try #require(try await store.buy("credits.10", quantity: 2, token: token).transaction)
-            _ = try await store.call("SpendCredits", StoreV1.SpendCreditsRequest(amount: 15), as: StoreV1.SpendCreditsResponse.self, token: token)
+            _ = try await store.call(
+                "SpendCredits", StoreV1.SpendCreditsRequest(amount: 15), as: StoreV1.SpendCreditsResponse.self,
+                token: token)
             _ = try await store.store.refund(transactionID: transaction.transactionID, reason: "chargeback")
             #expect(try await store.balance(token) == 0)
             let account = try await store.store.authenticate(token: token)
@@ -130,8 +148,10 @@ import Testing
         try await StoreFixture.with { store in
             let token = try store.newAccount()
             let payload = ReceiptV1.ReceiptPayload(
-                transactionID: "tx_ghost", originalTransactionID: "tx_ghost", productID: "filter.sepia", productType: .nonConsumable,
-                quantity: 1, purchaseDateMs: store.clock.now, accountID: "acct_ghost", bundleID: "com.example.monkeys", environment: .sandbox)
+                transactionID: "tx_ghost", originalTransactionID: "tx_ghost", productID: "filter.sepia",
+                productType: .nonConsumable,
+                quantity: 1, purchaseDateMs: store.clock.now, accountID: "acct_ghost", bundleID: "com.example.monkeys",
+                environment: .sandbox)
             let receipt = try store.store.keys.activeKey().sign(payload).serializedBytes()
             #expect(try await store.verify(receipt, token: token).status == 21010)
         }
@@ -147,17 +167,21 @@ import Testing
             #expect(try ReceiptV1.SignedReceipt(serializedBytes: old).keyID != newKey.id)
             #expect(try await store.verify(old, token: token).status == 0)
             #expect(try await store.verify(fresh, token: token).status == 0)
-            let keys = try await store.call("PublicKeys", StoreV1.PublicKeysRequest(), as: StoreV1.PublicKeysResponse.self, token: token)
+            let keys = try await store.call(
+                "PublicKeys", StoreV1.PublicKeysRequest(), as: StoreV1.PublicKeysResponse.self, token: token)
             #expect(keys.keys.count == 2)
             #expect(keys.keys.last?.keyID == newKey.id)
             #expect(keys.keys.allSatisfy { $0.ed25519PublicKey.count == 32 })
             // An offline verifier with the exported keys agrees.
             let verifier = ReceiptVerifier(
-                keys: keys.keys.map { ReceiptPublicKey(id: $0.keyID, rawRepresentation: $0.ed25519PublicKey, notBeforeMs: $0.notBeforeMs) },
+                keys: keys.keys.map {
+                    ReceiptPublicKey(id: $0.keyID, rawRepresentation: $0.ed25519PublicKey, notBeforeMs: $0.notBeforeMs)
+                },
                 environment: .sandbox)
             #expect(verifier.verify(old, nowMs: store.clock.now).status == .valid)
             // Private keys are kept 0600.
-            let attributes = try FileManager.default.attributesOfItem(atPath: store.dataDirectory + "/keys/\(newKey.id).ed25519")
+            let attributes = try FileManager.default.attributesOfItem(
+                atPath: store.dataDirectory + "/keys/\(newKey.id).ed25519")
             #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
         }
     }

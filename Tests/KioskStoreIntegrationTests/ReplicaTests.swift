@@ -1,14 +1,17 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskWire
 import Testing
 
+@testable import KioskStore
+
 /// Two stores on one PostgreSQL ledger, as two replicas behind a load balancer
 /// would be: each its own data dir, one database, the signing keys sealed in it with one key-encryption key.
-@Suite(.enabled(if: TestLedger.isPostgres, "two stores on one ledger need the PostgreSQL backend"), .timeLimit(.minutes(1)))
+@Suite(
+    .enabled(if: TestLedger.isPostgres, "two stores on one ledger need the PostgreSQL backend"), .timeLimit(.minutes(1))
+)
 struct ReplicaTests {
     /// A second store served on `first`'s database; `body` gets it and a client of it.
     static func withSecondStore<R>(
@@ -46,12 +49,15 @@ struct ReplicaTests {
                 let token = try first.newAccount()
                 let transaction = try #require(try await first.buy("filter.sepia", token: token).transaction)
                 var metadata = Metadata()
-                metadata.add("authorization", "Bearer \(try second.store.createServiceCredential(role: .content, name: "replica-feed").secret)")
+                metadata.add(
+                    "authorization",
+                    "Bearer \(try second.store.createServiceCredential(role: .content, name: "replica-feed").secret)")
                 var feed = client.serverStreaming(
                     "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(),
                     response: StoreV1.Revocation.self, options: CallOptions(metadata: metadata)
                 ).makeAsyncIterator()
-                _ = try await first.store.refund(transactionID: transaction.transactionID, reason: "refund on the other replica")
+                _ = try await first.store.refund(
+                    transactionID: transaction.transactionID, reason: "refund on the other replica")
                 let revocation = try #require(try await nextRevocation(&feed))
                 #expect(revocation.transactionID == transaction.transactionID)
                 #expect(revocation.reason == "refund on the other replica")

@@ -1,5 +1,6 @@
-@testable import KioskStore
 import Testing
+
+@testable import KioskStore
 
 @Suite struct RevocationSignalTests {
     /// A refund that lands between a watcher's query and its wait must wake it, not be slept through.

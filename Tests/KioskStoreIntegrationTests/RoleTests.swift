@@ -1,9 +1,10 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskWire
 import Testing
+
+@testable import KioskStore
 
 /// Who may call what: accounts, content services, admins; the revocation feed's one reader.
 @Suite(.timeLimit(.minutes(1))) struct RoleTests {
@@ -29,8 +30,10 @@ import Testing
     /// The first message of a WatchRevocations stream, or its error's code.
     func watch(_ fixture: StoreFixture, token: String?) async -> StatusCode? {
         var feed = fixture.client.serverStreaming(
-            "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(), response: StoreV1.Revocation.self,
-            options: options(token)).makeAsyncIterator()
+            "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(),
+            response: StoreV1.Revocation.self,
+            options: options(token)
+        ).makeAsyncIterator()
         do {
             return try await feed.next() != nil ? .ok : nil
         } catch let error as RPCError {
@@ -56,26 +59,47 @@ import Testing
 
             // Admin calls: admins only.
             let refund = StoreV1.RefundRequest(transactionID: "tx_none", reason: "test")
-            #expect(await code(fixture, "/kiosk.store.v1.Admin/Refund", refund, StoreV1.Revocation.self, token: account) == .permissionDenied)
-            #expect(await code(fixture, "/kiosk.store.v1.Admin/Refund", refund, StoreV1.Revocation.self, token: content) == .permissionDenied)
-            #expect(await code(fixture, "/kiosk.store.v1.Admin/Refund", refund, StoreV1.Revocation.self, token: admin) == .notFound)
+            #expect(
+                await code(fixture, "/kiosk.store.v1.Admin/Refund", refund, StoreV1.Revocation.self, token: account)
+                    == .permissionDenied)
+            #expect(
+                await code(fixture, "/kiosk.store.v1.Admin/Refund", refund, StoreV1.Revocation.self, token: content)
+                    == .permissionDenied)
+            #expect(
+                await code(fixture, "/kiosk.store.v1.Admin/Refund", refund, StoreV1.Revocation.self, token: admin)
+                    == .notFound)
 
             // Buying: accounts only.
             let purchase = StoreV1.PurchaseRequest(productID: "credits.5", quantity: 1, paymentMethod: goodCard)
-            #expect(await code(fixture, "/kiosk.store.v1.Store/Purchase", purchase, StoreV1.PurchaseResponse.self, token: content) == .permissionDenied)
-            #expect(await code(fixture, "/kiosk.store.v1.Store/Purchase", purchase, StoreV1.PurchaseResponse.self, token: admin) == .permissionDenied)
-            #expect(await code(fixture, "/kiosk.store.v1.Store/GetAccount", StoreV1.GetAccountRequest(), StoreV1.Account.self, token: content) == .permissionDenied)
-            #expect(await code(fixture, "/kiosk.store.v1.Store/AccessToken", StoreV1.AccessTokenRequest(), StoreV1.AccessTokenResponse.self, token: content) == .permissionDenied)
+            #expect(
+                await code(
+                    fixture, "/kiosk.store.v1.Store/Purchase", purchase, StoreV1.PurchaseResponse.self, token: content)
+                    == .permissionDenied)
+            #expect(
+                await code(
+                    fixture, "/kiosk.store.v1.Store/Purchase", purchase, StoreV1.PurchaseResponse.self, token: admin)
+                    == .permissionDenied)
+            #expect(
+                await code(
+                    fixture, "/kiosk.store.v1.Store/GetAccount", StoreV1.GetAccountRequest(), StoreV1.Account.self,
+                    token: content) == .permissionDenied)
+            #expect(
+                await code(
+                    fixture, "/kiosk.store.v1.Store/AccessToken", StoreV1.AccessTokenRequest(),
+                    StoreV1.AccessTokenResponse.self, token: content) == .permissionDenied)
 
             // Public keys and health: anyone, no token at all.
             let keys = try await fixture.client.unary(
-                "/kiosk.store.v1.Store/PublicKeys", request: StoreV1.PublicKeysRequest(), response: StoreV1.PublicKeysResponse.self)
+                "/kiosk.store.v1.Store/PublicKeys", request: StoreV1.PublicKeysRequest(),
+                response: StoreV1.PublicKeysResponse.self)
             #expect(keys.keys.count == 1)
 
             // A revoked credential is refused as unknown, and the feed it holds open ends with 16.
             var open = fixture.client.serverStreaming(
-                "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(), response: StoreV1.Revocation.self,
-                options: CallOptions(metadata: options(content).metadata)).makeAsyncIterator()
+                "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(),
+                response: StoreV1.Revocation.self,
+                options: CallOptions(metadata: options(content).metadata)
+            ).makeAsyncIterator()
             #expect(try await open.next() != nil)
             let credentials = try fixture.store.ledger.serviceCredentials()
             #expect(Set(credentials.map(\.role)) == [.content, .admin])
@@ -98,8 +122,12 @@ import Testing
             let admin = try fixture.store.createServiceCredential(role: .admin, name: "ops").secret
             // An Account (field 2 a varint) where a RefundRequest (field 2 a string) is expected does not decode.
             let garbage = StoreV1.Account(accountID: "x", paymentsAllowed: true, creditBalance: 7)
-            #expect(await code(fixture, "/kiosk.store.v1.Admin/Refund", garbage, StoreV1.Revocation.self, token: admin) == .invalidArgument)
-            #expect(await code(fixture, "/kiosk.store.v1.Admin/Refund", garbage, StoreV1.Revocation.self, token: account) == .permissionDenied)
+            #expect(
+                await code(fixture, "/kiosk.store.v1.Admin/Refund", garbage, StoreV1.Revocation.self, token: admin)
+                    == .invalidArgument)
+            #expect(
+                await code(fixture, "/kiosk.store.v1.Admin/Refund", garbage, StoreV1.Revocation.self, token: account)
+                    == .permissionDenied)
         }
     }
 
@@ -107,12 +135,14 @@ import Testing
         try await StoreFixture.with { fixture in
             let admin = try fixture.store.createServiceCredential(role: .admin, name: "ops").secret
             let created = try await fixture.client.unary(
-                "/kiosk.store.v1.Admin/CreateAccount", request: StoreV1.CreateAccountRequest(), response: StoreV1.CreateAccountResponse.self,
+                "/kiosk.store.v1.Admin/CreateAccount", request: StoreV1.CreateAccountRequest(),
+                response: StoreV1.CreateAccountResponse.self,
                 options: options(admin))
             let bought = try await fixture.buy("filter.sepia", token: created.token)
             let transaction = try #require(bought.transaction)
             let revocation = try await fixture.client.unary(
-                "/kiosk.store.v1.Admin/Refund", request: StoreV1.RefundRequest(transactionID: transaction.transactionID, reason: "admin call"),
+                "/kiosk.store.v1.Admin/Refund",
+                request: StoreV1.RefundRequest(transactionID: transaction.transactionID, reason: "admin call"),
                 response: StoreV1.Revocation.self, options: options(admin))
             #expect(revocation.transactionID == transaction.transactionID && revocation.accountID == created.accountID)
             let verdict = try await fixture.verify(transaction.signedReceipt, token: created.token)
@@ -120,10 +150,12 @@ import Testing
 
             let old = try fixture.store.publicKeys()[0]
             let rotated = try await fixture.client.unary(
-                "/kiosk.store.v1.Admin/RotateKey", request: StoreV1.RotateKeyRequest(), response: StoreV1.PublicKey.self, options: options(admin))
+                "/kiosk.store.v1.Admin/RotateKey", request: StoreV1.RotateKeyRequest(),
+                response: StoreV1.PublicKey.self, options: options(admin))
             #expect(rotated.keyID != old.id)
             let retired = try await fixture.client.unary(
-                "/kiosk.store.v1.Admin/RetireKey", request: StoreV1.RetireKeyRequest(keyID: old.id), response: StoreV1.PublicKey.self,
+                "/kiosk.store.v1.Admin/RetireKey", request: StoreV1.RetireKeyRequest(keyID: old.id),
+                response: StoreV1.PublicKey.self,
                 options: options(admin))
             #expect(retired.keyID == old.id && retired.notAfterMs > 0)
         }
@@ -137,10 +169,14 @@ import Testing
             let streams = 40
             var feeds = (0..<streams).map { _ in
                 fixture.client.serverStreaming(
-                    "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(), response: StoreV1.Revocation.self,
-                    options: CallOptions(metadata: options(credential).metadata)).makeAsyncIterator()
+                    "/kiosk.store.v1.Store/WatchRevocations", request: StoreV1.WatchRevocationsRequest(),
+                    response: StoreV1.Revocation.self,
+                    options: CallOptions(metadata: options(credential).metadata)
+                ).makeAsyncIterator()
             }
-            for index in feeds.indices { #expect(try await feeds[index].next()?.transactionID == "", "first a heartbeat") }
+            for index in feeds.indices {
+                #expect(try await feeds[index].next()?.transactionID == "", "first a heartbeat")
+            }
             let looksBefore = fixture.store.feed.looks
             let started = ContinuousClock.now
 
@@ -155,7 +191,10 @@ import Testing
             for index in feeds.indices {
                 var announced = false
                 while let message = try await feeds[index].next() {
-                    if message.keysChanged { announced = true; break }
+                    if message.keysChanged {
+                        announced = true
+                        break
+                    }
                 }
                 #expect(announced)
             }

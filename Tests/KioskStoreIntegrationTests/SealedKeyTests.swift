@@ -1,8 +1,9 @@
 import Foundation
 import KioskAPI
-@testable import KioskStore
 import KioskStoreTestSupport
 import Testing
+
+@testable import KioskStore
 
 /// Private signing keys sealed in the ledger with a key-encryption key (both backends).
 @Suite(.timeLimit(.minutes(1))) struct SealedKeyTests {
@@ -23,7 +24,8 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try Self.store(directory, kek: try Self.kek())
         let account = try store.createAccount()
-        let receipt = try #require(try store.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
+        let receipt = try #require(
+            try store.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
         #expect(Self.keyFiles(directory).isEmpty)
         let key = try #require(try store.publicKeys().last)
         let sealed = try #require(try store.ledger.sealedPrivateKey(id: key.id))
@@ -35,7 +37,8 @@ import Testing
         replica.keyEncryptionKey = try Self.kek()
         if !TestLedger.isPostgres { replica.dataDirectory = directory }  // SQLite: one file, so the same data dir
         let second = try Store(configuration: replica)
-        let again = try #require(try second.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
+        let again = try #require(
+            try second.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
         #expect(try ReceiptV1.SignedReceipt(serializedBytes: again).keyID == key.id)
         #expect(try await second.verifyReceipt(receipt).check.status == .valid)
         #expect(try await store.verifyReceipt(again).check.status == .valid)
@@ -43,7 +46,8 @@ import Testing
         let raw = try second.keys.activeKey().privateKey.rawRepresentation
         #expect(!Self.contains(sealed, Array(raw)))
         if !TestLedger.isPostgres {
-            for file in try FileManager.default.contentsOfDirectory(atPath: directory) where file.hasPrefix(Ledger.fileName) {
+            for file in try FileManager.default.contentsOfDirectory(atPath: directory)
+            where file.hasPrefix(Ledger.fileName) {
                 let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: directory + "/" + file)))
                 #expect(!Self.contains(bytes, Array(raw)), "\(file) must not hold the raw private key")
             }
@@ -54,7 +58,9 @@ import Testing
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         _ = try Self.store(directory, kek: try Self.kek())
-        let wrong = #expect(throws: StoreError.self) { try Self.store(directory, kek: try KeyEncryptionKey(bytes: Array(repeating: 7, count: 32))) }
+        let wrong = #expect(throws: StoreError.self) {
+            try Self.store(directory, kek: try KeyEncryptionKey(bytes: Array(repeating: 7, count: 32)))
+        }
         #expect(wrong?.message.contains("does not open with key-encryption key") == true)
         let missing = #expect(throws: StoreError.self) { try Self.store(directory, kek: nil) }
         #expect(missing?.message.contains("is sealed in the ledger") == true)
@@ -65,7 +71,8 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let single = try Self.store(directory, kek: nil)
         let account = try single.createAccount()
-        let receipt = try #require(try single.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
+        let receipt = try #require(
+            try single.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
         let keyID = try #require(try single.publicKeys().last?.id)
         #expect(Self.keyFiles(directory) == ["\(keyID).ed25519"])
         #expect(try single.ledger.sealedPrivateKey(id: keyID) == nil)
@@ -74,7 +81,8 @@ import Testing
         #expect(try single.ledger.sealedPrivateKey(id: keyID) != nil)
         try FileManager.default.removeItem(atPath: directory + "/keys/\(keyID).ed25519")
         let replicated = try Self.store(directory, kek: try Self.kek())
-        let signed = try #require(try replicated.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
+        let signed = try #require(
+            try replicated.mintReceipts(accountID: account.id, productID: "filter.sepia", count: 1).first)
         #expect(try ReceiptV1.SignedReceipt(serializedBytes: signed).keyID == keyID)
         #expect(try await replicated.verifyReceipt(receipt).check.status == .valid)
         // Rotation seals the new key too.
@@ -96,11 +104,15 @@ import Testing
         #expect(open?.message.contains("chmod 600") == true)
         for bad in ["", "abc", String(repeating: "g", count: 64), String(repeating: "a", count: 63)] {
             let file = directory + "/bad-\(bad.count)-\(bad.first.map(String.init) ?? "")"
-            FileManager.default.createFile(atPath: file, contents: Data(bad.utf8), attributes: [.posixPermissions: 0o600])
-            #expect(throws: StoreError.self, "\(bad.debugDescription) is not a key") { try KeyEncryptionKey(contentsOfFile: file) }
+            FileManager.default.createFile(
+                atPath: file, contents: Data(bad.utf8), attributes: [.posixPermissions: 0o600])
+            #expect(throws: StoreError.self, "\(bad.debugDescription) is not a key") {
+                try KeyEncryptionKey(contentsOfFile: file)
+            }
         }
         let raw = directory + "/raw"
-        FileManager.default.createFile(atPath: raw, contents: Data(Array(0..<32) as [UInt8]), attributes: [.posixPermissions: 0o600])
+        FileManager.default.createFile(
+            atPath: raw, contents: Data(Array(0..<32) as [UInt8]), attributes: [.posixPermissions: 0o600])
         #expect(try KeyEncryptionKey(contentsOfFile: raw).fingerprint == (try Self.kek()).fingerprint)
     }
 
@@ -124,14 +136,18 @@ import Testing
         let data = directory + "/store"
         _ = try await StoreProcess.run(["account", "create", "--data-dir", data, "--key-encryption-key-file", kek])
         #expect(SealedKeyTests.keyFiles(data).isEmpty, "the private key is sealed in the ledger, not in keys/")
-        let exported = try await StoreProcess.run(["keys", "export", "--data-dir", data, "--key-encryption-key-file", kek])
+        let exported = try await StoreProcess.run([
+            "keys", "export", "--data-dir", data, "--key-encryption-key-file", kek,
+        ])
         #expect(exported.contains("ed25519-"))
 
         // Without it, or with a file open to others: refused with what to do.
         let without = try await StoreProcess.outcome(["keys", "rotate", "--data-dir", data])
         #expect(without.status != 0 && without.errors.contains("--key-encryption-key-file"), "\(without.errors)")
         try FileManager.default.setAttributes([.posixPermissions: 0o640], ofItemAtPath: kek)
-        let open = try await StoreProcess.outcome(["keys", "rotate", "--data-dir", data, "--key-encryption-key-file", kek])
+        let open = try await StoreProcess.outcome([
+            "keys", "rotate", "--data-dir", data, "--key-encryption-key-file", kek,
+        ])
         #expect(open.status == 64 && open.errors.contains("chmod 600"), "\(open.errors)")
     }
 }

@@ -1,10 +1,11 @@
 import AsyncHTTPClient
 import Foundation
-@testable import KioskStore
-@testable import KioskStoreIntegrations
 import KioskTesting
 import StripeDouble
 import Testing
+
+@testable import KioskStore
+@testable import KioskStoreIntegrations
 
 /// `StripePaymentProcessor` against `StripeDouble`, a local stand-in for Stripe's API.
 @Suite(.timeLimit(.minutes(1))) struct StripeProcessorTests {
@@ -18,7 +19,11 @@ import Testing
             #expect(outcome == .succeeded(reference: intent.id))
             #expect(intent.id.hasPrefix("pi_"))
             #expect(intent.amount == 998 && intent.currency == "usd" && intent.status == "succeeded")
-            #expect(intent.metadata == ["kiosk_payment_id": request.paymentID, "kiosk_account_id": "account-1", "kiosk_product_id": "credits.5"])
+            #expect(
+                intent.metadata == [
+                    "kiosk_payment_id": request.paymentID, "kiosk_account_id": "account-1",
+                    "kiosk_product_id": "credits.5",
+                ])
             #expect(double.chargeCount == 1)
             #expect(double.chargesByPaymentID == [request.paymentID: 1])
             #expect(double.requests.map(\.idempotencyKey) == [request.paymentID])
@@ -52,7 +57,10 @@ import Testing
         try await withStripe { double, stripe in
             let request = stripePayment(method: "pm_card_authenticationRequired")
             let outcome = try await stripe.charge(request)
-            guard case .declined(let reason, _) = outcome else { Issue.record("expected a decline, got \(outcome)"); return }
+            guard case .declined(let reason, _) = outcome else {
+                Issue.record("expected a decline, got \(outcome)")
+                return
+            }
             #expect(reason == "authentication_required")
             #expect(double.paymentIntents(forPaymentID: request.paymentID).map(\.status) == ["canceled"])
             #expect(double.chargeCount == 0)
@@ -62,13 +70,23 @@ import Testing
     @Test func kioskTestMethodsAndBadAmountsAreDeclinedWithoutAskingStripe() async throws {
         try await withStripe { double, stripe in
             let testCard = try await stripe.charge(stripePayment(method: "test-card:4242424242424242"))
-            guard case .declined(let reason, _) = testCard else { Issue.record("expected a decline, got \(testCard)"); return }
+            guard case .declined(let reason, _) = testCard else {
+                Issue.record("expected a decline, got \(testCard)")
+                return
+            }
             #expect(reason == "invalid_payment_method")
             let badPrice = try await stripe.charge(stripePayment(method: "pm_card_visa", unitPrice: "1.234"))
-            guard case .declined(let amountReason, _) = badPrice else { Issue.record("expected a decline, got \(badPrice)"); return }
+            guard case .declined(let amountReason, _) = badPrice else {
+                Issue.record("expected a decline, got \(badPrice)")
+                return
+            }
             #expect(amountReason == "invalid_amount")
-            let fractionalYen = try await stripe.charge(stripePayment(method: "pm_card_visa", unitPrice: "500.50", quantity: 1, currency: "JPY"))
-            guard case .declined(let yenReason, _) = fractionalYen else { Issue.record("expected a decline, got \(fractionalYen)"); return }
+            let fractionalYen = try await stripe.charge(
+                stripePayment(method: "pm_card_visa", unitPrice: "500.50", quantity: 1, currency: "JPY"))
+            guard case .declined(let yenReason, _) = fractionalYen else {
+                Issue.record("expected a decline, got \(fractionalYen)")
+                return
+            }
             #expect(yenReason == "invalid_amount")
             #expect(double.requests.isEmpty)
         }
@@ -77,11 +95,17 @@ import Testing
     @Test func anUnknownPaymentMethodOrTooSmallAmountIsDeclined() async throws {
         try await withStripe { double, stripe in
             let unknown = try await stripe.charge(stripePayment(method: "pm_does_not_exist"))
-            guard case .declined(let reason, let message) = unknown else { Issue.record("expected a decline, got \(unknown)"); return }
+            guard case .declined(let reason, let message) = unknown else {
+                Issue.record("expected a decline, got \(unknown)")
+                return
+            }
             #expect(reason == "invalid_payment_method")
             #expect(message.contains("pm_does_not_exist"))
             let tiny = try await stripe.charge(stripePayment(method: "pm_card_visa", unitPrice: "0.10", quantity: 1))
-            guard case .declined(let tinyReason, _) = tiny else { Issue.record("expected a decline, got \(tiny)"); return }
+            guard case .declined(let tinyReason, _) = tiny else {
+                Issue.record("expected a decline, got \(tiny)")
+                return
+            }
             #expect(tinyReason == "invalid_amount")
             #expect(double.paymentIntentCount == 0)
         }
@@ -90,7 +114,10 @@ import Testing
     @Test func zeroDecimalCurrenciesAreSentInWholeUnits() async throws {
         try await withStripe { double, stripe in
             let request = stripePayment(method: "pm_card_visa", unitPrice: "500", quantity: 1, currency: "JPY")
-            guard case .succeeded = try await stripe.charge(request) else { Issue.record("not charged"); return }
+            guard case .succeeded = try await stripe.charge(request) else {
+                Issue.record("not charged")
+                return
+            }
             let intent = try #require(double.paymentIntents(forPaymentID: request.paymentID).first)
             #expect(intent.amount == 500 && intent.currency == "jpy")
         }
@@ -102,7 +129,8 @@ import Testing
         try await withStripe { double, stripe in
             let request = stripePayment(method: "pm_card_visa")
             let first = try await stripe.charge(request)
-            let second = try await StripePaymentProcessor(secretKey: double.secretKey, baseURL: double.baseURL).charge(request)
+            let second = try await StripePaymentProcessor(secretKey: double.secretKey, baseURL: double.baseURL).charge(
+                request)
             let approved = try await stripe.approve(request)
             #expect(first == second && second == approved)
             #expect(double.chargeCount == 1 && double.paymentIntentCount == 1)
@@ -128,7 +156,10 @@ import Testing
             double.failNext(count: 1, status: 429)
             let request = stripePayment(method: "pm_card_visa")
             let outcome = try await stripe.charge(request)
-            guard case .succeeded = outcome else { Issue.record("expected a charge, got \(outcome)"); return }
+            guard case .succeeded = outcome else {
+                Issue.record("expected a charge, got \(outcome)")
+                return
+            }
             #expect(double.requests.map(\.status) == [500, 500, 429, 200])
             #expect(double.requests.allSatisfy { $0.idempotencyKey == request.paymentID })
             #expect(double.chargeCount == 1)
@@ -210,9 +241,14 @@ import Testing
     @Test func searchQueriesAreEscaped() async throws {
         try await withStripe { double, stripe in
             let request = stripePayment(method: "pm_card_visa", paymentID: "it's \\ odd")
-            guard case .succeeded(let reference) = try await stripe.charge(request) else { Issue.record("not charged"); return }
+            guard case .succeeded(let reference) = try await stripe.charge(request) else {
+                Issue.record("not charged")
+                return
+            }
             #expect(try await stripeProcessor(double).lookup(request) == .charged(reference: reference))
-            #expect(try await stripeProcessor(double).lookup(stripePayment(method: "pm_card_visa", paymentID: "it's")) == .notCharged)
+            #expect(
+                try await stripeProcessor(double).lookup(stripePayment(method: "pm_card_visa", paymentID: "it's"))
+                    == .notCharged)
         }
     }
 
@@ -245,7 +281,9 @@ import Testing
             // A process that did not charge it cannot see it yet: that is an error to retry, not a refund of nothing.
             let other = stripePayment(method: "pm_card_visa")
             _ = try await stripe.charge(other)
-            await #expect(throws: PaymentProcessorError.self) { try await stripeProcessor(double).refund(other, reason: "too soon") }
+            await #expect(throws: PaymentProcessorError.self) {
+                try await stripeProcessor(double).refund(other, reason: "too soon")
+            }
         }
     }
 
@@ -253,8 +291,11 @@ import Testing
 
     @Test func aBadAPIKeyIsAClearError() async throws {
         try await withStripe { double, _ in
-            let stripe = StripePaymentProcessor(secretKey: "sk_test_not_the_right_key", baseURL: double.baseURL, retryBaseDelay: .milliseconds(10))
-            let error = await #expect(throws: PaymentProcessorError.self) { try await stripe.charge(stripePayment(method: "pm_card_visa")) }
+            let stripe = StripePaymentProcessor(
+                secretKey: "sk_test_not_the_right_key", baseURL: double.baseURL, retryBaseDelay: .milliseconds(10))
+            let error = await #expect(throws: PaymentProcessorError.self) {
+                try await stripe.charge(stripePayment(method: "pm_card_visa"))
+            }
             #expect(error?.message.contains("rejected the API key") == true)
             #expect(error?.message.contains("Invalid API Key provided") == true)
             #expect(double.requests.count == 1)
@@ -287,7 +328,8 @@ import Testing
             _ = try await stripe.charge(request)
             _ = try await stripe.charge(stripePayment(method: "pm_card_chargeDeclined"))
             try await stripe.refund(request, reason: "test")
-            let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: double.baseURL + "/_double/stats"), timeout: .seconds(5))
+            let response = try await HTTPClient.shared.execute(
+                HTTPClientRequest(url: double.baseURL + "/_double/stats"), timeout: .seconds(5))
             let body = try await response.body.collect(upTo: 1 << 16)
             let stats = try JSONDecoder().decode([String: Int].self, from: Data(body.readableBytesView))
             #expect(stats == ["charges": 1, "refunds": 1, "payment_intents": 2])
@@ -303,25 +345,39 @@ import Testing
     @Test(.enabled(if: key != nil, "KIOSK_STRIPE_TEST_KEY not set"))
     func scenariosAgainstStripeTestMode() async throws {
         let key = try #require(Self.key)
-        try #require(key.hasPrefix("sk_test_") || key.hasPrefix("rk_test_"), "KIOSK_STRIPE_TEST_KEY must be a test-mode key")
+        try #require(
+            key.hasPrefix("sk_test_") || key.hasPrefix("rk_test_"), "KIOSK_STRIPE_TEST_KEY must be a test-mode key")
         let stripe = StripePaymentProcessor(secretKey: key)
         let run = UUID().uuidString.prefix(8)
 
         let good = stripePayment(method: "pm_card_visa", paymentID: "kiosk-test-\(run)-good")
-        guard case .succeeded(let reference) = try await stripe.charge(good) else { Issue.record("pm_card_visa was not charged"); return }
+        guard case .succeeded(let reference) = try await stripe.charge(good) else {
+            Issue.record("pm_card_visa was not charged")
+            return
+        }
         #expect(reference.hasPrefix("pi_"))
         #expect(try await stripe.charge(good) == .succeeded(reference: reference))
 
-        let declined = try await stripe.charge(stripePayment(method: "pm_card_chargeDeclined", paymentID: "kiosk-test-\(run)-declined"))
-        guard case .declined(let reason, _) = declined else { Issue.record("expected a decline, got \(declined)"); return }
+        let declined = try await stripe.charge(
+            stripePayment(method: "pm_card_chargeDeclined", paymentID: "kiosk-test-\(run)-declined"))
+        guard case .declined(let reason, _) = declined else {
+            Issue.record("expected a decline, got \(declined)")
+            return
+        }
         #expect(reason == "card_declined")
-        let poor = try await stripe.charge(stripePayment(method: "pm_card_chargeDeclinedInsufficientFunds", paymentID: "kiosk-test-\(run)-poor"))
-        guard case .declined(let poorReason, _) = poor else { Issue.record("expected a decline, got \(poor)"); return }
+        let poor = try await stripe.charge(
+            stripePayment(method: "pm_card_chargeDeclinedInsufficientFunds", paymentID: "kiosk-test-\(run)-poor"))
+        guard case .declined(let poorReason, _) = poor else {
+            Issue.record("expected a decline, got \(poor)")
+            return
+        }
         #expect(poorReason == "insufficient_funds")
 
         try await stripe.refund(good, reason: "test")
         try await stripe.refund(good, reason: "test")
-        #expect(try await stripe.lookup(stripePayment(method: "pm_card_visa", paymentID: "kiosk-test-\(run)-never")) == .notCharged)
+        #expect(
+            try await stripe.lookup(stripePayment(method: "pm_card_visa", paymentID: "kiosk-test-\(run)-never"))
+                == .notCharged)
 
         // A process that did not make the charge finds it once Stripe's search index has it (under a minute).
         let restarted = StripePaymentProcessor(secretKey: key)
@@ -333,7 +389,9 @@ import Testing
         #expect(found == .charged(reference: reference))
 
         let wrongKey = StripePaymentProcessor(secretKey: "sk_test_not_a_real_key_000000000000")
-        await #expect(throws: PaymentProcessorError.self) { try await wrongKey.charge(stripePayment(method: "pm_card_visa")) }
+        await #expect(throws: PaymentProcessorError.self) {
+            try await wrongKey.charge(stripePayment(method: "pm_card_visa"))
+        }
     }
 
     @Test func reportsWhetherStripeTestModeRan() {
@@ -344,21 +402,29 @@ import Testing
 // MARK: - Fixtures
 
 /// A payment of `unitPrice × quantity` (10.00 USD by default) with a fresh id.
-private func stripePayment(method: String, unitPrice: String = "5.00", quantity: UInt32 = 2, currency: String = "USD",
-                     paymentID: String = "pay-\(UUID().uuidString)") -> PaymentRequest {
-    PaymentRequest(paymentID: paymentID, accountID: "account-1", productID: "credits.5", quantity: quantity, unitPrice: unitPrice,
-                   currency: currency, paymentMethod: method)
+private func stripePayment(
+    method: String, unitPrice: String = "5.00", quantity: UInt32 = 2, currency: String = "USD",
+    paymentID: String = "pay-\(UUID().uuidString)"
+) -> PaymentRequest {
+    PaymentRequest(
+        paymentID: paymentID, accountID: "account-1", productID: "credits.5", quantity: quantity, unitPrice: unitPrice,
+        currency: currency, paymentMethod: method)
 }
 
 /// A processor for `double` with quick retries and no lookup delay (the double indexes at once).
-private func stripeProcessor(_ double: StripeDouble, requestTimeout: Duration = .seconds(5), maxRetries: Int = 3) -> StripePaymentProcessor {
-    StripePaymentProcessor(secretKey: double.secretKey, baseURL: double.baseURL, requestTimeout: requestTimeout, maxRetries: maxRetries,
-                           retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
+private func stripeProcessor(
+    _ double: StripeDouble, requestTimeout: Duration = .seconds(5), maxRetries: Int = 3
+) -> StripePaymentProcessor {
+    StripePaymentProcessor(
+        secretKey: double.secretKey, baseURL: double.baseURL, requestTimeout: requestTimeout, maxRetries: maxRetries,
+        retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
 }
 
 /// Runs `body` with a started double and a processor for it, and stops the double after.
-private func withStripe(requestTimeout: Duration = .seconds(5), maxRetries: Int = 3,
-                        _ body: (StripeDouble, StripePaymentProcessor) async throws -> Void) async throws {
+private func withStripe(
+    requestTimeout: Duration = .seconds(5), maxRetries: Int = 3,
+    _ body: (StripeDouble, StripePaymentProcessor) async throws -> Void
+) async throws {
     let double = StripeDouble()
     try await double.start()
     do {

@@ -1,25 +1,32 @@
 import Foundation
 import KioskAPI
 import KioskRPC
-@testable import KioskStore
 import KioskStoreTestSupport
 import KioskTesting
 import Testing
+
+@testable import KioskStore
 
 /// Webhooks: every event POSTed, signed, in order per account, retried with backoff through a receiver that is
 /// down and then failing, exactly once by event id; the position survives a restart; failures are visible and re-drivable.
 @Suite(.timeLimit(.minutes(2))) struct WebhookTests {
     /// Waits (bounded) for `condition`: the delivery loop runs on its own.
-    static func eventually(_ what: String, within limit: Duration = .seconds(30), _ condition: () throws -> Bool) async throws {
+    static func eventually(
+        _ what: String, within limit: Duration = .seconds(30), _ condition: () throws -> Bool
+    ) async throws {
         let deadline = ContinuousClock.now + limit
         while try !condition() {
-            guard ContinuousClock.now < deadline else { throw StoreError(.internalFailure, "timed out waiting for \(what)") }
+            guard ContinuousClock.now < deadline else {
+                throw StoreError(.internalFailure, "timed out waiting for \(what)")
+            }
             try await Task.sleep(for: .milliseconds(20))
         }
     }
 
     static func configuration(_ directory: String) throws -> StoreConfiguration {
-        var configuration = try StoreConfiguration(dataDirectory: directory, catalog: testCatalog, revocationPollInterval: .milliseconds(50)).onTestLedger()
+        var configuration = try StoreConfiguration(
+            dataDirectory: directory, catalog: testCatalog, revocationPollInterval: .milliseconds(50)
+        ).onTestLedger()
         configuration.webhooks.initialBackoff = .milliseconds(50)
         configuration.webhooks.maximumBackoff = .milliseconds(200)
         configuration.webhooks.pollInterval = .milliseconds(50)
@@ -35,7 +42,7 @@ import Testing
         while true {
             do {
                 return try await receiver.start(port: port)
-            } catch where ContinuousClock.now < deadline {
+            } catch  where ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(100))
             }
         }
@@ -62,9 +69,13 @@ import Testing
         var bought: [TransactionRecord] = []
         for round in 0..<3 {
             for account in accounts {
-                let outcome = try await store.purchase(account: account, productID: round == 0 ? "filter.sepia" : "credits.5", quantity: 1,
-                                                       paymentMethod: goodCard, idempotencyKey: nil)
-                guard case .purchased(let record) = outcome.result else { Issue.record("not purchased"); return }
+                let outcome = try await store.purchase(
+                    account: account, productID: round == 0 ? "filter.sepia" : "credits.5", quantity: 1,
+                    paymentMethod: goodCard, idempotencyKey: nil)
+                guard case .purchased(let record) = outcome.result else {
+                    Issue.record("not purchased")
+                    return
+                }
                 bought.append(record)
             }
         }
@@ -99,8 +110,10 @@ import Testing
         var firstSeen: [UInt64] = []
         for request in requests {
             #expect(request.path == "/kiosk")
-            #expect(WebhookSignature.isValid(request.headers["kiosk-signature"] ?? "", body: request.body, secret: secret,
-                                             nowMs: Int64(Date().timeIntervalSince1970 * 1000)))
+            #expect(
+                WebhookSignature.isValid(
+                    request.headers["kiosk-signature"] ?? "", body: request.body, secret: secret,
+                    nowMs: Int64(Date().timeIntervalSince1970 * 1000)))
             let json = try #require(try JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any])
             let id = try #require((json["event_id"] as? NSNumber)?.uint64Value)
             #expect(request.headers["kiosk-event-id"] == "\(id)")
@@ -131,7 +144,8 @@ import Testing
         let server = try StoreServer(store: configuration)
         try await server.start()
         let store = server.store
-        _ = try await store.addWebhook(url: "http://127.0.0.1:\(receiver.port)/kiosk", secret: Array(repeating: 7, count: 16))
+        _ = try await store.addWebhook(
+            url: "http://127.0.0.1:\(receiver.port)/kiosk", secret: Array(repeating: 7, count: 16))
         try await store.recordTestEvent()
         try await Self.eventually("a failed delivery") { try store.webhookDeliveries(state: .failed).count == 1 }
         let failed = try #require(try store.webhookDeliveries(state: .failed).first)
@@ -144,7 +158,9 @@ import Testing
         try await receiver.shutdown()
         try await Self.start(receiverFixed, on: receiver.port)
         #expect(try await store.redriveWebhookDeliveries() == 1)
-        try await Self.eventually("the re-driven delivery") { try store.webhookDeliveries(state: .delivered).count == 1 }
+        try await Self.eventually("the re-driven delivery") {
+            try store.webhookDeliveries(state: .delivered).count == 1
+        }
         #expect(receiverFixed.requests.count == 1)
         await server.shutdown()
         try await receiverFixed.shutdown()
@@ -156,18 +172,26 @@ import Testing
         }
         let stale = WebhookSignature.value(body: [1], secret: [2], timestampMs: nowMs - 600_000)
         #expect(!WebhookSignature.isValid(stale, body: [1], secret: [2], nowMs: nowMs))
-        #expect(WebhookSignature.isValid(WebhookSignature.value(body: [1], secret: [2], timestampMs: nowMs), body: [1], secret: [2], nowMs: nowMs))
+        #expect(
+            WebhookSignature.isValid(
+                WebhookSignature.value(body: [1], secret: [2], timestampMs: nowMs), body: [1], secret: [2], nowMs: nowMs
+            ))
 
         // Bad input is refused with a reason.
-        await #expect(throws: StoreError.self) { try await store.addWebhook(url: "ftp://example.com/x", secret: Array(repeating: 1, count: 16)) }
-        await #expect(throws: StoreError.self) { try await store.addWebhook(url: "http://127.0.0.1:1/x", secret: [1, 2, 3]) }
+        await #expect(throws: StoreError.self) {
+            try await store.addWebhook(url: "ftp://example.com/x", secret: Array(repeating: 1, count: 16))
+        }
+        await #expect(throws: StoreError.self) {
+            try await store.addWebhook(url: "http://127.0.0.1:1/x", secret: [1, 2, 3])
+        }
     }
 
     /// The example receiver of Scripts/examples checks the signature and prints each event once.
     @Test func theExampleReceiverVerifiesAndPrintsEvents() async throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
             .appendingPathComponent("Scripts/examples/webhook-receiver.py").path
         let secretFile = directory + "/hook.secret"
         try Data("an example secret, long enough\n".utf8).write(to: URL(fileURLWithPath: secretFile))
@@ -191,9 +215,12 @@ import Testing
         let secret = Array("an example secret, long enough".utf8)
         _ = try await server.store.addWebhook(url: "http://127.0.0.1:\(port)/kiosk", secret: secret)
         let event = try await server.store.recordTestEvent(reason: "wired up?")
-        try await Self.eventually("the example's answer") { try server.store.webhookDeliveries(state: .delivered).count == 1 }
+        try await Self.eventually("the example's answer") {
+            try server.store.webhookDeliveries(state: .delivered).count == 1
+        }
         // A wrong secret is refused (401) and stays pending.
-        _ = try await server.store.addWebhook(url: "http://127.0.0.1:\(port)/kiosk", secret: Array("not the secret at all!".utf8), since: 0)
+        _ = try await server.store.addWebhook(
+            url: "http://127.0.0.1:\(port)/kiosk", secret: Array("not the secret at all!".utf8), since: 0)
         try await Self.eventually("a refused delivery") {
             try server.store.webhookDeliveries(state: .pending).contains { $0.lastError == "HTTP 401" }
         }
@@ -203,7 +230,10 @@ import Testing
         let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         let lines = printed.split(separator: "\n")
         #expect(lines.count == 1, "\(printed)")
-        let json = try #require(try JSONSerialization.jsonObject(with: Data((lines.first ?? "").utf8)) as? [String: Any])
-        #expect(json["type"] as? String == "TEST" && (json["event_id"] as? NSNumber)?.uint64Value == event.id && json["reason"] as? String == "wired up?")
+        let json = try #require(
+            try JSONSerialization.jsonObject(with: Data((lines.first ?? "").utf8)) as? [String: Any])
+        #expect(
+            json["type"] as? String == "TEST" && (json["event_id"] as? NSNumber)?.uint64Value == event.id
+                && json["reason"] as? String == "wired up?")
     }
 }

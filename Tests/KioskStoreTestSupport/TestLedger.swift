@@ -23,7 +23,9 @@ public enum TestLedger {
     /// The cluster's URL, started on first use; stopped by its watchdog when this process exits.
     private static let cluster: Result<String, any Error> = Result {
         let output = try run(script, "start", String(ProcessInfo.processInfo.processIdentifier))
-        guard let url = output.split(separator: " ").first else { throw StoreError(.internalFailure, "postgres.sh start printed nothing") }
+        guard let url = output.split(separator: " ").first else {
+            throw StoreError(.internalFailure, "postgres.sh start printed nothing")
+        }
         return String(url)
     }
     private static let databases = NIOLockedValueBox<[String: PostgresLocation]>([:])
@@ -53,7 +55,8 @@ public enum TestLedger {
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw StoreError(.internalFailure, "\(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
+            throw StoreError(
+                .internalFailure, "\(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
         }
         return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }

@@ -1,8 +1,9 @@
 import Foundation
 import GRDB
-@testable import KioskStore
 import KioskStoreTestSupport
 import Testing
+
+@testable import KioskStore
 
 /// The schema's versions: one per file, both dialects side by side, bringing SQLite and PostgreSQL to the same tables.
 @Suite struct LedgerMigrationTests {
@@ -20,7 +21,8 @@ import Testing
                 #expect(!migration.postgres.contains(word), "\(migration.id)'s PostgreSQL script says\(word)")
             }
         }
-        #expect(LedgerMigration.v009RefundRequests.postgres.contains("pg_advisory_xact_lock(\(Ledger.eventOrderLockKey))"))
+        #expect(
+            LedgerMigration.v009RefundRequests.postgres.contains("pg_advisory_xact_lock(\(Ledger.eventOrderLockKey))"))
     }
 
     /// Every table and its columns, as the SQLite migrations leave a new database.
@@ -29,7 +31,11 @@ import Testing
         try LedgerMigration.sqliteMigrator.migrate(queue)
         return try queue.read { db in
             var schema: [String: Set<String>] = [:]
-            for table in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'grdb_%'") {
+            for table in try String.fetchAll(
+                db,
+                sql:
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'grdb_%'"
+            ) {
                 schema[table] = Set(try db.columns(in: table).map(\.name))
             }
             return schema
@@ -44,7 +50,8 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let ledger = try testLedger(directory: directory)
         let rows = try ledger.backend.read { db in
-            try db.fetchAll("SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public'", [])
+            try db.fetchAll(
+                "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public'", [])
         }
         var postgres: [String: Set<String>] = [:]
         for row in rows {

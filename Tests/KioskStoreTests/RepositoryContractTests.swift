@@ -1,8 +1,9 @@
 import Foundation
-@testable import KioskStore
 import KioskStoreCore
 import KioskStoreTestSupport
 import Testing
+
+@testable import KioskStore
 
 // One contract for the repository ports (KioskStoreCore's `StoreRepositories`), run on every
 // implementation: the in-memory one the domain's tests use, and the SQL ledger (SQLite, or PostgreSQL
@@ -88,7 +89,9 @@ final class LedgerRepositoryHarness: RepositoryHarness {
         let tokenHash = (0..<32).map { _ in UInt8.random(in: 0...255) }
         try ledger.createAccount(id: id, tokenHash: tokenHash, paymentsAllowed: true, nowMs: 0)
         if credits > 0 {
-            try await write { try $0.addCredits(Int64(clamping: credits), account: id, transaction: nil, reason: "grant", nowMs: 0) }
+            try await write {
+                try $0.addCredits(Int64(clamping: credits), account: id, transaction: nil, reason: "grant", nowMs: 0)
+            }
         }
     }
 }
@@ -124,29 +127,41 @@ private func changed<T>(_ value: T, _ change: (inout T) throws -> Void) rethrows
 /// A transaction of account a1 (by default a purchased consumable, its own original).
 private func contractTransaction(
     _ id: String, account: String = "a1", product: String = "credits.10", type: ProductKind = .consumable,
-    state: TransactionState = .purchased, purchaseMs: Int64 = 1_000, expiresMs: Int64 = 0, paymentID: String? = nil, credits: UInt64 = 0
+    state: TransactionState = .purchased, purchaseMs: Int64 = 1_000, expiresMs: Int64 = 0, paymentID: String? = nil,
+    credits: UInt64 = 0
 ) -> TransactionRecord {
     TransactionRecord(
         id: id, originalID: id, accountID: account, productID: product, productType: type, quantity: 1, state: state,
-        purchaseMs: purchaseMs, expiresMs: expiresMs, price: "0.99", currency: "USD", paymentMethod: "card", paymentID: paymentID,
+        purchaseMs: purchaseMs, expiresMs: expiresMs, price: "0.99", currency: "USD", paymentMethod: "card",
+        paymentID: paymentID,
         environment: .sandbox, credits: credits)
 }
 
 /// A pending purchase intent of account a1 (by default for the non-consumable `premium`).
-private func contractIntent(_ paymentID: String, product: String = "premium", type: ProductKind = .nonConsumable, owner: String = "o1",
-                            atMs: Int64 = 1_000) -> PaymentIntent {
+private func contractIntent(
+    _ paymentID: String, product: String = "premium", type: ProductKind = .nonConsumable, owner: String = "o1",
+    atMs: Int64 = 1_000
+) -> PaymentIntent {
     PaymentIntent(
-        kind: .purchase, paymentID: paymentID, transactionID: "t-\(paymentID)", accountID: "a1", productID: product, productType: type,
-        creditsPerUnit: type == .consumable ? 10 : 0, subscriptionPeriod: "", quantity: 1, unitPrice: "0.99", currency: "USD",
-        paymentMethod: "card", purchaseMs: atMs, idempotencyKey: "key-\(paymentID)", requestHash: [1, 2, 3], owner: owner, createdMs: atMs,
+        kind: .purchase, paymentID: paymentID, transactionID: "t-\(paymentID)", accountID: "a1", productID: product,
+        productType: type,
+        creditsPerUnit: type == .consumable ? 10 : 0, subscriptionPeriod: "", quantity: 1, unitPrice: "0.99",
+        currency: "USD",
+        paymentMethod: "card", purchaseMs: atMs, idempotencyKey: "key-\(paymentID)", requestHash: [1, 2, 3],
+        owner: owner, createdMs: atMs,
         attemptMs: atMs)
 }
 
 /// A subscription of account a1 whose first and latest transaction is `originalID`.
-private func contractSubscription(_ originalID: String, product: String = "sub.monthly", expiresMs: Int64,
-                                  state: Subscription.State = .active) -> Subscription {
-    changed(Subscription(originalID: originalID, accountID: "a1", productID: product, paymentMethod: "card", expiresMs: expiresMs,
-                         latestTransactionID: originalID)) {
+private func contractSubscription(
+    _ originalID: String, product: String = "sub.monthly", expiresMs: Int64,
+    state: Subscription.State = .active
+) -> Subscription {
+    changed(
+        Subscription(
+            originalID: originalID, accountID: "a1", productID: product, paymentMethod: "card", expiresMs: expiresMs,
+            latestTransactionID: originalID)
+    ) {
         $0.state = state
         $0.periodsPaid = 1
     }
@@ -160,20 +175,27 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let ledger = try backend.make()
         try await ledger.createAccount("a1")
         let paid = TransactionRecord(
-            id: "t1", originalID: "t0", accountID: "a1", productID: "sub.monthly", productType: .autoRenewableSubscription, quantity: 2,
-            state: .purchased, purchaseMs: 1_000, expiresMs: 2_000, periodStartMs: 1_000, offerID: "introductory", price: "0.99",
+            id: "t1", originalID: "t0", accountID: "a1", productID: "sub.monthly",
+            productType: .autoRenewableSubscription, quantity: 2,
+            state: .purchased, purchaseMs: 1_000, expiresMs: 2_000, periodStartMs: 1_000, offerID: "introductory",
+            price: "0.99",
             currency: "EUR", paymentMethod: "card", paymentID: "pay-1", receipt: [1, 2, 3], environment: .production)
         let failed = TransactionRecord(
-            id: "t2", originalID: "t2", accountID: "a1", productID: "credits.10", productType: .consumable, quantity: 1, state: .failed,
+            id: "t2", originalID: "t2", accountID: "a1", productID: "credits.10", productType: .consumable, quantity: 1,
+            state: .failed,
             purchaseMs: 1_500, price: "1.99", currency: "USD", paymentMethod: "card", paymentID: nil, errorCode: 2,
-            errorReason: "card_declined", errorMessage: "the card was declined", receipt: nil, finished: true, environment: .sandbox, credits: 5)
+            errorReason: "card_declined", errorMessage: "the card was declined", receipt: nil, finished: true,
+            environment: .sandbox, credits: 5)
         try await ledger.write { repositories in
             try repositories.insertTransaction(paid)
             try repositories.insertTransaction(failed)
         }
         let (byID, byPayment, other, unknown) = try await ledger.write { repositories in
-            (try repositories.transaction(id: "t1"), try repositories.transaction(paymentID: "pay-1"), try repositories.transaction(id: "t2"),
-             try repositories.transaction(paymentID: "pay-2"))
+            (
+                try repositories.transaction(id: "t1"), try repositories.transaction(paymentID: "pay-1"),
+                try repositories.transaction(id: "t2"),
+                try repositories.transaction(paymentID: "pay-2")
+            )
         }
         #expect(byID == paid, "\(ledger.name)")
         #expect(byPayment == paid)
@@ -182,7 +204,8 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
     }
 
     @Test(arguments: RepositoryContractBackend.allCases)
-    func aPaymentOrIDRecordedTwiceIsRefusedAndItsWholeWriteRollsBack(_ backend: RepositoryContractBackend) async throws {
+    func aPaymentOrIDRecordedTwiceIsRefusedAndItsWholeWriteRollsBack(_ backend: RepositoryContractBackend) async throws
+    {
         let ledger = try backend.make()
         try await ledger.createAccount("a1")
         try await ledger.write { try $0.insertTransaction(contractTransaction("t1", paymentID: "pay-1", credits: 10)) }
@@ -209,16 +232,24 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
     func aSecondLivePurchaseOfANonConsumableIsRefused(_ backend: RepositoryContractBackend) async throws {
         let ledger = try backend.make()
         try await ledger.createAccount("a1")
-        try await ledger.write { try $0.insertTransaction(contractTransaction("t1", product: "premium", type: .nonConsumable, paymentID: "p1")) }
+        try await ledger.write {
+            try $0.insertTransaction(
+                contractTransaction("t1", product: "premium", type: .nonConsumable, paymentID: "p1"))
+        }
         let second = await #expect(throws: StoreError.self) {
-            try await ledger.write { try $0.insertTransaction(contractTransaction("t2", product: "premium", type: .nonConsumable, paymentID: "p2")) }
+            try await ledger.write {
+                try $0.insertTransaction(
+                    contractTransaction("t2", product: "premium", type: .nonConsumable, paymentID: "p2"))
+            }
         }
         #expect(second?.kind == .conflict)
         // An ask to buy waits beside the purchase; once that is refunded, a new purchase is recorded.
         try await ledger.write { repositories in
-            try repositories.insertTransaction(contractTransaction("t3", product: "premium", type: .nonConsumable, state: .deferred))
+            try repositories.insertTransaction(
+                contractTransaction("t3", product: "premium", type: .nonConsumable, state: .deferred))
             _ = try repositories.revoke(transactionID: "t1", reason: "refund", nowMs: 2_000)
-            try repositories.insertTransaction(contractTransaction("t2", product: "premium", type: .nonConsumable, paymentID: "p2"))
+            try repositories.insertTransaction(
+                contractTransaction("t2", product: "premium", type: .nonConsumable, paymentID: "p2"))
         }
         #expect(try await ledger.transaction("t2")?.state == .purchased)
     }
@@ -229,14 +260,19 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         try await ledger.createAccount("a1", credits: 5)
         let before = try await ledger.latestEventID()
         try await ledger.write { repositories in
-            try repositories.insertTransaction(contractTransaction("t1", purchaseMs: 3_000, paymentID: "p1", credits: 10))
-            try repositories.insertTransaction(contractTransaction("t2", purchaseMs: 4_000, paymentID: "p2", credits: 1), event: .renewed)
+            try repositories.insertTransaction(
+                contractTransaction("t1", purchaseMs: 3_000, paymentID: "p1", credits: 10))
+            try repositories.insertTransaction(
+                contractTransaction("t2", purchaseMs: 4_000, paymentID: "p2", credits: 1), event: .renewed)
         }
         #expect(try await ledger.balance("a1") == 16)
         let events = try await ledger.events(after: before)
         #expect(events.map(\.type) == [.purchased, .renewed])
         let purchased = try #require(events.first)
-        #expect([purchased.accountID, purchased.transactionID, purchased.originalTransactionID, purchased.productID] == ["a1", "t1", "t1", "credits.10"])
+        #expect(
+            [purchased.accountID, purchased.transactionID, purchased.originalTransactionID, purchased.productID] == [
+                "a1", "t1", "t1", "credits.10",
+            ])
         #expect(purchased.createdMs == 3_000)
     }
 
@@ -246,8 +282,10 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         try await ledger.createAccount("a1")
         let before = try await ledger.latestEventID()
         try await ledger.write { repositories in
-            try repositories.insertTransaction(contractTransaction("t1", product: "premium", type: .nonConsumable, state: .deferred))
-            try repositories.insertTransaction(contractTransaction("t2", product: "premium", type: .nonConsumable, state: .failed))
+            try repositories.insertTransaction(
+                contractTransaction("t1", product: "premium", type: .nonConsumable, state: .deferred))
+            try repositories.insertTransaction(
+                contractTransaction("t2", product: "premium", type: .nonConsumable, state: .failed))
             try repositories.insertTransaction(contractTransaction("t3", state: .failed, credits: 10))
         }
         let events = try await ledger.events(after: before)
@@ -289,10 +327,12 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let ledger = try backend.make()
         try await ledger.createAccount("a1")
         try await ledger.write { repositories in
-            try repositories.insertTransaction(contractTransaction("t1", product: "premium", type: .nonConsumable, paymentID: "p1"))
+            try repositories.insertTransaction(
+                contractTransaction("t1", product: "premium", type: .nonConsumable, paymentID: "p1"))
             try repositories.insertTransaction(contractTransaction("t2", paymentID: "p2", credits: 10))
             try repositories.insertTransaction(
-                contractTransaction("t3", product: "sub.monthly", type: .autoRenewableSubscription, expiresMs: 10_000, paymentID: "p3"))
+                contractTransaction(
+                    "t3", product: "sub.monthly", type: .autoRenewableSubscription, expiresMs: 10_000, paymentID: "p3"))
         }
         func owned(_ product: String, _ kind: ProductKind, at nowMs: Int64) async throws -> String? {
             try await ledger.write { try $0.owned(accountID: "a1", productID: product, kind: kind, nowMs: nowMs)?.id }
@@ -306,7 +346,9 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         try await ledger.write { try $0.saveSubscription(contractSubscription("t3", expiresMs: 20_000), nowMs: 1_000) }
         #expect(try await owned("sub.monthly", .autoRenewableSubscription, at: 15_000) == "t3")
         #expect(try await owned("sub.monthly", .autoRenewableSubscription, at: 20_000) == nil)
-        try await ledger.write { try $0.saveSubscription(contractSubscription("t3", expiresMs: 20_000, state: .inBillingRetry), nowMs: 2_000) }
+        try await ledger.write {
+            try $0.saveSubscription(contractSubscription("t3", expiresMs: 20_000, state: .inBillingRetry), nowMs: 2_000)
+        }
         #expect(try await owned("sub.monthly", .autoRenewableSubscription, at: 5_000) == nil)
         // A refunded non-consumable is not owned.
         try await ledger.write { _ = try $0.revoke(transactionID: "t1", reason: "refund", nowMs: 3_000) }
@@ -314,7 +356,9 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
     }
 
     @Test(arguments: RepositoryContractBackend.allCases)
-    func subscriptionHistoryNamesTheFirstLivePurchaseAndTheLatestExpiry(_ backend: RepositoryContractBackend) async throws {
+    func subscriptionHistoryNamesTheFirstLivePurchaseAndTheLatestExpiry(
+        _ backend: RepositoryContractBackend
+    ) async throws {
         let ledger = try backend.make()
         try await ledger.createAccount("a1")
         func history() async throws -> (originalID: String?, latestExpiryMs: Int64) {
@@ -327,10 +371,13 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         ]
         try await ledger.write { repositories in
             for (id, state, expiresMs) in rows {
-                try repositories.insertTransaction(contractTransaction(id, product: "pass", type: .nonRenewingSubscription, state: state,
-                                                                       expiresMs: expiresMs, paymentID: state == .purchased ? "p-\(id)" : nil))
+                try repositories.insertTransaction(
+                    contractTransaction(
+                        id, product: "pass", type: .nonRenewingSubscription, state: state,
+                        expiresMs: expiresMs, paymentID: state == .purchased ? "p-\(id)" : nil))
             }
-            try repositories.insertTransaction(contractTransaction("t5", product: "other", type: .nonRenewingSubscription, expiresMs: 9_999))
+            try repositories.insertTransaction(
+                contractTransaction("t5", product: "other", type: .nonRenewingSubscription, expiresMs: 9_999))
         }
         let both = try await history()
         #expect(both.originalID == "t1" && both.latestExpiryMs == 5_000)
@@ -353,7 +400,10 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let before = try await ledger.latestEventID()
         let revocation = try await ledger.write { try $0.revoke(transactionID: "t1", reason: "asked", nowMs: 9_000) }
         #expect(revocation.cursor > 0)
-        #expect([revocation.transactionID, revocation.originalTransactionID, revocation.accountID, revocation.reason] == ["t1", "t1", "a1", "asked"])
+        #expect(
+            [revocation.transactionID, revocation.originalTransactionID, revocation.accountID, revocation.reason] == [
+                "t1", "t1", "a1", "asked",
+            ])
         #expect(revocation.revokedMs == 9_000 && revocation.creditShortfall == 4)
         let (feed, latest) = try await ledger.write { repositories in
             (try repositories.revocations(after: 0, limit: 10), try repositories.latestRevocationCursor())
@@ -365,7 +415,8 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         #expect(try await ledger.balance("a1") == 0)
         let events = try await ledger.events(after: before)
         #expect(events.map(\.type) == [.refunded])
-        #expect(events.first?.reason == "asked" && events.first?.creditShortfall == 4 && events.first?.createdMs == 9_000)
+        #expect(
+            events.first?.reason == "asked" && events.first?.creditShortfall == 4 && events.first?.createdMs == 9_000)
         let again = await #expect(throws: StoreError.self) {
             try await ledger.write { try $0.revoke(transactionID: "t1", reason: "again", nowMs: 9_500) }
         }
@@ -373,14 +424,18 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
     }
 
     @Test(arguments: RepositoryContractBackend.allCases)
-    func revokeRefusesWhatIsNotAPurchaseEndsTheSubscriptionAndAdvancesTheFeed(_ backend: RepositoryContractBackend) async throws {
+    func revokeRefusesWhatIsNotAPurchaseEndsTheSubscriptionAndAdvancesTheFeed(
+        _ backend: RepositoryContractBackend
+    ) async throws {
         let ledger = try backend.make()
         try await ledger.createAccount("a1")
         try await ledger.write { repositories in
             try repositories.insertTransaction(contractTransaction("t1", state: .deferred))
             try repositories.insertTransaction(
-                contractTransaction("t2", product: "sub.monthly", type: .autoRenewableSubscription, expiresMs: 10_000, paymentID: "p2"))
-            try repositories.insertTransaction(contractTransaction("t3", product: "premium", type: .nonConsumable, paymentID: "p3"))
+                contractTransaction(
+                    "t2", product: "sub.monthly", type: .autoRenewableSubscription, expiresMs: 10_000, paymentID: "p2"))
+            try repositories.insertTransaction(
+                contractTransaction("t3", product: "premium", type: .nonConsumable, paymentID: "p3"))
             try repositories.saveSubscription(contractSubscription("t2", expiresMs: 10_000), nowMs: 1_000)
         }
         for id in ["t1", "unknown"] {
@@ -412,7 +467,10 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         try await ledger.createAccount("a1")
         try await ledger.write { try $0.insertTransaction(contractTransaction("t1", state: .deferred)) }
         let before = try await ledger.latestEventID()
-        try await ledger.write { try $0.failDeferred(transactionID: "t1", code: 2, reason: "declined", message: "the ask-to-buy request was declined") }
+        try await ledger.write {
+            try $0.failDeferred(
+                transactionID: "t1", code: 2, reason: "declined", message: "the ask-to-buy request was declined")
+        }
         let failed = try #require(try await ledger.transaction("t1"))
         #expect(failed.state == .failed && failed.errorCode == 2)
         #expect(failed.errorReason == "declined" && failed.errorMessage == "the ask-to-buy request was declined")
@@ -426,15 +484,19 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         try await ledger.createAccount("a2")
         try await ledger.write { repositories in
             try repositories.insertTransaction(contractTransaction("t1", state: .deferred, purchaseMs: 1_000))
-            try repositories.insertTransaction(contractTransaction("t2", account: "a2", state: .deferred, purchaseMs: 3_000))
-            try repositories.insertTransaction(contractTransaction("t3", account: "a2", state: .deferred, purchaseMs: 2_000))
+            try repositories.insertTransaction(
+                contractTransaction("t2", account: "a2", state: .deferred, purchaseMs: 3_000))
+            try repositories.insertTransaction(
+                contractTransaction("t3", account: "a2", state: .deferred, purchaseMs: 2_000))
             try repositories.insertTransaction(contractTransaction("t4", state: .failed, purchaseMs: 500))
             try repositories.insertTransaction(contractTransaction("t5", purchaseMs: 100, paymentID: "p5"))
         }
         let (due, oldest, none) = try await ledger.write { repositories in
-            (try repositories.deferred(before: 2_500, limit: 10).map { "\($0.id)/\($0.accountID)" },
-             try repositories.deferred(before: 2_500, limit: 1).map { "\($0.id)/\($0.accountID)" },
-             try repositories.deferred(before: 1_000, limit: 10).map { "\($0.id)/\($0.accountID)" })
+            (
+                try repositories.deferred(before: 2_500, limit: 10).map { "\($0.id)/\($0.accountID)" },
+                try repositories.deferred(before: 2_500, limit: 1).map { "\($0.id)/\($0.accountID)" },
+                try repositories.deferred(before: 1_000, limit: 10).map { "\($0.id)/\($0.accountID)" }
+            )
         }
         #expect(due == ["t1/a1", "t3/a2"])
         #expect(oldest == ["t1/a1"])
@@ -448,7 +510,9 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let ledger = try backend.make()
         try await ledger.createAccount("a1", credits: 3)
         await #expect(throws: (any Error).self) {
-            try await ledger.write { try $0.addCredits(-5, account: "a1", transaction: nil, reason: "spend", nowMs: 1_000) }
+            try await ledger.write {
+                try $0.addCredits(-5, account: "a1", transaction: nil, reason: "spend", nowMs: 1_000)
+            }
         }
         #expect(try await ledger.balance("a1") == 3)
         try await ledger.write { try $0.addCredits(-3, account: "a1", transaction: nil, reason: "spend", nowMs: 1_000) }
@@ -460,16 +524,24 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let ledger = try backend.make()
         try await ledger.createAccount("a1")
         let (noKey, unused) = try await ledger.write { repositories in
-            (try repositories.remembered(account: "a1", key: nil, operation: "buy", hash: [1]),
-             try repositories.remembered(account: "a1", key: "k", operation: "buy", hash: [1]))
+            (
+                try repositories.remembered(account: "a1", key: nil, operation: "buy", hash: [1]),
+                try repositories.remembered(account: "a1", key: "k", operation: "buy", hash: [1])
+            )
         }
         #expect(noKey == nil && unused == nil)
-        try await ledger.write { try $0.remember([7], account: "a1", key: "k", operation: "buy", hash: [1], nowMs: 1_000) }
+        try await ledger.write {
+            try $0.remember([7], account: "a1", key: "k", operation: "buy", hash: [1], nowMs: 1_000)
+        }
         // One kept already stays.
-        try await ledger.write { try $0.remember([8], account: "a1", key: "k", operation: "buy", hash: [1], nowMs: 2_000) }
+        try await ledger.write {
+            try $0.remember([8], account: "a1", key: "k", operation: "buy", hash: [1], nowMs: 2_000)
+        }
         let (kept, otherAccount) = try await ledger.write { repositories in
-            (try repositories.remembered(account: "a1", key: "k", operation: "buy", hash: [1]),
-             try repositories.remembered(account: "a2", key: "k", operation: "buy", hash: [1]))
+            (
+                try repositories.remembered(account: "a1", key: "k", operation: "buy", hash: [1]),
+                try repositories.remembered(account: "a2", key: "k", operation: "buy", hash: [1])
+            )
         }
         #expect(kept == [7] && otherAccount == nil)
         let otherRequests: [(operation: String, hash: [UInt8])] = [("buy", [2]), ("spend", [1])]
@@ -479,8 +551,12 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
             }
             #expect(reused?.kind == .keyReused)
         }
-        try await ledger.write { try $0.remember([9], account: "a1", key: "k", operation: "spend", hash: [3], nowMs: 3_000, replacing: true) }
-        let replaced = try await ledger.write { try $0.remembered(account: "a1", key: "k", operation: "spend", hash: [3]) }
+        try await ledger.write {
+            try $0.remember([9], account: "a1", key: "k", operation: "spend", hash: [3], nowMs: 3_000, replacing: true)
+        }
+        let replaced = try await ledger.write {
+            try $0.remembered(account: "a1", key: "k", operation: "spend", hash: [3])
+        }
         #expect(replaced == [9])
     }
 
@@ -503,12 +579,16 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
             try repositories.insertIntent(contractIntent("p4", product: "credits.10", type: .consumable), nowMs: 1_300)
         }
         let (pending, credits) = try await ledger.write { repositories in
-            (try repositories.pendingIntentIDs(accountID: "a1", productIDs: ["premium", "credits.10"]),
-             try repositories.pendingIntentIDs(accountID: "a1", productIDs: ["credits.10"]))
+            (
+                try repositories.pendingIntentIDs(accountID: "a1", productIDs: ["premium", "credits.10"]),
+                try repositories.pendingIntentIDs(accountID: "a1", productIDs: ["credits.10"])
+            )
         }
         #expect(Set(pending) == ["purchase:p1", "purchase:p3", "purchase:p4"])
         #expect(Set(credits) == ["purchase:p3", "purchase:p4"])
-        try await ledger.write { try $0.settle("purchase:p1", .closed, outcome: "declined:card_declined", nowMs: 2_000) }
+        try await ledger.write {
+            try $0.settle("purchase:p1", .closed, outcome: "declined:card_declined", nowMs: 2_000)
+        }
         let settled = try #require(try await ledger.intent("purchase:p1"))
         #expect(settled.state == .closed && settled.outcome == "declined:card_declined" && settled.attemptMs == 2_000)
         // Settled, it no longer holds the product: the next payment may start.
@@ -537,15 +617,23 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         #expect(reopened.state == .pending && reopened.owner == "o2" && reopened.attemptMs == 3_000)
         let stored = try #require(try await ledger.intent("purchase:p1"))
         #expect(stored.state == .pending && stored.outcome == "" && stored.owner == "o2" && stored.attemptMs == 3_000)
-        let once = try await ledger.write { try $0.settleIfUnchanged(reopened, .completed, outcome: "charged", nowMs: 4_000) }
-        let twice = try await ledger.write { try $0.settleIfUnchanged(reopened, .completed, outcome: "charged", nowMs: 4_100) }
+        let once = try await ledger.write {
+            try $0.settleIfUnchanged(reopened, .completed, outcome: "charged", nowMs: 4_000)
+        }
+        let twice = try await ledger.write {
+            try $0.settleIfUnchanged(reopened, .completed, outcome: "charged", nowMs: 4_100)
+        }
         #expect(once && !twice)
         // Another attempt (same owner, later) and another owner (same time) each take it over.
         let retried = try await ledger.write { try $0.reopen(reopened, owner: "o2", nowMs: 5_000) }
-        let staleAttempt = try await ledger.write { try $0.settleIfUnchanged(reopened, .closed, outcome: "late", nowMs: 5_100) }
+        let staleAttempt = try await ledger.write {
+            try $0.settleIfUnchanged(reopened, .closed, outcome: "late", nowMs: 5_100)
+        }
         #expect(!staleAttempt)
         _ = try await ledger.write { try $0.reopen(retried, owner: "o3", nowMs: 5_000) }
-        let staleOwner = try await ledger.write { try $0.settleIfUnchanged(retried, .closed, outcome: "late", nowMs: 5_200) }
+        let staleOwner = try await ledger.write {
+            try $0.settleIfUnchanged(retried, .closed, outcome: "late", nowMs: 5_200)
+        }
         #expect(!staleOwner)
         let current = try #require(try await ledger.intent("purchase:p1"))
         #expect(current.state == .pending && current.owner == "o3" && current.outcome == "")
@@ -569,12 +657,16 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let tied = contractSubscription("o0", expiresMs: 5_000)
         let elsewhere = contractSubscription("o3", product: "sub.other", expiresMs: 7_000)
         try await ledger.write { repositories in
-            for subscription in [monthly, yearly, tied, elsewhere] { try repositories.saveSubscription(subscription, nowMs: 1_000) }
+            for subscription in [monthly, yearly, tied, elsewhere] {
+                try repositories.saveSubscription(subscription, nowMs: 1_000)
+            }
         }
         let (read, group, none) = try await ledger.write { repositories in
-            (try repositories.subscription(originalID: "o1"),
-             try repositories.subscriptions(accountID: "a1", productIDs: ["sub.monthly", "sub.yearly"]),
-             try repositories.subscriptions(accountID: "a1", productIDs: []))
+            (
+                try repositories.subscription(originalID: "o1"),
+                try repositories.subscriptions(accountID: "a1", productIDs: ["sub.monthly", "sub.yearly"]),
+                try repositories.subscriptions(accountID: "a1", productIDs: [])
+            )
         }
         #expect(read == monthly)
         #expect(group.map(\.originalID) == ["o2", "o0", "o1"])
@@ -602,7 +694,10 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let events = try await ledger.events(after: before)
         #expect(events.map(\.type) == [.expired])
         let expired = try #require(events.first)
-        #expect([expired.accountID, expired.transactionID, expired.originalTransactionID, expired.productID] == ["a1", "o1", "o1", "sub.monthly"])
+        #expect(
+            [expired.accountID, expired.transactionID, expired.originalTransactionID, expired.productID] == [
+                "a1", "o1", "o1", "sub.monthly",
+            ])
         #expect(expired.expirationReason == .cancelled && expired.createdMs == 5_000)
         #expect(try await ledger.subscription("o1") == ended)
     }
@@ -613,9 +708,11 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         try await ledger.createAccount("a1")
         try await ledger.createAccount("a2")
         let (first, again, elsewhere) = try await ledger.write { repositories in
-            (try repositories.useOfferNonce("n1", accountID: "a1", nowMs: 1_000),
-             try repositories.useOfferNonce("n1", accountID: "a1", nowMs: 1_100),
-             try repositories.useOfferNonce("n1", accountID: "a2", nowMs: 1_200))
+            (
+                try repositories.useOfferNonce("n1", accountID: "a1", nowMs: 1_000),
+                try repositories.useOfferNonce("n1", accountID: "a1", nowMs: 1_100),
+                try repositories.useOfferNonce("n1", accountID: "a2", nowMs: 1_200)
+            )
         }
         #expect(first && !again && !elsewhere)
         let later = try await ledger.write { try $0.useOfferNonce("n1", accountID: "a1", nowMs: 2_000) }
@@ -626,11 +723,14 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
     // MARK: Refund requests
 
     @Test(arguments: RepositoryContractBackend.allCases)
-    func aRefundRequestIsMadeOnceAndDecidedOverTheStateItWasDecidedFrom(_ backend: RepositoryContractBackend) async throws {
+    func aRefundRequestIsMadeOnceAndDecidedOverTheStateItWasDecidedFrom(
+        _ backend: RepositoryContractBackend
+    ) async throws {
         let ledger = try backend.make()
         try await ledger.createAccount("a1")
-        let request = try RefundRequest.asked(transactionID: "t1", accountID: "a1", productID: "premium", purchased: true, refunded: false,
-                                              reason: "it does not work", atMs: 1_000)
+        let request = try RefundRequest.asked(
+            transactionID: "t1", accountID: "a1", productID: "premium", purchased: true, refunded: false,
+            reason: "it does not work", atMs: 1_000)
         try await ledger.write { try $0.insertRefundRequest(request) }
         #expect(try await ledger.refundRequest("t1") == request)
         let duplicate = await #expect(throws: StoreError.self) {
@@ -658,14 +758,18 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         try await ledger.write { repositories in
             try repositories.addSigningKey(first, sealedPrivateKey: nil)
             try repositories.addSigningKey(second, sealedPrivateKey: [9, 9])
-            try repositories.addSigningKey(SigningKeyRecord(id: "k1", publicKey: [0], notBeforeMs: 5), sealedPrivateKey: [7])  // exists: unchanged
+            try repositories.addSigningKey(
+                SigningKeyRecord(id: "k1", publicKey: [0], notBeforeMs: 5), sealedPrivateKey: [7])  // exists: unchanged
             try repositories.sealPrivateKey(id: "k1", sealed: [1, 1])
             try repositories.sealPrivateKey(id: "k2", sealed: [8, 8])  // sealed already: kept
             try repositories.retireSigningKey(id: "k1", atMs: 3_000)
         }
         let (keys, sealedFirst, sealedSecond, none) = try await ledger.write { repositories in
-            (try repositories.signingKeys(), try repositories.sealedPrivateKey(id: "k1"), try repositories.sealedPrivateKey(id: "k2"),
-             try repositories.sealedPrivateKey(id: "k9"))
+            (
+                try repositories.signingKeys(), try repositories.sealedPrivateKey(id: "k1"),
+                try repositories.sealedPrivateKey(id: "k2"),
+                try repositories.sealedPrivateKey(id: "k9")
+            )
         }
         var retired = first
         retired.notAfterMs = 3_000
@@ -683,15 +787,19 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
             try repositories.insertWebhook(hook, secret: Array(repeating: 7, count: 16))
             // Events 1 and 3 of account a1, 2 of a2: a1's second waits for its first.
             for (event, account) in [(UInt64(1), "a1"), (2, "a2"), (3, "a1")] {
-                try repositories.queueWebhookDelivery(webhookID: "wh_1", eventID: event, accountID: account, nowMs: 2_000)
+                try repositories.queueWebhookDelivery(
+                    webhookID: "wh_1", eventID: event, accountID: account, nowMs: 2_000)
             }
-            try repositories.queueWebhookDelivery(webhookID: "wh_1", eventID: 1, accountID: "a1", nowMs: 9_999)  // already queued: unchanged
+            // Already queued: unchanged.
+            try repositories.queueWebhookDelivery(webhookID: "wh_1", eventID: 1, accountID: "a1", nowMs: 9_999)
             try repositories.setEnqueuedThrough(webhookID: "wh_1", eventID: 3)
         }
         let (hooks, least, due, early) = try await ledger.write { repositories in
-            (try repositories.webhooksWithSecrets(), try repositories.leastEnqueuedThrough(),
-             try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 2_000, limit: 8),
-             try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 1_999, limit: 8))
+            (
+                try repositories.webhooksWithSecrets(), try repositories.leastEnqueuedThrough(),
+                try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 2_000, limit: 8),
+                try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 1_999, limit: 8)
+            )
         }
         #expect(hooks.map(\.webhook.enqueuedThrough) == [3] && hooks.first?.secret == Array(repeating: 7, count: 16))
         #expect(least == 3)
@@ -712,23 +820,31 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let (failedFailure, failedSuccess) = (failed, delivered)
         let noLease = try await ledger.write { repositories -> Bool in
             try repositories.recordWebhookAttempt(failedFailure, leaseOwner: "inst_a")
-            return try repositories.webhookDeliveries(webhookID: "wh_1", state: nil, limit: 10).first { $0.eventID == 1 }?.attempts == 0
+            return try repositories.webhookDeliveries(webhookID: "wh_1", state: nil, limit: 10).first {
+                $0.eventID == 1
+            }?.attempts == 0
         }
         #expect(noLease, "a failure without the lease is not written")
         let (leased, renewedByOther) = try await ledger.write { repositories in
             try repositories.takeWebhookLease(owner: "inst_a", untilMs: 60_000)
             try repositories.recordWebhookAttempt(failedFailure, leaseOwner: "inst_a")
             try repositories.recordWebhookAttempt(failedSuccess, leaseOwner: "inst_b")
-            return (try repositories.webhookLease(), try repositories.renewWebhookLease(owner: "inst_b", untilMs: 90_000))
+            return (
+                try repositories.webhookLease(), try repositories.renewWebhookLease(owner: "inst_b", untilMs: 90_000)
+            )
         }
         #expect(leased?.owner == "inst_a" && leased?.untilMs == 60_000 && !renewedByOther)
         let (listed, pendingOnly, dueLater) = try await ledger.write { repositories in
-            (try repositories.webhookDeliveries(webhookID: "wh_1", state: nil, limit: 10),
-             try repositories.webhookDeliveries(webhookID: nil, state: .pending, limit: 10),
-             try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 3_000, limit: 8))
+            (
+                try repositories.webhookDeliveries(webhookID: "wh_1", state: nil, limit: 10),
+                try repositories.webhookDeliveries(webhookID: nil, state: .pending, limit: 10),
+                try repositories.dueWebhookDeliveries(webhookID: "wh_1", nowMs: 3_000, limit: 8)
+            )
         }
         #expect(listed.map(\.eventID) == [3, 2, 1], "newest first")
-        #expect(listed.first { $0.eventID == 2 }?.state == .delivered && listed.first { $0.eventID == 1 }?.lastError == "HTTP 503")
+        #expect(
+            listed.first { $0.eventID == 2 }?.state == .delivered
+                && listed.first { $0.eventID == 1 }?.lastError == "HTTP 503")
         #expect(pendingOnly.map(\.eventID) == [3, 1])
         #expect(dueLater.map(\.eventID) == [1], "a1's event 3 waits behind its event 1")
 
@@ -737,15 +853,21 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         givenUp.state = .failed
         givenUp.attempts = 2
         let gaveUp = givenUp
-        let (redriven, redrivenDelivery, leaseAfter, removed, removedAgain, left) = try await ledger.write { repositories in
+        let (redriven, redrivenDelivery, leaseAfter, removed, removedAgain, left) = try await ledger.write {
+            repositories in
             try repositories.recordWebhookAttempt(gaveUp, leaseOwner: "inst_a")
             let count = try repositories.redriveWebhookDeliveries(webhookID: "wh_1", eventID: nil, nowMs: 5_000)
-            let delivery = try repositories.webhookDeliveries(webhookID: "wh_1", state: .pending, limit: 10).first { $0.eventID == 1 }
+            let delivery = try repositories.webhookDeliveries(webhookID: "wh_1", state: .pending, limit: 10).first {
+                $0.eventID == 1
+            }
             try repositories.releaseWebhookLease(owner: "inst_b")
             try repositories.releaseWebhookLease(owner: "inst_a")
             let lease = try repositories.webhookLease()
-            return (count, delivery, lease, try repositories.removeWebhook(id: "wh_1"), try repositories.removeWebhook(id: "wh_1"),
-                    try repositories.webhookDeliveries(webhookID: nil, state: nil, limit: 10))
+            return (
+                count, delivery, lease, try repositories.removeWebhook(id: "wh_1"),
+                try repositories.removeWebhook(id: "wh_1"),
+                try repositories.webhookDeliveries(webhookID: nil, state: nil, limit: 10)
+            )
         }
         #expect(redriven == 1 && redrivenDelivery?.attempts == 0 && redrivenDelivery?.nextAttemptMs == 5_000)
         #expect(leaseAfter == nil)
@@ -764,22 +886,34 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
             try repositories.addServiceCredential(admin, tokenHash: Array(repeating: 2, count: 32))
         }
         await #expect(throws: StoreError.self) {
-            try await ledger.write { try $0.addServiceCredential(ServiceCredentialRecord(id: "svc_3", role: .admin, name: "again", createdMs: 3_000),
-                                                                 tokenHash: Array(repeating: 2, count: 32)) }
+            try await ledger.write {
+                try $0.addServiceCredential(
+                    ServiceCredentialRecord(id: "svc_3", role: .admin, name: "again", createdMs: 3_000),
+                    tokenHash: Array(repeating: 2, count: 32))
+            }
         }
         let (found, listed) = try await ledger.write { repositories in
-            (try repositories.serviceCredential(tokenHash: Array(repeating: 1, count: 32)), try repositories.serviceCredentials())
+            (
+                try repositories.serviceCredential(tokenHash: Array(repeating: 1, count: 32)),
+                try repositories.serviceCredentials()
+            )
         }
         #expect(found == content)
         #expect(listed == [content, admin], "the refused third one left nothing behind")
         let (revoked, again, unknown) = try await ledger.write { repositories in
-            (try repositories.revokeServiceCredential(id: "svc_1", nowMs: 5_000), try repositories.revokeServiceCredential(id: "svc_1", nowMs: 6_000),
-             try repositories.revokeServiceCredential(id: "svc_9", nowMs: 6_000))
+            (
+                try repositories.revokeServiceCredential(id: "svc_1", nowMs: 5_000),
+                try repositories.revokeServiceCredential(id: "svc_1", nowMs: 6_000),
+                try repositories.revokeServiceCredential(id: "svc_9", nowMs: 6_000)
+            )
         }
         #expect(revoked && !again && !unknown)
         let (afterRevoke, revokedIDs, kept) = try await ledger.write { repositories in
-            (try repositories.serviceCredential(tokenHash: Array(repeating: 1, count: 32)), try repositories.revokedServiceCredentialIDs(),
-             try repositories.serviceCredentials().first)
+            (
+                try repositories.serviceCredential(tokenHash: Array(repeating: 1, count: 32)),
+                try repositories.revokedServiceCredentialIDs(),
+                try repositories.serviceCredentials().first
+            )
         }
         #expect(afterRevoke == nil && revokedIDs == ["svc_1"] && kept?.revokedMs == 5_000)
     }
@@ -794,11 +928,16 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let newer = EventKind(rawValue: 99)
         #expect(!newer.isKnown && newer.shortName == "EventType(99)")
         let recorded = try await ledger.write { repositories in
-            try [repositories.recordEvent(EventRecord(type: newer, accountID: "a1", createdMs: 1_000)),
-                 repositories.recordEvent(EventRecord(type: .purchased, accountID: "a1", createdMs: 2_000))]
+            try [
+                repositories.recordEvent(EventRecord(type: newer, accountID: "a1", createdMs: 1_000)),
+                repositories.recordEvent(EventRecord(type: .purchased, accountID: "a1", createdMs: 2_000)),
+            ]
         }
         let (all, ofNewer) = try await ledger.write { repositories in
-            (try repositories.events(after: 0, limit: 10), try repositories.events(after: 0, limit: 10, accountID: nil, types: [newer]))
+            (
+                try repositories.events(after: 0, limit: 10),
+                try repositories.events(after: 0, limit: 10, accountID: nil, types: [newer])
+            )
         }
         #expect(all == recorded)
         #expect(ofNewer.map(\.type) == [newer])
@@ -811,16 +950,23 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         let recorded = try await ledger.write { repositories in
             try [
                 repositories.recordEvent(EventRecord(type: .test, accountID: "", createdMs: 1_000, reason: "wired?")),
-                repositories.recordEvent(EventRecord(type: .purchased, accountID: "a1", transactionID: "t1", originalTransactionID: "t1",
-                                                     productID: "premium", createdMs: 2_000)),
-                repositories.recordEvent(EventRecord(type: .refunded, accountID: "a2", transactionID: "t2", originalTransactionID: "t2",
-                                                     productID: "credits.10", createdMs: 3_000, reason: "asked", creditShortfall: 4)),
-                repositories.recordEvent(EventRecord(type: .autoRenewChanged, accountID: "a1", createdMs: 4_000, autoRenew: true)),
+                repositories.recordEvent(
+                    EventRecord(
+                        type: .purchased, accountID: "a1", transactionID: "t1", originalTransactionID: "t1",
+                        productID: "premium", createdMs: 2_000)),
+                repositories.recordEvent(
+                    EventRecord(
+                        type: .refunded, accountID: "a2", transactionID: "t2", originalTransactionID: "t2",
+                        productID: "credits.10", createdMs: 3_000, reason: "asked", creditShortfall: 4)),
+                repositories.recordEvent(
+                    EventRecord(type: .autoRenewChanged, accountID: "a1", createdMs: 4_000, autoRenew: true)),
             ]
         }
         let later = try await ledger.write {
-            try $0.recordEvent(EventRecord(type: .expired, accountID: "a1", transactionID: "t3", createdMs: 5_000, price: "1.99",
-                                           expirationReason: .billingError))
+            try $0.recordEvent(
+                EventRecord(
+                    type: .expired, accountID: "a1", transactionID: "t3", createdMs: 5_000, price: "1.99",
+                    expirationReason: .billingError))
         }
         let all = recorded + [later]
         let ids = all.map(\.id)
@@ -828,12 +974,14 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         #expect(try await ledger.latestEventID() == later.id)
         let secondID = all[1].id
         let (everything, firstTwo, ofA1, expiries, a1Refunds, afterSecond) = try await ledger.write { repositories in
-            (try repositories.events(after: 0, limit: 10),
-             try repositories.events(after: 0, limit: 2),
-             try repositories.events(after: 0, limit: 10, accountID: "a1", types: []),
-             try repositories.events(after: 0, limit: 10, accountID: nil, types: [.expired, .refunded]),
-             try repositories.events(after: 0, limit: 10, accountID: "a1", types: [.refunded, .test]),
-             try repositories.events(after: secondID, limit: 10))
+            (
+                try repositories.events(after: 0, limit: 10),
+                try repositories.events(after: 0, limit: 2),
+                try repositories.events(after: 0, limit: 10, accountID: "a1", types: []),
+                try repositories.events(after: 0, limit: 10, accountID: nil, types: [.expired, .refunded]),
+                try repositories.events(after: 0, limit: 10, accountID: "a1", types: [.refunded, .test]),
+                try repositories.events(after: secondID, limit: 10)
+            )
         }
         #expect(everything == all)
         #expect(firstTwo == Array(all.prefix(2)))
@@ -842,8 +990,10 @@ private func contractSubscription(_ originalID: String, product: String = "sub.m
         #expect(a1Refunds.isEmpty)
         #expect(afterSecond == Array(all.dropFirst(2)))
         let (a1First, none) = try await ledger.write { repositories in
-            (try repositories.events(after: 0, limit: 1, accountID: "a1", types: []),
-             try repositories.events(after: later.id, limit: 10))
+            (
+                try repositories.events(after: 0, limit: 1, accountID: "a1", types: []),
+                try repositories.events(after: later.id, limit: 10)
+            )
         }
         #expect(a1First == [all[1]])
         #expect(none.isEmpty)

@@ -11,7 +11,9 @@ import Testing
         let path = directory + "/events.cursor"
         let deadline = ContinuousClock.now + .seconds(10)
         while !FileManager.default.fileExists(atPath: path) {
-            guard ContinuousClock.now < deadline else { throw KioskError(.unknown, "the client never read the account's events") }
+            guard ContinuousClock.now < deadline else {
+                throw KioskError(.unknown, "the client never read the account's events")
+            }
             try await Task.sleep(for: .milliseconds(10))
         }
     }
@@ -23,16 +25,24 @@ import Testing
         let kiosk = try session.makeClient(account: account, stateDirectory: directory)
         try await Self.waitForEventCursor(directory)
         let updates = kiosk.transactionUpdates
-        guard case .success(let bought) = try await kiosk.purchase(productID: "filter.sepia", paymentMethod: "test-card:4242424242424242") else {
-            Issue.record("expected success"); return
+        guard
+            case .success(let bought) = try await kiosk.purchase(
+                productID: "filter.sepia", paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
         }
         try await kiosk.finish(bought)
         #expect(try await kiosk.currentEntitlements.map(\.id) == [bought.id])
 
         // The buyer asks; the operator's refund grants it.
         let asked = try await kiosk.requestRefund(transactionID: bought.id, reason: "it did not work")
-        #expect(asked.state == .pending && asked.reason == "it did not work" && asked.productID == "filter.sepia" && asked.decisionDate == nil)
-        #expect(try await kiosk.requestRefund(transactionID: bought.id, reason: "again") == asked, "asking again answers the same request")
+        #expect(
+            asked.state == .pending && asked.reason == "it did not work" && asked.productID == "filter.sepia"
+                && asked.decisionDate == nil)
+        #expect(
+            try await kiosk.requestRefund(transactionID: bought.id, reason: "again") == asked,
+            "asking again answers the same request")
         let refundedAt = ContinuousClock.now
         try await session.refund(transactionID: bought.id, reason: "customer request")
         var revoked: Transaction?
@@ -46,18 +56,25 @@ import Testing
         #expect(revoked?.revocationDate != nil && revoked?.revocationReason == "customer request")
         #expect(try await kiosk.currentEntitlements.isEmpty)
         let granted = try await kiosk.requestRefund(transactionID: bought.id, reason: "")
-        #expect(granted.state == .granted && granted.decisionReason == "customer request" && granted.decisionDate != nil)
+        #expect(
+            granted.state == .granted && granted.decisionReason == "customer request" && granted.decisionDate != nil)
 
         // Lookups and the paged history, consumables included.
-        guard case .success(let credits) = try await kiosk.purchase(productID: "credits.5", paymentMethod: "test-card:4242424242424242") else {
-            Issue.record("expected success"); return
+        guard
+            case .success(let credits) = try await kiosk.purchase(
+                productID: "credits.5", paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
         }
         #expect(try await kiosk.transaction(id: credits.id).productID == "credits.5")
         var all: [String] = []
         for try await transaction in Transaction.all(in: kiosk) { all.append(transaction.id) }
         #expect(all == [bought.id, credits.id])
         var refunded: [String] = []
-        for try await transaction in kiosk.allTransactions(revokedOnly: true, pageSize: 1) { refunded.append(transaction.id) }
+        for try await transaction in kiosk.allTransactions(revokedOnly: true, pageSize: 1) {
+            refunded.append(transaction.id)
+        }
         #expect(refunded == [bought.id])
         await #expect(throws: KioskError.self) { try await kiosk.transaction(id: "tx_unknown") }
 
@@ -65,8 +82,12 @@ import Testing
         await kiosk.close()
         let again = try session.makeClient(account: account, stateDirectory: directory)
         let laterUpdates = again.transactionUpdates
-        guard case .success(let other) = try await again.purchase(productID: "book.swift", paymentMethod: "test-card:4242424242424242") else {
-            Issue.record("expected success"); return
+        guard
+            case .success(let other) = try await again.purchase(
+                productID: "book.swift", paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
         }
         try await again.finish(other)
         try await session.refund(transactionID: other.id)
@@ -93,8 +114,12 @@ import Testing
 
         // The second account's refund, made before it uses this directory, is history to it.
         let other = try session.makeClient(account: second)
-        guard case .success(let old) = try await other.purchase(productID: "filter.sepia", paymentMethod: "test-card:4242424242424242") else {
-            Issue.record("expected success"); return
+        guard
+            case .success(let old) = try await other.purchase(
+                productID: "filter.sepia", paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
         }
         try await other.finish(old)
         try await session.refund(transactionID: old.id)
@@ -104,13 +129,19 @@ import Testing
         let reused = try session.makeClient(account: second, stateDirectory: directory)
         let updates = reused.transactionUpdates
         let deadline = ContinuousClock.now + .seconds(10)
-        while !((try? String(contentsOfFile: directory + "/events.cursor", encoding: .utf8))?.hasPrefix(second.id + " ") ?? false) {
+        while !((try? String(contentsOfFile: directory + "/events.cursor", encoding: .utf8))?.hasPrefix(second.id + " ")
+            ?? false)
+        {
             #expect(ContinuousClock.now < deadline, "the client never saved its own cursor")
             if ContinuousClock.now >= deadline { break }
             try await Task.sleep(for: .milliseconds(10))
         }
-        guard case .success(let fresh) = try await reused.purchase(productID: "book.swift", paymentMethod: "test-card:4242424242424242") else {
-            Issue.record("expected success"); return
+        guard
+            case .success(let fresh) = try await reused.purchase(
+                productID: "book.swift", paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
         }
         try await reused.finish(fresh)
         try await session.refund(transactionID: fresh.id)

@@ -14,8 +14,12 @@ import Testing
         #expect(products.first?.subscription?.period == "P1M")
         #expect(products.first?.subscription?.groupID == "pro.monthly")
 
-        guard case .success(let first) = try await kiosk.purchase(productID: "pro.monthly", paymentMethod: "test-card:4242424242424242") else {
-            Issue.record("expected success"); return
+        guard
+            case .success(let first) = try await kiosk.purchase(
+                productID: "pro.monthly", paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
         }
         try await kiosk.finish(first)
         let updates = kiosk.transactionUpdates
@@ -59,8 +63,12 @@ import Testing
         #expect(pro.subscription?.introductoryOffer?.price == 0)
         #expect(pro.subscription?.introductoryOffer?.period == "P1W")
         #expect(try await kiosk.isEligibleForIntroOffer(pro))
-        guard case .success(let trial) = try await kiosk.purchase(pro, paymentMethod: "test-card:4242424242424242", offer: .introductory) else {
-            Issue.record("expected success"); return
+        guard
+            case .success(let trial) = try await kiosk.purchase(
+                pro, paymentMethod: "test-card:4242424242424242", offer: .introductory)
+        else {
+            Issue.record("expected success")
+            return
         }
         #expect(trial.offerID == "introductory")
         #expect(session.payments.chargeCount == 0)
@@ -71,8 +79,10 @@ import Testing
         }
         #expect(refused?.code == .ineligibleForOffer)
         // Without the offer it is bought at the product's price.
-        guard case .success(let paid) = try await kiosk.purchase(pro, paymentMethod: "test-card:4242424242424242") else {
-            Issue.record("expected success"); return
+        guard case .success(let paid) = try await kiosk.purchase(pro, paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
         }
         #expect(paid.originalID == trial.id && paid.offerID == nil)
         #expect(session.payments.chargeCount == 1)
@@ -84,8 +94,12 @@ import Testing
         let session = try await KioskTestSession.start(tls: false)
         let account = try session.makeAccount()
         let kiosk = try session.makeClient(account: account)
-        guard case .success(let first) = try await kiosk.purchase(productID: "pro.monthly", paymentMethod: "test-card:4242424242424242") else {
-            Issue.record("expected success"); return
+        guard
+            case .success(let first) = try await kiosk.purchase(
+                productID: "pro.monthly", paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
         }
         session.failNextRenewal(count: .max)
         try await session.advance(by: .seconds(32 * 86_400))

@@ -1,15 +1,19 @@
-@testable import Kiosk
 import KioskAPI
 import KioskWire
 import NIOCore
 import Testing
 
+@testable import Kiosk
+
 /// Chunks inflate in parallel and come back in order; a damaged one fails
 /// only when its turn comes, after every chunk before it was handed back.
 @Suite struct ChunkPipelineTests {
-    func chunk(_ index: Int, _ bytes: [UInt8], compressed: Bool = true, crc: UInt32? = nil, length: Int? = nil) -> ContentV1.DownloadChunk {
+    func chunk(
+        _ index: Int, _ bytes: [UInt8], compressed: Bool = true, crc: UInt32? = nil, length: Int? = nil
+    ) -> ContentV1.DownloadChunk {
         ContentV1.DownloadChunk(
-            index: UInt32(index), offset: UInt64(index * 1000), originalLength: UInt32(length ?? bytes.count), compressed: compressed,
+            index: UInt32(index), offset: UInt64(index * 1000), originalLength: UInt32(length ?? bytes.count),
+            compressed: compressed,
             crc32: crc ?? Zlib.crc32(bytes),
             data: compressed ? Array(Zlib.compress(ByteBuffer(bytes: bytes)).readableBytesView) : bytes)
     }
@@ -19,10 +23,10 @@ import Testing
         var pipeline = ChunkPipeline(width: 3)
         for (i, piece) in pieces.enumerated() {
             switch i {
-            case 7: pipeline.submit(chunk(i, piece, crc: Zlib.crc32(piece) ^ 1))          // wrong CRC-32
-            case 9: pipeline.submit(chunk(i, piece, compressed: false, length: 999))       // wrong length
-            case 10: pipeline.submit(chunk(i, piece, length: 1001))                         // inflates short
-            case 5: pipeline.submit(chunk(i, piece, compressed: false))                    // stored as is
+            case 7: pipeline.submit(chunk(i, piece, crc: Zlib.crc32(piece) ^ 1))  // wrong CRC-32
+            case 9: pipeline.submit(chunk(i, piece, compressed: false, length: 999))  // wrong length
+            case 10: pipeline.submit(chunk(i, piece, length: 1001))  // inflates short
+            case 5: pipeline.submit(chunk(i, piece, compressed: false))  // stored as is
             default: pipeline.submit(chunk(i, piece))
             }
         }
@@ -35,7 +39,9 @@ import Testing
         await #expect(throws: KioskError.self, "chunk 7's CRC-32") { _ = try await pipeline.next() }
         #expect(try await pipeline.next()?.index == 8)
         await #expect(throws: KioskError.self, "chunk 9's length") { _ = try await pipeline.next() }
-        await #expect(throws: KioskError.self, "chunk 10 inflates to less than it claims") { _ = try await pipeline.next() }
+        await #expect(throws: KioskError.self, "chunk 10 inflates to less than it claims") {
+            _ = try await pipeline.next()
+        }
         pipeline.cancelAll()
         #expect(try await pipeline.next() == nil)
     }
@@ -72,11 +78,15 @@ import Testing
                     let inflated = try #require(try await pipeline.next())
                     #expect(inflated.index == UInt32(index) && inflated.hashedFrom == hasher.blockState)
                     hasher.update(inflated.bytes)
-                    #expect(inflated.hashed?.state == hasher.state && inflated.hashed?.count == hasher.count, "lanes \(lanes), chunk \(index)")
+                    #expect(
+                        inflated.hashed?.state == hasher.state && inflated.hashed?.count == hasher.count,
+                        "lanes \(lanes), chunk \(index)")
                     pipeline.recycle(inflated)
                 }
                 if damaged != nil {
-                    await #expect(throws: KioskError.self, "the damaged chunk, after those before it") { _ = try await pipeline.next() }
+                    await #expect(throws: KioskError.self, "the damaged chunk, after those before it") {
+                        _ = try await pipeline.next()
+                    }
                     // In groups of 8, the rest of the damaged chunk's group (11…15) is dropped with it.
                     #expect(pipeline.count == (lanes == 8 ? 4 : 9))
                     let after = try #require(try await pipeline.next())

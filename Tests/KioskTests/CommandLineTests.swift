@@ -6,7 +6,8 @@ import Testing
 /// The `kiosk` command line against KioskTesting servers.
 @Suite(.timeLimit(.minutes(1))) struct KioskCommandLineTests {
     static var binary: String {
-        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let me =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: me).deletingLastPathComponent().appendingPathComponent("kiosk").path
     }
 
@@ -16,7 +17,9 @@ import Testing
         var errors: String
     }
 
-    func kiosk(_ arguments: [String], session: KioskTestSession, token: String, state: String, storePort: Int? = nil) async throws -> Run {
+    func kiosk(
+        _ arguments: [String], session: KioskTestSession, token: String, state: String, storePort: Int? = nil
+    ) async throws -> Run {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         process.arguments = arguments
@@ -37,8 +40,10 @@ import Testing
                 let out = output.fileHandleForReading.readDataToEndOfFile()
                 let err = errors.fileHandleForReading.readDataToEndOfFile()
                 process.waitUntilExit()
-                continuation.resume(returning: Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self),
-                                                   errors: String(decoding: err, as: UTF8.self)))
+                continuation.resume(
+                    returning: Run(
+                        status: process.terminationStatus, output: String(decoding: out, as: UTF8.self),
+                        errors: String(decoding: err, as: UTF8.self)))
             }
         }
     }
@@ -49,7 +54,8 @@ import Testing
         let state = NSTemporaryDirectory() + "kiosk-cli-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: state) }
 
-        let bought = try await kiosk(["buy", "credits.5", "--quantity", "4"], session: session, token: account.token, state: state)
+        let bought = try await kiosk(
+            ["buy", "credits.5", "--quantity", "4"], session: session, token: account.token, state: state)
         #expect(bought.status == 0, "\(bought.errors)")
         #expect(bought.output.contains("purchased credits.5 ×4"))
         let balance = try await kiosk(["balance", "--json"], session: session, token: account.token, state: state)
@@ -58,15 +64,21 @@ import Testing
         #expect((object?["balance"] as? Int) == 20)
 
         // Buy and download the book: the file lands in --out, checked, and the transaction is finished.
-        let book = try await kiosk(["buy", "book.swift", "--json"], session: session, token: account.token, state: state)
+        let book = try await kiosk(
+            ["buy", "book.swift", "--json"], session: session, token: account.token, state: state)
         #expect(book.status == 0)
-        let receiptFile = try #require((try JSONSerialization.jsonObject(with: Data(book.output.utf8)) as? [String: Any])?["receipt_file"] as? String)
+        let receiptFile = try #require(
+            (try JSONSerialization.jsonObject(with: Data(book.output.utf8)) as? [String: Any])?["receipt_file"]
+                as? String)
         let out = state + "/downloads"
-        let download = try await kiosk(["download", "book.swift", "--out", out], session: session, token: account.token, state: state)
+        let download = try await kiosk(
+            ["download", "book.swift", "--out", out], session: session, token: account.token, state: state)
         #expect(download.status == 0, "\(download.errors)")
         #expect(download.output.contains("downloaded book.swift"))
         #expect(download.output.contains("downloading book.swift: "), "a plain line per step when not a terminal")
-        #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: out + "/book.swift"))) == KioskTestSession.sampleContent["book.swift"])
+        #expect(
+            [UInt8](try Data(contentsOf: URL(fileURLWithPath: out + "/book.swift")))
+                == KioskTestSession.sampleContent["book.swift"])
 
         // verify FILE: 0, exit 0.
         let verify = try await kiosk(["verify", receiptFile], session: session, token: account.token, state: state)
@@ -74,32 +86,43 @@ import Testing
         #expect(verify.output.contains("status 0"))
 
         // request-refund: pending until the operator decides; asking again shows where it stands.
-        let bookID = try #require((try JSONSerialization.jsonObject(with: Data(book.output.utf8)) as? [String: Any])?["transaction_id"] as? String)
-        let asked = try await kiosk(["request-refund", bookID, "--reason", "wrong book", "--json"], session: session, token: account.token, state: state)
+        let bookID = try #require(
+            (try JSONSerialization.jsonObject(with: Data(book.output.utf8)) as? [String: Any])?["transaction_id"]
+                as? String)
+        let asked = try await kiosk(
+            ["request-refund", bookID, "--reason", "wrong book", "--json"], session: session, token: account.token,
+            state: state)
         #expect(asked.status == 0, "\(asked.errors)")
         let request = try JSONSerialization.jsonObject(with: Data(asked.output.utf8)) as? [String: Any]
         #expect(request?["state"] as? String == "pending" && request?["reason"] as? String == "wrong book")
         try await session.denyRefund(transactionID: bookID, reason: "already read")
         let again = try await kiosk(["request-refund", bookID], session: session, token: account.token, state: state)
         #expect(again.status == 0 && again.output.contains("denied (already read)"), "\(again.output)")
-        let unknown = try await kiosk(["request-refund", "tx_unknown"], session: session, token: account.token, state: state)
+        let unknown = try await kiosk(
+            ["request-refund", "tx_unknown"], session: session, token: account.token, state: state)
         #expect(unknown.status == 1 && unknown.errors.contains("tx_unknown"), "\(unknown.status) \(unknown.errors)")
 
         // Refusals exit 1; a store that cannot be reached exits 3.
-        let declined = try await kiosk(["buy", "credits.5", "--payment-method", "test-card:4000000000000002"], session: session, token: account.token, state: state)
+        let declined = try await kiosk(
+            ["buy", "credits.5", "--payment-method", "test-card:4000000000000002"], session: session,
+            token: account.token, state: state)
         #expect(declined.status == 1)
         #expect(declined.errors.contains("declined"))
-        let tooMuch = try await kiosk(["spend", "1000", "--json"], session: session, token: account.token, state: state)
+        let tooMuch = try await kiosk(
+            ["spend", "1000", "--json"], session: session, token: account.token, state: state)
         #expect(tooMuch.status == 1)
         #expect(tooMuch.output.contains("insufficientCredits"))
         let offline = try await kiosk(["balance"], session: session, token: account.token, state: state, storePort: 1)
         #expect(offline.status == 3)
-        let queued = try await kiosk(["buy", "credits.10"], session: session, token: account.token, state: state, storePort: 1)
+        let queued = try await kiosk(
+            ["buy", "credits.10"], session: session, token: account.token, state: state, storePort: 1)
         #expect(queued.status == 3)
         #expect(queued.output.contains("queued"))
         // The next run against the store sends the queued payment: 20 + 10.
         let later = try await kiosk(["balance", "--json"], session: session, token: account.token, state: state)
-        #expect((try JSONSerialization.jsonObject(with: Data(later.output.utf8)) as? [String: Any])?["balance"] as? Int == 30)
+        #expect(
+            (try JSONSerialization.jsonObject(with: Data(later.output.utf8)) as? [String: Any])?["balance"] as? Int
+                == 30)
         #expect(session.payments.chargeCount == 3)
         let usage = try await kiosk(["buy"], session: session, token: account.token, state: state)
         #expect(usage.status == 64)
@@ -126,8 +149,11 @@ import Testing
 
         let bought = try await json(["buy", "book.swift"])
         #expect(bought["state"] as? String == "purchased" && bought["product_type"] as? String == "non-consumable")
-        #expect(Set(bought.keys).isSuperset(of: ["transaction_id", "original_transaction_id", "product_id", "quantity", "purchase_date",
-                                                 "finished", "environment", "receipt_file"]))
+        #expect(
+            Set(bought.keys).isSuperset(of: [
+                "transaction_id", "original_transaction_id", "product_id", "quantity", "purchase_date",
+                "finished", "environment", "receipt_file",
+            ]))
         #expect(bought["expiration_date"] == nil && bought["revocation_date"] == nil)
         let receipt = try #require(bought["receipt_file"] as? String)
         #expect(!receipt.contains("\\/"))
@@ -138,7 +164,9 @@ import Testing
         #expect((try await json(["entitlements"])["entitlements"] as? [[String: Any]])?.count == 1)
 
         let verified = try await json(["verify", receipt])
-        #expect(verified["status"] as? Int == 0 && verified["valid"] as? Bool == true && verified["product_id"] as? String == "book.swift")
+        #expect(
+            verified["status"] as? Int == 0 && verified["valid"] as? Bool == true
+                && verified["product_id"] as? String == "book.swift")
 
         let downloaded = try await json(["download", "book.swift", "--out", state + "/out"])
         #expect(downloaded["finished"] as? Bool == true && downloaded["product_id"] as? String == "book.swift")
@@ -150,7 +178,8 @@ import Testing
         #expect(try await json(["balance"])["spent"] == nil)
 
         let failed = try await json(["spend", "1000"], status: 1)
-        #expect(failed["error"] as? String == "insufficientCredits" && failed["code"] is Int && failed["message"] is String)
+        #expect(
+            failed["error"] as? String == "insufficientCredits" && failed["code"] is Int && failed["message"] is String)
         #expect(try await json(["subscriptions"])["subscriptions"] as? [Any] != nil)
         await session.shutdown()
     }

@@ -1,11 +1,12 @@
 import Crypto
 import Foundation
-@testable import Kiosk
 import KioskAPI
 import KioskContent
 import KioskTesting
 import NIOConcurrencyHelpers
 import Testing
+
+@testable import Kiosk
 
 @Suite(.timeLimit(.minutes(2))) struct SDKDownloadTests {
     @Test func hostedProductDownloadsWithEventsAndChecksum() async throws {
@@ -15,8 +16,11 @@ import Testing
             let book = try #require(hosted.first { $0.productID == "book.swift" })
             #expect(book.product?.displayPrice == "9.99 USD")
             #expect(book.size == 1 << 20)
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
             defer { try? FileManager.default.removeItem(at: directory) }
@@ -32,7 +36,9 @@ import Testing
             let bytes = try Data(contentsOf: file)
             #expect(Array(SHA256.hash(data: bytes)) == book.sha256)
             #expect([UInt8](bytes) == KioskTestSession.sampleContent["book.swift"])
-            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["book.swift"], "no temporary files left")
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["book.swift"],
+                "no temporary files left")
             try await kiosk.finish(transaction)
             await kiosk.close()
         }
@@ -44,8 +50,11 @@ import Testing
         let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 32 << 20)) ?? Data())
         try await withSession(content: ["book.swift": book]) { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
             defer { try? FileManager.default.removeItem(at: directory) }
@@ -59,7 +68,9 @@ import Testing
             let seconds = Int(started.duration(to: .now).components.seconds)
             #expect([UInt8](try Data(contentsOf: file)) == book)
             // 4 saves by size, one a second at most by time, and the final rename: far below 128.
-            #expect(saves.withLockedValue { $0 } <= 4 + seconds + 2, "\(saves.withLockedValue { $0 }) directory syncs in \(seconds) s")
+            #expect(
+                saves.withLockedValue { $0 } <= 4 + seconds + 2,
+                "\(saves.withLockedValue { $0 }) directory syncs in \(seconds) s")
             await kiosk.close()
         }
     }
@@ -74,8 +85,11 @@ import Testing
         let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 8 << 20)) ?? Data())
         try await withSession(content: ["book.swift": book], chunkSize: chunkSize) { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
             defer { try? FileManager.default.removeItem(at: directory) }
@@ -103,7 +117,9 @@ import Testing
                 #expect(!FileManager.default.fileExists(atPath: partial.path))
             } else {
                 let error = await #expect(throws: KioskError.self) { _ = try await resumed.result() }
-                #expect(error?.code == .downloadFailed && error?.message.contains("SHA-256") == true, "\(String(describing: error))")
+                #expect(
+                    error?.code == .downloadFailed && error?.message.contains("SHA-256") == true,
+                    "\(String(describing: error))")
                 #expect(!FileManager.default.fileExists(atPath: partial.path), "the damaged partial is removed")
                 #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("book.swift").path))
             }
@@ -122,29 +138,43 @@ import Testing
         do {
             // A second content service over the same prepared files, its index altered on disk first.
             let prepared = session.contentDirectory + "/.kiosk-prepared"
-            let indexPath = prepared + "/" + (try #require(FileManager.default.subpaths(atPath: prepared)?.first { $0.hasSuffix("index.json") }))
+            let indexPath =
+                prepared + "/"
+                + (try #require(FileManager.default.subpaths(atPath: prepared)?.first { $0.hasSuffix("index.json") }))
             #expect(try Self.alterState(ofChunk: 5, to: state, inIndex: indexPath) == 16)
             let credential = try session.store.createServiceCredential(role: .content, name: "altered").secret
-            let altered = try ContentServer(configuration: ContentConfiguration(
-                contentDirectory: session.contentDirectory, storePort: session.storePort, storeCredential: credential))
+            let altered = try ContentServer(
+                configuration: ContentConfiguration(
+                    contentDirectory: session.contentDirectory, storePort: session.storePort,
+                    storeCredential: credential))
             try await altered.start()
             _ = await altered.waitUntilReady()
             #expect(altered.items.first?.reused == true, "the altered preparation is the one served")
 
             let account = try session.makeAccount()
-            var configuration = session.configuration(account: account, stateDirectory: NSTemporaryDirectory() + "kiosk-state-" + UUID().uuidString)
+            var configuration = session.configuration(
+                account: account, stateDirectory: NSTemporaryDirectory() + "kiosk-state-" + UUID().uuidString)
             configuration.contentPort = try #require(altered.port)
             let kiosk = try KioskClient(configuration: configuration)
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
             defer { try? FileManager.default.removeItem(at: directory) }
             let download = kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
             let error = await #expect(throws: KioskError.self) { _ = try await download.result() }
-            #expect(error?.code == .downloadFailed && error?.message.contains(message) == true, "\(String(describing: error))")
-            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path))
-            #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial.json").path))
+            #expect(
+                error?.code == .downloadFailed && error?.message.contains(message) == true,
+                "\(String(describing: error))")
+            #expect(
+                !FileManager.default.fileExists(
+                    atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path))
+            #expect(
+                !FileManager.default.fileExists(
+                    atPath: directory.appendingPathComponent(".book.swift.kiosk-partial.json").path))
             #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("book.swift").path))
             await kiosk.close()
             await altered.shutdown()
@@ -164,13 +194,21 @@ import Testing
             ContentV1.DownloadChunk(index: index, offset: offset, originalLength: 64, sha256State: state)
         }
         var chained: Bool?
-        #expect(try KioskDownload.hashStart(of: chunk(0, offset: 0, state: initial), chained: &chained)?.blockState == .initial)
+        #expect(
+            try KioskDownload.hashStart(of: chunk(0, offset: 0, state: initial), chained: &chained)?.blockState
+                == .initial)
         #expect(chained == true)
-        let stopped = #expect(throws: KioskError.self) { try KioskDownload.hashStart(of: chunk(1, offset: 64, state: []), chained: &chained) }
+        let stopped = #expect(throws: KioskError.self) {
+            try KioskDownload.hashStart(of: chunk(1, offset: 64, state: []), chained: &chained)
+        }
         #expect(stopped?.message.contains("stopped announcing SHA-256 states at chunk 1") == true)
-        let short = #expect(throws: KioskError.self) { try KioskDownload.hashStart(of: chunk(1, offset: 64, state: [1, 2, 3]), chained: &chained) }
+        let short = #expect(throws: KioskError.self) {
+            try KioskDownload.hashStart(of: chunk(1, offset: 64, state: [1, 2, 3]), chained: &chained)
+        }
         #expect(short?.message.contains("3-byte SHA-256 state for chunk 1") == true)
-        let misaligned = #expect(throws: KioskError.self) { try KioskDownload.hashStart(of: chunk(1, offset: 100, state: initial), chained: &chained) }
+        let misaligned = #expect(throws: KioskError.self) {
+            try KioskDownload.hashStart(of: chunk(1, offset: 100, state: initial), chained: &chained)
+        }
         #expect(misaligned?.message.contains("offset 100, not a multiple of 64") == true)
         // A stream whose first chunk announces nothing is hashed in order; states after it are ignored.
         var inOrder: Bool?
@@ -181,8 +219,11 @@ import Testing
 
     /// Sets chunk `number`'s SHA-256 state (hex) in a prepared index; returns how many chunks it has.
     static func alterState(ofChunk number: Int, to state: String, inIndex path: String) throws -> Int {
-        guard var index = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any],
-              var chunks = index["chunks"] as? [[String: Any]], chunks.count > number else {
+        guard
+            var index = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path)))
+                as? [String: Any],
+            var chunks = index["chunks"] as? [[String: Any]], chunks.count > number
+        else {
             throw KioskError(.downloadFailed, "no chunk \(number) in \(path)")
         }
         chunks[number]["sha256State"] = state
@@ -197,8 +238,11 @@ import Testing
         try await withSession(content: ["book.swift": book]) { session in
             let account = try session.makeAccount()
             let first = try session.makeClient(account: account)
-            guard case .success(let transaction) = try await first.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await first.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
             defer { try? FileManager.default.removeItem(at: directory) }
@@ -232,18 +276,26 @@ import Testing
     @Test func partialPastTheEndOfANewerSmallerFileStartsOver() async throws {
         try await withSession { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
             defer { try? FileManager.default.removeItem(at: directory) }
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            let stale = #"{"productID":"book.swift","version":"0.9","sha256":"00","totalSize":8388608,"chunkSize":262144,"bytesDone":4194304}"#
+            let stale =
+                #"{"productID":"book.swift","version":"0.9","sha256":"00","totalSize":8388608,"chunkSize":262144,"bytesDone":4194304}"#
             try Data(stale.utf8).write(to: directory.appendingPathComponent(".book.swift.kiosk-partial.json"))
-            try Data(repeating: 7, count: 4 << 20).write(to: directory.appendingPathComponent(".book.swift.kiosk-partial"))
-            let file = try await kiosk.download(productID: "book.swift", transaction: transaction, to: directory).result()
+            try Data(repeating: 7, count: 4 << 20).write(
+                to: directory.appendingPathComponent(".book.swift.kiosk-partial"))
+            let file = try await kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
+                .result()
             #expect([UInt8](try Data(contentsOf: file)) == KioskTestSession.sampleContent["book.swift"])
-            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["book.swift"], "the stale partial is gone")
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["book.swift"],
+                "the stale partial is gone")
             await kiosk.close()
         }
     }
@@ -253,8 +305,11 @@ import Testing
         let book = [UInt8]((FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: 32 << 20)) ?? Data())
         try await withSession(content: ["book.swift": book]) { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
             defer { try? FileManager.default.removeItem(at: directory) }
@@ -270,7 +325,8 @@ import Testing
             var lastState: DownloadState?
             for await event in cancelled.events {
                 if event.state == .active, event.bytesDone > 0, !partialSeen {
-                    partialSeen = FileManager.default.fileExists(atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path)
+                    partialSeen = FileManager.default.fileExists(
+                        atPath: directory.appendingPathComponent(".book.swift.kiosk-partial").path)
                     cancelled.cancel()
                     // A resume right after the cancel starts nothing again (it would write after the cancel's removal).
                     cancelled.resume()

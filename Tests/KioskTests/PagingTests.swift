@@ -1,9 +1,10 @@
 import Foundation
 import Kiosk
 import KioskAPI
-@testable import KioskStore
 import KioskTesting
 import Testing
+
+@testable import KioskStore
 
 /// The SDK pages through the store's lists for the app: 20,000 transactions on
 /// one account (about 8 MB of answers, twice the 4 MiB message limit) come
@@ -19,7 +20,8 @@ import Testing
                     let id = String(format: "tx_sdk_%06d", index)
                     var record = TransactionRecord(
                         id: id, originalID: id, accountID: account.id, product: product, quantity: 1, state: .purchased,
-                        purchaseMs: 1_800_000_000_000 + Int64(index), expiresMs: 0, paymentMethod: card, paymentID: "pay_" + id,
+                        purchaseMs: 1_800_000_000_000 + Int64(index), expiresMs: 0, paymentMethod: card,
+                        paymentID: "pay_" + id,
                         environment: .sandbox)
                     record.receipt = Array(repeating: 0x5A, count: 300)
                     try record.insert(db)

@@ -1,8 +1,10 @@
 import Foundation
-@testable import Kiosk
 import KioskTesting
 import Logging
 import Testing
+
+@testable import Kiosk
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -23,8 +25,11 @@ import Darwin
             let state = NSTemporaryDirectory() + "kiosk-private-" + UUID().uuidString
             defer { try? FileManager.default.removeItem(atPath: state) }
             let kiosk = try session.makeClient(account: try session.makeAccount(), stateDirectory: state)
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let receipt = try kiosk.saveReceipt(of: transaction)
             #expect(receipt.path == state + "/receipts/\(transaction.id).receipt")
@@ -68,15 +73,17 @@ import Darwin
         try await withSession { session in
             let state = NSTemporaryDirectory() + "kiosk-private-" + UUID().uuidString
             defer { try? FileManager.default.removeItem(atPath: state) }
-            try FileManager.default.createDirectory(atPath: state + "/journal", withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o755])
+            try FileManager.default.createDirectory(
+                atPath: state + "/journal", withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o755])
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: state)
             #expect(try permissions(state) == 0o755)
             let kiosk = try session.makeClient(account: try session.makeAccount(), stateDirectory: state)
             #expect(try permissions(state) == 0o700)
             #expect(try permissions(state + "/journal") == 0o700)
             guard case .success = try await kiosk.purchase(productID: "credits.5", paymentMethod: card) else {
-                Issue.record("expected success"); return
+                Issue.record("expected success")
+                return
             }
             await kiosk.close()
         }
@@ -93,7 +100,8 @@ import Darwin
             let first = try session.makeClient(account: account, stateDirectory: state)
             #expect(try await first.purchase(productID: "credits.10", paymentMethod: card) == .pending)
             await first.close()
-            let queued = try #require(try FileManager.default.contentsOfDirectory(atPath: journal).first { $0.hasSuffix(".json") })
+            let queued = try #require(
+                try FileManager.default.contentsOfDirectory(atPath: journal).first { $0.hasSuffix(".json") })
             // …beside a torn file, and a copy of the entry under another name (its key would be sent forever).
             let torn = Data(#"{"key": "half a paym"#.utf8)
             try torn.write(to: URL(fileURLWithPath: journal + "/torn.json"))
@@ -110,12 +118,16 @@ import Darwin
             #expect(setAside.map(\.path) == [journal + "/corrupt/copy.json", journal + "/corrupt/torn.json"])
             #expect(setAside.last?.reason.hasPrefix("not a journal entry") == true)
             #expect(setAside.first?.reason.contains("does not match its file name") == true)
-            #expect(try Data(contentsOf: URL(fileURLWithPath: journal + "/corrupt/torn.json")) == torn, "its bytes are kept")
+            #expect(
+                try Data(contentsOf: URL(fileURLWithPath: journal + "/corrupt/torn.json")) == torn, "its bytes are kept"
+            )
             #expect(try permissions(journal + "/corrupt") == 0o700)
             #expect(Set(try FileManager.default.contentsOfDirectory(atPath: journal)) == [queued, "corrupt"])
             let warnings = logs.records.filter { $0.level == .warning }
             for entry in setAside {
-                #expect(warnings.contains { $0.message.contains(entry.name) && $0.message.contains(entry.reason) }, "\(entry.name)")
+                #expect(
+                    warnings.contains { $0.message.contains(entry.name) && $0.message.contains(entry.reason) },
+                    "\(entry.name)")
             }
             // The queued payment still flows, once.
             let arrived = await next(second.transactionUpdates)
@@ -132,10 +144,13 @@ import Darwin
         defer { try? FileManager.default.removeItem(atPath: root) }
         try PrivateFiles.makeDirectory(root + "/sub", tighteningExisting: true)
         let syncs = SyncRecorder()
-        try await PrivateFiles.observingDirectorySyncs({ path in
-            // What the directory holds when it is fsynced: the change must be made before.
-            if path.hasPrefix(root) { syncs.append(path, (try? FileManager.default.contentsOfDirectory(atPath: path))?.sorted() ?? []) }
-        }) {
+        // What the directory holds when it is fsynced: the change must be made before.
+        let observer: @Sendable (String) -> Void = { path in
+            if path.hasPrefix(root) {
+                syncs.append(path, (try? FileManager.default.contentsOfDirectory(atPath: path))?.sorted() ?? [])
+            }
+        }
+        try await PrivateFiles.observingDirectorySyncs(observer) {
             try Data("a".utf8).write(to: URL(fileURLWithPath: root + "/a"))
             try PrivateFiles.rename(root + "/a", to: root + "/sub/b")
             #expect(syncs.take() == [Sync(root + "/sub", ["b"]), Sync(root, ["sub"])])
@@ -156,11 +171,14 @@ import Darwin
             let journal = state + "/journal"
             let listings = SyncRecorder()
             try await PrivateFiles.observingDirectorySyncs({ path in
-                if path == journal { listings.append(path, (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []) }
+                if path == journal {
+                    listings.append(path, (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [])
+                }
             }) {
                 let kiosk = try session.makeClient(account: try session.makeAccount(), stateDirectory: state)
                 guard case .success = try await kiosk.purchase(productID: "credits.5", paymentMethod: card) else {
-                    Issue.record("expected success"); return
+                    Issue.record("expected success")
+                    return
                 }
                 await kiosk.close()
             }
@@ -178,9 +196,12 @@ import Darwin
             try Data("not json".utf8).write(to: URL(fileURLWithPath: state + "/journal/torn.json"))
 
             let cli = KioskCommandLineTests()
-            let bought = try await cli.kiosk(["buy", "credits.5", "--json"], session: session, token: account.token, state: state)
+            let bought = try await cli.kiosk(
+                ["buy", "credits.5", "--json"], session: session, token: account.token, state: state)
             #expect(bought.status == 0, "\(bought.output) \(bought.errors)")
-            #expect(bought.errors.contains("kiosk: warning: the queued payment file torn.json cannot be used"), "\(bought.errors)")
+            #expect(
+                bought.errors.contains("kiosk: warning: the queued payment file torn.json cannot be used"),
+                "\(bought.errors)")
             #expect(bought.errors.contains(state + "/journal/corrupt/torn.json"))
             let object = try JSONSerialization.jsonObject(with: Data(bought.output.utf8)) as? [String: Any]
             let receipt = try #require(object?["receipt_file"] as? String, "stdout is still JSON alone")
@@ -265,7 +286,9 @@ private final class LogRecorder: @unchecked Sendable {
         }
 
         func log(event: LogEvent) {
-            recorder.lock.withLock { recorder.kept.append(Record(level: event.level, message: event.message.description)) }
+            recorder.lock.withLock {
+                recorder.kept.append(Record(level: event.level, message: event.message.description))
+            }
         }
     }
 }

@@ -1,8 +1,9 @@
 import Crypto
 import Foundation
-@testable import Kiosk
 import KioskTesting
 import Testing
+
+@testable import Kiosk
 
 /// The SDK given two replicas of each service: a replica that dies mid-call costs a retry on the other, not an error.
 /// The "dying replica" is a relay in front of the session's service that is killed (listener and connections).
@@ -22,13 +23,15 @@ import Testing
             session.holdNextAnswer()  // committed; the answer never leaves the first replica
             let purchase = Task { try await kiosk.purchase(productID: "credits.5", quantity: 2, paymentMethod: card) }
             let committed = ContinuousClock.now + .seconds(20)
-            while try session.store.ledger.transactions(accountID: account.id).isEmpty, ContinuousClock.now < committed {
+            while try session.store.ledger.transactions(accountID: account.id).isEmpty, ContinuousClock.now < committed
+            {
                 try await Task.sleep(for: .milliseconds(5))
             }
             await dying.kill()
 
             guard case .success(let transaction) = try await purchase.value else {
-                Issue.record("the purchase must be answered by the other replica, not queued"); return
+                Issue.record("the purchase must be answered by the other replica, not queued")
+                return
             }
             #expect(transaction.purchasedQuantity == 2)
             #expect(session.payments.chargeCount == 1)
@@ -49,12 +52,16 @@ import Testing
             var configuration = session.configuration(account: account, stateDirectory: state)
             configuration.contentEndpoints = [Self.endpoint(dying.port), Self.endpoint(session.contentPort)]
             let kiosk = try KioskClient(configuration: configuration)
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-dl-" + UUID().uuidString)
             defer { try? FileManager.default.removeItem(at: directory) }
-            let file = try await kiosk.download(productID: "book.swift", transaction: transaction, to: directory).result()
+            let file = try await kiosk.download(productID: "book.swift", transaction: transaction, to: directory)
+                .result()
             #expect(dying.recorded.withLockedValue { $0.count } >= 3_000, "the first replica died mid-download")
             #expect([UInt8](try Data(contentsOf: file)) == KioskTestSession.sampleContent["book.swift"])
             await kiosk.close()
@@ -67,7 +74,8 @@ import Testing
             let buyer = try session.makeClient(account: account)
             for product in ["filter.sepia", "book.swift"] {
                 guard case .success = try await buyer.purchase(productID: product, paymentMethod: card) else {
-                    Issue.record("expected success"); return
+                    Issue.record("expected success")
+                    return
                 }
             }
             await buyer.close()

@@ -40,7 +40,8 @@ func next(_ updates: AsyncStream<Transaction>) async -> Transaction? {
             #expect(try await kiosk.canMakePayments)
 
             guard case .success(let four) = try await kiosk.purchase(credits5, quantity: 4, paymentMethod: card) else {
-                Issue.record("expected success"); return
+                Issue.record("expected success")
+                return
             }
             #expect(four.purchasedQuantity == 4)
             try await kiosk.finish(four)
@@ -61,8 +62,10 @@ func next(_ updates: AsyncStream<Transaction>) async -> Transaction? {
             let phone = try session.makeClient(account: account)
             let products = try await phone.products(for: ["filter.sepia", "pro.monthly"]).products
             guard case .success(let filter) = try await phone.purchase(products[0], paymentMethod: card),
-                  case .success(let pro) = try await phone.purchase(products[1], paymentMethod: card) else {
-                Issue.record("expected purchases"); return
+                case .success(let pro) = try await phone.purchase(products[1], paymentMethod: card)
+            else {
+                Issue.record("expected purchases")
+                return
             }
             #expect(pro.expirationDate != nil)
             let laptop = try session.makeClient(account: account)  // a second device: its own state directory
@@ -90,12 +93,16 @@ func next(_ updates: AsyncStream<Transaction>) async -> Transaction? {
             let products = try await kiosk.products(for: ["credits.5"]).products  // still visible
             #expect(products.count == 1)
             #expect(try await kiosk.canMakePayments == false)
-            let notAllowed = await #expect(throws: KioskError.self) { try await kiosk.purchase(products[0], paymentMethod: card) }
+            let notAllowed = await #expect(throws: KioskError.self) {
+                try await kiosk.purchase(products[0], paymentMethod: card)
+            }
             #expect(notAllowed?.code == .paymentNotAllowed)
             #expect(notAllowed?.code.rawValue == 4)
 
             let buyer = try session.makeClient(account: try session.makeAccount())
-            let unavailable = await #expect(throws: KioskError.self) { try await buyer.purchase(productID: "gone", paymentMethod: card) }
+            let unavailable = await #expect(throws: KioskError.self) {
+                try await buyer.purchase(productID: "gone", paymentMethod: card)
+            }
             #expect(unavailable?.code == .productUnavailable)
             #expect(try await buyer.purchase(productID: "credits.5", paymentMethod: "test-cancel") == .userCancelled)
             let declined = await #expect(throws: KioskError.self) {
@@ -103,14 +110,19 @@ func next(_ updates: AsyncStream<Transaction>) async -> Transaction? {
             }
             #expect(declined?.code == .paymentInvalid)
             session.failNextPayment(reason: "insufficient_funds")
-            let insufficient = await #expect(throws: KioskError.self) { try await buyer.purchase(productID: "credits.5", paymentMethod: card) }
+            let insufficient = await #expect(throws: KioskError.self) {
+                try await buyer.purchase(productID: "credits.5", paymentMethod: card)
+            }
             #expect(insufficient?.code == .paymentInvalid)
-            let badQuantity = await #expect(throws: KioskError.self) { try await buyer.purchase(productID: "credits.5", quantity: 99, paymentMethod: card) }
+            let badQuantity = await #expect(throws: KioskError.self) {
+                try await buyer.purchase(productID: "credits.5", quantity: 99, paymentMethod: card)
+            }
             #expect(badQuantity?.code == .invalidRequest)
             #expect(buyer.queuedPaymentCount == 0, "refused payments are not kept")
             #expect(try await buyer.creditBalance == 0)
             // No store at all: cannotConnect (0) where no queue can help.
-            let config = session.configuration(account: try session.makeAccount(), stateDirectory: NSTemporaryDirectory() + UUID().uuidString)
+            let config = session.configuration(
+                account: try session.makeAccount(), stateDirectory: NSTemporaryDirectory() + UUID().uuidString)
             var nowhere = config
             nowhere.storePort = 1
             let offline = try KioskClient(configuration: nowhere)
@@ -195,8 +207,10 @@ func next(_ updates: AsyncStream<Transaction>) async -> Transaction? {
             let state = NSTemporaryDirectory() + "kiosk-state-" + UUID().uuidString
             defer { try? FileManager.default.removeItem(atPath: state) }
             let first = try session.makeClient(account: account, stateDirectory: state)
-            guard case .success(let bought) = try await first.purchase(productID: "credits.5", paymentMethod: card) else {
-                Issue.record("expected success"); return
+            guard case .success(let bought) = try await first.purchase(productID: "credits.5", paymentMethod: card)
+            else {
+                Issue.record("expected success")
+                return
             }
             await first.close()  // delivered but not finished
             for _ in 0..<2 {

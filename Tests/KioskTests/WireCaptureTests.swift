@@ -119,11 +119,14 @@ private final class RelayHandler: ChannelInboundHandler, @unchecked Sendable {
             let storeRelay = try await RecordingRelay.start(to: session.storePort)
             let contentRelay = try await RecordingRelay.start(to: session.contentPort)
             let account = try session.makeAccount()
-            var configuration = session.configuration(account: account, stateDirectory: NSTemporaryDirectory() + "kiosk-capture-" + UUID().uuidString)
+            var configuration = session.configuration(
+                account: account, stateDirectory: NSTemporaryDirectory() + "kiosk-capture-" + UUID().uuidString)
             configuration.storePort = storeRelay.port
             configuration.contentPort = contentRelay.port
             let kiosk = try KioskClient(configuration: configuration)
-            guard case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
+            guard
+                case .success(let transaction) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card)
+            else {
                 Issue.record("the purchase did not succeed")
                 return
             }

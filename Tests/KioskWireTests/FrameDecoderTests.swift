@@ -4,9 +4,11 @@ import NIOEmbedded
 import Testing
 
 @Suite struct FrameDecoderTests {
-    func makeChannel(expectPreface: Bool = true, limit: Int = Frame.defaultMaximumPayloadSize) throws -> EmbeddedChannel {
+    func makeChannel(expectPreface: Bool = true, limit: Int = Frame.defaultMaximumPayloadSize) throws -> EmbeddedChannel
+    {
         let channel = EmbeddedChannel()
-        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameDecoder(expectPreface: expectPreface, maximumPayloadSize: limit)))
+        try channel.pipeline.syncOperations.addHandler(
+            ByteToMessageHandler(FrameDecoder(expectPreface: expectPreface, maximumPayloadSize: limit)))
         return channel
     }
 
@@ -16,7 +18,10 @@ import Testing
         let channel = try makeChannel()
         var wire = ByteBuffer(bytes: Frame.preface)
         Frame(type: .ping, callID: 0, message: Ping(opaque: 7)).write(to: &wire)
-        Frame(type: .message, flags: [.endStream, .compressed], callID: 0xDEAD_BEEF, payload: ByteBuffer(bytes: [1, 2, 3])).write(to: &wire)
+        Frame(
+            type: .message, flags: [.endStream, .compressed], callID: 0xDEAD_BEEF,
+            payload: ByteBuffer(bytes: [1, 2, 3])
+        ).write(to: &wire)
         for byte in wire.readableBytesView { try channel.writeInbound(bytes([byte])) }
         let ping = try #require(try channel.readInbound(as: Frame.self))
         #expect(ping.type == .ping && ping.callID == 0)
@@ -31,7 +36,8 @@ import Testing
 
     @Test func wireLayoutIsBigEndianWithLengthCountingTypeFlagsAndCallID() {
         var out = ByteBuffer()
-        Frame(type: .message, flags: .endStream, callID: 0x0102_0304, payload: ByteBuffer(bytes: [0xAA])).write(to: &out)
+        Frame(type: .message, flags: .endStream, callID: 0x0102_0304, payload: ByteBuffer(bytes: [0xAA])).write(
+            to: &out)
         #expect(Array(out.readableBytesView) == [0, 0, 0, 7, 2, 1, 1, 2, 3, 4, 0xAA])
     }
 
@@ -61,7 +67,9 @@ import Testing
 
     @Test func lengthBelowSixIsRefused() throws {
         var buffer = ByteBuffer(bytes: [0, 0, 0, 5, 1, 0, 0, 0, 0])
-        let error = #expect(throws: WireError.self) { try FrameDecoder.readFrame(from: &buffer, maximumPayloadSize: 100) }
+        let error = #expect(throws: WireError.self) {
+            try FrameDecoder.readFrame(from: &buffer, maximumPayloadSize: 100)
+        }
         #expect(error?.code == .frameTooShort)
     }
 
@@ -89,10 +97,13 @@ import Testing
     /// over `passThroughSize` leaves in its own buffer, after the header.
     @Test func writerGathersFramesBetweenFlushes() throws {
         let channel = EmbeddedChannel(handler: FrameWriter())
-        let small = [Frame(type: .headers, callID: 1, payload: ByteBuffer(string: "h")),
-                     Frame(type: .message, flags: .endStream, callID: 1, payload: ByteBuffer(string: "request")),
-                     Frame(type: .message, callID: 3)]
-        let big = Frame(type: .message, callID: 5, payload: ByteBuffer(repeating: 7, count: FrameWriter.passThroughSize + 1))
+        let small = [
+            Frame(type: .headers, callID: 1, payload: ByteBuffer(string: "h")),
+            Frame(type: .message, flags: .endStream, callID: 1, payload: ByteBuffer(string: "request")),
+            Frame(type: .message, callID: 3),
+        ]
+        let big = Frame(
+            type: .message, callID: 5, payload: ByteBuffer(repeating: 7, count: FrameWriter.passThroughSize + 1))
         let promises = (0..<4).map { _ in channel.eventLoop.makePromise(of: Void.self) }
         for (frame, promise) in zip(small, promises) { channel.write(frame, promise: promise) }
         #expect(try channel.readOutbound(as: ByteBuffer.self) == nil)  // nothing before the flush
@@ -105,7 +116,8 @@ import Testing
         let passed = try #require(try channel.readOutbound(as: ByteBuffer.self))
         #expect(passed == big.payload)
         // The same memory, not a copy.
-        #expect(passed.withUnsafeReadableBytes { $0.baseAddress } == big.payload.withUnsafeReadableBytes { $0.baseAddress })
+        #expect(
+            passed.withUnsafeReadableBytes { $0.baseAddress } == big.payload.withUnsafeReadableBytes { $0.baseAddress })
         #expect(try channel.readOutbound(as: ByteBuffer.self) == nil)
         for promise in promises { try promise.futureResult.wait() }
         // What is written and never flushed fails its promise when the channel goes.

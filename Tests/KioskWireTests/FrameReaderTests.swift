@@ -11,13 +11,20 @@ import Testing
     /// The preface and three frames, the way a client sends them.
     static let stream: ByteBuffer = {
         var wire = ByteBuffer(bytes: Frame.preface)
-        Frame(type: .headers, callID: 1, message: CallHeaders(method: "/t.S/M", metadata: ["authorization": "Bearer x"])).write(to: &wire)
-        Frame(type: .message, flags: [.endStream, .compressed], callID: 1, payload: ByteBuffer(repeating: 0xAB, count: 900)).write(to: &wire)
+        Frame(
+            type: .headers, callID: 1, message: CallHeaders(method: "/t.S/M", metadata: ["authorization": "Bearer x"])
+        ).write(to: &wire)
+        Frame(
+            type: .message, flags: [.endStream, .compressed], callID: 1,
+            payload: ByteBuffer(repeating: 0xAB, count: 900)
+        ).write(to: &wire)
         Frame(type: .ping, callID: 0, message: Ping(opaque: 7)).write(to: &wire)
         return wire
     }()
 
-    func read(_ cuts: [Int], from stream: ByteBuffer = Self.stream) throws -> (events: [FrameReader.Event], buffered: [Int]) {
+    func read(
+        _ cuts: [Int], from stream: ByteBuffer = Self.stream
+    ) throws -> (events: [FrameReader.Event], buffered: [Int]) {
         var reader = FrameReader(expectPreface: true, limits: Self.limits)
         var events: [FrameReader.Event] = []
         var buffered: [Int] = []
@@ -52,7 +59,10 @@ import Testing
         let whole = try read([])
         #expect(whole.events.count == 4)
         #expect(whole.events.first == .preface)
-        guard case .frame(let message) = whole.events[2] else { Issue.record("no MESSAGE"); return }
+        guard case .frame(let message) = whole.events[2] else {
+            Issue.record("no MESSAGE")
+            return
+        }
         #expect(message.type == .message && message.flags == [.endStream, .compressed] && message.callID == 1)
         #expect(message.payload.readableBytes == 900)
         #expect(whole.buffered == [0])
@@ -70,7 +80,9 @@ import Testing
         // A wrong byte in the preface: refused at once, before the other 7 arrive.
         var reader = FrameReader(expectPreface: true, limits: Self.limits)
         reader.append(ByteBuffer(bytes: [UInt8(ascii: "K"), UInt8(ascii: "X")]))
-        #expect(throws: WireError(.badPreface, "connection did not start with the preface KIOSK/1\\n")) { try reader.next() }
+        #expect(throws: WireError(.badPreface, "connection did not start with the preface KIOSK/1\\n")) {
+            try reader.next()
+        }
         reader.append(Self.stream)
         #expect(try reader.next() == nil, "nothing is read after a refusal")
         // HEADERS over their limit: refused from the first 5 bytes, before the payload is waited for.

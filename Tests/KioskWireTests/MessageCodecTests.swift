@@ -16,14 +16,15 @@ import Testing
     @Test func callHeadersRoundTrip() throws {
         try roundTrip(CallHeaders(method: ""))
         try roundTrip(CallHeaders(method: "/kiosk.rpc.v1.Health/Check", timeoutMs: 1500))
-        try roundTrip(CallHeaders(
-            method: Self.long, timeoutMs: .max,
-            metadata: Metadata([
-                MetadataEntry(key: "authorization", value: "Bearer \(Self.nonASCII)"),
-                MetadataEntry(key: "idempotency-key", value: ""),
-                MetadataEntry(key: "trace-bin", binaryValue: Array(0...255)),
-                MetadataEntry(key: "", value: Self.long),
-            ])))
+        try roundTrip(
+            CallHeaders(
+                method: Self.long, timeoutMs: .max,
+                metadata: Metadata([
+                    MetadataEntry(key: "authorization", value: "Bearer \(Self.nonASCII)"),
+                    MetadataEntry(key: "idempotency-key", value: ""),
+                    MetadataEntry(key: "trace-bin", binaryValue: Array(0...255)),
+                    MetadataEntry(key: "", value: Self.long),
+                ])))
     }
 
     /// Decoding carves the C message out of a stack arena of `decodingArenaSize`
@@ -31,10 +32,15 @@ import Testing
     /// past that size decode the same.
     @Test func messagesAcrossTheDecodingArenaRoundTrip() throws {
         for count in [0, 1, 10, 30, 31, 32, 33, 40, 100, 1_000] {
-            let entries = (0..<count).map { MetadataEntry(key: "k\($0)", value: String(repeating: "v", count: 40 + $0 % 7)) }
+            let entries = (0..<count).map {
+                MetadataEntry(key: "k\($0)", value: String(repeating: "v", count: 40 + $0 % 7))
+            }
             try roundTrip(CallHeaders(method: "/kiosk.content.v1.Content/Authorize", metadata: Metadata(entries)))
         }
-        for size in [decodingArenaSize - 200, decodingArenaSize - 1, decodingArenaSize, decodingArenaSize + 1, 4 * decodingArenaSize] {
+        for size in [
+            decodingArenaSize - 200, decodingArenaSize - 1, decodingArenaSize, decodingArenaSize + 1,
+            4 * decodingArenaSize,
+        ] {
             try roundTrip(GoAway(lastCallID: 1, code: 2, message: String(repeating: "m", count: size)))
         }
     }
@@ -42,7 +48,9 @@ import Testing
     @Test func callStatusRoundTrip() throws {
         try roundTrip(CallStatus(code: 0))
         try roundTrip(CallStatus(code: 16, message: Self.nonASCII, metadata: ["retry-after": "5"]))
-        try roundTrip(CallStatus(code: .max, message: Self.long, metadata: Metadata([MetadataEntry(key: "x", binaryValue: [0, 0, 0])])))
+        try roundTrip(
+            CallStatus(
+                code: .max, message: Self.long, metadata: Metadata([MetadataEntry(key: "x", binaryValue: [0, 0, 0])])))
     }
 
     @Test func smallMessagesRoundTrip() throws {
@@ -54,7 +62,9 @@ import Testing
         try roundTrip(MetadataEntry(key: "k", value: Self.long, binaryValue: Array(repeating: 0xFF, count: 100_000)))
         try roundTrip(HealthCheckRequest())
         try roundTrip(HealthCheckRequest(service: Self.nonASCII))
-        for status in [HealthCheckResponse.ServingStatus.unknown, .serving, .notServing, .serviceUnknown, .init(rawValue: 42)] {
+        for status in [
+            HealthCheckResponse.ServingStatus.unknown, .serving, .notServing, .serviceUnknown, .init(rawValue: 42),
+        ] {
             try roundTrip(HealthCheckResponse(status: status))
         }
     }
@@ -66,15 +76,21 @@ import Testing
         #expect(CallStatus(code: 0).serializedBytes() == [])
         #expect(Ping(opaque: 300).serializedBytes() == [0x08, 0xAC, 0x02])
         #expect(WindowUpdate(increment: 1).serializedBytes() == [0x08, 0x01])
-        #expect(GoAway(lastCallID: 3, code: 8, message: "x").serializedBytes() == [0x08, 0x03, 0x10, 0x08, 0x1A, 0x01, 0x78])
-        #expect(CallHeaders(method: "/a", timeoutMs: 5, metadata: ["k": "v"]).serializedBytes()
-            == [0x0A, 0x02, 0x2F, 0x61, 0x10, 0x05, 0x1A, 0x06, 0x0A, 0x01, 0x6B, 0x12, 0x01, 0x76])
+        #expect(
+            GoAway(lastCallID: 3, code: 8, message: "x").serializedBytes() == [
+                0x08, 0x03, 0x10, 0x08, 0x1A, 0x01, 0x78,
+            ])
+        #expect(
+            CallHeaders(method: "/a", timeoutMs: 5, metadata: ["k": "v"]).serializedBytes()
+                == [0x0A, 0x02, 0x2F, 0x61, 0x10, 0x05, 0x1A, 0x06, 0x0A, 0x01, 0x6B, 0x12, 0x01, 0x76])
         // Empty input is the empty message of every type.
         #expect(try Ping(serializedBytes: [UInt8]()) == Ping(opaque: 0))
     }
 
     @Test func truncatedEncodingsThrowOrDecode() throws {
-        let full = CallHeaders(method: "/kiosk.rpc.v1.Health/Check", timeoutMs: 99, metadata: ["authorization": "Bearer t"]).serializedBytes()
+        let full = CallHeaders(
+            method: "/kiosk.rpc.v1.Health/Check", timeoutMs: 99, metadata: ["authorization": "Bearer t"]
+        ).serializedBytes()
         // Where the fields end: one-byte keys, varints, and length-delimited fields shorter than 128 bytes.
         var boundaries: Set<Int> = [0]
         var index = 0
@@ -97,7 +113,9 @@ import Testing
             if boundaries.contains(length) {
                 #expect(throws: Never.self) { try CallHeaders(serializedBytes: prefix) }
             } else {
-                #expect(throws: WireError.self, "prefix of \(length) bytes") { try CallHeaders(serializedBytes: prefix) }
+                #expect(throws: WireError.self, "prefix of \(length) bytes") {
+                    try CallHeaders(serializedBytes: prefix)
+                }
             }
         }
         #expect(throws: WireError.self) { try HealthCheckRequest(serializedBytes: [0x0A, 0x05, 0x61]) }

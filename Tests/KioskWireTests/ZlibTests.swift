@@ -4,7 +4,10 @@ import Testing
 
 @Suite struct ZlibTests {
     @Test func roundTrip() throws {
-        for input in [ByteBuffer(), ByteBuffer(string: "x"), ByteBuffer(string: String(repeating: "kiosk receipt ", count: 10_000))] {
+        for input in [
+            ByteBuffer(), ByteBuffer(string: "x"),
+            ByteBuffer(string: String(repeating: "kiosk receipt ", count: 10_000)),
+        ] {
             let compressed = Zlib.compress(input)
             #expect(compressed.getInteger(at: compressed.readerIndex, as: UInt8.self) == 0x78, "zlib header")
             #expect(try Zlib.decompress(compressed, limit: input.readableBytes) == input)
@@ -47,7 +50,9 @@ import Testing
         let inflater = Zlib.Inflater()
         var out = [UInt8](repeating: 0, count: length)
         let result: Result<Void, WireError> = source.withUnsafeBytes { source in
-            out.withUnsafeMutableBytes { destination in Result { () throws(WireError) in try inflater.inflate(source, into: destination) } }
+            out.withUnsafeMutableBytes { destination in
+                Result { () throws(WireError) in try inflater.inflate(source, into: destination) }
+            }
         }
         try result.get()
         return out
@@ -56,15 +61,21 @@ import Testing
     @Test func inflatesExactlyAndAgreesWithZlib() throws {
         #expect(try inflate(compressed(text), length: text.count) == text)
         #expect(try inflate(compressed([]), length: 0) == [])
-        #expect(Zlib.crc32(Array("123456789".utf8)) == 0xCBF43926, "the CRC-32 check value")
+        #expect(Zlib.crc32(Array("123456789".utf8)) == 0xCBF4_3926, "the CRC-32 check value")
     }
 
     @Test func wrongLengthsTrailingBytesAndDamageAreRefused() throws {
         let stream = compressed(text)
-        #expect(throws: WireError.self, "a destination shorter than the content") { try inflate(stream, length: text.count - 1) }
-        #expect(throws: WireError.self, "a destination longer than the content") { try inflate(stream, length: text.count + 1) }
+        #expect(throws: WireError.self, "a destination shorter than the content") {
+            try inflate(stream, length: text.count - 1)
+        }
+        #expect(throws: WireError.self, "a destination longer than the content") {
+            try inflate(stream, length: text.count + 1)
+        }
         #expect(throws: WireError.self, "bytes after the stream") { try inflate(stream + [0], length: text.count) }
-        #expect(throws: WireError.self, "a truncated stream") { try inflate(Array(stream.dropLast(5)), length: text.count) }
+        #expect(throws: WireError.self, "a truncated stream") {
+            try inflate(Array(stream.dropLast(5)), length: text.count)
+        }
         var damaged = stream
         damaged[damaged.count - 1] ^= 0xFF  // the Adler-32
         #expect(throws: WireError.self, "a wrong Adler-32") { try inflate(damaged, length: text.count) }

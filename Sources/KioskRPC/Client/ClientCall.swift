@@ -61,11 +61,14 @@ final class ClientCall: @unchecked Sendable {
             if let error {
                 result = .failure(error)
             } else if extraMessages {
-                result = .failure(RPCError(.internal, "server sent more than one response to unary call \(method)", source: .remote))
+                result = .failure(
+                    RPCError(.internal, "server sent more than one response to unary call \(method)", source: .remote))
             } else if let message {
                 result = .success(message)
             } else {
-                result = .failure(RPCError(.internal, "server ended unary call \(method) with OK but sent no response", source: .remote))
+                result = .failure(
+                    RPCError(
+                        .internal, "server ended unary call \(method) with OK but sent no response", source: .remote))
             }
             if let waiter {
                 self.waiter = nil
@@ -121,7 +124,9 @@ final class ClientCall: @unchecked Sendable {
         if status.code == StatusCode.ok.rawValue {
             finish(throwing: nil)
         } else {
-            finish(throwing: RPCError(StatusCode(rawValue: status.code), status.message, metadata: status.metadata, source: .remote))
+            finish(
+                throwing: RPCError(
+                    StatusCode(rawValue: status.code), status.message, metadata: status.metadata, source: .remote))
         }
     }
 

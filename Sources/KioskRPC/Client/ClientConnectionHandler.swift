@@ -42,7 +42,10 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     /// (NIO writes only on a flush), so if the connection dies now they were not sent and may be retried.
     private var firstUnflushedCallID: UInt32?
 
-    init(target: String, logger: Logger, maximumMessageSize: Int = Frame.defaultMaximumPayloadSize, onUnusable: @escaping @Sendable () -> Void) {
+    init(
+        target: String, logger: Logger, maximumMessageSize: Int = Frame.defaultMaximumPayloadSize,
+        onUnusable: @escaping @Sendable () -> Void
+    ) {
         self.machine = StateMachine(target: target)
         self.reader = FrameReader(expectPreface: false, limits: FrameLimits(maximumMessageSize: maximumMessageSize))
         self.target = target
@@ -60,8 +63,11 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
 
     private func deadlinePassed(_ id: UInt32) {
         guard let call = machine.call(id), let timeout = call.timeout else { return }
-        perform(machine.abandon(callID: id, error: RPCError(
-            .deadlineExceeded, "deadline of \(timeout) exceeded calling \(call.method)", source: .local)))
+        perform(
+            machine.abandon(
+                callID: id,
+                error: RPCError(
+                    .deadlineExceeded, "deadline of \(timeout) exceeded calling \(call.method)", source: .local)))
     }
 
     // MARK: From callers (on the event loop)
@@ -82,8 +88,11 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 deadlines?.add(id, at: context.eventLoop.now + timeout.amount)
             }
             if firstUnflushedCallID == nil { firstUnflushedCallID = id }
-            writeFrame(Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator)), promise: nil)
-            writeFrame(Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request), promise: nil)
+            writeFrame(
+                Frame(type: .headers, callID: id, payload: encoded(headers, allocator: context.channel.allocator)),
+                promise: nil)
+            writeFrame(
+                Frame(type: .message, flags: flags.union(.endStream), callID: id, payload: request), promise: nil)
             if !reading {
                 flushSoon()
             } else if reader.bufferedBytes == 0 {
@@ -202,7 +211,8 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
 
     /// The bytes read cannot be framed (a frame too short, or too large).
     private func framingFailed(_ error: WireError) {
-        perform(machine.protocolError(error.message, code: error.code == .frameTooLarge ? .resourceExhausted : .internal))
+        perform(
+            machine.protocolError(error.message, code: error.code == .frameTooLarge ? .resourceExhausted : .internal))
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -263,7 +273,10 @@ final class ClientConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             if close { context?.close(promise: nil) }
         case .sendWindowUpdate(let callID, let increment):
             guard let context else { return }
-            writeFrame(Frame(type: .windowUpdate, callID: callID, message: WindowUpdate(increment: increment), allocator: context.channel.allocator), promise: nil)
+            writeFrame(
+                Frame(
+                    type: .windowUpdate, callID: callID, message: WindowUpdate(increment: increment),
+                    allocator: context.channel.allocator), promise: nil)
             flushWrites()
         case .retire(let failing, let error, let close):
             markUnusable()

@@ -80,7 +80,9 @@ struct ClientConnectionStateMachine<Call> {
     /// The caller opens a call.
     mutating func openCall(_ call: Call, method: String) -> OnOpen {
         guard case .active(var active) = state else {
-            return .fail(RPCError(.unavailable, "\(closingReason.message); the call to \(method) was not sent", source: .unprocessed))
+            return .fail(
+                RPCError(
+                    .unavailable, "\(closingReason.message); the call to \(method) was not sent", source: .unprocessed))
         }
         state = ._modifying
         let id = active.nextCallID
@@ -88,7 +90,9 @@ struct ClientConnectionStateMachine<Call> {
         active.calls[id] = (ClientCallStateMachine(), call)
         if active.nextCallID == UInt32.max {
             // Call ids are spent: no new calls here; close once the open ones end.
-            state = .draining(active, reason: RPCError(.unavailable, "connection to \(target) has used up its call ids", source: .connection))
+            state = .draining(
+                active,
+                reason: RPCError(.unavailable, "connection to \(target) has used up its call ids", source: .connection))
             return .send(callID: id, retire: true)
         }
         state = .active(active)
@@ -97,11 +101,14 @@ struct ClientConnectionStateMachine<Call> {
 
     /// A MESSAGE of `bytes` payload bytes arrived for `callID`.
     mutating func receivedMessage(callID: UInt32, bytes: Int) -> Action {
-        let result = modifyActive { active -> (ClientCallStateMachine.OnMessage, Call)? in
-            // One lookup: the entry is changed in place through its index.
-            guard let index = active.calls.index(forKey: callID) else { return nil }
-            return (active.calls.values[index].machine.receivedMessage(bytes: bytes), active.calls.values[index].call)
-        } ?? nil
+        let result =
+            modifyActive { active -> (ClientCallStateMachine.OnMessage, Call)? in
+                // One lookup: the entry is changed in place through its index.
+                guard let index = active.calls.index(forKey: callID) else { return nil }
+                return (
+                    active.calls.values[index].machine.receivedMessage(bytes: bytes), active.calls.values[index].call
+                )
+            } ?? nil
         switch result {
         case (.deliver, let call)?:
             return .deliver(call)
@@ -144,7 +151,8 @@ struct ClientConnectionStateMachine<Call> {
     private mutating func drain(_ active: inout Active, _ goAway: GoAway) -> Action {
         state = ._modifying
         let code = StatusCode(rawValue: goAway.code)
-        let reason = code == .ok
+        let reason =
+            code == .ok
             ? "server \(target) is shutting down"
             : "server \(target) closed the connection: \(goAway.message) (\(code.name))"
         var failing: [Call] = []
@@ -184,8 +192,9 @@ struct ClientConnectionStateMachine<Call> {
         }
         if case .closed = state {} else { state = .closed(reason: error) }
         guard !failing.isEmpty || !unsent.isEmpty else { return .none }
-        return .failAll(failing, error: error, unsent: unsent,
-                        unsentError: RPCError(.unavailable, "\(error.message); the call was not sent", source: .unprocessed))
+        return .failAll(
+            failing, error: error, unsent: unsent,
+            unsentError: RPCError(.unavailable, "\(error.message); the call was not sent", source: .unprocessed))
     }
 
     #if DEBUG
@@ -205,7 +214,6 @@ struct ClientConnectionStateMachine<Call> {
         case .active, ._modifying: RPCError(.unavailable, "connection to \(target) is closing", source: .connection)
         }
     }
-
 
     private func activeState() -> Active? {
         switch state {
@@ -234,10 +242,11 @@ struct ClientConnectionStateMachine<Call> {
 
     /// Takes an open call out; `close` is true when a draining connection has no call left (it is now closed).
     private mutating func removeCall(_ callID: UInt32) -> (call: Call, close: Bool)? {
-        let removed = modifyActive { active -> (Call, Bool)? in
-            guard var entry = active.calls.removeValue(forKey: callID), entry.machine.close() else { return nil }
-            return (entry.call, active.calls.isEmpty)
-        } ?? nil
+        let removed =
+            modifyActive { active -> (Call, Bool)? in
+                guard var entry = active.calls.removeValue(forKey: callID), entry.machine.close() else { return nil }
+                return (entry.call, active.calls.isEmpty)
+            } ?? nil
         guard let (call, empty) = removed else { return nil }
         if empty, case .draining = state {
             state = .closed(reason: closingReason)

@@ -32,7 +32,9 @@ public struct ConnectionBackoff: Hashable, Sendable {
     }
 
     /// The delay after failed attempt number `attempt` (1-based).
-    /// - Parameter random: a value in 0...1 picking the point in the jitter range.
+    /// - Parameters:
+    ///   - attempt: the number of the attempt that failed, from 1.
+    ///   - random: a value in 0...1 picking the point in the jitter range.
     public func delay(afterAttempt attempt: Int, random: Double) -> Duration {
         let base = initial.seconds * pow(multiplier, Double(max(attempt - 1, 0)))
         let capped = min(base, maximum.seconds)

@@ -31,7 +31,8 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
         } else {
             let parts = text.split(separator: ":", omittingEmptySubsequences: false)
             guard parts.count == 2 else {
-                throw EndpointSyntaxError("\(text.debugDescription) is not host:port (an IPv6 address goes in brackets: [::1]:7301)")
+                throw EndpointSyntaxError(
+                    "\(text.debugDescription) is not host:port (an IPv6 address goes in brackets: [::1]:7301)")
             }
             host = parts[0]
             port = parts[1]
@@ -50,7 +51,8 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
         var endpoints: [Endpoint] = []
         for entry in entries {
             guard !String(entry).trimmingSpaces.isEmpty else {
-                throw EndpointSyntaxError("\(String(text).debugDescription) has an empty entry: write host:port[,host:port…]")
+                throw EndpointSyntaxError(
+                    "\(String(text).debugDescription) has an empty entry: write host:port[,host:port…]")
             }
             let endpoint = try Endpoint(parsing: entry)
             guard !endpoints.contains(endpoint) else { throw EndpointSyntaxError("\(endpoint) is listed twice") }

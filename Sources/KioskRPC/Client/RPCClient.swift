@@ -60,7 +60,8 @@ public final class RPCClient: Sendable {
         group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "kiosk.rpc.client", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
-        self.init(endpoints: [Endpoint(host: host, port: port)], configuration: configuration, group: group, logger: logger)
+        self.init(
+            endpoints: [Endpoint(host: host, port: port)], configuration: configuration, group: group, logger: logger)
     }
 
     /// Creates a client of the replicas at `endpoints` (at least one); no
@@ -78,7 +79,8 @@ public final class RPCClient: Sendable {
         self.defaultTimeout = configuration.defaultTimeout.map(CallTimeout.init)
         self.eventLoop = group.next()
         self.logger = logger
-        self.preferred = NIOLockedValueBox(configuration.startsAtRandomEndpoint ? Int.random(in: 0..<endpoints.count) : 0)
+        self.preferred = NIOLockedValueBox(
+            configuration.startsAtRandomEndpoint ? Int.random(in: 0..<endpoints.count) : 0)
     }
 
     private var target: String { endpoints.map(\.description).joined(separator: ",") }
@@ -97,7 +99,8 @@ public final class RPCClient: Sendable {
     /// - Throws: ``RPCError``: the server's status, a deadline, a cancellation or a connection failure.
     @inlinable
     public func unary<Request: WireMessage, Response: WireMessage>(
-        _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions()
+        _ method: String, request: Request, response: Response.Type = Response.self,
+        options: CallOptions = CallOptions()
     ) async throws -> Response {
         // Inlinable, so that encoding and decoding are specialised for the caller's types: generic
         // protobuf-c bridging costs runtime metadata lookups and value-witness copies on every call.
@@ -109,7 +112,8 @@ public final class RPCClient: Sendable {
     /// ``unary(_:request:response:options:)`` does.
     @inlinable
     public func unary<Request: WireMessage, Response: WireMessage>(
-        _ method: String, encoded request: EncodedMessage<Request>, response: Response.Type = Response.self, options: CallOptions = CallOptions()
+        _ method: String, encoded request: EncodedMessage<Request>, response: Response.Type = Response.self,
+        options: CallOptions = CallOptions()
     ) async throws -> Response {
         let payload = try await unaryCall(method, options: options) { $0.writeImmutableBuffer(request.bytes) }
         return try Self.decode(payload, as: Response.self, method: method).get()
@@ -117,11 +121,16 @@ public final class RPCClient: Sendable {
 
     /// A response's message, or why it is not one.
     @inlinable
-    static func decode<Response: WireMessage>(_ payload: ByteBuffer, as type: Response.Type, method: String) -> Result<Response, RPCError> {
+    static func decode<Response: WireMessage>(
+        _ payload: ByteBuffer, as type: Response.Type, method: String
+    ) -> Result<Response, RPCError> {
         do throws(WireError) {
             return .success(try Response(serializedBytes: payload))
         } catch {
-            return .failure(RPCError(.internal, "response to \(method) is not a valid \(Response.self): \(error.message)", source: .remote))
+            return .failure(
+                RPCError(
+                    .internal, "response to \(method) is not a valid \(Response.self): \(error.message)",
+                    source: .remote))
         }
     }
 
@@ -129,7 +138,9 @@ public final class RPCClient: Sendable {
     /// returns the response's bytes (inflated when they came compressed).
     /// - Parameter retries: how many times a call the server never started is sent again (default: one per endpoint).
     @usableFromInline
-    func unaryCall(_ method: String, options: CallOptions, retries: Int? = nil, serialize: (inout ByteBuffer) -> Void) async throws -> ByteBuffer {
+    func unaryCall(
+        _ method: String, options: CallOptions, retries: Int? = nil, serialize: (inout ByteBuffer) -> Void
+    ) async throws -> ByteBuffer {
         // A call the server never started (its connection was going away) is sent again on a new
         // connection, as gRPC's transparent retry does: once per endpoint, and once more.
         var retries = retries ?? endpoints.count
@@ -143,7 +154,9 @@ public final class RPCClient: Sendable {
         }
     }
 
-    private func unaryCallOnce(_ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void) async throws -> ByteBuffer {
+    private func unaryCallOnce(
+        _ method: String, options: CallOptions, serialize: (inout ByteBuffer) -> Void
+    ) async throws -> ByteBuffer {
         let prepared = try await prepare(method, options, serialize)
         let slot = ClientCall.UnarySlot()
         let call = ClientCall(method: method, connection: prepared.connection.handler, sink: .unary(slot))
@@ -179,7 +192,8 @@ public final class RPCClient: Sendable {
     /// still on ``eventLoop``.
     @inlinable
     public func unary<Request: WireMessage, Response: WireMessage>(
-        _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions(),
+        _ method: String, request: Request, response: Response.Type = Response.self,
+        options: CallOptions = CallOptions(),
         completion: @escaping @Sendable (Result<Response, RPCError>) -> Void
     ) {
         var encoded = ByteBuffer()
@@ -194,7 +208,8 @@ public final class RPCClient: Sendable {
     /// requests again and again (a load generator) encodes each once.
     @inlinable
     public func unary<Request: WireMessage, Response: WireMessage>(
-        _ method: String, encoded request: EncodedMessage<Request>, response: Response.Type = Response.self, options: CallOptions = CallOptions(),
+        _ method: String, encoded request: EncodedMessage<Request>, response: Response.Type = Response.self,
+        options: CallOptions = CallOptions(),
         completion: @escaping @Sendable (Result<Response, RPCError>) -> Void
     ) {
         unaryCall(method, options: options, request: request.bytes) { result in
@@ -202,13 +217,14 @@ public final class RPCClient: Sendable {
         }
     }
 
-    /// Makes a unary call as ``unary(_:encoded:response:options:completion:)`` does, and hands over the
-    /// response still encoded (``EncodedMessage/decoded()`` decodes it): for a caller that times the call
-    /// to the response's arrival, as a bare load generator does, or passes the bytes on.
+    /// Makes a unary call with a request encoded beforehand, as the completion-handler `unary` with `encoded:` does,
+    /// but hands over the response still encoded (``EncodedMessage/decoded()`` decodes it): for a caller that times
+    /// the call to the response's arrival, as a bare load generator does, or passes the bytes on.
     @inlinable
     public func unary<Request: WireMessage, Response: WireMessage>(
         _ method: String, encoded request: EncodedMessage<Request>, response: EncodedMessage<Response>.Type,
-        options: CallOptions = CallOptions(), completion: @escaping @Sendable (Result<EncodedMessage<Response>, RPCError>) -> Void
+        options: CallOptions = CallOptions(),
+        completion: @escaping @Sendable (Result<EncodedMessage<Response>, RPCError>) -> Void
     ) {
         unaryCall(method, options: options, request: request.bytes) { result in
             completion(result.map { EncodedMessage(bytes: $0) })
@@ -221,11 +237,17 @@ public final class RPCClient: Sendable {
     }
 
     /// Makes the call the awaited way, from a task on ``eventLoop``, and hands its outcome to `completion`.
-    private func awaitedUnaryCall(_ method: String, options: CallOptions, request: ByteBuffer, retries: Int?,
-                                  completion: @escaping @Sendable (Result<ByteBuffer, RPCError>) -> Void) {
+    private func awaitedUnaryCall(
+        _ method: String, options: CallOptions, request: ByteBuffer, retries: Int?,
+        completion: @escaping @Sendable (Result<ByteBuffer, RPCError>) -> Void
+    ) {
         Task(executorPreference: EventLoopTaskExecutor(eventLoop)) {
             do {
-                completion(.success(try await self.unaryCall(method, options: options, retries: retries) { $0.writeImmutableBuffer(request) }))
+                completion(
+                    .success(
+                        try await self.unaryCall(method, options: options, retries: retries) {
+                            $0.writeImmutableBuffer(request)
+                        }))
             } catch {
                 completion(.failure(Self.callError(error)))
             }
@@ -234,36 +256,46 @@ public final class RPCClient: Sendable {
 
     /// The untyped part of the unary call with a completion handler: `request` is the encoded request.
     @usableFromInline
-    func unaryCall(_ method: String, options: CallOptions, request: ByteBuffer,
-                   completion: @escaping @Sendable (Result<ByteBuffer, RPCError>) -> Void) {
+    func unaryCall(
+        _ method: String, options: CallOptions, request: ByteBuffer,
+        completion: @escaping @Sendable (Result<ByteBuffer, RPCError>) -> Void
+    ) {
         let loop = eventLoop
         guard let connection = readyConnection() else {
             // No connection yet (or it is going away): connecting takes a task.
             return awaitedUnaryCall(method, options: options, request: request, retries: nil, completion: completion)
         }
-        let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
+        let codec = MessageCodec(
+            maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
         let prepared: PreparedCall
         do {
             prepared = try prepare(method, options, on: connection, codec: codec, request: request)
         } catch {
             return loop.runOnLoop { completion(.failure(error)) }
         }
-        let slot = ClientCall.UnarySlot(.callback { result in
-            switch result {
-            case .success(let received):
-                do throws(WireError) {
-                    completion(.success(try codec.inflated(received.payload, flags: received.flags)))
-                } catch {
-                    completion(.failure(RPCError(.internal, "response to \(method) cannot be inflated: \(error.message)", source: .remote)))
+        let slot = ClientCall.UnarySlot(
+            .callback { result in
+                switch result {
+                case .success(let received):
+                    do throws(WireError) {
+                        completion(.success(try codec.inflated(received.payload, flags: received.flags)))
+                    } catch {
+                        completion(
+                            .failure(
+                                RPCError(
+                                    .internal, "response to \(method) cannot be inflated: \(error.message)",
+                                    source: .remote)))
+                    }
+                case .failure(let error as RPCError) where error.source == .unprocessed:
+                    // Never started by the server (its connection was going away): sent again, as unary's transparent retry
+                    // does (this was the first of its attempts).
+                    self.awaitedUnaryCall(
+                        method, options: options, request: request, retries: self.endpoints.count - 1,
+                        completion: completion)
+                case .failure(let error):
+                    completion(.failure(Self.callError(error)))
                 }
-            case .failure(let error as RPCError) where error.source == .unprocessed:
-                // Never started by the server (its connection was going away): sent again, as unary's transparent retry
-                // does (this was the first of its attempts).
-                self.awaitedUnaryCall(method, options: options, request: request, retries: self.endpoints.count - 1, completion: completion)
-            case .failure(let error):
-                completion(.failure(Self.callError(error)))
-            }
-        })
+            })
         let call = ClientCall(method: method, connection: connection.handler, sink: .unary(slot))
         // Opened at once on the loop (a call chained from a completion is): no closure to allocate and copy the prepared call into.
         if loop.inEventLoop { prepared.open(call) } else { loop.execute { prepared.open(call) } }
@@ -276,13 +308,16 @@ public final class RPCClient: Sendable {
     /// to the server's flow-control window as they are consumed, so a slow
     /// reader holds the server to about one window of buffered bytes.
     public func serverStreaming<Request: WireMessage, Response: WireMessage>(
-        _ method: String, request: Request, response: Response.Type = Response.self, options: CallOptions = CallOptions()
+        _ method: String, request: Request, response: Response.Type = Response.self,
+        options: CallOptions = CallOptions()
     ) -> ResponseStream<Response> {
         ResponseStream(client: self, method: method, request: request, options: options)
     }
 
     /// Opens a call on the current connection, connecting first if needed.
-    func startCall(method: String, request: some WireMessage, options: CallOptions) async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec) {
+    func startCall(
+        method: String, request: some WireMessage, options: CallOptions
+    ) async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec) {
         let prepared = try await prepare(method, options) { request.serialize(into: &$0) }
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: ClientCall.Received.self)
         let call = ClientCall(method: method, connection: prepared.connection.handler, sink: .stream(continuation))
@@ -309,19 +344,28 @@ public final class RPCClient: Sendable {
     }
 
     /// Connects if needed and encodes the request, refusing one over the size limit.
-    private func prepare(_ method: String, _ options: CallOptions, _ serialize: (inout ByteBuffer) -> Void) async throws -> PreparedCall {
-        if Task.isCancelled { throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local) }
+    private func prepare(
+        _ method: String, _ options: CallOptions, _ serialize: (inout ByteBuffer) -> Void
+    ) async throws -> PreparedCall {
+        if Task.isCancelled {
+            throw RPCError(.cancelled, "call to \(method) was cancelled before it started", source: .local)
+        }
         let connection = try await self.connection()
-        let codec = MessageCodec(maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
+        let codec = MessageCodec(
+            maximumMessageSize: configuration.maximumMessageSize, allocator: connection.channel.allocator)
         return try prepare(method, options, on: connection, codec: codec, request: codec.encoding(serialize))
     }
 
     /// Frames the encoded `request` for `connection`, refusing one over the size limit.
-    private func prepare(_ method: String, _ options: CallOptions, on connection: ClientConnection, codec: MessageCodec, request: ByteBuffer) throws(RPCError) -> PreparedCall {
+    private func prepare(
+        _ method: String, _ options: CallOptions, on connection: ClientConnection, codec: MessageCodec,
+        request: ByteBuffer
+    ) throws(RPCError) -> PreparedCall {
         let (payload, flags) = try codec.framed(request, compress: options.compress, what: "request to \(method)")
         let timeout = options.resolvedTimeout ?? defaultTimeout
         let headers = CallHeaders(method: method, timeoutMs: timeout?.milliseconds ?? 0, metadata: options.metadata)
-        return PreparedCall(connection: connection, codec: codec, payload: payload, flags: flags, headers: headers, timeout: timeout)
+        return PreparedCall(
+            connection: connection, codec: codec, payload: payload, flags: flags, headers: headers, timeout: timeout)
     }
 
     // MARK: Connection
@@ -423,7 +467,9 @@ public final class RPCClient: Sendable {
                 }
                 if refused, refusals.count == 1 { throw refusals[0] }
                 let what = refused ? "every endpoint refused" : "after \(attempt) attempt(s)"
-                throw RPCError(.unavailable, "cannot connect to \(target) \(what): \(failures.joined(separator: "; "))", source: .connect)
+                throw RPCError(
+                    .unavailable, "cannot connect to \(target) \(what): \(failures.joined(separator: "; "))",
+                    source: .connect)
             }
             try? await Task.sleep(for: configuration.backoff.delay(afterAttempt: attempt))
         }
@@ -434,7 +480,10 @@ public final class RPCClient: Sendable {
         let target = endpoint.description
         let host = endpoint.host
         if configuration.tls == nil, !configuration.allowsPlaintextOffLoopback, !Loopback.contains(host: host) {
-            throw RPCError(.unavailable, "refusing to send calls in plaintext to \(target), which is not a loopback address: configure TLS trust roots, or allow insecure plaintext", source: .connect)
+            throw RPCError(
+                .unavailable,
+                "refusing to send calls in plaintext to \(target), which is not a loopback address: configure TLS trust roots, or allow insecure plaintext",
+                source: .connect)
         }
         let handshake = NIOLockedValueBox<EventLoopFuture<Void>?>(nil)
         let logger = self.logger
@@ -455,21 +504,27 @@ public final class RPCClient: Sendable {
                     promise.futureResult.whenComplete { _ in deadline.cancel() }
                     do {
                         try channel.pipeline.syncOperations.addHandlers([
-                            try tls.makeHandler(host: host), TLSHandshakeHandler(handshake: promise)])
+                            try tls.makeHandler(host: host), TLSHandshakeHandler(handshake: promise),
+                        ])
                     } catch {
                         promise.fail(error)
                         return channel.eventLoop.makeFailedFuture(error)
                     }
                 }
-                let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
+                let transport =
+                    configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
                 return transport.flatMapThrowing {
                     let channelID = ObjectIdentifier(channel)
                     let retired = NIOLockedValueBox(false)
-                    let handler = ClientConnectionHandler(target: target, logger: logger, maximumMessageSize: configuration.maximumMessageSize) {
+                    let handler = ClientConnectionHandler(
+                        target: target, logger: logger, maximumMessageSize: configuration.maximumMessageSize
+                    ) {
                         // Stop routing new calls here; the next call reconnects.
                         retired.withLockedValue { $0 = true }
                         state.withLockedValue { state in
-                            if case .ready(let current) = state, ObjectIdentifier(current.channel) == channelID { state = .idle }
+                            if case .ready(let current) = state, ObjectIdentifier(current.channel) == channelID {
+                                state = .idle
+                            }
                         }
                     }
                     // The handler reads and writes the frames itself; PONGs go on to the keepalive behind it, whose PINGs go out through it.
@@ -478,8 +533,9 @@ public final class RPCClient: Sendable {
                         handler,
                         KeepaliveHandler(configuration: configuration.keepalive),
                     ])
-                    let connection = ClientConnection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop),
-                                                      retired: retired, endpoint: endpoint)
+                    let connection = ClientConnection(
+                        channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop),
+                        retired: retired, endpoint: endpoint)
                     installed.withLockedValue { $0 = connection }
                 }
             }
@@ -520,7 +576,10 @@ final class ClientConnection: Sendable {
     /// The server it is connected to.
     let endpoint: Endpoint
 
-    init(channel: Channel, handler: NIOLoopBound<ClientConnectionHandler>, retired: NIOLockedValueBox<Bool>, endpoint: Endpoint) {
+    init(
+        channel: Channel, handler: NIOLoopBound<ClientConnectionHandler>, retired: NIOLockedValueBox<Bool>,
+        endpoint: Endpoint
+    ) {
         self.channel = channel
         self.handler = handler
         self.retired = retired

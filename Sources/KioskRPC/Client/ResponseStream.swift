@@ -6,28 +6,37 @@ import KioskWire
 /// OK ends the sequence, any other status is thrown as an ``RPCError``.
 /// Stopping early (break, or a cancelled task) sends CANCEL to the server.
 public struct ResponseStream<Response: WireMessage>: AsyncSequence, Sendable {
+    /// A response message.
     public typealias Element = Response
 
-    private let start: @Sendable () async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec)
+    private let start:
+        @Sendable () async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec)
 
     init<Request: WireMessage>(client: RPCClient, method: String, request: Request, options: CallOptions) {
         self.start = { try await client.startCall(method: method, request: request, options: options) }
     }
 
+    /// An iterator whose first ``ResponseStream/AsyncIterator/next()`` starts the call.
     public func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(start: start)
     }
 
     /// Iterates the responses of a call.
     public struct AsyncIterator: AsyncIteratorProtocol {
-        private var start: (@Sendable () async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec))?
+        private var start:
+            (@Sendable () async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec))?
         private var frames: AsyncThrowingStream<ClientCall.Received, Error>.AsyncIterator?
         private var call: ClientCall?
         private var codec: MessageCodec?
         private var window = InboundFlowWindow()
         private var done = false
 
-        init(start: @escaping @Sendable () async throws -> (AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec)) {
+        init(
+            start:
+                @escaping @Sendable () async throws -> (
+                    AsyncThrowingStream<ClientCall.Received, Error>, ClientCall, MessageCodec
+                )
+        ) {
             self.start = start
         }
 
@@ -71,7 +80,9 @@ public struct ResponseStream<Response: WireMessage>: AsyncSequence, Sendable {
             } catch {
                 done = true
                 call.cancel()
-                throw RPCError(.internal, "response to \(call.method) is not a valid \(Response.self): \(error.message)", source: .remote)
+                throw RPCError(
+                    .internal, "response to \(call.method) is not a valid \(Response.self): \(error.message)",
+                    source: .remote)
             }
         }
     }

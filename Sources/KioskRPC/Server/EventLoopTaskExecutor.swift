@@ -13,6 +13,7 @@ public final class EventLoopTaskExecutor: TaskExecutor, @unchecked Sendable {
         self.eventLoop = eventLoop
     }
 
+    /// Runs `job` on ``eventLoop``, as the `TaskExecutor` protocol asks.
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         eventLoop.execute { [self] in

@@ -16,7 +16,8 @@ struct HealthService: RPCService {
     func register(in router: inout RPCRouter) {
         router.registerUnary(Self.checkMethod, request: HealthCheckRequest.self, response: HealthCheckResponse.self) {
             [knownServices, isServing] request, _ in
-            guard request.service.isEmpty || request.service == Self.name || knownServices.contains(request.service) else {
+            guard request.service.isEmpty || request.service == Self.name || knownServices.contains(request.service)
+            else {
                 throw RPCError(.notFound, "unknown service \(request.service)")
             }
             return HealthCheckResponse(status: isServing() ? .serving : .notServing)

@@ -41,7 +41,10 @@ public protocol RPCAuthenticator: Sendable {
 }
 
 extension RPCAuthenticator {
+    /// The default: ``InlineAuthentication/suspend``, so the call runs as a task and is checked by
+    /// ``RPCAuthenticator/authenticate(_:)``.
     public func authenticateInline(_ context: ServerContext) throws -> InlineAuthentication { .suspend }
+    /// The default: false, so every call is checked.
     public func stillHolds(_ principal: (any Sendable)?) -> Bool { false }
 }
 
@@ -76,7 +79,8 @@ public struct ServerStreamWriter<Response: WireMessage>: Sendable {
     /// Sends one response message; waits for the client's window and the connection's writability.
     /// - Throws: `CancellationError` once the call has ended (cancelled, deadline, connection lost).
     public func send(_ response: Response) async throws {
-        let (payload, flags) = try call.codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
+        let (payload, flags) = try call.codec.encodeWithinLimit(
+            response, compress: call.compressResponses, what: "response")
         try await call.send(payload: payload, flags: flags)
     }
 
@@ -97,14 +101,20 @@ public struct RPCRouter: Sendable {
         var kind: Kind
         /// Checks credentials before the request is decoded; nil: the method is open to anyone.
         var authenticator: (any RPCAuthenticator)?
-        var run: @Sendable (_ payload: ByteBuffer, _ flags: FrameFlags, _ call: ServerCall, _ context: ServerContext) async throws -> Void
+        var run:
+            @Sendable (_ payload: ByteBuffer, _ flags: FrameFlags, _ call: ServerCall, _ context: ServerContext)
+                async throws -> Void
         /// For inline unary methods: decodes, runs the handler and encodes on the event loop.
         var inline: InlineRun?
         /// Calls opened on this method (shared by every copy of the router).
         let calls = CallCounter()
     }
 
-    typealias InlineRun = @Sendable (_ payload: ByteBuffer, _ flags: FrameFlags, _ codec: MessageCodec, _ compress: Bool, _ context: ServerContext) throws -> InlineOutcome
+    typealias InlineRun =
+        @Sendable (
+            _ payload: ByteBuffer, _ flags: FrameFlags, _ codec: MessageCodec, _ compress: Bool,
+            _ context: ServerContext
+        ) throws -> InlineOutcome
 
     /// What an inline method's run gave.
     enum InlineOutcome: Sendable {
@@ -130,7 +140,12 @@ public struct RPCRouter: Sendable {
     public var methodNames: [String] { methods.keys.sorted() }
 
     /// Registers a unary method: one request, one response.
-    /// - Parameter authenticator: checks the caller before the request is decoded; nil leaves the method open.
+    /// - Parameters:
+    ///   - method: the full method name, "/package.Service/Method".
+    ///   - request: the request message's type.
+    ///   - response: the response message's type.
+    ///   - authenticator: checks the caller before the request is decoded; nil leaves the method open.
+    ///   - handler: answers a request, given the call's ``ServerContext``; what it throws becomes the call's status.
     public mutating func registerUnary<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request.Type = Request.self, response: Response.Type = Response.self,
         authenticator: (any RPCAuthenticator)? = nil,
@@ -139,7 +154,8 @@ public struct RPCRouter: Sendable {
         methods[method] = Method(kind: .unary, authenticator: authenticator) { payload, flags, call, context in
             let request = try call.codec.decode(Request.self, payload: payload, flags: flags)
             let response = try await handler(request, context)
-            let (bytes, outFlags) = try call.codec.encodeWithinLimit(response, compress: call.compressResponses, what: "response")
+            let (bytes, outFlags) = try call.codec.encodeWithinLimit(
+                response, compress: call.compressResponses, what: "response")
             call.complete(withResponse: bytes, flags: outFlags)
         }
     }
@@ -151,7 +167,12 @@ public struct RPCRouter: Sendable {
     /// SwiftNIO server would. The handler must not block: CPU work of the
     /// order of a signature check is fine, I/O or a contended lock is not.
     /// With ``ServerConfiguration/runsHandlersOnEventLoop`` off, it runs as a task like any handler.
-    /// - Parameter authenticator: checks the caller first, inline when its ``RPCAuthenticator/authenticateInline(_:)`` can.
+    /// - Parameters:
+    ///   - method: the full method name, "/package.Service/Method".
+    ///   - request: the request message's type.
+    ///   - response: the response message's type.
+    ///   - authenticator: checks the caller first, inline when its ``RPCAuthenticator/authenticateInline(_:)`` can.
+    ///   - handler: answers a request without suspending, or returns ``InlineAnswer/suspend(_:)`` to go on in a task.
     @inlinable
     public mutating func registerInlineUnary<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request.Type = Request.self, response: Response.Type = Response.self,
@@ -209,7 +230,8 @@ public struct RPCRouter: Sendable {
                 return .finished(bytes, outFlags)
             case .suspend(let body):
                 return .suspended { call in
-                    let (bytes, outFlags) = try call.codec.framed(try await body(), compress: call.compressResponses, what: "response")
+                    let (bytes, outFlags) = try call.codec.framed(
+                        try await body(), compress: call.compressResponses, what: "response")
                     call.complete(withResponse: bytes, flags: outFlags)
                 }
             }
@@ -218,13 +240,20 @@ public struct RPCRouter: Sendable {
     }
 
     /// Registers a server-streaming method: one request, any number of responses.
-    /// - Parameter authenticator: checks the caller before the request is decoded; nil leaves the method open.
+    /// - Parameters:
+    ///   - method: the full method name, "/package.Service/Method".
+    ///   - request: the request message's type.
+    ///   - response: the response messages' type.
+    ///   - authenticator: checks the caller before the request is decoded; nil leaves the method open.
+    ///   - handler: sends the responses through its ``ServerStreamWriter``; the call ends with OK when it returns,
+    ///     or with the status of what it throws.
     public mutating func registerServerStreaming<Request: WireMessage, Response: WireMessage>(
         _ method: String, request: Request.Type = Request.self, response: Response.Type = Response.self,
         authenticator: (any RPCAuthenticator)? = nil,
         handler: @escaping @Sendable (Request, ServerStreamWriter<Response>, ServerContext) async throws -> Void
     ) {
-        methods[method] = Method(kind: .serverStreaming, authenticator: authenticator) { payload, flags, call, context in
+        methods[method] = Method(kind: .serverStreaming, authenticator: authenticator) {
+            payload, flags, call, context in
             let request = try call.codec.decode(Request.self, payload: payload, flags: flags)
             try await handler(request, ServerStreamWriter(call: call), context)
             call.complete(withResponse: nil, flags: [])

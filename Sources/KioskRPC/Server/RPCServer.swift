@@ -40,6 +40,7 @@ public final class RPCServer: Sendable {
 
     /// Creates a server; ``start()`` binds it.
     /// - Parameters:
+    ///   - configuration: the address, TLS identity, limits and timeouts (``ServerConfiguration/defaults``).
     ///   - services: the services to serve; the Health service is always added.
     ///   - group: the event loops for the listener and connections.
     ///   - logger: where connection events go; silent by default.
@@ -54,7 +55,8 @@ public final class RPCServer: Sendable {
         self.logger = logger
         var router = RPCRouter()
         for service in services { router.add(service) }
-        let health = HealthService(knownServices: router.serviceNames, isServing: { [state] in !state.withLockedValue { $0.shuttingDown } })
+        let health = HealthService(
+            knownServices: router.serviceNames, isServing: { [state] in !state.withLockedValue { $0.shuttingDown } })
         router.add(health)
         self.router = router
     }
@@ -74,9 +76,12 @@ public final class RPCServer: Sendable {
     ///   not loopback (unless ``ServerConfiguration/allowsPlaintextOffLoopback``).
     public func start() async throws {
         let configuration = self.configuration
-        if configuration.tls == nil, !configuration.allowsPlaintextOffLoopback, !Loopback.contains(host: configuration.host) {
+        if configuration.tls == nil, !configuration.allowsPlaintextOffLoopback,
+            !Loopback.contains(host: configuration.host)
+        {
             throw TransportSecurityError(
-                "refusing to serve plaintext on \(configuration.host), which is not a loopback address: give a TLS certificate and key, or allow insecure plaintext")
+                "refusing to serve plaintext on \(configuration.host), which is not a loopback address: give a TLS certificate and key, or allow insecure plaintext"
+            )
         }
         let router = self.router
         let logger = self.logger
@@ -86,12 +91,16 @@ public final class RPCServer: Sendable {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(.maxMessagesPerRead, value: 16)
-            .childChannelOption(.writeBufferWaterMark, value: ChannelOptions.Types.WriteBufferWaterMark(
-                low: configuration.limits.outboundLowWaterMark, high: configuration.limits.outboundHighWaterMark))
+            .childChannelOption(
+                .writeBufferWaterMark,
+                value: ChannelOptions.Types.WriteBufferWaterMark(
+                    low: configuration.limits.outboundLowWaterMark, high: configuration.limits.outboundHighWaterMark)
+            )
             .childChannelInitializer { [self] channel in
                 let limits = configuration.limits
                 guard self.admit(channel) else {
-                    logger.warning("refusing a connection: the server has its maximum of \(limits.maximumConnections) connections")
+                    logger.warning(
+                        "refusing a connection: the server has its maximum of \(limits.maximumConnections) connections")
                     // A TLS client cannot read a plaintext GOAWAY, and a handshake only to refuse would cost what the
                     // cap saves: the connection is closed, which the client retries with backoff.
                     if configuration.tls != nil { return channel.close() }
@@ -102,10 +111,12 @@ public final class RPCServer: Sendable {
                         return channel.eventLoop.makeFailedFuture(error)
                     }
                 }
-                let transport = configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
+                let transport =
+                    configuration.transportConfigurator?(channel) ?? channel.eventLoop.makeSucceededVoidFuture()
                 return transport.flatMapThrowing {
                     let handler = ServerConnectionHandler(
-                        router: router, limits: limits, maximumMessageSize: configuration.maximumMessageSize, logger: logger,
+                        router: router, limits: limits, maximumMessageSize: configuration.maximumMessageSize,
+                        logger: logger,
                         shutdown: shutdownFlag, runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop)
                     // The handler reads and writes the frames itself; PONGs go on to the keepalive behind it, whose PINGs go out through it.
                     try channel.pipeline.syncOperations.addHandlers([
@@ -154,8 +165,9 @@ public final class RPCServer: Sendable {
 
     /// Tells a connection over the cap why (GOAWAY 8) as soon as it is active, and closes it.
     private static func refuse(_ channel: Channel, maximumConnections: Int) -> EventLoopFuture<Void> {
-        let goAway = GoAway(lastCallID: 0, code: StatusCode.resourceExhausted.rawValue,
-                            message: "server has its maximum of \(maximumConnections) connections")
+        let goAway = GoAway(
+            lastCallID: 0, code: StatusCode.resourceExhausted.rawValue,
+            message: "server has its maximum of \(maximumConnections) connections")
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(RefusedConnectionHandler(goAway: goAway))
         }

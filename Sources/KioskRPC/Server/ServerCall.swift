@@ -15,7 +15,10 @@ final class ServerCall: Sendable {
     let compressResponses: Bool
     private let connection: NIOLoopBound<ServerConnectionHandler>
 
-    init(id: UInt32, context: ServerContext, codec: MessageCodec, compressResponses: Bool, connection: NIOLoopBound<ServerConnectionHandler>) {
+    init(
+        id: UInt32, context: ServerContext, codec: MessageCodec, compressResponses: Bool,
+        connection: NIOLoopBound<ServerConnectionHandler>
+    ) {
         self.id = id
         self.context = context
         self.codec = codec

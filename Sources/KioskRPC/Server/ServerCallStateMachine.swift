@@ -103,7 +103,11 @@ struct ServerCallStateMachine<Waiter> {
             state = .running(Running(window: window))
             return .startHandler(payload: payload, flags: flags)
         case .running:
-            return .end(end(status: CallStatus(code: StatusCode.invalidArgument.rawValue, message: "a call takes exactly one request message")))
+            return .end(
+                end(
+                    status: CallStatus(
+                        code: StatusCode.invalidArgument.rawValue, message: "a call takes exactly one request message"))
+            )
         case .closed:
             return .none
         }
@@ -152,7 +156,9 @@ struct ServerCallStateMachine<Waiter> {
     /// The connection is writable: the waiting sends the window allows, up to
     /// `budget` bytes (taken off it), then a held completion once no send waits.
     mutating func connectionBecameWritable(budget: inout Int) -> (sends: [PendingSend], ending: Ending?) {
-        guard case .running(var running) = state, !running.waiting.isEmpty || running.heldCompletion != nil else { return ([], nil) }
+        guard case .running(var running) = state, !running.waiting.isEmpty || running.heldCompletion != nil else {
+            return ([], nil)
+        }
         state = .closed  // hold no second reference to `waiting` while it changes
         let ready = Self.takeSendable(&running, budget: &budget)
         if running.waiting.isEmpty, budget > 0, let completion = running.heldCompletion {
@@ -184,7 +190,9 @@ struct ServerCallStateMachine<Waiter> {
     /// The handler returned: its response (unary) and TRAILERS OK, now, or
     /// once the connection is writable (a response is never queued behind a
     /// peer that is not reading).
-    mutating func handlerFinished(response: (payload: ByteBuffer, flags: FrameFlags)?, connectionWritable: Bool) -> OnFinish {
+    mutating func handlerFinished(
+        response: (payload: ByteBuffer, flags: FrameFlags)?, connectionWritable: Bool
+    ) -> OnFinish {
         guard case .running(var running) = state, running.heldCompletion == nil else { return .none }
         guard connectionWritable, running.waiting.isEmpty else {
             state = .closed
@@ -213,20 +221,26 @@ struct ServerCallStateMachine<Waiter> {
     /// The client's `timeout_ms` passed.
     mutating func deadlineExpired(timeoutMs: UInt32) -> Ending? {
         guard !isClosed else { return nil }
-        return end(status: CallStatus(code: StatusCode.deadlineExceeded.rawValue, message: "deadline of \(timeoutMs) ms exceeded"))
+        return end(
+            status: CallStatus(
+                code: StatusCode.deadlineExceeded.rawValue, message: "deadline of \(timeoutMs) ms exceeded"))
     }
 
     /// The request did not arrive in time (only while awaiting it).
     mutating func requestTimedOut(after timeout: TimeAmount) -> Ending? {
         guard case .awaitingRequest = state else { return nil }
         let ms = timeout.nanoseconds / 1_000_000
-        return end(status: CallStatus(code: StatusCode.deadlineExceeded.rawValue, message: "no request message within \(ms) ms of HEADERS"))
+        return end(
+            status: CallStatus(
+                code: StatusCode.deadlineExceeded.rawValue, message: "no request message within \(ms) ms of HEADERS"))
     }
 
     /// The server's grace period ended before the call did.
     mutating func shutdownForced() -> Ending? {
         guard !isClosed else { return nil }
-        return end(status: CallStatus(code: StatusCode.unavailable.rawValue, message: "server shut down before the call finished"))
+        return end(
+            status: CallStatus(
+                code: StatusCode.unavailable.rawValue, message: "server shut down before the call finished"))
     }
 
     /// The connection is gone: nothing can be sent.

@@ -40,7 +40,8 @@ public struct ServerConfiguration: Sendable {
         ServerConfiguration(
             host: "127.0.0.1", port: 0, maximumMessageSize: Frame.defaultMaximumPayloadSize,
             keepalive: Keepalive(interval: .seconds(60), timeout: .seconds(20)),
-            shutdownGracePeriod: .seconds(10), transportConfigurator: nil, runsHandlersOnEventLoop: true, limits: .defaults,
+            shutdownGracePeriod: .seconds(10), transportConfigurator: nil, runsHandlersOnEventLoop: true,
+            limits: .defaults,
             tls: nil, allowsPlaintextOffLoopback: false)
     }
 

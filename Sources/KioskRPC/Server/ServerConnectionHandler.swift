@@ -79,7 +79,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let authenticator: (any RPCAuthenticator)?
         let calls: CallCounter?
 
-        init(headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route, runsHandlersOnEventLoop: Bool) {
+        init(headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route, runsHandlersOnEventLoop: Bool)
+        {
             self.headers = headers
             self.method = method
             self.route = route
@@ -106,10 +107,14 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private var inReadBatch = false
     private var flushPending = false
 
-    init(router: RPCRouter, limits: ServerLimits, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag, runsHandlersOnEventLoop: Bool) {
+    init(
+        router: RPCRouter, limits: ServerLimits, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag,
+        runsHandlersOnEventLoop: Bool
+    ) {
         self.machine = StateMachine(limits: limits)
         self.reader = FrameReader(
-            expectPreface: true, limits: FrameLimits(maximumMessageSize: maximumMessageSize, maximumHeadersSize: limits.maximumHeadersSize))
+            expectPreface: true,
+            limits: FrameLimits(maximumMessageSize: maximumMessageSize, maximumHeadersSize: limits.maximumHeadersSize))
         self.router = router
         self.limits = limits
         self.maximumMessageSize = maximumMessageSize
@@ -211,7 +216,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             perform(machine.receivedCancel(callID: frame.callID))
         case .windowUpdate:
             guard let update = try? frame.decode(WindowUpdate.self) else {
-                return perform(machine.decodingFailed(WireError(.malformedMessage, "undecodable WINDOW_UPDATE for call \(frame.callID)")))
+                return perform(
+                    machine.decodingFailed(
+                        WireError(.malformedMessage, "undecodable WINDOW_UPDATE for call \(frame.callID)")))
             }
             perform(machine.receivedWindowUpdate(callID: frame.callID, increment: update.increment))
         case .ping:
@@ -260,9 +267,12 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             var route = StateMachine.Route.unknown
             let method = router.method(named: headers.method)
             if let method {
-                route = method.authenticator != nil && (headers.metadata["authorization"] ?? "").isEmpty ? .missingCredential : .found
+                route =
+                    method.authenticator != nil && (headers.metadata["authorization"] ?? "").isEmpty
+                    ? .missingCredential : .found
             }
-            let decoded = RoutedHeaders(headers: headers, method: method, route: route, runsHandlersOnEventLoop: runsHandlersOnEventLoop)
+            let decoded = RoutedHeaders(
+                headers: headers, method: method, route: route, runsHandlersOnEventLoop: runsHandlersOnEventLoop)
             routed = decoded
             if let context, frame.payload.readableBytes <= InlineCallPath<RoutedHeaders>.largestRememberedHeaders {
                 // Kept as a copy: the frame's payload is a slice of the read buffer, which it would keep alive.
@@ -275,16 +285,19 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         }
         // An inline unary method's call is only admitted here: its request usually follows in the same read.
         let deferring = routed?.inline != nil && machine.acceptsDeferredCall
-        let action = machine.receivedHeaders(callID: frame.callID, headers: routed?.headers, route: routed?.route ?? .unknown, deferOpening: deferring)
+        let action = machine.receivedHeaders(
+            callID: frame.callID, headers: routed?.headers, route: routed?.route ?? .unknown, deferOpening: deferring)
         // The method is copied (its closures retained) only for a call entered now, not for a deferred one.
         if case .openCall(let callID, let timeoutMs) = action, let routed, let calls = routed.calls {
             calls.increment()
             if deferring {
-                inlinePath.admit(PendingCall(callID: callID, routed: routed, timeoutMs: timeoutMs, headersGeneration: generation))
+                inlinePath.admit(
+                    PendingCall(callID: callID, routed: routed, timeoutMs: timeoutMs, headersGeneration: generation))
                 return
             }
             guard let method = routed.method else { return perform(action) }
-            let call = CallResources(method: method, context: makeContext(routed.headers, callID: callID, timeoutMs: timeoutMs))
+            let call = CallResources(
+                method: method, context: makeContext(routed.headers, callID: callID, timeoutMs: timeoutMs))
             call.headersGeneration = generation
             resources[callID] = call
         }
@@ -307,11 +320,13 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     }
 
     @discardableResult
-    private func openPendingCall(_ pending: PendingCall, context serverContext: ServerContext? = nil) -> CallResources? {
+    private func openPendingCall(_ pending: PendingCall, context serverContext: ServerContext? = nil) -> CallResources?
+    {
         guard let method = pending.routed.method, machine.openDeferred(callID: pending.callID) else { return nil }
         let call = CallResources(
             method: method,
-            context: serverContext ?? makeContext(pending.routed.headers, callID: pending.callID, timeoutMs: pending.timeoutMs))
+            context: serverContext
+                ?? makeContext(pending.routed.headers, callID: pending.callID, timeoutMs: pending.timeoutMs))
         call.headersGeneration = pending.headersGeneration
         resources[pending.callID] = call
         perform(.openCall(callID: pending.callID, timeoutMs: pending.timeoutMs))
@@ -324,10 +339,13 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private func answerPendingCall(_ pending: PendingCall, payload: ByteBuffer, flags: FrameFlags) {
         guard let codec else { return assertionFailure("a call was read before the handler was added") }
         let callID = pending.callID
-        guard let inline = pending.routed.inline else { return assertionFailure("a call without an inline form was deferred") }
+        guard let inline = pending.routed.inline else {
+            return assertionFailure("a call without an inline form was deferred")
+        }
         var serverContext = makeContext(pending.routed.headers, callID: callID, timeoutMs: pending.timeoutMs)
-        let result = runInline(inline, authenticator: pending.routed.authenticator, headersGeneration: pending.headersGeneration,
-                               context: &serverContext, payload: payload, flags: flags, codec: codec)
+        let result = runInline(
+            inline, authenticator: pending.routed.authenticator, headersGeneration: pending.headersGeneration,
+            context: &serverContext, payload: payload, flags: flags, codec: codec)
         // Answered here unless the connection changed meanwhile (nothing the handler can reach does that today).
         if machine.acceptsDeferredCall {
             switch result {
@@ -347,9 +365,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         }
         // Entered and started as its HEADERS and request would have without deferring; nil: the connection is closed.
         guard let call = openPendingCall(pending, context: serverContext),
-              case .startHandler = machine.receivedMessage(callID: callID, payload: payload, flags: flags) else { return }
+            case .startHandler = machine.receivedMessage(callID: callID, payload: payload, flags: flags)
+        else { return }
         call.context = nil
-        complete(result, call: call, callID: callID, context: serverContext, payload: payload, flags: flags, codec: codec)
+        complete(
+            result, call: call, callID: callID, context: serverContext, payload: payload, flags: flags, codec: codec)
     }
 
     // MARK: Errors and lifecycle
@@ -535,32 +555,41 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         guard runsHandlersOnEventLoop, let inline = call.method.inline else {
             return startTask(call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
         }
-        let result = runInline(inline, authenticator: call.method.authenticator, headersGeneration: call.headersGeneration,
-                               context: &callContext, payload: payload, flags: flags, codec: codec)
+        let result = runInline(
+            inline, authenticator: call.method.authenticator, headersGeneration: call.headersGeneration,
+            context: &callContext, payload: payload, flags: flags, codec: codec)
         complete(result, call: call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
     }
 
     /// Ends or continues an open call after its inline method ran.
-    private func complete(_ result: InlineResult, call: CallResources, callID: UInt32, context callContext: ServerContext,
-                          payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) {
+    private func complete(
+        _ result: InlineResult, call: CallResources, callID: UInt32, context callContext: ServerContext,
+        payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec
+    ) {
         switch result {
         case .finished(let bytes, let outFlags):
             perform(machine.handlerFinished(callID: callID, response: (bytes, outFlags)))
         case .failed(let status):
             perform(machine.handlerFailed(callID: callID, status: status))
         case .suspended(let answeringContext, let body):
-            startInlineTask(call, callID: callID, context: answeringContext, codec: codec, compress: flags.contains(.compressed), body: body)
+            startInlineTask(
+                call, callID: callID, context: answeringContext, codec: codec, compress: flags.contains(.compressed),
+                body: body)
         case .needsTask:
             startTask(call, callID: callID, context: callContext, payload: payload, flags: flags, codec: codec)
         }
     }
 
     /// Runs a call's handler as a task (on the event loop's executor when handlers run there).
-    private func startTask(_ call: CallResources, callID: UInt32, context callContext: ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) {
+    private func startTask(
+        _ call: CallResources, callID: UInt32, context callContext: ServerContext, payload: ByteBuffer,
+        flags: FrameFlags, codec: MessageCodec
+    ) {
         guard let loopBoundSelf else { return }
         let method = call.method
-        let serverCall = ServerCall(id: callID, context: callContext, codec: codec,
-                                    compressResponses: flags.contains(.compressed), connection: loopBoundSelf)
+        let serverCall = ServerCall(
+            id: callID, context: callContext, codec: codec,
+            compressResponses: flags.contains(.compressed), connection: loopBoundSelf)
         let body: @Sendable () async -> Void = {
             do {
                 var context = serverCall.context
@@ -595,8 +624,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     /// Runs an inline method here, on the event loop, inside the read that
     /// brought its request: no task, and its response goes out with the read's
     /// one flush.
-    private func runInline(_ inline: RPCRouter.InlineRun, authenticator: (any RPCAuthenticator)?, headersGeneration generation: UInt64,
-                           context callContext: inout ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec) -> InlineResult {
+    private func runInline(
+        _ inline: RPCRouter.InlineRun, authenticator: (any RPCAuthenticator)?, headersGeneration generation: UInt64,
+        context callContext: inout ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec
+    ) -> InlineResult {
         // The caller's context, given its principal in place (a copy retained its method, metadata and connection).
         do {
             if let authenticator {
@@ -606,7 +637,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 } else {
                     // Forgotten first: credentials this check refuses must not pass later on the earlier answer.
                     inlinePath.forgetPrincipal(generation: generation)
-                    guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else { return .needsTask }
+                    guard case .principal(let principal) = try authenticator.authenticateInline(callContext) else {
+                        return .needsTask
+                    }
                     callContext.principal = principal
                     inlinePath.authenticated(principal, generation: generation)
                 }
@@ -619,15 +652,19 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             }
         } catch {
             let failure = RPCError.from(handlerError: error)
-            return .failed(CallStatus(code: failure.code.rawValue, message: failure.message, metadata: failure.metadata))
+            return .failed(
+                CallStatus(code: failure.code.rawValue, message: failure.message, metadata: failure.metadata))
         }
     }
 
     /// Runs the rest of an inline call whose handler has to wait, as a task.
-    private func startInlineTask(_ call: CallResources, callID: UInt32, context callContext: ServerContext, codec: MessageCodec, compress: Bool,
-                                 body: @escaping @Sendable (ServerCall) async throws -> Void) {
+    private func startInlineTask(
+        _ call: CallResources, callID: UInt32, context callContext: ServerContext, codec: MessageCodec, compress: Bool,
+        body: @escaping @Sendable (ServerCall) async throws -> Void
+    ) {
         guard let loopBoundSelf else { return }
-        let serverCall = ServerCall(id: callID, context: callContext, codec: codec, compressResponses: compress, connection: loopBoundSelf)
+        let serverCall = ServerCall(
+            id: callID, context: callContext, codec: codec, compressResponses: compress, connection: loopBoundSelf)
         let task: @Sendable () async -> Void = {
             do { try await body(serverCall) } catch { serverCall.fail(RPCError.from(handlerError: error)) }
         }
@@ -682,9 +719,12 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let whenWritten = resources?.whenWritten ?? []
         var written: EventLoopFuture<Void>?
         if let status = ended.ending.status, let context {
-            let trailers = status.code == StatusCode.ok.rawValue && status.message.isEmpty && status.metadata.isEmpty
+            let trailers =
+                status.code == StatusCode.ok.rawValue && status.message.isEmpty && status.metadata.isEmpty
                 ? Frame(type: .trailers, callID: ended.callID, payload: emptyPayload)
-                : Frame(type: .trailers, callID: ended.callID, message: status.bounded, allocator: context.channel.allocator)
+                : Frame(
+                    type: .trailers, callID: ended.callID, message: status.bounded, allocator: context.channel.allocator
+                )
             if whenWritten.isEmpty && ended.then != .close {
                 writeFrame(trailers, promise: nil)
             } else {
@@ -713,13 +753,17 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     }
 
     /// Runs `event` on the machine after `delay` and performs its action.
-    private func schedule(in delay: TimeAmount, _ event: @escaping (ServerConnectionHandler) -> StateMachine.Action) -> Scheduled<Void>? {
+    private func schedule(
+        in delay: TimeAmount, _ event: @escaping (ServerConnectionHandler) -> StateMachine.Action
+    ) -> Scheduled<Void>? {
         guard let context else { return nil }
         return schedule(at: context.eventLoop.now + delay, event)
     }
 
     /// Runs `event` on the machine at `deadline` and performs its action.
-    private func schedule(at deadline: NIODeadline, _ event: @escaping (ServerConnectionHandler) -> StateMachine.Action) -> Scheduled<Void>? {
+    private func schedule(
+        at deadline: NIODeadline, _ event: @escaping (ServerConnectionHandler) -> StateMachine.Action
+    ) -> Scheduled<Void>? {
         guard let context, let loopBoundSelf else { return nil }
         let loopBoundEvent = NIOLoopBound(event, eventLoop: context.eventLoop)
         return context.eventLoop.scheduleTask(deadline: deadline) {
@@ -735,9 +779,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
 
     private func write(_ type: FrameType, callID: UInt32, message: some WireMessage) {
         guard let context else { return }
-        writeFrame(Frame(type: type, callID: callID, message: message, allocator: context.channel.allocator), promise: nil)
+        writeFrame(
+            Frame(type: type, callID: callID, message: message, allocator: context.channel.allocator), promise: nil)
     }
-
 
     // MARK: Outbound, from the KeepaliveHandler behind us
 

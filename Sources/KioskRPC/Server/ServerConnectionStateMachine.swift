@@ -89,7 +89,8 @@ struct ServerConnectionStateMachine<Waiter> {
         /// whose completions were waiting for it (at most a high-water mark's
         /// worth), resume reading if a read was held; if `more` is left, ask
         /// again while the channel stays writable.
-        case resumeReading(readHeld: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])], ended: [CallEnded], more: Bool)
+        case resumeReading(
+            readHeld: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])], ended: [CallEnded], more: Bool)
     }
 
     /// What a streaming send does.
@@ -131,7 +132,9 @@ struct ServerConnectionStateMachine<Waiter> {
         guard case .awaitingPreface = state else { return .none }
         if shuttingDown {
             state = .closed
-            return .closeConnection(goAway: GoAway(lastCallID: 0, code: StatusCode.ok.rawValue, message: "server is shutting down"), endedCalls: [])
+            return .closeConnection(
+                goAway: GoAway(lastCallID: 0, code: StatusCode.ok.rawValue, message: "server is shutting down"),
+                endedCalls: [])
         }
         state = .active(Active())
         return .none
@@ -177,7 +180,9 @@ struct ServerConnectionStateMachine<Waiter> {
     /// the handler means to finish it before any other event reaches the
     /// machine (an inline unary call whose request is in the same read), or
     /// else enters it with ``openDeferred(callID:)`` first.
-    mutating func receivedHeaders(callID: UInt32, headers: CallHeaders?, route: Route, deferOpening: Bool = false) -> Action {
+    mutating func receivedHeaders(
+        callID: UInt32, headers: CallHeaders?, route: Route, deferOpening: Bool = false
+    ) -> Action {
         let lastCallID: UInt32?
         switch state {
         case .awaitingPreface:
@@ -186,10 +191,14 @@ struct ServerConnectionStateMachine<Waiter> {
         case .closed, ._modifying:
             return .none
         case .active(let active):
-            if let error = Self.checkCallID(callID, headers: headers, active: active) { return connectionError(.internal, error, lastCallID: active.highestCallID) }
+            if let error = Self.checkCallID(callID, headers: headers, active: active) {
+                return connectionError(.internal, error, lastCallID: active.highestCallID)
+            }
             lastCallID = nil
         case .draining(let active, let last):
-            if let error = Self.checkCallID(callID, headers: headers, active: active) { return connectionError(.internal, error, lastCallID: active.highestCallID) }
+            if let error = Self.checkCallID(callID, headers: headers, active: active) {
+                return connectionError(.internal, error, lastCallID: active.highestCallID)
+            }
             lastCallID = last
         }
         let limits = self.limits
@@ -198,10 +207,15 @@ struct ServerConnectionStateMachine<Waiter> {
             active.pingStrikes = 0
             active.calledSinceIdleCheck = true
             if let lastCallID, callID > lastCallID {
-                return .refuseCall(callID: callID, status: CallStatus(
-                    code: StatusCode.unavailable.rawValue, message: "server is shutting down; call \(callID) was not started"))
+                return .refuseCall(
+                    callID: callID,
+                    status: CallStatus(
+                        code: StatusCode.unavailable.rawValue,
+                        message: "server is shutting down; call \(callID) was not started"))
             }
-            if let refusal = Self.admission(callID: callID, headers: headers, route: route, active: active, limits: limits) {
+            if let refusal = Self.admission(
+                callID: callID, headers: headers, route: route, active: active, limits: limits)
+            {
                 return .refuseCall(callID: callID, status: refusal)
             }
             if !deferOpening { active.calls[callID] = Call() }
@@ -218,28 +232,38 @@ struct ServerConnectionStateMachine<Waiter> {
 
     private static func checkCallID(_ callID: UInt32, headers: CallHeaders?, active: Active) -> String? {
         if callID == 0 { return "HEADERS on call id 0" }
-        if callID <= active.highestCallID { return "HEADERS reuses call id \(callID) (highest so far \(active.highestCallID))" }
+        if callID <= active.highestCallID {
+            return "HEADERS reuses call id \(callID) (highest so far \(active.highestCallID))"
+        }
         if headers == nil { return "undecodable HEADERS for call \(callID)" }
         return nil
     }
 
     /// Why a well-formed call is refused, if it is: limits first, then routing.
-    private static func admission(callID: UInt32, headers: CallHeaders?, route: Route, active: Active, limits: ServerLimits) -> CallStatus? {
+    private static func admission(
+        callID: UInt32, headers: CallHeaders?, route: Route, active: Active, limits: ServerLimits
+    ) -> CallStatus? {
         if active.calls.count >= limits.maximumConcurrentCalls {
-            return CallStatus(code: StatusCode.resourceExhausted.rawValue,
-                              message: "connection has its maximum of \(limits.maximumConcurrentCalls) calls open; call \(callID) was not started")
+            return CallStatus(
+                code: StatusCode.resourceExhausted.rawValue,
+                message:
+                    "connection has its maximum of \(limits.maximumConcurrentCalls) calls open; call \(callID) was not started"
+            )
         }
         let entries = headers?.metadata.count ?? 0
         if entries > limits.maximumMetadataEntries {
-            return CallStatus(code: StatusCode.resourceExhausted.rawValue,
-                              message: "\(entries) metadata entries exceed the limit of \(limits.maximumMetadataEntries)")
+            return CallStatus(
+                code: StatusCode.resourceExhausted.rawValue,
+                message: "\(entries) metadata entries exceed the limit of \(limits.maximumMetadataEntries)")
         }
         switch route {
         case .unknown:
-            return CallStatus(code: StatusCode.unimplemented.rawValue, message: "unknown method \(headers?.method ?? "")")
+            return CallStatus(
+                code: StatusCode.unimplemented.rawValue, message: "unknown method \(headers?.method ?? "")")
         case .missingCredential:
-            return CallStatus(code: StatusCode.unauthenticated.rawValue,
-                              message: "\(headers?.method ?? "this method") needs metadata \"authorization: Bearer <token>\"")
+            return CallStatus(
+                code: StatusCode.unauthenticated.rawValue,
+                message: "\(headers?.method ?? "this method") needs metadata \"authorization: Bearer <token>\"")
         case .found:
             return nil
         }
@@ -249,12 +273,14 @@ struct ServerConnectionStateMachine<Waiter> {
     mutating func receivedMessage(callID: UInt32, payload: ByteBuffer, flags: FrameFlags) -> Action {
         guard let highestCallID = activeState()?.highestCallID else { return .none }
         guard callID != 0, callID <= highestCallID else {
-            return connectionError(.internal, "MESSAGE for call \(callID), which was never opened", lastCallID: highestCallID)
+            return connectionError(
+                .internal, "MESSAGE for call \(callID), which was never opened", lastCallID: highestCallID)
         }
         // A call that already ended (or was refused) ignores late frames.
-        let result = modifyActive { active -> Call.OnRequest? in
-            active.calls[callID]?.receivedMessage(payload: payload, flags: flags)
-        } ?? nil
+        let result =
+            modifyActive { active -> Call.OnRequest? in
+                active.calls[callID]?.receivedMessage(payload: payload, flags: flags)
+            } ?? nil
         switch result {
         case .startHandler(let payload, let flags)?:
             return .startHandler(callID: callID, payload: payload, flags: flags)
@@ -273,12 +299,15 @@ struct ServerConnectionStateMachine<Waiter> {
     /// The client granted window for `callID` (0: the connection; no such window, ignored).
     mutating func receivedWindowUpdate(callID: UInt32, increment: UInt32) -> Action {
         guard callID != 0, let highestCallID = activeState()?.highestCallID else { return .none }
-        let result = modifyActive { active -> Call.OnWindowUpdate? in
-            active.calls[callID]?.receivedWindowUpdate(increment: increment, connectionWritable: active.writable)
-        } ?? nil
+        let result =
+            modifyActive { active -> Call.OnWindowUpdate? in
+                active.calls[callID]?.receivedWindowUpdate(increment: increment, connectionWritable: active.writable)
+            } ?? nil
         switch result {
         case .overflow?:
-            return connectionError(.internal, "WINDOW_UPDATE of \(increment) takes call \(callID)'s window past 2^31-1", lastCallID: highestCallID)
+            return connectionError(
+                .internal, "WINDOW_UPDATE of \(increment) takes call \(callID)'s window past 2^31-1",
+                lastCallID: highestCallID)
         case .write(let sends)?:
             return .writeMessages(callID: callID, sends)
         case .none?, nil:
@@ -301,8 +330,10 @@ struct ServerConnectionStateMachine<Waiter> {
         case nil:
             return .none
         case true?:
-            return connectionError(.resourceExhausted, "too_many_pings: more than \(limits.maximumPingStrikes) PINGs without a call (ENHANCE_YOUR_CALM)",
-                                   lastCallID: activeState()?.highestCallID ?? 0)
+            return connectionError(
+                .resourceExhausted,
+                "too_many_pings: more than \(limits.maximumPingStrikes) PINGs without a call (ENHANCE_YOUR_CALM)",
+                lastCallID: activeState()?.highestCallID ?? 0)
         case false?:
             return .sendPong(payload)
         }
@@ -311,7 +342,8 @@ struct ServerConnectionStateMachine<Waiter> {
     /// A frame a client may not send (TRAILERS): a protocol error.
     mutating func receivedForbiddenFrame(_ type: FrameType, callID: UInt32) -> Action {
         guard let active = activeState() else { return .none }
-        return connectionError(.internal, "a client may not send \(type) (call \(callID))", lastCallID: active.highestCallID)
+        return connectionError(
+            .internal, "a client may not send \(type) (call \(callID))", lastCallID: active.highestCallID)
     }
 
     /// The frame decoder failed: too large, too short, or a bad preface.
@@ -337,9 +369,11 @@ struct ServerConnectionStateMachine<Waiter> {
 
     /// The handler of `callID` sends a streamed response.
     mutating func send(callID: UInt32, payload: ByteBuffer, flags: FrameFlags, waiter: Waiter) -> OnSend {
-        let result = modifyActive { active -> Call.OnSend? in
-            active.calls[callID]?.send(payload: payload, flags: flags, waiter: waiter, connectionWritable: active.writable)
-        } ?? nil
+        let result =
+            modifyActive { active -> Call.OnSend? in
+                active.calls[callID]?.send(
+                    payload: payload, flags: flags, waiter: waiter, connectionWritable: active.writable)
+            } ?? nil
         switch result {
         case .write(let send)?: return .write(send)
         case .suspend?: return .suspend
@@ -352,7 +386,9 @@ struct ServerConnectionStateMachine<Waiter> {
     mutating func handlerFinished(callID: UInt32, response: (payload: ByteBuffer, flags: FrameFlags)?) -> Action {
         let writable = activeState()?.writable ?? true
         return updateCall(callID) { call in
-            if case .end(let ending) = call.handlerFinished(response: response, connectionWritable: writable) { return ending }
+            if case .end(let ending) = call.handlerFinished(response: response, connectionWritable: writable) {
+                return ending
+            }
             return nil
         }
     }
@@ -385,8 +421,10 @@ struct ServerConnectionStateMachine<Waiter> {
         guard idle == true, case .active(let active) = state else { return .none }
         state = .closed
         let seconds = limits.idleTimeout.map { $0.nanoseconds / 1_000_000_000 } ?? 0
-        return .closeConnection(goAway: GoAway(lastCallID: active.highestCallID, code: StatusCode.ok.rawValue,
-                                               message: "connection idle for \(seconds) s"), endedCalls: [])
+        return .closeConnection(
+            goAway: GoAway(
+                lastCallID: active.highestCallID, code: StatusCode.ok.rawValue,
+                message: "connection idle for \(seconds) s"), endedCalls: [])
     }
 
     // MARK: Backpressure
@@ -404,22 +442,29 @@ struct ServerConnectionStateMachine<Waiter> {
     /// asks for more after a resume left some).
     mutating func writabilityChanged(writable: Bool) -> Action {
         let budgetSize = limits.outboundHighWaterMark
-        let result = modifyActive { active -> (held: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])], endings: [(UInt32, Call.Ending)], more: Bool)? in
-            active.writable = writable
-            guard writable else { return nil }
-            var budget = budgetSize
-            var writes: [(callID: UInt32, sends: [Call.PendingSend])] = []
-            var endings: [(UInt32, Call.Ending)] = []
-            for id in active.calls.keys.sorted() {
-                guard budget > 0 else { break }
-                guard let (sends, ending) = active.calls[id]?.connectionBecameWritable(budget: &budget) else { continue }
-                if !sends.isEmpty { writes.append((id, sends)) }
-                if let ending { endings.append((id, ending)) }
-            }
-            let held = active.readHeld
-            active.readHeld = false
-            return (held, writes, endings, budget <= 0)
-        } ?? nil
+        let result =
+            modifyActive {
+                active -> (
+                    held: Bool, writes: [(callID: UInt32, sends: [Call.PendingSend])], endings: [(UInt32, Call.Ending)],
+                    more: Bool
+                )? in
+                active.writable = writable
+                guard writable else { return nil }
+                var budget = budgetSize
+                var writes: [(callID: UInt32, sends: [Call.PendingSend])] = []
+                var endings: [(UInt32, Call.Ending)] = []
+                for id in active.calls.keys.sorted() {
+                    guard budget > 0 else { break }
+                    guard let (sends, ending) = active.calls[id]?.connectionBecameWritable(budget: &budget) else {
+                        continue
+                    }
+                    if !sends.isEmpty { writes.append((id, sends)) }
+                    if let ending { endings.append((id, ending)) }
+                }
+                let held = active.readHeld
+                active.readHeld = false
+                return (held, writes, endings, budget <= 0)
+            } ?? nil
         guard let result else { return .none }
         let ended = result.endings.map { id, ending in remove(id, ending) }
         guard result.held || !result.writes.isEmpty || !ended.isEmpty else { return .none }
@@ -435,7 +480,8 @@ struct ServerConnectionStateMachine<Waiter> {
             // Told once the preface arrives (prefaceReceived(shuttingDown: true)).
             return .none
         case .active(let active):
-            let goAway = GoAway(lastCallID: active.highestCallID, code: StatusCode.ok.rawValue, message: "server is shutting down")
+            let goAway = GoAway(
+                lastCallID: active.highestCallID, code: StatusCode.ok.rawValue, message: "server is shutting down")
             guard !active.calls.isEmpty else {
                 state = .closed
                 return .closeConnection(goAway: goAway, endedCalls: [])
@@ -499,12 +545,13 @@ struct ServerConnectionStateMachine<Waiter> {
     }
 
     private mutating func updateCall(_ callID: UInt32, _ event: (inout Call) -> Call.Ending?) -> Action {
-        let ending = modifyActive { active -> Call.Ending? in
-            guard var call = active.calls.removeValue(forKey: callID) else { return nil }
-            let ending = event(&call)
-            if ending == nil { active.calls[callID] = call } else { active.calledSinceIdleCheck = true }
-            return ending
-        } ?? nil
+        let ending =
+            modifyActive { active -> Call.Ending? in
+                guard var call = active.calls.removeValue(forKey: callID) else { return nil }
+                let ending = event(&call)
+                if ending == nil { active.calls[callID] = call } else { active.calledSinceIdleCheck = true }
+                return ending
+            } ?? nil
         guard let ending else { return .none }
         return .endCall(afterRemoval(callID, ending))
     }
@@ -547,6 +594,7 @@ struct ServerConnectionStateMachine<Waiter> {
     private mutating func connectionError(_ code: StatusCode, _ message: String, lastCallID: UInt32) -> Action {
         let ended = endAll { $0.connectionClosed() }
         state = .closed
-        return .closeConnection(goAway: GoAway(lastCallID: lastCallID, code: code.rawValue, message: message), endedCalls: ended)
+        return .closeConnection(
+            goAway: GoAway(lastCallID: lastCallID, code: code.rawValue, message: message), endedCalls: ended)
     }
 }

@@ -19,7 +19,10 @@ public struct ServerContext: Sendable {
     /// The client's address, e.g. "127.0.0.1:53122".
     public var remoteAddress: String {
         get { connection.remoteAddress }
-        set { connection = ServerConnectionInfo(remoteAddress: newValue, logger: connection.logger, shutdown: connection.shutdown) }
+        set {
+            connection = ServerConnectionInfo(
+                remoteAddress: newValue, logger: connection.logger, shutdown: connection.shutdown)
+        }
     }
     /// Who is calling, as the method's ``RPCAuthenticator`` returned it
     /// (nil for open methods and in the authenticator itself).
@@ -41,8 +44,11 @@ public struct ServerContext: Sendable {
     /// the shutdown does not wait out its whole grace period.
     public var isShuttingDown: Bool { connection.shutdown.isSet }
 
-    init(method: String, metadata: Metadata, deadline: ContinuousClock.Instant?, callID: UInt32, principal: (any Sendable)? = nil,
-         connection: ServerConnectionInfo) {
+    init(
+        method: String, metadata: Metadata, deadline: ContinuousClock.Instant?, callID: UInt32,
+        principal: (any Sendable)? = nil,
+        connection: ServerConnectionInfo
+    ) {
         self.method = method
         self.metadata = metadata
         self.deadline = deadline

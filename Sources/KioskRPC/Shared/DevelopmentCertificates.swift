@@ -31,21 +31,27 @@ public struct DevelopmentCertificates: Sendable {
     /// `includingLoopback` is false) and `hosts`.
     /// - Throws: ``TransportSecurityError`` when `openssl` is missing or fails.
     @discardableResult
-    public static func create(in directory: String, hosts: [String] = [], includingLoopback: Bool = true) throws -> DevelopmentCertificates {
+    public static func create(
+        in directory: String, hosts: [String] = [], includingLoopback: Bool = true
+    ) throws -> DevelopmentCertificates {
         let files = DevelopmentCertificates(directory: directory)
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let fm = FileManager.default
         // A CA kept from an earlier run is reused while it has more than a day to live.
-        let caUsable = fm.fileExists(atPath: files.caCertificatePath) && fm.fileExists(atPath: files.caKeyPath)
+        let caUsable =
+            fm.fileExists(atPath: files.caCertificatePath) && fm.fileExists(atPath: files.caKeyPath)
             && (try? openssl(["x509", "-checkend", "86400", "-noout", "-in", files.caCertificatePath])) != nil
         // Keys are written into files made 0600 first: never readable by others, whatever the umask.
         try createPrivateFile(files.serverKeyPath)
         if !caUsable {
             try createPrivateFile(files.caKeyPath)
-            try openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                         "-keyout", files.caKeyPath, "-out", files.caCertificatePath, "-days", "30",
-                         "-subj", "/CN=Kiosk development CA",
-                         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+            try openssl([
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                "-keyout", files.caKeyPath, "-out", files.caCertificatePath, "-days", "30",
+                "-subj", "/CN=Kiosk development CA",
+                "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            ])
         }
         var names = includingLoopback ? ["DNS:localhost", "IP:127.0.0.1", "IP:::1"] : []
         for host in hosts where !(includingLoopback && ["localhost", "127.0.0.1", "::1"].contains(host)) {
@@ -57,8 +63,10 @@ public struct DevelopmentCertificates: Sendable {
             try? fm.removeItem(atPath: request)
             try? fm.removeItem(atPath: extensions)
         }
-        try openssl(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                     "-keyout", files.serverKeyPath, "-out", request, "-subj", "/CN=\(hosts.first ?? "localhost")"])
+        try openssl([
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", files.serverKeyPath, "-out", request, "-subj", "/CN=\(hosts.first ?? "localhost")",
+        ])
         let extensionText = """
             subjectAltName=\(names.joined(separator: ","))
             basicConstraints=CA:FALSE
@@ -68,8 +76,10 @@ public struct DevelopmentCertificates: Sendable {
             """
         try extensionText.write(toFile: extensions, atomically: true, encoding: .utf8)
         let serial = "0x" + (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255) & 0x7f) }.joined()
-        try openssl(["x509", "-req", "-in", request, "-CA", files.caCertificatePath, "-CAkey", files.caKeyPath,
-                     "-set_serial", serial, "-days", "30", "-extfile", extensions, "-out", files.serverCertificatePath])
+        try openssl([
+            "x509", "-req", "-in", request, "-CA", files.caCertificatePath, "-CAkey", files.caKeyPath,
+            "-set_serial", serial, "-days", "30", "-extfile", extensions, "-out", files.serverCertificatePath,
+        ])
         return files
     }
 
@@ -83,7 +93,8 @@ public struct DevelopmentCertificates: Sendable {
     private static func openssl(_ arguments: [String]) throws {
         let candidates = ["/usr/bin/openssl", "/usr/local/bin/openssl", "/bin/openssl"]
         guard let executable = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw TransportSecurityError("the openssl command is needed to make development certificates (apt-get install -y openssl)")
+            throw TransportSecurityError(
+                "the openssl command is needed to make development certificates (apt-get install -y openssl)")
         }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
@@ -95,7 +106,8 @@ public struct DevelopmentCertificates: Sendable {
         let output = errors.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw TransportSecurityError("openssl \(arguments.first ?? "") failed: \(String(decoding: output, as: UTF8.self))")
+            throw TransportSecurityError(
+                "openssl \(arguments.first ?? "") failed: \(String(decoding: output, as: UTF8.self))")
         }
     }
 }

@@ -4,7 +4,7 @@ import NIOCore
 /// A message serialized once, to be sent or answered many times over without
 /// encoding it again: a server's constant answer (``InlineAnswer/encoded(_:)``,
 /// such as an access granted), a request a client sends again and again
-/// (``RPCClient/unary(_:encoded:response:options:completion:)``). Each use
+/// (`RPCClient.unary(_:encoded:response:options:completion:)`). Each use
 /// costs a reference instead of an encoding.
 public struct EncodedMessage<Message: WireMessage>: Sendable {
     @usableFromInline
@@ -25,7 +25,7 @@ public struct EncodedMessage<Message: WireMessage>: Sendable {
     }
 
     /// The message, decoded now.
-    /// - Throws: ``WireError`` `malformedMessage` when the bytes are not a valid `Message`.
+    /// - Throws: `WireError` `malformedMessage` when the bytes are not a valid `Message`.
     public func decoded() throws(WireError) -> Message {
         try Message(serializedBytes: bytes)
     }
@@ -49,21 +49,28 @@ struct MessageCodec: Sendable {
     /// The payload and flags of a MESSAGE frame carrying `message`, refusing one
     /// the peer would reject as over its size limit.
     /// - Throws: ``RPCError`` RESOURCE_EXHAUSTED.
-    func encodeWithinLimit(_ message: some WireMessage, compress: Bool, what: @autoclosure () -> String) throws(RPCError) -> (ByteBuffer, FrameFlags) {
+    func encodeWithinLimit(
+        _ message: some WireMessage, compress: Bool, what: @autoclosure () -> String
+    ) throws(RPCError) -> (ByteBuffer, FrameFlags) {
         try framed(encoding { message.serialize(into: &$0) }, compress: compress, what: what())
     }
 
     /// The MESSAGE payload and flags for a message's `encoding`: compressed when
     /// asked and worth it, refusing one over the size limit.
     /// - Throws: ``RPCError`` RESOURCE_EXHAUSTED.
-    func framed(_ encoding: ByteBuffer, compress: Bool, what: @autoclosure () -> String) throws(RPCError) -> (ByteBuffer, FrameFlags) {
+    func framed(
+        _ encoding: ByteBuffer, compress: Bool, what: @autoclosure () -> String
+    ) throws(RPCError) -> (ByteBuffer, FrameFlags) {
         var (payload, flags) = (encoding, FrameFlags())
         if compress, encoding.readableBytes >= Self.compressionThreshold {
             let compressed = Zlib.compress(encoding, allocator: allocator)
             if compressed.readableBytes < encoding.readableBytes { (payload, flags) = (compressed, .compressed) }
         }
         guard payload.readableBytes <= maximumMessageSize else {
-            throw RPCError(.resourceExhausted, "\(what()) of \(payload.readableBytes) bytes exceeds the message size limit of \(maximumMessageSize) bytes", source: .local)
+            throw RPCError(
+                .resourceExhausted,
+                "\(what()) of \(payload.readableBytes) bytes exceeds the message size limit of \(maximumMessageSize) bytes",
+                source: .local)
         }
         return (payload, flags)
     }

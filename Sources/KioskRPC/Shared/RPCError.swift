@@ -42,6 +42,8 @@ public struct RPCError: Error, Hashable, Sendable, CustomStringConvertible {
     /// True when the call never reached a server because no connection could be made.
     public var isConnectFailure: Bool { source == .connect }
 
+    /// The status's name and number, then the message, and where it arose unless the server sent it:
+    /// `UNAVAILABLE (14): <the reason> [connect]`.
     public var description: String {
         "\(code.name) (\(code.rawValue)): \(message)" + (source == .remote ? "" : " [\(source.rawValue)]")
     }

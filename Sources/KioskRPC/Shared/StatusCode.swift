@@ -2,7 +2,9 @@
 ///
 /// Open: codes this version does not know are kept as they are.
 public struct StatusCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// The code's number, 0 to 16 for the codes gRPC defines.
     public var rawValue: UInt32
+    /// Creates a code from its number; any number is kept, known or not.
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// 0: the call succeeded.
@@ -51,5 +53,6 @@ public struct StatusCode: RawRepresentable, Hashable, Sendable, CustomStringConv
         return rawValue < names.count ? names[Int(rawValue)] : "CODE_\(rawValue)"
     }
 
+    /// The name and number, e.g. `DEADLINE_EXCEEDED (4)`.
     public var description: String { "\(name) (\(rawValue))" }
 }

@@ -10,6 +10,7 @@ public struct TransportSecurityError: Error, CustomStringConvertible, Sendable {
     public var message: String
     /// Creates an error.
     public init(_ message: String) { self.message = message }
+    /// The message.
     public var description: String { message }
 
     /// True when a handshake failed because the server's certificate was refused (untrusted, expired,
@@ -39,7 +40,8 @@ public final class ServerTLSIdentity: Sendable {
     public init(certificateChainPath: String, privateKeyPath: String) throws {
         self.certificateChainPath = certificateChainPath
         self.privateKeyPath = privateKeyPath
-        self.context = NIOLockedValueBox(try Self.makeContext(certificateChainPath: certificateChainPath, privateKeyPath: privateKeyPath))
+        self.context = NIOLockedValueBox(
+            try Self.makeContext(certificateChainPath: certificateChainPath, privateKeyPath: privateKeyPath))
     }
 
     /// The identity of a service's `--tls-cert`/`--tls-key` options: nil when
@@ -48,7 +50,7 @@ public final class ServerTLSIdentity: Sendable {
     public convenience init?(certificateChainPath: String?, privateKeyPath: String?) throws {
         switch (certificateChainPath, privateKeyPath) {
         case (nil, nil): return nil
-        case let (certificate?, key?): try self.init(certificateChainPath: certificate, privateKeyPath: key)
+        case (let certificate?, let key?): try self.init(certificateChainPath: certificate, privateKeyPath: key)
         default: throw TransportSecurityError("--tls-cert and --tls-key go together")
         }
     }
@@ -84,7 +86,8 @@ public final class ServerTLSIdentity: Sendable {
         do {
             return try NIOSSLContext(configuration: configuration)
         } catch {
-            throw TransportSecurityError("the key \(privateKeyPath) cannot serve the certificate \(certificateChainPath): \(error)")
+            throw TransportSecurityError(
+                "the key \(privateKeyPath) cannot serve the certificate \(certificateChainPath): \(error)")
         }
     }
 }
@@ -121,7 +124,8 @@ public struct ClientTLS: Sendable {
         do {
             self.context = try NIOSSLContext(configuration: configuration)
         } catch {
-            throw TransportSecurityError("cannot set up TLS with the trust roots \(trustRootsPath ?? "of the system"): \(error)")
+            throw TransportSecurityError(
+                "cannot set up TLS with the trust roots \(trustRootsPath ?? "of the system"): \(error)")
         }
     }
 

@@ -47,7 +47,8 @@ public struct CatalogProduct: Hashable, Sendable {
     /// Creates a product.
     public init(
         id: String, type: ProductKind, title: String, description: String = "", price: String, currency: String,
-        credits: UInt64 = 0, maxQuantity: UInt32 = 1, hostedContent: Bool = false, subscriptionPeriod: SubscriptionPeriod? = nil,
+        credits: UInt64 = 0, maxQuantity: UInt32 = 1, hostedContent: Bool = false,
+        subscriptionPeriod: SubscriptionPeriod? = nil,
         subscriptionGroup: String? = nil, groupLevel: UInt32 = 1, gracePeriod: SubscriptionPeriod? = nil,
         billingRetryPeriod: SubscriptionPeriod = CatalogProduct.defaultBillingRetryPeriod
     ) {
@@ -104,10 +105,10 @@ public struct CatalogError: Error, Hashable, Sendable, CustomStringConvertible {
     public var problem: String
 
     public var description: String {
-        var where_ = file
-        if let product { where_ += ": product \(product)" }
-        if let field { where_ += ", field \"\(field)\"" }
-        return "\(where_): \(problem)"
+        var place = file
+        if let product { place += ": product \(product)" }
+        if let field { place += ", field \"\(field)\"" }
+        return "\(place): \(problem)"
     }
 }
 
@@ -149,7 +150,9 @@ public struct Catalog: Sendable {
 
     /// The auto-renewable subscriptions of `group`, highest level (1) first.
     public func products(inGroup group: String) -> [CatalogProduct] {
-        products.filter { $0.type == .autoRenewableSubscription && $0.subscriptionGroup == group }.sorted { $0.groupLevel < $1.groupLevel }
+        products.filter { $0.type == .autoRenewableSubscription && $0.subscriptionGroup == group }.sorted {
+            $0.groupLevel < $1.groupLevel
+        }
     }
 
     /// Loads and validates a catalog file.
@@ -170,7 +173,8 @@ public struct Catalog: Sendable {
     ]
     static let productFields: Set<String> = [
         "id", "type", "title", "description", "price", "currency", "credits", "max_quantity", "hosted_content",
-        "subscription_period", "group", "level", "grace_period", "billing_retry_period", "introductory_offer", "promotional_offers",
+        "subscription_period", "group", "level", "grace_period", "billing_retry_period", "introductory_offer",
+        "promotional_offers",
     ]
 
     /// Parses and validates catalog JSON.
@@ -186,9 +190,13 @@ public struct Catalog: Sendable {
         }
         var offerKeys: [String: [UInt8]] = [:]
         if let value = root["offer_keys"] {
-            guard case .object(let keys) = value else { throw fail(nil, "offer_keys", "must be an object: key id → hex Ed25519 public key") }
+            guard case .object(let keys) = value else {
+                throw fail(nil, "offer_keys", "must be an object: key id → hex Ed25519 public key")
+            }
             for (keyID, hex) in keys {
-                guard case .string(let text) = hex, let raw = hexBytes(text), raw.count == 32, !keyID.isEmpty, !keyID.contains("\n") else {
+                guard case .string(let text) = hex, let raw = hexBytes(text), raw.count == 32, !keyID.isEmpty,
+                    !keyID.contains("\n")
+                else {
                     throw fail(nil, "offer_keys", "key \"\(keyID)\" must be 64 hex digits (a raw Ed25519 public key)")
                 }
                 offerKeys[keyID] = raw
@@ -196,17 +204,24 @@ public struct Catalog: Sendable {
         }
         var bundleID = "com.example.kiosk"
         if let value = root["bundle_id"] {
-            guard case .string(let text) = value, !text.isEmpty else { throw fail(nil, "bundle_id", "must be a non-empty string") }
+            guard case .string(let text) = value, !text.isEmpty else {
+                throw fail(nil, "bundle_id", "must be a non-empty string")
+            }
             bundleID = text
         }
-        guard case .array(let entries)? = root["products"] else { throw fail(nil, "products", "must be an array of products") }
+        guard case .array(let entries)? = root["products"] else {
+            throw fail(nil, "products", "must be an array of products")
+        }
         var products: [CatalogProduct] = []
         var seen: Set<String> = []
         for (index, entry) in entries.enumerated() {
             guard case .object(let object) = entry else { throw fail("#\(index + 1)", nil, "must be a JSON object") }
-            guard case .string(let id)? = object["id"], !id.isEmpty else { throw fail("#\(index + 1)", "id", "is required (a non-empty string)") }
+            guard case .string(let id)? = object["id"], !id.isEmpty else {
+                throw fail("#\(index + 1)", "id", "is required (a non-empty string)")
+            }
             let name = "\"\(id)\""
-            guard id.count <= 128, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
+            guard id.count <= 128, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) })
+            else {
                 throw fail(name, "id", "may hold only ASCII letters, digits, '.', '_' and '-' (at most 128)")
             }
             guard seen.insert(id).inserted else { throw fail(name, "id", "appears twice") }
@@ -231,13 +246,20 @@ public struct Catalog: Sendable {
             guard let typeName = try string("type"), let type = productTypes[typeName] else {
                 throw fail(name, "type", "must be one of \(productTypes.keys.sorted().joined(separator: ", "))")
             }
-            guard let title = try string("title"), !title.isEmpty else { throw fail(name, "title", "must not be empty") }
+            guard let title = try string("title"), !title.isEmpty else {
+                throw fail(name, "title", "must not be empty")
+            }
             let description = try string("description", required: false) ?? ""
-            guard let currency = try string("currency"), currency.count == 3, currency.allSatisfy({ $0.isASCII && $0.isUppercase }) else {
+            guard let currency = try string("currency"), currency.count == 3,
+                currency.allSatisfy({ $0.isASCII && $0.isUppercase })
+            else {
                 throw fail(name, "currency", "must be an ISO 4217 code such as \"USD\"")
             }
             guard let price = try string("price"), isPrice(price, currency) else {
-                throw fail(name, "price", "must be a decimal string with at most \(Currency.exponent(of: currency)) decimals for \(currency), such as \"0.99\"")
+                throw fail(
+                    name, "price",
+                    "must be a decimal string with at most \(Currency.exponent(of: currency)) decimals for \(currency), such as \"0.99\""
+                )
             }
             let credits = try integer("credits")
             if type == .consumable {
@@ -248,8 +270,12 @@ public struct Catalog: Sendable {
                 throw fail(name, "credits", "applies to consumables only")
             }
             let maxQuantity = try integer("max_quantity") ?? (type == .consumable ? 10 : 1)
-            guard maxQuantity >= 1, maxQuantity <= 10_000 else { throw fail(name, "max_quantity", "must be between 1 and 10000") }
-            if type != .consumable, maxQuantity != 1 { throw fail(name, "max_quantity", "must be 1 for a product bought once") }
+            guard maxQuantity >= 1, maxQuantity <= 10_000 else {
+                throw fail(name, "max_quantity", "must be between 1 and 10000")
+            }
+            if type != .consumable, maxQuantity != 1 {
+                throw fail(name, "max_quantity", "must be 1 for a product bought once")
+            }
             var hosted = false
             if let value = object["hosted_content"] {
                 guard case .bool(let flag) = value else { throw fail(name, "hosted_content", "must be true or false") }
@@ -259,7 +285,9 @@ public struct Catalog: Sendable {
             var period: SubscriptionPeriod?
             if type == .autoRenewableSubscription || type == .nonRenewingSubscription {
                 guard let periodText, let parsed = SubscriptionPeriod(iso8601: periodText) else {
-                    throw fail(name, "subscription_period", "is required for a subscription: an ISO 8601 period such as \"P1M\"")
+                    throw fail(
+                        name, "subscription_period",
+                        "is required for a subscription: an ISO 8601 period such as \"P1M\"")
                 }
                 period = parsed
             } else if periodText != nil {
@@ -267,37 +295,53 @@ public struct Catalog: Sendable {
             }
             let renewing = type == .autoRenewableSubscription
             func renewingOnly(_ field: String) throws(CatalogError) {
-                if !renewing, object[field] != nil { throw fail(name, field, "applies to auto-renewable subscriptions only") }
+                if !renewing, object[field] != nil {
+                    throw fail(name, field, "applies to auto-renewable subscriptions only")
+                }
             }
-            for field in ["group", "level", "grace_period", "billing_retry_period", "introductory_offer", "promotional_offers"] {
+            for field in [
+                "group", "level", "grace_period", "billing_retry_period", "introductory_offer", "promotional_offers",
+            ] {
                 try renewingOnly(field)
             }
             func terms(_ value: JSONValue, field: String, id fixedID: String?) throws(CatalogError) -> OfferTerms {
-                guard case .object(let offer) = value else { throw fail(name, field, "must be an object with price, period and periods") }
+                guard case .object(let offer) = value else {
+                    throw fail(name, field, "must be an object with price, period and periods")
+                }
                 for key in offer.keys where !["id", "price", "period", "periods"].contains(key) {
                     throw fail(name, field, "unknown offer field \"\(key)\"")
                 }
                 var offerID = fixedID ?? ""
                 if fixedID == nil {
-                    guard case .string(let text)? = offer["id"], !text.isEmpty, text != OfferTerms.introductoryID, text.count <= 64,
-                          text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
-                        throw fail(name, field, "each offer needs an \"id\" of ASCII letters, digits, '.', '_' and '-' (not \"introductory\")")
+                    guard case .string(let text)? = offer["id"], !text.isEmpty, text != OfferTerms.introductoryID,
+                        text.count <= 64,
+                        text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) })
+                    else {
+                        throw fail(
+                            name, field,
+                            "each offer needs an \"id\" of ASCII letters, digits, '.', '_' and '-' (not \"introductory\")"
+                        )
                     }
                     offerID = text
                 }
                 guard case .string(let price)? = offer["price"], isPrice(price, currency) else {
-                    throw fail(name, field, "offer \(offerID): \"price\" must be a decimal string such as \"0.99\" (\"0\" for a free trial)")
+                    throw fail(
+                        name, field,
+                        "offer \(offerID): \"price\" must be a decimal string such as \"0.99\" (\"0\" for a free trial)"
+                    )
                 }
                 var offerPeriod = period
                 if let value = offer["period"] {
                     guard case .string(let text) = value, let parsed = SubscriptionPeriod(iso8601: text) else {
-                        throw fail(name, field, "offer \(offerID): \"period\" must be an ISO 8601 period such as \"P1W\"")
+                        throw fail(
+                            name, field, "offer \(offerID): \"period\" must be an ISO 8601 period such as \"P1W\"")
                     }
                     offerPeriod = parsed
                 }
                 var count = 1
                 if let value = offer["periods"] {
-                    guard case .number(let number) = value, let whole = Int(exactly: number), (1...120).contains(whole) else {
+                    guard case .number(let number) = value, let whole = Int(exactly: number), (1...120).contains(whole)
+                    else {
                         throw fail(name, field, "offer \(offerID): \"periods\" must be a whole number from 1 to 120")
                     }
                     count = whole
@@ -310,7 +354,9 @@ public struct Catalog: Sendable {
             }
             var promotional: [OfferTerms] = []
             if let value = object["promotional_offers"] {
-                guard case .array(let offers) = value else { throw fail(name, "promotional_offers", "must be an array of offers") }
+                guard case .array(let offers) = value else {
+                    throw fail(name, "promotional_offers", "must be an array of offers")
+                }
                 for offer in offers {
                     let parsed = try terms(offer, field: "promotional_offers", id: nil)
                     guard !promotional.contains(where: { $0.id == parsed.id }) else {
@@ -321,10 +367,14 @@ public struct Catalog: Sendable {
             }
             let group = try string("group", required: false)
             if let group {
-                guard !group.isEmpty, group.count <= 128 else { throw fail(name, "group", "must be a non-empty string (at most 128 characters)") }
+                guard !group.isEmpty, group.count <= 128 else {
+                    throw fail(name, "group", "must be a non-empty string (at most 128 characters)")
+                }
             }
             let level = try integer("level") ?? 1
-            guard (1...1000).contains(level) else { throw fail(name, "level", "must be between 1 (the highest tier) and 1000") }
+            guard (1...1000).contains(level) else {
+                throw fail(name, "level", "must be between 1 (the highest tier) and 1000")
+            }
             func duration(_ field: String) throws(CatalogError) -> SubscriptionPeriod? {
                 guard let text = try string(field, required: false) else { return nil }
                 guard let parsed = SubscriptionPeriod(iso8601: text) else {
@@ -336,7 +386,8 @@ public struct Catalog: Sendable {
             let retry = try duration("billing_retry_period") ?? CatalogProduct.defaultBillingRetryPeriod
             var product = CatalogProduct(
                 id: id, type: type, title: title, description: description, price: price, currency: currency,
-                credits: UInt64(credits ?? 0), maxQuantity: UInt32(maxQuantity), hostedContent: hosted, subscriptionPeriod: period,
+                credits: UInt64(credits ?? 0), maxQuantity: UInt32(maxQuantity), hostedContent: hosted,
+                subscriptionPeriod: period,
                 subscriptionGroup: group, groupLevel: UInt32(level), gracePeriod: grace, billingRetryPeriod: retry)
             product.introductoryOffer = introductory
             product.promotionalOffers = promotional
@@ -350,7 +401,9 @@ public struct Catalog: Sendable {
         guard digits.count % 2 == 0 else { return nil }
         var out: [UInt8] = []
         for index in stride(from: 0, to: digits.count, by: 2) {
-            guard let byte = UInt8(String(decoding: digits[index..<index + 2], as: UTF8.self), radix: 16) else { return nil }
+            guard let byte = UInt8(String(decoding: digits[index..<index + 2], as: UTF8.self), radix: 16) else {
+                return nil
+            }
             out.append(byte)
         }
         return out
@@ -359,7 +412,9 @@ public struct Catalog: Sendable {
     /// A price the store can charge: a decimal of at most 12 whole digits and at most the currency's ISO 4217
     /// decimals (so every catalog price can be bought, and read one way, ``Money``).
     private static func isPrice(_ text: String, _ currency: String) -> Bool {
-        guard let whole = text.split(separator: ".", omittingEmptySubsequences: false).first, whole.count <= 12 else { return false }
+        guard let whole = text.split(separator: ".", omittingEmptySubsequences: false).first, whole.count <= 12 else {
+            return false
+        }
         return Money(decimal: text, currency: currency) != nil
     }
 }

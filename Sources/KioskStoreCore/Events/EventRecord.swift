@@ -37,7 +37,8 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
 
     /// The kinds this version records, in number order.
     public static let known: [EventKind] = [
-        .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged, .test,
+        .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged,
+        .test,
         .refundRequested, .refundDenied,
     ]
 
@@ -69,7 +70,9 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// The known kind named `name` ("refunded", "REFUNDED" or "EVENT_TYPE_REFUNDED").
     public init?(shortName name: String) {
         let wanted = name.uppercased()
-        guard let kind = Self.known.first(where: { $0.shortName == wanted || $0.description == wanted }) else { return nil }
+        guard let kind = Self.known.first(where: { $0.shortName == wanted || $0.description == wanted }) else {
+            return nil
+        }
         self = kind
     }
 }
@@ -98,8 +101,10 @@ public struct EventRecord: Hashable, Sendable {
 
     /// An event to record (its id is assigned by the ledger).
     public init(
-        id: UInt64 = 0, type: EventKind, accountID: String, transactionID: String = "", originalTransactionID: String = "",
-        productID: String = "", createdMs: Int64, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false,
+        id: UInt64 = 0, type: EventKind, accountID: String, transactionID: String = "",
+        originalTransactionID: String = "",
+        productID: String = "", createdMs: Int64, reason: String = "", creditShortfall: UInt64 = 0,
+        autoRenew: Bool = false,
         price: String = "", expirationReason: Subscription.ExpirationReason = .unspecified
     ) {
         self.id = id
@@ -117,8 +122,11 @@ public struct EventRecord: Hashable, Sendable {
     }
 
     /// The event about `record` (its ids and product).
-    public init(_ type: EventKind, _ record: TransactionRecord, nowMs: Int64, reason: String = "", creditShortfall: UInt64 = 0) {
-        self.init(type: type, accountID: record.accountID, transactionID: record.id, originalTransactionID: record.originalID,
-                  productID: record.productID, createdMs: nowMs, reason: reason, creditShortfall: creditShortfall)
+    public init(
+        _ type: EventKind, _ record: TransactionRecord, nowMs: Int64, reason: String = "", creditShortfall: UInt64 = 0
+    ) {
+        self.init(
+            type: type, accountID: record.accountID, transactionID: record.id, originalTransactionID: record.originalID,
+            productID: record.productID, createdMs: nowMs, reason: reason, creditShortfall: creditShortfall)
     }
 }

@@ -116,7 +116,8 @@ public final class InMemoryLedger: @unchecked Sendable {
         current.accounts[id] = AccountRecord(id: id, paymentsAllowed: paymentsAllowed, creditBalance: balance)
         if balance > 0 {
             current.creditMovements.append(
-                State.CreditMovement(accountID: id, amount: Int64(balance), transactionID: nil, reason: "grant", createdMs: 0))
+                State.CreditMovement(
+                    accountID: id, amount: Int64(balance), transactionID: nil, reason: "grant", createdMs: 0))
         }
     }
 }
@@ -147,10 +148,14 @@ public final class InMemoryRepositories: StoreRepositories {
     /// A live purchase of an owned-once product. An auto-renewable's subscription row with the latest expiry
     /// decides when there is one (its latest transaction while entitled, else nil); otherwise the first
     /// purchased, unrevoked transaction that is a non-consumable or unexpired at `nowMs`.
-    public func owned(accountID: String, productID: String, kind: ProductKind, nowMs: Int64) throws -> TransactionRecord? {
+    public func owned(
+        accountID: String, productID: String, kind: ProductKind, nowMs: Int64
+    ) throws -> TransactionRecord? {
         guard kind.isExclusive else { return nil }
         if kind == .autoRenewableSubscription,
-           let row = state.subscriptions.values.filter({ $0.accountID == accountID && $0.productID == productID }).min(by: Self.endsLater) {
+            let row = state.subscriptions.values.filter({ $0.accountID == accountID && $0.productID == productID }).min(
+                by: Self.endsLater)
+        {
             guard row.isEntitled(atMs: nowMs) else { return nil }
             return try transaction(id: row.latestTransactionID)
         }
@@ -161,7 +166,9 @@ public final class InMemoryRepositories: StoreRepositories {
     }
 
     /// The first purchased, unrevoked transaction's original id, and the latest expiry among them (0: none).
-    public func subscriptionHistory(accountID: String, productID: String) throws -> (originalID: String?, latestExpiryMs: Int64) {
+    public func subscriptionHistory(
+        accountID: String, productID: String
+    ) throws -> (originalID: String?, latestExpiryMs: Int64) {
         let live = state.transactions.filter {
             $0.accountID == accountID && $0.productID == productID && $0.state == .purchased && $0.revokedMs == 0
         }
@@ -178,16 +185,23 @@ public final class InMemoryRepositories: StoreRepositories {
             row.credits = Self.signed(record.credits)
             row.refundCreditShortfall = 0
             guard state.transactionPositions[row.id] == nil, !collides(row) else {
-                throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded")
+                throw StoreError(
+                    .conflict,
+                    "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded"
+                )
             }
             try requireAccount(row.accountID)
             state.transactionPositions[row.id] = state.transactions.count
             state.transactions.append(row)
             if record.state == .purchased, record.credits > 0 {
-                try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase",
-                               nowMs: record.purchaseMs)
+                try addCredits(
+                    Int64(clamping: record.credits), account: record.accountID, transaction: record.id,
+                    reason: "purchase",
+                    nowMs: record.purchaseMs)
             }
-            if let type = event ?? (record.state == .purchased ? .purchased : record.state == .deferred ? .deferred : nil) {
+            if let type = event
+                ?? (record.state == .purchased ? .purchased : record.state == .deferred ? .deferred : nil)
+            {
                 try recordEvent(EventRecord(type, record, nowMs: record.purchaseMs))
             }
         }
@@ -217,13 +231,18 @@ public final class InMemoryRepositories: StoreRepositories {
                 row.periodStartMs = record.periodStartMs
                 row.offerID = record.offerID
                 guard !collides(row) else {
-                    throw StoreError(.conflict, "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)")
+                    throw StoreError(
+                        .conflict,
+                        "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID)"
+                    )
                 }
                 state.transactions[position] = row
             }
             if record.state == .purchased, record.credits > 0 {
-                try addCredits(Int64(clamping: record.credits), account: record.accountID, transaction: record.id, reason: "purchase",
-                               nowMs: record.purchaseMs)
+                try addCredits(
+                    Int64(clamping: record.credits), account: record.accountID, transaction: record.id,
+                    reason: "purchase",
+                    nowMs: record.purchaseMs)
             }
             if record.state == .purchased {
                 try recordEvent(EventRecord(.approved, record, nowMs: record.purchaseMs))
@@ -240,7 +259,8 @@ public final class InMemoryRepositories: StoreRepositories {
     /// The transaction becomes FAILED with the error. As the ledger's UPDATE, it does not check that it was
     /// DEFERRED (the caller did) and records no event (the caller records DECLINED).
     public func failDeferred(transactionID: String, code: UInt32, reason: String, message: String) throws {
-        guard let position = state.transactionPositions[transactionID], state.transactions[position].state == .deferred else { return }
+        guard let position = state.transactionPositions[transactionID], state.transactions[position].state == .deferred
+        else { return }
         state.transactions[position].state = .failed
         state.transactions[position].errorCode = code
         state.transactions[position].errorReason = reason
@@ -262,11 +282,15 @@ public final class InMemoryRepositories: StoreRepositories {
     /// - Throws: ``StoreError`` conflict when it is not purchased or was already revoked.
     public func revoke(transactionID: String, reason: String, nowMs: Int64) throws -> RevocationRecord {
         try atomically {
-            guard let position = state.transactionPositions[transactionID], state.transactions[position].state == .purchased else {
+            guard let position = state.transactionPositions[transactionID],
+                state.transactions[position].state == .purchased
+            else {
                 throw StoreError(.conflict, "transaction \(transactionID) is not purchased")
             }
             let revoked = state.transactions[position]
-            guard revoked.revokedMs == 0 else { throw StoreError(.conflict, "transaction \(transactionID) was already refunded") }
+            guard revoked.revokedMs == 0 else {
+                throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
+            }
             var shortfall: Int64 = 0
             if revoked.credits > 0 {
                 let owed = Int64(clamping: revoked.credits)
@@ -274,7 +298,8 @@ public final class InMemoryRepositories: StoreRepositories {
                 let taken = min(balance, owed)
                 shortfall = owed - taken
                 if taken > 0 {
-                    try addCredits(-taken, account: revoked.accountID, transaction: transactionID, reason: "refund", nowMs: nowMs)
+                    try addCredits(
+                        -taken, account: revoked.accountID, transaction: transactionID, reason: "refund", nowMs: nowMs)
                 }
             }
             state.transactions[position].revokedMs = nowMs
@@ -292,11 +317,13 @@ public final class InMemoryRepositories: StoreRepositories {
                 throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
             }
             let revocation = RevocationRecord(
-                cursor: state.nextRevocationCursor, transactionID: transactionID, originalTransactionID: revoked.originalID,
+                cursor: state.nextRevocationCursor, transactionID: transactionID,
+                originalTransactionID: revoked.originalID,
                 accountID: revoked.accountID, revokedMs: nowMs, reason: reason, creditShortfall: UInt64(shortfall))
             state.nextRevocationCursor += 1
             state.revocations.append(revocation)
-            try recordEvent(EventRecord(.refunded, revoked, nowMs: nowMs, reason: reason, creditShortfall: UInt64(shortfall)))
+            try recordEvent(
+                EventRecord(.refunded, revoked, nowMs: nowMs, reason: reason, creditShortfall: UInt64(shortfall)))
             return revocation
         }
     }
@@ -314,16 +341,21 @@ public final class InMemoryRepositories: StoreRepositories {
     /// Moves `amount` credits and records the movement.
     /// - Throws: ``StoreError`` conflict, with nothing changed, when the balance would go below zero (or past
     ///   the ledger's 64-bit column); notFound for an account that does not exist.
-    public func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64) throws {
+    public func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64) throws
+    {
         guard var record = state.accounts[account] else { throw StoreError(.notFound, "no account \(account)") }
         let (balance, overflow) = Int64(clamping: record.creditBalance).addingReportingOverflow(amount)
         guard !overflow, balance >= 0 else {
-            throw StoreError(.conflict, "account \(account) holds \(record.creditBalance) credits: a change of \(amount) would leave \(overflow ? "too many" : "fewer than 0")")
+            throw StoreError(
+                .conflict,
+                "account \(account) holds \(record.creditBalance) credits: a change of \(amount) would leave \(overflow ? "too many" : "fewer than 0")"
+            )
         }
         record.creditBalance = UInt64(balance)
         state.accounts[account] = record
         state.creditMovements.append(
-            InMemoryLedger.State.CreditMovement(accountID: account, amount: amount, transactionID: transaction, reason: reason, createdMs: nowMs))
+            InMemoryLedger.State.CreditMovement(
+                accountID: account, amount: amount, transactionID: transaction, reason: reason, createdMs: nowMs))
     }
 
     /// The answer kept for `key` (nil without a key or an answer).
@@ -331,14 +363,19 @@ public final class InMemoryRepositories: StoreRepositories {
     public func remembered(account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
         guard let key, let answer = state.idempotentAnswers[account]?[key] else { return nil }
         guard answer.operation == operation, answer.requestHash == hash else {
-            throw StoreError(.keyReused, "idempotency-key \"\(key)\" was already used for a different \(answer.operation) request; use a new key for a new request")
+            throw StoreError(
+                .keyReused,
+                "idempotency-key \"\(key)\" was already used for a different \(answer.operation) request; use a new key for a new request"
+            )
         }
         return answer.response
     }
 
     /// Keeps an answer for `key` (nothing without a key); one kept already stays unless `replacing`.
-    public func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
-                         replacing: Bool) throws {
+    public func remember(
+        _ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
+        replacing: Bool
+    ) throws {
         guard let key, replacing || state.idempotentAnswers[account]?[key] == nil else { return }
         state.idempotentAnswers[account, default: [:]][key] = InMemoryLedger.State.IdempotentAnswer(
             operation: operation, requestHash: hash, response: response, createdMs: nowMs)
@@ -397,8 +434,12 @@ public final class InMemoryRepositories: StoreRepositories {
     }
 
     /// Settles the intent only while it is pending under `intent`'s owner and attempt; true when it did.
-    public func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64) throws -> Bool {
-        guard var row = self.state.intents[intent.id], row.state == .pending, row.owner == intent.owner, row.attemptMs == intent.attemptMs else {
+    public func settleIfUnchanged(
+        _ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64
+    ) throws -> Bool {
+        guard var row = self.state.intents[intent.id], row.state == .pending, row.owner == intent.owner,
+            row.attemptMs == intent.attemptMs
+        else {
             return false
         }
         row.state = state
@@ -437,10 +478,13 @@ public final class InMemoryRepositories: StoreRepositories {
         try atomically {
             let before = state.subscriptions[subscription.originalID]
             if subscription.state == .expired, let before, before.isLive {
-                try recordEvent(EventRecord(
-                    type: .expired, accountID: subscription.accountID, transactionID: subscription.latestTransactionID,
-                    originalTransactionID: subscription.originalID, productID: subscription.productID, createdMs: nowMs,
-                    expirationReason: subscription.expirationReason))
+                try recordEvent(
+                    EventRecord(
+                        type: .expired, accountID: subscription.accountID,
+                        transactionID: subscription.latestTransactionID,
+                        originalTransactionID: subscription.originalID, productID: subscription.productID,
+                        createdMs: nowMs,
+                        expirationReason: subscription.expirationReason))
             }
             var row = subscription
             if let before {
@@ -506,7 +550,9 @@ public final class InMemoryRepositories: StoreRepositories {
     }
 
     public func sealPrivateKey(id: String, sealed: [UInt8]) throws {
-        guard let index = state.signingKeys.firstIndex(where: { $0.key.id == id }), state.signingKeys[index].sealed == nil else { return }
+        guard let index = state.signingKeys.firstIndex(where: { $0.key.id == id }),
+            state.signingKeys[index].sealed == nil
+        else { return }
         state.signingKeys[index].sealed = sealed
     }
 
@@ -541,16 +587,20 @@ public final class InMemoryRepositories: StoreRepositories {
         return state.webhooks.count < before
     }
 
-    public func webhookDeliveries(webhookID: String?, state wanted: WebhookDelivery.State?, limit: Int) throws -> [WebhookDelivery] {
+    public func webhookDeliveries(
+        webhookID: String?, state wanted: WebhookDelivery.State?, limit: Int
+    ) throws -> [WebhookDelivery] {
         let all = state.webhookDeliveries.filter { webhookID == nil || $0.key == webhookID }.values.flatMap(\.values)
-        return Array(all.filter { wanted == nil || $0.state == wanted }
-            .sorted { ($0.eventID, $1.webhookID) > ($1.eventID, $0.webhookID) }
-            .prefix(max(limit, 0)))
+        return Array(
+            all.filter { wanted == nil || $0.state == wanted }
+                .sorted { ($0.eventID, $1.webhookID) > ($1.eventID, $0.webhookID) }
+                .prefix(max(limit, 0)))
     }
 
     public func redriveWebhookDeliveries(webhookID: String?, eventID: UInt64?, nowMs: Int64) throws -> Int {
         for (hook, deliveries) in state.webhookDeliveries where webhookID == nil || hook == webhookID {
-            for (event, var delivery) in deliveries where delivery.state == .failed && (eventID == nil || event == eventID) {
+            for (event, var delivery) in deliveries
+            where delivery.state == .failed && (eventID == nil || event == eventID) {
                 delivery.state = .pending
                 delivery.attempts = 0
                 delivery.firstAttemptMs = 0
@@ -581,7 +631,8 @@ public final class InMemoryRepositories: StoreRepositories {
         for delivery in pending where heads[delivery.accountID].map({ delivery.eventID < $0.eventID }) ?? true {
             heads[delivery.accountID] = delivery
         }
-        return Array(heads.values.filter { $0.nextAttemptMs <= nowMs }.sorted { $0.eventID < $1.eventID }.prefix(max(limit, 0)))
+        return Array(
+            heads.values.filter { $0.nextAttemptMs <= nowMs }.sorted { $0.eventID < $1.eventID }.prefix(max(limit, 0)))
     }
 
     public func recordWebhookAttempt(_ delivery: WebhookDelivery, leaseOwner: String) throws {
@@ -620,7 +671,10 @@ public final class InMemoryRepositories: StoreRepositories {
     // MARK: Service credentials
 
     public func addServiceCredential(_ credential: ServiceCredentialRecord, tokenHash: [UInt8]) throws {
-        guard !state.serviceCredentials.contains(where: { $0.credential.id == credential.id || $0.tokenHash == tokenHash }) else {
+        guard
+            !state.serviceCredentials.contains(where: { $0.credential.id == credential.id || $0.tokenHash == tokenHash }
+            )
+        else {
             throw StoreError(.conflict, "service credential \(credential.id) or its secret exists already")
         }
         state.serviceCredentials.append((credential, tokenHash))
@@ -636,7 +690,11 @@ public final class InMemoryRepositories: StoreRepositories {
     }
 
     public func revokeServiceCredential(id: String, nowMs: Int64) throws -> Bool {
-        guard let index = state.serviceCredentials.firstIndex(where: { $0.credential.id == id && $0.credential.revokedMs == 0 }) else {
+        guard
+            let index = state.serviceCredentials.firstIndex(where: {
+                $0.credential.id == id && $0.credential.revokedMs == 0
+            })
+        else {
             return false
         }
         state.serviceCredentials[index].credential.revokedMs = nowMs
@@ -667,10 +725,15 @@ public final class InMemoryRepositories: StoreRepositories {
     }
 
     /// Events after `cursor`, oldest first, at most `limit`: of one account or all, of `types` or any.
-    public func events(after cursor: UInt64, limit: Int, accountID: String?, types: [EventKind]) throws -> [EventRecord] {
-        Array(state.events
-            .filter { $0.id > cursor && (accountID == nil || $0.accountID == accountID) && (types.isEmpty || types.contains($0.type)) }
-            .prefix(max(0, limit)))
+    public func events(after cursor: UInt64, limit: Int, accountID: String?, types: [EventKind]) throws -> [EventRecord]
+    {
+        Array(
+            state.events
+                .filter {
+                    $0.id > cursor && (accountID == nil || $0.accountID == accountID)
+                        && (types.isEmpty || types.contains($0.type))
+                }
+                .prefix(max(0, limit)))
     }
 
     // MARK: Constraints
@@ -692,7 +755,8 @@ public final class InMemoryRepositories: StoreRepositories {
         state.transactions.contains { other in
             other.id != row.id
                 && ((row.paymentID != nil && other.paymentID == row.paymentID)
-                    || (Self.ownedOnce(row) && Self.ownedOnce(other) && other.accountID == row.accountID && other.productID == row.productID))
+                    || (Self.ownedOnce(row) && Self.ownedOnce(other) && other.accountID == row.accountID
+                        && other.productID == row.productID))
         }
     }
 
@@ -706,12 +770,15 @@ public final class InMemoryRepositories: StoreRepositories {
     private func blocksAnotherPending(_ row: PaymentIntent) -> Bool {
         guard row.state == .pending, row.exclusive else { return false }
         return state.intents.values.contains {
-            $0.id != row.id && $0.state == .pending && $0.exclusive && $0.accountID == row.accountID && $0.productID == row.productID
+            $0.id != row.id && $0.state == .pending && $0.exclusive && $0.accountID == row.accountID
+                && $0.productID == row.productID
         }
     }
 
     private static func inProgress(_ intent: PaymentIntent) -> StoreError {
-        StoreError(.inProgress, "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
+        StoreError(
+            .inProgress,
+            "a payment for \(intent.productID) is already in progress for this account; try again when it has finished")
     }
 
     /// The ledger's foreign keys: transactions, credit movements, intents and subscriptions name an account.
@@ -722,7 +789,8 @@ public final class InMemoryRepositories: StoreRepositories {
     /// The ledger's `ORDER BY expires_ms DESC, original_id` (bytewise, as SQLite compares text): true when
     /// `a` comes first.
     private static func endsLater(_ a: Subscription, _ b: Subscription) -> Bool {
-        a.expiresMs != b.expiresMs ? a.expiresMs > b.expiresMs : a.originalID.utf8.lexicographicallyPrecedes(b.originalID.utf8)
+        a.expiresMs != b.expiresMs
+            ? a.expiresMs > b.expiresMs : a.originalID.utf8.lexicographicallyPrecedes(b.originalID.utf8)
     }
 
     /// `value` as the ledger's signed 64-bit columns keep it: at most `Int64.max`.

@@ -94,7 +94,8 @@ public struct Money: Hashable, Sendable, Comparable, CustomStringConvertible {
 public enum Currency {
     /// Currencies without a minor unit (ISO 4217 exponent 0).
     static let exponentZero: Set<String> = [
-        "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "UYI", "VND", "VUV", "XAF", "XOF", "XPF",
+        "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "UYI", "VND", "VUV", "XAF", "XOF",
+        "XPF",
     ]
     /// Currencies with three decimals (ISO 4217 exponent 3).
     static let exponentThree: Set<String> = ["BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"]

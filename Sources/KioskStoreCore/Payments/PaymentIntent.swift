@@ -72,16 +72,20 @@ public struct PaymentIntent: Hashable, Sendable {
 
     /// The processor's request for this payment.
     public var request: PaymentRequest {
-        PaymentRequest(paymentID: paymentID, accountID: accountID, productID: productID, quantity: quantity,
-                       unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, isApproval: kind == .approval,
-                       isRenewal: kind == .renewal)
+        PaymentRequest(
+            paymentID: paymentID, accountID: accountID, productID: productID, quantity: quantity,
+            unitPrice: unitPrice, currency: currency, paymentMethod: paymentMethod, isApproval: kind == .approval,
+            isRenewal: kind == .renewal)
     }
 
     /// An intent as the ledger holds it.
     public init(
-        kind: Kind, paymentID: String, transactionID: String, accountID: String, productID: String, productType: ProductKind,
-        creditsPerUnit: UInt64, subscriptionPeriod: String, quantity: UInt32, unitPrice: String, currency: String, paymentMethod: String,
-        purchaseMs: Int64, offerID: String = "", idempotencyKey: String?, requestHash: [UInt8], state: State = .pending, outcome: String = "",
+        kind: Kind, paymentID: String, transactionID: String, accountID: String, productID: String,
+        productType: ProductKind,
+        creditsPerUnit: UInt64, subscriptionPeriod: String, quantity: UInt32, unitPrice: String, currency: String,
+        paymentMethod: String,
+        purchaseMs: Int64, offerID: String = "", idempotencyKey: String?, requestHash: [UInt8], state: State = .pending,
+        outcome: String = "",
         owner: String, createdMs: Int64, attemptMs: Int64
     ) {
         self.kind = kind

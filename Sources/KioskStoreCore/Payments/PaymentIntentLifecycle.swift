@@ -149,9 +149,13 @@ public enum RefundPlan: Hashable, Sendable {
 
     /// The plan for a transaction of `quantity` × `unitPrice` in `currency` that was paid under a payment id
     /// (nil: never sent to a processor). A price that cannot be read goes to the processor, which knows.
-    public static func forTransaction(paymentID: String?, unitPrice: String, currency: String, quantity: UInt32) -> RefundPlan {
+    public static func forTransaction(
+        paymentID: String?, unitPrice: String, currency: String, quantity: UInt32
+    ) -> RefundPlan {
         guard paymentID != nil else { return .ledgerOnly }
-        if let amount = Money(decimal: unitPrice, currency: currency)?.times(quantity), amount.isZero { return .ledgerOnly }
+        if let amount = Money(decimal: unitPrice, currency: currency)?.times(quantity), amount.isZero {
+            return .ledgerOnly
+        }
         return .processor
     }
 }

@@ -25,8 +25,11 @@ public struct PaymentRequest: Hashable, Sendable {
     public var isRenewal: Bool
 
     /// Creates a request.
-    public init(paymentID: String, accountID: String, productID: String, quantity: UInt32, unitPrice: String, currency: String, paymentMethod: String,
-                isApproval: Bool = false, isRenewal: Bool = false) {
+    public init(
+        paymentID: String, accountID: String, productID: String, quantity: UInt32, unitPrice: String, currency: String,
+        paymentMethod: String,
+        isApproval: Bool = false, isRenewal: Bool = false
+    ) {
         self.isApproval = isApproval
         self.isRenewal = isRenewal
         self.paymentID = paymentID
@@ -116,4 +119,3 @@ extension PaymentProcessor {
     public var isTestMode: Bool { isSimulated }
     public var lookupDelay: Duration { .zero }
 }
-

@@ -26,7 +26,9 @@ public protocol TransactionRepository {
     func owned(accountID: String, productID: String, kind: ProductKind, nowMs: Int64) throws -> TransactionRecord?
     /// The first purchased, unrevoked transaction of the account's product (its original id), and the
     /// latest expiry among them (0: none).
-    func subscriptionHistory(accountID: String, productID: String) throws -> (originalID: String?, latestExpiryMs: Int64)
+    func subscriptionHistory(
+        accountID: String, productID: String
+    ) throws -> (originalID: String?, latestExpiryMs: Int64)
     /// Records a new transaction; a purchased one's credits go to the account, and its event is
     /// recorded: `event`, or PURCHASED / DEFERRED by its state (none for FAILED).
     /// - Throws: ``StoreError`` conflict when its id or payment is recorded already, or it would be a
@@ -63,8 +65,9 @@ public protocol AccountRepository {
     /// - Throws: ``StoreError`` keyReused when the key was used for another operation or request.
     func remembered(account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]?
     /// Keeps an answer for `key` (nothing without a key). One kept already stays, unless `replacing`.
-    func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
-                  replacing: Bool) throws
+    func remember(
+        _ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
+        replacing: Bool) throws
 }
 
 /// Payment intents: written before the processor is asked, settled with its answer.
@@ -81,7 +84,9 @@ public protocol PaymentIntentRepository {
     /// Marks an intent completed or closed, with why.
     func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64) throws
     /// Settles an intent only if it is still pending under the same owner and attempt; true when it did.
-    func settleIfUnchanged(_ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64) throws -> Bool
+    func settleIfUnchanged(
+        _ intent: PaymentIntent, _ state: PaymentIntent.State, outcome: String, nowMs: Int64
+    ) throws -> Bool
     /// Ids of the account's pending intents for any of `productIDs`.
     func pendingIntentIDs(accountID: String, productIDs: [String]) throws -> [String]
 }
@@ -151,8 +156,11 @@ extension TransactionRepository {
 
 extension AccountRepository {
     /// Keeps an answer for `key`; one kept already stays.
-    public func remember(_ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64) throws {
-        try remember(response, account: account, key: key, operation: operation, hash: hash, nowMs: nowMs, replacing: false)
+    public func remember(
+        _ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64
+    ) throws {
+        try remember(
+            response, account: account, key: key, operation: operation, hash: hash, nowMs: nowMs, replacing: false)
     }
 }
 

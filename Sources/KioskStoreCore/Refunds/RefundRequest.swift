@@ -57,8 +57,10 @@ public struct RefundRequest: Hashable, Sendable {
     public var decisionReason: String
 
     /// A request as the ledger keeps it.
-    public init(transactionID: String, accountID: String, productID: String, reason: String, state: State, requestedMs: Int64,
-                decidedMs: Int64 = 0, decisionReason: String = "") {
+    public init(
+        transactionID: String, accountID: String, productID: String, reason: String, state: State, requestedMs: Int64,
+        decidedMs: Int64 = 0, decisionReason: String = ""
+    ) {
         self.transactionID = transactionID
         self.accountID = accountID
         self.productID = productID
@@ -70,12 +72,15 @@ public struct RefundRequest: Hashable, Sendable {
     }
 
     /// The buyer asks for a refund of a transaction that is `purchased` and `refunded` or not: a PENDING request.
-    public static func asked(transactionID: String, accountID: String, productID: String, purchased: Bool, refunded: Bool,
-                             reason: String, atMs nowMs: Int64) throws(Refusal) -> RefundRequest {
+    public static func asked(
+        transactionID: String, accountID: String, productID: String, purchased: Bool, refunded: Bool,
+        reason: String, atMs nowMs: Int64
+    ) throws(Refusal) -> RefundRequest {
         guard purchased else { throw .notPurchased }
         guard !refunded else { throw .alreadyRefunded }
-        return RefundRequest(transactionID: transactionID, accountID: accountID, productID: productID, reason: reason, state: .pending,
-                             requestedMs: nowMs)
+        return RefundRequest(
+            transactionID: transactionID, accountID: accountID, productID: productID, reason: reason, state: .pending,
+            requestedMs: nowMs)
     }
 
     /// The transaction was refunded: a pending or denied request is GRANTED with the refund's reason.

@@ -93,8 +93,10 @@ public struct Subscription: Hashable, Sendable {
 
     /// A subscription about to be paid for the first time (its first period is recorded by
     /// ``SubscriptionLifecycle/purchased(_:)``).
-    public init(originalID: String, accountID: String, productID: String, paymentMethod: String, expiresMs: Int64,
-                latestTransactionID: String) {
+    public init(
+        originalID: String, accountID: String, productID: String, paymentMethod: String, expiresMs: Int64,
+        latestTransactionID: String
+    ) {
         self.originalID = originalID
         self.accountID = accountID
         self.productID = productID

@@ -28,18 +28,27 @@ public struct SubscriptionRules: Sendable {
     /// period — an offer's while periods of it are left, else the product's. Nil when the product left the catalog.
     public func renewalTerms(_ row: Subscription) -> RenewalTerms? {
         let switching = !row.pendingProductID.isEmpty
-        guard let product = catalog.product(switching ? row.pendingProductID : row.productID), product.type == .autoRenewableSubscription,
-              let period = product.subscriptionPeriod else { return nil }
-        if !switching, !row.offerID.isEmpty, let offer = product.offer(row.offerID), row.offerPeriodsUsed < offer.periods {
-            return RenewalTerms(productID: product.id, price: offer.price, currency: product.currency, period: offer.period, offerID: offer.id)
+        guard let product = catalog.product(switching ? row.pendingProductID : row.productID),
+            product.type == .autoRenewableSubscription,
+            let period = product.subscriptionPeriod
+        else { return nil }
+        if !switching, !row.offerID.isEmpty, let offer = product.offer(row.offerID),
+            row.offerPeriodsUsed < offer.periods
+        {
+            return RenewalTerms(
+                productID: product.id, price: offer.price, currency: product.currency, period: offer.period,
+                offerID: offer.id)
         }
-        return RenewalTerms(productID: product.id, price: product.price, currency: product.currency, period: period, offerID: "")
+        return RenewalTerms(
+            productID: product.id, price: product.price, currency: product.currency, period: period, offerID: "")
     }
 
     /// True when the next renewal's regular price (the product's, or a pending downgrade's) is above the one the buyer
     /// agreed to (during an offer too).
     public func priceIncreasePending(_ row: Subscription) -> Bool {
-        guard let product = catalog.product(row.pendingProductID.isEmpty ? row.productID : row.pendingProductID) else { return false }
+        guard let product = catalog.product(row.pendingProductID.isEmpty ? row.productID : row.pendingProductID) else {
+            return false
+        }
         return row.priceIncreasePending(regularPrice: product.price, currency: product.currency)
     }
 
@@ -50,7 +59,9 @@ public struct SubscriptionRules: Sendable {
     }
 
     /// The account's subscription in `productID`'s group (any state, the latest ending first), if any.
-    public func groupSubscription(_ db: any StoreRepositories, accountID: String, productID: String) throws -> Subscription? {
+    public func groupSubscription(
+        _ db: any StoreRepositories, accountID: String, productID: String
+    ) throws -> Subscription? {
         let members = groupMembers(of: productID)
         guard !members.isEmpty else { return nil }
         return try db.subscriptions(accountID: accountID, productIDs: members).first
@@ -58,7 +69,9 @@ public struct SubscriptionRules: Sendable {
 
     /// Inside a write: true when another payment for a product of `productID`'s subscription group is in flight for the
     /// account (a renewal being charged while the buyer upgrades, or the reverse): one payment per group at a time.
-    public func groupPaymentInFlight(_ db: any StoreRepositories, accountID: String, productID: String, except intentID: String? = nil) throws -> Bool {
+    public func groupPaymentInFlight(
+        _ db: any StoreRepositories, accountID: String, productID: String, except intentID: String? = nil
+    ) throws -> Bool {
         let members = groupMembers(of: productID)
         guard !members.isEmpty else { return false }
         // Ordered after any other write about the account first (PostgreSQL), so the check sees the other's intent.
@@ -68,27 +81,36 @@ public struct SubscriptionRules: Sendable {
 
     /// Inside the purchase's write: what buying `product` means for the account's subscription in its group. A
     /// downgrade or crossgrade is recorded on the subscription here (it switches at renewal, at the new product's price).
-    public func groupChange(_ db: any StoreRepositories, accountID: String, to product: CatalogProduct, nowMs: Int64) throws -> GroupChange {
+    public func groupChange(
+        _ db: any StoreRepositories, accountID: String, to product: CatalogProduct, nowMs: Int64
+    ) throws -> GroupChange {
         guard product.type == .autoRenewableSubscription,
-              var current = try groupSubscription(db, accountID: accountID, productID: product.id),
-              current.productID != product.id, current.isEntitled(atMs: nowMs),
-              let latest = try db.transaction(id: current.latestTransactionID) else { return .none }
+            var current = try groupSubscription(db, accountID: accountID, productID: product.id),
+            current.productID != product.id, current.isEntitled(atMs: nowMs),
+            let latest = try db.transaction(id: current.latestTransactionID)
+        else { return .none }
         let currentLevel = catalog.product(current.productID)?.groupLevel ?? UInt32.max
         if product.groupLevel >= currentLevel {
             current.downgradeChosen(to: product.id, price: product.price)
             try db.saveSubscription(current, nowMs: nowMs)
             return .atRenewal(latest)
         }
-        return .upgrade(price: Self.upgradePrice(newPrice: product.price, oldPrice: latest.price, currency: product.currency,
-                                                 periodStartMs: latest.periodStartMs, periodEndMs: latest.expiresMs, nowMs: nowMs))
+        return .upgrade(
+            price: Self.upgradePrice(
+                newPrice: product.price, oldPrice: latest.price, currency: product.currency,
+                periodStartMs: latest.periodStartMs, periodEndMs: latest.expiresMs, nowMs: nowMs))
     }
 
     /// The new price less the unused part of the current period (prorated by time, rounded half up to the currency's
     /// minor unit), never below 0, as a decimal string in the currency's decimals.
-    public static func upgradePrice(newPrice: String, oldPrice: String, currency: String, periodStartMs: Int64, periodEndMs: Int64,
-                                    nowMs: Int64) -> String {
-        guard let new = Money(decimal: newPrice, currency: currency), let old = Money(decimal: oldPrice, currency: currency),
-              periodEndMs > periodStartMs else { return newPrice }
+    public static func upgradePrice(
+        newPrice: String, oldPrice: String, currency: String, periodStartMs: Int64, periodEndMs: Int64,
+        nowMs: Int64
+    ) -> String {
+        guard let new = Money(decimal: newPrice, currency: currency),
+            let old = Money(decimal: oldPrice, currency: currency),
+            periodEndMs > periodStartMs
+        else { return newPrice }
         let period = periodEndMs - periodStartMs
         let unused = min(max(periodEndMs - nowMs, 0), period)
         // old × unused / period, rounded half up, in minor units (a 128-bit product: no overflow).
@@ -103,11 +125,14 @@ public struct SubscriptionRules: Sendable {
     /// subscription is ACTIVE on the new product, at the regular price the buyer had in front of them.
     /// - Parameter regularPrice: that price: the catalog's now for a purchase, the price asked for in an approved
     ///   ask-to-buy (nil: the catalog's now).
-    public func bought(_ record: TransactionRecord, regularPrice: String? = nil, nowMs: Int64, _ db: any StoreRepositories) throws {
+    public func bought(
+        _ record: TransactionRecord, regularPrice: String? = nil, nowMs: Int64, _ db: any StoreRepositories
+    ) throws {
         guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
         if let row = try db.subscription(originalID: record.originalID), row.productID != record.productID,
-           row.isEntitled(atMs: nowMs), let old = try db.transaction(id: row.latestTransactionID),
-           old.state == .purchased, old.revokedMs == 0 {
+            row.isEntitled(atMs: nowMs), let old = try db.transaction(id: row.latestTransactionID),
+            old.state == .purchased, old.revokedMs == 0
+        {
             _ = try db.revoke(transactionID: old.id, reason: "upgraded to \(record.productID)", nowMs: nowMs)
         }
         try Self.paid(record, regularPrice: regularPrice ?? catalog.product(record.productID)?.price, nowMs: nowMs, db)
@@ -117,14 +142,19 @@ public struct SubscriptionRules: Sendable {
     /// takes it as a buyer's purchase (`renewal` false: a purchase, an approval, an upgrade) or as the store's
     /// renewal (``Subscription/renewed(_:)``: auto-renew and the agreed price left as they are).
     /// - Parameter regularPrice: the regular price the buyer had in front of them (purchases only).
-    public static func paid(_ record: TransactionRecord, regularPrice: String?, renewal: Bool = false, nowMs: Int64,
-                            _ db: any StoreRepositories) throws {
+    public static func paid(
+        _ record: TransactionRecord, regularPrice: String?, renewal: Bool = false, nowMs: Int64,
+        _ db: any StoreRepositories
+    ) throws {
         guard record.productType == .autoRenewableSubscription, record.state == .purchased else { return }
-        var row = try db.subscription(originalID: record.originalID)
-            ?? Subscription(originalID: record.originalID, accountID: record.accountID, productID: record.productID,
-                            paymentMethod: record.paymentMethod, expiresMs: record.expiresMs, latestTransactionID: record.id)
-        let paid = PaidPeriod(transactionID: record.id, productID: record.productID, expiresMs: record.expiresMs,
-                              paymentMethod: record.paymentMethod, offerID: record.offerID, regularPrice: regularPrice ?? "")
+        var row =
+            try db.subscription(originalID: record.originalID)
+            ?? Subscription(
+                originalID: record.originalID, accountID: record.accountID, productID: record.productID,
+                paymentMethod: record.paymentMethod, expiresMs: record.expiresMs, latestTransactionID: record.id)
+        let paid = PaidPeriod(
+            transactionID: record.id, productID: record.productID, expiresMs: record.expiresMs,
+            paymentMethod: record.paymentMethod, offerID: record.offerID, regularPrice: regularPrice ?? "")
         if renewal { row.renewed(paid) } else { row.purchased(paid) }
         try db.saveSubscription(row, nowMs: nowMs)
     }

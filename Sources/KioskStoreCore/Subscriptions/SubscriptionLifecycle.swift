@@ -65,7 +65,10 @@ public struct PaidPeriod: Hashable, Sendable {
     public var regularPrice: String
 
     /// Creates a paid period.
-    public init(transactionID: String, productID: String, expiresMs: Int64, paymentMethod: String, offerID: String, regularPrice: String) {
+    public init(
+        transactionID: String, productID: String, expiresMs: Int64, paymentMethod: String, offerID: String,
+        regularPrice: String
+    ) {
         self.transactionID = transactionID
         self.productID = productID
         self.expiresMs = expiresMs
@@ -286,7 +289,9 @@ extension Subscription {
     private func isAbove(_ price: String, currency: String) -> Bool {
         guard !acceptedPrice.isEmpty else { return false }
         // A price that cannot be read in the currency is never taken as agreed.
-        guard let next = Money(decimal: price, currency: currency), let agreed = Money(decimal: acceptedPrice, currency: currency) else {
+        guard let next = Money(decimal: price, currency: currency),
+            let agreed = Money(decimal: acceptedPrice, currency: currency)
+        else {
             return true
         }
         return next > agreed

@@ -15,7 +15,8 @@ public struct SubscriptionPeriod: Hashable, Sendable, CustomStringConvertible {
     /// Parses `P<n><D|W|M|Y>`; nil for anything else.
     public init?(iso8601 text: String) {
         guard text.count >= 3, text.first == "P", let unit = Unit(rawValue: String(text.last!)),
-              let count = Int(text.dropFirst().dropLast()), count > 0, count <= 1000 else { return nil }
+            let count = Int(text.dropFirst().dropLast()), count > 0, count <= 1000
+        else { return nil }
         self.count = count
         self.unit = unit
     }

@@ -128,11 +128,15 @@ public struct TransactionRecord: Hashable, Sendable {
 
     /// A transaction with nothing yet charged, failed, finished or revoked.
     public init(
-        id: String, originalID: String, accountID: String, productID: String, productType: ProductKind, quantity: UInt32,
-        state: TransactionState, purchaseMs: Int64, expiresMs: Int64 = 0, periodStartMs: Int64 = 0, offerID: String = "",
-        price: String, currency: String, paymentMethod: String, paymentID: String?, errorCode: UInt32 = 0, errorReason: String = "",
+        id: String, originalID: String, accountID: String, productID: String, productType: ProductKind,
+        quantity: UInt32,
+        state: TransactionState, purchaseMs: Int64, expiresMs: Int64 = 0, periodStartMs: Int64 = 0,
+        offerID: String = "",
+        price: String, currency: String, paymentMethod: String, paymentID: String?, errorCode: UInt32 = 0,
+        errorReason: String = "",
         errorMessage: String = "", receipt: [UInt8]? = nil, finished: Bool = false, revokedMs: Int64 = 0,
-        revocationReason: String = "", environment: StoreEnvironment, credits: UInt64 = 0, refundCreditShortfall: UInt64 = 0
+        revocationReason: String = "", environment: StoreEnvironment, credits: UInt64 = 0,
+        refundCreditShortfall: UInt64 = 0
     ) {
         self.id = id
         self.originalID = originalID
@@ -195,8 +199,10 @@ public struct RevocationRecord: Hashable, Sendable {
     /// Credits the refund could not take back because they were spent.
     public var creditShortfall: UInt64
 
-    public init(cursor: UInt64, transactionID: String, originalTransactionID: String, accountID: String, revokedMs: Int64,
-                reason: String, creditShortfall: UInt64) {
+    public init(
+        cursor: UInt64, transactionID: String, originalTransactionID: String, accountID: String, revokedMs: Int64,
+        reason: String, creditShortfall: UInt64
+    ) {
         self.cursor = cursor
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID

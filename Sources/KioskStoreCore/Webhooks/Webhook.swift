@@ -38,8 +38,11 @@ public struct WebhookDelivery: Hashable, Sendable {
     public var lastError: String
     public var deliveredMs: Int64
 
-    public init(webhookID: String, eventID: UInt64, accountID: String, state: State = .pending, attempts: Int = 0, nextAttemptMs: Int64,
-                firstAttemptMs: Int64 = 0, lastError: String = "", deliveredMs: Int64 = 0) {
+    public init(
+        webhookID: String, eventID: UInt64, accountID: String, state: State = .pending, attempts: Int = 0,
+        nextAttemptMs: Int64,
+        firstAttemptMs: Int64 = 0, lastError: String = "", deliveredMs: Int64 = 0
+    ) {
         self.webhookID = webhookID
         self.eventID = eventID
         self.accountID = accountID

@@ -1,5 +1,6 @@
 import Foundation
 import KioskStoreCore
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -37,8 +38,10 @@ public struct SimulatedPaymentProcessor: PaymentProcessor {
     /// Reads `KIOSK_SIMULATED_CHARGE_LOG` and `KIOSK_SIMULATED_DELAY_MS` from the environment (test aids).
     public static func fromEnvironment() -> SimulatedPaymentProcessor {
         let environment = ProcessInfo.processInfo.environment
-        let delay = environment["KIOSK_SIMULATED_DELAY_MS"].flatMap(Int64.init).map { Duration.milliseconds($0) } ?? .zero
-        return SimulatedPaymentProcessor(chargeLog: environment["KIOSK_SIMULATED_CHARGE_LOG"].flatMap { $0.isEmpty ? nil : $0 }, delay: delay)
+        let delay =
+            environment["KIOSK_SIMULATED_DELAY_MS"].flatMap(Int64.init).map { Duration.milliseconds($0) } ?? .zero
+        return SimulatedPaymentProcessor(
+            chargeLog: environment["KIOSK_SIMULATED_CHARGE_LOG"].flatMap { $0.isEmpty ? nil : $0 }, delay: delay)
     }
 
     private func charged(_ request: PaymentRequest) async -> PaymentOutcome {
@@ -81,9 +84,13 @@ public struct SimulatedPaymentProcessor: PaymentProcessor {
         default:
             let prefix = "test-card:"
             guard method.hasPrefix(prefix), method.count > prefix.count + 11,
-                  method.dropFirst(prefix.count).allSatisfy({ $0.isASCII && $0.isNumber }) else {
-                return .declined(reason: "invalid_payment_method",
-                                 message: "unknown payment method \"\(method)\"; use test-card:<12 or more digits>, test-cancel or test-ask")
+                method.dropFirst(prefix.count).allSatisfy({ $0.isASCII && $0.isNumber })
+            else {
+                return .declined(
+                    reason: "invalid_payment_method",
+                    message:
+                        "unknown payment method \"\(method)\"; use test-card:<12 or more digits>, test-cancel or test-ask"
+                )
             }
             return .succeeded(reference: "sim_" + request.paymentID)
         }

@@ -84,9 +84,11 @@ public struct StripePaymentProcessor: PaymentProcessor {
     ///   - maxRetries: See ``maxRetries``.
     ///   - retryBaseDelay: See ``retryBaseDelay``.
     ///   - lookupDelay: See ``lookupDelay``.
-    public init(secretKey: String, baseURL: String = StripePaymentProcessor.defaultBaseURL, httpClient: HTTPClient = .shared,
-                requestTimeout: Duration = .seconds(30), maxRetries: Int = 3, retryBaseDelay: Duration = .milliseconds(500),
-                lookupDelay: Duration = .seconds(60)) {
+    public init(
+        secretKey: String, baseURL: String = StripePaymentProcessor.defaultBaseURL, httpClient: HTTPClient = .shared,
+        requestTimeout: Duration = .seconds(30), maxRetries: Int = 3, retryBaseDelay: Duration = .milliseconds(500),
+        lookupDelay: Duration = .seconds(60)
+    ) {
         self.secretKey = secretKey
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.httpClient = httpClient
@@ -127,10 +129,14 @@ public struct StripePaymentProcessor: PaymentProcessor {
     public func charge(_ request: PaymentRequest) async throws -> PaymentOutcome {
         if let refusal = Self.localRefusal(of: request) { return refusal }
         guard let amount = StripeAmount.apiAmount(request) else {
-            return .declined(reason: "invalid_amount", message: "\(request.unitPrice) × \(request.quantity) \(request.currency) is not an amount Stripe can charge")
+            return .declined(
+                reason: "invalid_amount",
+                message:
+                    "\(request.unitPrice) × \(request.quantity) \(request.currency) is not an amount Stripe can charge")
         }
-        let response = try await send(.POST, "/v1/payment_intents", form: Self.createForm(request, amount: amount),
-                                      idempotencyKey: request.paymentID)
+        let response = try await send(
+            .POST, "/v1/payment_intents", form: Self.createForm(request, amount: amount),
+            idempotencyKey: request.paymentID)
         return try await outcome(of: response, request: request)
     }
 
@@ -144,8 +150,9 @@ public struct StripePaymentProcessor: PaymentProcessor {
     private static func localRefusal(of request: PaymentRequest) -> PaymentOutcome? {
         let method = request.paymentMethod
         if method.isEmpty || SimulatedPaymentProcessor.isTestMethod(method) {
-            return .declined(reason: "invalid_payment_method",
-                             message: "\"\(method)\" is not a Stripe payment method; use a pm_… id (pm_card_visa in test mode)")
+            return .declined(
+                reason: "invalid_payment_method",
+                message: "\"\(method)\" is not a Stripe payment method; use a pm_… id (pm_card_visa in test mode)")
         }
         return nil
     }
@@ -195,11 +202,14 @@ public struct StripePaymentProcessor: PaymentProcessor {
             // The buyer must authenticate (3-D Secure), which a server cannot do:
             // cancel the intent so it can never be completed, and decline.
             _ = try? await cancel(intent)
-            return .declined(reason: "authentication_required", message: "the card issuer requires the buyer to authenticate this payment")
+            return .declined(
+                reason: "authentication_required",
+                message: "the card issuer requires the buyer to authenticate this payment")
         case "canceled":
             return .declined(reason: "payment_canceled", message: "Stripe cancelled PaymentIntent \(intent.id)")
         case "processing":
-            throw PaymentProcessorError("stripe: PaymentIntent \(intent.id) is still processing; its outcome is not known yet")
+            throw PaymentProcessorError(
+                "stripe: PaymentIntent \(intent.id) is still processing; its outcome is not known yet")
         default:
             throw PaymentProcessorError("stripe: PaymentIntent \(intent.id) has unexpected status \(intent.status)")
         }
@@ -207,7 +217,8 @@ public struct StripePaymentProcessor: PaymentProcessor {
 
     /// Decline codes Stripe advises not to show the buyer; they are reported as a plain decline.
     private static let confidentialDeclineCodes: Set<String> = [
-        "fraudulent", "lost_card", "stolen_card", "pickup_card", "merchant_blacklist", "restricted_card", "security_violation",
+        "fraudulent", "lost_card", "stolen_card", "pickup_card", "merchant_blacklist", "restricted_card",
+        "security_violation",
     ]
 
     /// A card error as a decline: the reason is the decline code when it says
@@ -250,7 +261,9 @@ public struct StripePaymentProcessor: PaymentProcessor {
     /// recently than ``lookupDelay`` may be answered `notCharged` wrongly, so the
     /// store reconciles only payments older than that.
     public func lookup(_ request: PaymentRequest) async throws -> PaymentLookup {
-        if let reference = await recentCharges.intentID(for: request.paymentID) { return .charged(reference: reference) }
+        if let reference = await recentCharges.intentID(for: request.paymentID) {
+            return .charged(reference: reference)
+        }
         let intents = try await searchIntents(paymentID: request.paymentID)
         if let charged = intents.first(where: { $0.status == "succeeded" }) {
             await recentCharges.remember(charged.id, for: request.paymentID)
@@ -265,14 +278,18 @@ public struct StripePaymentProcessor: PaymentProcessor {
             case "canceled":
                 continue
             default:
-                throw PaymentProcessorError("stripe: PaymentIntent \(settled.id) for payment \(request.paymentID) is \(settled.status); ask again later")
+                throw PaymentProcessorError(
+                    "stripe: PaymentIntent \(settled.id) for payment \(request.paymentID) is \(settled.status); ask again later"
+                )
             }
         }
         return .notCharged
     }
 
     /// The statuses a PaymentIntent can be cancelled in (`processing` only rarely, so it is left alone).
-    private static let cancellableStatuses: Set<String> = ["requires_payment_method", "requires_confirmation", "requires_action", "requires_capture"]
+    private static let cancellableStatuses: Set<String> = [
+        "requires_payment_method", "requires_confirmation", "requires_action", "requires_capture",
+    ]
 
     /// The payment's PaymentIntents, found with Stripe's Search API.
     private func searchIntents(paymentID: String) async throws -> [StripePaymentIntent] {
@@ -286,8 +303,9 @@ public struct StripePaymentProcessor: PaymentProcessor {
     /// Cancels a PaymentIntent and answers its state after: `canceled`, or
     /// whatever it reached first if it could no longer be cancelled.
     private func cancel(_ intent: StripePaymentIntent) async throws -> StripePaymentIntent {
-        let response = try await send(.POST, "/v1/payment_intents/\(StripeForm.escape(intent.id))/cancel",
-                                      form: [("cancellation_reason", "abandoned")], idempotencyKey: "cancel-\(intent.id)")
+        let response = try await send(
+            .POST, "/v1/payment_intents/\(StripeForm.escape(intent.id))/cancel",
+            form: [("cancellation_reason", "abandoned")], idempotencyKey: "cancel-\(intent.id)")
         if (200..<300).contains(response.status.code) { return try response.decode(StripePaymentIntent.self) }
         if Self.isTransient(response.status.code) { throw Self.unknownOutcome(response) }
         let error = response.error()
@@ -340,10 +358,14 @@ public struct StripePaymentProcessor: PaymentProcessor {
         let intents = try await searchIntents(paymentID: request.paymentID)
         if let charged = intents.first(where: { $0.status == "succeeded" }) { return charged.id }
         guard !intents.isEmpty else {
-            throw PaymentProcessorError("stripe: no PaymentIntent found for payment \(request.paymentID) (Stripe's search index can lag up to a minute); ask again later")
+            throw PaymentProcessorError(
+                "stripe: no PaymentIntent found for payment \(request.paymentID) (Stripe's search index can lag up to a minute); ask again later"
+            )
         }
         if let pending = intents.first(where: { $0.status == "processing" }) {
-            throw PaymentProcessorError("stripe: PaymentIntent \(pending.id) for payment \(request.paymentID) is still processing; ask again later")
+            throw PaymentProcessorError(
+                "stripe: PaymentIntent \(pending.id) for payment \(request.paymentID) is still processing; ask again later"
+            )
         }
         return nil
     }
@@ -368,7 +390,8 @@ public struct StripePaymentProcessor: PaymentProcessor {
         let what = response.status.code == 401 ? "rejected the API key" : "refused the request"
         let detail = [error?.type, error?.code].compactMap { $0 }.joined(separator: "/")
         let message = error?.message ?? response.bodyText
-        return PaymentProcessorError("stripe \(what) (HTTP \(response.status.code)\(detail.isEmpty ? "" : " \(detail)")): \(message)")
+        return PaymentProcessorError(
+            "stripe \(what) (HTTP \(response.status.code)\(detail.isEmpty ? "" : " \(detail)")): \(message)")
     }
 
     /// A `5xx` or `429` left after the retries: the outcome is unknown.
@@ -382,8 +405,10 @@ public struct StripePaymentProcessor: PaymentProcessor {
     /// Sends a request, retrying what may succeed when sent again (same
     /// `Idempotency-Key`), and answers the last response. Throws
     /// ``PaymentProcessorError`` when no response came after the retries.
-    private func send(_ method: HTTPMethod, _ path: String, query: [(String, String)] = [], form: [(String, String)]? = nil,
-                      idempotencyKey: String? = nil) async throws -> StripeResponse {
+    private func send(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], form: [(String, String)]? = nil,
+        idempotencyKey: String? = nil
+    ) async throws -> StripeResponse {
         let request = makeRequest(method, path, query: query, form: form, idempotencyKey: idempotencyKey)
         var attempt = 0
         while true {
@@ -395,7 +420,8 @@ public struct StripePaymentProcessor: PaymentProcessor {
             } catch {
                 if Task.isCancelled { throw CancellationError() }
                 guard attempt < maxRetries else {
-                    throw PaymentProcessorError("stripe: no answer to \(method) \(path) after \(attempt + 1) attempts: \(error)")
+                    throw PaymentProcessorError(
+                        "stripe: no answer to \(method) \(path) after \(attempt + 1) attempts: \(error)")
                 }
             }
             try await Task.sleep(for: backoff(afterAttempt: attempt))
@@ -418,8 +444,10 @@ public struct StripePaymentProcessor: PaymentProcessor {
         return retryBaseDelay * factor * Double.random(in: 0.5...1.0)
     }
 
-    private func makeRequest(_ method: HTTPMethod, _ path: String, query: [(String, String)], form: [(String, String)]?,
-                             idempotencyKey: String?) -> HTTPClientRequest {
+    private func makeRequest(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)], form: [(String, String)]?,
+        idempotencyKey: String?
+    ) -> HTTPClientRequest {
         var request = HTTPClientRequest(url: baseURL + path + (query.isEmpty ? "" : "?" + StripeForm.encode(query)))
         request.method = method
         request.headers.add(name: "Authorization", value: "Bearer \(secretKey)")
@@ -467,7 +495,9 @@ private actor RecentStripeCharges {
 /// Kiosk amounts in Stripe's units.
 enum StripeAmount {
     /// Currencies Stripe counts in whole units (no cents).
-    static let zeroDecimal: Set<String> = ["bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf"]
+    static let zeroDecimal: Set<String> = [
+        "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf",
+    ]
     /// Currencies Stripe counts in thousandths.
     static let threeDecimal: Set<String> = ["bhd", "jod", "kwd", "omr", "tnd"]
 
@@ -594,7 +624,10 @@ struct StripeErrorBody: Decodable, Sendable {
     var message: String?
     var param: String?
 
-    init(type: String? = nil, code: String? = nil, declineCode: String? = nil, message: String? = nil, param: String? = nil) {
+    init(
+        type: String? = nil, code: String? = nil, declineCode: String? = nil, message: String? = nil,
+        param: String? = nil
+    ) {
         self.type = type
         self.code = code
         self.declineCode = declineCode

@@ -11,8 +11,10 @@ public struct HTTPWebhookTransport: WebhookTransport {
     /// of a POST covers only the response head, and a receiver that stalls in its body must not hold
     /// every delivery.
     public init(timeout: Duration) {
-        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(
-            timeout: .init(connect: TimeAmount(timeout), read: TimeAmount(timeout))))
+        client = HTTPClient(
+            eventLoopGroupProvider: .singleton,
+            configuration: HTTPClient.Configuration(
+                timeout: .init(connect: TimeAmount(timeout), read: TimeAmount(timeout))))
         ownsClient = true
     }
 
@@ -22,7 +24,9 @@ public struct HTTPWebhookTransport: WebhookTransport {
         ownsClient = false
     }
 
-    public func post(url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration) async -> String? {
+    public func post(
+        url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration
+    ) async -> String? {
         do {
             var request = HTTPClientRequest(url: url)
             request.method = .POST

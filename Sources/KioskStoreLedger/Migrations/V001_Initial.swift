@@ -5,7 +5,8 @@ extension LedgerMigration {
     /// settings.
     package static let v001Initial = LedgerMigration(
         id: "v1",
-        sqlite: ["""
+        sqlite: [
+            """
             CREATE TABLE accounts (
               id TEXT PRIMARY KEY,
               token_hash BLOB NOT NULL UNIQUE,
@@ -74,7 +75,8 @@ extension LedgerMigration {
               key TEXT PRIMARY KEY,
               value TEXT NOT NULL
             );
-            """],
+            """
+        ],
         postgres: """
             CREATE TABLE accounts (
               id TEXT PRIMARY KEY,

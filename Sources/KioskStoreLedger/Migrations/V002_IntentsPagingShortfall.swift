@@ -5,7 +5,8 @@ extension LedgerMigration {
     /// of refunded consumables.
     package static let v002IntentsPagingShortfall = LedgerMigration(
         id: "v2-intents-paging-shortfall",
-        sqlite: ["""
+        sqlite: [
+            """
             CREATE TABLE payment_intents (
               id TEXT PRIMARY KEY,
               kind TEXT NOT NULL,
@@ -58,7 +59,8 @@ extension LedgerMigration {
             CREATE INDEX transactions_by_account_row ON transactions(account_id);
             CREATE INDEX transactions_unfinished ON transactions(account_id) WHERE state = 1 AND finished = 0;
             CREATE INDEX transactions_restorable ON transactions(account_id) WHERE state = 1 AND revoked_ms = 0 AND product_type != 1;
-            """],
+            """
+        ],
         postgres: """
             CREATE TABLE payment_intents (
               id TEXT PRIMARY KEY,

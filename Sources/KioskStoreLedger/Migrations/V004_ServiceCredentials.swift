@@ -4,7 +4,8 @@ extension LedgerMigration {
     /// v4-service-credentials: Service credentials (roles `content` and `admin`), stored as token hashes.
     package static let v004ServiceCredentials = LedgerMigration(
         id: "v4-service-credentials",
-        sqlite: ["""
+        sqlite: [
+            """
             CREATE TABLE service_credentials (
               id TEXT PRIMARY KEY,
               role TEXT NOT NULL CHECK (role IN ('content', 'admin')),
@@ -13,7 +14,8 @@ extension LedgerMigration {
               created_ms INTEGER NOT NULL,
               revoked_ms INTEGER NOT NULL DEFAULT 0
             );
-            """],
+            """
+        ],
         postgres: """
             CREATE TABLE service_credentials (
               id TEXT PRIMARY KEY,

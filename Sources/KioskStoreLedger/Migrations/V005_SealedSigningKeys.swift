@@ -5,9 +5,11 @@ extension LedgerMigration {
     /// replicas.
     package static let v005SealedSigningKeys = LedgerMigration(
         id: "v5-sealed-signing-keys",
-        sqlite: ["""
+        sqlite: [
+            """
             ALTER TABLE signing_keys ADD COLUMN sealed_private_key BLOB
-            """],
+            """
+        ],
         postgres: """
             ALTER TABLE signing_keys ADD COLUMN sealed_private_key BYTEA;
             """)

@@ -6,7 +6,8 @@ extension LedgerMigration {
     /// renew off, so an upgrade charges nobody unasked.
     package static let v006Subscriptions = LedgerMigration(
         id: "v6-subscriptions",
-        sqlite: ["""
+        sqlite: [
+            """
             CREATE TABLE subscriptions (
               original_id TEXT PRIMARY KEY,
               account_id TEXT NOT NULL REFERENCES accounts(id),
@@ -49,7 +50,8 @@ extension LedgerMigration {
                 SELECT 1 FROM transactions u WHERE u.original_id = t.original_id AND u.state = 1 AND u.revoked_ms = 0
                   AND u.expires_ms > t.expires_ms)
               ON CONFLICT DO NOTHING;
-            """],
+            """
+        ],
         postgres: """
             CREATE TABLE subscriptions (
               original_id TEXT PRIMARY KEY,

@@ -4,7 +4,8 @@ extension LedgerMigration {
     /// v7-events: The event log (every change to a purchase, signed when served).
     package static let v007Events = LedgerMigration(
         id: "v7-events",
-        sqlite: ["""
+        sqlite: [
+            """
             CREATE TABLE events (
               id INTEGER PRIMARY KEY AUTOINCREMENT,
               type INTEGER NOT NULL,
@@ -22,7 +23,8 @@ extension LedgerMigration {
             CREATE INDEX events_by_account ON events(account_id, id);
             CREATE INDEX events_by_transaction ON events(account_id, transaction_id);
             CREATE INDEX transactions_deferred ON transactions(purchase_ms) WHERE state = 3;
-            """],
+            """
+        ],
         postgres: """
             CREATE TABLE events (
               id BIGSERIAL PRIMARY KEY,

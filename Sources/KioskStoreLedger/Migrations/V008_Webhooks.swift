@@ -4,7 +4,8 @@ extension LedgerMigration {
     /// v8-webhooks: Webhooks, their deliveries and the delivery lease.
     package static let v008Webhooks = LedgerMigration(
         id: "v8-webhooks",
-        sqlite: ["""
+        sqlite: [
+            """
             CREATE TABLE webhooks (
               id TEXT PRIMARY KEY,
               url TEXT NOT NULL,
@@ -30,7 +31,8 @@ extension LedgerMigration {
               owner TEXT NOT NULL,
               until_ms INTEGER NOT NULL
             );
-            """],
+            """
+        ],
         postgres: """
             CREATE TABLE webhooks (
               id TEXT PRIMARY KEY,
