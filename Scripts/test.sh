@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # Runs every test of the package (unit, wire-contract and end-to-end on
 # 127.0.0.1), installing the system libraries first when they are missing.
-# With no arguments it also fuzzes the wire decoders for 30 s first
+# With no arguments it first lints (Scripts/lint.sh: swift format, links, house
+# rules) and builds the DocC documentation of Kiosk, KioskTesting and KioskRPC
+# with warnings as errors, and it also fuzzes the wire decoders for 30 s first
 # (Scripts/fuzz.sh; longer runs: Scripts/fuzz.sh SECONDS) and kills the store
 # with SIGKILL 20 times under purchase load (Scripts/crash-test.sh; longer
 # runs: Scripts/crash-test.sh KILLS), and after the whole suite runs the
 # store's tests (KioskStoreTests, KioskStoreIntegrationTests) again on PostgreSQL: a throwaway cluster on
 # 127.0.0.1 (Scripts/postgres.sh; installs Debian's postgresql when missing),
 # then the short form of Scripts/scale-out.sh (PostgreSQL + 2 stores + 2
-# content replicas, one of each killed with SIGKILL under load, 8 s).
-# Arguments go to `swift test` (e.g. --filter WireContractTests) and skip all four.
+# content replicas, one of each killed with SIGKILL under load, 8 s), and last
+# builds and tests the Examples/ package and runs its buy-and-download tool
+# against the demo's services (Scripts/examples.sh).
+# Arguments go to `swift test` (e.g. --filter WireContractTests) and skip the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./Scripts/setup.sh
+if [ $# -eq 0 ]; then ./Scripts/lint.sh; fi
 swift build --build-tests
 if [ $# -eq 0 ]; then
+  for target in Kiosk KioskTesting KioskRPC; do
+    echo "test: DocC documentation of $target (warnings are errors)"
+    swift package --disable-sandbox generate-documentation --target "$target" --warnings-as-errors
+  done
   ./Scripts/fuzz.sh 30
   ./Scripts/crash-test.sh 20
 fi
@@ -35,4 +44,6 @@ if [ $# -eq 0 ]; then
   KIOSK_TEST_LEDGER=postgres swift test --skip-build --no-parallel --filter 'KioskStoreTests|KioskStoreIntegrationTests'
   echo "test: replicas on PostgreSQL, killed under load (Scripts/scale-out.sh --short)"
   ./Scripts/scale-out.sh --short
+  echo "test: Examples/ builds, its tests pass, and buy-and-download buys and downloads (Scripts/examples.sh)"
+  ./Scripts/examples.sh
 fi
