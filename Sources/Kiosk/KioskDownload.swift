@@ -309,8 +309,8 @@ public final class KioskDownload: Sendable {
             let remaining = rate > 0 && seconds < 1e9 ? Duration.milliseconds(Int64(seconds * 1000)) : nil
             emit(.active, bytesDone: offset, total: progress.totalSize, remaining: remaining)
         }
-        // Saves in the background (fsyncs block a thread for tens of ms: not the one hashing and writing),
-        // one at a time; a final save waits for the one running.
+        // Saves in the background (an fsync blocks its thread until the disk has the bytes: not the one
+        // hashing and writing), one at a time; a final save waits for the one running.
         let saver = ProgressSaver(stateURL: stateURL)
         defer { saver.settle() }
         func saveSoon(_ progress: PartialState) throws {

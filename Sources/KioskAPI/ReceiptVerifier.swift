@@ -14,8 +14,8 @@ public struct ReceiptCheck: Hashable, Sendable {
     }
 
     /// The payload, in a box: an outcome is copied as two references, not the payload's seven
-    /// strings (the optimiser copied a whole outcome and destroyed the original on verification's
-    /// return path, a retain and a release per string).
+    /// strings (a whole outcome copied, and the original destroyed, on verification's return path
+    /// would cost a retain and a release per string).
     private var decoded: DecodedPayload?
 
     private final class DecodedPayload: Sendable {

@@ -18,7 +18,7 @@ import CBoringSHA256
 /// announces those states in its download chunks (`DownloadChunk.sha256_state`).
 ///
 /// The blocks are compressed by swift-crypto's BoringSSL (on the CPU's SHA
-/// instructions or vector units when it has them): the same speed as
+/// instructions or vector units when it has them): the block function behind
 /// `Crypto.SHA256`, whose state cannot be read or set. On Apple platforms,
 /// where swift-crypto is CryptoKit and links no BoringSSL, by
 /// ``compressPortably(_:data:blocks:)`` (checked against BoringSSL's on Linux).
@@ -145,9 +145,8 @@ public struct SHA256Hasher: Sendable {
     /// bytes it holds. The same result as ``update(_:)`` on each, but with
     /// ``lanes`` 8 the whole blocks of up to eight hashers that are between
     /// blocks are compressed together on one core, one input per lane of the
-    /// vector registers (3 to 5 times the blocks a second of one stream here);
-    /// what is left (a hasher in the middle of a block, the bytes after a
-    /// shorter piece's last block) goes one input at a time.
+    /// vector registers; what is left (a hasher in the middle of a block, the
+    /// bytes after a shorter piece's last block) goes one input at a time.
     public static func update(lanes hashers: inout [SHA256Hasher], with pieces: [UnsafeRawBufferPointer]) {
         update(lanes: &hashers, with: pieces, variant: laneVariant)
     }
@@ -157,7 +156,7 @@ public struct SHA256Hasher: Sendable {
         precondition(hashers.count == pieces.count, "one piece per hasher")
         var done = [Int](repeating: 0, count: pieces.count)
         if variant > 0 {
-            // Below this many inputs, 8 lanes (the idle ones hashing a copy) are no faster than one stream.
+            // Fewer inputs go one stream each: the 8 lanes cost the same however many are idle (hashing a copy).
             let fewest = variant == 2 ? 2 : 3
             // The inputs that start on a block boundary, longest first: inputs of one length share a group.
             let ready = hashers.indices.filter { hashers[$0].pending.isEmpty && pieces[$0].count >= blockSize }

@@ -531,7 +531,7 @@ struct DownloadBench: AsyncParsableCommand {
     }
 
     /// One download's work on the client: inflate, CRC-32 of each chunk, write to disk, SHA-256 of the
-    /// whole (the SDK also saves its resume state per chunk and hashes the file again at the end).
+    /// whole (the SDK also saves its resume state, fsynced, every few MiB or every second).
     private func download(
         client: RPCClient, receipt: [UInt8], options: CallOptions, to path: String, sha256: [UInt8]
     ) async throws -> Bool {

@@ -165,7 +165,7 @@ func runChainedLoad(
         let end = NIODeadline.now() + TimeAmount(length)
         // One tally per connection, shared by the workers on it (they run on its loop only), as the reference's
         // load generator keeps one histogram per connection: a histogram per worker is ~0.25 MiB that each of its
-        // calls touches, 16 MiB of them at C=64, and the cache misses showed in the load generator's CPU per call.
+        // calls touches, 16 MiB of them at C=64, more than the CPU's caches hold.
         let tallies = record ? loops.map { _ in ChainedTally() } : []
         var futures: [EventLoopFuture<ChainedWorker>] = []
         for index in 0..<concurrency {

@@ -243,7 +243,7 @@ final class ReceiptGate: Sendable {
     }
 
     /// What ``authorizeNow(receipt:productID:token:caller:useCache:)`` takes out of the lock in one round
-    /// trip (a struct, not a tuple: the tuple was copied and destroyed through generic value witnesses).
+    /// trip (a struct, not a tuple: a tuple would be copied and destroyed through generic value witnesses).
     private struct Found {
         var stale: AccessDecision?
         var cached: VerifiedReceipt?

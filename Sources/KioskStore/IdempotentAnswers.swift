@@ -39,7 +39,7 @@ enum StoredAnswer: Codable, Hashable {
     /// `SpendCreditsResponse` starts with: field 15, a group, is not used).
     func encoded() throws -> [UInt8] { Array(try JSONEncoder().encode(self)) }
 
-    /// What an earlier version kept: the wire bytes of the answer.
+    /// True for an answer kept as its wire bytes (a `PurchaseResponse` or `SpendCreditsResponse`), not JSON.
     static func isLegacy(_ bytes: [UInt8]) -> Bool { bytes.first != UInt8(ascii: "{") }
 
     static func decoded(_ bytes: [UInt8]) throws -> StoredAnswer {
@@ -52,7 +52,7 @@ enum StoredAnswer: Codable, Hashable {
 }
 
 extension PurchaseOutcome {
-    /// A purchase's answer replayed from what the ledger kept for its key (inside the write that checks it).
+    /// The environment a kept failure names.
     private static func environment(_ raw: Int32) throws -> StoreEnvironment {
         guard let environment = StoreEnvironment(rawValue: raw) else {
             throw LedgerError(.schema, "a kept answer names environment \(raw)")
@@ -60,6 +60,7 @@ extension PurchaseOutcome {
         return environment
     }
 
+    /// A purchase's answer replayed from what the ledger kept for its key (inside the write that checks it).
     static func replaying(_ bytes: [UInt8], _ db: any StoreRepositories) throws -> PurchaseOutcome {
         if StoredAnswer.isLegacy(bytes) {
             return try PurchaseOutcome(replaying: try StoreV1.PurchaseResponse(serializedBytes: bytes))

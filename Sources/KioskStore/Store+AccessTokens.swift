@@ -6,7 +6,7 @@ extension Store {
     static let accessTokenKeySettleMs: Int64 = 5_000
 
     /// Signs a short-lived access token for `account` and `audience` (only
-    /// `content` today), which that service verifies offline.
+    /// `content`, which an empty audience means), which that service verifies offline.
     /// - Throws: ``StoreError`` INVALID_ARGUMENT for another audience.
     public func issueAccessToken(account: AccountRecord, audience: String) throws -> (token: String, expiresMs: Int64) {
         let audience = audience.isEmpty ? AccessToken.contentAudience : audience

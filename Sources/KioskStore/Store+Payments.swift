@@ -6,7 +6,7 @@ import KioskWire
 
 // Purchases, approvals, refunds and reconciliation: every payment has a
 // durable intent before the processor is asked, and the database (unique
-// indexes, checks inside one `BEGIN IMMEDIATE` write), not a process-local
+// indexes, checks inside one serializable write transaction), not a process-local
 // lock, keeps a payment from being charged twice. The per-payment lock in this
 // process only queues retries of one payment, so they replay rather than race.
 extension Store {

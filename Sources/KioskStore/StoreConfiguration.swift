@@ -35,7 +35,8 @@ public struct StoreConfiguration: Sendable {
     public var revocationHeartbeat: Duration
     /// A pending payment intent written by a live store process is reconciled
     /// with the processor once older than this: its charge may still be in flight.
-    /// Longer than any processor call (Stripe's client gives up after 30 s × 3).
+    /// Longer than any processor call (with its defaults, Stripe's client gives up after 4 attempts of
+    /// 30 s and the waits between them: about 2 minutes).
     public var intentGrace: Duration
     /// A pending intent of a process that died is reconciled once older than
     /// this: how long the processor's lookup may lag behind a charge (Stripe's

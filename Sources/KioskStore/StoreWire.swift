@@ -2,9 +2,9 @@ import KioskAPI
 import KioskRPC
 
 // The service layer's mapping of the store's domain values to the wire
-// (`kiosk.store.v1` messages and call statuses), and back for the answers an
-// earlier version kept per idempotency key as wire bytes (the ledger keeps
-// outcomes now: IdempotentAnswers.swift).
+// (`kiosk.store.v1` messages and call statuses), and back for answers a ledger
+// holds per idempotency key as wire bytes (what the store writes is the
+// outcome: IdempotentAnswers.swift).
 
 extension StoreError: RPCErrorConvertible {
     /// The call status a refusal of this kind ends a call with.

@@ -70,11 +70,14 @@ extension RevocationRecord {
     }
 }
 
-/// The store's durable state: an SQLite database in WAL mode, in the data dir.
+/// The store's durable state: an SQLite database in WAL mode in the data dir
+/// (``Ledger/init(directory:)``), or a PostgreSQL database that store processes
+/// share (``Ledger/init(postgres:timeout:)``).
 ///
-/// Every write is one SQLite transaction (`BEGIN IMMEDIATE`) committed with
-/// `synchronous = FULL` before the method returns: the commit fsyncs the WAL,
-/// so an answer the store sends is on disk.
+/// A write is committed before the method returns, and is then on disk: an
+/// SQLite commit (`BEGIN IMMEDIATE`, `synchronous = FULL`) fsyncs the WAL, a
+/// PostgreSQL one (`SERIALIZABLE`) waits for its WAL flush. So an answer the
+/// store sends is on disk.
 public final class Ledger: Sendable {
     /// The database file name inside the data dir.
     public static let fileName = "ledger.sqlite"
@@ -106,7 +109,7 @@ public final class Ledger: Sendable {
             throw LedgerError(.unavailable, "cannot make \(path) private (errno \(errno))")
         }
         let sqlite = try SQLiteLedgerBackend(path: path, migrator: Self.migrator)
-        // Files an older version (or SQLite under another umask) created with a wider mode.
+        // Made private too: -wal and -shm files that exist with a wider mode (made before the database was 0600).
         for file in [path + "-wal", path + "-shm"] where access(file, F_OK) == 0 {
             guard chmod(file, 0o600) == 0 else {
                 throw LedgerError(.unavailable, "cannot make \(file) private (errno \(errno))")
@@ -270,7 +273,7 @@ public final class Ledger: Sendable {
         try backend.read { db in try db.transaction(id: id) }
     }
 
-    // MARK: Idempotency keys
+    // MARK: Listing and balances
 
     /// Every transaction of an account, oldest first.
     public func transactions(accountID: String) throws -> [TransactionRecord] {

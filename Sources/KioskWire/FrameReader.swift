@@ -5,8 +5,7 @@ import NIOCore
 /// on a server's side, every LENGTH against its TYPE's limit before the
 /// payload is waited for), without a `ByteToMessageHandler` in front of the
 /// handler — no generic decoding loop, no `NIOAny` box and no pipeline hop
-/// per frame. A unary call is two frames each way, so on a small call this
-/// is a measurable share of what NIO's read path costs.
+/// per frame (a unary call is two frames each way).
 ///
 /// A frame's payload is a slice of the bytes read (never copied); bytes of an
 /// incomplete frame are kept until the rest arrives.

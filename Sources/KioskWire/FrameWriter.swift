@@ -3,8 +3,8 @@ import NIOCore
 /// Writes ``Frame``s as wire bytes, gathering the frames written between two
 /// flushes into one buffer: one write per flush (one iovec for `writev`, one
 /// record for TLS to seal) instead of a buffer, a pending write and an iovec
-/// per frame. A unary call is two frames each way, so this is most of what
-/// a call costs NIO's write path.
+/// per frame. A unary call is two frames each way: each side's pair leaves
+/// in one write.
 ///
 /// A payload larger than ``passThroughSize`` (a download chunk) is not
 /// copied: what was gathered before it and its header are written, then the
@@ -57,7 +57,7 @@ public protocol GatheringFrameWriter: AnyObject {
     var context: ChannelHandlerContext? { get }
 }
 
-// Inlinable: the connection handlers' per-frame path is specialised for them, as it was in their own module.
+// Inlinable: the per-frame path is specialised in the connection handlers' own module (KioskRPC).
 extension GatheringFrameWriter {
     /// Gathers `frame` for the next flush (a payload over 16 KiB goes to the channel at once, uncopied).
     @inlinable

@@ -89,7 +89,7 @@ extension WireMessage {
     @inlinable
     public init(serializedBytes bytes: UnsafeRawBufferPointer) throws(WireError) {
         // Typed throws all the way down: the message is returned by moving it, not copied out of a
-        // `Result` (which retained every string and array of it, then released them with the Result).
+        // `Result` (which would retain every string and array of it, then release them with the Result).
         self = try Self.withUnpacked(bytes) { c throws(WireError) -> Self in try Self(cStruct: c) }
     }
 

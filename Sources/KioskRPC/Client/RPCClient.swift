@@ -142,7 +142,7 @@ public final class RPCClient: Sendable {
         _ method: String, options: CallOptions, retries: Int? = nil, serialize: (inout ByteBuffer) -> Void
     ) async throws -> ByteBuffer {
         // A call the server never started (its connection was going away) is sent again on a new
-        // connection, as gRPC's transparent retry does: once per endpoint, and once more.
+        // connection, as gRPC's transparent retry does: up to `retries` times (once per endpoint).
         var retries = retries ?? endpoints.count
         while true {
             do {
@@ -566,8 +566,8 @@ public final class RPCClient: Sendable {
 }
 
 /// A connected channel and its connection handler. A class: every call takes the connection out of
-/// the client's lock, and a struct's copy retained the channel, the handler, its loop, the flag and the
-/// endpoint's strings each time.
+/// the client's lock, and a struct's copy would retain the channel, the handler, its loop, the flag and
+/// the endpoint's strings each time.
 final class ClientConnection: Sendable {
     let channel: Channel
     let handler: NIOLoopBound<ClientConnectionHandler>

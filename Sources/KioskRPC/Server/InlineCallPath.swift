@@ -46,7 +46,8 @@ package struct InlineCallPath<Routed: AnyObject> {
         case open(PendingCall)
     }
 
-    /// HEADERS larger than this are decoded every time, not remembered.
+    /// HEADERS larger than this are decoded every time, not remembered: a peer can make a connection hold
+    /// this much more, not the 16 KiB a HEADERS frame may carry.
     package static var largestRememberedHeaders: Int { 2048 }
 
     private var remembered: (payload: ByteBuffer, routed: Routed)?
@@ -90,7 +91,7 @@ package struct InlineCallPath<Routed: AnyObject> {
         return type == .message && callID == call.callID ? .answer(call) : .open(call)
     }
 
-    /// The pending call, taken (the read batch ended, or the framing failed): to be entered.
+    /// The pending call, taken (the read batch ended, or an event other than a frame came): to be entered.
     package mutating func takePending() -> PendingCall? {
         defer { pending = nil }
         return pending

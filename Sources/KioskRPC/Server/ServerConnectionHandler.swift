@@ -64,9 +64,6 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private var connectionInfo: ServerConnectionInfo
     private var handshakeTimer: Scheduled<Void>?
     private var deadlines: CallDeadlines?
-    /// HEADERS up to this size are remembered for the next call: a peer can make a connection hold this
-    /// much more, not the 16 KiB a HEADERS frame may carry.
-    /// The last HEADERS payload that decoded, as decoded and routed.
     /// HEADERS as decoded and routed; a class, so that the calls sent with the same bytes share them
     /// without copying (and retaining) the method's closures and the metadata per call.
     private final class RoutedHeaders {
@@ -346,7 +343,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let result = runInline(
             inline, authenticator: pending.routed.authenticator, headersGeneration: pending.headersGeneration,
             context: &serverContext, payload: payload, flags: flags, codec: codec)
-        // Answered here unless the connection changed meanwhile (nothing the handler can reach does that today).
+        // Answered here unless the connection changed meanwhile (nothing the handler can reach does that).
         if machine.acceptsDeferredCall {
             switch result {
             case .finished(let bytes, let outFlags):
@@ -628,7 +625,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         _ inline: RPCRouter.InlineRun, authenticator: (any RPCAuthenticator)?, headersGeneration generation: UInt64,
         context callContext: inout ServerContext, payload: ByteBuffer, flags: FrameFlags, codec: MessageCodec
     ) -> InlineResult {
-        // The caller's context, given its principal in place (a copy retained its method, metadata and connection).
+        // The caller's context, given its principal in place (a copy would retain its method, metadata, connection).
         do {
             if let authenticator {
                 if let reused = inlinePath.principal(forGeneration: generation), authenticator.stillHolds(reused) {

@@ -36,7 +36,8 @@ public struct ServerContext: Sendable {
         return logger
     }
     /// What every call of the connection shares, in one reference: a context is copied a few times a
-    /// call, and the address, the logger (three references of its own) and the flag were retained each time.
+    /// call, and each copy retains this one reference, not the address, the logger (three references of
+    /// its own) and the flag.
     var connection: ServerConnectionInfo
 
     /// True once the server has begun a graceful shutdown. A long-lived stream

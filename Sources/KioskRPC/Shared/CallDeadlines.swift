@@ -2,9 +2,9 @@ import NIOCore
 
 /// The deadlines of one connection's calls behind a single timer.
 ///
-/// Scheduling and cancelling a NIO task per call costs more than the rest of
-/// a small call's bookkeeping (a heap insert, a promise failed on cancel).
-/// Here a call's deadline is a dictionary entry, removed when the call ends;
+/// A NIO task per call would cost a heap insert to schedule and a failed
+/// promise to cancel, on every call. Here a call's deadline is a dictionary
+/// entry, removed when the call ends;
 /// one timer is armed at the earliest deadline, and when it fires it expires
 /// what is due and re-arms for the next. Calls made with one timeout reach
 /// their deadlines in the order they were opened, so the timer is re-armed
