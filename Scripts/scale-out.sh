@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Kiosk past one machine, proven by killing it: a throwaway PostgreSQL
-# (Scripts/postgres.sh), two kiosk-store replicas on it (their signing keys
+# (Scripts/postgres.sh; every connection to it TLS, verified), two kiosk-store replicas on it (their signing keys
 # sealed in the ledger with one key-encryption key) and two kiosk-content
 # replicas following both stores, all on 127.0.0.1. Under load through all of
 # them — `kiosk-bench purchase` (4 buyers, the endpoint list of both stores),
@@ -52,12 +52,16 @@ say() { echo "scale-out: $*"; }
 
 read -r url pgdir pgbin < <(./Scripts/postgres.sh start $$)
 ./Scripts/postgres.sh createdb "$url" kiosk
-database=${url%/postgres}/kiosk
+# The cluster's certificate names localhost (Scripts/postgres.sh): the stores connect by that name.
+database=$(echo "${url%/postgres}/kiosk" | sed 's/@127\.0\.0\.1:/@localhost:/')
 pgport=$(echo "$url" | sed -E 's#.*:([0-9]+)/.*#\1#')
 sql() { "$pgbin/psql" -X -q -A -t -h 127.0.0.1 -p "$pgport" -U kiosk -d kiosk -v ON_ERROR_STOP=1 "$@"; }
 
 "$bin/kiosk-store" keys new-kek "$work/kek" > /dev/null
-ledger=(--database "$database" --key-encryption-key-file "$work/kek")
+# Every store reaches the database over TLS, the cluster's certificate verified against its CA (verify-full);
+# kiosk-bench's own ledger connections too (KIOSK_STORE_DATABASE_CA).
+ledger=(--database "$database" --database-ca "$pgdir/tls/ca.pem" --key-encryption-key-file "$work/kek")
+export KIOSK_STORE_DATABASE_CA="$pgdir/tls/ca.pem"
 catalog=Scripts/examples/catalog.json
 card=pm_card_visa
 

@@ -40,7 +40,9 @@ struct StoreAccess: ParsableArguments {
         let loaded = try Catalog.load(path: catalog)
         let database = try storeDatabase.map {
             try PostgresLocation(
-                url: $0, password: ProcessInfo.processInfo.environment["KIOSK_STORE_DATABASE_PASSWORD"])
+                url: $0, password: ProcessInfo.processInfo.environment["KIOSK_STORE_DATABASE_PASSWORD"],
+                security: ProcessInfo.processInfo.environment["KIOSK_STORE_DATABASE_CA"].map { .verifyFull(caFile: $0) }
+            )
         }
         let ledger = try database.map { try Ledger(postgres: $0) } ?? Ledger(directory: storeDataDir)
         var configuration = StoreConfiguration(

@@ -28,6 +28,12 @@ public final class Store: Sendable {
     /// A ledger is bound to an environment the first time it is served
     /// (``StoreServer``); opening one bound to another environment fails.
     public init(configuration: StoreConfiguration) throws {
+        if configuration.environment == .production, let database = configuration.database,
+            database.security == .plaintext, !PostgresTransportSecurity.isLoopback(database.host)
+        {
+            throw StoreError.invalid(
+                "a production store does not send its ledger in plaintext to \(database.host): give --database-ca FILE")
+        }
         self.configuration = configuration
         self.ledger =
             try configuration.database.map { try Ledger(postgres: $0, timeout: configuration.databaseTimeout) }

@@ -38,6 +38,16 @@ struct DataDirOptions: ParsableArguments {
     )
     var databasePasswordFile: String?
     @Option(
+        name: .customLong("database-ca"),
+        help:
+            "PEM file of the CA that signed PostgreSQL's certificate: TLS, the certificate and the host name verified (verify-full); also KIOSK_STORE_DATABASE_CA. Default: the system's roots, or plaintext to a loopback host."
+    )
+    var databaseCA: String?
+    @Flag(
+        name: .customLong("database-plaintext"),
+        help: "Talk to a PostgreSQL beyond loopback without TLS (a sandbox store only; a production store refuses).")
+    var databasePlaintext = false
+    @Option(
         name: .customLong("key-encryption-key-file"),
         help:
             "File holding the key that seals the private signing keys in the ledger (kiosk-store keys new-kek), the same for every replica on one database; also KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE. Without it the private keys stay in the data dir."
@@ -60,7 +70,9 @@ struct DataDirOptions: ParsableArguments {
     }
 
     /// The PostgreSQL database from --database or the environment; nil for the data dir's SQLite ledger.
-    func postgres() throws -> PostgresLocation? {
+    /// - Parameter environment: the store's environment when known (a production store refuses plaintext beyond
+    ///   loopback).
+    func postgres(environment storeEnvironment: StoreEnvironment? = nil) throws -> PostgresLocation? {
         let environment = ProcessInfo.processInfo.environment
         guard let url = database ?? environment["KIOSK_STORE_DATABASE"], !url.isEmpty else { return nil }
         var password = environment["KIOSK_STORE_DATABASE_PASSWORD"]
@@ -74,7 +86,11 @@ struct DataDirOptions: ParsableArguments {
             }
         }
         do {
-            return try PostgresLocation(url: url, password: password)
+            var location = try PostgresLocation(url: url, password: password)
+            let caFile = databaseCA ?? environment["KIOSK_STORE_DATABASE_CA"].flatMap { $0.isEmpty ? nil : $0 }
+            location.security = try PostgresTransportSecurity.chosen(
+                host: location.host, caFile: caFile, plaintext: databasePlaintext, environment: storeEnvironment)
+            return location
         } catch let error as StoreError {
             throw ValidationError(error.message)
         }
@@ -83,7 +99,7 @@ struct DataDirOptions: ParsableArguments {
     /// The store's configuration on this data dir and ledger.
     func configuration(catalog: Catalog, environment: StoreEnvironment) throws -> StoreConfiguration {
         var configuration = StoreConfiguration(dataDirectory: dataDir, catalog: catalog, environment: environment)
-        configuration.database = try postgres()
+        configuration.database = try postgres(environment: environment)
         configuration.keyEncryptionKey = try keyEncryptionKey()
         return configuration
     }
@@ -95,7 +111,7 @@ struct DataDirOptions: ParsableArguments {
         catalog: String? = nil, environment: StoreEnvironment? = nil, creating: Bool = false,
         payments: PaymentOptions? = nil
     ) throws -> Store {
-        let postgres = try postgres()
+        let postgres = try postgres(environment: environment)
         // The data dir's own file: the SQLite ledger, or on PostgreSQL the signing keys (a mistyped
         // database name fails to connect; a mistyped data dir must not start a new signing key).
         let marker = postgres == nil ? Ledger.fileName : "keys"

@@ -4,45 +4,114 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import NIOSSL
 import PostgresNIO
 
+/// How a store's connections to PostgreSQL are secured.
+public enum PostgresTransportSecurity: Sendable, Hashable, CustomStringConvertible {
+    /// TLS 1.2 or later, the server's certificate checked against `caFile`'s roots (nil: the system's) and its name
+    /// (or IP address) against the URL's host: PostgreSQL's `sslmode=verify-full`.
+    case verifyFull(caFile: String?)
+    /// No encryption: to a loopback address, or where the operator said so (a sandbox store only).
+    case plaintext
+
+    /// The default for `host`: plaintext to a loopback address, verified TLS with the system's roots otherwise.
+    public static func `default`(forHost host: String) -> PostgresTransportSecurity {
+        isLoopback(host) ? .plaintext : .verifyFull(caFile: nil)
+    }
+
+    /// The security the command line asks for: `--database-ca FILE` (verified TLS with that CA), or
+    /// `--database-plaintext` (refused beyond loopback for a production store), or the host's default.
+    /// - Throws: ``StoreError`` invalid request for both at once, or plaintext to another host in production.
+    public static func chosen(
+        host: String, caFile: String?, plaintext: Bool, environment: StoreEnvironment?
+    ) throws -> PostgresTransportSecurity {
+        if let caFile {
+            guard !plaintext else {
+                throw StoreError.invalid("--database-ca and --database-plaintext contradict each other: give one")
+            }
+            return .verifyFull(caFile: caFile)
+        }
+        guard plaintext else { return .default(forHost: host) }
+        if environment == .production, !isLoopback(host) {
+            throw StoreError.invalid(
+                "a production store does not send its ledger in plaintext to \(host): give --database-ca FILE (or "
+                    + "trust the system's roots by leaving out --database-plaintext)")
+        }
+        return .plaintext
+    }
+
+    /// True for `localhost` and the loopback addresses (127.0.0.0/8, ::1).
+    public static func isLoopback(_ host: String) -> Bool {
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
+    }
+
+    public var description: String {
+        switch self {
+        case .verifyFull(let caFile): "TLS, verified against \(caFile ?? "the system's roots")"
+        case .plaintext: "plaintext"
+        }
+    }
+}
+
 /// Where a PostgreSQL ledger is: `postgres://user@host:port/database`, the password apart
-/// (from a file or the environment, never on a command line other processes can read).
+/// (from a file or the environment, never in the URL, where a process list or a log would show it).
 public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     public var host: String
     public var port: Int
     public var user: String
     public var database: String
     public var password: String?
+    /// How the connections are secured.
+    public var security: PostgresTransportSecurity
 
     /// Reads `postgres://user@host:port/database` (or `postgresql://`); port 5432 when absent.
-    /// - Throws: ``StoreError`` invalid request naming what is wrong with the URL.
-    public init(url: String, password: String? = nil) throws {
+    /// - Parameter security: nil: the host's default (``PostgresTransportSecurity/default(forHost:)``).
+    /// - Throws: ``StoreError`` invalid request naming what is wrong with the URL (never echoing a password).
+    public init(url: String, password: String? = nil, security: PostgresTransportSecurity? = nil) throws {
+        let shown = Self.redacted(url)
         guard let components = URLComponents(string: url), let scheme = components.scheme,
             scheme == "postgres" || scheme == "postgresql"
         else {
+            throw StoreError.invalid("--database \"\(shown)\" is not a postgres://user@host:port/database URL")
+        }
+        guard components.password == nil else {
             throw StoreError.invalid(
-                "--database \"\(url.prefix(200))\" is not a postgres://user@host:port/database URL")
+                "--database \(shown): a password in the URL shows in process lists and logs; give it in "
+                    + "--database-password-file or KIOSK_STORE_DATABASE_PASSWORD")
         }
         guard let host = components.host, !host.isEmpty else {
-            throw StoreError.invalid("--database \(url.prefix(200)): no host")
+            throw StoreError.invalid("--database \(shown): no host")
         }
         guard let user = components.user, !user.isEmpty else {
-            throw StoreError.invalid("--database \(url.prefix(200)): no user (postgres://USER@host:port/database)")
+            throw StoreError.invalid("--database \(shown): no user (postgres://USER@host:port/database)")
         }
         let database = String(components.path.drop(while: { $0 == "/" }))
         guard !database.isEmpty else {
-            throw StoreError.invalid("--database \(url.prefix(200)): no database name after the port")
+            throw StoreError.invalid("--database \(shown): no database name after the port")
         }
         self.host = host
         self.port = components.port ?? 5432
         self.user = user
         self.database = database
-        self.password = password ?? components.password
+        self.password = password
+        self.security = security ?? .default(forHost: host)
     }
 
     /// The URL without its password.
     public var description: String { "postgres://\(user)@\(host):\(port)/\(database)" }
+
+    /// `url` with any password between `://user:` and `@` replaced, at most 200 characters: for error messages.
+    static func redacted(_ url: String) -> String {
+        var text = String(url.prefix(200))
+        if let scheme = text.range(of: "://"), let at = text[scheme.upperBound...].firstIndex(of: "@"),
+            let colon = text[scheme.upperBound..<at].firstIndex(of: ":")
+        {
+            text.replaceSubrange(text.index(after: colon)..<at, with: "…")
+        }
+        return text
+    }
 }
 
 /// The PostgreSQL backend: the same ledger in a PostgreSQL database, shared by
@@ -99,6 +168,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
         location: PostgresLocation, connections size: Int = 8, timeout: Duration = PostgresLedgerBackend.defaultTimeout,
         logger: Logger = Logger(label: "kiosk-store.postgres")
     ) throws {
+        let tls = try Self.tls(for: location.security)
         self.location = location
         self.logger = logger
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -106,7 +176,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
         threads.start()
         var configuration = PostgresConnection.Configuration(
             host: location.host, port: location.port, username: location.user, password: location.password,
-            database: location.database, tls: .disable)
+            database: location.database, tls: tls)
         configuration.options.connectTimeout = TimeAmount(timeout)
         self.configuration = configuration
         health = PostgresHealth(timeout: TimeAmount(timeout))
@@ -124,14 +194,44 @@ package final class PostgresLedgerBackend: LedgerBackend {
 
     deinit { shutdown(waiting: false) }
 
+    /// postgres-nio's TLS setting for `security`: verified TLS refuses a server whose certificate does not chain to
+    /// the roots or does not name the host (its IP address, for a host given as one).
+    static func tls(for security: PostgresTransportSecurity) throws -> PostgresConnection.Configuration.TLS {
+        switch security {
+        case .plaintext:
+            return .disable
+        case .verifyFull(let caFile):
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.certificateVerification = .fullVerification
+            configuration.minimumTLSVersion = .tlsv12
+            if let caFile {
+                guard FileManager.default.isReadableFile(atPath: caFile) else {
+                    throw StoreError.invalid("--database-ca \(caFile): cannot read the file")
+                }
+                configuration.trustRoots = .file(caFile)
+            }
+            do {
+                return .require(try NIOSSLContext(configuration: configuration))
+            } catch {
+                throw StoreError.invalid(
+                    "--database-ca \(caFile ?? "(the system's roots)"): not usable as TLS roots: \(error)")
+            }
+        }
+    }
+
     /// Stops watching, closes the connections and stops the threads. `waiting`: only where
     /// blocking is safe (the initialiser); the last reference may go on an event loop thread,
     /// even one of this backend's own, so deinit never waits.
     private func shutdown(waiting: Bool = true) {
-        let (tasks, listeners) = watcher.withLockedValue { watcher in
-            watcher.stopped = true
-            return (watcher.tasks, Array(watcher.connections.values))
-        }
+        // Once: an initialiser that failed has shut down already when deinit comes (the group it would use is gone).
+        guard
+            let (tasks, listeners) = watcher.withLockedValue({
+                watcher -> ([Task<Void, Never>], [PostgresConnection])? in
+                guard !watcher.stopped else { return nil }
+                watcher.stopped = true
+                return (watcher.tasks, Array(watcher.connections.values))
+            })
+        else { return }
         for task in tasks { task.cancel() }
         // Each connection is closed (PostgreSQL's Terminate) before the threads stop; the closures
         // keep the connections alive until their close completes.
@@ -221,7 +321,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
             _ = try PostgresLedgerDatabase(connection: connection, health: health, logger: logger)
                 .execute("SELECT pg_advisory_lock(hashtextextended(?, 0))", [Self.instanceKey(instance)])
         } catch {
-            let _: EventLoopFuture<Void> = connection.close()
+            closeKeepingAlive(connection)
             throw error
         }
         let logger = self.logger
@@ -232,7 +332,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
             defer { holder = connection }
             return holder
         }
-        if let previous { let _: EventLoopFuture<Void> = previous.close() }
+        if let previous { closeKeepingAlive(previous) }
     }
 
     /// True when some session holds `instance`'s lock: its store process is alive. Asked on `db`, the
@@ -428,13 +528,13 @@ private final class ConnectionPool: Sendable {
             state.idle.append(connection)
             return false
         }
-        if close { let _: EventLoopFuture<Void> = connection.close() }
+        if close { closeKeepingAlive(connection) }
         free.signal()
     }
 
     package func discard(_ connection: PostgresConnection) {
         state.withLockedValue { $0.open -= 1 }
-        let _: EventLoopFuture<Void> = connection.close()
+        closeKeepingAlive(connection)
         free.signal()
     }
 
@@ -446,6 +546,12 @@ private final class ConnectionPool: Sendable {
             return state.idle
         }
     }
+}
+
+/// Closes `connection` and keeps it alive until the close completes: a TLS connection stays open while its
+/// close_notify goes out, and postgres-nio requires a connection to be closed before its last reference goes.
+private func closeKeepingAlive(_ connection: PostgresConnection) {
+    connection.close().whenComplete { _ in withExtendedLifetime(connection) {} }
 }
 
 /// `future` did not complete within its timeout.
@@ -460,7 +566,7 @@ private func connectWithin(
     do {
         return try waitFor(connecting, timeout: timeout)
     } catch let error as PostgresTimedOut {
-        connecting.whenSuccess { let _: EventLoopFuture<Void> = $0.close() }
+        connecting.whenSuccess { closeKeepingAlive($0) }
         throw error
     }
 }
@@ -562,7 +668,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             return value
         } catch is PostgresTimedOut {
             health.noteStalled()
-            let _: EventLoopFuture<Void> = connection.close()
+            closeKeepingAlive(connection)
             throw LedgerError(
                 .unavailable, "PostgreSQL did not answer a statement within \(health.timeoutDescription); retry later")
         }
@@ -651,6 +757,11 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         guard let error = error as? PSQLError else { return "\(error)" }
         if let info = error.serverInfo, let message = info[.message] {
             return "\(message) (SQLSTATE \(info[.sqlState] ?? "?"))"
+        }
+        // A refused certificate, a refused TLS request, a lost socket: what went wrong underneath (postgres-nio's
+        // own description of a connection error says only that).
+        if let underlying = error.underlying {
+            return "\(error.code): \(underlying)"
         }
         return "\(error.code)"
     }

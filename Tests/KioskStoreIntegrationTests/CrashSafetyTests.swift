@@ -31,7 +31,9 @@ final class StoreProcess: Sendable {
         guard let flag = arguments.firstIndex(of: "--data-dir"), flag + 1 < arguments.count,
             let location = try TestLedger.database(for: arguments[flag + 1])
         else { return [:] }
-        return ["KIOSK_STORE_DATABASE": location.description]
+        var environment = ["KIOSK_STORE_DATABASE": location.description]
+        if case .verifyFull(let caFile?) = location.security { environment["KIOSK_STORE_DATABASE_CA"] = caFile }
+        return environment
     }
 
     /// Runs a `kiosk-store` command to completion and returns its standard output.

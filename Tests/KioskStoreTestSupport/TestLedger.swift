@@ -20,29 +20,45 @@ public enum TestLedger {
 
     private static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("Scripts/postgres.sh").path
-    /// The cluster's URL, started on first use; stopped by its watchdog when this process exits.
-    private static let cluster: Result<String, any Error> = Result {
+    /// The cluster's URL and its directory, started on first use; stopped by its watchdog when this process exits.
+    private static let cluster: Result<(url: String, directory: String), any Error> = Result {
         let output = try run(script, "start", String(ProcessInfo.processInfo.processIdentifier))
-        guard let url = output.split(separator: " ").first else {
-            throw StoreError(.internalFailure, "postgres.sh start printed nothing")
+        let fields = output.split(separator: " ")
+        guard fields.count >= 2 else {
+            throw StoreError(.internalFailure, "postgres.sh start printed \"\(output)\"")
         }
-        return String(url)
+        return (String(fields[0]), String(fields[1]))
     }
+
+    /// The cluster's URL (`postgres://kiosk@127.0.0.1:PORT/postgres`).
+    public static func clusterURL() throws -> String { try cluster.get().url }
+
+    /// The CA that signed the cluster's certificate (which names `localhost` only).
+    public static func clusterCA() throws -> String { try cluster.get().directory + "/tls/ca.pem" }
     private static let databases = NIOLockedValueBox<[String: PostgresLocation]>([:])
 
     /// The PostgreSQL database for `dataDirectory` (created the first time), or nil on SQLite.
     public static func database(for dataDirectory: String) throws -> PostgresLocation? {
         guard isPostgres else { return nil }
         if let known = databases.withLockedValue({ $0[dataDirectory] }) { return known }
-        let url = try cluster.get()
-        let name = "kiosk_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        _ = try run(script, "createdb", url, name)
-        let location = try PostgresLocation(url: url.replacingOccurrences(of: "/postgres", with: "/" + name))
+        let location = try createDatabase()
         return databases.withLockedValue { databases in
             if let raced = databases[dataDirectory] { return raced }
             databases[dataDirectory] = location
             return location
         }
+    }
+
+    /// A new database on the cluster, reached over TLS verified against the cluster's CA (the store's tests run
+    /// over it).
+    public static func createDatabase() throws -> PostgresLocation {
+        let (url, _) = try cluster.get()
+        let name = "kiosk_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        _ = try run(script, "createdb", url, name)
+        // The cluster's certificate names localhost (Scripts/postgres.sh).
+        let database = url.replacingOccurrences(of: "/postgres", with: "/" + name)
+            .replacingOccurrences(of: "@127.0.0.1:", with: "@localhost:")
+        return try PostgresLocation(url: database, security: .verifyFull(caFile: clusterCA()))
     }
 
     private static func run(_ arguments: String...) throws -> String {
