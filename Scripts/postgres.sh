@@ -10,6 +10,7 @@
 #       WATCH_PID  default: the caller's parent; when it exits the cluster is stopped and removed
 #   Scripts/postgres.sh createdb URL NAME   creates database NAME on the cluster of URL
 #   Scripts/postgres.sh stop DIR            stops the cluster in DIR and removes DIR
+#   Scripts/postgres.sh restart DIR         restarts the cluster in DIR (fast: every session ends), same options
 #   Scripts/postgres.sh install             installs the server when missing; prints its bin directory
 #
 # Installs Debian's `postgresql` when no server is installed. PostgreSQL refuses
@@ -78,6 +79,12 @@ case "${1:-}" in
     ;;
   install)
     bindir
+    ;;
+  restart)
+    dir=$2
+    # The restarted server outlives this script: it must not keep the caller's descriptors open (see start).
+    for fd in $(ls /proc/$$/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null || true; done
+    as_owner "$(bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart > /dev/null 2>&1 < /dev/null
     ;;
   stop)
     dir=$2

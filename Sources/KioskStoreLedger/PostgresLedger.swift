@@ -310,6 +310,17 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// (a SIGKILL closes its socket at once). Other store processes on the database, whatever their
     /// data dir, ask ``isInstanceAlive(_:)``.
     package func holdInstanceLock(_ instance: String) throws {
+        let connection = try lockInstance(instance)
+        let previous = instanceHolder.withLockedValue { holder in
+            defer { holder = connection }
+            return holder
+        }
+        if let previous { closeKeepingAlive(previous) }
+        watchInstanceLock(instance, on: connection)
+    }
+
+    /// A new connection holding `instance`'s session lock.
+    private func lockInstance(_ instance: String) throws -> PostgresConnection {
         let connection: PostgresConnection
         do {
             connection = try connectWithin(
@@ -324,15 +335,50 @@ package final class PostgresLedgerBackend: LedgerBackend {
             closeKeepingAlive(connection)
             throw error
         }
-        let logger = self.logger
-        connection.closeFuture.whenComplete { _ in
-            logger.debug("the connection holding instance \(instance)'s lock closed")
+        return connection
+    }
+
+    /// When the connection holding `instance`'s lock closes (PostgreSQL restarted, failed over, or dropped it), the
+    /// lock went with its session and other processes would take this live one for dead: take it again on a new
+    /// connection, retrying from 100 ms, doubling to 5 s, until it holds or the backend shuts down.
+    private func watchInstanceLock(_ instance: String, on connection: PostgresConnection) {
+        connection.closeFuture.whenComplete { [weak self] _ in
+            DispatchQueue.global().async { [weak self] in
+                var pause: UInt32 = 100_000
+                while let self, !self.watcher.withLockedValue({ $0.stopped }) {
+                    guard self.instanceHolder.withLockedValue({ $0 === connection }) else { return }
+                    do {
+                        let retaken = try self.lockInstance(instance)
+                        let replaced = self.instanceHolder.withLockedValue { holder -> Bool in
+                            guard holder === connection, !self.watcher.withLockedValue({ $0.stopped }) else {
+                                return false
+                            }
+                            holder = retaken
+                            return true
+                        }
+                        guard replaced else {
+                            closeKeepingAlive(retaken)
+                            return
+                        }
+                        self.logger.notice(
+                            "instance lock taken again after its connection closed",
+                            metadata: [
+                                "instance": "\(instance)"
+                            ])
+                        self.watchInstanceLock(instance, on: retaken)
+                        return
+                    } catch {
+                        self.logger.warning(
+                            "cannot take the instance lock again yet: \(error)",
+                            metadata: [
+                                "instance": "\(instance)"
+                            ])
+                    }
+                    usleep(pause)
+                    pause = min(pause * 2, 5_000_000)
+                }
+            }
         }
-        let previous = instanceHolder.withLockedValue { holder in
-            defer { holder = connection }
-            return holder
-        }
-        if let previous { closeKeepingAlive(previous) }
     }
 
     /// True when some session holds `instance`'s lock: its store process is alive. Asked on `db`, the

@@ -33,6 +33,11 @@ public enum TestLedger {
     /// The cluster's URL (`postgres://kiosk@127.0.0.1:PORT/postgres`).
     public static func clusterURL() throws -> String { try cluster.get().url }
 
+    /// Restarts the cluster (every session ends, as a database restart or failover does), the same options again.
+    public static func restartCluster() throws {
+        _ = try run(script, "restart", try cluster.get().directory)
+    }
+
     /// The CA that signed the cluster's certificate (which names `localhost` only).
     public static func clusterCA() throws -> String { try cluster.get().directory + "/tls/ca.pem" }
     private static let databases = NIOLockedValueBox<[String: PostgresLocation]>([:])

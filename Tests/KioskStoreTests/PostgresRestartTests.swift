@@ -1,0 +1,31 @@
+import Foundation
+import KioskStore
+import KioskStoreTestSupport
+import Testing
+
+/// A PostgreSQL restart ends every session, and with it each store process's instance lock: the process must take
+/// its lock again, or the other replicas take it for dead (and take over its payments while it is still charging).
+/// Runs on the PostgreSQL pass; it restarts the pass's shared cluster, so it runs with the others one at a time.
+@Suite(.enabled(if: TestLedger.isPostgres), .timeLimit(.minutes(1)))
+struct PostgresRestartTests {
+    @Test func aStoreTakesItsInstanceLockAgainAfterPostgreSQLRestarts() async throws {
+        let location = try TestLedger.createDatabase()
+        let live = try #require(try Ledger(postgres: location).backend as? PostgresLedgerBackend)
+        let observer = try #require(try Ledger(postgres: location).backend as? PostgresLedgerBackend)
+        let instance = "restart-" + UUID().uuidString
+        try live.holdInstanceLock(instance)
+        #expect(try observer.isInstanceAlive(instance))
+
+        try TestLedger.restartCluster()
+        // Every session ended with the restart; the live store's lock must come back by itself.
+        let deadline = ContinuousClock.now + .seconds(30)
+        var alive = false
+        while !alive, ContinuousClock.now < deadline {
+            alive = (try? observer.isInstanceAlive(instance)) ?? false
+            if !alive { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(alive, "after the restart the live store looks dead to the other replicas")
+        // And a store that is gone stays gone: nobody else holds a lock it never took.
+        #expect(try observer.isInstanceAlive("never-" + UUID().uuidString) == false)
+    }
+}
