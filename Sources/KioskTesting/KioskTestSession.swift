@@ -307,9 +307,7 @@ public final class KioskTestSession: Sendable {
     }
 
     /// The store's clock, in milliseconds since 1970 (real time plus what ``advance(by:)`` added).
-    public var nowMs: Int64 {
-        Int64((Date().timeIntervalSince1970 * 1000).rounded()) + clockOffset.withLockedValue { $0 }
-    }
+    public var nowMs: Int64 { OffsetClock(offset: clockOffset).nowMs }
 
     /// Moves the store's clock forward, then runs the renewal engine as a serving store does on its timer:
     /// every renewal now due is charged (once per period), failed ones move through grace and billing retry,

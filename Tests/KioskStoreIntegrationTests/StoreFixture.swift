@@ -8,13 +8,12 @@ import Testing
 
 @testable import KioskStore
 
-/// A clock tests can move.
-final class TestClock: StoreClock {
-    private let value: NIOLockedValueBox<Int64>
-    init(_ start: Int64 = 1_800_000_000_000) { value = NIOLockedValueBox(start) }
-    var now: Int64 { value.withLockedValue { $0 } }
-    var nowMs: Int64 { now }
-    func advance(byMs ms: Int64) { value.withLockedValue { $0 += ms } }
+/// A clock tests can move: the core's ``ManualClock``, starting at a fixed time.
+typealias TestClock = ManualClock
+
+extension ManualClock {
+    convenience init() { self.init(startMs: 1_800_000_000_000) }
+    var now: Int64 { nowMs }
 }
 
 let testCatalog = Catalog(
