@@ -9,7 +9,6 @@ let package = Package(
         // Named, so the products below are found whatever the clone's directory is called.
         .package(name: "Kiosk", path: ".."),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
-        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         // Hummingbird's own, imported by webhook-receiver for the body's collect(upTo:) and HTTPField.Name.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
@@ -20,16 +19,11 @@ let package = Package(
             name: "buy-and-download",
             dependencies: [.product(name: "Kiosk", package: "Kiosk")]
         ),
-        // The check of a webhook's Kiosk-Signature: a pure function, no server.
-        .target(
-            name: "WebhookVerification",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
-        ),
         // An app's back end on Hummingbird that takes Kiosk's webhooks.
         .executableTarget(
             name: "webhook-receiver",
             dependencies: [
-                "WebhookVerification",
+                .product(name: "KioskAPI", package: "Kiosk"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -47,13 +41,6 @@ let package = Package(
                 "AppPurchases",
                 .product(name: "Kiosk", package: "Kiosk"),
                 .product(name: "KioskTesting", package: "Kiosk"),
-            ]
-        ),
-        .testTarget(
-            name: "WebhookVerificationTests",
-            dependencies: [
-                "WebhookVerification",
-                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
     ]

@@ -1,8 +1,8 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import KioskAPI
 import NIOCore
-import WebhookVerification
 
 /// An app's back end that takes Kiosk's webhooks: each POST's `Kiosk-Signature` is checked (else 400 or 401 with
 /// the reason, and the store sends it again later), its event decoded, handled once by event id, and answered 204.
@@ -56,12 +56,15 @@ struct WebhookReceiver {
         // A longer body throws NIOTooManyBytesError, which Hummingbird answers 413.
         let buffer = try await request.body.collect(upTo: maximumBodyBytes)
         let body = Array(buffer.readableBytesView)
-        do {
-            try KioskWebhookSignature.verify(
-                header: request.headers[signatureField], body: body, secret: secret, nowMs: currentTimeMs())
-        } catch let rejection as WebhookRejection {
-            report("refused a request: \(rejection)")
-            throw HTTPError(rejection.httpStatus == 400 ? .badRequest : .unauthorized, message: rejection.description)
+        // The check is the one the store signs with (KioskAPI's WebhookSignature): the signature over "<t>." + body
+        // with the secret, and `t` within five minutes of this clock (an older request is a replay).
+        guard let signature = request.headers[signatureField], !signature.isEmpty else {
+            report("refused a request: no \(WebhookSignature.header) header")
+            throw HTTPError(.badRequest, message: "no \(WebhookSignature.header) header")
+        }
+        guard WebhookSignature.isValid(signature, body: body, secret: secret, nowMs: currentTimeMs()) else {
+            report("refused a request: its signature does not match the body, or its time is not within 5 minutes")
+            throw HTTPError(.unauthorized, message: "the signature does not match, or it is too old or too new")
         }
         let event: KioskEvent
         do {
@@ -179,7 +182,7 @@ struct UsageError: Error {
 }
 
 /// The header the store signs with.
-let signatureField = HTTPField.Name(KioskWebhookSignature.headerName)!
+let signatureField = HTTPField.Name(WebhookSignature.header)!
 
 /// Milliseconds since 1970 by this machine's clock: what a webhook's `t` is compared with.
 func currentTimeMs() -> Int64 {
