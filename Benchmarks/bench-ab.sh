@@ -24,9 +24,7 @@ bin=$a_bin
 start_store
 credential=$(new_credential content)
 token=$(new_token)
-content_pids=()
-stop_contents() { for pid in "${content_pids[@]}"; do kill "$pid" 2>/dev/null || true; done; cleanup; }
-trap stop_contents EXIT
+# Each side's content service is one of lib.sh's services (content-A, content-B): stopped with the rest at exit.
 declare -A endpoint pid_of
 for side in A B; do
   side_bin=$([ "$side" = A ] && echo "$a_bin" || echo "$b_bin")
@@ -36,10 +34,10 @@ for side in A B; do
   head -c 1048576 /dev/urandom > "$dir/books/swift-book.txt"
   KIOSK_STORE_CREDENTIAL="$credential" "$side_bin/kiosk-content" serve --content-dir "$dir" --store "$store" \
     "${content_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning > "$work/content-$side.out" &
+  pid[content-$side]=$!
   pid_of[$side]=$!
-  content_pids+=("$!")
-  wait_for "$work/content-$side.out"
-  endpoint[$side]=$(sed -n 's/^kiosk-content listening on \([^ ]*\).*/\1/p' "$work/content-$side.out")
+  await_banner "content-$side"
+  endpoint[$side]=${address[content-$side]}
 done
 tls_args=(); [ "$KIOSK_TLS" = 0 ] || tls_args=(--tls-ca "$KIOSK_TLS_CA")
 results="$work/results"
@@ -63,7 +61,7 @@ for round in $(seq "$rounds"); do
 done
 python3 - "$results" "$rounds" <<'PY'
 import sys, statistics as st
-sys.path.insert(0, "Scripts")
+sys.path.insert(0, "Benchmarks")
 from benchrows import read_rows
 rows, failed = read_rows(sys.argv[1])  # the rows of failed runs are counted, not averaged
 print(f"bench-ab: {sys.argv[2]} round(s) of A B B A, medians (B against A)")

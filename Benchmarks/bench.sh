@@ -239,7 +239,7 @@ echo "bench: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpui
   "SHA extensions (sha_ni): $(grep -qw sha_ni /proc/cpuinfo && echo yes || echo no)"
 python3 - "$results" "$rounds" <<'PY'
 import sys, statistics as st
-sys.path.insert(0, "Scripts")
+sys.path.insert(0, "Benchmarks")
 from benchrows import read_rows, read_slots
 rows, failed = read_rows(sys.argv[1])  # the rows of failed runs are counted, not averaged
 # Pairs are taken slot by slot (a failed run is None in its place), so one failure drops its own pair

@@ -40,16 +40,10 @@ seed=4242424242424242424242424242424242424242424242424242424242424242
 
 KIOSK_TLS=0
 . Scripts/lib.sh
-nio_pid=""; capture_pid=""
-stop_all() {
-  [ -n "$capture_pid" ] && kill "$capture_pid" 2>/dev/null || true
-  [ -n "$nio_pid" ] && kill "$nio_pid" 2>/dev/null || true
-  cleanup
-}
-trap stop_all EXIT
+# The reference server and the capture are lib.sh's processes too (pid[nio], pid[capture]): stopped at exit.
 nio_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$refbin/nio-verify-server" --port "$nio_port" --key-seed "$seed" --threads 2 > /dev/null 2>&1 &
-nio_pid=$!
+pid[nio]=$!
 up=""
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$nio_port") 2>/dev/null && { up=1; break; }; sleep 0.05; done
 [ -n "$up" ] || { echo "serial-spans: the bare reference server did not start on port $nio_port" >&2; exit 1; }
@@ -64,7 +58,7 @@ measured() {
   local who=$1 port p50
   port=$([ "$who" = nio ] && echo "$nio_port" || echo "$kiosk_port")
   tcpdump -i lo -s 128 --time-stamp-precision=nano -B 65536 -U -w "$work/capture.pcap" "tcp port $port" > /dev/null 2> "$work/tcpdump.err" &
-  capture_pid=$!
+  pid[capture]=$!
   for _ in $(seq 100); do grep -q listening "$work/tcpdump.err" && break; sleep 0.05; done
   grep -q listening "$work/tcpdump.err" || { echo "serial-spans: tcpdump could not capture:" >&2; cat "$work/tcpdump.err" >&2; exit 1; }
   if [ "$who" = nio ]; then
@@ -77,7 +71,7 @@ measured() {
       | python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["errors"] == 0, r["errors_by_kind"]; print(r["latency_us"]["p50"])') \
       || { echo "serial-spans: Kiosk's serial run failed:" >&2; cat "$work/load.err" >&2; exit 1; }
   fi
-  kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=""
+  stop_service capture INT
   # An assignment of its own: a failure inside echo's arguments would not stop the script (set -e).
   local spans
   spans=$(python3 Benchmarks/serial-spans.py "$work/capture.pcap" "$port")

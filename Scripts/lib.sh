@@ -16,6 +16,7 @@
 #   start_content CREDENTIAL        serve_content content "$store": → $content, $content_pid (the manifest from
 #                                    Scripts/examples/content; the caller writes $work/content/books/swift-book.txt first)
 # Each service's standard output goes to $work/NAME.out (its "listening" banner) and standard error to $work/NAME.err.
+# A caller's own long-lived processes go into ${pid[NAME]} too (not a trap of its own, which would replace this one's).
 work=$(mktemp -d)
 declare -A address=() pid=()
 lib_cleanup() {
@@ -40,11 +41,16 @@ make_certificates() {
 # Waits for NAME's banner ("kiosk-… listening on HOST:PORT …") and sets ${address[NAME]}.
 await_banner() {
   local name=$1 _
-  for _ in $(seq 1 600); do grep -q "listening on" "$work/$name.out" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 1 600); do
+    grep -q "listening on" "$work/$name.out" 2>/dev/null && break
+    kill -0 "${pid[$name]}" 2>/dev/null || break   # it exited: no banner is coming
+    sleep 0.05
+  done
   if ! grep -q "listening on" "$work/$name.out" 2>/dev/null; then
     echo "$name did not start:" >&2; cat "$work/$name.out" "$work/$name.err" >&2 2>/dev/null; exit 1
   fi
   address[$name]=$(sed -n 's/^[a-z-]* listening on \([^ ]*\).*/\1/p' "$work/$name.out" | head -1)
+  [ -n "${address[$name]}" ] || { echo "$name printed no address:" >&2; cat "$work/$name.out" >&2; exit 1; }
 }
 
 serve_store() {
