@@ -115,7 +115,7 @@ let package = Package(
         .target(
             name: "KioskStoreLedger",
             dependencies: [
-                "KioskStoreCore", "KioskAPI",
+                "KioskStoreCore", "KioskAPI", "KioskRPC",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -28,11 +28,9 @@ public final class Store: Sendable {
     /// A ledger is bound to an environment the first time it is served
     /// (``StoreServer``); opening one bound to another environment fails.
     public init(configuration: StoreConfiguration) throws {
-        if configuration.environment == .production, let database = configuration.database,
-            database.security == .plaintext, !PostgresTransportSecurity.isLoopback(database.host)
-        {
-            throw StoreError.invalid(
-                "a production store does not send its ledger in plaintext to \(database.host): give --database-ca FILE")
+        if let database = configuration.database {
+            try PostgresTransportSecurity.requireAllowed(
+                database.security, host: database.host, environment: configuration.environment)
         }
         self.configuration = configuration
         self.ledger =

@@ -1,4 +1,5 @@
 import Foundation
+import KioskRPC
 import KioskStoreCore
 import Logging
 import NIOConcurrencyHelpers
@@ -21,8 +22,10 @@ public enum PostgresTransportSecurity: Sendable, Hashable, CustomStringConvertib
     }
 
     /// The security the command line asks for: `--database-ca FILE` (verified TLS with that CA), or
-    /// `--database-plaintext` (refused beyond loopback for a production store), or the host's default.
-    /// - Throws: ``StoreError`` invalid request for both at once, or plaintext to another host in production.
+    /// `--database-plaintext` (beyond loopback, only for a store known to be a sandbox one), or the host's default.
+    /// - Parameter environment: the store's environment when the command knows it before connecting; nil counts as
+    ///   production (an admin command must not send a production ledger in plaintext to find out).
+    /// - Throws: ``StoreError`` invalid request for both at once, or plaintext beyond loopback without a sandbox.
     public static func chosen(
         host: String, caFile: String?, plaintext: Bool, environment: StoreEnvironment?
     ) throws -> PostgresTransportSecurity {
@@ -33,19 +36,23 @@ public enum PostgresTransportSecurity: Sendable, Hashable, CustomStringConvertib
             return .verifyFull(caFile: caFile)
         }
         guard plaintext else { return .default(forHost: host) }
-        if environment == .production, !isLoopback(host) {
-            throw StoreError.invalid(
-                "a production store does not send its ledger in plaintext to \(host): give --database-ca FILE (or "
-                    + "trust the system's roots by leaving out --database-plaintext)")
-        }
+        try requireAllowed(.plaintext, host: host, environment: environment ?? .production)
         return .plaintext
     }
 
-    /// True for `localhost` and the loopback addresses (127.0.0.0/8, ::1).
-    public static func isLoopback(_ host: String) -> Bool {
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
+    /// Refuses `security` to `host` for a store of `environment`: plaintext beyond loopback is a sandbox's only.
+    public static func requireAllowed(
+        _ security: PostgresTransportSecurity, host: String, environment: StoreEnvironment
+    ) throws {
+        guard security == .plaintext, environment != .sandbox, !isLoopback(host) else { return }
+        throw StoreError.invalid(
+            "a \(environment.name) store does not send its ledger in plaintext to \(host): give --database-ca FILE (or "
+                + "trust the system's roots by leaving out --database-plaintext)")
     }
+
+    /// True for `localhost` and the loopback addresses (127.0.0.0/8, ::1), as the RPC runtime counts them
+    /// (`127.example.com` is not one).
+    public static func isLoopback(_ host: String) -> Bool { Loopback.contains(host: host) }
 
     public var description: String {
         switch self {
@@ -76,12 +83,20 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
         else {
             throw StoreError.invalid("--database \"\(shown)\" is not a postgres://user@host:port/database URL")
         }
+        guard components.query == nil else {
+            throw StoreError.invalid(
+                "--database \(shown): options after '?' are not read; give the password in --database-password-file "
+                    + "and the CA in --database-ca")
+        }
         guard components.password == nil else {
             throw StoreError.invalid(
                 "--database \(shown): a password in the URL shows in process lists and logs; give it in "
                     + "--database-password-file or KIOSK_STORE_DATABASE_PASSWORD")
         }
-        guard let host = components.host, !host.isEmpty else {
+        // An IPv6 address without its brackets (Foundation keeps them on Linux), as a connect and TLS expect it.
+        guard let host = components.host.map({ $0.trimmingCharacters(in: CharacterSet(charactersIn: "[]")) }),
+            !host.isEmpty
+        else {
             throw StoreError.invalid("--database \(shown): no host")
         }
         guard let user = components.user, !user.isEmpty else {
@@ -100,17 +115,20 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The URL without its password.
-    public var description: String { "postgres://\(user)@\(host):\(port)/\(database)" }
+    public var description: String {
+        "postgres://\(user)@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database)"
+    }
 
-    /// `url` with any password between `://user:` and `@` replaced, at most 200 characters: for error messages.
+    /// `url` for an error message: whatever lies between the user's `:` and the last `@` (a password, even one
+    /// holding `@` or `/`) replaced, and a query (which could hold `password=`) left out; at most 200 characters.
     static func redacted(_ url: String) -> String {
-        var text = String(url.prefix(200))
-        if let scheme = text.range(of: "://"), let at = text[scheme.upperBound...].firstIndex(of: "@"),
+        var text = String(url.prefix { $0 != "?" })
+        if let scheme = text.range(of: "://"), let at = text[scheme.upperBound...].lastIndex(of: "@"),
             let colon = text[scheme.upperBound..<at].firstIndex(of: ":")
         {
             text.replaceSubrange(text.index(after: colon)..<at, with: "…")
         }
-        return text
+        return String(text.prefix(200))
     }
 }
 
@@ -310,7 +328,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// (a SIGKILL closes its socket at once). Other store processes on the database, whatever their
     /// data dir, ask ``isInstanceAlive(_:)``.
     package func holdInstanceLock(_ instance: String) throws {
-        let connection = try lockInstance(instance)
+        guard let connection = try lockInstance(instance) else { return }
         let previous = instanceHolder.withLockedValue { holder in
             defer { holder = connection }
             return holder
@@ -319,8 +337,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
         watchInstanceLock(instance, on: connection)
     }
 
-    /// A new connection holding `instance`'s session lock.
-    private func lockInstance(_ instance: String) throws -> PostgresConnection {
+    /// A new connection holding `instance`'s session lock, or nil when another session holds it (`waiting` false).
+    /// - Parameter waiting: wait for the lock (start-up) or only try it (a re-take, which must not wait a statement
+    ///   timeout on a session the server has not yet seen die, nor mark the database stalled for every other call).
+    private func lockInstance(_ instance: String, waiting: Bool = true) throws -> PostgresConnection? {
         let connection: PostgresConnection
         do {
             connection = try connectWithin(
@@ -329,8 +349,18 @@ package final class PostgresLedgerBackend: LedgerBackend {
             throw LedgerError(.unavailable, "cannot connect to PostgreSQL: \(PostgresLedgerDatabase.describe(error))")
         }
         do {
-            _ = try PostgresLedgerDatabase(connection: connection, health: health, logger: logger)
-                .execute("SELECT pg_advisory_lock(hashtextextended(?, 0))", [Self.instanceKey(instance)])
+            let database = PostgresLedgerDatabase(
+                connection: connection, health: waiting ? health : PostgresHealth(timeout: health.timeout),
+                logger: logger)
+            let key = Self.instanceKey(instance)
+            if waiting {
+                _ = try database.execute("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
+            } else if try database.value(Bool.self, "SELECT pg_try_advisory_lock(hashtextextended(?, 0))", [key])
+                != true
+            {
+                closeKeepingAlive(connection)
+                return nil
+            }
         } catch {
             closeKeepingAlive(connection)
             throw error
@@ -338,43 +368,47 @@ package final class PostgresLedgerBackend: LedgerBackend {
         return connection
     }
 
-    /// When the connection holding `instance`'s lock closes (PostgreSQL restarted, failed over, or dropped it), the
-    /// lock went with its session and other processes would take this live one for dead: take it again on a new
-    /// connection, retrying from 100 ms, doubling to 5 s, until it holds or the backend shuts down.
+    /// When the connection holding `instance`'s lock closes (PostgreSQL restarted, or a failover or the network
+    /// closed it), the lock went with its session and other processes would take this live one for dead: take it
+    /// again on a new connection, retrying from 100 ms, doubling to 5 s, until it holds or the backend shuts down.
+    /// The retries hold no reference to the backend while they pause.
     private func watchInstanceLock(_ instance: String, on connection: PostgresConnection) {
         connection.closeFuture.whenComplete { [weak self] _ in
             DispatchQueue.global().async { [weak self] in
+                enum Attempt { case done, again }
                 var pause: UInt32 = 100_000
-                while let self, !self.watcher.withLockedValue({ $0.stopped }) {
-                    guard self.instanceHolder.withLockedValue({ $0 === connection }) else { return }
-                    do {
-                        let retaken = try self.lockInstance(instance)
-                        let replaced = self.instanceHolder.withLockedValue { holder -> Bool in
-                            guard holder === connection, !self.watcher.withLockedValue({ $0.stopped }) else {
-                                return false
+                while true {
+                    let attempt: Attempt = {
+                        guard let self, !self.watcher.withLockedValue({ $0.stopped }),
+                            self.instanceHolder.withLockedValue({ $0 === connection })
+                        else { return .done }
+                        do {
+                            guard let retaken = try self.lockInstance(instance, waiting: false) else { return .again }
+                            let replaced = self.instanceHolder.withLockedValue { holder -> Bool in
+                                guard holder === connection, !self.watcher.withLockedValue({ $0.stopped }) else {
+                                    return false
+                                }
+                                holder = retaken
+                                return true
                             }
-                            holder = retaken
-                            return true
+                            guard replaced else {
+                                closeKeepingAlive(retaken)
+                                return .done
+                            }
+                            self.logger.notice(
+                                "instance lock taken again after its connection closed",
+                                metadata: ["instance": "\(instance)"])
+                            self.watchInstanceLock(instance, on: retaken)
+                            return .done
+                        } catch {
+                            self.logger.warning(
+                                "cannot take the instance lock again yet: \(error)",
+                                metadata: ["instance": "\(instance)"])
+                            return .again
                         }
-                        guard replaced else {
-                            closeKeepingAlive(retaken)
-                            return
-                        }
-                        self.logger.notice(
-                            "instance lock taken again after its connection closed",
-                            metadata: [
-                                "instance": "\(instance)"
-                            ])
-                        self.watchInstanceLock(instance, on: retaken)
-                        return
-                    } catch {
-                        self.logger.warning(
-                            "cannot take the instance lock again yet: \(error)",
-                            metadata: [
-                                "instance": "\(instance)"
-                            ])
-                    }
-                    usleep(pause)
+                    }()
+                    guard case .again = attempt else { return }
+                    usleep(pause + UInt32.random(in: 0...pause / 4))
                     pause = min(pause * 2, 5_000_000)
                 }
             }

@@ -14,6 +14,14 @@ import Testing
         #expect(PostgresTransportSecurity.default(forHost: "::1") == .plaintext)
         #expect(PostgresTransportSecurity.default(forHost: "db.internal") == .verifyFull(caFile: nil))
         #expect(PostgresTransportSecurity.default(forHost: "10.0.0.7") == .verifyFull(caFile: nil))
+        // Names that only start like a loopback address are other hosts.
+        for host in ["127.example.com", "127.0.0.1.example.com", "localhost.example.com"] {
+            #expect(PostgresTransportSecurity.default(forHost: host) == .verifyFull(caFile: nil), "\(host)")
+        }
+        // An IPv6 host loses its brackets (a connect and a certificate check want the address alone).
+        let v6 = try PostgresLocation(url: "postgres://kiosk@[::1]:5433/kiosk")
+        #expect(v6.host == "::1" && v6.port == 5433 && v6.security == .plaintext)
+        #expect(v6.description == "postgres://kiosk@[::1]:5433/kiosk")
         #expect(try PostgresLocation(url: "postgres://kiosk@db.internal/kiosk").security == .verifyFull(caFile: nil))
     }
 
@@ -54,6 +62,15 @@ import Testing
         #expect(error?.message.contains("hunter2") == false)
         let malformed = #expect(throws: StoreError.self) { try PostgresLocation(url: "mysql://kiosk:hunter2@db/kiosk") }
         #expect(malformed?.message.contains("hunter2") == false)
+        // A password holding '@' or '/', or one in a query, is not shown either; options in a query are refused.
+        for url in [
+            "postgres://kiosk:p@ss/hunter2@db/kiosk", "mysql://kiosk:p@ss/hunter2@db/kiosk",
+            "postgres://kiosk@db/kiosk?password=hunter2",
+            "postgres://\(String(repeating: "k", count: 190)):hunter2@db/kiosk",
+        ] {
+            let refused = #expect(throws: StoreError.self) { try PostgresLocation(url: url) }
+            #expect(refused?.message.contains("hunter2") == false, "\(refused?.message ?? "accepted") for \(url)")
+        }
         #expect(
             try PostgresLocation(url: "postgres://kiosk@db/kiosk", password: "hunter2").description.contains("hunter2")
                 == false)
@@ -87,7 +104,10 @@ import Testing
         // The certificate names `localhost` only: the same server reached as 127.0.0.1 must be refused.
         location.host = "127.0.0.1"
         let error = #expect(throws: (any Error).self) { try Ledger(postgres: location, timeout: .seconds(5)) }
-        #expect(error != nil)
+        #expect("\(error.map { "\($0)" } ?? "")".contains("failedToValidateHostname"), "\(error.map { "\($0)" } ?? "")")
+        // The control: the same database by the name the certificate holds opens.
+        location.host = "localhost"
+        _ = try Ledger(postgres: location, timeout: .seconds(5))
     }
 
     @Test(.enabled(if: TestLedger.isPostgres)) func aCertificateOfAnotherCAIsRefused() throws {
@@ -104,8 +124,10 @@ import Testing
         openssl.standardError = FileHandle.nullDevice
         try openssl.run()
         openssl.waitUntilExit()
-        #expect(openssl.terminationStatus == 0)
+        try #require(openssl.terminationStatus == 0)
         location.security = .verifyFull(caFile: other)
-        #expect(throws: (any Error).self) { try Ledger(postgres: location, timeout: .seconds(5)) }
+        let error = #expect(throws: (any Error).self) { try Ledger(postgres: location, timeout: .seconds(5)) }
+        #expect(
+            "\(error.map { "\($0)" } ?? "")".contains("CERTIFICATE_VERIFY_FAILED"), "\(error.map { "\($0)" } ?? "")")
     }
 }
