@@ -55,11 +55,13 @@ for f in files:
 sys.exit(1 if bad else 0)
 PY
 
-echo "lint: no issue numbers, run dates or commit hashes in Sources/, docs/, the README"
+echo "lint: no issue numbers, run dates or commit hashes in Sources/, docs/, Examples/, the READMEs"
 python3 - <<'PY' || failed=1
 import glob, re, subprocess, sys
-files = ["README.md"] + glob.glob("docs/**/*.md", recursive=True) + [
-    f for f in glob.glob("Sources/**/*.swift", recursive=True) if "/Generated/" not in f]
+files = ["README.md", "Benchmarks/README.md"] + glob.glob("docs/**/*.md", recursive=True) + [
+    f for f in glob.glob("Sources/**/*.swift", recursive=True) + glob.glob("Sources/**/*.docc/**/*.md", recursive=True)
+    + glob.glob("Examples/**/*.swift", recursive=True) + glob.glob("Examples/**/*.md", recursive=True)
+    if "/Generated/" not in f and "/.build/" not in f]
 hashes = set(subprocess.run(["git", "log", "--format=%h %H"], capture_output=True, text=True).stdout.split())
 rules = [
     (re.compile(r"\b(issue|issues)\s*#?\d+", re.I), "an issue number"),

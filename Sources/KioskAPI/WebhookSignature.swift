@@ -25,9 +25,12 @@ public enum WebhookSignature {
             guard pair.count == 2 else { continue }
             if pair[0] == "t" { timestamp = Int64(pair[1]) } else if pair[0] == "v1" { signatures.append(pair[1]) }
         }
-        // Compared without subtracting: a forged `t` near Int64's limits must not overflow.
-        guard let timestamp, timestamp >= nowMs.subtractingReportingOverflow(toleranceMs).partialValue,
-            timestamp <= nowMs.addingReportingOverflow(toleranceMs).partialValue
+        // Compared without subtracting from `t`: a forged `t` near Int64's limits must not overflow; the window's
+        // ends saturate rather than wrap, so a huge tolerance accepts any time instead of none.
+        let earliest = nowMs.subtractingReportingOverflow(toleranceMs)
+        let latest = nowMs.addingReportingOverflow(toleranceMs)
+        guard let timestamp, timestamp >= (earliest.overflow ? .min : earliest.partialValue),
+            timestamp <= (latest.overflow ? .max : latest.partialValue)
         else { return false }
         let expected =
             value(body: body, secret: secret, timestampMs: timestamp).split(separator: "=").last.map(String.init) ?? ""

@@ -133,7 +133,7 @@ struct Connection: ParsableArguments {
     /// A list of transactions: `{key: [...]}` in JSON, a line each (or `empty`) as text.
     func emit(_ transactions: [Transaction], key: String, empty: String) {
         emit(
-            Output.Transactions(key: key, transactions: transactions.map(Output.TransactionObject.init)),
+            [key: transactions.map(Output.TransactionObject.init)],
             text: transactions.isEmpty ? empty : transactions.map(line).joined(separator: "\n"))
     }
 }

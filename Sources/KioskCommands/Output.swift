@@ -56,24 +56,6 @@ enum Output {
         }
     }
 
-    /// A list of transactions under one key (`transactions`, `entitlements`).
-    struct Transactions: Encodable {
-        var key: String
-        var transactions: [TransactionObject]
-
-        func encode(to encoder: any Encoder) throws {
-            var container = encoder.container(keyedBy: Key.self)
-            try container.encode(transactions, forKey: Key(stringValue: key))
-        }
-
-        struct Key: CodingKey {
-            var stringValue: String
-            var intValue: Int? { nil }
-            init(stringValue: String) { self.stringValue = stringValue }
-            init?(intValue: Int) { nil }
-        }
-    }
-
     /// `products`.
     struct Products: Encodable {
         struct Product: Encodable {

@@ -27,6 +27,7 @@ import Testing
         let store = try await StoreProcess(
             dataDirectory: directory, extraArguments: ["--time-scale", "1000000", "--renewal-interval-ms", "20"],
             environment: ["KIOSK_SIMULATED_CHARGE_LOG": chargeLog, "KIOSK_SIMULATED_DELAY_MS": "\(Self.chargeDelayMs)"])
+        defer { if store.process.isRunning { store.process.terminate() } }
         let client = RPCClient(host: "127.0.0.1", port: store.port)
         var metadata = Metadata()
         metadata.add("authorization", "Bearer \(token)")
@@ -43,21 +44,27 @@ import Testing
         let ledger = try testLedger(directory: directory)
         let account = try #require(try await ledger.account(tokenHash: Store.hash(token)))
         let deadline = ContinuousClock.now + .seconds(20)
-        while try ledger.intentCounts()[.pending, default: 0] == 0 {
+        var renewal: PaymentIntent?
+        while renewal == nil {
+            renewal = try ledger.openIntents().first {
+                $0.kind == .renewal && $0.accountID == account.id && $0.state == .pending
+            }
+            guard renewal == nil else { break }
             guard ContinuousClock.now < deadline else {
                 Issue.record("no renewal was started")
                 return
             }
             try await Task.sleep(for: .milliseconds(5))
         }
+        let renewalID = try #require(renewal).id
         let turnedOff = try await client.unary(
             "/kiosk.store.v1.Store/SetAutoRenew",
             request: StoreV1.SetAutoRenewRequest(originalTransactionID: first.originalTransactionID, autoRenew: false),
             response: StoreV1.SubscriptionStatus.self, options: options)
         #expect(!turnedOff.willAutoRenew)
         #expect(
-            try ledger.intentCounts()[.pending, default: 0] == 1,
-            "auto-renew was turned off while the renewal was still being charged")
+            try ledger.intent(id: renewalID)?.state == .pending,
+            "auto-renew was turned off while this renewal was still being charged")
 
         // The renewal is recorded; the period after it ends the subscription, CANCELLED, and is never charged.
         while try ledger.subscription(originalID: first.originalTransactionID)?.state != .expired {

@@ -139,7 +139,7 @@ import Testing
             let run = try await kiosk(arguments + ["--json"], session: session, token: account.token, state: state)
             #expect(run.status == status, "\(arguments): \(run.errors)")
             #expect(run.output.split(separator: "\n").count == 1, "one line: \(run.output)")
-            #expect(!run.output.contains("null"))
+            #expect(!run.output.contains(":null"), "no key is written as null")
             return try #require(try JSONSerialization.jsonObject(with: Data(run.output.utf8)) as? [String: Any])
         }
         let products = try await json(["products", "credits.5", "nope"])
@@ -149,12 +149,13 @@ import Testing
 
         let bought = try await json(["buy", "book.swift"])
         #expect(bought["state"] as? String == "purchased" && bought["product_type"] as? String == "non-consumable")
+        // Exactly the documented keys of a non-consumable just bought: the optional ones (expiry, offer, revocation)
+        // have no value, so they are left out.
         #expect(
-            Set(bought.keys).isSuperset(of: [
-                "transaction_id", "original_transaction_id", "product_id", "quantity", "purchase_date",
-                "finished", "environment", "receipt_file",
-            ]))
-        #expect(bought["expiration_date"] == nil && bought["revocation_date"] == nil)
+            Set(bought.keys) == [
+                "transaction_id", "original_transaction_id", "product_id", "product_type", "quantity",
+                "purchase_date", "finished", "environment", "state", "receipt_file",
+            ])
         let receipt = try #require(bought["receipt_file"] as? String)
         #expect(!receipt.contains("\\/"))
 
@@ -180,7 +181,20 @@ import Testing
         let failed = try await json(["spend", "1000"], status: 1)
         #expect(
             failed["error"] as? String == "insufficientCredits" && failed["code"] is Int && failed["message"] is String)
-        #expect(try await json(["subscriptions"])["subscriptions"] as? [Any] != nil)
+        #expect((try await json(["subscriptions"])["subscriptions"] as? [Any])?.isEmpty == true)
+        _ = try await json(["buy", "pro.monthly"])
+        let subscription = try #require((try await json(["subscriptions"])["subscriptions"] as? [[String: Any]])?.first)
+        let always: Set<String> = [
+            "original_transaction_id", "product_id", "group", "state", "will_auto_renew", "expiration_date",
+            "periods_paid", "entitled",
+        ]
+        let optional: Set<String> = [
+            "expiration_reason", "grace_period_expiration_date", "billing_retry_end_date", "pending_product_id",
+            "renewal_price", "latest_transaction_id", "price_increase_pending",
+        ]
+        #expect(
+            always.isSubset(of: Set(subscription.keys)) && Set(subscription.keys).isSubset(of: always.union(optional)))
+        #expect(subscription["state"] as? String == "active" && subscription["will_auto_renew"] as? Bool == true)
         await session.shutdown()
     }
 }
