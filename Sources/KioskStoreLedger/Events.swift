@@ -3,9 +3,10 @@ import KioskAPI
 import KioskStoreCore
 
 // `EventRecord` and `EventKind` are the domain's (KioskStoreCore); here: reading one from a ledger
-// row and sending it. Event ids increase in the order events commit, on both backends: SQLite has
-// one writer, and on PostgreSQL a write takes a transaction-scoped advisory lock before it inserts
-// an event, so an event with a lower id can never commit after one with a higher id has been read.
+// row and sending it. A reader that follows the log by id never misses an event: SQLite has one
+// writer, so ids commit in order; on PostgreSQL an event's id is its transaction's id × 2^20 plus
+// its place in that transaction, and readers read only below the oldest transaction still running
+// (`eventHorizon`), so an event with a lower id can never commit after one with a higher id was read.
 
 extension EventRecord {
     package init(row: LedgerRow) throws {
@@ -24,7 +25,8 @@ extension EventRecord {
 
 extension Ledger {
 
-    /// The advisory lock a PostgreSQL write takes before it inserts an event: event ids commit in order.
+    /// The advisory lock a PostgreSQL write of a version before v10-event-order took before it inserted an event;
+    /// the migrations that renumber or backfill events take it.
     package static let eventOrderLockKey: Int64 = 0x4B494F534B_45  // "KIOSKE"
 
     /// Events after `cursor`, oldest first, at most `limit`: of one account or all, of `types` or any.
@@ -45,34 +47,57 @@ extension LedgerDatabase {
     /// Records `event` in the write in progress; returns it with its id.
     @discardableResult
     public func recordEvent(_ event: EventRecord) throws -> EventRecord {
+        let arguments: [any LedgerArgument] = [
+            Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID,
+            event.productID, event.createdMs, event.reason, Int64(clamping: event.creditShortfall), event.autoRenew,
+            event.price, Int64(event.expirationReason.rawValue),
+        ]
+        let columns = """
+            type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall,
+              auto_renew, price, expiration_reason
+            """
+        let sql: String
         if dialect == .postgres {
-            // Held to the commit: ids are handed out and committed one writer at a time.
-            try execute("SELECT pg_advisory_xact_lock(?)", [Ledger.eventOrderLockKey])
-        }
-        guard
-            let id = try value(
-                Int64.self,
+            // This transaction's id × 2^20, plus the events it recorded before this one (an index range of its own).
+            sql = """
+                INSERT INTO events (id, \(columns))
+                SELECT x.base + (SELECT COUNT(*) FROM events e WHERE e.id >= x.base AND e.id < x.base + \(Self.eventsPerTransaction)),
+                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+                FROM (SELECT CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) AS base) x
+                RETURNING id
                 """
-                INSERT INTO events (type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason,
-                  credit_shortfall, auto_renew, price, expiration_reason)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id
-                """,
-                [
-                    Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID,
-                    event.productID, event.createdMs,
-                    event.reason, Int64(clamping: event.creditShortfall), event.autoRenew, event.price,
-                    Int64(event.expirationReason.rawValue),
-                ])
-        else { throw StoreError(.internalFailure, "the event log did not answer the id of its new event") }
-        try Ledger.announceChange(self)
+        } else {
+            sql = "INSERT INTO events (\(columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+        }
+        guard let id = try value(Int64.self, sql, arguments) else {
+            throw StoreError(.internalFailure, "the event log did not answer the id of its new event")
+        }
+        if dialect == .postgres, id % Self.eventsPerTransaction == Self.eventsPerTransaction - 1 {
+            throw StoreError(
+                .internalFailure, "one ledger write recorded \(Self.eventsPerTransaction - 1) events, the most it may")
+        }
+        // No NOTIFY: PostgreSQL serialises every notifying commit of the cluster. Other stores' feeds find events by
+        // their poll; what must reach them at once (a revocation, a key, a credential) announces itself.
         var recorded = event
         recorded.id = UInt64(id)
         return recorded
     }
 
-    /// The highest event id (0 when there is none).
+    /// How many events one PostgreSQL transaction may record: its id is the transaction's times this, plus its place.
+    package static var eventsPerTransaction: Int64 { 1 << 20 }
+
+    /// On PostgreSQL, the SQL for the lowest event id a transaction still running could commit: the oldest running
+    /// transaction's id (the snapshot's xmin, cluster-wide) × 2^20. Every event below it is committed or gone, so a
+    /// reader reads only below it. Nil on SQLite, whose ids commit in order.
+    package var eventHorizon: String? {
+        guard dialect == .postgres else { return nil }
+        return "CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction)"
+    }
+
+    /// The highest event id a reader may read now (0 when there is none): on PostgreSQL, below ``eventHorizon``.
     public func latestEventID() throws -> UInt64 {
-        UInt64(clamping: try value(Int64.self, "SELECT MAX(id) FROM events") ?? 0)
+        let sql = eventHorizon.map { "SELECT MAX(id) FROM events WHERE id < \($0)" } ?? "SELECT MAX(id) FROM events"
+        return UInt64(clamping: try value(Int64.self, sql) ?? 0)
     }
 
     /// Events after `cursor`, oldest first, at most `limit`: of one account, or of all; of `types`, or of any.
@@ -82,6 +107,7 @@ extension LedgerDatabase {
     ) throws -> [EventRecord] {
         var sql = "SELECT * FROM events WHERE id > ?"
         var arguments: [any LedgerArgument] = [Int64(clamping: cursor)]
+        if let eventHorizon { sql += " AND id < \(eventHorizon)" }
         if let accountID {
             sql += " AND account_id = ?"
             arguments.append(accountID)

@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskStoreTestSupport
 import KioskWire
 import Testing
 
@@ -208,8 +209,10 @@ import Testing
 
     /// A ledger from before the event log (v7) has revocations with no REFUNDED event: the v9 migration adds
     /// them, once, so the content service (following WatchEvents) still refuses those receipts; a webhook that
-    /// had queued every event is moved past them (old refunds are not news to its receiver).
-    @Test func revocationsFromBeforeTheEventLogGetTheirEvent() async throws {
+    /// had queued every event is moved past them (old refunds are not news to its receiver). SQLite only: on
+    /// PostgreSQL the backfill numbered its events with the sequence that v10-event-order removed, so it cannot
+    /// run again on a ledger of today (it runs, in order, before v10 on every PostgreSQL test database).
+    @Test(.enabled(if: !TestLedger.isPostgres)) func revocationsFromBeforeTheEventLogGetTheirEvent() async throws {
         try await StoreFixture.with { fixture in
             let buyer = try fixture.newAccount()
             let bought = try #require(try await fixture.buy("filter.sepia", token: buyer).transaction)

@@ -23,6 +23,8 @@ import Testing
         }
         #expect(
             LedgerMigration.v009RefundRequests.postgres.contains("pg_advisory_xact_lock(\(Ledger.eventOrderLockKey))"))
+        #expect(
+            LedgerMigration.v010EventOrder.postgres.contains("pg_advisory_xact_lock(\(Ledger.eventOrderLockKey))"))
     }
 
     /// Every table and its columns, as the SQLite migrations leave a new database.

@@ -1,0 +1,120 @@
+import Dispatch
+import Foundation
+import KioskStoreTestSupport
+import Testing
+
+@testable import KioskStore
+
+/// A value shared between a test and the threads it starts.
+private final class Shared<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLockedValue<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
+/// On PostgreSQL, writes about different accounts record events side by side (no lock every event-writing commit
+/// holds), and a reader following the log by id still never misses one: it reads only below the oldest
+/// transaction still running, so an event whose transaction started earlier but commits later is not skipped.
+@Suite(.enabled(if: TestLedger.isPostgres), .timeLimit(.minutes(1)))
+struct PostgresEventOrderTests {
+    static func event(_ account: String, _ n: Int) -> EventRecord {
+        EventRecord(type: .purchased, accountID: account, transactionID: "t-\(account)-\(n)", createdMs: Int64(n))
+    }
+
+    /// Writer A records an event and stays open; writer B, younger, records one and commits. Until A commits, a
+    /// reader sees neither (B's id is above A's, and A may still commit below it); then both, A's first.
+    @Test func anEventCommittedWhileAnOlderWriterRunsStaysUnreadUntilItCommits() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let ledger = try testLedger(directory: directory)
+        let recorded = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let older = Shared<Result<EventRecord, any Error>?>(nil)
+        DispatchQueue.global().async {
+            let result = Result {
+                try ledger.backend.write { db -> EventRecord in
+                    let event = try db.recordEvent(Self.event("a", 1))
+                    recorded.signal()
+                    release.wait()
+                    return event
+                }
+            }
+            older.withLockedValue { $0 = result }
+            finished.signal()
+        }
+        recorded.wait()
+        let younger = try ledger.backend.write { db in try db.recordEvent(Self.event("b", 1)) }
+        let whileOpen = try ledger.backend.read { db in
+            (try db.events(after: 0, limit: 100, accountID: nil, types: []), try db.latestEventID())
+        }
+        release.signal()
+        finished.wait()
+        let first = try #require(try older.withLockedValue { $0 }?.get())
+        #expect(first.id < younger.id, "ids follow the writers' transaction ids")
+        #expect(whileOpen.0.isEmpty, "an event above a running writer's id was readable: \(whileOpen.0.map(\.id))")
+        #expect(whileOpen.1 == 0)
+        let after = try ledger.backend.read { db in
+            (try db.events(after: 0, limit: 100, accountID: nil, types: []), try db.latestEventID())
+        }
+        #expect(after.0.map(\.id) == [first.id, younger.id])
+        #expect(after.1 == younger.id)
+    }
+
+    /// Eight writers, each its own account, 25 events each (some writes record two): a follower reading by cursor
+    /// while they write gets every event once, ids increasing, each account's in the order it recorded them.
+    @Test func concurrentWritersEventsReachAFollowerOnceEachInOrder() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let ledger = try testLedger(directory: directory)
+        let writers = 8
+        let perWriter = 25
+        let done = Shared(0)
+        let follower = Task.detached { () throws -> [EventRecord] in
+            var seen: [EventRecord] = []
+            var cursor: UInt64 = 0
+            while true {
+                let writing = done.withLockedValue { $0 } < writers
+                let batch = try ledger.backend.read { db in
+                    try db.events(after: cursor, limit: 50, accountID: nil, types: [])
+                }
+                seen += batch
+                cursor = batch.last?.id ?? cursor
+                if batch.isEmpty, !writing { return seen }
+                if batch.isEmpty { try await Task.sleep(for: .milliseconds(2)) }
+            }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for writer in 0..<writers {
+                group.addTask {
+                    let account = "w\(writer)"
+                    var n = 0
+                    while n < perWriter {
+                        let pair = n % 5 == 4 && n + 1 < perWriter
+                        let first = n
+                        try await ledger.write(account: account) { db in
+                            try db.recordEvent(Self.event(account, first))
+                            if pair { try db.recordEvent(Self.event(account, first + 1)) }
+                        }
+                        n += pair ? 2 : 1
+                    }
+                    done.withLockedValue { $0 += 1 }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let seen = try await follower.value
+        #expect(seen.count == writers * perWriter)
+        #expect(Set(seen.map(\.id)).count == seen.count, "an event was read twice")
+        #expect(zip(seen, seen.dropFirst()).allSatisfy { $0.id < $1.id }, "ids did not increase")
+        for writer in 0..<writers {
+            let mine = seen.filter { $0.accountID == "w\(writer)" }.map(\.createdMs)
+            #expect(mine == (0..<Int64(perWriter)).map { $0 }, "w\(writer)'s events out of order: \(mine)")
+        }
+    }
+}
