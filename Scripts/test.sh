@@ -9,8 +9,10 @@
 # runs: Scripts/crash-test.sh KILLS), and after the whole suite runs the
 # store's tests (KioskStoreTests, KioskStoreIntegrationTests) again on PostgreSQL: a throwaway cluster on
 # 127.0.0.1 (Scripts/postgres.sh; installs Debian's postgresql when missing),
-# then the short form of Scripts/scale-out.sh (PostgreSQL + 2 stores + 2
-# content replicas, one of each killed with SIGKILL under load, 8 s), and last
+# then the short form of Scripts/scale-out.sh --chaos (PostgreSQL + 2 stores + 2
+# content replicas, one of each killed with SIGKILL under load, then PostgreSQL
+# restarted, frozen with SIGSTOP for 4 s, and restarted while the other store is
+# killed; 30 s of load), and last
 # builds and tests the Examples/ package and runs its buy-and-download tool
 # against the demo's services (Scripts/examples.sh).
 # Arguments go to `swift test` (e.g. --filter WireContractTests) and skip the rest.
@@ -42,8 +44,8 @@ if [ $# -eq 0 ]; then
   echo "test: the store's tests again, on a PostgreSQL ledger"
   ./Scripts/postgres.sh install > /dev/null
   KIOSK_TEST_LEDGER=postgres swift test --skip-build --no-parallel --filter 'KioskStoreTests|KioskStoreIntegrationTests'
-  echo "test: replicas on PostgreSQL, killed under load (Scripts/scale-out.sh --short)"
-  ./Scripts/scale-out.sh --short
+  echo "test: replicas on PostgreSQL, killed under load, the database restarted and frozen (Scripts/scale-out.sh --short --chaos)"
+  ./Scripts/scale-out.sh --short --chaos
   echo "test: Examples/ builds, its tests pass, and buy-and-download buys and downloads (Scripts/examples.sh)"
   ./Scripts/examples.sh
 fi

@@ -580,7 +580,7 @@ struct PurchaseBench: AsyncParsableCommand {
     @Option(help: "Connections (one per store replica when not given).") var connections: Int?
     @Option(
         help:
-            "Write each answered purchase as a line `idempotency-key transaction-id` to this file (to check them against the ledger)."
+            "Write each answered purchase as a line `idempotency-key transaction-id answered-unix-ms` to this file (to check them against the ledger and time recoveries)."
     )
     var answered: String?
     @Option(help: "Purchases in flight (C).") var concurrency = 16
@@ -648,7 +648,8 @@ struct PurchaseBench: AsyncParsableCommand {
                 guard let transaction = response.transaction, transaction.state == .purchased else {
                     return "not_purchased"
                 }
-                answers.withLockedValue { $0.append("\(key) \(transaction.transactionID)") }
+                let answeredMs = Int64(Date().timeIntervalSince1970 * 1000)
+                answers.withLockedValue { $0.append("\(key) \(transaction.transactionID) \(answeredMs)") }
                 return nil
             } catch let error as RPCError {
                 return errorKind(error)

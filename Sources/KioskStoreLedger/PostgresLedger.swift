@@ -822,13 +822,24 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         do {
             return try body()
         } catch let error as PSQLError {
-            switch error.serverInfo?[.sqlState] {
-            case "23505": throw LedgerError(.uniqueViolation, Self.describe(error))
-            case "23514": throw LedgerError(.checkViolation, Self.describe(error))
-            case "40001", "40P01": throw LedgerError(.serializationFailure, Self.describe(error))
-            case nil: throw LedgerError(.unavailable, "PostgreSQL: \(Self.describe(error))")
-            default: throw LedgerError(.refused, "PostgreSQL refused a ledger statement: \(Self.describe(error))")
-            }
+            throw Self.ledgerError(error, sqlState: error.serverInfo?[.sqlState])
+        }
+    }
+
+    /// The ledger's kind for a PostgreSQL error: the server going away, shutting down, refusing connections for
+    /// now or out of resources is unavailable (14 on the wire: retry later), never a refusal of the statement.
+    package static func ledgerError(_ error: any Error, sqlState: String?) -> LedgerError {
+        switch sqlState {
+        case "23505": return LedgerError(.uniqueViolation, describe(error))
+        case "23514": return LedgerError(.checkViolation, describe(error))
+        case "40001", "40P01": return LedgerError(.serializationFailure, describe(error))
+        case nil: return LedgerError(.unavailable, "PostgreSQL: \(describe(error))")
+        // 08: connection exception; 53: insufficient resources (too many connections, out of memory or disk);
+        // 57: operator intervention (57P01 shut down by the administrator, 57P02 crash, 57P03 starting or stopping,
+        // 57014 a statement cancelled).
+        case let state? where state.hasPrefix("08") || state.hasPrefix("53") || state.hasPrefix("57"):
+            return LedgerError(.unavailable, "PostgreSQL: \(describe(error))")
+        default: return LedgerError(.refused, "PostgreSQL refused a ledger statement: \(describe(error))")
         }
     }
 
