@@ -76,6 +76,7 @@ extension Store {
     @discardableResult
     public func retireKey(id: String, atMs: Int64? = nil) throws -> ReceiptPublicKey {
         let key = try ledger.retirePublicKey(id: id, atMs: atMs, now: { self.now })
+        keys.forgetKeyList()
         refreshVerifier()
         noteKeysChanged()
         return key

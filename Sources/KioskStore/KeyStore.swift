@@ -17,6 +17,13 @@ final class KeyStore: Sendable {
     private let ledger: Ledger
     private let keyEncryptionKey: KeyEncryptionKey?
     private let cache = NIOLockedValueBox<ReceiptSigningKey?>(nil)
+    /// The ledger's public keys as last read, and when: on PostgreSQL a read is a round trip (three statements)
+    /// that every purchase and every signed event would otherwise make, so the list is read again at most every
+    /// ``keyListLifetime`` unless this process changes the keys or its revocation feed sees them change
+    /// (``forgetKeyList()``). What a receipt is signed with is still checked inside the write that records it
+    /// (``signer(_:at:_:)``).
+    private let keyList = NIOLockedValueBox<(keys: [ReceiptPublicKey], readAt: ContinuousClock.Instant)?>(nil)
+    private let keyListLifetime: Duration
 
     /// Opens the key store, generating the first key when there is none. With a
     /// key-encryption key, keys kept only in `keys/` are sealed into the ledger
@@ -26,6 +33,8 @@ final class KeyStore: Sendable {
         self.directory = (dataDirectory as NSString).appendingPathComponent("keys")
         self.ledger = ledger
         self.keyEncryptionKey = keyEncryptionKey
+        // SQLite's read is a local one: always the ledger's present list.
+        self.keyListLifetime = ledger.backendName == LedgerDialect.postgres.name ? .seconds(1) : .zero
         try FileManager.default.createDirectory(
             atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let existing = try ledger.publicKeys()
@@ -56,7 +65,7 @@ final class KeyStore: Sendable {
     /// The key that signs new receipts: the newest one that is not retired (the newest
     /// key cannot be retired, see ``Ledger/retirePublicKey(id:atMs:)``: this never signs with a retired key).
     func activeKey() throws -> ReceiptSigningKey {
-        let keys = try ledger.publicKeys()
+        let keys = try publicKeys()
         guard !keys.isEmpty else {
             throw StoreError(.internalFailure, "the ledger has no signing key")
         }
@@ -89,7 +98,7 @@ final class KeyStore: Sendable {
     /// the revocation feed within a moment, and verify tokens offline, never
     /// asking the store about a key they do not know), else the newest usable one.
     func accessTokenKey(nowMs: Int64, settle: Int64) throws -> ReceiptSigningKey {
-        let usable = try ledger.publicKeys().filter { !$0.isRetired || $0.notAfterMs > nowMs }
+        let usable = try publicKeys().filter { !$0.isRetired || $0.notAfterMs > nowMs }
         guard let chosen = usable.last(where: { $0.notBeforeMs <= nowMs - settle }) ?? usable.last else {
             throw StoreError(.internalFailure, "no signing key can sign now: add one with `kiosk-store keys rotate`")
         }
@@ -97,8 +106,24 @@ final class KeyStore: Sendable {
         return chosen.id == active.id ? active : try load(chosen)
     }
 
+    /// The ledger's public keys, oldest first: read at most every ``keyListLifetime`` (see ``keyList``).
+    private func publicKeys() throws -> [ReceiptPublicKey] {
+        if keyListLifetime > .zero, let list = keyList.withLockedValue({ $0 }),
+            ContinuousClock.now - list.readAt < keyListLifetime
+        {
+            return list.keys
+        }
+        let keys = try ledger.publicKeys()
+        if keyListLifetime > .zero { keyList.withLockedValue { $0 = (keys, .now) } }
+        return keys
+    }
+
+    /// Reads the keys from the ledger again next time: they changed (here, or in another process).
+    func forgetKeyList() { keyList.withLockedValue { $0 = nil } }
+
     /// Adds a new signing key; it signs from now on.
     func rotate(nowMs: Int64) throws -> ReceiptPublicKey {
+        defer { forgetKeyList() }
         let signingKey = ReceiptSigningKey(privateKey: Curve25519.Signing.PrivateKey(), notBeforeMs: nowMs)
         if let keyEncryptionKey {
             try ledger.addPublicKey(

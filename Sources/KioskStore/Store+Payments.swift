@@ -310,7 +310,9 @@ extension Store {
                     // Charged for something the account came to own meanwhile (only possible when a pending payment
                     // was taken for uncharged and another bought the product): the charge is never dropped silently —
                     // it is refunded, and stays due in the ledger until the processor confirms.
-                    try db.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs)
+                    try db.settle(
+                        intent.id, account: intent.accountID, .closed, outcome: "\(Self.refundDuePrefix)\(reference)",
+                        nowMs: nowMs)
                     return (PurchaseOutcome(result: .purchased(owned), alreadyOwned: true), true)
                 } else {
                     let record = try self.purchasedRecord(intent, db, signer: signer)
@@ -318,7 +320,9 @@ extension Store {
                     try self.rules.bought(record, nowMs: nowMs, db)
                     response = PurchaseOutcome(result: .purchased(record))
                 }
-                try db.settle(intent.id, .completed, outcome: "\(prefix)charged:\(reference)", nowMs: nowMs)
+                try db.settle(
+                    intent.id, account: intent.accountID, .completed, outcome: "\(prefix)charged:\(reference)",
+                    nowMs: nowMs)
             case .deferred:
                 if let recorded = try db.transaction(paymentID: intent.paymentID) {
                     response = PurchaseOutcome(
@@ -330,18 +334,21 @@ extension Store {
                     try db.insertTransaction(deferred)
                     response = PurchaseOutcome(result: .deferred(deferred))
                 }
-                try db.settle(intent.id, .completed, outcome: "\(prefix)deferred", nowMs: nowMs)
+                try db.settle(
+                    intent.id, account: intent.accountID, .completed, outcome: "\(prefix)deferred", nowMs: nowMs)
             case .cancelled:
                 response = PurchaseOutcome(
                     result: .failed(
                         self.failure(
                             intent, code: .paymentCancelled, reason: "payment_cancelled",
                             "payment cancelled by the user")))
-                try db.settle(intent.id, .closed, outcome: "\(prefix)cancelled", nowMs: nowMs)
+                try db.settle(
+                    intent.id, account: intent.accountID, .closed, outcome: "\(prefix)cancelled", nowMs: nowMs)
             case .declined(let reason, let message):
                 response = PurchaseOutcome(
                     result: .failed(self.failure(intent, code: .paymentInvalid, reason: reason, message)))
-                try db.settle(intent.id, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs)
+                try db.settle(
+                    intent.id, account: intent.accountID, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs)
             }
             // A recorded charge replaces whatever the key answered before.
             try db.remember(
@@ -364,7 +371,8 @@ extension Store {
             try await configuration.paymentProcessor.refund(intent.request, reason: "duplicate")
             let nowMs = now
             try await ledger.write(account: intent.accountID) { db in
-                try db.settle(intent.id, .closed, outcome: "refunded_duplicate", nowMs: nowMs)
+                try db.settle(
+                    intent.id, account: intent.accountID, .closed, outcome: "refunded_duplicate", nowMs: nowMs)
             }
             return true
         } catch {
@@ -607,7 +615,7 @@ extension Store {
             db -> (TransactionRecord?, Bool) in
             let current = try db.transaction(id: intent.transactionID)
             if let current, current.state == .purchased {
-                try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
+                try db.settle(intent.id, account: intent.accountID, .completed, outcome: label, nowMs: nowMs)
                 return (current, false)
             }
             let owned =
@@ -618,7 +626,9 @@ extension Store {
             guard let current, current.state == .deferred, owned == nil else {
                 // Charged, but there is nothing left to approve (the account bought the product meanwhile):
                 // the charge is refunded, and stays due in the ledger until the processor confirms.
-                try db.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs)
+                try db.settle(
+                    intent.id, account: intent.accountID, .closed, outcome: "\(Self.refundDuePrefix)\(reference)",
+                    nowMs: nowMs)
                 return (nil, true)
             }
             // Updated in place: the transaction keeps its id and its place in the account's history.
@@ -627,7 +637,7 @@ extension Store {
             // The buyer asked at the deferred price: that is the regular price agreed to, whatever the catalog says now.
             try self.rules.bought(
                 record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, nowMs: nowMs, db)
-            try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
+            try db.settle(intent.id, account: intent.accountID, .completed, outcome: label, nowMs: nowMs)
             return (record, false)
         }
         if let record { return record }
@@ -641,7 +651,7 @@ extension Store {
     private func close(_ intent: PaymentIntent, outcome: String) async throws {
         let nowMs = now
         try await ledger.write(account: intent.accountID) { db in
-            try db.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs)
+            try db.settle(intent.id, account: intent.accountID, .closed, outcome: outcome, nowMs: nowMs)
         }
     }
 

@@ -204,11 +204,13 @@ extension Store {
         let signer = try keys.activeKey()
         let refundDue = try await ledger.write(account: intent.accountID) { db -> Bool in
             if try db.transaction(paymentID: intent.paymentID) != nil {
-                try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
+                try db.settle(intent.id, account: intent.accountID, .completed, outcome: label, nowMs: nowMs)
                 return false
             }
             guard let (row, current) = try Self.renewedSubscription(intent, db), current else {
-                try db.settle(intent.id, .closed, outcome: "\(Self.refundDuePrefix)\(reference)", nowMs: nowMs)
+                try db.settle(
+                    intent.id, account: intent.accountID, .closed, outcome: "\(Self.refundDuePrefix)\(reference)",
+                    nowMs: nowMs)
                 return true
             }
             let record = try self.purchasedRecord(
@@ -217,7 +219,7 @@ extension Store {
             // The regular price the renewal was charged, which the lifecycle agreed to only where it needed no consent.
             try SubscriptionRules.paid(
                 record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, renewal: true, nowMs: nowMs, db)
-            try db.settle(intent.id, .completed, outcome: label, nowMs: nowMs)
+            try db.settle(intent.id, account: intent.accountID, .completed, outcome: label, nowMs: nowMs)
             return false
         }
         if refundDue { await refundDuplicate(intent) }
@@ -230,7 +232,7 @@ extension Store {
         let scale = timeScale
         let catalog = self.catalog
         try await ledger.write(account: intent.accountID) { db in
-            try db.settle(intent.id, .closed, outcome: outcome, nowMs: nowMs)
+            try db.settle(intent.id, account: intent.accountID, .closed, outcome: outcome, nowMs: nowMs)
             guard let (found, current) = try Self.renewedSubscription(intent, db), current else { return }
             var row = found
             let product = catalog.product(intent.productID)

@@ -55,7 +55,10 @@ public final class Store: Sendable {
         self.timeScaleBox = NIOLockedValueBox(
             configuration.environment == .production ? 1 : max(1, configuration.timeScale))
         // Keys rotated or retired by another process (`kiosk-store keys …` on the data dir) reach this store's verifier too.
-        feed.onKeysChanged { [weak self] in self?.refreshVerifier() }
+        feed.onKeysChanged { [weak self] in
+            self?.keys.forgetKeyList()
+            self?.refreshVerifier()
+        }
         try pruneIdempotencyKeys()
     }
 

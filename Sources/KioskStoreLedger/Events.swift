@@ -56,26 +56,30 @@ extension LedgerDatabase {
             type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall,
               auto_renew, price, expiration_reason
             """
-        let sql: String
+        let id: Int64?
         if dialect == .postgres {
-            // This transaction's id × 2^20, plus the events it recorded before this one (an index range of its own).
-            sql = """
-                INSERT INTO events (id, \(columns))
-                SELECT x.base + (SELECT COUNT(*) FROM events e WHERE e.id >= x.base AND e.id < x.base + \(Self.eventsPerTransaction)),
-                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
-                FROM (SELECT CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) AS base) x
-                RETURNING id
+            // This transaction's id × 2^20 plus the event's place in it, counted here: no read of the events table,
+            // whose index pages a SERIALIZABLE read would lock against every other writer's insert.
+            let place = nextEventPlace()
+            guard place < Self.eventsPerTransaction else {
+                throw StoreError(
+                    .internalFailure,
+                    "one ledger write may record \(Self.eventsPerTransaction) events; this one did more")
+            }
+            id = try value(
+                Int64.self,
                 """
+                INSERT INTO events (id, \(columns))
+                VALUES (CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
+                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                RETURNING id
+                """, [place] + arguments)
         } else {
-            sql = "INSERT INTO events (\(columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+            id = try value(
+                Int64.self, "INSERT INTO events (\(columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                arguments)
         }
-        guard let id = try value(Int64.self, sql, arguments) else {
-            throw StoreError(.internalFailure, "the event log did not answer the id of its new event")
-        }
-        if dialect == .postgres, id % Self.eventsPerTransaction == Self.eventsPerTransaction - 1 {
-            throw StoreError(
-                .internalFailure, "one ledger write recorded \(Self.eventsPerTransaction - 1) events, the most it may")
-        }
+        guard let id else { throw StoreError(.internalFailure, "the event log did not answer the id of its new event") }
         // No NOTIFY: PostgreSQL serialises every notifying commit of the cluster. Other stores' feeds find events by
         // their poll; what must reach them at once (a revocation, a key, a credential) announces itself.
         var recorded = event

@@ -239,7 +239,7 @@ public final class Ledger: Sendable {
 
     /// The account whose token hashes to `tokenHash`.
     public func account(tokenHash: [UInt8]) async throws -> AccountRecord? {
-        try await backend.read { db in
+        try await backend.readStatement { db in
             try db.fetchOne("SELECT * FROM accounts WHERE token_hash = ?", [tokenHash]).map(AccountRecord.init)
         }
     }
@@ -263,7 +263,7 @@ public final class Ledger: Sendable {
 
     /// The account a transaction belongs to (nil: no such transaction).
     package func accountOf(transactionID: String) async throws -> String? {
-        try await backend.read { db in
+        try await backend.readStatement { db in
             try db.value(String.self, "SELECT account_id FROM transactions WHERE id = ?", [transactionID])
         }
     }
@@ -530,7 +530,7 @@ extension LedgerDatabase {
     /// snapshot: an approval could pass both while a purchase completed, and charge twice).
     /// SQLite runs one write at a time: nothing to do there.
     public func serializeOnAccount(_ accountID: String) throws {
-        guard dialect == .postgres else { return }
+        guard dialect == .postgres, firstSerialization(of: accountID) else { return }
         try execute("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?", [accountID])
     }
 

@@ -210,6 +210,17 @@ public protocol LedgerDatabase: StoreRepositories {
     func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int
     /// Runs one statement and returns every row it read.
     func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow]
+    /// The place of the next event this transaction records, 0 for its first (PostgreSQL numbers events by
+    /// transaction and place; SQLite counts them itself and never asks).
+    func nextEventPlace() -> Int64
+    /// True the first time this transaction asks for `accountID`: its row needs the update that orders writes about
+    /// it (``serializeOnAccount(_:)``) once a transaction, not once a statement that touches it.
+    func firstSerialization(of accountID: String) -> Bool
+}
+
+extension LedgerDatabase {
+    public func nextEventPlace() -> Int64 { 0 }
+    public func firstSerialization(of accountID: String) -> Bool { true }
 }
 
 extension LedgerDatabase {

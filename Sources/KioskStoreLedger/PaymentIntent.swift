@@ -168,8 +168,18 @@ extension LedgerDatabase {
 
     /// Marks an intent completed or closed, with why.
     public func settle(_ intentID: String, _ state: PaymentIntent.State, outcome: String, nowMs: Int64) throws {
+        try settle(intentID, account: nil, state, outcome: outcome, nowMs: nowMs)
+    }
+
+    /// Marks an intent completed or closed, with why.
+    /// - Parameter accountID: the intent's account, when the caller knows it (else it is read first).
+    public func settle(
+        _ intentID: String, account accountID: String? = nil, _ state: PaymentIntent.State, outcome: String,
+        nowMs: Int64
+    ) throws {
         if dialect == .postgres,
-            let account = try value(String.self, "SELECT account_id FROM payment_intents WHERE id = ?", [intentID])
+            let account = try accountID
+                ?? value(String.self, "SELECT account_id FROM payment_intents WHERE id = ?", [intentID])
         {
             try serializeOnAccount(account)
         }

@@ -135,12 +135,13 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
 /// The PostgreSQL backend: the same ledger in a PostgreSQL database, shared by
 /// any number of store processes.
 ///
-/// Every write is one `SERIALIZABLE` transaction, retried when PostgreSQL
-/// reports a serialization failure or a deadlock: the invariants the SQLite
-/// backend gets from its single writer (an idempotency key answered once,
-/// a product owned once, a balance never below 0) hold here from the
-/// database's constraints and serializability, whatever the number of
-/// processes. Commits wait for the WAL flush (`synchronous_commit` on, as
+/// Every write is one transaction, retried when PostgreSQL reports a
+/// serialization failure or a deadlock: a write about an account at
+/// REPEATABLE READ behind the account's lock, any other at SERIALIZABLE. The
+/// invariants the SQLite backend gets from its single writer (an idempotency
+/// key answered once, a product owned once, a balance never below 0) hold
+/// here from the account lock, the database's constraints and, for the
+/// other writes, serializability, whatever the number of processes. Commits wait for the WAL flush (`synchronous_commit` on, as
 /// PostgreSQL ships): an answer the store sends is on disk.
 ///
 /// The store's ledger code is synchronous (one body per transaction); a body
@@ -164,6 +165,8 @@ package final class PostgresLedgerBackend: LedgerBackend {
     private let logger: Logger
     /// Whether PostgreSQL answers in time (see ``PostgresHealth``).
     package let health: PostgresHealth
+    /// Transactions run again because PostgreSQL could not serialize them (or chose them as a deadlock's victim).
+    package let retries = NIOLockedValueBox(0)
     /// Bodies waiting for or running on ``threads``; past ``maximumQueued`` (1,024: a burst drains in well under a
     /// call deadline while the database answers, and memory stays bounded when it does not) a call fails at once.
     private let admission: NIOLockedValueBox<Int>
@@ -463,11 +466,37 @@ package final class PostgresLedgerBackend: LedgerBackend {
         try transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", body)
     }
 
+    /// Runs `body`, one statement, on a connection of the pool outside any transaction (see
+    /// ``LedgerBackend/readStatement(_:)``), on this backend's threads.
+    package func statement<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
+    {
+        try await offload {
+            let connection = try self.connections.checkOut()
+            let database = PostgresLedgerDatabase(connection: connection, health: self.health, logger: self.logger)
+            do {
+                let value = try body(database)
+                self.connections.checkIn(connection)
+                return value
+            } catch {
+                // Outside a transaction a failed statement leaves nothing to roll back; a lost connection is dropped.
+                if connection.isClosed {
+                    self.connections.discard(connection)
+                } else {
+                    self.connections.checkIn(connection)
+                }
+                throw error
+            }
+        }
+    }
+
     @discardableResult
     package func groupWrite<T: Sendable>(
         serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
     ) async throws -> T {
-        try await offload { try self.transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", serializingOn: key, body) }
+        // A write about an account runs behind its lock at REPEATABLE READ (see ``transaction(_:serializingOn:_:)``);
+        // SERIALIZABLE's predicate locks on shared index pages would abort writes about different accounts.
+        let begin = key == nil ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN ISOLATION LEVEL REPEATABLE READ"
+        return try await offload { try self.transaction(begin, serializingOn: key, body) }
     }
 
     /// Runs `body` between `begin` and COMMIT on one connection; again from the start when
@@ -477,6 +506,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// and keeps it until after COMMIT: writes about one account then run one after the
     /// other, each on a snapshot taken after the one before committed (as SQLite's single
     /// writer does), instead of colliding and retrying; writes about other accounts run on.
+    /// Such a write needs no more than REPEATABLE READ: every invariant it keeps is about its
+    /// account (an idempotency key answered once, a product owned once, one payment in flight
+    /// for a group, a balance never below 0), held by the lock and the database's constraints;
+    /// and it updates the account's row (`serializeOnAccount`), so a write about the account that
+    /// did not take the lock (an operator allowing or refusing its payments) makes one of the two
+    /// fail with a serialization failure and be retried on a newer snapshot.
     package func transaction<T>(
         _ begin: String, serializingOn key: String? = nil, _ body: (any LedgerDatabase) throws -> T
     ) throws -> T {
@@ -487,17 +522,25 @@ package final class PostgresLedgerBackend: LedgerBackend {
             var locked = false
             do {
                 if let key {
-                    try database.execute("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
+                    // The lock, then BEGIN, sent together (the connection runs them in order; the snapshot is
+                    // taken by the body's first statement, after the lock is held): one wait instead of two.
+                    let lock = database.send("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
+                    let begun = database.send(begin, [])
+                    try database.receive(lock)
                     locked = true
+                    try database.receive(begun)
+                } else {
+                    try database.run(begin)
                 }
-                try database.run(begin)
                 let value = try body(database)
                 try database.run("COMMIT")
-                // Committed: whatever happens to the unlock, the write stands. A connection that cannot let go of
-                // its lock is dropped (PostgreSQL then releases it).
-                if let key, (try? database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key])) == nil {
-                    connections.discard(connection)
-                    return value
+                // Committed: whatever happens to the unlock, the write stands. The unlock is not waited for (the
+                // connection's next query runs after it); a connection that fails it is closed (PostgreSQL then
+                // releases the lock with its session).
+                if let key {
+                    database.send("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key]).whenFailure { _ in
+                        closeKeepingAlive(connection)
+                    }
                 }
                 connections.checkIn(connection)
                 return value
@@ -517,6 +560,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
                     attempt < Self.maximumRetries
                 {
                     attempt += 1
+                    retries.withLockedValue { $0 += 1 }
                     // Back off a little, more each time, so the transactions that collided do not collide again.
                     usleep(UInt32.random(in: 0...UInt32(min(attempt, 10) * 2_000)))
                     continue
@@ -702,8 +746,32 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     package let connection: PostgresConnection
     package let health: PostgresHealth
     package let logger: Logger
+    /// What this transaction has done so far (a transaction is one body on one thread).
+    private let eventPlaces = EventPlaces()
+
+    package init(connection: PostgresConnection, health: PostgresHealth, logger: Logger) {
+        self.connection = connection
+        self.health = health
+        self.logger = logger
+    }
 
     package var dialect: LedgerDialect { .postgres }
+
+    package func nextEventPlace() -> Int64 {
+        defer { eventPlaces.recorded += 1 }
+        return eventPlaces.recorded
+    }
+
+    package func firstSerialization(of accountID: String) -> Bool {
+        eventPlaces.serialized.insert(accountID).inserted
+    }
+
+    /// What one transaction has done so far: the events it recorded, the accounts whose rows it updated to order
+    /// writes about them.
+    private final class EventPlaces: @unchecked Sendable {
+        var recorded: Int64 = 0
+        var serialized: Set<String> = []
+    }
 
     package func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
         if arguments.isEmpty, sql.contains(";") {
@@ -732,6 +800,16 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             columns = shared
             return LedgerRow(columns: shared, values: values)
         }
+    }
+
+    /// Sends a statement without waiting for its answer: the connection runs its statements in the order sent.
+    package func send(_ sql: String, _ arguments: [any LedgerArgument]) -> EventLoopFuture<PostgresQueryResult> {
+        connection.query(Self.query(sql, arguments), logger: logger)
+    }
+
+    /// Waits (at most the backend's timeout) for a statement ``send(_:_:)`` sent.
+    package func receive(_ sent: EventLoopFuture<PostgresQueryResult>) throws {
+        _ = try translatingErrors { try wait(sent) }
     }
 
     /// A statement with no rows to read (BEGIN, COMMIT, ROLLBACK).

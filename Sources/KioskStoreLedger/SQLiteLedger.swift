@@ -32,6 +32,15 @@ package protocol LedgerBackend: Sendable {
 
 extension LedgerBackend {
     package func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T { try body() }
+
+    /// Runs `body`, which runs exactly one statement (a read): one statement is atomic and sees one snapshot on
+    /// its own, so PostgreSQL runs it without BEGIN and COMMIT around it (one round trip instead of three).
+    package func readStatement<T: Sendable>(
+        _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
+    ) async throws -> T {
+        if let postgres = self as? PostgresLedgerBackend { return try await postgres.statement(body) }
+        return try await read(body)
+    }
 }
 
 /// The embedded backend: an SQLite database in WAL mode in the data dir (GRDB).
