@@ -580,7 +580,7 @@ struct PurchaseBench: AsyncParsableCommand {
     @Option(help: "Connections (one per store replica when not given).") var connections: Int?
     @Option(
         help:
-            "Write each answered purchase as a line `idempotency-key transaction-id answered-unix-ms` to this file (to check them against the ledger and time recoveries)."
+            "Write each answered purchase as a line `idempotency-key transaction-id answered-unix-ms sent-unix-ms` to this file (to check them against the ledger and time recoveries)."
     )
     var answered: String?
     @Option(help: "Purchases in flight (C).") var concurrency = 16
@@ -637,6 +637,7 @@ struct PurchaseBench: AsyncParsableCommand {
             let key = "\(run)-\(sequence)"
             options.metadata.add("idempotency-key", key)
             let client = clients[worker % clients.count]
+            let sentMs = Int64(Date().timeIntervalSince1970 * 1000)
             do {
                 // A retry after a lost connection keeps the key: the store answers it with the purchase it recorded, if it did.
                 let response = try await retryingLostConnection(client) {
@@ -649,7 +650,7 @@ struct PurchaseBench: AsyncParsableCommand {
                     return "not_purchased"
                 }
                 let answeredMs = Int64(Date().timeIntervalSince1970 * 1000)
-                answers.withLockedValue { $0.append("\(key) \(transaction.transactionID) \(answeredMs)") }
+                answers.withLockedValue { $0.append("\(key) \(transaction.transactionID) \(answeredMs) \(sentMs)") }
                 return nil
             } catch let error as RPCError {
                 return errorKind(error)

@@ -33,7 +33,18 @@ final class RevocationFeed: Sendable {
         var eventFloor: UInt64?
         /// Why the last look could not sign new events (no usable key): event streams fail until it can.
         var eventSigningFailure: String?
+        /// Since when committed events have been held back from readers (PostgreSQL: a transaction older than them
+        /// is still open somewhere in the cluster; see `LedgerDatabase.eventHorizon`), as of the last look.
+        var eventsHeldBackSince: ContinuousClock.Instant?
     }
+
+    /// The least time between two looks at the ledger: what a burst of writes adds to an event's delivery.
+    static let minimumLookSpacing: Duration = .milliseconds(10)
+
+    /// How long committed events may wait behind an open transaction before streams fail (a store's own writes
+    /// end within their 5 s statement timeout; a transaction left open by hand, a long batch job or a forgotten
+    /// prepared transaction does not).
+    static let eventsHeldBackLimit: Duration = .seconds(15)
 
     private let ledger: Ledger
     /// Signs an event as it is sent (the store's active key).
@@ -70,8 +81,17 @@ final class RevocationFeed: Sendable {
             // Weak: a feed nobody holds any more stops its poller.
             state.poller = Task { [weak self] in
                 while !Task.isCancelled {
+                    let began = ContinuousClock.now
                     guard let next = await self?.lookOnce() else { return }
-                    do { try await next.signal.wait(after: next.generation, timeout: next.interval) } catch { return }
+                    do {
+                        try await next.signal.wait(after: next.generation, timeout: next.interval)
+                        // Not a synchronisation: looks at most every `minimumLookSpacing`, however many writes
+                        // wake it (each look is a ledger read; on PostgreSQL, several statements).
+                        let since = began.duration(to: .now)
+                        if since < Self.minimumLookSpacing {
+                            try await Task.sleep(for: Self.minimumLookSpacing - since)
+                        }
+                    } catch { return }
                 }
             }
             return true
@@ -87,7 +107,10 @@ final class RevocationFeed: Sendable {
     private func lookOnce() async -> (signal: RevocationSignal, generation: UInt64, interval: Duration) {
         let generation = written.generation
         await look()
-        return (written, generation, pollInterval)
+        // Events committed behind an open transaction are read as soon as it ends: look again shortly, not after a
+        // whole poll interval (the NOTIFY that woke this look may have come while they were held back).
+        let heldBack = state.withLockedValue { $0.eventsHeldBackSince != nil }
+        return (written, generation, heldBack ? min(pollInterval, .milliseconds(20)) : pollInterval)
     }
 
     /// Stops the poller; streams waiting are woken (and find nothing new).
@@ -121,11 +144,21 @@ final class RevocationFeed: Sendable {
     /// Throws UNAVAILABLE (14) when the ledger has not been read for a while
     /// (the reader failing, or stopped): a stream must not keep telling its
     /// watcher it is current with nothing reading behind it.
+    /// Also while committed events have been held back from readers for longer than ``eventsHeldBackLimit``: a
+    /// watcher told it is current would miss the refunds among them.
     func requireCurrent() throws {
-        let (last, stopped) = state.withLockedValue { ($0.lastGoodLook, $0.stopped) }
+        let (last, stopped, heldBack) = state.withLockedValue {
+            ($0.lastGoodLook, $0.stopped, $0.eventsHeldBackSince)
+        }
         let limit = max(pollInterval * 20, .seconds(10))
         if stopped || (last.map { $0.duration(to: .now) > limit } ?? false) {
             throw RPCError(.unavailable, stopped ? "the store is shutting down" : "the store cannot read its ledger")
+        }
+        if let heldBack, heldBack.duration(to: .now) > Self.eventsHeldBackLimit {
+            throw RPCError(
+                .unavailable,
+                "committed events are held back: a transaction opened before them in the store's PostgreSQL cluster "
+                    + "has been open for over \(Self.eventsHeldBackLimit) (see pg_stat_activity, pg_prepared_xacts)")
         }
     }
 
@@ -192,13 +225,17 @@ final class RevocationFeed: Sendable {
         var changed = false
         do {
             // One read of the ledger for the cheap parts, off the Swift concurrency threads (GRDB's reader).
-            let (latest, fingerprint, revoked, latestEvent) = try await ledger.backend.read { db in
+            let (latest, fingerprint, revoked, latestEvent, heldBack) = try await ledger.backend.read { db in
                 (
                     try db.latestRevocationCursor(),
                     try Ledger.publicKeys(db).map { "\($0.id)/\($0.notAfterMs)" },
                     try db.revokedServiceCredentialIDs(),
-                    try db.latestEventID()
+                    try db.latestEventID(),
+                    try db.eventsHeldBack()
                 )
+            }
+            state.withLockedValue { state in
+                state.eventsHeldBackSince = heldBack ? state.eventsHeldBackSince ?? .now : nil
             }
             if state.withLockedValue({ $0.eventFloor }) == nil {
                 state.withLockedValue { $0.eventFloor = latestEvent }

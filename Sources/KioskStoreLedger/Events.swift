@@ -4,7 +4,7 @@ import KioskStoreCore
 
 // `EventRecord` and `EventKind` are the domain's (KioskStoreCore); here: reading one from a ledger
 // row and sending it. A reader that follows the log by id never misses an event: SQLite has one
-// writer, so ids commit in order; on PostgreSQL an event's id is its transaction's id × 2^20 plus
+// writer, so ids commit in order; on PostgreSQL an event's id is its transaction's id × 2^16 plus
 // its place in that transaction, and readers read only below the oldest transaction still running
 // (`eventHorizon`), so an event with a lower id can never commit after one with a higher id was read.
 
@@ -24,6 +24,11 @@ extension EventRecord {
 }
 
 extension Ledger {
+
+    /// How many events one PostgreSQL transaction may record: an event's id is its transaction's id times this,
+    /// plus its place, plus the ledger's base (2^16: ids stay below 2^53, exact in JSON, until a cluster's
+    /// transaction counter passes 2^37).
+    package static let eventsPerTransaction: Int64 = 1 << 16
 
     /// The advisory lock a PostgreSQL write of a version before v10-event-order took before it inserted an event;
     /// the migrations that renumber or backfill events take it.
@@ -58,7 +63,7 @@ extension LedgerDatabase {
             """
         let id: Int64?
         if dialect == .postgres {
-            // This transaction's id × 2^20 plus the event's place in it, counted here: no read of the events table,
+            // This transaction's id × 2^16 plus the event's place in it, counted here: no read of the events table,
             // whose index pages a SERIALIZABLE read would lock against every other writer's insert.
             let place = nextEventPlace()
             guard place < Self.eventsPerTransaction else {
@@ -70,7 +75,7 @@ extension LedgerDatabase {
                 Int64.self,
                 """
                 INSERT INTO events (id, \(columns))
-                VALUES (CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
+                VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
                   ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING id
                 """, [place] + arguments)
@@ -87,21 +92,31 @@ extension LedgerDatabase {
         return recorded
     }
 
-    /// How many events one PostgreSQL transaction may record: its id is the transaction's times this, plus its place.
-    package static var eventsPerTransaction: Int64 { 1 << 20 }
+    /// How many events one PostgreSQL transaction may record (``Ledger/eventsPerTransaction``).
+    package static var eventsPerTransaction: Int64 { Ledger.eventsPerTransaction }
 
     /// On PostgreSQL, the SQL for the lowest event id a transaction still running could commit: the oldest running
-    /// transaction's id (the snapshot's xmin, cluster-wide) × 2^20. Every event below it is committed or gone, so a
+    /// transaction's id (the snapshot's xmin, cluster-wide) × 2^16. Every event below it is committed or gone, so a
     /// reader reads only below it. Nil on SQLite, whose ids commit in order.
     package var eventHorizon: String? {
         guard dialect == .postgres else { return nil }
-        return "CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction)"
+        return
+            "(\(eventIDBase) + CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction))"
     }
 
     /// The highest event id a reader may read now (0 when there is none): on PostgreSQL, below ``eventHorizon``.
     public func latestEventID() throws -> UInt64 {
         let sql = eventHorizon.map { "SELECT MAX(id) FROM events WHERE id < \($0)" } ?? "SELECT MAX(id) FROM events"
         return UInt64(clamping: try value(Int64.self, sql) ?? 0)
+    }
+
+    /// True when a committed event waits at or above ``eventHorizon`` (a transaction older than it is still open
+    /// somewhere in the cluster); never on SQLite.
+    public func eventsHeldBack() throws -> Bool {
+        guard let eventHorizon else { return false }
+        return try value(
+            Int64.self, "SELECT COUNT(*) FROM (SELECT 1 FROM events WHERE id >= \(eventHorizon) LIMIT 1) x")
+            == 1
     }
 
     /// Events after `cursor`, oldest first, at most `limit`: of one account, or of all; of `types`, or of any.

@@ -219,6 +219,11 @@ public protocol LedgerDatabase: StoreRepositories {
 }
 
 extension LedgerDatabase {
+    /// What PostgreSQL's event ids add to transaction id × 2^16 (0 but for a ledger restored from another cluster).
+    package var eventIDBase: Int64 {
+        (self as? PostgresLedgerDatabase)?.eventIDBase ?? 0
+    }
+
     public func nextEventPlace() -> Int64 { 0 }
     public func firstSerialization(of accountID: String) -> Bool { true }
 }

@@ -167,6 +167,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package let health: PostgresHealth
     /// Transactions run again because PostgreSQL could not serialize them (or chose them as a deadlock's victim).
     package let retries = NIOLockedValueBox(0)
+    /// What this cluster's event ids add to transaction id × 2^16 (see ``settleEventIDBase()``): 0 unless the ledger
+    /// came from another cluster whose transaction ids had gone further.
+    package let eventIDBase = NIOLockedValueBox<Int64>(0)
     /// Bodies waiting for or running on ``threads``; past ``maximumQueued`` (1,024: a burst drains in well under a
     /// call deadline while the database answers, and memory stays bounded when it does not) a call fails at once.
     private let admission: NIOLockedValueBox<Int>
@@ -207,6 +210,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
             size: size, group: group, configuration: configuration, health: health, logger: logger)
         do {
             try PostgresMigrations.migrate(self)
+            try settleEventIDBase()
         } catch {
             shutdown()
             throw error
@@ -214,6 +218,36 @@ package final class PostgresLedgerBackend: LedgerBackend {
     }
 
     deinit { shutdown(waiting: false) }
+
+    /// An event's id is this base + its transaction's id × 2^16 + its place, so ids follow the cluster's transaction
+    /// counter. A ledger restored into another cluster (pg_dump and restore, a logical-replication move to a new
+    /// instance) meets a counter that may be behind the ids it holds: new events would get ids below old ones and
+    /// every follower's cursor would skip them. Under the migration lock, the base is raised (and kept in
+    /// `settings`, for every store of the ledger) so that the next id is above every id recorded; each store reads
+    /// it when it starts. A cluster's counter only grows, so a base never has to change while stores run on it.
+    private func settleEventIDBase() throws {
+        let base = try transaction("BEGIN ISOLATION LEVEL READ COMMITTED") { db -> Int64 in
+            try db.execute("SELECT pg_advisory_xact_lock(?)", [PostgresMigrations.lockKey])
+            var base =
+                Int64(try db.value(String.self, "SELECT value FROM settings WHERE key = 'event_id_base'") ?? "")
+                ?? 0
+            let highest = try db.value(Int64.self, "SELECT COALESCE(MAX(id), 0) FROM events") ?? 0
+            let transaction =
+                try db.value(Int64.self, "SELECT CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT)") ?? 0
+            if base + transaction * Ledger.eventsPerTransaction <= highest {
+                // Above every recorded id, with room: this transaction's own id would already clear it.
+                base = highest - transaction * Ledger.eventsPerTransaction + Ledger.eventsPerTransaction
+                try db.execute(
+                    "INSERT INTO settings (key, value) VALUES ('event_id_base', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [String(base)])
+                logger.notice(
+                    "event ids continue above the ledger's highest (restored from another cluster?)",
+                    metadata: ["base": "\(base)", "highest": "\(highest)"])
+            }
+            return base
+        }
+        eventIDBase.withLockedValue { $0 = base }
+    }
 
     /// postgres-nio's TLS setting for `security`: verified TLS refuses a server whose certificate does not chain to
     /// the roots or does not name the host (its IP address, for a host given as one).
@@ -472,14 +506,17 @@ package final class PostgresLedgerBackend: LedgerBackend {
     {
         try await offload {
             let connection = try self.connections.checkOut()
-            let database = PostgresLedgerDatabase(connection: connection, health: self.health, logger: self.logger)
+            let database = PostgresLedgerDatabase(
+                connection: connection, health: self.health, logger: self.logger,
+                eventIDBase: self.eventIDBase.withLockedValue { $0 })
             do {
                 let value = try body(database)
                 self.connections.checkIn(connection)
                 return value
             } catch {
-                // Outside a transaction a failed statement leaves nothing to roll back; a lost connection is dropped.
-                if connection.isClosed {
+                // Outside a transaction a failed statement leaves nothing to roll back. A connection that is lost,
+                // or that a timed-out wait is closing (it may not read as closed yet), is dropped.
+                if connection.isClosed || (error as? LedgerError)?.kind == .unavailable {
                     self.connections.discard(connection)
                 } else {
                     self.connections.checkIn(connection)
@@ -518,7 +555,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
         var attempt = 0
         while true {
             let connection = try connections.checkOut()
-            let database = PostgresLedgerDatabase(connection: connection, health: health, logger: logger)
+            let database = PostgresLedgerDatabase(
+                connection: connection, health: health, logger: logger,
+                eventIDBase: eventIDBase.withLockedValue { $0 })
             var locked = false
             do {
                 if let key {
@@ -749,10 +788,14 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// What this transaction has done so far (a transaction is one body on one thread).
     private let eventPlaces = EventPlaces()
 
-    package init(connection: PostgresConnection, health: PostgresHealth, logger: Logger) {
+    /// What event ids add to transaction id × 2^16 (``PostgresLedgerBackend/eventIDBase``).
+    package let eventIDBase: Int64
+
+    package init(connection: PostgresConnection, health: PostgresHealth, logger: Logger, eventIDBase: Int64 = 0) {
         self.connection = connection
         self.health = health
         self.logger = logger
+        self.eventIDBase = eventIDBase
     }
 
     package var dialect: LedgerDialect { .postgres }
@@ -912,10 +955,17 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         case "23514": return LedgerError(.checkViolation, describe(error))
         case "40001", "40P01": return LedgerError(.serializationFailure, describe(error))
         case nil: return LedgerError(.unavailable, "PostgreSQL: \(describe(error))")
+        // Permanent whatever the retry: a protocol violation (a client defect), a configured limit the statement
+        // exceeds, the database dropped.
+        case "08P01", "53400", "57P04":
+            return LedgerError(.refused, "PostgreSQL refused a ledger statement: \(describe(error))")
         // 08: connection exception; 53: insufficient resources (too many connections, out of memory or disk);
         // 57: operator intervention (57P01 shut down by the administrator, 57P02 crash, 57P03 starting or stopping,
-        // 57014 a statement cancelled).
-        case let state? where state.hasPrefix("08") || state.hasPrefix("53") || state.hasPrefix("57"):
+        // 57014 a statement cancelled); 25006: a read-only server (a demoted primary after a failover); 25P03: the
+        // session ended for idling in a transaction; 55P03: a lock not granted in time.
+        case let state?
+        where state.hasPrefix("08") || state.hasPrefix("53") || state.hasPrefix("57") || state == "25006"
+            || state == "25P03" || state == "55P03":
             return LedgerError(.unavailable, "PostgreSQL: \(describe(error))")
         default: return LedgerError(.refused, "PostgreSQL refused a ledger statement: \(describe(error))")
         }

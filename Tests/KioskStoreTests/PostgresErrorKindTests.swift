@@ -18,6 +18,12 @@ import Testing
         ("23514", .checkViolation),
         ("40001", .serializationFailure),
         ("40P01", .serializationFailure),
+        ("25006", .unavailable),  // read-only transaction: a demoted primary after a failover
+        ("25P03", .unavailable),  // idle-in-transaction session timeout
+        ("55P03", .unavailable),  // lock not available
+        ("08P01", .refused),  // protocol violation: a client defect, not an outage
+        ("53400", .refused),  // a configured limit the statement exceeds
+        ("57P04", .refused),  // the database was dropped
         ("42P01", .refused),  // undefined table
         ("23502", .refused),  // not-null violation
     ])

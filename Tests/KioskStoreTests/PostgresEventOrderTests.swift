@@ -51,7 +51,10 @@ struct PostgresEventOrderTests {
         recorded.wait()
         let younger = try ledger.backend.write { db in try db.recordEvent(Self.event("b", 1)) }
         let whileOpen = try ledger.backend.read { db in
-            (try db.events(after: 0, limit: 100, accountID: nil, types: []), try db.latestEventID())
+            (
+                try db.events(after: 0, limit: 100, accountID: nil, types: []), try db.latestEventID(),
+                try db.eventsHeldBack()
+            )
         }
         release.signal()
         finished.wait()
@@ -59,11 +62,44 @@ struct PostgresEventOrderTests {
         #expect(first.id < younger.id, "ids follow the writers' transaction ids")
         #expect(whileOpen.0.isEmpty, "an event above a running writer's id was readable: \(whileOpen.0.map(\.id))")
         #expect(whileOpen.1 == 0)
+        #expect(whileOpen.2, "a committed event waiting behind an open writer is not reported held back")
         let after = try ledger.backend.read { db in
-            (try db.events(after: 0, limit: 100, accountID: nil, types: []), try db.latestEventID())
+            (
+                try db.events(after: 0, limit: 100, accountID: nil, types: []), try db.latestEventID(),
+                try db.eventsHeldBack()
+            )
         }
         #expect(after.0.map(\.id) == [first.id, younger.id])
         #expect(after.1 == younger.id)
+        #expect(!after.2)
+    }
+
+    /// A ledger restored into another cluster holds ids above what that cluster's transaction counter gives: a store
+    /// starting on it raises the ids' base, so new events still come after every recorded one and a follower's
+    /// cursor reaches them.
+    @Test func eventsOfALedgerFromAClusterFurtherOnComeAfterItsIDs() throws {
+        let location = try TestLedger.createDatabase()
+        let first = try Ledger(postgres: location)
+        // As if the old cluster's counter had been 2^30 transactions ahead of this one's.
+        let ahead = try first.backend.write { db -> Int64 in
+            let now = try db.value(Int64.self, "SELECT CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT)") ?? 0
+            let id = (now + (1 << 30)) * Ledger.eventsPerTransaction
+            try db.execute(
+                "INSERT INTO events (id, type, account_id, created_ms) VALUES (?, 1, 'restored', 0)", [id])
+            return id
+        }
+        let restarted = try Ledger(postgres: location)
+        let recorded = try restarted.backend.write { db in try db.recordEvent(Self.event("after", 1)) }
+        #expect(recorded.id > UInt64(ahead), "a new event's id \(recorded.id) is below the restored \(ahead)")
+        let followed = try restarted.backend.read { db in
+            try db.events(after: UInt64(ahead), limit: 10, accountID: nil, types: [])
+        }
+        #expect(followed.map(\.id) == [recorded.id])
+        // The base is the ledger's: a store started later uses it too.
+        let later = try Ledger(postgres: location)
+        let next = try later.backend.write { db in try db.recordEvent(Self.event("after", 2)) }
+        #expect(next.id > recorded.id)
+        withExtendedLifetime(first) {}
     }
 
     /// Eight writers, each its own account, 25 events each (some writes record two): a follower reading by cursor

@@ -1,7 +1,7 @@
 import KioskStoreCore
 
 extension LedgerMigration {
-    /// v10-event-order: on PostgreSQL an event's id is its transaction's id (xid8) × 2^20 plus its place in that
+    /// v10-event-order: on PostgreSQL an event's id is its transaction's id (xid8) × 2^16 plus its place in that
     /// transaction, no longer a sequence read under one lock that every event-writing commit held: writes about
     /// different accounts commit side by side, and readers read only below the oldest transaction still running
     /// (``LedgerDatabase/eventHorizon``), so an id below one already read can never commit later. Takes the old
