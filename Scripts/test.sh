@@ -11,8 +11,8 @@
 # 127.0.0.1 (Scripts/postgres.sh; installs Debian's postgresql when missing),
 # then the short form of Scripts/scale-out.sh --chaos (PostgreSQL + 2 stores + 2
 # content replicas, one of each killed with SIGKILL under load, then PostgreSQL
-# restarted, frozen with SIGSTOP for 4 s, and restarted while the other store is
-# killed; 30 s of load), and last
+# restarted, frozen with SIGSTOP for 6 s, and restarted while the other store is
+# killed; 36 s of load), and last
 # builds and tests the Examples/ package and runs its buy-and-download tool
 # against the demo's services (Scripts/examples.sh).
 # Arguments go to `swift test` (e.g. --filter WireContractTests) and skip the rest.
