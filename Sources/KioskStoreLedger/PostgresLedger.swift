@@ -500,10 +500,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
         try transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", body)
     }
 
-    /// Runs `body`, one statement, on a connection of the pool outside any transaction (see
-    /// ``LedgerBackend/readStatement(_:)``), on this backend's threads.
-    package func statement<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
-    {
+    /// Runs `body`, one statement, on a connection of the pool outside any transaction, on this backend's threads.
+    package func readStatement<T: Sendable>(
+        _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
+    ) async throws -> T {
         try await offload {
             let connection = try self.connections.checkOut()
             let database = PostgresLedgerDatabase(

@@ -28,18 +28,19 @@ package protocol LedgerBackend: Sendable {
     /// event loop and no Swift concurrency thread (PostgreSQL: the backend's own threads; SQLite, whose reads
     /// and writes do not wait on a network: here).
     func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T
+    /// Runs `body`, which runs exactly one statement (a read): one statement is atomic and sees one snapshot on
+    /// its own, so a backend may run it without a transaction around it (PostgreSQL: one round trip instead of
+    /// BEGIN, the statement and COMMIT). By default, a read transaction.
+    func readStatement<T: Sendable>(_ body: @escaping @Sendable (any LedgerDatabase) throws -> T) async throws -> T
 }
 
 extension LedgerBackend {
     package func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T { try body() }
 
-    /// Runs `body`, which runs exactly one statement (a read): one statement is atomic and sees one snapshot on
-    /// its own, so PostgreSQL runs it without BEGIN and COMMIT around it (one round trip instead of three).
     package func readStatement<T: Sendable>(
         _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
     ) async throws -> T {
-        if let postgres = self as? PostgresLedgerBackend { return try await postgres.statement(body) }
-        return try await read(body)
+        try await read(body)
     }
 }
 
