@@ -67,7 +67,7 @@ extension Store {
                 throw StoreError(.conflict, "transaction \(transactionID) was already refunded")
             }
             try db.insertRefundRequest(request)
-            try db.recordEvent(EventRecord(.refundRequested, record, nowMs: nowMs, reason: reason))
+            try db.appendEvent(EventRecord(.refundRequested, record, nowMs: nowMs, reason: reason))
             return request
         }
     }

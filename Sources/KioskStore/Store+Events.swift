@@ -67,7 +67,7 @@ extension Store {
             ? "the ask-to-buy request expired before it was approved" : "the ask-to-buy request was declined"
         try db.failDeferred(
             transactionID: record.id, code: record.errorCode, reason: record.errorReason, message: record.errorMessage)
-        try db.recordEvent(EventRecord(.declined, record, nowMs: nowMs, reason: reason))
+        try db.appendEvent(EventRecord(.declined, record, nowMs: nowMs, reason: reason))
         return record
     }
 

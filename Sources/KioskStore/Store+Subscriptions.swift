@@ -269,7 +269,7 @@ extension Store {
             }
             try db.saveSubscription(row, nowMs: nowMs)
             if changed {
-                try db.recordEvent(
+                try db.appendEvent(
                     EventRecord(
                         type: .priceChanged, accountID: row.accountID, transactionID: row.latestTransactionID,
                         originalTransactionID: row.originalID,
@@ -411,7 +411,7 @@ extension Store {
                     .conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
             }
             if change != .unchanged {
-                try db.recordEvent(
+                try db.appendEvent(
                     EventRecord(
                         type: .autoRenewChanged, accountID: row.accountID, transactionID: row.latestTransactionID,
                         originalTransactionID: row.originalID,

@@ -52,37 +52,21 @@ extension LedgerDatabase {
     /// Records `event` in the write in progress; returns it with its id.
     @discardableResult
     public func recordEvent(_ event: EventRecord) throws -> EventRecord {
-        let arguments: [any LedgerArgument] = [
-            Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID,
-            event.productID, event.createdMs, event.reason, Int64(clamping: event.creditShortfall), event.autoRenew,
-            event.price, Int64(event.expirationReason.rawValue),
-        ]
-        let columns = """
-            type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall,
-              auto_renew, price, expiration_reason
-            """
         let id: Int64?
         if dialect == .postgres {
-            // This transaction's id × 2^16 plus the event's place in it, counted here: no read of the events table,
-            // whose index pages a SERIALIZABLE read would lock against every other writer's insert.
-            let place = nextEventPlace()
-            guard place < Self.eventsPerTransaction else {
-                throw StoreError(
-                    .internalFailure,
-                    "one ledger write may record \(Self.eventsPerTransaction) events; this one did more")
-            }
             id = try value(
                 Int64.self,
                 """
-                INSERT INTO events (id, \(columns))
+                INSERT INTO events (id, \(Self.eventColumns))
                 VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
                   ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING id
-                """, [place] + arguments)
+                """, [try nextPostgresEventPlace()] + Self.eventArguments(event))
         } else {
             id = try value(
-                Int64.self, "INSERT INTO events (\(columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                arguments)
+                Int64.self,
+                "INSERT INTO events (\(Self.eventColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                Self.eventArguments(event))
         }
         guard let id else { throw StoreError(.internalFailure, "the event log did not answer the id of its new event") }
         // No NOTIFY: PostgreSQL serialises every notifying commit of the cluster. Other stores' feeds find events by
@@ -90,6 +74,50 @@ extension LedgerDatabase {
         var recorded = event
         recorded.id = UInt64(id)
         return recorded
+    }
+
+    /// Records `event` without reading its id back: on PostgreSQL sent without waiting
+    /// (``executeLater(_:_:refusal:)``), with the id ``recordEvent(_:)`` would have given it.
+    public func appendEvent(_ event: EventRecord) throws {
+        guard dialect == .postgres else {
+            _ = try recordEvent(event)
+            return
+        }
+        let place = try nextPostgresEventPlace()
+        try executeLater(
+            """
+            INSERT INTO events (id, \(Self.eventColumns))
+            VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
+              ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, [place] + Self.eventArguments(event))
+    }
+
+    /// The columns an event is written to, but its id.
+    private static var eventColumns: String {
+        """
+        type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall,
+          auto_renew, price, expiration_reason
+        """
+    }
+
+    /// `event`'s values for ``eventColumns``.
+    private static func eventArguments(_ event: EventRecord) -> [any LedgerArgument] {
+        [
+            Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID,
+            event.productID, event.createdMs, event.reason, Int64(clamping: event.creditShortfall), event.autoRenew,
+            event.price, Int64(event.expirationReason.rawValue),
+        ]
+    }
+
+    /// This PostgreSQL transaction's id × 2^16 plus the event's place in it, counted here: no read of the events table,
+    /// whose index pages a SERIALIZABLE read would lock against every other writer's insert.
+    private func nextPostgresEventPlace() throws -> Int64 {
+        let place = nextEventPlace()
+        guard place < Self.eventsPerTransaction else {
+            throw StoreError(
+                .internalFailure, "one ledger write may record \(Self.eventsPerTransaction) events; this one did more")
+        }
+        return place
     }
 
     /// How many events one PostgreSQL transaction may record (``Ledger/eventsPerTransaction``).

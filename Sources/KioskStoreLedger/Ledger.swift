@@ -35,8 +35,9 @@ extension TransactionRecord {
             refundCreditShortfall: UInt64(clamping: try row["refund_credit_shortfall"] as Int64))
     }
 
-    package func insert(_ db: any LedgerDatabase) throws {
-        try db.execute(
+    /// Inserts the row (``LedgerDatabase/executeLater(_:_:refusal:)``: its error may come from a later statement).
+    package func insert(_ db: any LedgerDatabase, refusal: ((LedgerError) -> (any Error)?)? = nil) throws {
+        try db.executeLater(
             """
             INSERT INTO transactions (id, original_id, account_id, product_id, product_type, quantity, state,
               purchase_ms, expires_ms, price, currency, payment_method, payment_id, error_code, error_reason,
@@ -48,7 +49,7 @@ extension TransactionRecord {
                 purchaseMs, expiresMs, price, currency, paymentMethod, paymentID, Int64(errorCode), errorReason,
                 errorMessage, receipt, finished, revokedMs, revocationReason, environment.rawValue,
                 Int64(clamping: credits), periodStartMs, offerID,
-            ])
+            ], refusal: refusal)
     }
 }
 
@@ -531,17 +532,18 @@ extension LedgerDatabase {
     /// SQLite runs one write at a time: nothing to do there.
     public func serializeOnAccount(_ accountID: String) throws {
         guard dialect == .postgres, firstSerialization(of: accountID) else { return }
-        try execute("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?", [accountID])
+        try executeLater("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?", [accountID])
     }
 
     /// Inserts a transaction and, for a purchased consumable, its credits, and records its event:
     /// PURCHASED or DEFERRED by its state, or `event` (a renewal's RENEWED).
     public func insertTransaction(_ record: TransactionRecord, event: EventKind?) throws {
         try serializeOnAccount(record.accountID)
-        do {
-            try record.insert(self)
-        } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(
+        // Sent without waiting on PostgreSQL: the refusal may come from a later statement of this write, even its
+        // COMMIT, and ends the write all the same.
+        try record.insert(self) { error in
+            guard error.kind == .uniqueViolation else { return nil }
+            return StoreError(
                 .conflict,
                 "the ledger refused transaction \(record.id): \(record.productID) is already owned by \(record.accountID), or its payment is already recorded"
             )
@@ -552,15 +554,16 @@ extension LedgerDatabase {
                 nowMs: record.purchaseMs)
         }
         if let type = event ?? (record.state == .purchased ? .purchased : record.state == .deferred ? .deferred : nil) {
-            try recordEvent(EventRecord(type, record, nowMs: record.purchaseMs))
+            try appendEvent(EventRecord(type, record, nowMs: record.purchaseMs))
         }
     }
 
-    /// Moves credits and records the movement; the balance's CHECK keeps it from going below 0.
+    /// Moves credits and records the movement; the balance's CHECK keeps it from going below 0 (on PostgreSQL, the
+    /// refusal may come from a later statement of the write: ``executeLater(_:_:refusal:)``).
     public func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64) throws
     {
-        try execute("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", [amount, account])
-        try execute(
+        try executeLater("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", [amount, account])
+        try executeLater(
             "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)",
             [account, amount, transaction, reason, nowMs])
     }
@@ -590,7 +593,7 @@ extension LedgerDatabase {
         replacing: Bool
     ) throws {
         guard let key else { return }
-        try execute(
+        try executeLater(
             """
             INSERT INTO idempotency_keys (account_id, key, operation, request_hash, response, created_ms) VALUES (?, ?, ?, ?, ?, ?)
             ON CONFLICT (account_id, key) DO \(replacing
@@ -633,7 +636,7 @@ extension LedgerDatabase {
                 nowMs: record.purchaseMs)
         }
         if record.state == .purchased {
-            try recordEvent(EventRecord(.approved, record, nowMs: record.purchaseMs))
+            try appendEvent(EventRecord(.approved, record, nowMs: record.purchaseMs))
         }
     }
 
@@ -676,7 +679,7 @@ extension LedgerDatabase {
         else {
             throw StoreError(.internalFailure, "revocation of \(transactionID) vanished in its own write")
         }
-        try recordEvent(
+        try appendEvent(
             EventRecord(.refunded, current, nowMs: nowMs, reason: reason, creditShortfall: UInt64(clamping: shortfall)))
         try Ledger.announceChange(self)
         return revocation

@@ -210,6 +210,14 @@ public protocol LedgerDatabase: StoreRepositories {
     func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int
     /// Runs one statement and returns every row it read.
     func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow]
+    /// Runs one statement whose changed-row count the caller does not need, perhaps later. PostgreSQL sends it and
+    /// goes on without its answer (the statements of a transaction still run in the order sent, so each sees what the
+    /// ones before it did): the transaction's next statement that waits, its COMMIT at the latest, waits for it too
+    /// and fails with its error, as `refusal` turns it (nil, or a `refusal` that answers nil: the error as it is).
+    /// SQLite runs it at once.
+    func executeLater(
+        _ sql: String, _ arguments: [any LedgerArgument], refusal: ((LedgerError) -> (any Error)?)?
+    ) throws
     /// The place of the next event this transaction records, 0 for its first (PostgreSQL numbers events by
     /// transaction and place; SQLite counts them itself and never asks).
     func nextEventPlace() -> Int64
@@ -226,6 +234,21 @@ extension LedgerDatabase {
 
     public func nextEventPlace() -> Int64 { 0 }
     public func firstSerialization(of accountID: String) -> Bool { true }
+
+    public func executeLater(
+        _ sql: String, _ arguments: [any LedgerArgument], refusal: ((LedgerError) -> (any Error)?)?
+    ) throws {
+        do {
+            try execute(sql, arguments)
+        } catch let error as LedgerError {
+            throw refusal?(error) ?? error
+        }
+    }
+
+    /// ``executeLater(_:_:refusal:)`` with the statement's error thrown as it is.
+    package func executeLater(_ sql: String, _ arguments: [any LedgerArgument]) throws {
+        try executeLater(sql, arguments, refusal: nil)
+    }
 }
 
 extension LedgerDatabase {

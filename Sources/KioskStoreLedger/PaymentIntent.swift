@@ -121,24 +121,25 @@ extension LedgerDatabase {
     /// - Throws: ``StoreError`` ABORTED (10) when the account already has a payment of this owned-once product in flight.
     public func insertIntent(_ intent: PaymentIntent, nowMs: Int64) throws {
         try serializeOnAccount(intent.accountID)
-        do {
-            try execute(
-                """
-                INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
-                  credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
-                  idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?)
-                """,
-                [
-                    intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID,
-                    intent.productID,
-                    intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod,
-                    Int64(intent.quantity),
-                    intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
-                    intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs, intent.offerID,
-                ])
-        } catch let error as LedgerError where error.kind == .uniqueViolation {
-            throw StoreError(
+        // Sent without waiting on PostgreSQL: the refusal may come from a later statement of this write.
+        try executeLater(
+            """
+            INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
+              credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
+              idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?)
+            """,
+            [
+                intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID,
+                intent.productID,
+                intent.productType.rawValue, Int64(clamping: intent.creditsPerUnit), intent.subscriptionPeriod,
+                Int64(intent.quantity),
+                intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
+                intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs, intent.offerID,
+            ]
+        ) { error in
+            guard error.kind == .uniqueViolation else { return nil }
+            return StoreError(
                 .inProgress,
                 "a payment for \(intent.productID) is already in progress for this account; try again when it has finished"
             )
@@ -183,7 +184,7 @@ extension LedgerDatabase {
         {
             try serializeOnAccount(account)
         }
-        try execute(
+        try executeLater(
             "UPDATE payment_intents SET state = ?, outcome = ?, updated_ms = ? WHERE id = ?",
             [state.rawValue, outcome, nowMs, intentID])
     }

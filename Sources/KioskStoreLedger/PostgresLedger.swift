@@ -167,6 +167,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package let health: PostgresHealth
     /// Transactions run again because PostgreSQL could not serialize them (or chose them as a deadlock's victim).
     package let retries = NIOLockedValueBox(0)
+    /// Round trips made through the pool's connections: each time a call waited for PostgreSQL's answer to what it
+    /// had sent (one wait answers every statement sent before it).
+    package let roundTrips = NIOLockedValueBox(0)
+    /// The writes about an account that committed, and the round trips they made (lock and BEGIN to COMMIT; the
+    /// unlock is not waited for), apart from the background's reads and writes.
+    package let accountWrites = NIOLockedValueBox((writes: 0, roundTrips: 0))
     /// What this cluster's event ids add to transaction id × 2^16 (see ``settleEventIDBase()``): 0 unless the ledger
     /// came from another cluster whose transaction ids had gone further.
     package let eventIDBase = NIOLockedValueBox<Int64>(0)
@@ -508,7 +514,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
             let connection = try self.connections.checkOut()
             let database = PostgresLedgerDatabase(
                 connection: connection, health: self.health, logger: self.logger,
-                eventIDBase: self.eventIDBase.withLockedValue { $0 })
+                eventIDBase: self.eventIDBase.withLockedValue { $0 }, roundTrips: self.roundTrips)
             do {
                 let value = try body(database)
                 self.connections.checkIn(connection)
@@ -557,22 +563,25 @@ package final class PostgresLedgerBackend: LedgerBackend {
             let connection = try connections.checkOut()
             let database = PostgresLedgerDatabase(
                 connection: connection, health: health, logger: logger,
-                eventIDBase: eventIDBase.withLockedValue { $0 })
-            var locked = false
+                eventIDBase: eventIDBase.withLockedValue { $0 }, roundTrips: roundTrips)
+            var lock: EventLoopFuture<PostgresQueryResult>?
             do {
                 if let key {
-                    // The lock, then BEGIN, sent together (the connection runs them in order; the snapshot is
-                    // taken by the body's first statement, after the lock is held): one wait instead of two.
-                    let lock = database.send("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
-                    let begun = database.send(begin, [])
-                    try database.receive(lock)
-                    locked = true
-                    try database.receive(begun)
+                    // The lock, BEGIN and the body's first statement go out together and are answered together (the
+                    // connection runs them in order; the snapshot is taken by the body's first statement, after the
+                    // lock is held): one wait instead of three.
+                    lock = database.send("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
+                    database.answerLater(lock!)
+                    database.answerLater(database.send(begin, []))
                 } else {
                     try database.run(begin)
                 }
                 let value = try body(database)
                 try database.run("COMMIT")
+                if key != nil {
+                    let made = database.waits
+                    accountWrites.withLockedValue { $0 = ($0.writes + 1, $0.roundTrips + made) }
+                }
                 // Committed: whatever happens to the unlock, the write stands. The unlock is not waited for (the
                 // connection's next query runs after it); a connection that fails it is closed (PostgreSQL then
                 // releases the lock with its session).
@@ -586,7 +595,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
             } catch {
                 // A failed statement leaves the transaction aborted: roll it back (and let go of the lock),
                 // or drop the connection (PostgreSQL then releases its locks).
-                if !connection.isClosed, (try? database.run("ROLLBACK")) != nil,
+                // The lock is held when its statement succeeded (answered by now, or the connection is closing).
+                let locked = lock.map { (try? waitFor($0, timeout: health.timeout)) != nil } ?? false
+                if !connection.isClosed, (try? database.rollback()) != nil,
                     !locked
                         || (try? database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key ?? ""]))
                             != nil
@@ -786,34 +797,84 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     package let health: PostgresHealth
     package let logger: Logger
     /// What this transaction has done so far (a transaction is one body on one thread).
-    private let eventPlaces = EventPlaces()
+    private let progress = Progress()
 
     /// What event ids add to transaction id × 2^16 (``PostgresLedgerBackend/eventIDBase``).
     package let eventIDBase: Int64
 
-    package init(connection: PostgresConnection, health: PostgresHealth, logger: Logger, eventIDBase: Int64 = 0) {
+    /// Where this database counts its round trips (``PostgresLedgerBackend/roundTrips``), if anywhere.
+    private let roundTrips: NIOLockedValueBox<Int>?
+
+    package init(
+        connection: PostgresConnection, health: PostgresHealth, logger: Logger, eventIDBase: Int64 = 0,
+        roundTrips: NIOLockedValueBox<Int>? = nil
+    ) {
         self.connection = connection
         self.health = health
         self.logger = logger
         self.eventIDBase = eventIDBase
+        self.roundTrips = roundTrips
     }
 
     package var dialect: LedgerDialect { .postgres }
 
     package func nextEventPlace() -> Int64 {
-        defer { eventPlaces.recorded += 1 }
-        return eventPlaces.recorded
+        defer { progress.recorded += 1 }
+        return progress.recorded
     }
 
     package func firstSerialization(of accountID: String) -> Bool {
-        eventPlaces.serialized.insert(accountID).inserted
+        progress.serialized.insert(accountID).inserted
     }
 
+    /// How many times this transaction has waited for PostgreSQL's answer (lock and BEGIN apart).
+    package var waits: Int { progress.waits }
+
+    /// Most statements sent and not yet waited for: past it, ``executeLater(_:_:refusal:)`` waits for them first.
+    package static let maximumUnanswered = 64
+
     /// What one transaction has done so far: the events it recorded, the accounts whose rows it updated to order
-    /// writes about them.
-    private final class EventPlaces: @unchecked Sendable {
+    /// writes about them, the statements it sent without waiting for their answers (oldest first).
+    private final class Progress: @unchecked Sendable {
         var recorded: Int64 = 0
         var serialized: Set<String> = []
+        var waits = 0
+        var unanswered: [(sent: EventLoopFuture<PostgresQueryResult>, refusal: ((LedgerError) -> (any Error)?)?)] = []
+    }
+
+    package func executeLater(
+        _ sql: String, _ arguments: [any LedgerArgument], refusal: ((LedgerError) -> (any Error)?)?
+    ) throws {
+        if progress.unanswered.count >= Self.maximumUnanswered { try answerSent() }
+        progress.unanswered.append((send(sql, arguments), refusal))
+    }
+
+    /// Lets the next statement that waits answer `sent` (its error thrown as it is) with the rest.
+    package func answerLater(_ sent: EventLoopFuture<PostgresQueryResult>) {
+        progress.unanswered.append((sent, nil))
+    }
+
+    /// Waits for every statement ``executeLater(_:_:refusal:)`` sent, in order; throws the first one's error (as its
+    /// refusal turns it). Called by each statement that waits, after sending itself: one round trip answers all.
+    private func answerSent() throws {
+        roundTrips?.withLockedValue { $0 += 1 }
+        progress.waits += 1
+        guard !progress.unanswered.isEmpty else { return }
+        let unanswered = progress.unanswered
+        progress.unanswered = []
+        for (sent, refusal) in unanswered {
+            do {
+                _ = try translatingErrors { try wait(sent) }
+            } catch let error as LedgerError {
+                throw refusal?(error) ?? error
+            }
+        }
+    }
+
+    /// ROLLBACK, the errors of statements sent and not waited for forgotten: the transaction is given up already.
+    package func rollback() throws {
+        progress.unanswered = []
+        try run("ROLLBACK")
     }
 
     package func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
@@ -823,13 +884,15 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             for statement in Self.statements(sql) { changed += try execute(statement, []) }
             return changed
         }
-        return try translatingErrors {
-            try wait(connection.query(Self.query(sql, arguments), logger: logger)).metadata.rows ?? 0
-        }
+        let sent = connection.query(Self.query(sql, arguments), logger: logger)
+        try answerSent()
+        return try translatingErrors { try wait(sent) }.metadata.rows ?? 0
     }
 
     package func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
-        let result = try translatingErrors { try wait(connection.query(Self.query(sql, arguments), logger: logger)) }
+        let sent = connection.query(Self.query(sql, arguments), logger: logger)
+        try answerSent()
+        let result = try translatingErrors { try wait(sent) }
         var columns: LedgerRow.Columns?
         return try result.rows.map { row in
             var values: [LedgerValue] = []
@@ -850,14 +913,11 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         connection.query(Self.query(sql, arguments), logger: logger)
     }
 
-    /// Waits (at most the backend's timeout) for a statement ``send(_:_:)`` sent.
-    package func receive(_ sent: EventLoopFuture<PostgresQueryResult>) throws {
-        _ = try translatingErrors { try wait(sent) }
-    }
-
-    /// A statement with no rows to read (BEGIN, COMMIT, ROLLBACK).
+    /// A statement with no rows to read (BEGIN, COMMIT).
     package func run(_ sql: String) throws {
-        _ = try translatingErrors { try wait(connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)) }
+        let sent = connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+        try answerSent()
+        _ = try translatingErrors { try wait(sent) }
     }
 
     /// A statement's answer, at most the backend's timeout: past it the connection is closed (PostgreSQL then

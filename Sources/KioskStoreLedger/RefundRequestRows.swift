@@ -50,7 +50,7 @@ extension Ledger {
         // Written only over the state it was decided from: a concurrent decision in another process wins, this one is refused.
         guard try db.updateRefundRequest(request, from: before) else { return nil }
         if decision == .denied, let record = try db.transaction(id: transactionID) {
-            try db.recordEvent(EventRecord(.refundDenied, record, nowMs: nowMs, reason: reason))
+            try db.appendEvent(EventRecord(.refundDenied, record, nowMs: nowMs, reason: reason))
         }
         return request
     }

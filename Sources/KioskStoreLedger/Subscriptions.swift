@@ -72,7 +72,7 @@ extension LedgerDatabase {
     /// Writes the row; a subscription that ends here (ACTIVE, grace or billing retry → EXPIRED) records EXPIRED.
     public func saveSubscription(_ s: Subscription, nowMs: Int64) throws {
         if s.state == .expired, let before = try subscription(originalID: s.originalID), before.isLive {
-            try recordEvent(
+            try appendEvent(
                 EventRecord(
                     type: .expired, accountID: s.accountID, transactionID: s.latestTransactionID,
                     originalTransactionID: s.originalID,

@@ -48,4 +48,27 @@ struct PostgresConcurrencyTests {
             #expect(try await fixture.balance(token) == 60)
         }
     }
+
+    /// A purchase's two writes (its intent, then its outcome) wait for PostgreSQL at most 8 times between them, from
+    /// the lock to COMMIT (19 when every statement waited for its answer): the statements whose answers a write does
+    /// not read (its inserts, its updates) go out without waiting and are answered with the next statement that
+    /// waits, at the latest its COMMIT; the lock and BEGIN go out with the write's first statement.
+    @Test func aPurchasesWritesWaitForPostgreSQLAtMostEightTimes() async throws {
+        try await StoreFixture.with { fixture in
+            let token = try fixture.newAccount()
+            let backend = try #require(fixture.store.ledger.backend as? PostgresLedgerBackend)
+            _ = try await fixture.buy("credits.5", token: token, key: "warm-up")
+            var counts: [Int] = []
+            for n in 0..<5 {
+                let before = backend.accountWrites.withLockedValue { $0 }
+                let response = try await fixture.buy("credits.5", token: token, key: "counted-\(n)")
+                let after = backend.accountWrites.withLockedValue { $0 }
+                #expect(response.transaction?.state == .purchased)
+                #expect(after.writes - before.writes == 2)
+                counts.append(after.roundTrips - before.roundTrips)
+            }
+            print("round trips per purchase: \(counts)")
+            #expect(counts.allSatisfy { $0 <= 8 }, "round trips of a purchase's writes: \(counts)")
+        }
+    }
 }

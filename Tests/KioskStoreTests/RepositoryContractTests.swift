@@ -228,6 +228,45 @@ private func contractSubscription(
         #expect(try await ledger.balance("a1") == 10)
     }
 
+    /// On PostgreSQL the insert goes out without waiting for its answer: its refusal arrives with the answer to a
+    /// later statement of the write (here a read), and is still the conflict, and still ends the whole write.
+    @Test(arguments: RepositoryContractBackend.allCases)
+    func aRefusalAnsweredWithALaterStatementEndsTheWrite(_ backend: RepositoryContractBackend) async throws {
+        let ledger = try backend.make()
+        try await ledger.createAccount("a1")
+        try await ledger.write { try $0.insertTransaction(contractTransaction("t1", paymentID: "pay-1", credits: 10)) }
+        let eventsBefore = try await ledger.latestEventID()
+        let refused = await #expect(throws: StoreError.self) {
+            try await ledger.write { repositories -> TransactionRecord? in
+                try repositories.insertTransaction(contractTransaction("t2", paymentID: "pay-1", credits: 10))
+                try repositories.addCredits(5, account: "a1", transaction: nil, reason: "grant", nowMs: 2_000)
+                try repositories.appendEvent(EventRecord(type: .test, accountID: "a1", createdMs: 2_000))
+                return try repositories.transaction(id: "t1")
+            }
+        }
+        #expect(refused?.kind == .conflict, "\(ledger.name)")
+        #expect(try await ledger.transaction("t2") == nil)
+        #expect(try await ledger.latestEventID() == eventsBefore)
+        #expect(try await ledger.balance("a1") == 10)
+    }
+
+    /// What a write sent without waiting is there for the statements after it in the same write.
+    @Test(arguments: RepositoryContractBackend.allCases)
+    func aWriteSeesWhatItSentBefore(_ backend: RepositoryContractBackend) async throws {
+        let ledger = try backend.make()
+        try await ledger.createAccount("a1")
+        let (seen, balance) = try await ledger.write { repositories -> (TransactionRecord?, UInt64?) in
+            try repositories.insertTransaction(contractTransaction("t1", paymentID: "pay-1", credits: 10))
+            try repositories.appendEvent(EventRecord(type: .test, accountID: "a1", createdMs: 2_000))
+            return (try repositories.transaction(id: "t1"), try repositories.account(id: "a1")?.creditBalance)
+        }
+        #expect(seen?.paymentID == "pay-1", "\(ledger.name)")
+        #expect(balance == 10)
+        let events = try await ledger.events(after: 0)
+        #expect(events.map(\.type) == [.purchased, .test])
+        #expect(events.count == 2 && events[0].id < events[1].id)
+    }
+
     @Test(arguments: RepositoryContractBackend.allCases)
     func aSecondLivePurchaseOfANonConsumableIsRefused(_ backend: RepositoryContractBackend) async throws {
         let ledger = try backend.make()

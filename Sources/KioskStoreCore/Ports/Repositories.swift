@@ -123,6 +123,9 @@ public protocol EventRepository {
     /// Records `event`; returns it with its id, above every id before it.
     @discardableResult
     func recordEvent(_ event: EventRecord) throws -> EventRecord
+    /// Records `event` as ``recordEvent(_:)`` does, for a caller that does not need its id back (a backend may then
+    /// send it without waiting).
+    func appendEvent(_ event: EventRecord) throws
     /// The highest event id (0: none).
     func latestEventID() throws -> UInt64
     /// Events after `cursor`, oldest first, at most `limit`: of one account or all, of `types` or any.
@@ -169,4 +172,8 @@ extension EventRepository {
     public func events(after cursor: UInt64, limit: Int) throws -> [EventRecord] {
         try events(after: cursor, limit: limit, accountID: nil, types: [])
     }
+}
+
+extension EventRepository {
+    public func appendEvent(_ event: EventRecord) throws { _ = try recordEvent(event) }
 }
