@@ -577,7 +577,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
                     try database.run(begin)
                 }
                 let value = try body(database)
-                try database.run("COMMIT")
+                try database.commit()
                 if key != nil {
                     let made = database.waits
                     accountWrites.withLockedValue { $0 = ($0.writes + 1, $0.roundTrips + made) }
@@ -839,6 +839,8 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         var recorded: Int64 = 0
         var serialized: Set<String> = []
         var waits = 0
+        /// A statement sent without waiting failed: the transaction is aborted, whatever the body did with the error.
+        var failed = false
         var unanswered: [(sent: EventLoopFuture<PostgresQueryResult>, refusal: ((LedgerError) -> (any Error)?)?)] = []
     }
 
@@ -866,6 +868,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             do {
                 _ = try translatingErrors { try wait(sent) }
             } catch let error as LedgerError {
+                progress.failed = true
                 throw refusal?(error) ?? error
             }
         }
@@ -918,6 +921,19 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         let sent = connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
         try answerSent()
         _ = try translatingErrors { try wait(sent) }
+    }
+
+    /// COMMIT, refused when the transaction cannot have committed: a statement of it failed (even one whose error
+    /// a body caught and went past), or PostgreSQL answered the COMMIT with ROLLBACK (it does, without an error,
+    /// for a transaction a failed statement aborted).
+    package func commit() throws {
+        let sent = connection.query(PostgresQuery(unsafeSQL: "COMMIT"), logger: logger)
+        try answerSent()
+        let answer = try translatingErrors { try wait(sent) }
+        guard !progress.failed, answer.metadata.command == "COMMIT" else {
+            throw LedgerError(
+                .refused, "a statement of the write failed, so PostgreSQL rolled it back: nothing of it was recorded")
+        }
     }
 
     /// A statement's answer, at most the backend's timeout: past it the connection is closed (PostgreSQL then
