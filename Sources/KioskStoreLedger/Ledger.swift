@@ -128,6 +128,10 @@ public final class Ledger: Sendable {
         backend = try PostgresLedgerBackend(location: location, timeout: timeout)
     }
 
+    /// The advisory lock under which PostgreSQL revocations take their cursors (apart from the account keys, bare
+    /// account ids, and the instance keys, `kiosk-instance:…`).
+    package static let revocationLockKey = "kiosk-revocations:"
+
     /// How long a PostgreSQL connection checkout, connect or statement may take by default.
     public static let defaultDatabaseTimeout: Duration = .seconds(5)
 
@@ -669,6 +673,13 @@ extension LedgerDatabase {
         try execute(
             "UPDATE subscriptions SET state = 5, due_ms = 0, will_auto_renew = 0, updated_ms = ? WHERE latest_transaction_id = ?",
             [nowMs, transactionID])
+        if dialect == .postgres {
+            // The feed is read by cursor, and a sequence hands out cursors at insert, not at commit: two refunds in
+            // flight could commit out of order, and a follower that read the higher cursor would skip the lower one
+            // for good (a refunded purchase still served). Revocations take their cursors one at a time, under a
+            // lock held to COMMIT, so they commit in cursor order; refunds are rare, and nothing else waits on it.
+            try executeLater("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [Ledger.revocationLockKey])
+        }
         guard
             let revocation = try fetchOne(
                 """

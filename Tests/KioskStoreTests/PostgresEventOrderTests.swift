@@ -74,6 +74,73 @@ struct PostgresEventOrderTests {
         #expect(!after.2)
     }
 
+    /// Revocations are followed by cursor too. Refund A takes its cursor and stays open; refund B, of another account,
+    /// waits for A's commit before it takes its own, so no reader can see B's cursor while A's, below it, may still
+    /// commit (a follower would skip A for good: its purchase still served).
+    @Test func aRevocationWaitsForAnOlderOneToCommit() throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let ledger = try testLedger(directory: directory)
+        for account in ["a", "b"] {
+            try ledger.createAccount(id: account, tokenHash: Array(account.utf8), paymentsAllowed: true, nowMs: 1)
+            try ledger.backend.write { db in
+                try db.insertTransaction(
+                    TransactionRecord(
+                        id: "t-\(account)", originalID: "t-\(account)", accountID: account, productID: "premium",
+                        productType: .nonConsumable, quantity: 1, state: .purchased, purchaseMs: 1, expiresMs: 0,
+                        price: "0.99", currency: "USD", paymentMethod: "card", paymentID: "p-\(account)",
+                        environment: .sandbox))
+            }
+        }
+        let revoked = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let results = Shared<[String: Result<RevocationRecord, any Error>]>([:])
+        DispatchQueue.global().async {
+            let result = Result {
+                try ledger.backend.write { db -> RevocationRecord in
+                    let revocation = try db.revoke(transactionID: "t-a", reason: "refund", nowMs: 2)
+                    revoked.signal()
+                    release.wait()
+                    return revocation
+                }
+            }
+            results.withLockedValue { $0["a"] = result }
+            finished.signal()
+        }
+        revoked.wait()
+        DispatchQueue.global().async {
+            let result = Result {
+                try ledger.backend.write { db in try db.revoke(transactionID: "t-b", reason: "refund", nowMs: 3) }
+            }
+            results.withLockedValue { $0["b"] = result }
+            finished.signal()
+        }
+        // B waits on the revocations' lock (observed, at most 10 s).
+        let waiting = try (0..<1_000).contains { _ in
+            let count = try ledger.backend.read { db in
+                try db.value(
+                    Int64.self,
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                )
+            }
+            if count == 1 { return true }
+            usleep(10_000)
+            return false
+        }
+        #expect(waiting, "the second refund did not wait for the first's commit")
+        let whileOpen = try ledger.backend.read { db in try db.revocations(after: 0, limit: 10) }
+        #expect(whileOpen.isEmpty, "a revocation was readable while an older one could still commit below it")
+        release.signal()
+        finished.wait()
+        finished.wait()
+        let a = try #require(try results.withLockedValue { $0["a"] }?.get())
+        let b = try #require(try results.withLockedValue { $0["b"] }?.get())
+        #expect(a.cursor < b.cursor)
+        let after = try ledger.backend.read { db in try db.revocations(after: 0, limit: 10) }
+        #expect(after.map(\.transactionID) == ["t-a", "t-b"])
+    }
+
     /// A ledger restored into another cluster holds ids above what that cluster's transaction counter gives: a store
     /// starting on it raises the ids' base, so new events still come after every recorded one and a follower's
     /// cursor reaches them.
