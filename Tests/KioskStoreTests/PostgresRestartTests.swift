@@ -36,4 +36,17 @@ struct PostgresRestartTests {
         }
         #expect(gone, "a store whose ledger is gone still looks alive")
     }
+
+    /// A store's sessions ask the server for TCP keepalives, so a store whose host vanished without closing its
+    /// sockets loses its instance lock within about 25 s, not the kernel's default two hours.
+    @Test func aStoresSessionsAskForKeepalives() throws {
+        let ledger = try Ledger(postgres: try TestLedger.createDatabase())
+        let settings = try ledger.backend.read { db in
+            try db.value(
+                String.self,
+                "SELECT current_setting('tcp_keepalives_idle') || '/' || current_setting('tcp_keepalives_interval') || '/' || current_setting('tcp_keepalives_count')"
+            )
+        }
+        #expect(settings == "10/5/3")
+    }
 }
