@@ -710,6 +710,26 @@ extension Store {
 
     /// Production takes real money: the simulated processor, and a processor in test mode, are refused;
     /// a sandbox store must not take real money: a processor not in test mode is refused.
+    /// Refuses a catalog with a price (a product's, an offer's) the payment processor could never charge: a store
+    /// would otherwise take the price to every purchase and fail each one.
+    func requireChargeableCatalog() throws {
+        let processor = configuration.paymentProcessor
+        for product in catalog.products {
+            var prices = [("price", product.price)]
+            for offer in [product.introductoryOffer].compactMap({ $0 }) + product.promotionalOffers {
+                prices.append(("offer \(offer.id)", offer.price))
+            }
+            for (field, price) in prices {
+                guard let money = Money(decimal: price, currency: product.currency),
+                    let refusal = processor.refusal(toCharge: money)
+                else { continue }
+                throw StoreError.invalid(
+                    "the catalog's \(product.id) \(field) \(price) \(product.currency) cannot be charged by the "
+                        + "\(processor.name) processor: \(refusal)")
+            }
+        }
+    }
+
     func requireRealPaymentsInProduction() throws {
         let processor = configuration.paymentProcessor
         if configuration.environment == .production, processor.isSimulated {

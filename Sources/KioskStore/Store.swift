@@ -63,9 +63,10 @@ public final class Store: Sendable {
     }
 
     /// Binds the ledger to this store's environment (the first time it is served) and checks the payment processor:
-    /// production refuses the simulated one.
+    /// production refuses the simulated one, and every catalog price must be one the processor can charge.
     public func prepareToServe() throws {
         try requireRealPaymentsInProduction()
+        try requireChargeableCatalog()
         try ledger.claim(environment: configuration.environment)
         // Admin commands (approve, refund, reconcile) must use the processor the store serves with.
         try ledger.setSetting("payment_processor", configuration.paymentProcessor.name)

@@ -203,6 +203,81 @@ import Testing
         #expect(report.renewed == 0 && report.expired == 1, "6.99 was charged without consent")
     }
 
+    /// A catalog price Stripe cannot take (1.255 KWD: Stripe takes three-decimal currencies in whole hundredths) is
+    /// refused before the store serves, naming the product and the field, not at each purchase; the simulated
+    /// processor takes it.
+    @Test func aPriceStripeCannotChargeIsRefusedBeforeServing() async throws {
+        let stripe = StripePaymentProcessor(secretKey: "sk_test_unused", baseURL: "http://127.0.0.1:9")
+        let book = CatalogProduct(
+            id: "book.kw", type: .nonConsumable, title: "Book", price: "1.255", currency: "KWD", subscriptionPeriod: nil
+        )
+        let offer = OfferTerms(
+            id: "introductory", price: "0.505", period: SubscriptionPeriod(iso8601: "P1M")!, periods: 1)
+        for (products, named) in [
+            ([book], "book.kw price 1.255 KWD"),
+            (
+                [Self.product("plus.kw", price: "2.500", currency: "KWD", intro: offer)],
+                "plus.kw offer introductory 0.505"
+            ),
+        ] {
+            let directory = temporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let refused = #expect(throws: StoreError.self) {
+                try Self.store(directory, clock: TestClock(), processor: stripe, products: products)
+            }
+            #expect(refused?.kind == .invalidRequest)
+            #expect(refused?.message.contains(named) == true, "\(refused?.message ?? "")")
+            #expect(refused?.message.contains("whole hundredths") == true)
+        }
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        _ = try Self.store(directory, clock: TestClock(), processor: TestPaymentProcessor(), products: [book])
+        let chargeable = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: chargeable) }
+        var whole = book
+        whole.price = "1.250"
+        _ = try Self.store(chargeable, clock: TestClock(), processor: stripe, products: [whole])
+    }
+
+    /// A three-decimal and a zero-decimal price go to Stripe in the units Stripe counts them in, and their refunds
+    /// give back exactly that: 1.250 KWD is 1250 fils, 500 JPY is 500 yen.
+    @Test func kwdAndJPYAreChargedAndRefundedInStripesUnits() async throws {
+        let double = StripeDouble()
+        try await double.start()
+        defer { Task { try? await double.shutdown() } }
+        let stripe = StripePaymentProcessor(
+            secretKey: double.secretKey, baseURL: double.baseURL, requestTimeout: .seconds(5), maxRetries: 1,
+            retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try Self.store(
+            directory, clock: TestClock(), processor: stripe,
+            products: [
+                CatalogProduct(
+                    id: "book.kw", type: .nonConsumable, title: "Book", price: "1.250", currency: "KWD",
+                    subscriptionPeriod: nil),
+                CatalogProduct(
+                    id: "book.jp", type: .nonConsumable, title: "Book", price: "500", currency: "JPY",
+                    subscriptionPeriod: nil),
+            ])
+        let buyer = try Self.account(store)
+        for (product, amount, currency) in [("book.kw", Int64(1250), "kwd"), ("book.jp", Int64(500), "jpy")] {
+            let bought = try await store.purchase(
+                account: buyer, productID: product, quantity: 1, paymentMethod: "pm_card_visa",
+                idempotencyKey: "buy-\(product)")
+            guard case .purchased(let record) = bought.result else {
+                Issue.record("\(product) not purchased: \(bought.result)")
+                continue
+            }
+            let charged = try #require(double.paymentIntents(forPaymentID: record.paymentID ?? "").first)
+            #expect(charged.amount == amount && charged.currency == currency, "\(product): \(charged)")
+            _ = try await store.refund(transactionID: record.id, reason: "asked")
+            let refunded = try #require(double.paymentIntents(forPaymentID: record.paymentID ?? "").first)
+            #expect(refunded.amountRefunded == amount, "\(product): \(refunded)")
+        }
+        try await double.shutdown()
+    }
+
     @Test func aFreeTrialIsRefundedUnderStripeWithoutAskingStripe() async throws {
         let double = StripeDouble()
         try await double.start()

@@ -113,9 +113,13 @@ public protocol PaymentProcessor: Sendable {
     func lookup(_ request: PaymentRequest) async throws -> PaymentLookup
     /// Gives back a charged payment's money; asking twice refunds once.
     func refund(_ request: PaymentRequest, reason: String) async throws
+    /// Why this processor could never charge `price` (one unit at a catalog price), or nil when it can: asked for
+    /// every catalog price and offer before the store serves, so such a price is refused then, not at each purchase.
+    func refusal(toCharge price: Money) -> String?
 }
 
 extension PaymentProcessor {
     public var isTestMode: Bool { isSimulated }
     public var lookupDelay: Duration { .zero }
+    public func refusal(toCharge price: Money) -> String? { nil }
 }

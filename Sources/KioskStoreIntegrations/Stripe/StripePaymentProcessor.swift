@@ -103,6 +103,20 @@ public struct StripePaymentProcessor: PaymentProcessor {
     /// False, even with a test-mode key: the processor talks to Stripe.
     public var isSimulated: Bool { false }
 
+    /// A price Stripe cannot take in its currency: a three-decimal currency (KWD, BHD, JOD, OMR, TND) priced in
+    /// thousandths that are not whole hundredths (Stripe refuses `1.255` KWD, takes `1.250`), or an amount past 64
+    /// bits in Stripe's units. Stripe's minimum charge (0.50 USD or its worth in the settlement currency) depends on
+    /// the account and the day's rate, and is not checked here.
+    public func refusal(toCharge price: Money) -> String? {
+        guard !price.isZero, StripeAmount.apiAmount(price) == nil else { return nil }
+        if StripeAmount.exponent(price.currency) == 3 {
+            return "Stripe charges \(price.currency) in whole hundredths (a last decimal of 0, such as "
+                + "\(Money(minorUnits: price.minorUnits / 10 * 10, currency: price.currency).decimalString)): "
+                + "\(price.decimalString) cannot be charged"
+        }
+        return "\(price) is not an amount Stripe can charge"
+    }
+
     /// True for a test-mode key (`sk_test_…`, `rk_test_…`): Stripe takes no real money.
     public var isTestMode: Bool { secretKey.hasPrefix("sk_test_") || secretKey.hasPrefix("rk_test_") }
 
@@ -515,7 +529,13 @@ enum StripeAmount {
     /// digit of 0; ISK, zero-decimal in ISO 4217 but not in Stripe's list, in hundredths). Nil when it cannot be
     /// expressed or is not positive.
     static func apiAmount(_ request: PaymentRequest) -> Int64? {
-        guard let amount = request.amount, amount.minorUnits > 0 else { return nil }
+        request.amount.flatMap(apiAmount)
+    }
+
+    /// `amount` as Stripe's `amount` (see ``apiAmount(_:)-(PaymentRequest)``); nil when it cannot be expressed or is
+    /// not positive.
+    static func apiAmount(_ amount: Money) -> Int64? {
+        guard amount.minorUnits > 0 else { return nil }
         let iso = Currency.exponent(of: amount.currency)
         let stripe = exponent(amount.currency)
         var value = amount.minorUnits
