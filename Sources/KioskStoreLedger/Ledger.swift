@@ -677,7 +677,8 @@ extension LedgerDatabase {
             // The feed is read by cursor, and a sequence hands out cursors at insert, not at commit: two refunds in
             // flight could commit out of order, and a follower that read the higher cursor would skip the lower one
             // for good (a refunded purchase still served). Revocations take their cursors one at a time, under a
-            // lock held to COMMIT, so they commit in cursor order; refunds are rare, and nothing else waits on it.
+            // lock held to COMMIT, so they commit in cursor order. Refunds and upgrades (which revoke the old
+            // subscription's transaction) wait on it, across accounts; purchases and renewals never take it.
             try executeLater("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [Ledger.revocationLockKey])
         }
         guard

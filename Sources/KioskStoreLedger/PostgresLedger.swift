@@ -208,7 +208,6 @@ package final class PostgresLedgerBackend: LedgerBackend {
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: tls)
         configuration.options.connectTimeout = TimeAmount(timeout)
-        configuration.options.additionalStartupParameters = Self.sessionSettings
         self.configuration = configuration
         health = PostgresHealth(timeout: TimeAmount(timeout))
         admission = NIOLockedValueBox(0)
@@ -260,9 +259,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// connection: a store whose host vanished without closing its sockets (power lost, a partition) is noticed
     /// within about 25 s (10 s idle, then 3 probes 5 s apart), not the kernel's default two hours, so its instance
     /// lock goes and the other stores settle its pending payments. Ignored over a Unix socket.
-    package static let sessionSettings: [(String, String)] = [
-        ("tcp_keepalives_idle", "10"), ("tcp_keepalives_interval", "5"), ("tcp_keepalives_count", "3"),
-    ]
+    /// Set with a statement right after connecting rather than as startup parameters, which a pooler such as
+    /// PgBouncer refuses unless told to ignore them.
+    package static let sessionSettings = PostgresQuery(
+        unsafeSQL:
+            "SELECT set_config('tcp_keepalives_idle', '10', false), set_config('tcp_keepalives_interval', '5', false), set_config('tcp_keepalives_count', '3', false)"
+    )
 
     /// postgres-nio's TLS setting for `security`: verified TLS refuses a server whose certificate does not chain to
     /// the roots or does not name the host (its IP address, for a host given as one).
@@ -338,6 +340,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
                     let connection = try await PostgresConnection.connect(
                         on: group.next(), configuration: configuration, id: 0, logger: logger
                     ).get()
+                    do {
+                        _ = try await connection.query(Self.sessionSettings, logger: logger).get()
+                    } catch {
+                        try? await connection.close()
+                        throw error
+                    }
                     let serial = watcher.withLockedValue { watcher -> Int? in
                         guard !watcher.stopped else { return nil }
                         watcher.serial += 1
@@ -604,9 +612,18 @@ package final class PostgresLedgerBackend: LedgerBackend {
             } catch {
                 // A failed statement leaves the transaction aborted: roll it back (and let go of the lock),
                 // or drop the connection (PostgreSQL then releases its locks).
-                // The lock is held when its statement succeeded (answered by now, or the connection is closing).
-                let locked = lock.map { (try? waitFor($0, timeout: health.timeout)) != nil } ?? false
-                if !connection.isClosed, (try? database.rollback()) != nil,
+                // Whether the lock is held: its statement's answer, waited for here when the body failed before
+                // anything waited. An answer that does not come in time leaves it unknown: the connection goes
+                // (a ROLLBACK queued behind a lock granted later would hand back a connection that holds it).
+                let state: AccountLockState =
+                    switch lock.map({ lock in Result { try waitFor(lock, timeout: health.timeout) } }) {
+                    case nil: .none
+                    case .success?: .held
+                    case .failure(let error)? where error is PostgresTimedOut: .unknown
+                    case .failure?: .none
+                    }
+                let locked = state == .held
+                if state != .unknown, !connection.isClosed, (try? database.rollback()) != nil,
                     !locked
                         || (try? database.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key ?? ""]))
                             != nil
@@ -629,6 +646,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
         }
     }
 }
+
+/// Whether a failed write holds its account's lock: none was asked for or its statement failed, it is held, or its
+/// answer did not come in time.
+private enum AccountLockState { case none, held, unknown }
 
 /// A fixed number of connections, opened when first needed; a caller waits for a free one.
 private final class ConnectionPool: Sendable {
@@ -746,12 +767,20 @@ private func connectWithin(
     logger: Logger
 ) throws -> PostgresConnection {
     let connecting = PostgresConnection.connect(on: loop, configuration: configuration, id: id, logger: logger)
+    let connection: PostgresConnection
     do {
-        return try waitFor(connecting, timeout: timeout)
+        connection = try waitFor(connecting, timeout: timeout)
     } catch let error as PostgresTimedOut {
         connecting.whenSuccess { closeKeepingAlive($0) }
         throw error
     }
+    do {
+        _ = try waitFor(connection.query(PostgresLedgerBackend.sessionSettings, logger: logger), timeout: timeout)
+    } catch {
+        closeKeepingAlive(connection)
+        throw error
+    }
+    return connection
 }
 
 /// Waits on this thread (never an event loop's nor a Swift concurrency thread's) for `future`, at most `timeout`.
@@ -848,6 +877,8 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         var recorded: Int64 = 0
         var serialized: Set<String> = []
         var waits = 0
+        /// The lock and BEGIN sent ahead of the body's first statement are answered (or there were none).
+        var begun = false
         /// A statement sent without waiting failed: the transaction is aborted, whatever the body did with the error.
         var failed = false
         var unanswered: [(sent: EventLoopFuture<PostgresQueryResult>, refusal: ((LedgerError) -> (any Error)?)?)] = []
@@ -870,7 +901,6 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     private func answerSent() throws {
         roundTrips?.withLockedValue { $0 += 1 }
         progress.waits += 1
-        guard !progress.unanswered.isEmpty else { return }
         let unanswered = progress.unanswered
         progress.unanswered = []
         for (sent, refusal) in unanswered {
@@ -881,6 +911,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
                 throw refusal?(error) ?? error
             }
         }
+        progress.begun = true
     }
 
     /// ROLLBACK, the errors of statements sent and not waited for forgotten: the transaction is given up already.
@@ -936,6 +967,10 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// a body caught and went past), or PostgreSQL answered the COMMIT with ROLLBACK (it does, without an error,
     /// for a transaction a failed statement aborted).
     package func commit() throws {
+        // A body that sent only statements it does not wait for has not yet seen its lock and BEGIN answered; the
+        // connection runs what follows a failed statement, so COMMIT goes only once they are (or a write could
+        // commit without its account's lock).
+        if !progress.begun { try answerSent() }
         let sent = connection.query(PostgresQuery(unsafeSQL: "COMMIT"), logger: logger)
         try answerSent()
         let answer = try translatingErrors { try wait(sent) }

@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import KioskStoreTestSupport
 import Testing
@@ -54,5 +55,43 @@ struct PostgresPipelineTests {
             return try db.account(id: "a1")?.creditBalance
         }
         #expect(balance == 5)
+    }
+
+    /// A write that only sends statements it does not wait for still commits only under its account's lock: when
+    /// the lock is refused (here PostgreSQL's `lock_timeout`, while another session holds it), the write fails and
+    /// nothing of it is recorded, though the connection ran what was sent after the refused lock.
+    @Test func aWriteWhoseLockIsRefusedCommitsNothing() throws {
+        let location = try TestLedger.createDatabase()
+        let holder = try Ledger(postgres: location)
+        try holder.createAccount(id: "a1", tokenHash: [1], paymentsAllowed: true, nowMs: 1)
+        try holder.backend.write { db in
+            try db.execute("ALTER DATABASE \(location.database) SET lock_timeout = '200ms'")
+        }
+        // Its sessions start after the ALTER: their lock waits end after 200 ms with 55P03.
+        let writer = try Ledger(postgres: location)
+        let backend = try #require(holder.backend as? PostgresLedgerBackend)
+        let locked = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let released = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            _ = try? backend.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "a1") { db in
+                _ = try db.fetchAll("SELECT 1", [])
+                locked.signal()
+                release.wait()
+            }
+            released.signal()
+        }
+        locked.wait()
+        let refused = #expect(throws: LedgerError.self) {
+            try (writer.backend as? PostgresLedgerBackend)?.transaction(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "a1"
+            ) { db in
+                try db.executeLater("UPDATE accounts SET credit_balance = 9 WHERE id = ?", ["a1"])
+            }
+        }
+        release.signal()
+        released.wait()
+        #expect(refused?.kind == .unavailable, "\(refused.map { "\($0)" } ?? "")")
+        #expect(try holder.account(id: "a1")?.creditBalance == 0, "the write committed without its lock")
     }
 }
