@@ -167,11 +167,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package let health: PostgresHealth
     /// Transactions run again because PostgreSQL could not serialize them (or chose them as a deadlock's victim).
     package let retries = NIOLockedValueBox(0)
-    /// Round trips made through the pool's connections: each time a call waited for PostgreSQL's answer to what it
-    /// had sent (one wait answers every statement sent before it).
+    /// Waits for PostgreSQL through the pool's connections: each time a call's thread waited for the answer to what
+    /// it had sent (one wait answers every statement sent before it). Not network round trips: postgres-nio puts a
+    /// query on the wire once the one before it is answered, so each statement is one.
     package let roundTrips = NIOLockedValueBox(0)
-    /// The writes about an account that committed, and the round trips they made (lock and BEGIN to COMMIT; the
-    /// unlock is not waited for), apart from the background's reads and writes.
+    /// The writes about an account that committed, and the waits they made (``roundTrips``; lock and BEGIN to
+    /// COMMIT, the unlock not waited for), apart from the background's reads and writes.
     package let accountWrites = NIOLockedValueBox((writes: 0, roundTrips: 0))
     /// What this cluster's event ids add to transaction id × 2^16 (see ``settleEventIDBase()``): 0 unless the ledger
     /// came from another cluster whose transaction ids had gone further.
@@ -584,7 +585,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
             var lock: EventLoopFuture<PostgresQueryResult>?
             do {
                 if let key {
-                    // The lock, BEGIN and the body's first statement go out together and are answered together (the
+                    // The lock, BEGIN and the body's first statement are queued together and waited for once (the
                     // connection runs them in order; the snapshot is taken by the body's first statement, after the
                     // lock is held): one wait instead of three.
                     lock = database.send("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
@@ -840,7 +841,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// What event ids add to transaction id × 2^16 (``PostgresLedgerBackend/eventIDBase``).
     package let eventIDBase: Int64
 
-    /// Where this database counts its round trips (``PostgresLedgerBackend/roundTrips``), if anywhere.
+    /// Where this database counts its waits (``PostgresLedgerBackend/roundTrips``), if anywhere.
     private let roundTrips: NIOLockedValueBox<Int>?
 
     package init(
@@ -897,7 +898,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// Waits for every statement ``executeLater(_:_:refusal:)`` sent, in order; throws the first one's error (as its
-    /// refusal turns it). Called by each statement that waits, after sending itself: one round trip answers all.
+    /// refusal turns it). Called by each statement that waits, after sending itself: one wait answers all.
     private func answerSent() throws {
         roundTrips?.withLockedValue { $0 += 1 }
         progress.waits += 1

@@ -51,8 +51,9 @@ struct PostgresConcurrencyTests {
 
     /// A purchase's two writes (its intent, then its outcome) wait for PostgreSQL at most 8 times between them, from
     /// the lock to COMMIT (19 when every statement waited for its answer): the statements whose answers a write does
-    /// not read (its inserts, its updates) go out without waiting and are answered with the next statement that
-    /// waits, at the latest its COMMIT; the lock and BEGIN go out with the write's first statement.
+    /// not read (its inserts, its updates) are queued without waiting and answered with the next statement that
+    /// waits, at the latest its COMMIT; the lock and BEGIN are queued with the write's first statement. (The wire
+    /// still carries one statement at a time: these are the store thread's waits, not network round trips.)
     @Test func aPurchasesWritesWaitForPostgreSQLAtMostEightTimes() async throws {
         try await StoreFixture.with { fixture in
             let token = try fixture.newAccount()
@@ -67,8 +68,8 @@ struct PostgresConcurrencyTests {
                 #expect(after.writes - before.writes == 2)
                 counts.append(after.roundTrips - before.roundTrips)
             }
-            print("round trips per purchase: \(counts)")
-            #expect(counts.allSatisfy { $0 <= 8 }, "round trips of a purchase's writes: \(counts)")
+            print("waits per purchase: \(counts)")
+            #expect(counts.allSatisfy { $0 <= 8 }, "waits of a purchase's writes: \(counts)")
         }
     }
 }
