@@ -708,8 +708,6 @@ extension Store {
         return revocation
     }
 
-    /// Production takes real money: the simulated processor, and a processor in test mode, are refused;
-    /// a sandbox store must not take real money: a processor not in test mode is refused.
     /// Refuses a catalog with a price (a product's, an offer's) the payment processor could never charge: a store
     /// would otherwise take the price to every purchase and fail each one.
     func requireChargeableCatalog() throws {
@@ -730,6 +728,8 @@ extension Store {
         }
     }
 
+    /// Production takes real money: the simulated processor, and a processor in test mode, are refused;
+    /// a sandbox store must not take real money: a processor not in test mode is refused.
     func requireRealPaymentsInProduction() throws {
         let processor = configuration.paymentProcessor
         if configuration.environment == .production, processor.isSimulated {
