@@ -195,11 +195,13 @@ let package = Package(
         // An in-process store and content service for other tools' tests.
         .target(
             name: "KioskTesting",
-            dependencies: ["Kiosk", "KioskStore", "KioskContent", "KioskAPI", "KioskRPC",
-                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                           .product(name: "NIOCore", package: "swift-nio"),
-                           .product(name: "NIOPosix", package: "swift-nio"),
-                           .product(name: "NIOHTTP1", package: "swift-nio")]
+            dependencies: [
+                "Kiosk", "KioskStore", "KioskContent", "KioskAPI", "KioskRPC",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
         ),
         // A local double of Stripe's API, for the store's tests: test support, not a product.
         .target(
@@ -269,9 +271,11 @@ let package = Package(
         ),
         .testTarget(
             name: "KioskTests",
-            dependencies: ["Kiosk", "KioskTesting", "KioskStore", "KioskContent", "KioskRPC", "KioskAPI", "kiosk",
-                           .product(name: "Crypto", package: "swift-crypto"),
-                           .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "Kiosk", "KioskTesting", "KioskStore", "KioskContent", "KioskRPC", "KioskAPI", "kiosk",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "KioskTestingTests",
@@ -312,8 +316,9 @@ let package = Package(
         .testTarget(
             name: "KioskStoreIntegrationTests",
             dependencies: [
-                "KioskStore", "KioskStoreIntegrations", "KioskStoreTestSupport", "KioskAPI", "KioskRPC", "KioskWire", "KioskTesting",
-                "kiosk-store",
+                "KioskStore", "KioskStoreIntegrations", "KioskStoreTestSupport", "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskTesting",
+                "Kiosk", "kiosk-store",
                 "stripe-double", "StripeDouble",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),

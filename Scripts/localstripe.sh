@@ -21,7 +21,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 # copy of its store in /tmp/localstripe.pickle after every POST: turned off here, so a run neither leaves that file nor
 # overwrites one of the developer's). localstripe refuses the two
 # automatic_payment_methods fields Kiosk sends to confirm without redirects ("Unexpected automatic_payment_methods"),
-# which mean nothing to its card-only model: they are left out before it reads a form.
+# which mean nothing to its card-only model, and the cancellation_reason Kiosk gives when it cancels a PaymentIntent
+# ("Unexpected cancellation_reason"): they are left out before it reads a form.
 "$dir/venv/bin/python" -c '
 import sys
 from aiohttp import web
@@ -31,7 +32,8 @@ import localstripe.resources as resources
 resources.Store.dump_to_disk = lambda self: None
 unflatten = server.unflatten_data
 server.unflatten_data = lambda form: unflatten(
-    MultiDict((k, v) for k, v in form.items() if not k.startswith("automatic_payment_methods[")))
+    MultiDict((k, v) for k, v in form.items()
+              if not k.startswith("automatic_payment_methods[") and k != "cancellation_reason"))
 web.run_app(server.app, host="127.0.0.1", port=int(sys.argv[1]), print=None)' "$port" > "$dir/localstripe.log" 2>&1 &
 pid=$!
 # Ready when it answers (at most 30 s).

@@ -145,6 +145,20 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
     /// The price went up since the buyer agreed to one: unless they consent (``KioskClient/consentToPriceIncrease(originalTransactionID:)``),
     /// the subscription ends with its period, reason `priceIncreaseNotAccepted`.
     public var priceIncreasePending: Bool
+    /// In grace or billing retry: the last renewal attempt waits for the buyer to authenticate it (the card
+    /// issuer asked for it: SCA). Confirm it on the device with the processor's SDK (Stripe: `handleNextAction` /
+    /// `confirmPayment` with ``RenewalAction/clientSecret``), then call
+    /// ``KioskClient/confirmRenewal(originalTransactionID:)``: the subscription recovers. Nil otherwise.
+    public var pendingAction: RenewalAction?
+
+    /// A renewal payment the buyer must confirm on the device.
+    public struct RenewalAction: Hashable, Sendable {
+        /// The processor's payment (Stripe: the PaymentIntent's `pi_…` id).
+        public var paymentReference: String
+        /// What the processor's client SDK confirms the payment with (Stripe: the PaymentIntent's client secret).
+        /// Only this account is ever sent it; keep it out of logs.
+        public var clientSecret: String
+    }
 
     init(_ message: StoreV1.SubscriptionStatus) {
         originalTransactionID = message.originalTransactionID
@@ -182,6 +196,10 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
         latestTransaction = message.latestTransaction.map(Transaction.init)
         isEntitled = message.entitled
         priceIncreasePending = message.priceIncreasePending
+        pendingAction =
+            message.actionClientSecret.isEmpty
+            ? nil
+            : RenewalAction(paymentReference: message.actionPaymentReference, clientSecret: message.actionClientSecret)
     }
 }
 
@@ -208,6 +226,36 @@ extension KioskClient {
             "SubscriptionStatus", StoreV1.SubscriptionStatusRequest(originalTransactionID: originalTransactionID ?? ""),
             StoreV1.SubscriptionStatusResponse.self, doing: "reading subscription status")
         return response.subscriptions.map(SubscriptionStatus.init)
+    }
+
+    /// Records a renewal the buyer confirmed on the device (``SubscriptionStatus/pendingAction``): the store asks the
+    /// processor, and a charged payment recovers the subscription as a successful retry would.
+    /// - Returns: The subscription's new status (``SubscriptionStatus/State/active``).
+    /// - Throws: ``KioskError`` with status 9 (failed precondition) when no renewal waits for the buyer, or the
+    ///   payment is not confirmed yet; 14 when the processor did not answer (ask again).
+    @discardableResult
+    public func confirmRenewal(originalTransactionID: String) async throws -> SubscriptionStatus {
+        SubscriptionStatus(
+            try await storeCall(
+                "ConfirmRenewal", StoreV1.SetAutoRenewRequest(originalTransactionID: originalTransactionID),
+                StoreV1.SubscriptionStatus.self, doing: "confirming a renewal"))
+    }
+
+    /// Replaces the payment method the account's renewals and billing retries are charged to (App Store: the
+    /// buyer updates their payment method; the next renewal and any retry of a failed one use it). On Stripe the
+    /// store saves the method to the buyer's Customer for off-session use first; nothing is charged.
+    /// - Parameter paymentMethod: A `pm_…` id from Stripe.js (`pm_card_visa` in test mode), or a sandbox
+    ///   `test-card:…`.
+    /// - Returns: The method renewals now charge (the processor's id for it: Stripe saves a `pm_card_…` test method
+    ///   under a new `pm_…` id) and how many live subscriptions (active, in grace, in billing retry) it applies to.
+    /// - Throws: ``KioskError`` with status 9 (failed precondition) when the processor refuses the method (the
+    ///   reason, such as `card_declined` or `authentication_required`, is in the message); 14 when it did not answer.
+    @discardableResult
+    public func setPaymentMethod(_ paymentMethod: String) async throws -> (paymentMethod: String, subscriptions: Int) {
+        let response = try await storeCall(
+            "SetPaymentMethod", StoreV1.SetPaymentMethodRequest(paymentMethod: paymentMethod),
+            StoreV1.SetPaymentMethodResponse.self, doing: "saving a payment method")
+        return (response.paymentMethod, Int(response.subscriptions))
     }
 
     /// Turns a subscription's auto-renew off (it ends when the paid period does, reason `cancelled`) or on again.

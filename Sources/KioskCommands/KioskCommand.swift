@@ -20,7 +20,7 @@ public struct KioskCommand: AsyncParsableCommand {
         subcommands: [
             Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
             Unfinished.self, History.self, TransactionLookup.self, RequestRefund.self, Finish.self, Verify.self,
-            Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self,
+            Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self, PaymentMethod.self,
         ])
 }
 
@@ -340,6 +340,29 @@ struct AutoRenew: AsyncParsableCommand {
     func run() async throws {
         try await connection.run { kiosk in
             connection.emit(try await kiosk.setAutoRenew(originalTransactionID: originalTransactionID, setting == "on"))
+        }
+    }
+}
+
+struct PaymentMethod: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "payment-method",
+        abstract: "Replace the payment method renewals and billing retries are charged to.",
+        discussion:
+            "On Stripe the store saves it to your Stripe Customer for renewals without you (nothing is charged); a card the processor refuses changes nothing."
+    )
+    @OptionGroup var connection: Connection
+    @Argument(help: "A pm_… id (pm_card_visa in Stripe's test mode), or test-card:… on a sandbox store.")
+    var paymentMethod: String
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            let saved = try await kiosk.setPaymentMethod(paymentMethod)
+            connection.emit(
+                Output.SavedPaymentMethod(paymentMethod: saved.paymentMethod, subscriptions: saved.subscriptions),
+                text:
+                    "renewals now charge \(saved.paymentMethod) (\(saved.subscriptions) live subscription\(saved.subscriptions == 1 ? "" : "s"))"
+            )
         }
     }
 }

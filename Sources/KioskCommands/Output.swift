@@ -117,6 +117,17 @@ enum Output {
         var subscriptions: [SubscriptionObject]
     }
 
+    /// `payment-method`: `payment_method`, `subscriptions`.
+    struct SavedPaymentMethod: Encodable {
+        var paymentMethod: String
+        var subscriptions: Int
+
+        enum CodingKeys: String, CodingKey {
+            case paymentMethod = "payment_method"
+            case subscriptions
+        }
+    }
+
     /// `balance`, and `spend` (with `spent`).
     struct Balance: Encodable {
         var balance: Int64

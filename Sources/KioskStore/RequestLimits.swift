@@ -87,6 +87,12 @@ extension StoreV1.SetAutoRenewRequest: BoundedRequest {
     }
 }
 
+extension StoreV1.SetPaymentMethodRequest: BoundedRequest {
+    func checkLimits() throws {
+        try FieldLimits.require(paymentMethod, "payment_method", max: FieldLimits.paymentMethod)
+    }
+}
+
 extension StoreV1.GetTransactionRequest: BoundedRequest {
     func checkLimits() throws {
         try FieldLimits.require(transactionID, "transaction_id", max: FieldLimits.transactionID)

@@ -74,8 +74,9 @@ extension Store {
                 // have been charged under a key the processor forgot: ask, never charge again blindly.
                 if intent.createdMs < now - Self.processorKeyLifetimeMs {
                     switch try await lookup(intent) {
-                    case .charged(let reference):
-                        return try await completePurchase(intent, .succeeded(reference: reference), via: "lookup")
+                    case .charged(let reference, let savedMethod):
+                        return try await completePurchase(
+                            intent, .succeeded(reference: reference, savedMethod: savedMethod), via: "lookup")
                     case .deferred:
                         return try await completePurchase(intent, .deferred, via: "lookup")
                     case .notCharged:
@@ -279,7 +280,7 @@ extension Store {
     /// Step 2: the processor. An unknown outcome leaves the intent pending.
     private func charge(_ intent: PaymentIntent) async throws -> PaymentOutcome {
         do {
-            return try await processorCharge(intent.request)
+            return try await processorCharge(try await firstPaymentRequest(intent))
         } catch {
             throw StoreError(
                 .processorUnavailable,
@@ -299,7 +300,7 @@ extension Store {
         let (answer, refundDue) = try await ledger.write(account: intent.accountID) { db -> (PurchaseOutcome, Bool) in
             let response: PurchaseOutcome
             switch outcome {
-            case .succeeded(let reference):
+            case .succeeded(let reference, let savedMethod):
                 if let recorded = try db.transaction(paymentID: intent.paymentID) {
                     response = PurchaseOutcome(result: .purchased(recorded))
                 } else if intent.exclusive,
@@ -318,6 +319,7 @@ extension Store {
                     let record = try self.purchasedRecord(intent, db, signer: signer)
                     try db.insertTransaction(record)
                     try self.rules.bought(record, nowMs: nowMs, db)
+                    try self.keepSavedMethod(savedMethod, for: intent, nowMs: nowMs, db)
                     response = PurchaseOutcome(result: .purchased(record))
                 }
                 try db.settle(
@@ -344,6 +346,16 @@ extension Store {
                             "payment cancelled by the user")))
                 try db.settle(
                     intent.id, account: intent.accountID, .closed, outcome: "\(prefix)cancelled", nowMs: nowMs)
+            case .needsAction:
+                // Only renewals are left for the buyer to confirm; a purchase's buyer is there, so it is a decline.
+                response = PurchaseOutcome(
+                    result: .failed(
+                        self.failure(
+                            intent, code: .paymentInvalid, reason: "authentication_required",
+                            "the card issuer requires the buyer to authenticate this payment")))
+                try db.settle(
+                    intent.id, account: intent.accountID, .closed, outcome: "\(prefix)declined:authentication_required",
+                    nowMs: nowMs)
             case .declined(let reason, let message):
                 response = PurchaseOutcome(
                     result: .failed(self.failure(intent, code: .paymentInvalid, reason: reason, message)))
@@ -528,29 +540,29 @@ extension Store {
             let intent = try await startApproval(transactionID)
             // An approval first tried longer ago than the processor keeps idempotency keys: ask before charging again.
             if intent.createdMs < now - Self.processorKeyLifetimeMs,
-                case .charged(let reference) = try await lookup(intent)
+                case .charged(let reference, let savedMethod) = try await lookup(intent)
             {
-                return try await completeApproval(intent, reference: reference, via: "lookup")
+                return try await completeApproval(intent, reference: reference, savedMethod: savedMethod, via: "lookup")
             }
             let outcome: PaymentOutcome
             do {
                 outcome =
                     PaymentIntentLifecycle.plan(for: intent.request.amount) == .nothingToCharge
                     ? .succeeded(reference: Self.noChargeReference)
-                    : try await configuration.paymentProcessor.approve(intent.request)
+                    : try await configuration.paymentProcessor.approve(try await firstPaymentRequest(intent))
             } catch {
                 throw StoreError(
                     .processorUnavailable,
                     "the payment processor did not answer (\(error)); the approval is pending and is settled with the processor"
                 )
             }
-            guard case .succeeded(let reference) = outcome else {
+            guard case .succeeded(let reference, let savedMethod) = outcome else {
                 try await close(intent, outcome: "refused:\(outcome)")
                 throw StoreError(
                     .conflict,
                     "the payment processor refused the approved payment (\(outcome)); \(transactionID) stays deferred")
             }
-            return try await completeApproval(intent, reference: reference)
+            return try await completeApproval(intent, reference: reference, savedMethod: savedMethod)
         }
     }
 
@@ -606,7 +618,7 @@ extension Store {
 
     /// One write: the deferred row becomes PURCHASED (same id), the intent completed.
     func completeApproval(
-        _ intent: PaymentIntent, reference: String, via: String? = nil
+        _ intent: PaymentIntent, reference: String, savedMethod: String? = nil, via: String? = nil
     ) async throws -> TransactionRecord {
         let label = (via.map { "\($0):" } ?? "") + "charged:\(reference)"
         let nowMs = now
@@ -637,6 +649,7 @@ extension Store {
             // The buyer asked at the deferred price: that is the regular price agreed to, whatever the catalog says now.
             try self.rules.bought(
                 record, regularPrice: intent.offerID.isEmpty ? intent.unitPrice : nil, nowMs: nowMs, db)
+            try self.keepSavedMethod(savedMethod, for: intent, nowMs: nowMs, db)
             try db.settle(intent.id, account: intent.accountID, .completed, outcome: label, nowMs: nowMs)
             return (record, false)
         }
@@ -834,9 +847,11 @@ extension Store {
                 current.state == .closed, current.outcome == Self.closedUncharged
             else { return }
             var lifecycle = PaymentIntentLifecycle(kind: current.kind, state: .closed(uncharged: true))
-            switch lifecycle.lookedUp(try await processorLookup(current.request)) {
+            let looked = try await processorLookup(current.request)
+            switch lifecycle.lookedUp(looked) {
             case .recordPurchased(let reference):
-                try await recordCharged(current, reference: reference, via: "second-look")
+                try await recordCharged(
+                    current, reference: reference, savedMethod: looked.savedMethod, via: "second-look")
                 settled.charged += 1
             case .close(let outcome):
                 let nowMs = now
@@ -854,10 +869,14 @@ extension Store {
     static let closedUncharged = PaymentIntentLifecycle.closedUncharged
 
     /// Records a payment the processor says it charged, as its kind records it.
-    private func recordCharged(_ intent: PaymentIntent, reference: String, via: String) async throws {
+    private func recordCharged(
+        _ intent: PaymentIntent, reference: String, savedMethod: String? = nil, via: String
+    ) async throws {
         switch intent.kind {
-        case .purchase: _ = try await completePurchase(intent, .succeeded(reference: reference), via: via)
-        case .approval: _ = try? await completeApproval(intent, reference: reference, via: via)
+        case .purchase:
+            _ = try await completePurchase(intent, .succeeded(reference: reference, savedMethod: savedMethod), via: via)
+        case .approval:
+            _ = try? await completeApproval(intent, reference: reference, savedMethod: savedMethod, via: via)
         case .renewal: try await completeRenewal(intent, reference: reference, via: via)
         }
     }
@@ -871,9 +890,11 @@ extension Store {
                 current.attemptMs == intent.attemptMs
             else { return }
             var lifecycle = PaymentIntentLifecycle(kind: current.kind)
-            switch lifecycle.lookedUp(try await processorLookup(current.request)) {
+            let looked = try await processorLookup(current.request)
+            switch lifecycle.lookedUp(looked) {
             case .recordPurchased(let reference):
-                try await recordCharged(current, reference: reference, via: "reconciled")
+                try await recordCharged(
+                    current, reference: reference, savedMethod: looked.savedMethod, via: "reconciled")
                 settled.charged += 1
             case .recordDeferred:
                 _ = try await completePurchase(current, .deferred, via: "reconciled")

@@ -76,7 +76,11 @@ extension Store {
         case nothing
         case expired
         case inProgress
-        case charge(PaymentIntent)
+        /// Charge the intent; `customer`: the account's customer at a processor that keeps customers.
+        case charge(PaymentIntent, customer: String?)
+        /// The period's last attempt waits for the buyer to confirm it: ask what became of it (and cancel it if it
+        /// still waits) before anything else, so a period is never charged twice nor a confirmed payment left out.
+        case resolveAction(PaymentIntent, reference: String)
     }
 
     /// One step for one due subscription; false when it is left for a later pass.
@@ -92,7 +96,14 @@ extension Store {
             // Past periods are never billed, unless the store catches up period by period
             // (``StoreConfiguration/catchUpRenewals``: a test's driven clock).
             let start: Int64
-            switch row.renewalDue(atMs: nowMs, terms: terms, latenessMs: catchUp ? nil : lateness) {
+            let decision = row.renewalDue(atMs: nowMs, terms: terms, latenessMs: catchUp ? nil : lateness)
+            if decision != .nothing, let last = row.lastAttemptPaymentID,
+                let previous = try db.intent(id: "\(PaymentIntent.Kind.renewal.rawValue):\(last)"),
+                let action = PaymentIntentLifecycle.pendingAction(of: previous)
+            {
+                return .resolveAction(previous, reference: action.reference)
+            }
+            switch decision {
             case .nothing:
                 return .nothing
             case .expire:
@@ -102,21 +113,22 @@ extension Store {
                 start = periodStartMs
             }
             guard let terms, let product = catalog.product(terms.productID) else { return .nothing }
+            let saved = try self.renewalMethod(for: row, db)
             if let earlier = try db.intent(id: "\(PaymentIntent.Kind.renewal.rawValue):\(row.renewalPaymentID)") {
                 switch earlier.state {
                 case .pending where earlier.owner == instance.id:
                     // Asked before without an answer: ask again under the same payment id (the processor deduplicates),
                     // leaving its attempt time alone so reconciliation still settles it if the processor stays silent.
-                    return .charge(earlier)
+                    return .charge(earlier, customer: saved.customer)
                 case .pending:
                     if instance.isAlive(earlier.owner, db) { return .inProgress }
-                    return .charge(try db.reopen(earlier, owner: instance.id, nowMs: nowMs))
+                    return .charge(try db.reopen(earlier, owner: instance.id, nowMs: nowMs), customer: saved.customer)
                 case .completed:
                     return .nothing
                 case .closed:
                     // Closed uncharged by reconciliation (a processor whose lookup may lag): ask again under the
                     // same payment id, never a new one, so a charge the lookup missed is not made twice.
-                    return .charge(try db.reopen(earlier, owner: instance.id, nowMs: nowMs))
+                    return .charge(try db.reopen(earlier, owner: instance.id, nowMs: nowMs), customer: saved.customer)
                 }
             }
             // A purchase in the group (an upgrade, a resubscription) is being paid: it decides; look again next pass.
@@ -127,14 +139,14 @@ extension Store {
                 kind: .renewal, paymentID: row.renewalPaymentID, transactionID: Store.newTransactionID(),
                 accountID: row.accountID,
                 product: product, quantity: 1, unitPrice: terms.price, currency: terms.currency,
-                paymentMethod: row.paymentMethod,
+                paymentMethod: saved.method,
                 purchaseMs: start, idempotencyKey: nil, requestHash: [], owner: instance.id)
             intent.subscriptionPeriod = terms.period.description
             intent.offerID = terms.offerID
             intent.createdMs = nowMs
             intent.attemptMs = nowMs
             try db.insertIntent(intent, nowMs: nowMs)
-            return .charge(intent)
+            return .charge(intent, customer: saved.customer)
         }
         switch step {
         case .nothing:
@@ -145,19 +157,42 @@ extension Store {
         case .inProgress:
             report.left += 1
             return false
-        case .charge(let intent):
+        case .resolveAction(let previous, let reference):
+            switch try await resolveRenewalAction(previous, reference: reference, cancelling: true) {
+            case .charged:
+                report.renewed += 1
+                return true
+            case .ended:
+                return true
+            case .waiting:
+                report.left += 1
+                return false
+            }
+        case .charge(let intent, let customer):
+            var request = intent.request
+            request.customer = customer
+            // A processor that keeps customers is never sent a renewal without a saved method: it would refuse a
+            // method not saved for off-session use, and the buyer is not there to confirm one.
+            let unsaved =
+                configuration.paymentProcessor.keepsCustomers && (customer == nil || intent.paymentMethod.isEmpty)
+                && PaymentIntentLifecycle.plan(for: request.amount) != .nothingToCharge
             enum Charged: Sendable { case renewed, failed, unknown }
             let charged = try await locks.withLock(intent.paymentID) { () async throws -> Charged in
                 let outcome: PaymentOutcome
                 do {
                     // First tried longer ago than the processor keeps idempotency keys: ask, never charge blindly.
                     if intent.createdMs < now - Self.processorKeyLifetimeMs,
-                        case .charged(let reference) = try await processorLookup(intent.request)
+                        case .charged(let reference, _) = try await processorLookup(intent.request)
                     {
                         try await completeRenewal(intent, reference: reference, via: "lookup")
                         return .renewed
                     }
-                    outcome = try await processorCharge(intent.request)
+                    outcome =
+                        unsaved
+                        ? .declined(
+                            reason: Self.methodNotSavedReason,
+                            message: "no payment method is saved for renewals; the buyer saves one (SetPaymentMethod)")
+                        : try await processorCharge(request)
                 } catch {
                     // Unknown: the intent stays pending; the next pass asks again with the same payment id, or reconciliation settles it.
                     return .unknown
@@ -234,6 +269,14 @@ extension Store {
         try await ledger.write(account: intent.accountID) { db in
             try db.settle(intent.id, account: intent.accountID, .closed, outcome: outcome, nowMs: nowMs)
             guard let (found, current) = try Self.renewedSubscription(intent, db), current else { return }
+            if outcome.hasPrefix(PaymentIntentLifecycle.needsActionPrefix) {
+                // The client secret stays in the ledger and goes to the account only (its subscription status).
+                try db.appendEvent(
+                    EventRecord(
+                        type: .renewalNeedsAction, accountID: found.accountID, transactionID: found.latestTransactionID,
+                        originalTransactionID: found.originalID, productID: intent.productID, createdMs: nowMs,
+                        reason: "authentication_required"))
+            }
             var row = found
             let product = catalog.product(intent.productID)
             row.renewalDeclined(
@@ -277,7 +320,7 @@ extension Store {
             }
             return row
         }
-        return try await ledger.offload { try self.statusMessage(row) }
+        return try await ledger.offload { try self.statusMessage(row, forAccount: true) }
     }
 
     // MARK: Offers
@@ -420,7 +463,7 @@ extension Store {
             try db.saveSubscription(row, nowMs: nowMs)
             return row
         }
-        return try await ledger.offload { try self.statusMessage(row) }
+        return try await ledger.offload { try self.statusMessage(row, forAccount: true) }
     }
 
     /// Ends a subscription now, as the App Store sandbox's "expire": no entitlement from now on, nothing renews.
@@ -451,15 +494,17 @@ extension Store {
             guard let row = try ledger.subscription(originalID: originalID), row.accountID == account.id else {
                 throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
             }
-            return [try statusMessage(row)]
+            return [try statusMessage(row, forAccount: true)]
         }
-        return try ledger.subscriptions(accountID: account.id).map(statusMessage)
+        return try ledger.subscriptions(accountID: account.id).map { try statusMessage($0, forAccount: true) }
     }
 
-    /// A subscription's status as sent on the wire.
-    func statusMessage(_ row: SubscriptionRecord) throws -> StoreV1.SubscriptionStatus {
+    /// A subscription's status as sent on the wire. `forAccount`: sent to the subscription's own account, with
+    /// what the app needs to confirm a renewal that waits for the buyer (the client secret goes nowhere else).
+    func statusMessage(_ row: SubscriptionRecord, forAccount: Bool = false) throws -> StoreV1.SubscriptionStatus {
         let product = catalog.product(row.productID)
         let terms = rules.renewalTerms(row)
+        let action = forAccount && row.isLive ? try pendingRenewalAction(row) : nil
         return StoreV1.SubscriptionStatus(
             originalTransactionID: row.originalID, productID: row.productID,
             subscriptionGroup: product?.subscriptionGroup ?? row.productID,
@@ -472,6 +517,7 @@ extension Store {
             latestTransaction: try ledger.transaction(id: row.latestTransactionID)?.message,
             periodsPaid: UInt32(clamping: row.periodsPaid),
             renewalOfferID: terms?.offerID ?? "", entitled: row.isEntitled(atMs: now),
-            priceIncreasePending: rules.priceIncreasePending(row))
+            priceIncreasePending: rules.priceIncreasePending(row),
+            actionPaymentReference: action?.reference ?? "", actionClientSecret: action?.clientSecret ?? "")
     }
 }

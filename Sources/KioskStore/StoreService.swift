@@ -174,6 +174,24 @@ public struct StoreService: RPCService {
                 account: account, originalID: request.originalTransactionID, request.autoRenew)
         }
         router.registerUnary(
+            Self.method("SetPaymentMethod"), request: StoreV1.SetPaymentMethodRequest.self,
+            response: StoreV1.SetPaymentMethodResponse.self, authenticator: auth
+        ) { request, context in
+            try request.checkLimits()
+            let account = try RoleAuthenticator.account(context)
+            let saved = try await store.setPaymentMethod(account: account, paymentMethod: request.paymentMethod)
+            return StoreV1.SetPaymentMethodResponse(
+                paymentMethod: saved.paymentMethod, subscriptions: UInt32(clamping: saved.subscriptions))
+        }
+        router.registerUnary(
+            Self.method("ConfirmRenewal"), request: StoreV1.SetAutoRenewRequest.self,
+            response: StoreV1.SubscriptionStatus.self, authenticator: auth
+        ) { request, context in
+            try request.checkLimits()
+            let account = try RoleAuthenticator.account(context)
+            return try await store.confirmRenewal(account: account, originalID: request.originalTransactionID)
+        }
+        router.registerUnary(
             Self.method("ConsentToPriceIncrease"), request: StoreV1.SetAutoRenewRequest.self,
             response: StoreV1.SubscriptionStatus.self, authenticator: auth
         ) { request, context in

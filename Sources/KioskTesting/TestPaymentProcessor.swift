@@ -125,7 +125,8 @@ public final class TestPaymentProcessor: PaymentProcessor {
     /// declined or cancelled). Charges nothing.
     public func lookup(_ request: PaymentRequest) async throws -> PaymentLookup {
         switch state.withLockedValue({ $0.outcomes[request.paymentID] }) {
-        case .succeeded(let reference)?: return .charged(reference: reference)
+        case .succeeded(let reference, let savedMethod)?:
+            return .charged(reference: reference, savedMethod: savedMethod)
         case .deferred?: return .deferred
         default: return .notCharged
         }

@@ -15,8 +15,12 @@ import NIOPosix
 /// | `POST /v1/payment_intents` | creates a PaymentIntent; with `confirm=true` and a test payment method, confirms it |
 /// | `GET /v1/payment_intents/{id}` | the PaymentIntent |
 /// | `POST /v1/payment_intents/{id}/cancel` | cancels it, if its status allows |
+/// | `POST /v1/payment_intents/{id}/confirm` | confirms one that needs a method or a confirmation (what the buyer's app does with the client secret) |
 /// | `GET /v1/payment_intents/search?query=…` | Search API; `metadata['key']:'value'`, `status:'…'`, `currency:'…'` and `amount:N` clauses joined by `AND` |
 /// | `POST /v1/refunds` | refunds a succeeded PaymentIntent (`payment_intent` or `charge`), in full or `amount` |
+/// | `POST /v1/customers`, `GET /v1/customers/{id}` | Customers |
+/// | `POST /v1/payment_methods`, `GET /v1/payment_methods/{id}` | card PaymentMethods from test tokens (`card[token]=tok_visa`) |
+/// | `POST /v1/setup_intents` | saves a PaymentMethod to a Customer (see `StripeDouble+Customers.swift` for the rules kept) |
 /// | `GET /_double/stats` | `{"charges":N,"refunds":N,"payment_intents":N}`, no key needed (not Stripe's) |
 ///
 /// As Stripe does, it takes form-encoded bodies, requires
@@ -51,7 +55,7 @@ public final class StripeDouble: Sendable {
     public let secretKey: String
 
     private let group: any EventLoopGroup
-    private let api: StripeDoubleAPI
+    let api: StripeDoubleAPI
     private let server = NIOLockedValueBox<(channel: (any Channel)?, port: Int)>((nil, 0))
     private let connections = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
 
@@ -211,6 +215,12 @@ public final class StripeDouble: Sendable {
         public var metadata: [String: String]
         /// How much was refunded.
         public var amountRefunded: Int64
+        /// The Customer it was made for, if any.
+        public var customer: String?
+        /// True for a payment made without the buyer (`off_session=true`).
+        public var offSession: Bool
+        /// `off_session` when the payment saved its method to the Customer.
+        public var setupFutureUsage: String?
     }
 }
 
@@ -238,11 +248,15 @@ final class StripeDoubleAPI: Sendable {
         var nextAction: DoubleJSON = .null
         var canceledAt: Int64?
         var cancellationReason: String?
+        var customer: String?
+        var setupFutureUsage: String?
+        var offSession = false
 
         var snapshot: StripeDouble.PaymentIntent {
             .init(
                 id: id, amount: amount, currency: currency, status: status, paymentMethod: paymentMethod,
-                metadata: metadata, amountRefunded: amountRefunded)
+                metadata: metadata, amountRefunded: amountRefunded, customer: customer, offSession: offSession,
+                setupFutureUsage: setupFutureUsage)
         }
     }
 
@@ -263,6 +277,11 @@ final class StripeDoubleAPI: Sendable {
         var searchLag: Duration = .zero
         var log: [StripeDouble.Request] = []
         var chargeCount = 0
+        var customers: [String: Customer] = [:]
+        var paymentMethods: [String: PaymentMethod] = [:]
+        var setupIntents: [String: DoubleJSON] = [:]
+        /// PaymentMethods whose issuer wants the buyer to authenticate their next charge (``StripeDouble/requireAuthentication(paymentMethod:)``).
+        var authenticationRequired: Set<String> = []
     }
 
     /// An HTTP request, body read.
@@ -358,6 +377,19 @@ final class StripeDoubleAPI: Sendable {
             return idempotent(request, params, &state) { cancelIntent(path[2], params, &$0) }
         case ("POST", ["v1", "refunds"]):
             return idempotent(request, params, &state) { createRefund(params, &$0) }
+        case ("POST", let path)
+        where path.count == 4 && path[0] == "v1" && path[1] == "payment_intents" && path[3] == "confirm":
+            return idempotent(request, params, &state) { confirmExisting(path[2], params, &$0) }
+        case ("POST", ["v1", "customers"]):
+            return idempotent(request, params, &state) { createCustomer(params, &$0) }
+        case ("GET", let path) where path.count == 3 && path[0] == "v1" && path[1] == "customers":
+            return (retrieveCustomer(path[2], state), false)
+        case ("POST", ["v1", "payment_methods"]):
+            return idempotent(request, params, &state) { createPaymentMethod(params, &$0) }
+        case ("GET", let path) where path.count == 3 && path[0] == "v1" && path[1] == "payment_methods":
+            return (retrievePaymentMethod(path[2], state), false)
+        case ("POST", ["v1", "setup_intents"]):
+            return idempotent(request, params, &state) { createSetupIntent(params, &$0) }
         default:
             let message =
                 "Unrecognized request URL (\(request.method): \(request.path)). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."
@@ -452,7 +484,8 @@ final class StripeDoubleAPI: Sendable {
     /// `payment_method_types[…]`); others are refused as unknown rather than ignored.
     private static let createParams: Set<String> = [
         "amount", "currency", "confirm", "payment_method", "description", "return_url",
-        "automatic_payment_methods[enabled]", "automatic_payment_methods[allow_redirects]",
+        "automatic_payment_methods[enabled]", "automatic_payment_methods[allow_redirects]", "customer",
+        "setup_future_usage", "off_session",
     ]
 
     private func createIntent(_ params: [String: String], _ state: inout State) -> Execution {
@@ -462,14 +495,20 @@ final class StripeDoubleAPI: Sendable {
             return Execution(response: invalid, stored: false)
         }
         if let invalid = Self.validateCreate(params) { return Execution(response: invalid, stored: false) }
-        let method = params["payment_method"]
-        let behaviour = method.flatMap(Self.behaviour(of:))
-        if let method, behaviour == nil {
-            return Execution(
-                response: Self.error(
-                    400, code: "resource_missing", param: "payment_method",
-                    message: "No such PaymentMethod: '\(method)'"), stored: false)
+        let customer = params["customer"]
+        if let customer, state.customers[customer] == nil {
+            return Execution(response: Self.noSuchCustomer(customer), stored: false)
         }
+        var paymentMethod: PaymentMethod?
+        if let name = params["payment_method"] {
+            switch usableMethod(name, customer: customer, state) {
+            case .success(let found): paymentMethod = found
+            case .failure(let refusal): return Execution(response: refusal.response, stored: false)
+            }
+        }
+        let method = paymentMethod?.id
+        var behaviour = paymentMethod?.behaviour
+        if let method, state.authenticationRequired.contains(method) { behaviour = .requireAction }
         let confirm = params["confirm"] == "true"
         var intent = Intent(
             id: Self.newID("pi"), amount: Int64(params["amount"] ?? "") ?? 0, currency: params["currency"] ?? "",
@@ -478,9 +517,21 @@ final class StripeDoubleAPI: Sendable {
             automaticPaymentMethods: Self.automaticPaymentMethods(params),
             allowRedirects: params["automatic_payment_methods[allow_redirects]"], clientSecret: "")
         intent.clientSecret = "\(intent.id)_secret_\(Self.randomToken(24))"
+        intent.customer = customer
+        intent.setupFutureUsage = params["setup_future_usage"]
+        intent.offSession = params["off_session"] == "true"
         var response: Response
-        if confirm, let behaviour {
-            response = confirmIntent(&intent, behaviour: behaviour, state: &state)
+        if confirm, let behaviour, var paymentMethod {
+            response = confirmIntent(
+                &intent, behaviour: behaviour, offSession: params["off_session"] == "true", state: &state)
+            // A method used without being saved to the Customer may not be used again (Stripe's rule); one the
+            // payment saved (setup_future_usage) is attached to the Customer.
+            if intent.status == "succeeded", let customer, intent.setupFutureUsage != nil {
+                paymentMethod.customer = customer
+            } else if paymentMethod.customer == nil {
+                paymentMethod.consumed = true
+            }
+            state.paymentMethods[paymentMethod.id] = paymentMethod
         } else {
             response = Self.json(200, Self.render(intent))
         }
@@ -512,6 +563,24 @@ final class StripeDoubleAPI: Sendable {
                 400, code: "amount_too_large", param: "amount",
                 message: "Amount must be no more than 99999999 in the smallest currency unit")
         }
+        if let usage = params["setup_future_usage"], usage != "on_session", usage != "off_session" {
+            return error(
+                400, param: "setup_future_usage",
+                message: "Invalid setup_future_usage: must be one of on_session or off_session")
+        }
+        if let offSession = params["off_session"], offSession != "true", offSession != "false" {
+            return error(400, param: "off_session", message: "Invalid boolean: \(offSession)")
+        }
+        if params["off_session"] == "true", params["confirm"] != "true" {
+            return error(400, param: "off_session", message: "off_session may only be used when confirm=true.")
+        }
+        if params["setup_future_usage"] != nil, params["customer"] == nil {
+            return error(
+                400, param: "setup_future_usage",
+                message:
+                    "You must provide a customer when setting setup_future_usage, so the PaymentMethod can be attached to it."
+            )
+        }
         if params["confirm"] == "true" {
             guard params["payment_method"] != nil else {
                 return error(
@@ -535,7 +604,7 @@ final class StripeDoubleAPI: Sendable {
 
     /// Whether the PaymentIntent takes the payment methods enabled in the
     /// Dashboard: asked for, or by default when no `payment_method_types` are given.
-    private static func automaticPaymentMethods(_ params: [String: String]) -> Bool {
+    static func automaticPaymentMethods(_ params: [String: String]) -> Bool {
         let hasMethodTypes = params.keys.contains { $0.hasPrefix("payment_method_types[") }
         return params["automatic_payment_methods[enabled]"].map { $0 == "true" } ?? !hasMethodTypes
     }
@@ -581,10 +650,19 @@ final class StripeDoubleAPI: Sendable {
         return methods
     }()
 
-    private static func behaviour(of method: String) -> Behaviour? { testMethods[method] }
+    static func behaviour(of method: String) -> Behaviour? { testMethods[method] }
 
-    private func confirmIntent(_ intent: inout Intent, behaviour: Behaviour, state: inout State) -> Response {
+    private func confirmIntent(
+        _ intent: inout Intent, behaviour: Behaviour, offSession: Bool, state: inout State
+    ) -> Response {
         intent.latestCharge = Self.newID("ch")
+        // Off-session, nobody can authenticate: the card that wants it declines with authentication_required.
+        let behaviour =
+            offSession && behaviour == .requireAction
+            ? .decline(
+                code: "authentication_required", declineCode: "authentication_required",
+                message: "Your card was declined. This transaction requires authentication.")
+            : behaviour
         switch behaviour {
         case .succeed:
             intent.status = "succeeded"
@@ -609,6 +687,58 @@ final class StripeDoubleAPI: Sendable {
             body.append(("payment_intent", Self.render(intent)))
             return Self.json(402, .object([("error", .object(body))]))
         }
+    }
+
+    /// `POST /v1/payment_intents/{id}/confirm`: what the buyer's app does (Stripe.js, the mobile SDKs) with the
+    /// client secret, here with the secret key: confirms a PaymentIntent that needs a method or a confirmation.
+    private func confirmExisting(_ id: String, _ params: [String: String], _ state: inout State) -> Execution {
+        if let invalid = Self.unknownParameter(
+            params, allowed: ["payment_method", "return_url", "off_session"], prefixes: [])
+        {
+            return Execution(response: invalid, stored: false)
+        }
+        guard var intent = state.intents[id] else {
+            return Execution(response: Self.noSuchIntent(id, status: 404), stored: false)
+        }
+        guard intent.status == "requires_payment_method" || intent.status == "requires_confirmation" else {
+            let message =
+                "You cannot confirm this PaymentIntent because it has a status of \(intent.status)."
+            return Execution(
+                response: Self.error(400, code: "payment_intent_unexpected_state", message: message), stored: true)
+        }
+        guard let name = params["payment_method"] ?? intent.paymentMethod else {
+            return Execution(response: Self.missing("payment_method"), stored: false)
+        }
+        let method: PaymentMethod
+        if let kept = state.paymentMethods[name], kept.id == intent.paymentMethod {
+            method = kept
+        } else {
+            switch usableMethod(name, customer: intent.customer, state) {
+            case .success(let found): method = found
+            case .failure(let refusal): return Execution(response: refusal.response, stored: false)
+            }
+        }
+        intent.paymentMethod = method.id
+        intent.lastPaymentError = .null
+        let offSession = params["off_session"] == "true"
+        let behaviour = state.authenticationRequired.contains(method.id) ? .requireAction : method.behaviour
+        let response = confirmIntent(&intent, behaviour: behaviour, offSession: offSession, state: &state)
+        state.paymentMethods[method.id] = method
+        state.intents[id] = intent
+        return Execution(response: response, stored: true)
+    }
+
+    /// The buyer authenticated a PaymentIntent that required it (3-D Secure): it succeeds.
+    func authenticate(_ id: String, _ state: inout State) -> Bool {
+        guard var intent = state.intents[id], intent.status == "requires_action" else { return false }
+        intent.status = "succeeded"
+        intent.nextAction = .null
+        intent.latestCharge = Self.newID("ch")
+        intent.amountReceived = intent.amount
+        state.chargeCount += 1
+        if let method = intent.paymentMethod { state.authenticationRequired.remove(method) }
+        state.intents[id] = intent
+        return true
     }
 
     private func retrieveIntent(_ id: String, _ state: State) -> Response {
@@ -779,7 +909,9 @@ final class StripeDoubleAPI: Sendable {
     // MARK: Rendering
 
     private static func render(_ intent: Intent) -> DoubleJSON {
-        .object([
+        let customer: DoubleJSON = intent.customer.map(DoubleJSON.string) ?? .null
+        let setupFutureUsage: DoubleJSON = intent.setupFutureUsage.map(DoubleJSON.string) ?? .null
+        return .object([
             ("id", .string(intent.id)),
             ("object", .string("payment_intent")),
             ("amount", .int(intent.amount)),
@@ -799,6 +931,7 @@ final class StripeDoubleAPI: Sendable {
             ("confirmation_method", .string("automatic")),
             ("created", .int(intent.created)),
             ("currency", .string(intent.currency)),
+            ("customer", customer),
             ("description", .null),
             ("last_payment_error", intent.lastPaymentError),
             ("latest_charge", intent.latestCharge.map(DoubleJSON.string) ?? .null),
@@ -807,15 +940,16 @@ final class StripeDoubleAPI: Sendable {
             ("next_action", intent.nextAction),
             ("payment_method", intent.paymentMethod.map(DoubleJSON.string) ?? .null),
             ("payment_method_types", .array([.string("card")])),
+            ("setup_future_usage", setupFutureUsage),
             ("status", .string(intent.status)),
         ])
     }
 
-    private static func render(_ metadata: [String: String]) -> DoubleJSON {
+    static func render(_ metadata: [String: String]) -> DoubleJSON {
         .object(metadata.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })
     }
 
-    private static func cardError(
+    static func cardError(
         code: String, declineCode: String, message: String, charge: String?, method: String?
     ) -> DoubleJSON {
         .object([
@@ -835,7 +969,7 @@ final class StripeDoubleAPI: Sendable {
         ])
     }
 
-    private static func errorObject(type: String, code: String?, param: String? = nil, message: String) -> DoubleJSON {
+    static func errorObject(type: String, code: String?, param: String? = nil, message: String) -> DoubleJSON {
         var fields: [(String, DoubleJSON)] = [("type", .string(type))]
         if let code { fields.append(("code", .string(code))) }
         if let param { fields.append(("param", .string(param))) }
@@ -843,7 +977,7 @@ final class StripeDoubleAPI: Sendable {
         return .object(fields)
     }
 
-    private static func fields(of object: DoubleJSON) -> [(String, DoubleJSON)] {
+    static func fields(of object: DoubleJSON) -> [(String, DoubleJSON)] {
         if case .object(let fields) = object { return fields }
         return []
     }
@@ -855,11 +989,11 @@ final class StripeDoubleAPI: Sendable {
         json(status, .object([("error", errorObject(type: type, code: code, param: param, message: message))]))
     }
 
-    private static func missing(_ param: String) -> Response {
+    static func missing(_ param: String) -> Response {
         error(400, code: "parameter_missing", param: param, message: "Missing required param: \(param).")
     }
 
-    private static func unknownParameter(
+    static func unknownParameter(
         _ params: [String: String], allowed: Set<String>, prefixes: [String]
     ) -> Response? {
         for name in params.keys.sorted()
@@ -888,7 +1022,7 @@ final class StripeDoubleAPI: Sendable {
 
     // MARK: Parsing and ids
 
-    private static func metadata(_ params: [String: String]) -> [String: String] {
+    static func metadata(_ params: [String: String]) -> [String: String] {
         var metadata: [String: String] = [:]
         for (name, value) in params where name.hasPrefix("metadata[") && name.hasSuffix("]") {
             metadata[String(name.dropFirst("metadata[".count).dropLast())] = value
@@ -913,12 +1047,12 @@ final class StripeDoubleAPI: Sendable {
 
     static func newID(_ prefix: String) -> String { "\(prefix)_\(randomToken(24))" }
 
-    private static func randomToken(_ count: Int) -> String {
+    static func randomToken(_ count: Int) -> String {
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
         return String((0..<count).map { _ in alphabet.randomElement() ?? "x" })
     }
 
-    private static func now() -> Int64 { Int64(Date().timeIntervalSince1970) }
+    static func now() -> Int64 { Int64(Date().timeIntervalSince1970) }
 }
 
 // MARK: - Search queries

@@ -241,7 +241,7 @@ import Testing
     @Test func searchQueriesAreEscaped() async throws {
         try await withStripe { double, stripe in
             let request = stripePayment(method: "pm_card_visa", paymentID: "it's \\ odd")
-            guard case .succeeded(let reference) = try await stripe.charge(request) else {
+            guard case .succeeded(let reference, _) = try await stripe.charge(request) else {
                 Issue.record("not charged")
                 return
             }
@@ -351,7 +351,7 @@ import Testing
         let run = UUID().uuidString.prefix(8)
 
         let good = stripePayment(method: "pm_card_visa", paymentID: "kiosk-test-\(run)-good")
-        guard case .succeeded(let reference) = try await stripe.charge(good) else {
+        guard case .succeeded(let reference, _) = try await stripe.charge(good) else {
             Issue.record("pm_card_visa was not charged")
             return
         }

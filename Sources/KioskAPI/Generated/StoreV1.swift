@@ -1383,9 +1383,19 @@ extension StoreV1 {
         /// ConsentToPriceIncrease the subscription expires at the end of its period
         /// (reason PRICE_INCREASE_NOT_ACCEPTED) instead of renewing at the new price.
         public var priceIncreasePending: Bool
+        /// IN_GRACE_PERIOD, IN_BILLING_RETRY: the last renewal attempt needs the
+        /// buyer to authenticate it (EVENT_TYPE_RENEWAL_NEEDS_ACTION): the
+        /// processor's payment (Stripe: the PaymentIntent) and its client secret,
+        /// which the app confirms on the device (Stripe.js / the Stripe SDK's
+        /// handleNextAction), then calls ConfirmRenewal. Sent to the subscription's
+        /// account only (SubscriptionStatus, SetAutoRenew, ConfirmRenewal); never in
+        /// VerifyReceipt, events or webhooks. Empty otherwise.
+        public var actionPaymentReference: String
+        /// `action_client_secret` (field 19).
+        public var actionClientSecret: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "", entitled: Bool = false, priceIncreasePending: Bool = false) {
+        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "", entitled: Bool = false, priceIncreasePending: Bool = false, actionPaymentReference: String = "", actionClientSecret: String = "") {
             self.originalTransactionID = originalTransactionID
             self.productID = productID
             self.subscriptionGroup = subscriptionGroup
@@ -1403,6 +1413,8 @@ extension StoreV1 {
             self.renewalOfferID = renewalOfferID
             self.entitled = entitled
             self.priceIncreasePending = priceIncreasePending
+            self.actionPaymentReference = actionPaymentReference
+            self.actionClientSecret = actionClientSecret
         }
     }
 }
@@ -1428,7 +1440,9 @@ extension StoreV1.SubscriptionStatus: WireMessage {
             periodsPaid: c.periods_paid,
             renewalOfferID: try CField.string(c.renewal_offer_id, field: "SubscriptionStatus.renewal_offer_id"),
             entitled: c.entitled != 0,
-            priceIncreasePending: c.price_increase_pending != 0
+            priceIncreasePending: c.price_increase_pending != 0,
+            actionPaymentReference: try CField.string(c.action_payment_reference, field: "SubscriptionStatus.action_payment_reference"),
+            actionClientSecret: try CField.string(c.action_client_secret, field: "SubscriptionStatus.action_client_secret")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -1449,6 +1463,8 @@ extension StoreV1.SubscriptionStatus: WireMessage {
         c.renewal_offer_id = arena.cString(renewalOfferID)
         c.entitled = entitled ? 1 : 0
         c.price_increase_pending = priceIncreasePending ? 1 : 0
+        c.action_payment_reference = arena.cString(actionPaymentReference)
+        c.action_client_secret = arena.cString(actionClientSecret)
     }
 }
 
@@ -1537,6 +1553,67 @@ extension StoreV1.SetAutoRenewRequest: WireMessage {
 }
 
 extension StoreV1 {
+    /// The payment method the account's renewals and billing retries are charged
+    /// to from now on (a processor that keeps customers, Stripe, saves it to the
+    /// account's customer first: nothing is charged).
+    public struct SetPaymentMethodRequest: Hashable, Sendable {
+        /// `payment_method` (field 1).
+        public var paymentMethod: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(paymentMethod: String = "") {
+            self.paymentMethod = paymentMethod
+        }
+    }
+}
+
+extension StoreV1.SetPaymentMethodRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SetPaymentMethodRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__set_payment_method_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            paymentMethod: try CField.string(c.payment_method, field: "SetPaymentMethodRequest.payment_method")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.payment_method = arena.cString(paymentMethod)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.SetPaymentMethodResponse`.
+    public struct SetPaymentMethodResponse: Hashable, Sendable {
+        /// The method renewals now charge: the processor's id for it (Stripe saves a
+        /// pm_card_… test method under a new pm_… id).
+        public var paymentMethod: String
+        /// The account's live subscriptions (active, in grace, in billing retry) it
+        /// applies to.
+        public var subscriptions: UInt32
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(paymentMethod: String = "", subscriptions: UInt32 = 0) {
+            self.paymentMethod = paymentMethod
+            self.subscriptions = subscriptions
+        }
+    }
+}
+
+extension StoreV1.SetPaymentMethodResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SetPaymentMethodResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__set_payment_method_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            paymentMethod: try CField.string(c.payment_method, field: "SetPaymentMethodResponse.payment_method"),
+            subscriptions: c.subscriptions
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.payment_method = arena.cString(paymentMethod)
+        c.subscriptions = subscriptions
+    }
+}
+
+extension StoreV1 {
     /// What happened (the event log: one entry per change to a purchase, written in
     /// the same ledger transaction as the change). Values carry the enum's name as
     /// a prefix (TransactionState already has PURCHASED and DEFERRED in this
@@ -1571,6 +1648,11 @@ extension StoreV1 {
         public static let refundRequested = EventType(rawValue: 11)
         /// `EVENT_TYPE_REFUND_DENIED`.
         public static let refundDenied = EventType(rawValue: 12)
+        /// A renewal needs the buyer: the card issuer asked them to authenticate
+        /// the charge (SCA). reason: authentication_required. The subscription is in
+        /// grace or billing retry until the buyer confirms the payment in the app
+        /// (SubscriptionStatus.action_client_secret, then ConfirmRenewal).
+        public static let renewalNeedsAction = EventType(rawValue: 13)
         public var description: String {
         switch rawValue {
         case 0: "EVENT_TYPE_UNSPECIFIED"
@@ -1586,6 +1668,7 @@ extension StoreV1 {
         case 10: "EVENT_TYPE_TEST"
         case 11: "EVENT_TYPE_REFUND_REQUESTED"
         case 12: "EVENT_TYPE_REFUND_DENIED"
+        case 13: "EVENT_TYPE_RENEWAL_NEEDS_ACTION"
         default: "EventType(\(rawValue))"
         }
         }

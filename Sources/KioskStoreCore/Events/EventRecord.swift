@@ -5,7 +5,7 @@
 ///
 /// Open, as the log is: replicas of different versions share one ledger during an upgrade, and an
 /// event a newer one recorded is kept, listed, signed and delivered by an older one with its number
-/// (``isKnown`` false, named `EventType(13)`), never dropped or refused.
+/// (``isKnown`` false, named `EventType(14)`), never dropped or refused.
 public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     public var rawValue: Int32
     public init(rawValue: Int32) { self.rawValue = rawValue }
@@ -34,18 +34,22 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let refundRequested = EventKind(rawValue: 11)
     /// An operator denied a refund request.
     public static let refundDenied = EventKind(rawValue: 12)
+    /// A renewal needs the buyer: the card issuer asked them to authenticate the charge (SCA). The subscription is
+    /// in grace or billing retry until they confirm it in the app (its status carries what the app needs, to that
+    /// account only).
+    public static let renewalNeedsAction = EventKind(rawValue: 13)
 
     /// The kinds this version records, in number order.
     public static let known: [EventKind] = [
         .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged,
         .test,
-        .refundRequested, .refundDenied,
+        .refundRequested, .refundDenied, .renewalNeedsAction,
     ]
 
     /// True for a kind this version records.
-    public var isKnown: Bool { rawValue >= 1 && rawValue <= 12 }
+    public var isKnown: Bool { rawValue >= 1 && rawValue <= 13 }
 
-    /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(13)` for a kind this version does not know.
+    /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(14)` for a kind this version does not know.
     public var shortName: String {
         switch rawValue {
         case 1: "PURCHASED"
@@ -60,6 +64,7 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 10: "TEST"
         case 11: "REFUND_REQUESTED"
         case 12: "REFUND_DENIED"
+        case 13: "RENEWAL_NEEDS_ACTION"
         default: "EventType(\(rawValue))"
         }
     }

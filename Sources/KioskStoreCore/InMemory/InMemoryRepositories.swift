@@ -63,6 +63,8 @@ public final class InMemoryLedger: @unchecked Sendable {
         public internal(set) var webhookLease: (owner: String, untilMs: Int64)?
         /// Service credentials with the hash of their secret, in the order they were added.
         public internal(set) var serviceCredentials: [(credential: ServiceCredentialRecord, tokenHash: [UInt8])] = []
+        /// Payment profiles by account, then processor.
+        public internal(set) var paymentProfiles: [String: [String: PaymentProfile]] = [:]
         /// Refund requests by transaction id.
         public internal(set) var refundRequests: [String: RefundRequest] = [:]
         /// The event log, oldest first.
@@ -379,6 +381,17 @@ public final class InMemoryRepositories: StoreRepositories {
         guard let key, replacing || state.idempotentAnswers[account]?[key] == nil else { return }
         state.idempotentAnswers[account, default: [:]][key] = InMemoryLedger.State.IdempotentAnswer(
             operation: operation, requestHash: hash, response: response, createdMs: nowMs)
+    }
+
+    /// The account's customer at `processor`.
+    public func paymentProfile(account: String, processor: String) throws -> PaymentProfile? {
+        state.paymentProfiles[account]?[processor]
+    }
+
+    /// Writes the profile; notFound for an account that does not exist (the ledger's foreign key).
+    public func savePaymentProfile(_ profile: PaymentProfile) throws {
+        try requireAccount(profile.accountID)
+        state.paymentProfiles[profile.accountID, default: [:]][profile.processor] = profile
     }
 
     // MARK: Payment intents

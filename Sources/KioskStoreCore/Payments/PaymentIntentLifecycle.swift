@@ -76,7 +76,7 @@ public struct PaymentIntentLifecycle: Hashable, Sendable {
     public mutating func processorAnswered(_ outcome: PaymentOutcome) -> Action {
         guard state == .pending else { return .nothing }
         switch (outcome, kind) {
-        case (.succeeded(let reference), _):
+        case (.succeeded(let reference, _), _):
             state = .completed
             return .recordPurchased(reference: reference)
         case (.deferred, .purchase):
@@ -92,6 +92,17 @@ public struct PaymentIntentLifecycle: Hashable, Sendable {
         case (.declined(let reason, _), _):
             state = .closed(uncharged: false)
             return .close(outcome: "declined:\(reason)")
+        case (.needsAction(let reference, let clientSecret), .renewal):
+            // Closed: nothing was charged. The buyer may confirm the processor's payment later; the renewal engine
+            // and ConfirmRenewal ask the processor what became of it (``PaymentProcessor/resolveAction``).
+            state = .closed(uncharged: false)
+            return .close(outcome: "\(Self.needsActionPrefix)\(reference):\(clientSecret)")
+        case (.needsAction, .purchase):
+            state = .closed(uncharged: false)
+            return .recordFailed(reason: "authentication_required")
+        case (.needsAction, _):
+            state = .closed(uncharged: false)
+            return .close(outcome: "declined:authentication_required")
         case (.cancelled, .purchase):
             state = .closed(uncharged: false)
             return .recordFailed(reason: "cancelled")
@@ -109,7 +120,7 @@ public struct PaymentIntentLifecycle: Hashable, Sendable {
     /// Reconciliation asked the processor what became of the payment.
     public mutating func lookedUp(_ lookup: PaymentLookup) -> Action {
         switch (state, lookup) {
-        case (.pending, .charged(let reference)), (.closed(uncharged: true), .charged(let reference)):
+        case (.pending, .charged(let reference, _)), (.closed(uncharged: true), .charged(let reference, _)):
             state = .completed
             return .recordPurchased(reference: reference)
         case (.pending, .deferred) where kind == .purchase:
@@ -128,6 +139,20 @@ public struct PaymentIntentLifecycle: Hashable, Sendable {
 
     /// The outcome of an intent reconciliation closed as not charged (before its second look).
     public static let closedUncharged = "reconciled:not_charged"
+
+    /// The outcome of a renewal intent closed because the buyer must authenticate the payment:
+    /// `needs_action:<reference>:<client secret>`.
+    public static let needsActionPrefix = "needs_action:"
+
+    /// The processor's payment and its client secret of a renewal intent that waits for the buyer; nil otherwise.
+    public static func pendingAction(of intent: PaymentIntent) -> (reference: String, clientSecret: String)? {
+        guard intent.kind == .renewal, intent.state == .closed, intent.outcome.hasPrefix(needsActionPrefix) else {
+            return nil
+        }
+        let rest = intent.outcome.dropFirst(needsActionPrefix.count)
+        guard let colon = rest.firstIndex(of: ":") else { return nil }
+        return (String(rest[..<colon]), String(rest[rest.index(after: colon)...]))
+    }
 }
 
 /// Whether a payment goes to the processor.

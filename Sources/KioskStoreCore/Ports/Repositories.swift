@@ -68,6 +68,10 @@ public protocol AccountRepository {
     func remember(
         _ response: [UInt8], account: String, key: String?, operation: String, hash: [UInt8], nowMs: Int64,
         replacing: Bool) throws
+    /// The account's customer at `processor` (``PaymentProfile/processor``), nil when there is none.
+    func paymentProfile(account: String, processor: String) throws -> PaymentProfile?
+    /// Writes the account's profile at its processor, replacing the one there (inside the account's write).
+    func savePaymentProfile(_ profile: PaymentProfile) throws
 }
 
 /// Payment intents: written before the processor is asked, settled with its answer.

@@ -132,4 +132,9 @@ public struct Subscription: Hashable, Sendable {
     /// The payment id of the next renewal attempt: the same (original transaction, period, attempt) is
     /// charged at most once however many store processes try it; each retry after a decline is a new attempt.
     public var renewalPaymentID: String { "renew_\(originalID)_\(periodsPaid)_\(attempts)" }
+
+    /// The payment id of the period's last failed attempt (the one before ``renewalPaymentID``); nil before any.
+    public var lastAttemptPaymentID: String? {
+        attempts > 0 ? "renew_\(originalID)_\(periodsPaid)_\(attempts - 1)" : nil
+    }
 }

@@ -104,11 +104,29 @@ public struct SimulatedPaymentProcessor: PaymentProcessor {
     public func lookup(_ request: PaymentRequest) async -> PaymentLookup {
         if request.isApproval { return .charged(reference: "sim_" + request.paymentID) }  // an approval always charges
         switch outcome(request) {
-        case .succeeded(let reference): return .charged(reference: reference)
+        case .succeeded(let reference, _): return .charged(reference: reference)
         case .deferred: return .deferred
         default: return .notCharged
         }
     }
 
     public func refund(_ request: PaymentRequest, reason: String) async {}
+
+    /// Saves a `test-card:` method that a charge would take; a declining card is refused with its decline, as a
+    /// processor that checks the card when it saves it; `test-cancel`, `test-ask` and anything else are not cards.
+    public func saveMethod(_ method: String, customer: String?, accountID: String) async -> MethodSaving {
+        let request = PaymentRequest(
+            paymentID: "", accountID: accountID, productID: "", quantity: 1, unitPrice: "0", currency: "USD",
+            paymentMethod: method)
+        guard method.hasPrefix("test-card:") else {
+            return .declined(
+                reason: "invalid_payment_method",
+                message: "\"\(method)\" is not a card to save for renewals; use test-card:<12 or more digits>")
+        }
+        switch outcome(request) {
+        case .succeeded: return .saved(method: method)
+        case .declined(let reason, let message): return .declined(reason: reason, message: message)
+        default: return .declined(reason: "invalid_payment_method", message: "\"\(method)\" cannot be saved")
+        }
+    }
 }

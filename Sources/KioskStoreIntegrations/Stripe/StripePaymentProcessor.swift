@@ -23,6 +23,10 @@ import NIOHTTP1
 ///   server can confirm without a `return_url`; a payment that needs the buyer
 ///   to authenticate (3-D Secure) is cancelled and declined with
 ///   `authentication_required`.
+/// - A subscription's payments go to the account's Customer (``createCustomer(accountID:)``, once per account,
+///   its id kept in the store's ledger): the first with `setup_future_usage=off_session`, which saves its method
+///   to the Customer; renewals with that saved method and `off_session=true`. ``saveMethod(_:customer:accountID:)``
+///   saves a method the buyer replaces it with (a SetupIntent; nothing is charged).
 /// - ``lookup(_:)`` never charges: it finds the payment's PaymentIntents with
 ///   Stripe's Search API, by `metadata['kiosk_payment_id']`, and cancels one
 ///   that did not succeed so that it never will.
@@ -160,6 +164,104 @@ public struct StripePaymentProcessor: PaymentProcessor {
         try await charge(request)
     }
 
+    // MARK: Customers and saved methods
+
+    /// True: renewals charge a Stripe Customer's saved PaymentMethod off-session, as Stripe requires (a
+    /// PaymentMethod used once without a Customer may not be used again).
+    public var keepsCustomers: Bool { true }
+
+    /// Creates the account's Customer (`POST /v1/customers`, `metadata[kiosk_account_id]`), with
+    /// `Idempotency-Key: customer-<account>`: asked again within Stripe's 24 hours, Stripe answers the same
+    /// Customer. The store keeps its id in the ledger, so it is asked once per account.
+    public func createCustomer(accountID: String) async throws -> String {
+        let response = try await send(
+            .POST, "/v1/customers",
+            form: [("metadata[kiosk_account_id]", accountID), ("description", "Kiosk account \(accountID)")],
+            idempotencyKey: "customer-\(accountID)")
+        try Self.requireSuccess(response)
+        return try response.decode(StripeCustomer.self).id
+    }
+
+    /// Saves `method` to `customer` for off-session use with a SetupIntent (`POST /v1/setup_intents`,
+    /// `confirm=true`, `usage=off_session`): nothing is charged; the card issuer may check the card. Answers the
+    /// saved PaymentMethod's id (a test method such as `pm_card_visa` is saved under a new id), or why Stripe
+    /// refused it (`card_declined`, …; `invalid_payment_method` for a method that is not Stripe's or belongs to
+    /// another Customer; `authentication_required` when the issuer wants the buyer to authenticate, which a server
+    /// cannot do).
+    public func saveMethod(_ method: String, customer: String?, accountID: String) async throws -> MethodSaving {
+        let request = PaymentRequest(
+            paymentID: "", accountID: accountID, productID: "", quantity: 1, unitPrice: "0", currency: "usd",
+            paymentMethod: method)
+        if case .declined(let reason, let message) = Self.localRefusal(of: request) {
+            return .declined(reason: reason, message: message)
+        }
+        guard let customer else { throw PaymentProcessorError("stripe: a method is saved to a Customer; none given") }
+        let form = [
+            ("customer", customer), ("payment_method", method), ("confirm", "true"), ("usage", "off_session"),
+            ("automatic_payment_methods[enabled]", "true"), ("automatic_payment_methods[allow_redirects]", "never"),
+            ("metadata[kiosk_account_id]", accountID),
+        ]
+        // A new key per call: saving the same card again later must ask Stripe again, not replay a refusal.
+        let response = try await send(
+            .POST, "/v1/setup_intents", form: form, idempotencyKey: "setup-\(accountID)-\(UUID().uuidString)")
+        switch response.status.code {
+        case 200..<300:
+            let intent = try response.decode(StripeSetupIntent.self)
+            switch intent.status {
+            case "succeeded":
+                guard let saved = intent.paymentMethod else {
+                    throw PaymentProcessorError("stripe: SetupIntent \(intent.id) succeeded without a payment_method")
+                }
+                return .saved(method: saved)
+            case "requires_action":
+                return .declined(
+                    reason: "authentication_required",
+                    message: "the card issuer requires the buyer to authenticate before the card is saved")
+            case "requires_payment_method":
+                let outcome = Self.declined(
+                    intent.lastSetupError ?? StripeErrorBody(type: "card_error", code: "card_declined"))
+                if case .declined(let reason, let message) = outcome {
+                    return .declined(reason: reason, message: message)
+                }
+                return .declined(reason: "card_declined", message: "the card was declined")
+            default:
+                throw PaymentProcessorError("stripe: SetupIntent \(intent.id) is \(intent.status)")
+            }
+        case 402:
+            let outcome = Self.declined(response.error() ?? StripeErrorBody(type: "card_error", code: "card_declined"))
+            if case .declined(let reason, let message) = outcome { return .declined(reason: reason, message: message) }
+            return .declined(reason: "card_declined", message: "the card was declined")
+        case let code where Self.isTransient(code):
+            throw Self.unknownOutcome(response)
+        case 400..<500:
+            let error = response.error()
+            if let outcome = Self.declinedForBadInput(error), case .declined(let reason, let message) = outcome {
+                return .declined(reason: reason, message: message)
+            }
+            throw Self.rejected(response, error: error)
+        default:
+            throw Self.unknownOutcome(response)
+        }
+    }
+
+    /// What became of a renewal's PaymentIntent that needed the buyer (`GET /v1/payment_intents/{id}`):
+    /// `succeeded` is charged; `canceled` ended; anything else waits for the buyer, or, `cancelling`, is cancelled
+    /// (`POST …/cancel`) and ended unless it succeeded meanwhile. `processing` throws (ask again later).
+    public func resolveAction(reference: String, cancelling: Bool) async throws -> ActionResolution {
+        var intent = try await retrieve(reference)
+        if cancelling, Self.cancellableStatuses.contains(intent.status) { intent = try await cancel(intent) }
+        switch intent.status {
+        case "succeeded":
+            return .charged(reference: intent.id)
+        case "canceled":
+            return .ended
+        case "processing":
+            throw PaymentProcessorError("stripe: PaymentIntent \(intent.id) is still processing; ask again later")
+        default:
+            return .waiting
+        }
+    }
+
     /// Declines, without asking Stripe, a payment method that is not Stripe's.
     private static func localRefusal(of request: PaymentRequest) -> PaymentOutcome? {
         let method = request.paymentMethod
@@ -173,7 +275,7 @@ public struct StripePaymentProcessor: PaymentProcessor {
 
     /// The form that creates and confirms the payment's PaymentIntent.
     static func createForm(_ request: PaymentRequest, amount: Int64) -> [(String, String)] {
-        [
+        var form = [
             ("amount", String(amount)),
             ("currency", request.currency.lowercased()),
             ("payment_method", request.paymentMethod),
@@ -184,6 +286,16 @@ public struct StripePaymentProcessor: PaymentProcessor {
             ("metadata[kiosk_account_id]", request.accountID),
             ("metadata[kiosk_product_id]", request.productID),
         ]
+        if let customer = request.customer {
+            form.append(("customer", customer))
+            if request.isRenewal {
+                // A merchant-initiated charge of the saved method: the buyer is not there to authenticate.
+                form.append(("off_session", "true"))
+            } else if request.savesMethod {
+                form.append(("setup_future_usage", "off_session"))
+            }
+        }
+        return form
     }
 
     /// What Stripe's answer to a create-and-confirm request means.
@@ -192,7 +304,15 @@ public struct StripePaymentProcessor: PaymentProcessor {
         case 200..<300:
             return try await outcome(of: response.decode(StripePaymentIntent.self), request: request)
         case 402:
-            return Self.declined(response.error() ?? StripeErrorBody(type: "card_error", code: "card_declined"))
+            let error = response.error()
+            // An off-session renewal the issuer wants authenticated: the buyer can still confirm this PaymentIntent.
+            if request.isRenewal, error?.code == "authentication_required",
+                let intent = try? response.decode(StripeErrorIntentEnvelope.self).error.paymentIntent,
+                let clientSecret = intent.clientSecret
+            {
+                return .needsAction(reference: intent.id, clientSecret: clientSecret)
+            }
+            return Self.declined(error ?? StripeErrorBody(type: "card_error", code: "card_declined"))
         case let code where Self.isTransient(code):
             throw Self.unknownOutcome(response)
         case 400..<500:
@@ -209,9 +329,16 @@ public struct StripePaymentProcessor: PaymentProcessor {
         switch intent.status {
         case "succeeded":
             await recentCharges.remember(intent.id, for: request.paymentID)
-            return .succeeded(reference: intent.id)
+            return .succeeded(reference: intent.id, savedMethod: request.savesMethod ? intent.paymentMethod : nil)
         case "requires_payment_method":
             return Self.declined(intent.lastPaymentError ?? StripeErrorBody(type: "card_error", code: "card_declined"))
+        case "requires_action" where request.isRenewal:
+            // A renewal: the buyer authenticates later, in the app, with the client secret.
+            guard let clientSecret = intent.clientSecret else {
+                throw PaymentProcessorError(
+                    "stripe: PaymentIntent \(intent.id) requires action but has no client_secret")
+            }
+            return .needsAction(reference: intent.id, clientSecret: clientSecret)
         case "requires_action":
             // The buyer must authenticate (3-D Secure), which a server cannot do:
             // cancel the intent so it can never be completed, and decline.
@@ -281,7 +408,7 @@ public struct StripePaymentProcessor: PaymentProcessor {
         let intents = try await searchIntents(paymentID: request.paymentID)
         if let charged = intents.first(where: { $0.status == "succeeded" }) {
             await recentCharges.remember(charged.id, for: request.paymentID)
-            return .charged(reference: charged.id)
+            return .charged(reference: charged.id, savedMethod: request.savesMethod ? charged.paymentMethod : nil)
         }
         for intent in intents {
             let settled = Self.cancellableStatuses.contains(intent.status) ? try await cancel(intent) : intent
@@ -624,10 +751,42 @@ struct StripePaymentIntent: Decodable, Sendable {
     var currency: String?
     var metadata: [String: String]?
     var lastPaymentError: StripeErrorBody?
+    var paymentMethod: String?
+    var clientSecret: String?
 
     enum CodingKeys: String, CodingKey {
         case id, status, amount, currency, metadata
         case lastPaymentError = "last_payment_error"
+        case paymentMethod = "payment_method"
+        case clientSecret = "client_secret"
+    }
+}
+
+/// `{"error": {…, "payment_intent": {…}}}`: a card error with the PaymentIntent it left.
+struct StripeErrorIntentEnvelope: Decodable, Sendable {
+    struct Body: Decodable, Sendable {
+        var paymentIntent: StripePaymentIntent?
+        enum CodingKeys: String, CodingKey { case paymentIntent = "payment_intent" }
+    }
+    var error: Body
+}
+
+/// The fields of a Customer this processor reads.
+struct StripeCustomer: Decodable, Sendable {
+    var id: String
+}
+
+/// The fields of a SetupIntent this processor reads.
+struct StripeSetupIntent: Decodable, Sendable {
+    var id: String
+    var status: String
+    var paymentMethod: String?
+    var lastSetupError: StripeErrorBody?
+
+    enum CodingKeys: String, CodingKey {
+        case id, status
+        case paymentMethod = "payment_method"
+        case lastSetupError = "last_setup_error"
     }
 }
 

@@ -1627,6 +1627,96 @@ void   kiosk__store__v1__set_auto_renew_request__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__set_auto_renew_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__set_payment_method_request__init
+                     (Kiosk__Store__V1__SetPaymentMethodRequest         *message)
+{
+  static const Kiosk__Store__V1__SetPaymentMethodRequest init_value = KIOSK__STORE__V1__SET_PAYMENT_METHOD_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__set_payment_method_request__get_packed_size
+                     (const Kiosk__Store__V1__SetPaymentMethodRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_payment_method_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__set_payment_method_request__pack
+                     (const Kiosk__Store__V1__SetPaymentMethodRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_payment_method_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__set_payment_method_request__pack_to_buffer
+                     (const Kiosk__Store__V1__SetPaymentMethodRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_payment_method_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SetPaymentMethodRequest *
+       kiosk__store__v1__set_payment_method_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SetPaymentMethodRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__set_payment_method_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__set_payment_method_request__free_unpacked
+                     (Kiosk__Store__V1__SetPaymentMethodRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__set_payment_method_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__set_payment_method_response__init
+                     (Kiosk__Store__V1__SetPaymentMethodResponse         *message)
+{
+  static const Kiosk__Store__V1__SetPaymentMethodResponse init_value = KIOSK__STORE__V1__SET_PAYMENT_METHOD_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__set_payment_method_response__get_packed_size
+                     (const Kiosk__Store__V1__SetPaymentMethodResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_payment_method_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__set_payment_method_response__pack
+                     (const Kiosk__Store__V1__SetPaymentMethodResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_payment_method_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__set_payment_method_response__pack_to_buffer
+                     (const Kiosk__Store__V1__SetPaymentMethodResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_payment_method_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SetPaymentMethodResponse *
+       kiosk__store__v1__set_payment_method_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SetPaymentMethodResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__set_payment_method_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__set_payment_method_response__free_unpacked
+                     (Kiosk__Store__V1__SetPaymentMethodResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__set_payment_method_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__event__init
                      (Kiosk__Store__V1__Event         *message)
 {
@@ -4537,7 +4627,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__desc
   (ProtobufCMessageInit) kiosk__store__v1__create_account_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[17] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[19] =
 {
   {
     "original_transaction_id",
@@ -4743,8 +4833,34 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__fie
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "action_payment_reference",
+    18,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, action_payment_reference),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "action_client_secret",
+    19,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, action_client_secret),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__subscription_status__field_indices_by_name[] = {
+  18,   /* field[18] = action_client_secret */
+  17,   /* field[17] = action_payment_reference */
   8,   /* field[8] = billing_retry_ends_ms */
   11,   /* field[11] = currency */
   15,   /* field[15] = entitled */
@@ -4766,7 +4882,7 @@ static const unsigned kiosk__store__v1__subscription_status__field_indices_by_na
 static const ProtobufCIntRange kiosk__store__v1__subscription_status__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 17 }
+  { 0, 19 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor =
 {
@@ -4776,7 +4892,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descript
   "Kiosk__Store__V1__SubscriptionStatus",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__SubscriptionStatus),
-  17,
+  19,
   kiosk__store__v1__subscription_status__field_descriptors,
   kiosk__store__v1__subscription_status__field_indices_by_name,
   1,  kiosk__store__v1__subscription_status__number_ranges,
@@ -4908,6 +5024,95 @@ const ProtobufCMessageDescriptor kiosk__store__v1__set_auto_renew_request__descr
   kiosk__store__v1__set_auto_renew_request__field_indices_by_name,
   1,  kiosk__store__v1__set_auto_renew_request__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__set_auto_renew_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__set_payment_method_request__field_descriptors[1] =
+{
+  {
+    "payment_method",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SetPaymentMethodRequest, payment_method),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__set_payment_method_request__field_indices_by_name[] = {
+  0,   /* field[0] = payment_method */
+};
+static const ProtobufCIntRange kiosk__store__v1__set_payment_method_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__set_payment_method_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SetPaymentMethodRequest",
+  "SetPaymentMethodRequest",
+  "Kiosk__Store__V1__SetPaymentMethodRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SetPaymentMethodRequest),
+  1,
+  kiosk__store__v1__set_payment_method_request__field_descriptors,
+  kiosk__store__v1__set_payment_method_request__field_indices_by_name,
+  1,  kiosk__store__v1__set_payment_method_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__set_payment_method_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__set_payment_method_response__field_descriptors[2] =
+{
+  {
+    "payment_method",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SetPaymentMethodResponse, payment_method),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "subscriptions",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SetPaymentMethodResponse, subscriptions),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__set_payment_method_response__field_indices_by_name[] = {
+  0,   /* field[0] = payment_method */
+  1,   /* field[1] = subscriptions */
+};
+static const ProtobufCIntRange kiosk__store__v1__set_payment_method_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__set_payment_method_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SetPaymentMethodResponse",
+  "SetPaymentMethodResponse",
+  "Kiosk__Store__V1__SetPaymentMethodResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SetPaymentMethodResponse),
+  2,
+  kiosk__store__v1__set_payment_method_response__field_descriptors,
+  kiosk__store__v1__set_payment_method_response__field_indices_by_name,
+  1,  kiosk__store__v1__set_payment_method_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__set_payment_method_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors[13] =
@@ -6172,7 +6377,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
   kiosk__store__v1__expiration_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[13] =
+static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[14] =
 {
   { "EVENT_TYPE_UNSPECIFIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED", 0 },
   { "EVENT_TYPE_PURCHASED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PURCHASED", 1 },
@@ -6187,11 +6392,12 @@ static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_num
   { "EVENT_TYPE_TEST", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_TEST", 10 },
   { "EVENT_TYPE_REFUND_REQUESTED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REQUESTED", 11 },
   { "EVENT_TYPE_REFUND_DENIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_DENIED", 12 },
+  { "EVENT_TYPE_RENEWAL_NEEDS_ACTION", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_NEEDS_ACTION", 13 },
 };
 static const ProtobufCIntRange kiosk__store__v1__event_type__value_ranges[] = {
-{0, 0},{0, 13}
+{0, 0},{0, 14}
 };
-static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[13] =
+static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[14] =
 {
   { "EVENT_TYPE_APPROVED", 4 },
   { "EVENT_TYPE_AUTO_RENEW_CHANGED", 8 },
@@ -6203,6 +6409,7 @@ static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_b
   { "EVENT_TYPE_REFUNDED", 6 },
   { "EVENT_TYPE_REFUND_DENIED", 12 },
   { "EVENT_TYPE_REFUND_REQUESTED", 11 },
+  { "EVENT_TYPE_RENEWAL_NEEDS_ACTION", 13 },
   { "EVENT_TYPE_RENEWED", 2 },
   { "EVENT_TYPE_TEST", 10 },
   { "EVENT_TYPE_UNSPECIFIED", 0 },
@@ -6214,9 +6421,9 @@ const ProtobufCEnumDescriptor kiosk__store__v1__event_type__descriptor =
   "EventType",
   "Kiosk__Store__V1__EventType",
   "kiosk.store.v1",
-  13,
+  14,
   kiosk__store__v1__event_type__enum_values_by_number,
-  13,
+  14,
   kiosk__store__v1__event_type__enum_values_by_name,
   1,
   kiosk__store__v1__event_type__value_ranges,
@@ -6254,7 +6461,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__refund_request_state__descriptor
   kiosk__store__v1__refund_request_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[20] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[22] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -6276,9 +6483,12 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "GetTransaction", &kiosk__store__v1__get_transaction_request__descriptor, &kiosk__store__v1__transaction__descriptor },
   { "ListTransactions", &kiosk__store__v1__list_transactions_request__descriptor, &kiosk__store__v1__list_transactions_response__descriptor },
   { "RequestRefund", &kiosk__store__v1__request_refund_request__descriptor, &kiosk__store__v1__refund_request_status__descriptor },
+  { "SetPaymentMethod", &kiosk__store__v1__set_payment_method_request__descriptor, &kiosk__store__v1__set_payment_method_response__descriptor },
+  { "ConfirmRenewal", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   11,        /* AccessToken */
+  21,        /* ConfirmRenewal */
   14,        /* ConsentToPriceIncrease */
   4,        /* Finish */
   1,        /* GetAccount */
@@ -6292,6 +6502,7 @@ const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   19,        /* RequestRefund */
   5,        /* Restore */
   13,        /* SetAutoRenew */
+  20,        /* SetPaymentMethod */
   7,        /* SpendCredits */
   12,        /* SubscriptionStatus */
   3,        /* Unfinished */
@@ -6306,7 +6517,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  20,
+  22,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -6469,6 +6680,22 @@ void kiosk__store__v1__store__request_refund(ProtobufCService *service,
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 19, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__set_payment_method(ProtobufCService *service,
+                                                 const Kiosk__Store__V1__SetPaymentMethodRequest *input,
+                                                 Kiosk__Store__V1__SetPaymentMethodResponse_Closure closure,
+                                                 void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 20, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__confirm_renewal(ProtobufCService *service,
+                                              const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                                              Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 21, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)

@@ -52,6 +52,8 @@ typedef struct Kiosk__Store__V1__SubscriptionStatus Kiosk__Store__V1__Subscripti
 typedef struct Kiosk__Store__V1__SubscriptionStatusRequest Kiosk__Store__V1__SubscriptionStatusRequest;
 typedef struct Kiosk__Store__V1__SubscriptionStatusResponse Kiosk__Store__V1__SubscriptionStatusResponse;
 typedef struct Kiosk__Store__V1__SetAutoRenewRequest Kiosk__Store__V1__SetAutoRenewRequest;
+typedef struct Kiosk__Store__V1__SetPaymentMethodRequest Kiosk__Store__V1__SetPaymentMethodRequest;
+typedef struct Kiosk__Store__V1__SetPaymentMethodResponse Kiosk__Store__V1__SetPaymentMethodResponse;
 typedef struct Kiosk__Store__V1__Event Kiosk__Store__V1__Event;
 typedef struct Kiosk__Store__V1__SignedEvent Kiosk__Store__V1__SignedEvent;
 typedef struct Kiosk__Store__V1__WatchEventsRequest Kiosk__Store__V1__WatchEventsRequest;
@@ -185,7 +187,14 @@ typedef enum _Kiosk__Store__V1__EventType {
    * The buyer asked for a refund (reason); an operator grants it (EVENT_TYPE_REFUNDED) or denies it.
    */
   KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REQUESTED = 11,
-  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_DENIED = 12
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_DENIED = 12,
+  /*
+   * A renewal needs the buyer: the card issuer asked them to authenticate
+   * the charge (SCA). reason: authentication_required. The subscription is in
+   * grace or billing retry until the buyer confirms the payment in the app
+   * (SubscriptionStatus.action_client_secret, then ConfirmRenewal).
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_NEEDS_ACTION = 13
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
 } Kiosk__Store__V1__EventType;
 /*
@@ -858,10 +867,21 @@ struct  Kiosk__Store__V1__SubscriptionStatus
    * (reason PRICE_INCREASE_NOT_ACCEPTED) instead of renewing at the new price.
    */
   protobuf_c_boolean price_increase_pending;
+  /*
+   * IN_GRACE_PERIOD, IN_BILLING_RETRY: the last renewal attempt needs the
+   * buyer to authenticate it (EVENT_TYPE_RENEWAL_NEEDS_ACTION): the
+   * processor's payment (Stripe: the PaymentIntent) and its client secret,
+   * which the app confirms on the device (Stripe.js / the Stripe SDK's
+   * handleNextAction), then calls ConfirmRenewal. Sent to the subscription's
+   * account only (SubscriptionStatus, SetAutoRenew, ConfirmRenewal); never in
+   * VerifyReceipt, events or webhooks. Empty otherwise.
+   */
+  char *action_payment_reference;
+  char *action_client_secret;
 };
 #define KIOSK__STORE__V1__SUBSCRIPTION_STATUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_status__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, 0, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -897,6 +917,40 @@ struct  Kiosk__Store__V1__SetAutoRenewRequest
 };
 #define KIOSK__STORE__V1__SET_AUTO_RENEW_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__set_auto_renew_request__descriptor) \
+    , (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * The payment method the account's renewals and billing retries are charged
+ * to from now on (a processor that keeps customers, Stripe, saves it to the
+ * account's customer first: nothing is charged).
+ */
+struct  Kiosk__Store__V1__SetPaymentMethodRequest
+{
+  ProtobufCMessage base;
+  char *payment_method;
+};
+#define KIOSK__STORE__V1__SET_PAYMENT_METHOD_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__set_payment_method_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__SetPaymentMethodResponse
+{
+  ProtobufCMessage base;
+  /*
+   * The method renewals now charge: the processor's id for it (Stripe saves a
+   * pm_card_… test method under a new pm_… id).
+   */
+  char *payment_method;
+  /*
+   * The account's live subscriptions (active, in grace, in billing retry) it
+   * applies to.
+   */
+  uint32_t subscriptions;
+};
+#define KIOSK__STORE__V1__SET_PAYMENT_METHOD_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__set_payment_method_response__descriptor) \
     , (char *)protobuf_c_empty_string, 0 }
 
 
@@ -1876,6 +1930,44 @@ Kiosk__Store__V1__SetAutoRenewRequest *
 void   kiosk__store__v1__set_auto_renew_request__free_unpacked
                      (Kiosk__Store__V1__SetAutoRenewRequest *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SetPaymentMethodRequest methods */
+void   kiosk__store__v1__set_payment_method_request__init
+                     (Kiosk__Store__V1__SetPaymentMethodRequest         *message);
+size_t kiosk__store__v1__set_payment_method_request__get_packed_size
+                     (const Kiosk__Store__V1__SetPaymentMethodRequest   *message);
+size_t kiosk__store__v1__set_payment_method_request__pack
+                     (const Kiosk__Store__V1__SetPaymentMethodRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__set_payment_method_request__pack_to_buffer
+                     (const Kiosk__Store__V1__SetPaymentMethodRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SetPaymentMethodRequest *
+       kiosk__store__v1__set_payment_method_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__set_payment_method_request__free_unpacked
+                     (Kiosk__Store__V1__SetPaymentMethodRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SetPaymentMethodResponse methods */
+void   kiosk__store__v1__set_payment_method_response__init
+                     (Kiosk__Store__V1__SetPaymentMethodResponse         *message);
+size_t kiosk__store__v1__set_payment_method_response__get_packed_size
+                     (const Kiosk__Store__V1__SetPaymentMethodResponse   *message);
+size_t kiosk__store__v1__set_payment_method_response__pack
+                     (const Kiosk__Store__V1__SetPaymentMethodResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__set_payment_method_response__pack_to_buffer
+                     (const Kiosk__Store__V1__SetPaymentMethodResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SetPaymentMethodResponse *
+       kiosk__store__v1__set_payment_method_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__set_payment_method_response__free_unpacked
+                     (Kiosk__Store__V1__SetPaymentMethodResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__Event methods */
 void   kiosk__store__v1__event__init
                      (Kiosk__Store__V1__Event         *message);
@@ -2290,6 +2382,12 @@ typedef void (*Kiosk__Store__V1__SubscriptionStatusResponse_Closure)
 typedef void (*Kiosk__Store__V1__SetAutoRenewRequest_Closure)
                  (const Kiosk__Store__V1__SetAutoRenewRequest *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__SetPaymentMethodRequest_Closure)
+                 (const Kiosk__Store__V1__SetPaymentMethodRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__SetPaymentMethodResponse_Closure)
+                 (const Kiosk__Store__V1__SetPaymentMethodResponse *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__Event_Closure)
                  (const Kiosk__Store__V1__Event *message,
                   void *closure_data);
@@ -2425,6 +2523,14 @@ struct Kiosk__Store__V1__Store_Service
                          const Kiosk__Store__V1__RequestRefundRequest *input,
                          Kiosk__Store__V1__RefundRequestStatus_Closure closure,
                          void *closure_data);
+  void (*set_payment_method)(Kiosk__Store__V1__Store_Service *service,
+                             const Kiosk__Store__V1__SetPaymentMethodRequest *input,
+                             Kiosk__Store__V1__SetPaymentMethodResponse_Closure closure,
+                             void *closure_data);
+  void (*confirm_renewal)(Kiosk__Store__V1__Store_Service *service,
+                          const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                          Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                          void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -2452,7 +2558,9 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## list_events,\
       function_prefix__ ## get_transaction,\
       function_prefix__ ## list_transactions,\
-      function_prefix__ ## request_refund  }
+      function_prefix__ ## request_refund,\
+      function_prefix__ ## set_payment_method,\
+      function_prefix__ ## confirm_renewal  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -2533,6 +2641,14 @@ void kiosk__store__v1__store__request_refund(ProtobufCService *service,
                                              const Kiosk__Store__V1__RequestRefundRequest *input,
                                              Kiosk__Store__V1__RefundRequestStatus_Closure closure,
                                              void *closure_data);
+void kiosk__store__v1__store__set_payment_method(ProtobufCService *service,
+                                                 const Kiosk__Store__V1__SetPaymentMethodRequest *input,
+                                                 Kiosk__Store__V1__SetPaymentMethodResponse_Closure closure,
+                                                 void *closure_data);
+void kiosk__store__v1__store__confirm_renewal(ProtobufCService *service,
+                                              const Kiosk__Store__V1__SetAutoRenewRequest *input,
+                                              Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                              void *closure_data);
 typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
 struct Kiosk__Store__V1__Admin_Service
 {
@@ -2652,6 +2768,8 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__d
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__set_auto_renew_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__set_payment_method_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__set_payment_method_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__signed_event__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__watch_events_request__descriptor;
