@@ -22,15 +22,67 @@ extension Store {
     /// for a new account both ask the processor (which answers one customer per account) and keep the first.
     func paymentProfile(accountID: String) async throws -> PaymentProfile {
         let key = paymentProfileKey
-        if let kept = try await ledger.paymentProfile(account: accountID, processor: key) { return kept }
-        let customer = try await configuration.paymentProcessor.createCustomer(accountID: accountID)
+        let kept = try await ledger.paymentProfile(account: accountID, processor: key)
+        if let kept, !kept.customerID.isEmpty { return kept }
+        // A profile without a customer is one the store forgot (``forgetCustomer``): a new generation of customer,
+        // the same for every process that reads the same forgotten profile.
+        let customer = try await configuration.paymentProcessor.createCustomer(
+            accountID: accountID, generation: kept.map { String($0.updatedMs) } ?? "")
         let nowMs = now
         return try await ledger.write(account: accountID) { db -> PaymentProfile in
-            if let kept = try db.paymentProfile(account: accountID, processor: key) { return kept }
+            if let kept = try db.paymentProfile(account: accountID, processor: key), !kept.customerID.isEmpty {
+                return kept
+            }
             let profile = PaymentProfile(accountID: accountID, processor: key, customerID: customer, updatedMs: nowMs)
             try db.savePaymentProfile(profile)
             return profile
         }
+    }
+
+    /// Forgets the account's customer `customerID` (the processor answered that it has no such customer, or no longer
+    /// one): the saved method goes with it, and the next subscription payment or saved method makes a new customer.
+    func forgetCustomer(accountID: String, customerID: String) async throws {
+        let key = paymentProfileKey
+        let nowMs = now
+        try await ledger.write(account: accountID) { db in
+            guard var profile = try db.paymentProfile(account: accountID, processor: key),
+                profile.customerID == customerID
+            else { return }
+            profile.customerID = ""
+            profile.paymentMethod = ""
+            profile.updatedMs = nowMs
+            try db.savePaymentProfile(profile)
+        }
+    }
+
+    /// The processor's answer to a purchase's or an approval's charge (``firstPaymentRequest(_:)``). A subscription's
+    /// first payment of nothing (a free trial, an upgrade fully credited) on a processor that keeps customers still
+    /// saves the buyer's method for the renewals, without a charge: a method the processor refuses fails the purchase.
+    func chargeFirstPayment(_ intent: PaymentIntent, approving: Bool = false) async throws -> PaymentOutcome {
+        let processor = configuration.paymentProcessor
+        let request = try await firstPaymentRequest(intent)
+        if processor.keepsCustomers, intent.productType == .autoRenewableSubscription,
+            PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge
+        {
+            let profile = try await paymentProfile(accountID: intent.accountID)
+            switch try await processor.saveMethod(
+                intent.paymentMethod, customer: profile.customerID, accountID: intent.accountID)
+            {
+            case .saved(let method):
+                return .succeeded(reference: Self.noChargeReference, savedMethod: method)
+            case .declined(let reason, let message):
+                if reason == PaymentOutcome.customerMissingReason {
+                    try await forgetCustomer(accountID: intent.accountID, customerID: profile.customerID)
+                }
+                return .declined(reason: reason, message: message)
+            }
+        }
+        let outcome =
+            approving ? try await processor.approve(request) : try await processorCharge(request)
+        if case .declined(PaymentOutcome.customerMissingReason, _) = outcome, let customer = request.customer {
+            try await forgetCustomer(accountID: intent.accountID, customerID: customer)
+        }
+        return outcome
     }
 
     /// The processor's request for a purchase's or an approval's charge: a subscription's first payment on a
@@ -69,7 +121,9 @@ extension Store {
         method: String, customer: String?
     ) {
         guard configuration.paymentProcessor.keepsCustomers else { return (row.paymentMethod, nil) }
-        guard let profile = try db.paymentProfile(account: row.accountID, processor: paymentProfileKey) else {
+        guard let profile = try db.paymentProfile(account: row.accountID, processor: paymentProfileKey),
+            !profile.customerID.isEmpty
+        else {
             return ("", nil)
         }
         return (profile.paymentMethod, profile.customerID)
@@ -99,8 +153,16 @@ extension Store {
         var profile: PaymentProfile?
         do {
             if processor.keepsCustomers { profile = try await paymentProfile(accountID: account.id) }
-            saving = try await processor.saveMethod(
+            var answer = try await processor.saveMethod(
                 paymentMethod, customer: profile?.customerID, accountID: account.id)
+            if case .declined(PaymentOutcome.customerMissingReason, _) = answer, let stale = profile {
+                // The kept customer is gone at the processor: a new one, asked once more.
+                try await forgetCustomer(accountID: account.id, customerID: stale.customerID)
+                profile = try await paymentProfile(accountID: account.id)
+                answer = try await processor.saveMethod(
+                    paymentMethod, customer: profile?.customerID, accountID: account.id)
+            }
+            saving = answer
         } catch let error as StoreError {
             throw error
         } catch {

@@ -280,7 +280,7 @@ extension Store {
     /// Step 2: the processor. An unknown outcome leaves the intent pending.
     private func charge(_ intent: PaymentIntent) async throws -> PaymentOutcome {
         do {
-            return try await processorCharge(try await firstPaymentRequest(intent))
+            return try await chargeFirstPayment(intent)
         } catch {
             throw StoreError(
                 .processorUnavailable,
@@ -548,8 +548,10 @@ extension Store {
             do {
                 outcome =
                     PaymentIntentLifecycle.plan(for: intent.request.amount) == .nothingToCharge
+                        && !(configuration.paymentProcessor.keepsCustomers
+                            && intent.productType == .autoRenewableSubscription)
                     ? .succeeded(reference: Self.noChargeReference)
-                    : try await configuration.paymentProcessor.approve(try await firstPaymentRequest(intent))
+                    : try await chargeFirstPayment(intent, approving: true)
             } catch {
                 throw StoreError(
                     .processorUnavailable,
@@ -830,6 +832,8 @@ extension Store {
                 report.left += 1
             }
         }
+        // Renewal payments left waiting for the buyer after their subscription moved on.
+        try await resolveOrphanedActions(report: &report)
         // Duplicate charges (a payment recorded twice is impossible; one charged for something already owned is refunded).
         for intent in try ledger.refundsDue() where await refundDuplicate(intent) {
             report.refunded += 1

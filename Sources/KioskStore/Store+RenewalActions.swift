@@ -37,7 +37,15 @@ extension Store {
             }
             switch resolution {
             case .charged(let charged):
-                try await completeRenewal(current, reference: charged, via: "confirmed")
+                // Recovered from billing retry, the new period starts now, as after a successful retry: the buyer
+                // is never billed for days without the entitlement. From grace it follows the old period.
+                var recorded = current
+                let ledger = self.ledger
+                let row = try await ledger.offload {
+                    try Self.renewedPeriod(current).flatMap { try ledger.subscription(originalID: $0.originalID) }
+                }
+                if row?.state == .inBillingRetry { recorded.purchaseMs = max(recorded.purchaseMs, now) }
+                try await completeRenewal(recorded, reference: charged, via: "confirmed")
             case .ended:
                 let nowMs = now
                 try await ledger.write(account: current.accountID) { db in
@@ -49,6 +57,31 @@ extension Store {
                 break
             }
             return resolution
+        }
+    }
+
+    /// Renewal payments that wait for the buyer but whose subscription no longer waits on them (bought again, ended,
+    /// auto-renew turned off, its period paid another way) are resolved: one the buyer confirmed anyway is recorded,
+    /// and refunded as a duplicate when its period is paid; one still unconfirmed is cancelled, so it can never be
+    /// charged. Reconciliation runs it; the payment of the period's last attempt of a live subscription is left to
+    /// the buyer.
+    func resolveOrphanedActions(report: inout ReconcileReport) async throws {
+        let waiting = try await ledger.offload { [ledger] in try ledger.intentsWaitingForBuyer() }
+        for intent in waiting {
+            guard let action = PaymentIntentLifecycle.pendingAction(of: intent) else { continue }
+            let ledger = self.ledger
+            let row = try await ledger.offload {
+                try Self.renewedPeriod(intent).flatMap { try ledger.subscription(originalID: $0.originalID) }
+            }
+            if let row, row.isLive, row.lastAttemptPaymentID == intent.paymentID { continue }
+            do {
+                if case .charged = try await resolveRenewalAction(intent, reference: action.reference, cancelling: true)
+                {
+                    report.charged += 1
+                }
+            } catch {
+                report.left += 1
+            }
         }
     }
 

@@ -205,6 +205,9 @@ extension Store {
                     return .renewed
                 case .close(let closing):
                     try await renewalFailed(intent, outcome: closing)
+                    if closing == "declined:\(PaymentOutcome.customerMissingReason)", let customer {
+                        try await forgetCustomer(accountID: intent.accountID, customerID: customer)
+                    }
                     return .failed
                 case .nothing, .recordDeferred, .recordFailed, .keepPending:
                     return .unknown
@@ -219,15 +222,21 @@ extension Store {
         }
     }
 
+    /// The original transaction and the period (periods paid before it) a renewal intent pays for.
+    static func renewedPeriod(_ intent: PaymentIntent) -> (originalID: String, period: Int)? {
+        // renew_<original>_<period>_<attempt>
+        let parts = intent.paymentID.split(separator: "_")
+        guard parts.count >= 4, parts.first == "renew", let period = Int(parts[parts.count - 2]) else { return nil }
+        return (parts[1..<(parts.count - 2)].joined(separator: "_"), period)
+    }
+
     /// The subscription a renewal intent pays for, and whether the intent is for the period it is renewing now.
     private static func renewedSubscription(
         _ intent: PaymentIntent, _ db: any StoreRepositories
     ) throws -> (SubscriptionRecord, current: Bool)? {
-        // renew_<original>_<period>_<attempt>
-        let parts = intent.paymentID.split(separator: "_")
-        guard parts.count >= 4, parts.first == "renew", let period = Int(parts[parts.count - 2]) else { return nil }
-        let originalID = parts[1..<(parts.count - 2)].joined(separator: "_")
-        guard let row = try db.subscription(originalID: originalID) else { return nil }
+        guard let (originalID, period) = renewedPeriod(intent),
+            let row = try db.subscription(originalID: originalID)
+        else { return nil }
         return (row, row.isLive && row.periodsPaid == period)
     }
 

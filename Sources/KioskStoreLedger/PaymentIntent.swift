@@ -75,6 +75,17 @@ extension Ledger {
         try backend.read { db in try db.intent(id: id) }
     }
 
+    /// Renewal intents closed while their payment waits for the buyer (`needs_action:…`), oldest first: one
+    /// indexed read (`payment_intents_waiting`), however many intents the ledger holds.
+    package func intentsWaitingForBuyer(limit: Int = 500) throws -> [PaymentIntent] {
+        try backend.read { db in
+            try db.fetchAll(
+                "SELECT * FROM payment_intents WHERE outcome LIKE 'needs_action:%' ORDER BY updated_ms, id LIMIT ?",
+                [limit]
+            ).map(PaymentIntent.init)
+        }
+    }
+
     /// Intents settled by reconciliation: found charged (and recorded), found not charged (and closed).
     public func reconciledCounts() throws -> (charged: Int, closed: Int) {
         try backend.read { db in

@@ -683,6 +683,9 @@ final class StripeDoubleAPI: Sendable {
                 code: code, declineCode: declineCode, message: message, charge: intent.latestCharge,
                 method: intent.paymentMethod)
             intent.lastPaymentError = error
+            // As Stripe: a failed attempt unsets the method; the error names it (`last_payment_error.payment_method`),
+            // and a confirmation passes it (or another) again.
+            intent.paymentMethod = nil
             var body = Self.fields(of: error)
             body.append(("payment_intent", Self.render(intent)))
             return Self.json(402, .object([("error", .object(body))]))

@@ -51,7 +51,7 @@ import Testing
             secretKey: Self.key, baseURL: url, requestTimeout: .seconds(10), maxRetries: 1,
             retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
         let account = "account-\(UUID().uuidString)"
-        let customer = try await stripe.createCustomer(accountID: account)
+        let customer = try await stripe.createCustomer(accountID: account, generation: "")
         #expect(customer.hasPrefix("cus_"))
         let method = try await Self.post(
             "/v1/payment_methods",
@@ -84,7 +84,7 @@ import Testing
             secretKey: Self.key, baseURL: url, requestTimeout: .seconds(10), maxRetries: 1,
             retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
         let account = "account-\(UUID().uuidString)"
-        let customer = try await stripe.createCustomer(accountID: account)
+        let customer = try await stripe.createCustomer(accountID: account, generation: "")
         let method = try await Self.post(
             "/v1/payment_methods",
             "type=card&card%5Bnumber%5D=4000002760003184&card%5Bexp_month%5D=12&card%5Bexp_year%5D=2040&card%5Bcvc%5D=123",

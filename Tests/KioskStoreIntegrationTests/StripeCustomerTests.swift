@@ -100,6 +100,93 @@ import Testing
         try await double.shutdown()
     }
 
+    /// A free trial charges nothing but still saves the buyer's method (a SetupIntent), so its first paid period
+    /// renews off-session; a card the issuer refuses fails the trial's purchase.
+    @Test func aFreeTrialSavesTheMethodItsFirstPaidPeriodRenewsWith() async throws {
+        let double = StripeDouble()
+        try await double.start()
+        defer { Task { try? await double.shutdown() } }
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let clock = TestClock()
+        let trial = OfferTerms(id: "introductory", price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1)
+        let store = try LifecycleDefectTests.store(
+            directory, clock: clock, processor: Self.stripe(double),
+            products: [LifecycleDefectTests.product("plus", price: "4.99", intro: trial)])
+        let refused = try LifecycleDefectTests.account(store)
+        let declined = try await store.purchase(
+            account: refused, productID: "plus", quantity: 1, paymentMethod: "pm_card_chargeDeclined",
+            idempotencyKey: nil, offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
+        guard case .failed(let failure) = declined.result else {
+            Issue.record("a trial with a declining card was granted: \(declined.result)")
+            return
+        }
+        #expect(failure.reason == "card_declined")
+        let buyer = try LifecycleDefectTests.account(store)
+        let bought = try await store.purchase(
+            account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil,
+            offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
+        guard case .purchased(let first) = bought.result else {
+            Issue.record("not purchased: \(bought.result)")
+            return
+        }
+        #expect(double.chargeCount == 0)
+        let profile = try #require(try await store.ledger.paymentProfile(account: buyer.id, processor: "stripe:test"))
+        #expect(double.paymentMethod(profile.paymentMethod)?.customer == profile.customerID)
+        let row = try #require(try store.ledger.subscription(originalID: first.id))
+        clock.advance(byMs: row.expiresMs - clock.now)
+        #expect(try await store.renewDueSubscriptions().renewed == 1)
+        let renewal = try #require(double.paymentIntents(forAccount: buyer.id).last)
+        #expect(renewal.offSession && renewal.paymentMethod == profile.paymentMethod && renewal.amount == 499)
+        try await double.shutdown()
+    }
+
+    /// A first payment whose answer was lost is recorded by reconciliation's lookup, and the method it saved is
+    /// kept all the same; a Customer Stripe no longer has is forgotten, and a new one is made when the buyer saves
+    /// a method again.
+    @Test func aLookedUpFirstPaymentKeepsItsMethodAndAGoneCustomerIsReplaced() async throws {
+        let double = StripeDouble()
+        try await double.start()
+        defer { Task { try? await double.shutdown() } }
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let clock = TestClock()
+        let store = try Self.store(directory, clock: clock, processor: Self.stripe(double))
+        let buyer = try LifecycleDefectTests.account(store)
+        _ = try await store.paymentProfile(accountID: buyer.id)  // the Customer first: the charge's answers are lost
+        double.loseNextAnswers(count: 2)
+        await #expect(throws: StoreError.self) {
+            try await store.purchase(
+                account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: "k")
+        }
+        clock.advance(byMs: 120_000)
+        let reconciled = try await store.reconcile(all: true)
+        #expect(reconciled.charged == 1, "\(reconciled)")
+        let first = try #require(try store.ledger.transactions(accountID: buyer.id).first)
+        let charged = try #require(double.paymentIntents(forPaymentID: first.paymentID ?? "").first)
+        let profile = try #require(try await store.ledger.paymentProfile(account: buyer.id, processor: "stripe:test"))
+        #expect(profile.paymentMethod == charged.paymentMethod, "the lookup dropped the saved method")
+
+        // The Customer is gone at Stripe (another account's id, say): the renewal is declined and the id forgotten.
+        try await store.ledger.write(account: buyer.id) { db in
+            var stale = profile
+            stale.customerID = "cus_gone"
+            try db.savePaymentProfile(stale)
+        }
+        let row = try #require(try store.ledger.subscription(originalID: first.id))
+        clock.advance(byMs: row.expiresMs - clock.now)
+        #expect(try await store.renewDueSubscriptions().failed == 1)
+        #expect(try await store.ledger.paymentProfile(account: buyer.id, processor: "stripe:test")?.customerID == "")
+        let saved = try await store.setPaymentMethod(account: buyer, paymentMethod: "pm_card_visa")
+        let fresh = try #require(try await store.ledger.paymentProfile(account: buyer.id, processor: "stripe:test"))
+        #expect(fresh.customerID.hasPrefix("cus_") && fresh.customerID != profile.customerID)
+        #expect(fresh.paymentMethod == saved.paymentMethod)
+        let retrying = try #require(try store.ledger.subscription(originalID: first.id))
+        clock.advance(byMs: max(0, retrying.dueMs - clock.now))
+        #expect(try await store.renewDueSubscriptions().renewed == 1)
+        try await double.shutdown()
+    }
+
     /// Stripe refuses a PaymentMethod used once without a Customer ("may not be used again"): the double does the
     /// same, and Kiosk never sends a renewal without a method saved to the account's Customer. It goes to billing
     /// retry instead, and the method the buyer then saves is charged off-session.
@@ -313,12 +400,19 @@ import Testing
                 #expect(error.message.contains("not confirmed yet"), "\(error)")
             }
 
-            // The buyer authenticates in the app; the app tells the store.
-            let confirmed = try await Self.post(double, "/v1/payment_intents/\(attempt.id)/confirm", "")
+            // Two days later the buyer authenticates in the app; the app tells the store.
+            clock.advance(byMs: 2 * 86_400_000)
+            let confirmedAtMs = clock.now
+            let confirmed = try await Self.post(
+                double, "/v1/payment_intents/\(attempt.id)/confirm", "payment_method=\(saved)")
             #expect(confirmed["status"] as? String == "requires_action")
             #expect(double.authenticate(paymentIntent: attempt.id))
             let recovered = try await kiosk.confirmRenewal(originalTransactionID: first.originalID)
             #expect(recovered.state == .active && recovered.periodsPaid == 2 && recovered.pendingAction == nil)
+            // Recovered from billing retry, the new period starts at the recovery: no days billed without the entitlement.
+            let afterRecovery = try #require(try store.ledger.subscription(originalID: first.originalID))
+            #expect(
+                afterRecovery.expiresMs >= confirmedAtMs + 28 * 86_400_000, "the period started before the recovery")
             #expect(double.chargeCount == 2)
             do {
                 try await kiosk.confirmRenewal(originalTransactionID: first.originalID)
@@ -370,7 +464,8 @@ import Testing
             #expect(try await store.renewDueSubscriptions().failed == 1)
             let attempt = try #require(double.paymentIntents(forAccount: buyer.id).last)
             if confirmedByBuyer {
-                _ = try await RenewalActionTests.post(double, "/v1/payment_intents/\(attempt.id)/confirm", "")
+                _ = try await RenewalActionTests.post(
+                    double, "/v1/payment_intents/\(attempt.id)/confirm", "payment_method=\(saved)")
                 #expect(double.authenticate(paymentIntent: attempt.id))
             }
             let charges = double.chargeCount
@@ -388,6 +483,56 @@ import Testing
                 #expect(intents.count == 3, "no new attempt after the cancelled one")
                 #expect(after.periodsPaid == 1 && after.isLive)
             }
+        }
+        try await double.shutdown()
+    }
+
+    /// A payment the buyer could still confirm after its subscription moved on (auto-renew turned off while it
+    /// waited) is resolved by reconciliation: confirmed anyway → recorded as a duplicate and refunded; unconfirmed →
+    /// cancelled, so it can never be charged.
+    @Test func aWaitingPaymentWhoseSubscriptionEndedIsRefundedOrCancelled() async throws {
+        let double = StripeDouble()
+        try await double.start()
+        defer { Task { try? await double.shutdown() } }
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let clock = TestClock()
+        let store = try StripeCustomerTests.store(
+            directory, clock: clock, processor: StripeCustomerTests.stripe(double))
+        for confirmedByBuyer in [true, false] {
+            let buyer = try LifecycleDefectTests.account(store)
+            let bought = try await store.purchase(
+                account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil)
+            guard case .purchased(let first) = bought.result else {
+                Issue.record("not purchased: \(bought.result)")
+                return
+            }
+            let saved = try #require(
+                try await store.ledger.paymentProfile(account: buyer.id, processor: "stripe:test")?.paymentMethod)
+            double.requireAuthentication(paymentMethod: saved)
+            let row = try #require(try store.ledger.subscription(originalID: first.id))
+            clock.advance(byMs: max(0, row.expiresMs - clock.now))
+            #expect(try await store.renewDueSubscriptions().failed == 1)
+            let attempt = try #require(double.paymentIntents(forAccount: buyer.id).last)
+            // The buyer turns auto-renew off: in billing retry it ends at once.
+            _ = try await store.setAutoRenew(account: buyer, originalID: first.id, false)
+            #expect(try store.ledger.subscription(originalID: first.id)?.isLive == false)
+            if confirmedByBuyer {
+                _ = try await RenewalActionTests.post(
+                    double, "/v1/payment_intents/\(attempt.id)/confirm", "payment_method=\(saved)")
+                #expect(double.authenticate(paymentIntent: attempt.id))
+            }
+            let refundsBefore = double.refundCount
+            _ = try await store.reconcile(all: true)
+            let settled = try #require(double.paymentIntents(forAccount: buyer.id).first { $0.id == attempt.id })
+            if confirmedByBuyer {
+                #expect(settled.amountRefunded == settled.amount, "a charge for an ended subscription was kept")
+                #expect(double.refundCount == refundsBefore + 1)
+                #expect(try store.ledger.subscription(originalID: first.id)?.periodsPaid == 1)
+            } else {
+                #expect(settled.status == "canceled")
+            }
+            #expect(try store.ledger.intentsWaitingForBuyer().allSatisfy { $0.accountID != buyer.id })
         }
         try await double.shutdown()
     }

@@ -23,7 +23,7 @@ public struct PaymentRequest: Hashable, Sendable {
     /// True for a subscription renewal the store charges at the end of a period, without the buyer present
     /// (a merchant-initiated charge of the stored payment method).
     public var isRenewal: Bool
-    /// The account's customer at the processor (``PaymentProcessor/createCustomer(accountID:)``), set for a
+    /// The account's customer at the processor (``PaymentProcessor/createCustomer(accountID:generation:)``), set for a
     /// subscription's payments when the processor ``PaymentProcessor/keepsCustomers``: a renewal charges the
     /// customer's saved ``paymentMethod`` without the buyer (off-session); nil otherwise.
     public var customer: String?
@@ -78,6 +78,12 @@ public enum PaymentOutcome: Hashable, Sendable {
     /// store asks ``PaymentProcessor/resolveAction(reference:cancelling:)`` what became of it. Answered for
     /// renewals only (a purchase's buyer is there: the processor declines with `authentication_required`).
     case needsAction(reference: String, clientSecret: String)
+}
+
+extension PaymentOutcome {
+    /// The decline reason of a processor that no longer has the customer the store kept for the account (deleted,
+    /// or another processor account's): the store forgets it, and makes a new one when it next needs one.
+    public static let customerMissingReason = "customer_missing"
 }
 
 /// What a processor knows of a payment id, asked when the store reconciles a
@@ -141,14 +147,16 @@ public protocol PaymentProcessor: Sendable {
     func refusal(toCharge price: Money) -> String?
 
     /// True for a processor that charges renewals to a customer's saved method (Stripe): the store keeps one
-    /// customer per account (``createCustomer(accountID:)``, its id in the ledger), a subscription's first payment
+    /// customer per account (``createCustomer(accountID:generation:)``, its id in the ledger), a subscription's first payment
     /// saves its method to it (``PaymentRequest/savesMethod``), and renewals charge that customer's saved method
     /// off-session. A subscription with no saved method is never sent for renewal. False (the default): renewals
     /// charge the subscription's last payment method as it is.
     var keepsCustomers: Bool { get }
-    /// Creates the account's customer and answers its id; asked again for the same account, answers the same
-    /// customer (idempotent). Only asked when ``keepsCustomers``.
-    func createCustomer(accountID: String) async throws -> String
+    /// Creates the account's customer and answers its id; asked again for the same account and `generation`,
+    /// answers the same customer (idempotent, so two store processes racing make one). `generation` is empty the
+    /// first time; after the store forgot a customer the processor no longer has, it names that change, so a new
+    /// customer is made. Only asked when ``keepsCustomers``.
+    func createCustomer(accountID: String, generation: String) async throws -> String
     /// Saves `method` for charges without the buyer (renewals, billing retries): to `customer` when the processor
     /// ``keepsCustomers``. Answers the saved method's id, or why it was refused. Must not charge. The default
     /// takes any method as it is.
@@ -184,7 +192,7 @@ extension PaymentProcessor {
     public var lookupDelay: Duration { .zero }
     public func refusal(toCharge price: Money) -> String? { nil }
     public var keepsCustomers: Bool { false }
-    public func createCustomer(accountID: String) async throws -> String {
+    public func createCustomer(accountID: String, generation: String) async throws -> String {
         throw PaymentProcessorError("\(name) keeps no customers")
     }
     public func saveMethod(_ method: String, customer: String?, accountID: String) async throws -> MethodSaving {

@@ -23,7 +23,7 @@ import NIOHTTP1
 ///   server can confirm without a `return_url`; a payment that needs the buyer
 ///   to authenticate (3-D Secure) is cancelled and declined with
 ///   `authentication_required`.
-/// - A subscription's payments go to the account's Customer (``createCustomer(accountID:)``, once per account,
+/// - A subscription's payments go to the account's Customer (``createCustomer(accountID:generation:)``, once per account,
 ///   its id kept in the store's ledger): the first with `setup_future_usage=off_session`, which saves its method
 ///   to the Customer; renewals with that saved method and `off_session=true`. ``saveMethod(_:customer:accountID:)``
 ///   saves a method the buyer replaces it with (a SetupIntent; nothing is charged).
@@ -171,13 +171,13 @@ public struct StripePaymentProcessor: PaymentProcessor {
     public var keepsCustomers: Bool { true }
 
     /// Creates the account's Customer (`POST /v1/customers`, `metadata[kiosk_account_id]`), with
-    /// `Idempotency-Key: customer-<account>`: asked again within Stripe's 24 hours, Stripe answers the same
-    /// Customer. The store keeps its id in the ledger, so it is asked once per account.
-    public func createCustomer(accountID: String) async throws -> String {
+    /// `Idempotency-Key: customer-<account>[-<generation>]`: asked again within Stripe's 24 hours, Stripe answers
+    /// the same Customer. The store keeps its id in the ledger, so it is asked once per account (and generation).
+    public func createCustomer(accountID: String, generation: String) async throws -> String {
         let response = try await send(
             .POST, "/v1/customers",
             form: [("metadata[kiosk_account_id]", accountID), ("description", "Kiosk account \(accountID)")],
-            idempotencyKey: "customer-\(accountID)")
+            idempotencyKey: "customer-\(accountID)" + (generation.isEmpty ? "" : "-\(generation)"))
         try Self.requireSuccess(response)
         return try response.decode(StripeCustomer.self).id
     }
@@ -328,8 +328,8 @@ public struct StripePaymentProcessor: PaymentProcessor {
     private func outcome(of intent: StripePaymentIntent, request: PaymentRequest) async throws -> PaymentOutcome {
         switch intent.status {
         case "succeeded":
-            await recentCharges.remember(intent.id, for: request.paymentID)
-            return .succeeded(reference: intent.id, savedMethod: request.savesMethod ? intent.paymentMethod : nil)
+            await recentCharges.remember(intent, for: request.paymentID)
+            return .succeeded(reference: intent.id, savedMethod: intent.savedMethod)
         case "requires_payment_method":
             return Self.declined(intent.lastPaymentError ?? StripeErrorBody(type: "card_error", code: "card_declined"))
         case "requires_action" where request.isRenewal:
@@ -384,6 +384,10 @@ public struct StripePaymentProcessor: PaymentProcessor {
         if error.param == "payment_method" {
             return .declined(reason: "invalid_payment_method", message: message)
         }
+        if error.param == "customer" {
+            // The Customer the store kept is gone (deleted, or another Stripe account's): the store forgets it.
+            return .declined(reason: PaymentOutcome.customerMissingReason, message: message)
+        }
         if error.param == "amount" || error.code == "amount_too_small" || error.code == "amount_too_large" {
             return .declined(reason: "invalid_amount", message: message)
         }
@@ -402,20 +406,20 @@ public struct StripePaymentProcessor: PaymentProcessor {
     /// recently than ``lookupDelay`` may be answered `notCharged` wrongly, so the
     /// store reconciles only payments older than that.
     public func lookup(_ request: PaymentRequest) async throws -> PaymentLookup {
-        if let reference = await recentCharges.intentID(for: request.paymentID) {
-            return .charged(reference: reference)
+        if let recent = await recentCharges.charge(for: request.paymentID) {
+            return .charged(reference: recent.intentID, savedMethod: recent.savedMethod)
         }
         let intents = try await searchIntents(paymentID: request.paymentID)
         if let charged = intents.first(where: { $0.status == "succeeded" }) {
-            await recentCharges.remember(charged.id, for: request.paymentID)
-            return .charged(reference: charged.id, savedMethod: request.savesMethod ? charged.paymentMethod : nil)
+            await recentCharges.remember(charged, for: request.paymentID)
+            return .charged(reference: charged.id, savedMethod: charged.savedMethod)
         }
         for intent in intents {
             let settled = Self.cancellableStatuses.contains(intent.status) ? try await cancel(intent) : intent
             switch settled.status {
             case "succeeded":
-                await recentCharges.remember(settled.id, for: request.paymentID)
-                return .charged(reference: settled.id)
+                await recentCharges.remember(settled, for: request.paymentID)
+                return .charged(reference: settled.id, savedMethod: settled.savedMethod)
             case "canceled":
                 continue
             default:
@@ -495,7 +499,7 @@ public struct StripePaymentProcessor: PaymentProcessor {
     /// The id of the payment's succeeded PaymentIntent; nil when Stripe has
     /// PaymentIntents for it but none succeeded.
     private func chargedIntentID(for request: PaymentRequest) async throws -> String? {
-        if let intentID = await recentCharges.intentID(for: request.paymentID) { return intentID }
+        if let recent = await recentCharges.charge(for: request.paymentID) { return recent.intentID }
         let intents = try await searchIntents(paymentID: request.paymentID)
         if let charged = intents.first(where: { $0.status == "succeeded" }) { return charged.id }
         guard !intents.isEmpty else {
@@ -617,20 +621,20 @@ public struct StripePaymentProcessor: PaymentProcessor {
 /// The PaymentIntents this process charged lately, by payment id: a refund or a
 /// lookup right after a charge cannot rely on Stripe's lagging search index.
 private actor RecentStripeCharges {
-    private var intentIDs: [String: String] = [:]
+    private var charges: [String: (intentID: String, savedMethod: String?)] = [:]
     private var order: [String] = []
     private let capacity = 10_000
 
-    func remember(_ intentID: String, for paymentID: String) {
-        if intentIDs.updateValue(intentID, forKey: paymentID) == nil { order.append(paymentID) }
+    func remember(_ intent: StripePaymentIntent, for paymentID: String) {
+        if charges.updateValue((intent.id, intent.savedMethod), forKey: paymentID) == nil { order.append(paymentID) }
         if order.count > capacity {
             let dropped = order.prefix(order.count - capacity)
-            for paymentID in dropped { intentIDs[paymentID] = nil }
+            for paymentID in dropped { charges[paymentID] = nil }
             order.removeFirst(dropped.count)
         }
     }
 
-    func intentID(for paymentID: String) -> String? { intentIDs[paymentID] }
+    func charge(for paymentID: String) -> (intentID: String, savedMethod: String?)? { charges[paymentID] }
 }
 
 /// Kiosk amounts in Stripe's units.
@@ -753,12 +757,20 @@ struct StripePaymentIntent: Decodable, Sendable {
     var lastPaymentError: StripeErrorBody?
     var paymentMethod: String?
     var clientSecret: String?
+    var customer: String?
+    var setupFutureUsage: String?
+
+    /// The method a succeeded payment saved to its Customer for off-session use (`setup_future_usage`), else nil.
+    var savedMethod: String? {
+        status == "succeeded" && customer != nil && setupFutureUsage == "off_session" ? paymentMethod : nil
+    }
 
     enum CodingKeys: String, CodingKey {
-        case id, status, amount, currency, metadata
+        case id, status, amount, currency, metadata, customer
         case lastPaymentError = "last_payment_error"
         case paymentMethod = "payment_method"
         case clientSecret = "client_secret"
+        case setupFutureUsage = "setup_future_usage"
     }
 }
 
