@@ -873,7 +873,7 @@ extension Store {
     static let closedUncharged = PaymentIntentLifecycle.closedUncharged
 
     /// Records a payment the processor says it charged, as its kind records it.
-    private func recordCharged(
+    func recordCharged(
         _ intent: PaymentIntent, reference: String, savedMethod: String? = nil, via: String
     ) async throws {
         switch intent.kind {
@@ -885,7 +885,7 @@ extension Store {
         }
     }
 
-    private func settle(_ intent: PaymentIntent, report: inout ReconcileReport) async throws {
+    func settle(_ intent: PaymentIntent, report: inout ReconcileReport) async throws {
         var settled = report
         try await locks.withLock(intent.paymentID) {
             // Read again under the lock: a retry in this process may have settled it meanwhile.

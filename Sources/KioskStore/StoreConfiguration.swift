@@ -71,6 +71,11 @@ public struct StoreConfiguration: Sendable {
     /// Called after a purchase is committed and before it is answered; for
     /// tests that lose the answer on the way (KioskTesting's `holdNextAnswer`).
     public var purchaseCommitted: (@Sendable (PurchaseOutcome) async -> Void)?
+    /// The signing secrets (`whsec_…`) of the Stripe webhook endpoint (``StripeWebhookServer``): a delivery signed
+    /// with none of them is refused. Several during a rotation; empty: every delivery is refused.
+    public var stripeWebhookSecrets: [String] = []
+    /// How far a Stripe delivery's signature timestamp may be from now (Stripe's default: 5 minutes).
+    public var stripeWebhookTolerance: Duration = .seconds(300)
 
     /// Creates a configuration: sandbox, simulated payments, 7-day idempotency keys,
     /// revocations polled every 200 ms, heartbeats every second,

@@ -221,8 +221,21 @@ struct Serve: AsyncParsableCommand {
         name: .customLong("ask-to-buy-expiry-s"),
         help: "Decline ask-to-buy requests not approved within this many seconds (0: never).")
     var askToBuyExpiryS: Int = 86_400
+    @Option(
+        name: .customLong("stripe-webhook-port"),
+        help:
+            "Serve Stripe's webhooks (POST /stripe/webhook) on this loopback port, behind your TLS proxy; 0 picks a free one. Needs --stripe-webhook-secret-file."
+    )
+    var stripeWebhookPort: Int?
+    @Option(
+        name: .customLong("stripe-webhook-secret-file"),
+        help: "A file holding the endpoint's signing secret (whsec_…); give it twice during a rotation.")
+    var stripeWebhookSecretFiles: [String] = []
 
     func validate() throws {
+        if stripeWebhookPort != nil, stripeWebhookSecretFiles.isEmpty {
+            throw ValidationError("--stripe-webhook-port needs --stripe-webhook-secret-file FILE")
+        }
         guard timeScale >= 1, timeScale <= 1_000_000 else {
             throw ValidationError("--time-scale must be between 1 and 1000000")
         }
@@ -244,6 +257,20 @@ struct Serve: AsyncParsableCommand {
         try payments.apply(to: &configuration)
         configuration.renewalInterval = .milliseconds(renewalIntervalMs)
         configuration.askToBuyExpiry = askToBuyExpiryS == 0 ? nil : .seconds(askToBuyExpiryS)
+        for file in stripeWebhookSecretFiles {
+            let secret: String
+            do {
+                secret = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
+                    in: .whitespacesAndNewlines)
+            } catch {
+                throw ValidationError(
+                    "cannot read the Stripe webhook secret from \(file): \(error.localizedDescription)")
+            }
+            guard secret.hasPrefix("whsec_") else {
+                throw ValidationError("\(file) does not hold a Stripe webhook signing secret (whsec_…)")
+            }
+            configuration.stripeWebhookSecrets.append(secret)
+        }
         if timeScale != 1 {
             if environment == .production {
                 logger.warning("--time-scale is ignored in production: subscriptions renew on the calendar")
@@ -279,13 +306,25 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-store: \(error.description)\n".utf8))
             throw ExitCode(2)
         }
+        let webhooks = stripeWebhookPort.map { _ in StripeWebhookServer(store: server.store) }
+        do {
+            if let webhooks, let stripeWebhookPort {
+                try await webhooks.start(host: "127.0.0.1", port: stripeWebhookPort)
+            }
+        } catch {
+            FileHandle.standardError.write(Data("kiosk-store: cannot serve Stripe's webhooks: \(error)\n".utf8))
+            await server.shutdown()
+            throw ExitCode(2)
+        }
         // Scripts and tests read this line to learn the port; it is printed once SIGTERM and SIGHUP are trapped.
         let banner =
             "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(loadedCatalog.products.count) products)\n"
+            + (webhooks.map { "kiosk-store Stripe webhooks on 127.0.0.1:\($0.port)\(StripeWebhookServer.path)\n" } ?? "")
         try await ServiceHosting.serve(
             announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
             shutdown: {
                 logger.info("shutting down")
+                await webhooks?.shutdown()
                 await server.shutdown()
             },
             reloading: tls, logger: logger)

@@ -36,3 +36,29 @@ extension Ledger {
         try await backend.readStatement { db in try db.paymentProfile(account: account, processor: processor) }
     }
 }
+
+extension LedgerDatabase {
+    /// What the store did with the processor's event `id`.
+    public func processorEventOutcome(id: String) throws -> String? {
+        try value(String.self, "SELECT outcome FROM processor_events WHERE id = ?", [id])
+    }
+
+    /// Records the event once: false when it was recorded already.
+    public func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool {
+        try execute(
+            "INSERT INTO processor_events (id, type, outcome, received_ms) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            [id, type, outcome, nowMs]) > 0
+    }
+}
+
+extension Ledger {
+    /// What the store did with the processor's event `id`, read outside any write.
+    package func processorEventOutcome(id: String) async throws -> String? {
+        try await backend.readStatement { db in try db.processorEventOutcome(id: id) }
+    }
+
+    /// The transaction recorded for payment `paymentID`, read outside any write.
+    package func transaction(paymentID: String) async throws -> TransactionRecord? {
+        try await backend.readStatement { db in try db.transaction(paymentID: paymentID) }
+    }
+}

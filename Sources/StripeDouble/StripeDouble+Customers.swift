@@ -265,7 +265,8 @@ extension StripeDouble {
     /// there is no such PaymentIntent waiting.
     @discardableResult
     public func authenticate(paymentIntent id: String) -> Bool {
-        api.withState { api.authenticate(id, &$0) }
+        defer { api.sendOutbox() }
+        return api.withState { api.authenticate(id, &$0) }
     }
 
     /// The ids of the Customers whose `metadata[key]` is `value`, oldest first.

@@ -282,6 +282,10 @@ final class StripeDoubleAPI: Sendable {
         var setupIntents: [String: DoubleJSON] = [:]
         /// PaymentMethods whose issuer wants the buyer to authenticate their next charge (``StripeDouble/requireAuthentication(paymentMethod:)``).
         var authenticationRequired: Set<String> = []
+        /// Events made by the last request, sent to the webhook endpoint once it is answered.
+        var outbox: [OutgoingEvent] = []
+        /// Disputes by id.
+        var disputes: [String: Dispute] = [:]
     }
 
     /// An HTTP request, body read.
@@ -319,7 +323,9 @@ final class StripeDoubleAPI: Sendable {
     static let defaultAPIVersion = "2024-06-20"
 
     private let secretKey: String
-    private let state = NIOLockedValueBox(State())
+    let state = NIOLockedValueBox(State())
+    /// Where events go (``StripeDouble/sendWebhooks(to:secret:)``); nil: nowhere.
+    let webhookSender = NIOLockedValueBox<StripeWebhookSender?>(nil)
 
     init(secretKey: String) {
         self.secretKey = secretKey
@@ -333,6 +339,7 @@ final class StripeDoubleAPI: Sendable {
 
     func handle(_ request: Request) -> Reply {
         if request.method == "GET" && request.path == "/_double/stats" { return .respond(stats()) }
+        defer { sendOutbox() }
         return state.withLockedValue { state in
             var (response, replayed) = answer(request, &state)
             response.headers.append(("Request-Id", request.id))
@@ -668,6 +675,7 @@ final class StripeDoubleAPI: Sendable {
             intent.status = "succeeded"
             intent.amountReceived = intent.amount
             state.chargeCount += 1
+            emit("payment_intent.succeeded", Self.render(intent), &state)
             return Self.json(200, Self.render(intent))
         case .requireAction:
             intent.latestCharge = nil
@@ -686,6 +694,7 @@ final class StripeDoubleAPI: Sendable {
             // As Stripe: a failed attempt unsets the method; the error names it (`last_payment_error.payment_method`),
             // and a confirmation passes it (or another) again.
             intent.paymentMethod = nil
+            emit("payment_intent.payment_failed", Self.render(intent), &state)
             var body = Self.fields(of: error)
             body.append(("payment_intent", Self.render(intent)))
             return Self.json(402, .object([("error", .object(body))]))
@@ -741,6 +750,7 @@ final class StripeDoubleAPI: Sendable {
         state.chargeCount += 1
         if let method = intent.paymentMethod { state.authenticationRequired.remove(method) }
         state.intents[id] = intent
+        emit("payment_intent.succeeded", Self.render(intent), &state)
         return true
     }
 
@@ -906,12 +916,13 @@ final class StripeDoubleAPI: Sendable {
             ("reason", params["reason"].map(DoubleJSON.string) ?? .null), ("status", .string("succeeded")),
         ])
         state.refunds[refundID] = refund
+        emit("charge.refunded", Self.renderCharge(intent, charge: charge), &state)
         return Execution(response: Self.json(200, refund), stored: true)
     }
 
     // MARK: Rendering
 
-    private static func render(_ intent: Intent) -> DoubleJSON {
+    static func render(_ intent: Intent) -> DoubleJSON {
         let customer: DoubleJSON = intent.customer.map(DoubleJSON.string) ?? .null
         let setupFutureUsage: DoubleJSON = intent.setupFutureUsage.map(DoubleJSON.string) ?? .null
         return .object([

@@ -1653,6 +1653,10 @@ extension StoreV1 {
         /// grace or billing retry until the buyer confirms the payment in the app
         /// (SubscriptionStatus.action_client_secret, then ConfirmRenewal).
         public static let renewalNeedsAction = EventType(rawValue: 13)
+        /// The buyer's bank opened a dispute (chargeback) of the payment, reported
+        /// by the processor (Stripe's charge.dispute.created): the transaction is
+        /// revoked (EVENT_TYPE_REFUNDED too) without a refund. reason: the dispute's.
+        public static let disputed = EventType(rawValue: 14)
         public var description: String {
         switch rawValue {
         case 0: "EVENT_TYPE_UNSPECIFIED"
@@ -1669,6 +1673,7 @@ extension StoreV1 {
         case 11: "EVENT_TYPE_REFUND_REQUESTED"
         case 12: "EVENT_TYPE_REFUND_DENIED"
         case 13: "EVENT_TYPE_RENEWAL_NEEDS_ACTION"
+        case 14: "EVENT_TYPE_DISPUTED"
         default: "EventType(\(rawValue))"
         }
         }

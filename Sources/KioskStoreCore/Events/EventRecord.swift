@@ -5,7 +5,7 @@
 ///
 /// Open, as the log is: replicas of different versions share one ledger during an upgrade, and an
 /// event a newer one recorded is kept, listed, signed and delivered by an older one with its number
-/// (``isKnown`` false, named `EventType(14)`), never dropped or refused.
+/// (``isKnown`` false, named `EventType(15)`), never dropped or refused.
 public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     public var rawValue: Int32
     public init(rawValue: Int32) { self.rawValue = rawValue }
@@ -38,18 +38,21 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// in grace or billing retry until they confirm it in the app (its status carries what the app needs, to that
     /// account only).
     public static let renewalNeedsAction = EventKind(rawValue: 13)
+    /// The buyer's bank opened a dispute (a chargeback) of the transaction's payment: it is revoked (a REFUNDED
+    /// event too), without a refund; the money goes back through the dispute.
+    public static let disputed = EventKind(rawValue: 14)
 
     /// The kinds this version records, in number order.
     public static let known: [EventKind] = [
         .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged,
         .test,
-        .refundRequested, .refundDenied, .renewalNeedsAction,
+        .refundRequested, .refundDenied, .renewalNeedsAction, .disputed,
     ]
 
     /// True for a kind this version records.
-    public var isKnown: Bool { rawValue >= 1 && rawValue <= 13 }
+    public var isKnown: Bool { rawValue >= 1 && rawValue <= 14 }
 
-    /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(14)` for a kind this version does not know.
+    /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(15)` for a kind this version does not know.
     public var shortName: String {
         switch rawValue {
         case 1: "PURCHASED"
@@ -65,6 +68,7 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 11: "REFUND_REQUESTED"
         case 12: "REFUND_DENIED"
         case 13: "RENEWAL_NEEDS_ACTION"
+        case 14: "DISPUTED"
         default: "EventType(\(rawValue))"
         }
     }

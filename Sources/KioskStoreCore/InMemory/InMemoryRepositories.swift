@@ -63,6 +63,8 @@ public final class InMemoryLedger: @unchecked Sendable {
         public internal(set) var webhookLease: (owner: String, untilMs: Int64)?
         /// Service credentials with the hash of their secret, in the order they were added.
         public internal(set) var serviceCredentials: [(credential: ServiceCredentialRecord, tokenHash: [UInt8])] = []
+        /// Processor events handled, by event id: type and outcome.
+        public internal(set) var processorEvents: [String: (type: String, outcome: String, receivedMs: Int64)] = [:]
         /// Payment profiles by account, then processor.
         public internal(set) var paymentProfiles: [String: [String: PaymentProfile]] = [:]
         /// Refund requests by transaction id.
@@ -381,6 +383,16 @@ public final class InMemoryRepositories: StoreRepositories {
         guard let key, replacing || state.idempotentAnswers[account]?[key] == nil else { return }
         state.idempotentAnswers[account, default: [:]][key] = InMemoryLedger.State.IdempotentAnswer(
             operation: operation, requestHash: hash, response: response, createdMs: nowMs)
+    }
+
+    /// What the store did with the processor's event `id`.
+    public func processorEventOutcome(id: String) throws -> String? { state.processorEvents[id]?.outcome }
+
+    /// Records the event once.
+    public func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool {
+        guard state.processorEvents[id] == nil else { return false }
+        state.processorEvents[id] = (type, outcome, nowMs)
+        return true
     }
 
     /// The account's customer at `processor`.

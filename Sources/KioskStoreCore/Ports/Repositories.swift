@@ -151,10 +151,19 @@ public protocol CredentialRepository {
     func revokedServiceCredentialIDs() throws -> Set<String>
 }
 
+/// Events a payment processor sent the store (Stripe's webhooks), by the processor's event id: each is acted on
+/// once.
+public protocol ProcessorEventRepository {
+    /// What the store did with the processor's event `id`, or nil when it never saw it.
+    func processorEventOutcome(id: String) throws -> String?
+    /// Records that the event was handled and how; false when it was recorded already (another delivery won).
+    func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool
+}
+
 /// Everything a purchase, renewal or refund reads and writes in one ledger transaction.
 public typealias StoreRepositories = TransactionRepository & AccountRepository & PaymentIntentRepository
     & SubscriptionRepository & RefundRequestRepository & EventRepository & CredentialRepository & WebhookRepository
-    & KeyRepository & RevocationRepository
+    & KeyRepository & RevocationRepository & ProcessorEventRepository
 
 extension TransactionRepository {
     /// Records a new transaction with the event its state implies.

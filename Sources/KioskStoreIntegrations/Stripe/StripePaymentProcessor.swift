@@ -262,6 +262,12 @@ public struct StripePaymentProcessor: PaymentProcessor {
         }
     }
 
+    /// The Kiosk payment id a PaymentIntent was made for (`metadata[kiosk_payment_id]`), nil for one Kiosk did not
+    /// make. For webhook objects that name a PaymentIntent but not its metadata (a Charge, a Dispute).
+    public func paymentID(ofPaymentIntent id: String) async throws -> String? {
+        try await retrieve(id).metadata?["kiosk_payment_id"]
+    }
+
     /// Declines, without asking Stripe, a payment method that is not Stripe's.
     private static func localRefusal(of request: PaymentRequest) -> PaymentOutcome? {
         let method = request.paymentMethod

@@ -194,7 +194,13 @@ typedef enum _Kiosk__Store__V1__EventType {
    * grace or billing retry until the buyer confirms the payment in the app
    * (SubscriptionStatus.action_client_secret, then ConfirmRenewal).
    */
-  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_NEEDS_ACTION = 13
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_NEEDS_ACTION = 13,
+  /*
+   * The buyer's bank opened a dispute (chargeback) of the payment, reported
+   * by the processor (Stripe's charge.dispute.created): the transaction is
+   * revoked (EVENT_TYPE_REFUNDED too) without a refund. reason: the dispute's.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DISPUTED = 14
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
 } Kiosk__Store__V1__EventType;
 /*

@@ -1,0 +1,142 @@
+import Foundation
+import KioskRPC
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// The store's endpoint for Stripe's webhooks: `POST /stripe/webhook` over HTTP/1.1, each delivery's
+/// `Stripe-Signature` checked before anything is read from it (``Store/receiveStripeEvent(signature:body:)``).
+///
+/// Answers 200 for an event handled or ignored (Stripe stops sending it), 400 for a delivery refused (bad
+/// signature, outside the tolerance, not an event: Stripe retries, and a forger learns nothing), 404 for another
+/// path, 405 for another method, 413 for a body over 1 MiB, 503 when the store could not act now (the ledger or
+/// Stripe unavailable: Stripe sends it again later, for up to three days).
+public final class StripeWebhookServer: Sendable {
+    /// The largest body taken: Stripe's events are a few kilobytes.
+    public static let maxBody = 1 << 20
+    /// The path Stripe posts to.
+    public static let path = "/stripe/webhook"
+
+    private let store: Store
+    private let group: any EventLoopGroup
+    private let state = NIOLockedValueBox<(channel: (any Channel)?, port: Int)>((nil, 0))
+    private let connections = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+
+    /// An endpoint for `store`; ``start(host:port:)`` listens.
+    public init(store: Store, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) {
+        self.store = store
+        self.group = group
+    }
+
+    /// Listens on `host`:`port` (0: a port the system picks; see ``port``). Plaintext: on an address that is not
+    /// loopback it is refused, so TLS is terminated in front of it (Stripe posts only to HTTPS).
+    public func start(host: String = "127.0.0.1", port: Int = 0) async throws {
+        guard Loopback.contains(host: host) else {
+            throw StoreError(
+                .conflict,
+                "the Stripe webhook endpoint listens on loopback only (\(host) is not): put a TLS proxy in front of it")
+        }
+        let store = self.store
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { [weak self] channel in
+                self?.track(channel)
+                return channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(StripeWebhookHandler(store: store))
+                }
+            }
+            .bind(host: host, port: port).get()
+        state.withLockedValue {
+            $0.channel = channel
+            $0.port = channel.localAddress?.port ?? 0
+        }
+    }
+
+    /// The port listened on.
+    public var port: Int { state.withLockedValue { $0.port } }
+
+    /// Stops listening and closes open connections.
+    public func shutdown() async {
+        let channel = state.withLockedValue { state -> (any Channel)? in
+            defer { state.channel = nil }
+            return state.channel
+        }
+        try? await channel?.close().get()
+        for connection in connections.withLockedValue({ Array($0.values) }) { try? await connection.close().get() }
+    }
+
+    private func track(_ channel: any Channel) {
+        let id = ObjectIdentifier(channel)
+        connections.withLockedValue { $0[id] = channel }
+        channel.closeFuture.whenComplete { [weak self] _ in
+            _ = self?.connections.withLockedValue { $0.removeValue(forKey: id) }
+        }
+    }
+}
+
+private final class StripeWebhookHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let store: Store
+    private var head: HTTPRequestHead?
+    private var body: [UInt8] = []
+    private var tooLarge = false
+
+    init(store: Store) {
+        self.store = store
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+            body = []
+            tooLarge = false
+        case .body(let chunk):
+            if body.count + chunk.readableBytes > StripeWebhookServer.maxBody {
+                tooLarge = true
+            } else {
+                body += chunk.readableBytesView
+            }
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            let payload = body
+            body = []
+            if tooLarge { return respond(context, head, 413, "the body is over 1 MiB") }
+            guard head.uri.split(separator: "?").first.map(String.init) == StripeWebhookServer.path else {
+                return respond(context, head, 404, "no such endpoint; Stripe posts to \(StripeWebhookServer.path)")
+            }
+            guard head.method == .POST else { return respond(context, head, 405, "POST only") }
+            let signature = head.headers.first(name: "Stripe-Signature")
+            let store = self.store
+            let loop = context.eventLoop
+            let context = NIOLoopBound(context, eventLoop: loop)
+            let answered = loop.makeFutureWithTask {
+                await store.receiveStripeEvent(signature: signature, body: payload)
+            }
+            answered.whenSuccess { [self] answer in
+                self.respond(context.value, head, answer.status, answer.message)
+            }
+        }
+    }
+
+    private func respond(_ context: ChannelHandlerContext, _ head: HTTPRequestHead, _ status: Int, _ message: String) {
+        var buffer = context.channel.allocator.buffer(capacity: message.utf8.count + 1)
+        buffer.writeString(message + "\n")
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+        headers.add(name: "Content-Length", value: String(buffer.readableBytes))
+        context.write(
+            wrapOutboundOut(
+                .head(
+                    HTTPResponseHead(
+                        version: head.version, status: HTTPResponseStatus(statusCode: status), headers: headers))
+            ), promise: nil)
+        context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+    }
+}

@@ -1,0 +1,26 @@
+import KioskStoreCore
+
+extension LedgerMigration {
+    /// v12-processor-events: the payment processor's events the store handled (Stripe's webhooks), by event id, so
+    /// each is acted on once however often it is delivered. A new table: stores of the version before never read it.
+    package static let v012ProcessorEvents = LedgerMigration(
+        id: "v12-processor-events",
+        sqlite: [
+            """
+            CREATE TABLE processor_events (
+              id TEXT PRIMARY KEY,
+              type TEXT NOT NULL,
+              outcome TEXT NOT NULL,
+              received_ms INTEGER NOT NULL
+            );
+            """
+        ],
+        postgres: """
+            CREATE TABLE processor_events (
+              id TEXT PRIMARY KEY,
+              type TEXT NOT NULL,
+              outcome TEXT NOT NULL,
+              received_ms BIGINT NOT NULL
+            );
+            """)
+}

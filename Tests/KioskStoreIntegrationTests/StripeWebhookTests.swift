@@ -1,0 +1,210 @@
+import AsyncHTTPClient
+import Foundation
+import KioskAPI
+import KioskStoreCore
+import KioskStoreIntegrations
+import KioskStoreTestSupport
+import NIOCore
+import NIOFoundationCompat
+import StripeDouble
+import Testing
+
+@testable import KioskStore
+
+/// Stripe-Signature as Stripe documents it: HMAC-SHA256 of `"<t>.<body>"`, hex, within a tolerance, any of the
+/// endpoint's secrets.
+@Suite struct StripeWebhookSignatureTests {
+    let body = Array(#"{"id":"evt_1","type":"charge.refunded","data":{"object":{}}}"#.utf8)
+    let now: Int64 = 1_800_000_000
+
+    @Test func aGoodSignatureIsTakenWithAnyOfTheSecrets() throws {
+        let header = StripeWebhookVerifier.header(payload: body, timestamp: now - 10, secret: "whsec_new")
+        let verifier = StripeWebhookVerifier(secrets: ["whsec_old", "whsec_new"])
+        #expect(try verifier.verify(payload: body, header: header, nowSeconds: now) == now - 10)
+        // Several v1 signatures (Stripe sends one per active secret during a rotation): one that matches is enough.
+        let two = header + ",v1=" + String(repeating: "0", count: 64)
+        #expect(try verifier.verify(payload: body, header: two, nowSeconds: now) == now - 10)
+    }
+
+    @Test func forgedLateOrMalformedDeliveriesAreRefused() {
+        let verifier = StripeWebhookVerifier(secrets: ["whsec_right"])
+        let good = StripeWebhookVerifier.header(payload: body, timestamp: now, secret: "whsec_right")
+        let cases: [(String?, [UInt8], Int64, StripeWebhookVerifier.Refusal)] = [
+            (nil, body, now, .missingHeader),
+            ("v1=abc", body, now, .malformedHeader),
+            ("t=\(now)", body, now, .noSignature),
+            ("t=\(now),v0=" + String(repeating: "a", count: 64), body, now, .noSignature),
+            (
+                StripeWebhookVerifier.header(payload: body, timestamp: now, secret: "whsec_wrong"), body, now,
+                .noMatchingSignature
+            ),
+            (good, body + Array(" ".utf8), now, .noMatchingSignature),
+            (good, body, now + 301, .outsideTolerance(ageSeconds: 301)),
+        ]
+        for (header, payload, at, refusal) in cases {
+            #expect(throws: refusal) { try verifier.verify(payload: payload, header: header, nowSeconds: at) }
+        }
+    }
+}
+
+/// Money that moves at Stripe reaches Kiosk by signed webhook: a refund made at the double's "dashboard" (its API,
+/// not Kiosk's) revokes the transaction, a dispute revokes it, a payment whose answer was lost is recorded from
+/// its event; a replayed or badly signed delivery changes nothing.
+@Suite(.timeLimit(.minutes(2))) struct StripeWebhookTests {
+    static let secret = "whsec_kiosk_test_endpoint"
+
+    struct Setup {
+        let double: StripeDouble
+        let store: Store
+        let endpoint: StripeWebhookServer
+        let directory: String
+        var url: String { "http://127.0.0.1:\(endpoint.port)\(StripeWebhookServer.path)" }
+    }
+
+    static func withSetup(_ body: (Setup) async throws -> Void) async throws {
+        let double = StripeDouble()
+        try await double.start()
+        let directory = temporaryDirectory()
+        var configuration = try StripeCustomerTests.configuration(
+            directory, clock: TestClock(), processor: StripeCustomerTests.stripe(double))
+        configuration.stripeWebhookSecrets = [secret]
+        let store = try Store(configuration: configuration)
+        try store.prepareToServe()
+        let endpoint = StripeWebhookServer(store: store)
+        try await endpoint.start()
+        let setup = Setup(double: double, store: store, endpoint: endpoint, directory: directory)
+        double.sendWebhooks(to: setup.url, secret: secret)
+        do {
+            try await body(setup)
+        } catch {
+            await endpoint.shutdown()
+            try? await double.shutdown()
+            try? FileManager.default.removeItem(atPath: directory)
+            throw error
+        }
+        await endpoint.shutdown()
+        try await double.shutdown()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Waits (at most `seconds`) until `condition` holds; false if it never did.
+    static func eventually(within seconds: Double = 5, _ condition: () throws -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while ContinuousClock.now < deadline {
+            if try condition() { return true }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return try condition()
+    }
+
+    static func post(_ url: String, body: [UInt8], signature: String?) async throws -> (Int, String) {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        if let signature { request.headers.add(name: "Stripe-Signature", value: signature) }
+        request.body = .bytes(ByteBuffer(bytes: body))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(5))
+        let text = try await response.body.collect(upTo: 1 << 16)
+        return (Int(response.status.code), String(buffer: text))
+    }
+
+    static func buyBook(_ setup: Setup) async throws -> TransactionRecord {
+        let buyer = try LifecycleDefectTests.account(setup.store)
+        let bought = try await setup.store.purchase(
+            account: buyer, productID: "book", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil)
+        guard case .purchased(let record) = bought.result else { throw StoreError.invalid("not bought") }
+        return record
+    }
+
+    @Test func aRefundMadeAtStripeRevokesOnceAndAReplayChangesNothing() async throws {
+        try await Self.withSetup { setup in
+            let record = try await Self.buyBook(setup)
+            let intent = try #require(setup.double.paymentIntents(forPaymentID: record.paymentID ?? "").first)
+            let start = ContinuousClock.now
+            _ = try await RenewalActionTests.post(setup.double, "/v1/refunds", "payment_intent=\(intent.id)")
+            #expect(
+                try await Self.eventually { try setup.store.ledger.transaction(id: record.id)?.revokedMs != 0 },
+                "the refund made at Stripe never reached Kiosk")
+            let elapsed = ContinuousClock.now - start
+            #expect(elapsed < .seconds(1), "revoked after \(elapsed)")
+            #expect(try setup.store.ledger.transaction(id: record.id)?.revocationReason == "refunded at Stripe")
+            #expect(setup.double.refundCount == 1, "Kiosk refunded a second time")
+
+            // The same delivery again (a replay, or Stripe's retry): acknowledged, nothing more.
+            #expect(
+                try await Self.eventually { setup.double.webhookDeliveries.contains { $0.type == "charge.refunded" } })
+            let delivery = try #require(setup.double.webhookDeliveries.first { $0.type == "charge.refunded" })
+            #expect(delivery.status == 200)
+            let (status, message) = try await Self.post(setup.url, body: delivery.body, signature: delivery.signature)
+            #expect(status == 200 && message.contains("handled already"), "\(status) \(message)")
+            let refunds = try await setup.store.ledger.events(after: 0, limit: 100).filter {
+                $0.type == .refunded && $0.transactionID == record.id
+            }
+            #expect(refunds.count == 1)
+        }
+    }
+
+    @Test func badlySignedDeliveriesAreRefusedAndChangeNothing() async throws {
+        try await Self.withSetup { setup in
+            let record = try await Self.buyBook(setup)
+            let intent = try #require(setup.double.paymentIntents(forPaymentID: record.paymentID ?? "").first)
+            let forged = Array(
+                #"{"id":"evt_forged","object":"event","type":"charge.refunded","data":{"object":{"id":"ch_x","object":"charge","payment_intent":"\#(intent.id)","refunded":true,"amount":299,"amount_refunded":299}}}"#
+                    .utf8)
+            let now = Int64(Date().timeIntervalSince1970)
+            for signature in [
+                nil, StripeWebhookVerifier.header(payload: forged, timestamp: now, secret: "whsec_someone_else"),
+                StripeWebhookVerifier.header(payload: forged, timestamp: now - 3600, secret: Self.secret),
+            ] {
+                let (status, _) = try await Self.post(setup.url, body: forged, signature: signature)
+                #expect(status == 400)
+            }
+            #expect(try setup.store.ledger.transaction(id: record.id)?.revokedMs == 0)
+            // Signed right, an unknown type is acknowledged and ignored.
+            let other = Array(
+                #"{"id":"evt_other","object":"event","type":"customer.created","data":{"object":{}}}"#.utf8)
+            let (status, message) = try await Self.post(
+                setup.url, body: other,
+                signature: StripeWebhookVerifier.header(payload: other, timestamp: now, secret: Self.secret))
+            #expect(status == 200 && message.contains("ignored"), "\(status) \(message)")
+        }
+    }
+
+    @Test func aDisputeRevokesWithoutARefund() async throws {
+        try await Self.withSetup { setup in
+            let record = try await Self.buyBook(setup)
+            let intent = try #require(setup.double.paymentIntents(forPaymentID: record.paymentID ?? "").first)
+            let dispute = try #require(setup.double.openDispute(paymentIntent: intent.id, reason: "fraudulent"))
+            #expect(try await Self.eventually { try setup.store.ledger.transaction(id: record.id)?.revokedMs != 0 })
+            let events = try await setup.store.ledger.events(after: 0, limit: 100).filter {
+                $0.transactionID == record.id
+            }
+            #expect(events.contains { $0.type == .disputed && $0.reason == "fraudulent" })
+            #expect(events.contains { $0.type == .refunded })
+            #expect(setup.double.refundCount == 0, "a disputed charge was refunded as well")
+            setup.double.closeDispute(dispute, won: false)
+            #expect(
+                try await Self.eventually {
+                    setup.double.webhookDeliveries.contains { $0.type == "charge.dispute.closed" && $0.status == 200 }
+                })
+            #expect(try setup.store.ledger.transaction(id: record.id)?.revokedMs != 0)
+        }
+    }
+
+    /// A purchase whose answer from Stripe was lost is pending; Stripe's payment_intent.succeeded records it
+    /// before any reconciliation runs.
+    @Test func aSucceededPaymentWhoseAnswerWasLostIsRecordedFromItsEvent() async throws {
+        try await Self.withSetup { setup in
+            let buyer = try LifecycleDefectTests.account(setup.store)
+            setup.double.loseNextAnswers(count: 2)
+            await #expect(throws: StoreError.self) {
+                try await setup.store.purchase(
+                    account: buyer, productID: "book", quantity: 1, paymentMethod: "pm_card_visa",
+                    idempotencyKey: "k")
+            }
+            #expect(
+                try await Self.eventually { try !setup.store.ledger.transactions(accountID: buyer.id).isEmpty },
+                "the succeeded payment's event did not record it")
+            #expect(setup.double.chargeCount == 1)
+        }
+    }
+}
