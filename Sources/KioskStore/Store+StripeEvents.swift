@@ -61,27 +61,35 @@ extension Store {
             return "ignored: \(notice.type)"
         case .refunded(let fully):
             guard fully else { return "partly refunded at Stripe: nothing revoked" }
-            guard let record = try await transaction(for: notice) else { return noPayment(notice) }
+            guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
+            guard record.state == .purchased else { return "\(record.id) is not purchased: nothing to revoke" }
             guard record.revokedMs == 0 else { return "\(record.id) was refunded already" }
             do {
                 _ = try await refund(transactionID: record.id, reason: "refunded at Stripe")
             } catch let error as StoreError where error.kind == .conflict {
-                return "\(record.id) not refunded: \(error.message)"
+                // Refunded meanwhile (a concurrent delivery, an operator): done. Anything else is retried by Stripe.
+                guard try await ledger.transaction(paymentID: record.paymentID ?? "")?.revokedMs != 0 else {
+                    throw error
+                }
+                return "\(record.id) was refunded already"
             }
             return "refunded \(record.id)"
         case .disputeOpened(let reason):
-            guard let record = try await transaction(for: notice) else { return noPayment(notice) }
+            guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
+            guard record.state == .purchased else { return "\(record.id) is not purchased: nothing to revoke" }
             guard record.revokedMs == 0 else { return "\(record.id) was revoked already" }
             let nowMs = now
             try await ledger.write(account: record.accountID) { db in
-                guard let current = try db.transaction(id: record.id), current.revokedMs == 0 else { return }
+                guard let current = try db.transaction(id: record.id), current.state == .purchased,
+                    current.revokedMs == 0
+                else { return }
                 _ = try db.revoke(transactionID: record.id, reason: "disputed: \(reason)", nowMs: nowMs)
                 try db.appendEvent(EventRecord(.disputed, current, nowMs: nowMs, reason: reason))
             }
             feed.noteWritten()
             return "revoked \(record.id): disputed (\(reason))"
         case .disputeClosed(let won):
-            guard let record = try await transaction(for: notice) else { return noPayment(notice) }
+            guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
             return won
                 ? "dispute of \(record.id) won: the money stays; the transaction stays revoked (restoring is not supported yet)"
                 : "dispute of \(record.id) lost: it stays revoked"
@@ -90,8 +98,26 @@ extension Store {
         }
     }
 
-    private func noPayment(_ notice: StripeNotice) -> String {
-        "no Kiosk transaction for \(notice.paymentIntent ?? "the object"): ignored"
+    /// No transaction for the object: ignored, unless Kiosk still has its payment pending (its answer was lost),
+    /// which reconciliation would record later: then the delivery is refused for now, and Stripe sends it again.
+    private func noPayment(_ notice: StripeNotice) async throws -> String {
+        var paymentID = notice.paymentID
+        if paymentID == nil, let intent = notice.paymentIntent,
+            let stripe = configuration.paymentProcessor as? StripePaymentProcessor
+        {
+            paymentID = try await stripe.paymentID(ofPaymentIntent: intent)
+        }
+        if let paymentID {
+            for kind in [PaymentIntent.Kind.purchase, .approval, .renewal] {
+                let id = "\(kind.rawValue):\(paymentID)"
+                if try await ledger.offload({ [ledger] in try ledger.intent(id: id) })?.state == .pending {
+                    throw StoreError(
+                        .processorUnavailable,
+                        "payment \(paymentID) is still pending in Kiosk: send the event again later")
+                }
+            }
+        }
+        return "no Kiosk transaction for \(notice.paymentIntent ?? "the object"): ignored"
     }
 
     /// The Kiosk transaction a Stripe object is about: by the payment id in its metadata, else by its
@@ -112,7 +138,9 @@ extension Store {
     /// process that was paying it is gone (a live one records the decline itself). A renewal waiting for the buyer
     /// is recorded once they confirmed it.
     private func settleFromProcessor(_ notice: StripeNotice) async throws -> String {
-        guard let paymentID = notice.paymentID, let reference = notice.paymentIntent else { return noPayment(notice) }
+        guard let paymentID = notice.paymentID, let reference = notice.paymentIntent else {
+            return try await noPayment(notice)
+        }
         var settled: [String] = []
         for kind in [PaymentIntent.Kind.purchase, .approval, .renewal] {
             let id = "\(kind.rawValue):\(paymentID)"

@@ -43,6 +43,8 @@ public final class StripeWebhookServer: Sendable {
             .childChannelInitializer { [weak self] channel in
                 self?.track(channel)
                 return channel.eventLoop.makeCompletedFuture {
+                    // A connection that sends nothing for 10 s is closed: a slow sender cannot hold a buffer forever.
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: .seconds(10)))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
                     try channel.pipeline.syncOperations.addHandler(StripeWebhookHandler(store: store))
                 }
@@ -121,6 +123,14 @@ private final class StripeWebhookHandler: ChannelInboundHandler {
             answered.whenSuccess { [self] answer in
                 self.respond(context.value, head, answer.status, answer.message)
             }
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
         }
     }
 

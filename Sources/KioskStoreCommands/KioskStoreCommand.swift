@@ -266,7 +266,7 @@ struct Serve: AsyncParsableCommand {
                 throw ValidationError(
                     "cannot read the Stripe webhook secret from \(file): \(error.localizedDescription)")
             }
-            guard secret.hasPrefix("whsec_") else {
+            guard secret.hasPrefix("whsec_"), secret.utf8.count >= StripeWebhookVerifier.minimumSecretLength else {
                 throw ValidationError("\(file) does not hold a Stripe webhook signing secret (whsec_…)")
             }
             configuration.stripeWebhookSecrets.append(secret)

@@ -18,28 +18,43 @@ import Testing
     let now: Int64 = 1_800_000_000
 
     @Test func aGoodSignatureIsTakenWithAnyOfTheSecrets() throws {
-        let header = StripeWebhookVerifier.header(payload: body, timestamp: now - 10, secret: "whsec_new")
-        let verifier = StripeWebhookVerifier(secrets: ["whsec_old", "whsec_new"])
+        let header = StripeWebhookVerifier.header(
+            payload: body, timestamp: now - 10, secret: "whsec_new_0123456789abcdef")
+        let verifier = StripeWebhookVerifier(secrets: ["whsec_old_0123456789abcdef", "whsec_new_0123456789abcdef"])
         #expect(try verifier.verify(payload: body, header: header, nowSeconds: now) == now - 10)
         // Several v1 signatures (Stripe sends one per active secret during a rotation): one that matches is enough.
         let two = header + ",v1=" + String(repeating: "0", count: 64)
         #expect(try verifier.verify(payload: body, header: two, nowSeconds: now) == now - 10)
     }
 
+    @Test func aSecretTooShortToBeSecretIsNotUsed() {
+        #expect(StripeWebhookVerifier(secrets: ["whsec_", "", "whsec_short"]).secrets.isEmpty)
+    }
+
     @Test func forgedLateOrMalformedDeliveriesAreRefused() {
-        let verifier = StripeWebhookVerifier(secrets: ["whsec_right"])
-        let good = StripeWebhookVerifier.header(payload: body, timestamp: now, secret: "whsec_right")
+        let verifier = StripeWebhookVerifier(secrets: ["whsec_right_0123456789abcdef"])
+        let good = StripeWebhookVerifier.header(payload: body, timestamp: now, secret: "whsec_right_0123456789abcdef")
         let cases: [(String?, [UInt8], Int64, StripeWebhookVerifier.Refusal)] = [
             (nil, body, now, .missingHeader),
             ("v1=abc", body, now, .malformedHeader),
             ("t=\(now)", body, now, .noSignature),
             ("t=\(now),v0=" + String(repeating: "a", count: 64), body, now, .noSignature),
             (
-                StripeWebhookVerifier.header(payload: body, timestamp: now, secret: "whsec_wrong"), body, now,
+                StripeWebhookVerifier.header(payload: body, timestamp: now, secret: "whsec_wrong_0123456789abcdef"),
+                body, now,
                 .noMatchingSignature
             ),
             (good, body + Array(" ".utf8), now, .noMatchingSignature),
             (good, body, now + 301, .outsideTolerance(ageSeconds: 301)),
+            // Timestamps at the ends of Int64 are refused, never an overflow trap.
+            (
+                "t=-9223372036854775808,v1=" + String(repeating: "0", count: 64), body, now,
+                .outsideTolerance(ageSeconds: Int64.max)
+            ),
+            (
+                "t=9223372036854775807,v1=" + String(repeating: "0", count: 64), body, -now,
+                .outsideTolerance(ageSeconds: Int64.min)
+            ),
         ]
         for (header, payload, at, refusal) in cases {
             #expect(throws: refusal) { try verifier.verify(payload: payload, header: header, nowSeconds: at) }
@@ -152,7 +167,8 @@ import Testing
                     .utf8)
             let now = Int64(Date().timeIntervalSince1970)
             for signature in [
-                nil, StripeWebhookVerifier.header(payload: forged, timestamp: now, secret: "whsec_someone_else"),
+                nil,
+                StripeWebhookVerifier.header(payload: forged, timestamp: now, secret: "whsec_someone_else_0123456789"),
                 StripeWebhookVerifier.header(payload: forged, timestamp: now - 3600, secret: Self.secret),
             ] {
                 let (status, _) = try await Self.post(setup.url, body: forged, signature: signature)

@@ -31,14 +31,18 @@ public struct StripeWebhookVerifier: Sendable {
         }
     }
 
+    /// The shortest secret taken: `whsec_` and at least 16 more characters (Stripe's are 32 bytes, base64).
+    public static let minimumSecretLength = 22
+
     /// The endpoint's signing secrets (each the `whsec_…` string, as bytes); more than one during a rotation.
     public var secrets: [[UInt8]]
     /// How far the signature's timestamp may be from now (Stripe's default: 5 minutes).
     public var tolerance: Duration
 
-    /// A verifier for `secrets` (`whsec_…`).
+    /// A verifier for `secrets` (`whsec_…`); a secret shorter than ``minimumSecretLength`` is dropped (anyone could
+    /// sign with it).
     public init(secrets: [String], tolerance: Duration = .seconds(300)) {
-        self.secrets = secrets.map { Array($0.utf8) }
+        self.secrets = secrets.filter { $0.utf8.count >= Self.minimumSecretLength }.map { Array($0.utf8) }
         self.tolerance = tolerance
     }
 
@@ -62,8 +66,12 @@ public struct StripeWebhookVerifier: Sendable {
         }
         guard let timestamp else { throw .malformedHeader }
         guard !signatures.isEmpty else { throw .noSignature }
-        let age = nowSeconds - timestamp
-        guard abs(age) <= tolerance.components.seconds else { throw .outsideTolerance(ageSeconds: age) }
+        // Any Int64 may come in the header: no arithmetic here may overflow (a trap would stop the store).
+        let (age, overflow) = nowSeconds.subtractingReportingOverflow(timestamp)
+        let limit = tolerance.components.seconds
+        guard !overflow, age <= limit, age >= -limit else {
+            throw .outsideTolerance(ageSeconds: overflow ? (timestamp > nowSeconds ? Int64.min : Int64.max) : age)
+        }
         let signed = Array("\(timestamp).".utf8) + payload
         for secret in secrets {
             let key = SymmetricKey(data: secret)
@@ -113,7 +121,8 @@ public struct StripeNotice: Hashable, Sendable {
     public enum Kind: Hashable, Sendable {
         /// `charge.refunded`: the charge is refunded; `fully` when nothing of it is left.
         case refunded(fully: Bool)
-        /// `charge.dispute.created`: the buyer's bank opened a dispute (a chargeback); `reason` is Stripe's.
+        /// `charge.dispute.created`: the buyer's bank opened a dispute (a chargeback); `reason` is Stripe's. An
+        /// inquiry (`warning_needs_response`: no money moved) is ``ignored``.
         case disputeOpened(reason: String)
         /// `charge.dispute.closed`: won (the money stays) or not.
         case disputeClosed(won: Bool)
@@ -158,10 +167,15 @@ public struct StripeNotice: Hashable, Sendable {
                 object["amount_refunded"] as? Int64 ?? (object["amount_refunded"] as? Int).map(Int64.init) ?? 0
             notice.kind = .refunded(fully: (object["refunded"] as? Bool ?? false) || (amount > 0 && refunded >= amount))
         case "charge.dispute.created":
-            notice.kind = .disputeOpened(reason: object["reason"] as? String ?? "general")
+            // An inquiry (warning_*) takes no money: nothing to revoke.
+            let status = object["status"] as? String ?? ""
+            notice.kind =
+                status.hasPrefix("warning_")
+                ? .ignored : .disputeOpened(reason: object["reason"] as? String ?? "general")
             notice.dispute = object["id"] as? String
         case "charge.dispute.closed":
-            notice.kind = .disputeClosed(won: object["status"] as? String == "won")
+            let status = object["status"] as? String ?? ""
+            notice.kind = status.hasPrefix("warning_") ? .ignored : .disputeClosed(won: status == "won")
             notice.dispute = object["id"] as? String
         case "payment_intent.succeeded":
             notice.kind = .paymentSucceeded
