@@ -61,9 +61,9 @@ extension Store {
     func chargeFirstPayment(_ intent: PaymentIntent, approving: Bool = false) async throws -> PaymentOutcome {
         let processor = configuration.paymentProcessor
         let request = try await firstPaymentRequest(intent)
-        if processor.keepsCustomers, intent.productType == .autoRenewableSubscription,
-            PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge
-        {
+        if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge {
+            // Nothing to charge is never sent to the processor; only a method to save for the renewals is.
+            guard savesMethod(intent) else { return .succeeded(reference: Self.noChargeReference) }
             let profile = try await paymentProfile(accountID: intent.accountID)
             switch try await processor.saveMethod(
                 intent.paymentMethod, customer: profile.customerID, accountID: intent.accountID)
@@ -89,12 +89,18 @@ extension Store {
     /// processor that keeps customers goes to the account's customer and saves its method.
     func firstPaymentRequest(_ intent: PaymentIntent) async throws -> PaymentRequest {
         var request = intent.request
-        guard configuration.paymentProcessor.keepsCustomers, intent.productType == .autoRenewableSubscription,
-            PaymentIntentLifecycle.plan(for: request.amount) != .nothingToCharge
-        else { return request }
+        guard savesMethod(intent), PaymentIntentLifecycle.plan(for: request.amount) != .nothingToCharge else {
+            return request
+        }
         request.customer = try await paymentProfile(accountID: intent.accountID).customerID
         request.savesMethod = true
         return request
+    }
+
+    /// True for a subscription's payment on a processor that keeps customers: its first payment saves its method
+    /// to the account's customer, for the renewals.
+    func savesMethod(_ intent: PaymentIntent) -> Bool {
+        configuration.paymentProcessor.keepsCustomers && intent.productType == .autoRenewableSubscription
     }
 
     /// Inside the write that records a subscription's first payment: the method the processor saved becomes the
@@ -104,8 +110,7 @@ extension Store {
     )
         throws
     {
-        guard let method, !method.isEmpty, configuration.paymentProcessor.keepsCustomers,
-            intent.productType == .autoRenewableSubscription,
+        guard let method, !method.isEmpty, savesMethod(intent),
             var profile = try db.paymentProfile(account: intent.accountID, processor: paymentProfileKey)
         else { return }
         profile.paymentMethod = method

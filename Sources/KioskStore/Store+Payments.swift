@@ -546,12 +546,7 @@ extension Store {
             }
             let outcome: PaymentOutcome
             do {
-                outcome =
-                    PaymentIntentLifecycle.plan(for: intent.request.amount) == .nothingToCharge
-                        && !(configuration.paymentProcessor.keepsCustomers
-                            && intent.productType == .autoRenewableSubscription)
-                    ? .succeeded(reference: Self.noChargeReference)
-                    : try await chargeFirstPayment(intent, approving: true)
+                outcome = try await chargeFirstPayment(intent, approving: true)
             } catch {
                 throw StoreError(
                     .processorUnavailable,

@@ -66,7 +66,17 @@ extension Store {
     /// charged. Reconciliation runs it; the payment of the period's last attempt of a live subscription is left to
     /// the buyer.
     func resolveOrphanedActions(report: inout ReconcileReport) async throws {
-        let waiting = try await ledger.offload { [ledger] in try ledger.intentsWaitingForBuyer() }
+        // Page by page: payments still waiting for their buyer stay at the front and must not hide the rest.
+        var cursor: (Int64, String)?
+        while true {
+            let page = try await ledger.offload { [ledger, cursor] in try ledger.intentsWaitingForBuyer(after: cursor) }
+            guard let last = page.last else { break }
+            cursor = (last.attemptMs, last.id)
+            try await resolveOrphanedActions(page, report: &report)
+        }
+    }
+
+    private func resolveOrphanedActions(_ waiting: [PaymentIntent], report: inout ReconcileReport) async throws {
         for intent in waiting {
             guard let action = PaymentIntentLifecycle.pendingAction(of: intent) else { continue }
             let ledger = self.ledger

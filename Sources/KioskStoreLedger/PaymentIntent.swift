@@ -75,13 +75,21 @@ extension Ledger {
         try backend.read { db in try db.intent(id: id) }
     }
 
-    /// Renewal intents closed while their payment waits for the buyer (`needs_action:…`), oldest first: one
-    /// indexed read (`payment_intents_waiting`), however many intents the ledger holds.
-    package func intentsWaitingForBuyer(limit: Int = 500) throws -> [PaymentIntent] {
+    /// A page of renewal intents closed while their payment waits for the buyer (`needs_action:…`), oldest first,
+    /// after `cursor` (updated, id): one indexed read (`payment_intents_waiting`), however many intents the ledger
+    /// holds.
+    package func intentsWaitingForBuyer(
+        after cursor: (Int64, String)? = nil, limit: Int = 500
+    ) throws
+        -> [PaymentIntent]
+    {
         try backend.read { db in
             try db.fetchAll(
-                "SELECT * FROM payment_intents WHERE outcome LIKE 'needs_action:%' ORDER BY updated_ms, id LIMIT ?",
-                [limit]
+                """
+                SELECT * FROM payment_intents WHERE outcome LIKE 'needs_action:%'
+                  AND (updated_ms > ? OR (updated_ms = ? AND id > ?))
+                ORDER BY updated_ms, id LIMIT ?
+                """, [cursor?.0 ?? Int64.min, cursor?.0 ?? Int64.min, cursor?.1 ?? "", limit]
             ).map(PaymentIntent.init)
         }
     }

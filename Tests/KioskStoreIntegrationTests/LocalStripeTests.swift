@@ -50,15 +50,9 @@ import Testing
         let stripe = StripePaymentProcessor(
             secretKey: Self.key, baseURL: url, requestTimeout: .seconds(10), maxRetries: 1,
             retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
-        let account = "account-\(UUID().uuidString)"
-        let customer = try await stripe.createCustomer(accountID: account, generation: "")
+        let (account, customer, methodID) = try await Self.customerWithCard(
+            stripe, number: "4242424242424242", at: url)
         #expect(customer.hasPrefix("cus_"))
-        let method = try await Self.post(
-            "/v1/payment_methods",
-            "type=card&card%5Bnumber%5D=4242424242424242&card%5Bexp_month%5D=12&card%5Bexp_year%5D=2040&card%5Bcvc%5D=123",
-            at: url)
-        let methodID = try #require(method["id"] as? String)
-        _ = try await Self.post("/v1/payment_methods/\(methodID)/attach", "customer=\(customer)", at: url)
         let renewal = PaymentRequest(
             paymentID: "renew_kiosk-localstripe-\(UUID().uuidString)_1_0", accountID: account, productID: "plus",
             quantity: 1, unitPrice: "4.99", currency: "USD", paymentMethod: methodID, isRenewal: true,
@@ -83,14 +77,8 @@ import Testing
         let stripe = StripePaymentProcessor(
             secretKey: Self.key, baseURL: url, requestTimeout: .seconds(10), maxRetries: 1,
             retryBaseDelay: .milliseconds(10), lookupDelay: .zero)
-        let account = "account-\(UUID().uuidString)"
-        let customer = try await stripe.createCustomer(accountID: account, generation: "")
-        let method = try await Self.post(
-            "/v1/payment_methods",
-            "type=card&card%5Bnumber%5D=4000002760003184&card%5Bexp_month%5D=12&card%5Bexp_year%5D=2040&card%5Bcvc%5D=123",
-            at: url)
-        let methodID = try #require(method["id"] as? String)
-        _ = try await Self.post("/v1/payment_methods/\(methodID)/attach", "customer=\(customer)", at: url)
+        let (account, customer, methodID) = try await Self.customerWithCard(
+            stripe, number: "4000002760003184", at: url)
         for buyerConfirms in [true, false] {
             let renewal = PaymentRequest(
                 paymentID: "renew_kiosk-localstripe-\(UUID().uuidString)_1_0", accountID: account, productID: "plus",
@@ -118,15 +106,23 @@ import Testing
 
     /// POSTs a form to localstripe; the answer as JSON.
     static func post(_ path: String, _ form: String, at url: String) async throws -> [String: Any] {
-        var request = HTTPClientRequest(url: url + path)
-        request.method = .POST
-        request.headers.add(name: "Authorization", value: "Bearer \(key)")
-        request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-        request.body = .bytes(ByteBuffer(string: form))
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
-        let body = try await response.body.collect(upTo: 1 << 20)
-        let json = try JSONSerialization.jsonObject(with: Data(buffer: body))
-        return try #require(json as? [String: Any], "not a JSON object: \(String(buffer: body))")
+        try await postStripeForm(url + path, key: key, form)
+    }
+
+    /// A new Customer for a new account, made by the processor, with a card of `number` attached to it (as a
+    /// SetupIntent would attach it: localstripe takes neither `setup_future_usage` nor a confirmed SetupIntent).
+    static func customerWithCard(
+        _ stripe: StripePaymentProcessor, number: String, at url: String
+    ) async throws -> (account: String, customer: String, method: String) {
+        let account = "account-\(UUID().uuidString)"
+        let customer = try await stripe.createCustomer(accountID: account, generation: "")
+        let method = try await post(
+            "/v1/payment_methods",
+            "type=card&card%5Bnumber%5D=\(number)&card%5Bexp_month%5D=12&card%5Bexp_year%5D=2040&card%5Bcvc%5D=123",
+            at: url)
+        let methodID = try #require(method["id"] as? String)
+        _ = try await post("/v1/payment_methods/\(methodID)/attach", "customer=\(customer)", at: url)
+        return (account, customer, methodID)
     }
 
     @Test func reportsWhetherLocalstripeRan() {
@@ -142,4 +138,17 @@ import Testing
         let json = try JSONSerialization.jsonObject(with: Data(buffer: body))
         return try #require(json as? [String: Any], "not a JSON object: \(String(buffer: body))")
     }
+}
+
+/// POSTs a form to a Stripe API (Stripe's, the double, localstripe) with a secret key; the answer as JSON.
+func postStripeForm(_ url: String, key: String, _ form: String) async throws -> [String: Any] {
+    var request = HTTPClientRequest(url: url)
+    request.method = .POST
+    request.headers.add(name: "Authorization", value: "Bearer \(key)")
+    request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+    request.body = .bytes(ByteBuffer(string: form))
+    let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+    let body = try await response.body.collect(upTo: 1 << 20)
+    let json = try JSONSerialization.jsonObject(with: Data(buffer: body))
+    return try #require(json as? [String: Any], "not a JSON object: \(String(buffer: body))")
 }

@@ -197,17 +197,8 @@ import Testing
         let stripe = Self.stripe(double)
 
         // The double, as Stripe: a real (not test-name) PaymentMethod used once without a Customer is refused after.
-        let created = try await HTTPClient.shared.execute(
-            {
-                var request = HTTPClientRequest(url: double.baseURL + "/v1/payment_methods")
-                request.method = .POST
-                request.headers.add(name: "Authorization", value: "Bearer \(double.secretKey)")
-                request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-                request.body = .bytes(ByteBuffer(string: "type=card&card%5Btoken%5D=tok_visa"))
-                return request
-            }(), timeout: .seconds(5))
-        let body = try await created.body.collect(upTo: 1 << 16)
-        let object = try #require(try JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any])
+        let object = try await RenewalActionTests.post(
+            double, "/v1/payment_methods", "type=card&card%5Btoken%5D=tok_visa")
         let method = try #require(object["id"] as? String)
         func oneOff(_ id: String) -> PaymentRequest {
             PaymentRequest(
@@ -332,14 +323,7 @@ import Testing
 @Suite(.timeLimit(.minutes(2))) struct RenewalActionTests {
     /// POSTs a form to the double with its secret key, as the buyer's app confirms with the client secret.
     static func post(_ double: StripeDouble, _ path: String, _ form: String) async throws -> [String: Any] {
-        var request = HTTPClientRequest(url: double.baseURL + path)
-        request.method = .POST
-        request.headers.add(name: "Authorization", value: "Bearer \(double.secretKey)")
-        request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-        request.body = .bytes(ByteBuffer(string: form))
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(5))
-        let body = try await response.body.collect(upTo: 1 << 16)
-        return try #require(try JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any])
+        try await postStripeForm(double.baseURL + path, key: double.secretKey, form)
     }
 
     @Test func aRenewalThatNeedsAuthenticationRecoversOnceTheBuyerConfirmsIt() async throws {
