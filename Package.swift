@@ -288,6 +288,8 @@ let package = Package(
             name: "KioskContentTests",
             dependencies: [
                 "KioskContent", "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "kiosk-content", "kiosk-store",
+                "StripeDouble", "KioskStoreIntegrations",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -325,6 +327,7 @@ let package = Package(
                 "stripe-double", "StripeDouble",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         .testTarget(

@@ -626,8 +626,8 @@ public final class KioskClient: Sendable {
         return UInt64(parts[1])
     }
 
-    /// Yields again, on ``transactionUpdates``, the transactions the store refunded or whose subscription
-    /// ended since the last look, reading the account's events after the cursor saved for it. The first time
+    /// Yields again, on ``transactionUpdates``, the transactions the store refunded, restored (a dispute won) or
+    /// whose subscription ended since the last look, reading the account's events after the cursor saved for it. The first time
     /// (no cursor saved for this account) it starts at the end of the log: what happened before this state
     /// directory is history.
     private func followAccountEvents(accountID: String) async throws {
@@ -638,7 +638,8 @@ public final class KioskClient: Sendable {
             try PrivateFiles.writeAtomically(Data("\(accountID) \(cursor)\n".utf8), to: self.eventCursorPath)
         }
         while true {
-            let request = StoreV1.ListEventsRequest(since: cursor, limit: 100, types: [.refunded, .expired])
+            let request = StoreV1.ListEventsRequest(
+                since: cursor, limit: 100, types: [.refunded, .refundReversed, .expired])
             let page: StoreV1.ListEventsResponse
             do {
                 page = try await failingOver(store) {

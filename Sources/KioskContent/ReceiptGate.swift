@@ -448,21 +448,25 @@ final class ReceiptGate: Sendable {
     /// True once the store's keys and its revocation feed have both been received.
     var isReady: Bool { state.withLockedValue { $0.keysKnown > 0 && $0.lastHeardMs != nil } }
 
-    /// A message of the store's event feed: a REFUNDED event, or a heartbeat (no event).
+    /// A message of the store's event feed: a REFUNDED or REFUND_REVERSED event, or a heartbeat (no event).
     /// - Throws: when the event does not decode (the stream is started again; the cursor has not moved past it).
     func apply(_ message: StoreV1.WatchEventsResponse) throws {
         // The stream is the store's own, over the service's authenticated link: the event is taken as sent
         // (its signature is for receivers that get it second-hand).
         var revoked: String?
+        var reinstated: String?
         if let signed = message.event {
             let event = try StoreV1.Event(serializedBytes: signed.event)
-            // Asked for REFUNDED only; anything else is not a revocation.
+            // Asked for REFUNDED and REFUND_REVERSED only; anything else changes nothing. In the log's order, so a
+            // reversal follows the revocation it undoes.
             if event.type == .refunded { revoked = event.transactionID }
+            if event.type == .refundReversed { reinstated = event.transactionID }
         }
         let nowMs = now
         state.withLockedValue { state in
             state.lastHeardMs = nowMs
             state.cursor = max(state.cursor, message.cursor)
+            if let reinstated { state.revoked.remove(reinstated) }
             guard let revoked, !revoked.isEmpty else { return }
             state.revoked.insert(revoked)
             state.cache.evict(transactionID: revoked)
@@ -470,7 +474,7 @@ final class ReceiptGate: Sendable {
     }
 
     /// Keeps keys and revocations current until cancelled: fetches the keys,
-    /// follows the store's REFUNDED events (`WatchEvents`) from the last cursor, and
+    /// follows the store's REFUNDED and REFUND_REVERSED events (`WatchEvents`) from the last cursor, and
     /// starts again after any failure (the RPC client reconnects with backoff).
     func followStore() async {
         var failures = 0

@@ -38,10 +38,11 @@ struct StoreLink: Sendable {
         }
     }
 
-    /// The store's REFUNDED events after `cursor`, then heartbeats and each new one (WatchEvents).
+    /// The store's REFUNDED and REFUND_REVERSED events after `cursor`, then heartbeats and each new one (WatchEvents).
     func refunds(since cursor: UInt64) -> ResponseStream<StoreV1.WatchEventsResponse> {
         client.serverStreaming(
-            "/kiosk.store.v1.Store/WatchEvents", request: StoreV1.WatchEventsRequest(since: cursor, types: [.refunded]),
+            "/kiosk.store.v1.Store/WatchEvents",
+            request: StoreV1.WatchEventsRequest(since: cursor, types: [.refunded, .refundReversed]),
             response: StoreV1.WatchEventsResponse.self, options: options(token: token, timeout: nil))
     }
 }

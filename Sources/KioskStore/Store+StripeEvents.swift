@@ -11,8 +11,8 @@ import KioskStoreIntegrations
 //   refused, credits taken back, shortfall recorded); Stripe answers the refund as already made.
 // - `charge.dispute.created`: the transaction is revoked without a refund (Stripe takes the money back through the
 //   dispute; a disputed charge cannot be refunded), with a DISPUTED event.
-// - `charge.dispute.closed`: lost → it stays revoked; won → recorded (DISPUTE_WON is not an event yet: see the note
-//   in docs/payments.md).
+// - `charge.dispute.closed`: lost → it stays revoked; won → restored (REFUND_REVERSED), unless bought again since.
+//   A closing that arrives before its opening is remembered by dispute id: the opening then revokes nothing.
 // - `payment_intent.succeeded` / `payment_failed`: a payment Kiosk has pending is settled now, not at the next
 //   reconciliation; a renewal waiting for the buyer is recorded once they confirmed it.
 extension Store {
@@ -47,7 +47,9 @@ extension Store {
             let outcome = try await act(on: notice)
             let nowMs = now
             _ = try await ledger.write { db in
-                try db.recordProcessorEvent(id: notice.eventID, type: notice.type, outcome: outcome, nowMs: nowMs)
+                try db.recordProcessorEvent(
+                    id: notice.eventID, type: notice.type, subject: notice.dispute ?? notice.paymentIntent ?? "",
+                    outcome: outcome, nowMs: nowMs)
             }
             return WebhookAnswer(status: 200, message: outcome)
         } catch {
@@ -75,27 +77,92 @@ extension Store {
             }
             return "refunded \(record.id)"
         case .disputeOpened(let reason):
-            guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
-            guard record.state == .purchased else { return "\(record.id) is not purchased: nothing to revoke" }
-            guard record.revokedMs == 0 else { return "\(record.id) was revoked already" }
-            let nowMs = now
-            try await ledger.write(account: record.accountID) { db in
-                guard let current = try db.transaction(id: record.id), current.state == .purchased,
-                    current.revokedMs == 0
-                else { return }
-                _ = try db.revoke(transactionID: record.id, reason: "disputed: \(reason)", nowMs: nowMs)
-                try db.appendEvent(EventRecord(.disputed, current, nowMs: nowMs, reason: reason))
+            // Its closing came first (deliveries are not ordered): the dispute is over; nothing to revoke.
+            if let dispute = notice.dispute,
+                try await ledger.processorEventHandled(type: "charge.dispute.closed", subject: dispute)
+            {
+                return "dispute \(dispute) was closed already: nothing revoked"
             }
-            feed.noteWritten()
-            return "revoked \(record.id): disputed (\(reason))"
+            guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
+            return try await revokeForDispute(transactionID: record.id, reason: reason)
         case .disputeClosed(let won):
             guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
-            return won
-                ? "dispute of \(record.id) won: the money stays; the transaction stays revoked (restoring is not supported yet)"
-                : "dispute of \(record.id) lost: it stays revoked"
+            guard won else { return "dispute of \(record.id) lost: it stays revoked" }
+            return try await restoreAfterWonDispute(transactionID: record.id)
         case .paymentSucceeded, .paymentFailed:
             return try await settleFromProcessor(notice)
         }
+    }
+
+    /// The buyer's bank opened a dispute of the transaction's payment: revoked without a refund (REFUNDED and
+    /// DISPUTED), as Stripe's `charge.dispute.created` does it. Answers what was done, in words.
+    /// - Throws: ``StoreError`` notFound for an unknown transaction; a ledger failure.
+    public func revokeForDispute(transactionID: String, reason: String) async throws -> String {
+        guard let record = try await ledger.offload({ [ledger] in try ledger.transaction(id: transactionID) }) else {
+            throw StoreError(.notFound, "no transaction \(transactionID)")
+        }
+        guard record.state == .purchased else { return "\(record.id) is not purchased: nothing to revoke" }
+        guard record.revokedMs == 0 else { return "\(record.id) was revoked already" }
+        let nowMs = now
+        let revoked: Bool = try await ledger.write(account: record.accountID) { db in
+            guard let current = try db.transaction(id: record.id), current.state == .purchased,
+                current.revokedMs == 0
+            else { return false }
+            _ = try db.revoke(transactionID: record.id, reason: "disputed: \(reason)", nowMs: nowMs)
+            try db.appendEvent(EventRecord(.disputed, current, nowMs: nowMs, reason: reason))
+            return true
+        }
+        feed.noteWritten()
+        return revoked ? "revoked \(record.id): disputed (\(reason))" : "\(record.id) was revoked already"
+    }
+
+    /// A dispute the merchant won: the money stays, so the transaction the dispute revoked counts again
+    /// (REFUND_REVERSED; the content service serves it again), unless the buyer has bought the product, or another
+    /// subscription of its group, since: then it stays revoked, and the operator decides (the buyer paid twice).
+    /// A transaction revoked by a refund, or not revoked (the dispute's opening not seen yet), is left alone.
+    /// Answers what was done, in words.
+    /// - Throws: ``StoreError`` notFound for an unknown transaction; a ledger failure.
+    public func restoreAfterWonDispute(transactionID: String) async throws -> String {
+        guard let record = try await ledger.offload({ [ledger] in try ledger.transaction(id: transactionID) }) else {
+            throw StoreError(.notFound, "no transaction \(transactionID)")
+        }
+        let nowMs = now
+        let members = rules.groupMembers(of: record.productID)
+        let outcome: String = try await ledger.write(account: record.accountID) { db in
+            guard let current = try db.transaction(id: record.id), current.state == .purchased else {
+                return "dispute of \(record.id) won: it is not purchased"
+            }
+            guard current.revokedMs != 0, current.revocationReason.hasPrefix("disputed") else {
+                return "dispute of \(record.id) won: it was not revoked by the dispute; nothing to restore"
+            }
+            var subscription = try db.subscription(originalID: current.originalID)
+            if subscription?.latestTransactionID != current.id { subscription = nil }
+            switch current.productType {
+            case .nonConsumable:
+                if let other = try db.owned(
+                    accountID: current.accountID, productID: current.productID, kind: .nonConsumable, nowMs: nowMs)
+                {
+                    return "dispute of \(record.id) won, but \(other.id) bought it again since: it stays revoked"
+                }
+            case .autoRenewableSubscription where subscription?.state == .revoked:
+                let group = members.isEmpty ? [current.productID] : members
+                if let other = try db.subscriptions(accountID: current.accountID, productIDs: group).first(where: {
+                    $0.isLive && $0.originalID != current.originalID
+                }) {
+                    return
+                        "dispute of \(record.id) won, but subscription \(other.originalID) was bought since: it stays revoked"
+                }
+            default:
+                break
+            }
+            _ = try db.reinstate(transactionID: current.id, reason: "dispute won", nowMs: nowMs)
+            if var subscription, subscription.reinstated(atMs: nowMs) {
+                try db.saveSubscription(subscription, nowMs: nowMs)
+            }
+            return "dispute of \(record.id) won: restored"
+        }
+        feed.noteWritten()
+        return outcome
     }
 
     /// No transaction for the object: ignored, unless Kiosk still has its payment pending (its answer was lost),

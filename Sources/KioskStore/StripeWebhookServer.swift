@@ -8,6 +8,9 @@ import NIOPosix
 /// The store's endpoint for Stripe's webhooks: `POST /stripe/webhook` over HTTP/1.1, each delivery's
 /// `Stripe-Signature` checked before anything is read from it (``Store/receiveStripeEvent(signature:body:)``).
 ///
+/// HTTPS with the store's TLS identity (what Stripe requires of an endpoint, on any address); plaintext only on
+/// loopback, behind the operator's TLS proxy. At most ``maxConnections`` at once; more are closed on accept.
+///
 /// Answers 200 for an event handled or ignored (Stripe stops sending it), 400 for a delivery refused (bad
 /// signature, outside the tolerance, not an event: Stripe retries, and a forger learns nothing), 404 for another
 /// path, 405 for another method, 413 for a body over 1 MiB, 503 when the store could not act now (the ledger or
@@ -17,6 +20,8 @@ public final class StripeWebhookServer: Sendable {
     public static let maxBody = 1 << 20
     /// The path Stripe posts to.
     public static let path = "/stripe/webhook"
+    /// Connections open at once, at most: Stripe sends a few in parallel; a flood beyond this is closed on accept.
+    public static let maxConnections = 256
 
     private let store: Store
     private let group: any EventLoopGroup
@@ -29,20 +34,23 @@ public final class StripeWebhookServer: Sendable {
         self.group = group
     }
 
-    /// Listens on `host`:`port` (0: a port the system picks; see ``port``). Plaintext: on an address that is not
-    /// loopback it is refused, so TLS is terminated in front of it (Stripe posts only to HTTPS).
-    public func start(host: String = "127.0.0.1", port: Int = 0) async throws {
-        guard Loopback.contains(host: host) else {
+    /// Listens on `host`:`port` (0: a port the system picks; see ``port``), HTTPS with `tls`. Plaintext (no
+    /// `tls`) on an address that is not loopback is refused: Stripe posts only to HTTPS, so TLS is then terminated
+    /// in front of it.
+    public func start(host: String = "127.0.0.1", port: Int = 0, tls: ServerTLSIdentity? = nil) async throws {
+        guard tls != nil || Loopback.contains(host: host) else {
             throw StoreError(
                 .conflict,
-                "the Stripe webhook endpoint listens on loopback only (\(host) is not): put a TLS proxy in front of it")
+                "the Stripe webhook endpoint serves plaintext on loopback only (\(host) is not): give the store --tls-cert/--tls-key, or put a TLS proxy in front of it"
+            )
         }
         let store = self.store
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { [weak self] channel in
-                self?.track(channel)
+                guard let self, self.track(channel) else { return channel.close() }
                 return channel.eventLoop.makeCompletedFuture {
+                    if let tls { try channel.pipeline.syncOperations.addHandler(tls.makeServerHandler()) }
                     // A connection that sends nothing for 10 s is closed: a slow sender cannot hold a buffer forever.
                     try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: .seconds(10)))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
@@ -69,12 +77,19 @@ public final class StripeWebhookServer: Sendable {
         for connection in connections.withLockedValue({ Array($0.values) }) { try? await connection.close().get() }
     }
 
-    private func track(_ channel: any Channel) {
+    /// Counts the connection in; false (not counted) when ``maxConnections`` are open.
+    private func track(_ channel: any Channel) -> Bool {
         let id = ObjectIdentifier(channel)
-        connections.withLockedValue { $0[id] = channel }
+        let taken = connections.withLockedValue { open -> Bool in
+            guard open.count < Self.maxConnections else { return false }
+            open[id] = channel
+            return true
+        }
+        guard taken else { return false }
         channel.closeFuture.whenComplete { [weak self] _ in
             _ = self?.connections.withLockedValue { $0.removeValue(forKey: id) }
         }
+        return true
     }
 }
 

@@ -224,9 +224,13 @@ struct Serve: AsyncParsableCommand {
     @Option(
         name: .customLong("stripe-webhook-port"),
         help:
-            "Serve Stripe's webhooks (POST /stripe/webhook) on this loopback port, behind your TLS proxy; 0 picks a free one. Needs --stripe-webhook-secret-file."
+            "Serve Stripe's webhooks (POST /stripe/webhook) on this port: HTTPS with --tls-cert/--tls-key, else plaintext on loopback behind your TLS proxy; 0 picks a free one. Needs --stripe-webhook-secret-file."
     )
     var stripeWebhookPort: Int?
+    @Option(
+        name: .customLong("stripe-webhook-host"),
+        help: "The address the Stripe webhook endpoint listens on (not loopback: needs --tls-cert/--tls-key).")
+    var stripeWebhookHost: String = "127.0.0.1"
     @Option(
         name: .customLong("stripe-webhook-secret-file"),
         help: "A file holding the endpoint's signing secret (whsec_…); give it twice during a rotation.")
@@ -309,7 +313,7 @@ struct Serve: AsyncParsableCommand {
         let webhooks = stripeWebhookPort.map { _ in StripeWebhookServer(store: server.store) }
         do {
             if let webhooks, let stripeWebhookPort {
-                try await webhooks.start(host: "127.0.0.1", port: stripeWebhookPort)
+                try await webhooks.start(host: stripeWebhookHost, port: stripeWebhookPort, tls: tls)
             }
         } catch {
             FileHandle.standardError.write(Data("kiosk-store: cannot serve Stripe's webhooks: \(error)\n".utf8))
@@ -319,7 +323,9 @@ struct Serve: AsyncParsableCommand {
         // Scripts and tests read this line to learn the port; it is printed once SIGTERM and SIGHUP are trapped.
         let banner =
             "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(loadedCatalog.products.count) products)\n"
-            + (webhooks.map { "kiosk-store Stripe webhooks on 127.0.0.1:\($0.port)\(StripeWebhookServer.path)\n" } ?? "")
+            + (webhooks.map {
+                "kiosk-store Stripe webhooks on \(tls == nil ? "http" : "https")://\(stripeWebhookHost):\($0.port)\(StripeWebhookServer.path)\n"
+            } ?? "")
         try await ServiceHosting.serve(
             announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
             shutdown: {

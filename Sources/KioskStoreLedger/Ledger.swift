@@ -696,6 +696,34 @@ extension LedgerDatabase {
         try Ledger.announceChange(self)
         return revocation
     }
+
+    /// Undoes a revocation in one write: the row unmarked, the credits the revocation took given back, its
+    /// revocation out of the feed, REFUND_REVERSED recorded.
+    public func reinstate(transactionID: String, reason: String, nowMs: Int64) throws -> TransactionRecord {
+        guard let current = try transaction(id: transactionID), current.state == .purchased, current.revokedMs != 0
+        else {
+            throw StoreError(.conflict, "transaction \(transactionID) is not a revoked purchase")
+        }
+        try serializeOnAccount(current.accountID)
+        let given = Int64(clamping: current.credits) - Int64(clamping: current.refundCreditShortfall)
+        if given > 0 {
+            try addCredits(
+                given, account: current.accountID, transaction: transactionID, reason: "reinstated", nowMs: nowMs)
+        }
+        try execute(
+            "UPDATE transactions SET revoked_ms = 0, revocation_reason = '', refund_credit_shortfall = 0 WHERE id = ?",
+            [transactionID])
+        // Followers that read the revocation keep it (WatchRevocations is superseded); the content service follows
+        // REFUND_REVERSED.
+        try execute("DELETE FROM revocations WHERE transaction_id = ?", [transactionID])
+        var reinstated = current
+        reinstated.revokedMs = 0
+        reinstated.revocationReason = ""
+        reinstated.refundCreditShortfall = 0
+        try appendEvent(EventRecord(.refundReversed, reinstated, nowMs: nowMs, reason: reason))
+        try Ledger.announceChange(self)
+        return reinstated
+    }
 }
 
 // The ledger adapter: signing keys and the revocation feed.

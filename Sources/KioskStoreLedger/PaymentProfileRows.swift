@@ -44,10 +44,20 @@ extension LedgerDatabase {
     }
 
     /// Records the event once: false when it was recorded already.
-    public func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool {
+    public func recordProcessorEvent(
+        id: String, type: String, subject: String, outcome: String, nowMs: Int64
+    ) throws -> Bool {
         try execute(
-            "INSERT INTO processor_events (id, type, outcome, received_ms) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-            [id, type, outcome, nowMs]) > 0
+            """
+            INSERT INTO processor_events (id, type, subject, outcome, received_ms) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT (id) DO NOTHING
+            """, [id, type, subject, outcome, nowMs]) > 0
+    }
+
+    /// True when an event of `type` about `subject` was handled.
+    public func processorEventHandled(type: String, subject: String) throws -> Bool {
+        try value(
+            Int64.self, "SELECT 1 FROM processor_events WHERE subject = ? AND type = ? LIMIT 1", [subject, type]) != nil
     }
 }
 
@@ -55,6 +65,11 @@ extension Ledger {
     /// What the store did with the processor's event `id`, read outside any write.
     package func processorEventOutcome(id: String) async throws -> String? {
         try await backend.readStatement { db in try db.processorEventOutcome(id: id) }
+    }
+
+    /// True when an event of `type` about `subject` was handled, read outside any write.
+    package func processorEventHandled(type: String, subject: String) async throws -> Bool {
+        try await backend.readStatement { db in try db.processorEventHandled(type: type, subject: subject) }
     }
 
     /// The transaction recorded for payment `paymentID`, read outside any write.

@@ -112,6 +112,7 @@ struct ContentFixture {
         files: [String: [UInt8]], environment: ReceiptV1.Environment = .sandbox, acceptSandbox: Bool = false,
         maximumStaleness: Duration = .seconds(300), cacheSize: Int = 100, perAccount: Int = 4,
         chunkSize: UInt32 = 256 * 1024,
+        configureStore: (inout StoreConfiguration) -> Void = { _ in },
         _ body: (ContentFixture) async throws -> R
     ) async throws -> R {
         let storeDirectory = temporaryDirectory("store")
@@ -124,11 +125,11 @@ struct ContentFixture {
         let identity = try ServerTLSIdentity(
             certificateChainPath: fixtureCertificates.serverCertificatePath,
             privateKeyPath: fixtureCertificates.serverKeyPath)
-        let store = try StoreServer(
-            store: StoreConfiguration(
-                dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox,
-                revocationPollInterval: .milliseconds(50), revocationHeartbeat: .milliseconds(100)),
-            server: ServerConfiguration(tls: identity))
+        var storeConfiguration = StoreConfiguration(
+            dataDirectory: storeDirectory, catalog: hostedCatalog, environment: .sandbox,
+            revocationPollInterval: .milliseconds(50), revocationHeartbeat: .milliseconds(100))
+        configureStore(&storeConfiguration)
+        let store = try StoreServer(store: storeConfiguration, server: ServerConfiguration(tls: identity))
         try await store.start()
         let credential = try store.store.createServiceCredential(role: .content, name: "fixture").secret
         let storePort = try #require(store.port)
@@ -192,12 +193,12 @@ struct ContentFixture {
         return issued.token
     }
 
-    func buy(_ product: String, token: String) async throws -> StoreV1.Transaction {
+    func buy(_ product: String, token: String, paymentMethod: String = card) async throws -> StoreV1.Transaction {
         var metadata = metadata(token)
         metadata.add("idempotency-key", UUID().uuidString)
         let response = try await storeClient.unary(
             "/kiosk.store.v1.Store/Purchase",
-            request: StoreV1.PurchaseRequest(productID: product, quantity: 1, paymentMethod: card),
+            request: StoreV1.PurchaseRequest(productID: product, quantity: 1, paymentMethod: paymentMethod),
             response: StoreV1.PurchaseResponse.self, options: CallOptions(timeout: .seconds(10), metadata: metadata))
         return try #require(response.transaction)
     }

@@ -305,4 +305,28 @@ struct SubscriptionLifecycleTests {
             #expect(subscription.state == state)
         }
     }
+
+    @Test(
+        "a reinstated revocation restores a REVOKED subscription to its period's end, auto-renew off",
+        arguments: allStates)
+    func reinstated(_ state: Subscription.State) {
+        var subscription = Self.inState(state)
+        let before = subscription
+        let changed = subscription.reinstated(atMs: 2 * Self.day)
+        guard state == .revoked else {
+            #expect(!changed && subscription == before, "only a revoked subscription is reinstated")
+            return
+        }
+        #expect(changed && subscription.state == .active && !subscription.willAutoRenew)
+        #expect(subscription.dueMs == 30 * Self.day && subscription.isEntitled(atMs: 29 * Self.day))
+        // At its end it expires as a subscription turned off: nothing is charged.
+        let decision = subscription.renewalDue(atMs: 30 * Self.day, terms: Self.regular(), latenessMs: nil)
+        #expect(decision == .expire(.cancelled))
+
+        // Reinstated after its period ended: EXPIRED, not entitled.
+        var late = Self.inState(.revoked)
+        let lateChanged = late.reinstated(atMs: 31 * Self.day)
+        #expect(lateChanged)
+        #expect(late.state == .expired && late.expirationReason == .cancelled && !late.isEntitled(atMs: 31 * Self.day))
+    }
 }

@@ -1,11 +1,13 @@
 import AsyncHTTPClient
 import Foundation
 import KioskAPI
+import KioskRPC
 import KioskStoreCore
 import KioskStoreIntegrations
 import KioskStoreTestSupport
 import NIOCore
 import NIOFoundationCompat
+import NIOSSL
 import StripeDouble
 import Testing
 
@@ -203,6 +205,127 @@ import Testing
                     setup.double.webhookDeliveries.contains { $0.type == "charge.dispute.closed" && $0.status == 200 }
                 })
             #expect(try setup.store.ledger.transaction(id: record.id)?.revokedMs != 0)
+        }
+    }
+
+    /// A won dispute gives the buyer back what the dispute revoked (REFUND_REVERSED): a non-consumable counts
+    /// again; a subscription is entitled to its period's end without auto-renew. Bought again since: it stays
+    /// revoked.
+    @Test func aWonDisputeRestoresUnlessBoughtAgainSince() async throws {
+        try await Self.withSetup { setup in
+            let record = try await Self.buyBook(setup)
+            let intent = try #require(setup.double.paymentIntents(forPaymentID: record.paymentID ?? "").first)
+            let dispute = try #require(setup.double.openDispute(paymentIntent: intent.id))
+            #expect(try await Self.eventually { try setup.store.ledger.transaction(id: record.id)?.revokedMs != 0 })
+            #expect(setup.double.closeDispute(dispute, won: true))
+            #expect(
+                try await Self.eventually { try setup.store.ledger.transaction(id: record.id)?.revokedMs == 0 },
+                "a won dispute did not restore the purchase")
+            let reversed = try await setup.store.ledger.events(after: 0, limit: 100).filter {
+                $0.type == .refundReversed && $0.transactionID == record.id
+            }
+            #expect(reversed.count == 1)
+            #expect(try await setup.store.ledger.revocations(after: 0, limit: 10).isEmpty)
+
+            // A subscription: revoked by the dispute, ACTIVE again to its period's end, auto-renew off.
+            let buyer = try LifecycleDefectTests.account(setup.store)
+            let bought = try await setup.store.purchase(
+                account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil)
+            guard case .purchased(let plus) = bought.result else { throw StoreError.invalid("not subscribed") }
+            let plusIntent = try #require(setup.double.paymentIntents(forPaymentID: plus.paymentID ?? "").first)
+            let plusDispute = try #require(setup.double.openDispute(paymentIntent: plusIntent.id))
+            #expect(
+                try await Self.eventually {
+                    try setup.store.ledger.subscription(originalID: plus.id)?.state == .revoked
+                })
+            #expect(setup.double.closeDispute(plusDispute, won: true))
+            #expect(
+                try await Self.eventually { try setup.store.ledger.subscription(originalID: plus.id)?.state == .active }
+            )
+            let restored = try #require(try setup.store.ledger.subscription(originalID: plus.id))
+            #expect(!restored.willAutoRenew && restored.dueMs == restored.expiresMs)
+
+            // Bought again while the dispute was open: the won dispute leaves the first purchase revoked.
+            let again = try await Self.buyBook(setup)
+            let againIntent = try #require(setup.double.paymentIntents(forPaymentID: again.paymentID ?? "").first)
+            let againDispute = try #require(setup.double.openDispute(paymentIntent: againIntent.id))
+            #expect(try await Self.eventually { try setup.store.ledger.transaction(id: again.id)?.revokedMs != 0 })
+            let rebought = try await setup.store.purchase(
+                account: try #require(try setup.store.ledger.account(id: again.accountID)), productID: "book",
+                quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil)
+            guard case .purchased = rebought.result else { throw StoreError.invalid("not bought again") }
+            #expect(setup.double.closeDispute(againDispute, won: true))
+            #expect(
+                try await Self.eventually {
+                    setup.double.webhookDeliveries.filter { $0.type == "charge.dispute.closed" && $0.status == 200 }
+                        .count == 3
+                })
+            #expect(try setup.store.ledger.transaction(id: again.id)?.revokedMs != 0, "two live copies of one book")
+        }
+    }
+
+    /// Stripe does not promise order: a dispute's closing that arrives before its opening is remembered, and the
+    /// opening then revokes nothing.
+    @Test func aClosingBeforeItsOpeningRevokesNothing() async throws {
+        try await Self.withSetup { setup in
+            let record = try await Self.buyBook(setup)
+            let intent = try #require(setup.double.paymentIntents(forPaymentID: record.paymentID ?? "").first)
+            func event(_ id: String, _ type: String, status: String) -> [UInt8] {
+                Array(
+                    #"{"id":"\#(id)","object":"event","type":"\#(type)","data":{"object":{"id":"du_late","object":"dispute","payment_intent":"\#(intent.id)","status":"\#(status)","reason":"fraudulent","amount":299}}}"#
+                        .utf8)
+            }
+            let now = Int64(Date().timeIntervalSince1970)
+            for (body, expected) in [
+                (event("evt_closed", "charge.dispute.closed", status: "won"), "not revoked by the dispute"),
+                (event("evt_created", "charge.dispute.created", status: "needs_response"), "closed already"),
+            ] {
+                let (status, message) = try await Self.post(
+                    setup.url, body: body,
+                    signature: StripeWebhookVerifier.header(payload: body, timestamp: now, secret: Self.secret))
+                #expect(status == 200 && message.contains(expected), "\(status) \(message)")
+            }
+            #expect(try setup.store.ledger.transaction(id: record.id)?.revokedMs == 0)
+        }
+    }
+
+    /// Stripe posts only to HTTPS: with the store's TLS identity the endpoint serves HTTPS (on any address);
+    /// without one it serves plaintext on loopback only.
+    @Test func theEndpointServesHTTPSWithTheStoresIdentity() async throws {
+        try await Self.withSetup { setup in
+            let directory = temporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let certificates = try DevelopmentCertificates.create(in: directory)
+            let identity = try ServerTLSIdentity(
+                certificateChainPath: certificates.serverCertificatePath, privateKeyPath: certificates.serverKeyPath)
+            let secure = StripeWebhookServer(store: setup.store)
+            try await secure.start(host: "127.0.0.1", port: 0, tls: identity)
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.trustRoots = .file(certificates.caCertificatePath)
+            let client = HTTPClient(
+                eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(tlsConfiguration: tls))
+            let body = Array(#"{"id":"evt_tls","object":"event","type":"customer.created","data":{"object":{}}}"#.utf8)
+            var request = HTTPClientRequest(url: "https://localhost:\(secure.port)\(StripeWebhookServer.path)")
+            request.method = .POST
+            request.headers.add(
+                name: "Stripe-Signature",
+                value: StripeWebhookVerifier.header(
+                    payload: body, timestamp: Int64(Date().timeIntervalSince1970), secret: Self.secret))
+            request.body = .bytes(ByteBuffer(bytes: body))
+            let answer = try await client.execute(request, timeout: .seconds(5))
+            _ = try await answer.body.collect(upTo: 1 << 16)
+            #expect(answer.status == .ok)
+            // Plaintext to the HTTPS port gets no answer.
+            await #expect(throws: (any Error).self) {
+                _ = try await Self.post(
+                    "http://127.0.0.1:\(secure.port)\(StripeWebhookServer.path)", body: body, signature: nil)
+            }
+            try await client.shutdown()
+            await secure.shutdown()
+            // Plaintext off loopback: refused before listening.
+            await #expect(throws: StoreError.self) {
+                try await StripeWebhookServer(store: setup.store).start(host: "0.0.0.0", port: 0)
+            }
         }
     }
 

@@ -99,6 +99,56 @@ import Testing
         await session.shutdown()
     }
 
+    /// A dispute revokes (the update carries the revocation); the dispute won restores: the transaction comes back
+    /// on transactionUpdates without a revocation, the entitlement returns, and a consumable's credits come back.
+    @Test func aWonDisputeComesBackOnUpdatesAndRestoresTheEntitlement() async throws {
+        let session = try await KioskTestSession.start(tls: false)
+        let account = try session.makeAccount()
+        let directory = NSTemporaryDirectory() + "kiosk-events-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let kiosk = try session.makeClient(account: account, stateDirectory: directory)
+        try await Self.waitForEventCursor(directory)
+        let updates = kiosk.transactionUpdates
+        guard
+            case .success(let bought) = try await kiosk.purchase(
+                productID: "filter.sepia", paymentMethod: "test-card:4242424242424242"),
+            case .success(let credits) = try await kiosk.purchase(
+                productID: "credits.5", paymentMethod: "test-card:4242424242424242")
+        else {
+            Issue.record("expected success")
+            return
+        }
+        try await kiosk.finish(bought)
+        try await kiosk.finish(credits)
+        #expect(try await kiosk.creditBalance == 5)
+
+        try await session.openDispute(transactionID: bought.id)
+        try await session.openDispute(transactionID: credits.id)
+        var seen: [String: Transaction] = [:]
+        for await transaction in updates {
+            seen[transaction.id] = transaction
+            if seen.count == 2 { break }
+        }
+        #expect(seen[bought.id]?.revocationDate != nil && seen[bought.id]?.revocationReason == "disputed: fraudulent")
+        #expect(try await kiosk.currentEntitlements.isEmpty)
+        #expect(try await kiosk.creditBalance == 0)
+
+        try await session.winDispute(transactionID: bought.id)
+        try await session.winDispute(transactionID: credits.id)
+        seen = [:]
+        for await transaction in updates {
+            seen[transaction.id] = transaction
+            if seen.count == 2 { break }
+        }
+        #expect(seen[bought.id] != nil && seen[bought.id]?.revocationDate == nil)
+        #expect(seen[credits.id] != nil && seen[credits.id]?.revocationDate == nil)
+        #expect(try await kiosk.currentEntitlements.map(\.id) == [bought.id])
+        #expect(try await kiosk.creditBalance == 5)
+        #expect(try await kiosk.verify(receipt: bought.signedReceipt).isValid)
+        await kiosk.close()
+        await session.shutdown()
+    }
+
     /// The events file names its account: a state directory used by another account (or against another store)
     /// starts that account at the end of the log, not from the other's cursor.
     @Test func aStateDirectoryReusedByAnotherAccountDoesNotTakeItsCursor() async throws {

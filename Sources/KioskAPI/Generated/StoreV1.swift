@@ -1657,6 +1657,12 @@ extension StoreV1 {
         /// by the processor (Stripe's charge.dispute.created): the transaction is
         /// revoked (EVENT_TYPE_REFUNDED too) without a refund. reason: the dispute's.
         public static let disputed = EventType(rawValue: 14)
+        /// A revocation was undone: the merchant won the dispute (Stripe's
+        /// charge.dispute.closed, status won). The transaction counts again (a
+        /// consumable's credits the revocation took are given back; a subscription
+        /// is entitled to the end of its period, auto-renew off); follow it as you
+        /// follow EVENT_TYPE_REFUNDED.
+        public static let refundReversed = EventType(rawValue: 15)
         public var description: String {
         switch rawValue {
         case 0: "EVENT_TYPE_UNSPECIFIED"
@@ -1674,6 +1680,7 @@ extension StoreV1 {
         case 12: "EVENT_TYPE_REFUND_DENIED"
         case 13: "EVENT_TYPE_RENEWAL_NEEDS_ACTION"
         case 14: "EVENT_TYPE_DISPUTED"
+        case 15: "EVENT_TYPE_REFUND_REVERSED"
         default: "EventType(\(rawValue))"
         }
         }

@@ -66,6 +66,10 @@ public final class ServerTLSIdentity: Sendable {
         NIOSSLServerHandler(context: context.withLockedValue { $0 })
     }
 
+    /// A TLS handler for one accepted connection of a server other than the RPC one (the store's webhook
+    /// endpoint), with the identity as last loaded: a reload reaches new connections.
+    public func makeServerHandler() -> any ChannelHandler { makeHandler() }
+
     private static func makeContext(certificateChainPath: String, privateKeyPath: String) throws -> NIOSSLContext {
         let chain: [NIOSSLCertificate]
         do {

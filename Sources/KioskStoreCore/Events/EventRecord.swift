@@ -5,7 +5,7 @@
 ///
 /// Open, as the log is: replicas of different versions share one ledger during an upgrade, and an
 /// event a newer one recorded is kept, listed, signed and delivered by an older one with its number
-/// (``isKnown`` false, named `EventType(15)`), never dropped or refused.
+/// (``isKnown`` false, named `EventType(16)`), never dropped or refused.
 public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     public var rawValue: Int32
     public init(rawValue: Int32) { self.rawValue = rawValue }
@@ -41,18 +41,21 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// The buyer's bank opened a dispute (a chargeback) of the transaction's payment: it is revoked (a REFUNDED
     /// event too), without a refund; the money goes back through the dispute.
     public static let disputed = EventKind(rawValue: 14)
+    /// A revocation was undone (the merchant won the dispute): the transaction counts again; a subscription is
+    /// entitled to the end of its period, without auto-renew.
+    public static let refundReversed = EventKind(rawValue: 15)
 
     /// The kinds this version records, in number order.
     public static let known: [EventKind] = [
         .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged,
         .test,
-        .refundRequested, .refundDenied, .renewalNeedsAction, .disputed,
+        .refundRequested, .refundDenied, .renewalNeedsAction, .disputed, .refundReversed,
     ]
 
     /// True for a kind this version records.
-    public var isKnown: Bool { rawValue >= 1 && rawValue <= 14 }
+    public var isKnown: Bool { rawValue >= 1 && rawValue <= 15 }
 
-    /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(15)` for a kind this version does not know.
+    /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(16)` for a kind this version does not know.
     public var shortName: String {
         switch rawValue {
         case 1: "PURCHASED"
@@ -69,6 +72,7 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 12: "REFUND_DENIED"
         case 13: "RENEWAL_NEEDS_ACTION"
         case 14: "DISPUTED"
+        case 15: "REFUND_REVERSED"
         default: "EventType(\(rawValue))"
         }
     }

@@ -64,7 +64,8 @@ public final class InMemoryLedger: @unchecked Sendable {
         /// Service credentials with the hash of their secret, in the order they were added.
         public internal(set) var serviceCredentials: [(credential: ServiceCredentialRecord, tokenHash: [UInt8])] = []
         /// Processor events handled, by event id: type and outcome.
-        public internal(set) var processorEvents: [String: (type: String, outcome: String, receivedMs: Int64)] = [:]
+        public internal(set) var processorEvents:
+            [String: (type: String, subject: String, outcome: String, receivedMs: Int64)] = [:]
         /// Payment profiles by account, then processor.
         public internal(set) var paymentProfiles: [String: [String: PaymentProfile]] = [:]
         /// Refund requests by transaction id.
@@ -332,6 +333,32 @@ public final class InMemoryRepositories: StoreRepositories {
         }
     }
 
+    /// Undoes a revocation: the row unmarked, the credits it took given back, its revocation out of the feed,
+    /// REFUND_REVERSED recorded. The subscription is the caller's to restore.
+    /// - Throws: ``StoreError`` conflict when it is not a revoked purchase.
+    public func reinstate(transactionID: String, reason: String, nowMs: Int64) throws -> TransactionRecord {
+        try atomically {
+            guard let position = state.transactionPositions[transactionID],
+                state.transactions[position].state == .purchased, state.transactions[position].revokedMs != 0
+            else {
+                throw StoreError(.conflict, "transaction \(transactionID) is not a revoked purchase")
+            }
+            let current = state.transactions[position]
+            let given = Int64(clamping: current.credits) - Int64(clamping: current.refundCreditShortfall)
+            if given > 0 {
+                try addCredits(
+                    given, account: current.accountID, transaction: transactionID, reason: "reinstated", nowMs: nowMs)
+            }
+            state.transactions[position].revokedMs = 0
+            state.transactions[position].revocationReason = ""
+            state.transactions[position].refundCreditShortfall = 0
+            state.revocations.removeAll { $0.transactionID == transactionID }
+            let reinstated = state.transactions[position]
+            try recordEvent(EventRecord(.refundReversed, reinstated, nowMs: nowMs, reason: reason))
+            return reinstated
+        }
+    }
+
     // MARK: Accounts
 
     /// The account with `id`.
@@ -389,10 +416,17 @@ public final class InMemoryRepositories: StoreRepositories {
     public func processorEventOutcome(id: String) throws -> String? { state.processorEvents[id]?.outcome }
 
     /// Records the event once.
-    public func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool {
+    public func recordProcessorEvent(
+        id: String, type: String, subject: String, outcome: String, nowMs: Int64
+    ) throws -> Bool {
         guard state.processorEvents[id] == nil else { return false }
-        state.processorEvents[id] = (type, outcome, nowMs)
+        state.processorEvents[id] = (type, subject, outcome, nowMs)
         return true
+    }
+
+    /// True when an event of `type` about `subject` was handled.
+    public func processorEventHandled(type: String, subject: String) throws -> Bool {
+        state.processorEvents.values.contains { $0.type == type && $0.subject == subject }
     }
 
     /// The account's customer at `processor`.

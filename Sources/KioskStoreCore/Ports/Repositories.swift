@@ -49,6 +49,11 @@ public protocol TransactionRepository {
     /// is recorded.
     /// - Throws: ``StoreError`` conflict when it is not purchased or was already revoked.
     func revoke(transactionID: String, reason: String, nowMs: Int64) throws -> RevocationRecord
+    /// Undoes a revocation (a dispute the merchant won): the row counts again, a consumable's credits the
+    /// revocation took are given back, its revocation leaves the feed, and REFUND_REVERSED is recorded. The
+    /// subscription it belongs to is the caller's to restore.
+    /// - Throws: ``StoreError`` conflict when it is not a revoked purchase.
+    func reinstate(transactionID: String, reason: String, nowMs: Int64) throws -> TransactionRecord
 }
 
 /// Accounts, their credits, and the answers kept per idempotency key.
@@ -156,8 +161,11 @@ public protocol CredentialRepository {
 public protocol ProcessorEventRepository {
     /// What the store did with the processor's event `id`, or nil when it never saw it.
     func processorEventOutcome(id: String) throws -> String?
-    /// Records that the event was handled and how; false when it was recorded already (another delivery won).
-    func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool
+    /// Records that the event about `subject` (the processor's object id: a dispute's `du_…`) was handled and how;
+    /// false when it was recorded already (another delivery won).
+    func recordProcessorEvent(id: String, type: String, subject: String, outcome: String, nowMs: Int64) throws -> Bool
+    /// True when an event of `type` about `subject` was handled (a dispute's closing arriving before its opening).
+    func processorEventHandled(type: String, subject: String) throws -> Bool
 }
 
 /// Everything a purchase, renewal or refund reads and writes in one ledger transaction.

@@ -261,6 +261,26 @@ extension Subscription {
         expiresMs = min(expiresMs, nowMs)
     }
 
+    /// Its latest transaction's revocation was undone at `nowMs` (the merchant won the dispute): entitled again to
+    /// the end of that period, auto-renew off (the buyer disputed the charge: nothing is charged again unasked), so
+    /// ACTIVE until then and EXPIRED (CANCELLED) after, as a subscription turned off; already past: EXPIRED now.
+    /// - Returns: false when it was not REVOKED (nothing changes).
+    public mutating func reinstated(atMs nowMs: Int64) -> Bool {
+        guard state == .revoked else { return false }
+        willAutoRenew = false
+        graceEndMs = 0
+        retryEndMs = 0
+        attempts = 0
+        expirationReason = .unspecified
+        if expiresMs > nowMs {
+            state = .active
+            dueMs = expiresMs
+        } else {
+            _ = expire(.cancelled)
+        }
+        return true
+    }
+
     private mutating func expire(_ reason: ExpirationReason) -> RenewalDecision {
         state = .expired
         expirationReason = reason

@@ -6377,7 +6377,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
   kiosk__store__v1__expiration_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[15] =
+static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[16] =
 {
   { "EVENT_TYPE_UNSPECIFIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED", 0 },
   { "EVENT_TYPE_PURCHASED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PURCHASED", 1 },
@@ -6394,11 +6394,12 @@ static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_num
   { "EVENT_TYPE_REFUND_DENIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_DENIED", 12 },
   { "EVENT_TYPE_RENEWAL_NEEDS_ACTION", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_NEEDS_ACTION", 13 },
   { "EVENT_TYPE_DISPUTED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DISPUTED", 14 },
+  { "EVENT_TYPE_REFUND_REVERSED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REVERSED", 15 },
 };
 static const ProtobufCIntRange kiosk__store__v1__event_type__value_ranges[] = {
-{0, 0},{0, 15}
+{0, 0},{0, 16}
 };
-static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[15] =
+static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[16] =
 {
   { "EVENT_TYPE_APPROVED", 4 },
   { "EVENT_TYPE_AUTO_RENEW_CHANGED", 8 },
@@ -6411,6 +6412,7 @@ static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_b
   { "EVENT_TYPE_REFUNDED", 6 },
   { "EVENT_TYPE_REFUND_DENIED", 12 },
   { "EVENT_TYPE_REFUND_REQUESTED", 11 },
+  { "EVENT_TYPE_REFUND_REVERSED", 15 },
   { "EVENT_TYPE_RENEWAL_NEEDS_ACTION", 13 },
   { "EVENT_TYPE_RENEWED", 2 },
   { "EVENT_TYPE_TEST", 10 },
@@ -6423,9 +6425,9 @@ const ProtobufCEnumDescriptor kiosk__store__v1__event_type__descriptor =
   "EventType",
   "Kiosk__Store__V1__EventType",
   "kiosk.store.v1",
-  15,
+  16,
   kiosk__store__v1__event_type__enum_values_by_number,
-  15,
+  16,
   kiosk__store__v1__event_type__enum_values_by_name,
   1,
   kiosk__store__v1__event_type__value_ranges,

@@ -200,7 +200,15 @@ typedef enum _Kiosk__Store__V1__EventType {
    * by the processor (Stripe's charge.dispute.created): the transaction is
    * revoked (EVENT_TYPE_REFUNDED too) without a refund. reason: the dispute's.
    */
-  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DISPUTED = 14
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DISPUTED = 14,
+  /*
+   * A revocation was undone: the merchant won the dispute (Stripe's
+   * charge.dispute.closed, status won). The transaction counts again (a
+   * consumable's credits the revocation took are given back; a subscription
+   * is entitled to the end of its period, auto-renew off); follow it as you
+   * follow EVENT_TYPE_REFUNDED.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REVERSED = 15
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
 } Kiosk__Store__V1__EventType;
 /*
