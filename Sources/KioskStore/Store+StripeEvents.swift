@@ -11,8 +11,10 @@ import KioskStoreIntegrations
 //   refused, credits taken back, shortfall recorded); Stripe answers the refund as already made.
 // - `charge.dispute.created`: the transaction is revoked without a refund (Stripe takes the money back through the
 //   dispute; a disputed charge cannot be refunded), with a DISPUTED event.
-// - `charge.dispute.closed`: lost → it stays revoked; won → restored (REFUND_REVERSED), unless bought again since.
-//   A closing that arrives before its opening is remembered by dispute id: the opening then revokes nothing.
+// - `charge.dispute.closed`: lost → it stays revoked (or is revoked now, when the closing came first); won → what
+//   this dispute revoked is restored (REFUND_REVERSED), unless restoring it would give the buyer a second copy.
+//   Each dispute's state is kept by its id (`disputes`), read and written in the account's write, so its events act
+//   right in any order and at the same time.
 // - `payment_intent.succeeded` / `payment_failed`: a payment Kiosk has pending is settled now, not at the next
 //   reconciliation; a renewal waiting for the buyer is recorded once they confirmed it.
 extension Store {
@@ -47,9 +49,7 @@ extension Store {
             let outcome = try await act(on: notice)
             let nowMs = now
             _ = try await ledger.write { db in
-                try db.recordProcessorEvent(
-                    id: notice.eventID, type: notice.type, subject: notice.dispute ?? notice.paymentIntent ?? "",
-                    outcome: outcome, nowMs: nowMs)
+                try db.recordProcessorEvent(id: notice.eventID, type: notice.type, outcome: outcome, nowMs: nowMs)
             }
             return WebhookAnswer(status: 200, message: outcome)
         } catch {
@@ -77,92 +77,154 @@ extension Store {
             }
             return "refunded \(record.id)"
         case .disputeOpened(let reason):
-            // Its closing came first (deliveries are not ordered): the dispute is over; nothing to revoke.
-            if let dispute = notice.dispute,
-                try await ledger.processorEventHandled(type: "charge.dispute.closed", subject: dispute)
-            {
-                return "dispute \(dispute) was closed already: nothing revoked"
-            }
+            guard let dispute = notice.dispute else { return "a dispute event without a dispute id: ignored" }
             guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
-            return try await revokeForDispute(transactionID: record.id, reason: reason)
+            return try await disputeOpened(dispute, transactionID: record.id, reason: reason)
         case .disputeClosed(let won):
+            guard let dispute = notice.dispute else { return "a dispute event without a dispute id: ignored" }
             guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
-            guard won else { return "dispute of \(record.id) lost: it stays revoked" }
-            return try await restoreAfterWonDispute(transactionID: record.id)
+            return try await disputeClosed(dispute, transactionID: record.id, won: won)
         case .paymentSucceeded, .paymentFailed:
             return try await settleFromProcessor(notice)
         }
     }
 
-    /// The buyer's bank opened a dispute of the transaction's payment: revoked without a refund (REFUNDED and
-    /// DISPUTED), as Stripe's `charge.dispute.created` does it. Answers what was done, in words.
+    /// The buyer's bank opened dispute `disputeID` of the transaction's payment: revoked without a refund (REFUNDED
+    /// and DISPUTED), as Stripe's `charge.dispute.created` does it. A transaction revoked already (a refund) is left
+    /// as it is, and the dispute remembers it did not revoke it; a dispute closed already (its closing came first)
+    /// changes nothing. Answers what was done, in words.
     /// - Throws: ``StoreError`` notFound for an unknown transaction; a ledger failure.
-    public func revokeForDispute(transactionID: String, reason: String) async throws -> String {
-        guard let record = try await ledger.offload({ [ledger] in try ledger.transaction(id: transactionID) }) else {
-            throw StoreError(.notFound, "no transaction \(transactionID)")
-        }
-        guard record.state == .purchased else { return "\(record.id) is not purchased: nothing to revoke" }
-        guard record.revokedMs == 0 else { return "\(record.id) was revoked already" }
+    public func disputeOpened(_ disputeID: String, transactionID: String, reason: String) async throws -> String {
+        let record = try await disputedTransaction(transactionID)
         let nowMs = now
-        let revoked: Bool = try await ledger.write(account: record.accountID) { db in
-            guard let current = try db.transaction(id: record.id), current.state == .purchased,
-                current.revokedMs == 0
-            else { return false }
-            _ = try db.revoke(transactionID: record.id, reason: "disputed: \(reason)", nowMs: nowMs)
-            try db.appendEvent(EventRecord(.disputed, current, nowMs: nowMs, reason: reason))
-            return true
-        }
-        feed.noteWritten()
-        return revoked ? "revoked \(record.id): disputed (\(reason))" : "\(record.id) was revoked already"
-    }
-
-    /// A dispute the merchant won: the money stays, so the transaction the dispute revoked counts again
-    /// (REFUND_REVERSED; the content service serves it again), unless the buyer has bought the product, or another
-    /// subscription of its group, since: then it stays revoked, and the operator decides (the buyer paid twice).
-    /// A transaction revoked by a refund, or not revoked (the dispute's opening not seen yet), is left alone.
-    /// Answers what was done, in words.
-    /// - Throws: ``StoreError`` notFound for an unknown transaction; a ledger failure.
-    public func restoreAfterWonDispute(transactionID: String) async throws -> String {
-        guard let record = try await ledger.offload({ [ledger] in try ledger.transaction(id: transactionID) }) else {
-            throw StoreError(.notFound, "no transaction \(transactionID)")
-        }
-        let nowMs = now
-        let members = rules.groupMembers(of: record.productID)
         let outcome: String = try await ledger.write(account: record.accountID) { db in
+            if let known = try db.dispute(id: disputeID) {
+                return "dispute \(disputeID) is \(known.state.rawValue) already: nothing more"
+            }
             guard let current = try db.transaction(id: record.id), current.state == .purchased else {
-                return "dispute of \(record.id) won: it is not purchased"
+                return "\(record.id) is not purchased: nothing to revoke"
             }
-            guard current.revokedMs != 0, current.revocationReason.hasPrefix("disputed") else {
-                return "dispute of \(record.id) won: it was not revoked by the dispute; nothing to restore"
+            let revokes = current.revokedMs == 0
+            if revokes {
+                _ = try db.revoke(transactionID: record.id, reason: "disputed: \(reason)", nowMs: nowMs)
+                try db.appendEvent(EventRecord(.disputed, current, nowMs: nowMs, reason: reason))
             }
-            var subscription = try db.subscription(originalID: current.originalID)
-            if subscription?.latestTransactionID != current.id { subscription = nil }
-            switch current.productType {
-            case .nonConsumable:
-                if let other = try db.owned(
-                    accountID: current.accountID, productID: current.productID, kind: .nonConsumable, nowMs: nowMs)
-                {
-                    return "dispute of \(record.id) won, but \(other.id) bought it again since: it stays revoked"
-                }
-            case .autoRenewableSubscription where subscription?.state == .revoked:
-                let group = members.isEmpty ? [current.productID] : members
-                if let other = try db.subscriptions(accountID: current.accountID, productIDs: group).first(where: {
-                    $0.isLive && $0.originalID != current.originalID
-                }) {
-                    return
-                        "dispute of \(record.id) won, but subscription \(other.originalID) was bought since: it stays revoked"
-                }
-            default:
-                break
-            }
-            _ = try db.reinstate(transactionID: current.id, reason: "dispute won", nowMs: nowMs)
-            if var subscription, subscription.reinstated(atMs: nowMs) {
-                try db.saveSubscription(subscription, nowMs: nowMs)
-            }
-            return "dispute of \(record.id) won: restored"
+            try db.saveDispute(
+                Dispute(
+                    id: disputeID, transactionID: record.id, state: .open, revokedTransaction: revokes,
+                    updatedMs: nowMs))
+            return revokes
+                ? "revoked \(record.id): disputed (\(reason))" : "\(record.id) was revoked already: dispute recorded"
         }
         feed.noteWritten()
         return outcome
+    }
+
+    /// Dispute `disputeID` closed. Won (the money stays): what this dispute revoked counts again (REFUND_REVERSED;
+    /// the content service serves it again), unless restoring it would give the buyer a second copy of what they
+    /// bought again meanwhile (the product, another subscription of its group, a subscription period that
+    /// overlaps it): then it stays revoked, and the operator decides. A transaction the dispute did not revoke (a
+    /// refund did) is left alone. Lost: it stays revoked, or is revoked now when the closing came before the
+    /// opening. Answers what was done, in words.
+    /// - Throws: ``StoreError`` notFound for an unknown transaction; a ledger failure.
+    public func disputeClosed(_ disputeID: String, transactionID: String, won: Bool) async throws -> String {
+        let record = try await disputedTransaction(transactionID)
+        let nowMs = now
+        let members = rules.groupMembers(of: record.productID)
+        let outcome: String = try await ledger.write(account: record.accountID) { db in
+            let known = try db.dispute(id: disputeID)
+            if let known, known.state != .open {
+                return "dispute \(disputeID) is \(known.state.rawValue) already: nothing more"
+            }
+            var dispute =
+                known
+                ?? Dispute(
+                    id: disputeID, transactionID: record.id, state: .open, revokedTransaction: false, updatedMs: 0)
+            dispute.state = won ? .won : .lost
+            dispute.updatedMs = nowMs
+            guard let current = try db.transaction(id: dispute.transactionID), current.state == .purchased else {
+                try db.saveDispute(dispute)
+                return "dispute \(disputeID) \(dispute.state.rawValue): \(record.id) is not purchased"
+            }
+            guard won else {
+                // Its opening never came (or comes later): the money went back, so the transaction goes too.
+                if known == nil, current.revokedMs == 0 {
+                    _ = try db.revoke(transactionID: current.id, reason: "disputed: lost", nowMs: nowMs)
+                    try db.appendEvent(EventRecord(.disputed, current, nowMs: nowMs, reason: "lost"))
+                    dispute.revokedTransaction = true
+                    try db.saveDispute(dispute)
+                    return "dispute \(disputeID) lost: revoked \(current.id)"
+                }
+                try db.saveDispute(dispute)
+                return "dispute \(disputeID) lost: \(current.id) stays revoked"
+            }
+            try db.saveDispute(dispute)
+            guard dispute.revokedTransaction, current.revokedMs != 0 else {
+                return "dispute \(disputeID) won: it did not revoke \(current.id); nothing to restore"
+            }
+            if let second = try Self.secondCopy(of: current, in: db, groupMembers: members, nowMs: nowMs) {
+                return "dispute \(disputeID) won, but \(second): \(current.id) stays revoked"
+            }
+            _ = try db.reinstate(transactionID: current.id, reason: "dispute won", nowMs: nowMs)
+            if var subscription = try db.subscription(originalID: current.originalID),
+                subscription.latestTransactionID == current.id, subscription.reinstated(atMs: nowMs)
+            {
+                try db.saveSubscription(subscription, nowMs: nowMs)
+                // Restored into a period already over: it ended, as any subscription turned off ends.
+                if subscription.state == .expired {
+                    try db.appendEvent(
+                        EventRecord(
+                            type: .expired, accountID: current.accountID, transactionID: current.id,
+                            originalTransactionID: current.originalID, productID: current.productID, createdMs: nowMs,
+                            expirationReason: subscription.expirationReason))
+                }
+            }
+            return "dispute \(disputeID) won: restored \(current.id)"
+        }
+        feed.noteWritten()
+        return outcome
+    }
+
+    /// What the buyer bought again while `revoked` was revoked, that restoring it would duplicate: a live copy of
+    /// the non-consumable, another live subscription of its group, or a period of its subscription that overlaps
+    /// it. Nil when restoring gives nothing twice.
+    private static func secondCopy(
+        of revoked: TransactionRecord, in db: any StoreRepositories, groupMembers: [String], nowMs: Int64
+    ) throws -> String? {
+        switch revoked.productType {
+        case .nonConsumable:
+            if let other = try db.owned(
+                accountID: revoked.accountID, productID: revoked.productID, kind: .nonConsumable, nowMs: nowMs)
+            {
+                return "\(other.id) bought it again"
+            }
+        case .autoRenewableSubscription:
+            let group = groupMembers.isEmpty ? [revoked.productID] : groupMembers
+            if let other = try db.subscriptions(accountID: revoked.accountID, productIDs: group).first(where: {
+                $0.isLive && $0.originalID != revoked.originalID
+            }) {
+                return "subscription \(other.originalID) was bought"
+            }
+            // A resubscription keeps the original id: a later period that starts before this one ends was paid
+            // for the same time.
+            if let subscription = try db.subscription(originalID: revoked.originalID),
+                subscription.latestTransactionID != revoked.id,
+                let latest = try db.transaction(id: subscription.latestTransactionID), latest.revokedMs == 0,
+                latest.periodStartMs < revoked.expiresMs
+            {
+                return "\(latest.id) paid for the same time"
+            }
+        default:
+            break
+        }
+        return nil
+    }
+
+    private func disputedTransaction(_ transactionID: String) async throws -> TransactionRecord {
+        guard let record = try await ledger.offload({ [ledger] in try ledger.transaction(id: transactionID) }) else {
+            throw StoreError(.notFound, "no transaction \(transactionID)")
+        }
+        return record
     }
 
     /// No transaction for the object: ignored, unless Kiosk still has its payment pending (its answer was lost),

@@ -9,7 +9,8 @@ import NIOPosix
 /// `Stripe-Signature` checked before anything is read from it (``Store/receiveStripeEvent(signature:body:)``).
 ///
 /// HTTPS with the store's TLS identity (what Stripe requires of an endpoint, on any address); plaintext only on
-/// loopback, behind the operator's TLS proxy. At most ``maxConnections`` at once; more are closed on accept.
+/// loopback, behind the operator's TLS proxy. At most ``maxConnections`` at once; more are closed on accept. A
+/// connection idle for 10 s, or without a whole request 15 s after it opened or was last answered, is closed.
 ///
 /// Answers 200 for an event handled or ignored (Stripe stops sending it), 400 for a delivery refused (bad
 /// signature, outside the tolerance, not an event: Stripe retries, and a forger learns nothing), 404 for another
@@ -97,13 +98,34 @@ private final class StripeWebhookHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
+    /// A request must arrive whole within this long of the connection opening or of the last answer: a sender
+    /// trickling bytes (each read restarts the idle timer) cannot hold one of the endpoint's connections.
+    static let requestDeadline: TimeAmount = .seconds(15)
+
     private let store: Store
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
     private var tooLarge = false
+    private var deadline: Scheduled<Void>?
 
     init(store: Store) {
         self.store = store
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        armDeadline(context)
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    private func armDeadline(_ context: ChannelHandlerContext) {
+        deadline?.cancel()
+        let channel = context.channel
+        deadline = context.eventLoop.scheduleTask(in: Self.requestDeadline) { channel.close(promise: nil) }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -121,6 +143,8 @@ private final class StripeWebhookHandler: ChannelInboundHandler {
         case .end:
             guard let head else { return }
             self.head = nil
+            deadline?.cancel()
+            deadline = nil
             let payload = body
             body = []
             if tooLarge { return respond(context, head, 413, "the body is over 1 MiB") }
@@ -163,5 +187,6 @@ private final class StripeWebhookHandler: ChannelInboundHandler {
             ), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        armDeadline(context)
     }
 }

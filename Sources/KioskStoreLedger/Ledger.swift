@@ -427,7 +427,7 @@ public final class Ledger: Sendable {
         try backend.write { db in
             try db.execute(
                 """
-                DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations;
+                DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations; DELETE FROM disputes;
                 DELETE FROM idempotency_keys; DELETE FROM payment_intents; UPDATE accounts SET credit_balance = 0;
                 """)
         }

@@ -44,20 +44,36 @@ extension LedgerDatabase {
     }
 
     /// Records the event once: false when it was recorded already.
-    public func recordProcessorEvent(
-        id: String, type: String, subject: String, outcome: String, nowMs: Int64
-    ) throws -> Bool {
+    public func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool {
         try execute(
-            """
-            INSERT INTO processor_events (id, type, subject, outcome, received_ms) VALUES (?, ?, ?, ?, ?)
-            ON CONFLICT (id) DO NOTHING
-            """, [id, type, subject, outcome, nowMs]) > 0
+            "INSERT INTO processor_events (id, type, outcome, received_ms) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            [id, type, outcome, nowMs]) > 0
     }
 
-    /// True when an event of `type` about `subject` was handled.
-    public func processorEventHandled(type: String, subject: String) throws -> Bool {
-        try value(
-            Int64.self, "SELECT 1 FROM processor_events WHERE subject = ? AND type = ? LIMIT 1", [subject, type]) != nil
+    /// The dispute with the processor's id `id`.
+    public func dispute(id: String) throws -> Dispute? {
+        guard let row = try fetchOne("SELECT * FROM disputes WHERE id = ?", [id]) else { return nil }
+        let state: String = try row["state"]
+        guard let known = Dispute.State(rawValue: state) else {
+            throw StoreError(.internalFailure, "dispute \(id) has an unknown state \(state)")
+        }
+        return Dispute(
+            id: try row["id"], transactionID: try row["transaction_id"], state: known,
+            revokedTransaction: (try row["revoked_transaction"] as Int64) != 0, updatedMs: try row["updated_ms"])
+    }
+
+    /// Records a dispute or its new state.
+    public func saveDispute(_ dispute: Dispute) throws {
+        try execute(
+            """
+            INSERT INTO disputes (id, transaction_id, state, revoked_transaction, updated_ms) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET state = excluded.state, revoked_transaction = excluded.revoked_transaction,
+              updated_ms = excluded.updated_ms
+            """,
+            [
+                dispute.id, dispute.transactionID, dispute.state.rawValue, Int64(dispute.revokedTransaction ? 1 : 0),
+                dispute.updatedMs,
+            ])
     }
 }
 
@@ -65,11 +81,6 @@ extension Ledger {
     /// What the store did with the processor's event `id`, read outside any write.
     package func processorEventOutcome(id: String) async throws -> String? {
         try await backend.readStatement { db in try db.processorEventOutcome(id: id) }
-    }
-
-    /// True when an event of `type` about `subject` was handled, read outside any write.
-    package func processorEventHandled(type: String, subject: String) async throws -> Bool {
-        try await backend.readStatement { db in try db.processorEventHandled(type: type, subject: subject) }
     }
 
     /// The transaction recorded for payment `paymentID`, read outside any write.

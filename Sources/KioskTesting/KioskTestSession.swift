@@ -282,14 +282,14 @@ public final class KioskTestSession: Sendable {
     /// The buyer's bank disputes the transaction's payment, as Stripe reports it: revoked without a refund (a
     /// DISPUTED event and REFUNDED); it comes back on `transactionUpdates` with its revocation.
     public func openDispute(transactionID: String, reason: String = "fraudulent") async throws {
-        _ = try await store.revokeForDispute(transactionID: transactionID, reason: reason)
+        _ = try await store.disputeOpened("test-session:\(transactionID)", transactionID: transactionID, reason: reason)
     }
 
     /// The merchant wins the dispute: the transaction counts again (REFUND_REVERSED) and comes back on
     /// `transactionUpdates` without a revocation; a subscription is entitled to its period's end, auto-renew off.
     /// Nothing changes when the buyer bought it again meanwhile, or it was refunded rather than disputed.
     public func winDispute(transactionID: String) async throws {
-        _ = try await store.restoreAfterWonDispute(transactionID: transactionID)
+        _ = try await store.disputeClosed("test-session:\(transactionID)", transactionID: transactionID, won: true)
     }
 
     /// Removes every transaction, credit movement, revocation and idempotency key.

@@ -264,28 +264,93 @@ import Testing
         }
     }
 
-    /// Stripe does not promise order: a dispute's closing that arrives before its opening is remembered, and the
-    /// opening then revokes nothing.
-    @Test func aClosingBeforeItsOpeningRevokesNothing() async throws {
+    /// Stripe does not promise order: each dispute's state is kept by its id. A won closing that arrives before its
+    /// opening leaves the purchase alone and the opening then revokes nothing; a lost closing that arrives first
+    /// revokes, and its opening then changes nothing more.
+    @Test func aClosingBeforeItsOpeningActsAsTheDisputeEnded() async throws {
+        try await Self.withSetup { setup in
+            let now = Int64(Date().timeIntervalSince1970)
+            func deliver(
+                _ id: String, _ type: String, dispute: String, intent: String, status: String
+            ) async throws
+                -> String
+            {
+                let body = Array(
+                    #"{"id":"\#(id)","object":"event","type":"\#(type)","data":{"object":{"id":"\#(dispute)","object":"dispute","payment_intent":"\#(intent)","status":"\#(status)","reason":"fraudulent","amount":299}}}"#
+                        .utf8)
+                let (code, message) = try await Self.post(
+                    setup.url, body: body,
+                    signature: StripeWebhookVerifier.header(payload: body, timestamp: now, secret: Self.secret))
+                #expect(code == 200, "\(code) \(message)")
+                return message
+            }
+            let won = try await Self.buyBook(setup)
+            let wonIntent = try #require(setup.double.paymentIntents(forPaymentID: won.paymentID ?? "").first).id
+            var message = try await deliver(
+                "evt_w1", "charge.dispute.closed", dispute: "du_won", intent: wonIntent, status: "won")
+            #expect(message.contains("nothing to restore"), "\(message)")
+            message = try await deliver(
+                "evt_w2", "charge.dispute.created", dispute: "du_won", intent: wonIntent, status: "needs_response")
+            #expect(message.contains("won already"), "\(message)")
+            #expect(try setup.store.ledger.transaction(id: won.id)?.revokedMs == 0)
+
+            let lost = try await Self.buyBook(setup)
+            let lostIntent = try #require(setup.double.paymentIntents(forPaymentID: lost.paymentID ?? "").first).id
+            message = try await deliver(
+                "evt_l1", "charge.dispute.closed", dispute: "du_lost", intent: lostIntent, status: "lost")
+            #expect(message.contains("revoked"), "\(message)")
+            #expect(try setup.store.ledger.transaction(id: lost.id)?.revokedMs != 0, "a lost chargeback left it owned")
+            message = try await deliver(
+                "evt_l2", "charge.dispute.created", dispute: "du_lost", intent: lostIntent, status: "needs_response")
+            #expect(message.contains("lost already"), "\(message)")
+            let disputed = try await setup.store.ledger.events(after: 0, limit: 100).filter {
+                $0.type == .disputed && $0.transactionID == lost.id
+            }
+            #expect(disputed.count == 1)
+        }
+    }
+
+    /// A won dispute restores only what the dispute revoked: a purchase refunded before the dispute (whatever the
+    /// refund's reason says) stays revoked; and a subscription bought again while the dispute was open is not
+    /// given a second, overlapping period.
+    @Test func aWonDisputeRestoresOnlyWhatItRevoked() async throws {
         try await Self.withSetup { setup in
             let record = try await Self.buyBook(setup)
             let intent = try #require(setup.double.paymentIntents(forPaymentID: record.paymentID ?? "").first)
-            func event(_ id: String, _ type: String, status: String) -> [UInt8] {
-                Array(
-                    #"{"id":"\#(id)","object":"event","type":"\#(type)","data":{"object":{"id":"du_late","object":"dispute","payment_intent":"\#(intent.id)","status":"\#(status)","reason":"fraudulent","amount":299}}}"#
-                        .utf8)
-            }
-            let now = Int64(Date().timeIntervalSince1970)
-            for (body, expected) in [
-                (event("evt_closed", "charge.dispute.closed", status: "won"), "not revoked by the dispute"),
-                (event("evt_created", "charge.dispute.created", status: "needs_response"), "closed already"),
-            ] {
-                let (status, message) = try await Self.post(
-                    setup.url, body: body,
-                    signature: StripeWebhookVerifier.header(payload: body, timestamp: now, secret: Self.secret))
-                #expect(status == 200 && message.contains(expected), "\(status) \(message)")
-            }
-            #expect(try setup.store.ledger.transaction(id: record.id)?.revokedMs == 0)
+            _ = try await setup.store.refund(transactionID: record.id, reason: "disputed by the customer")
+            let dispute = try #require(setup.double.openDispute(paymentIntent: intent.id))
+            #expect(setup.double.closeDispute(dispute, won: true))
+            #expect(
+                try await Self.eventually {
+                    setup.double.webhookDeliveries.contains { $0.type == "charge.dispute.closed" && $0.status == 200 }
+                })
+            #expect(try setup.store.ledger.transaction(id: record.id)?.revokedMs != 0, "a refund was undone")
+            #expect(
+                try await setup.store.ledger.events(after: 0, limit: 100).filter { $0.type == .refundReversed }.isEmpty)
+
+            // A subscription: disputed (REVOKED), subscribed again (the same original id, a new period), then won.
+            let buyer = try LifecycleDefectTests.account(setup.store)
+            let bought = try await setup.store.purchase(
+                account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil)
+            guard case .purchased(let plus) = bought.result else { throw StoreError.invalid("not subscribed") }
+            let plusIntent = try #require(setup.double.paymentIntents(forPaymentID: plus.paymentID ?? "").first)
+            let plusDispute = try #require(setup.double.openDispute(paymentIntent: plusIntent.id))
+            #expect(
+                try await Self.eventually {
+                    try setup.store.ledger.subscription(originalID: plus.id)?.state == .revoked
+                })
+            let again = try await setup.store.purchase(
+                account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil)
+            guard case .purchased(let second) = again.result else { throw StoreError.invalid("not subscribed again") }
+            #expect(setup.double.closeDispute(plusDispute, won: true))
+            #expect(
+                try await Self.eventually {
+                    setup.double.webhookDeliveries.filter { $0.type == "charge.dispute.closed" && $0.status == 200 }
+                        .count == 2
+                })
+            #expect(try setup.store.ledger.transaction(id: plus.id)?.revokedMs != 0, "two paid periods for one time")
+            let subscription = try #require(try setup.store.ledger.subscription(originalID: second.originalID))
+            #expect(subscription.latestTransactionID == second.id && subscription.state == .active)
         }
     }
 

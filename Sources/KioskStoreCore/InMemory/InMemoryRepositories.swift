@@ -64,8 +64,9 @@ public final class InMemoryLedger: @unchecked Sendable {
         /// Service credentials with the hash of their secret, in the order they were added.
         public internal(set) var serviceCredentials: [(credential: ServiceCredentialRecord, tokenHash: [UInt8])] = []
         /// Processor events handled, by event id: type and outcome.
-        public internal(set) var processorEvents:
-            [String: (type: String, subject: String, outcome: String, receivedMs: Int64)] = [:]
+        public internal(set) var processorEvents: [String: (type: String, outcome: String, receivedMs: Int64)] = [:]
+        /// Disputes the processor reported, by id.
+        public internal(set) var disputes: [String: Dispute] = [:]
         /// Payment profiles by account, then processor.
         public internal(set) var paymentProfiles: [String: [String: PaymentProfile]] = [:]
         /// Refund requests by transaction id.
@@ -416,18 +417,17 @@ public final class InMemoryRepositories: StoreRepositories {
     public func processorEventOutcome(id: String) throws -> String? { state.processorEvents[id]?.outcome }
 
     /// Records the event once.
-    public func recordProcessorEvent(
-        id: String, type: String, subject: String, outcome: String, nowMs: Int64
-    ) throws -> Bool {
+    public func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool {
         guard state.processorEvents[id] == nil else { return false }
-        state.processorEvents[id] = (type, subject, outcome, nowMs)
+        state.processorEvents[id] = (type, outcome, nowMs)
         return true
     }
 
-    /// True when an event of `type` about `subject` was handled.
-    public func processorEventHandled(type: String, subject: String) throws -> Bool {
-        state.processorEvents.values.contains { $0.type == type && $0.subject == subject }
-    }
+    /// The dispute with the processor's id `id`.
+    public func dispute(id: String) throws -> Dispute? { state.disputes[id] }
+
+    /// Records a dispute or its new state.
+    public func saveDispute(_ dispute: Dispute) throws { state.disputes[dispute.id] = dispute }
 
     /// The account's customer at `processor`.
     public func paymentProfile(account: String, processor: String) throws -> PaymentProfile? {

@@ -161,11 +161,12 @@ public protocol CredentialRepository {
 public protocol ProcessorEventRepository {
     /// What the store did with the processor's event `id`, or nil when it never saw it.
     func processorEventOutcome(id: String) throws -> String?
-    /// Records that the event about `subject` (the processor's object id: a dispute's `du_…`) was handled and how;
-    /// false when it was recorded already (another delivery won).
-    func recordProcessorEvent(id: String, type: String, subject: String, outcome: String, nowMs: Int64) throws -> Bool
-    /// True when an event of `type` about `subject` was handled (a dispute's closing arriving before its opening).
-    func processorEventHandled(type: String, subject: String) throws -> Bool
+    /// Records that the event was handled and how; false when it was recorded already (another delivery won).
+    func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool
+    /// The dispute with the processor's id `id`, as the store followed it.
+    func dispute(id: String) throws -> Dispute?
+    /// Records a dispute or its new state (inside the write that acts on it, ordered on the account).
+    func saveDispute(_ dispute: Dispute) throws
 }
 
 /// Everything a purchase, renewal or refund reads and writes in one ledger transaction.

@@ -2,8 +2,9 @@ import KioskStoreCore
 
 extension LedgerMigration {
     /// v12-processor-events: the payment processor's events the store handled (Stripe's webhooks), by event id, so
-    /// each is acted on once however often it is delivered, with the object each was about (a dispute's closing
-    /// found when its opening arrives after it). A new table: stores of the version before never read it.
+    /// each is acted on once however often it is delivered; and the disputes it reported, by dispute id, so their
+    /// events act right in any order (a closing before its opening) and a won dispute restores only what it
+    /// revoked. New tables: stores of the version before never read them.
     package static let v012ProcessorEvents = LedgerMigration(
         id: "v12-processor-events",
         sqlite: [
@@ -11,21 +12,31 @@ extension LedgerMigration {
             CREATE TABLE processor_events (
               id TEXT PRIMARY KEY,
               type TEXT NOT NULL,
-              subject TEXT NOT NULL DEFAULT '',
               outcome TEXT NOT NULL,
               received_ms INTEGER NOT NULL
             );
-            """,
-            "CREATE INDEX processor_events_subject ON processor_events (subject, type);",
+            CREATE TABLE disputes (
+              id TEXT PRIMARY KEY,
+              transaction_id TEXT NOT NULL,
+              state TEXT NOT NULL CHECK (state IN ('open', 'won', 'lost')),
+              revoked_transaction INTEGER NOT NULL DEFAULT 0,
+              updated_ms INTEGER NOT NULL
+            );
+            """
         ],
         postgres: """
             CREATE TABLE processor_events (
               id TEXT PRIMARY KEY,
               type TEXT NOT NULL,
-              subject TEXT NOT NULL DEFAULT '',
               outcome TEXT NOT NULL,
               received_ms BIGINT NOT NULL
             );
-            CREATE INDEX processor_events_subject ON processor_events (subject, type);
+            CREATE TABLE disputes (
+              id TEXT PRIMARY KEY,
+              transaction_id TEXT NOT NULL,
+              state TEXT NOT NULL CHECK (state IN ('open', 'won', 'lost')),
+              revoked_transaction BIGINT NOT NULL DEFAULT 0,
+              updated_ms BIGINT NOT NULL
+            );
             """)
 }
