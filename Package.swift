@@ -35,6 +35,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         // `swift package generate-documentation`: the DocC catalogs of Kiosk, KioskTesting and KioskRPC (a plugin only).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // Prometheus text for the services' operator endpoints (`--metrics-port`); swift-metrics and swift-atomics,
+        // which it builds on, are in the graph already.
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // System libraries: the project's chosen codecs.
@@ -139,6 +142,18 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
+        // The services' operator endpoint: Prometheus metrics, liveness and readiness (server-side only; not a
+        // dependency of the SDK or KioskTesting).
+        .target(
+            name: "KioskOperations",
+            dependencies: [
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         // How the servers live in a process: a ServiceGroup, SIGTERM/SIGINT shutting it down gracefully, SIGHUP
         // reloading TLS (the command lines' hosting; not a dependency of the SDK).
         .target(
@@ -154,8 +169,9 @@ let package = Package(
         .target(
             name: "KioskStoreCommands",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC", "KioskHosting",
+                "KioskStore", "KioskAPI", "KioskRPC", "KioskHosting", "KioskOperations",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -176,8 +192,9 @@ let package = Package(
         .target(
             name: "KioskContentCommands",
             dependencies: [
-                "KioskContent", "KioskAPI", "KioskRPC", "KioskHosting",
+                "KioskContent", "KioskAPI", "KioskRPC", "KioskHosting", "KioskOperations",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -264,6 +281,13 @@ let package = Package(
             dependencies: ["KioskFuzzing", "CLibFuzzer"]
         ),
         // The corpus through KioskFuzzing, and the replayer binary (built, not imported) on it.
+        .testTarget(
+            name: "KioskOperationsTests",
+            dependencies: [
+                "KioskOperations", "KioskStoreCommands", "KioskContentCommands", "KioskStore", "KioskContent",
+                "KioskStoreCore", "KioskRPC", "KioskTesting", "Kiosk",
+            ]
+        ),
         .testTarget(
             name: "KioskFuzzTests",
             dependencies: ["KioskFuzzing", "kiosk-fuzz"]

@@ -12,6 +12,7 @@ public final class ContentServer: Sendable {
     public let server: RPCServer
     let library = ContentLibrary()
     let gate: ReceiptGate
+    let limiter: DownloadLimiter
     let manifest: Manifest
     private let logger: Logger
     private let follower = NIOLockedValueBox<Task<Void, Never>?>(nil)
@@ -35,11 +36,10 @@ public final class ContentServer: Sendable {
             endpoints: configuration.storeEndpoints, credential: configuration.storeCredential,
             tls: configuration.storeTLS)
         self.gate = ReceiptGate(configuration: configuration, link: link, logger: logger)
+        self.limiter = DownloadLimiter(
+            perAccount: configuration.maximumDownloadsPerAccount, total: configuration.maximumDownloads)
         let service = ContentService(
-            library: library, gate: gate,
-            limiter: DownloadLimiter(
-                perAccount: configuration.maximumDownloadsPerAccount, total: configuration.maximumDownloads),
-            operatorCredential: configuration.storeCredential)
+            library: library, gate: gate, limiter: limiter, operatorCredential: configuration.storeCredential)
         self.server = RPCServer(configuration: server, services: [service], logger: logger)
     }
 
@@ -97,6 +97,12 @@ public final class ContentServer: Sendable {
 
     /// The verification counters (cache hits and misses, revocations, store silence).
     public var stats: GateStats { gate.stats }
+
+    /// True once the store's keys and its revocation feed have both been received.
+    public var isReady: Bool { gate.isReady }
+
+    /// Downloads being sent now.
+    public var activeDownloads: Int { limiter.active }
 
     /// Shuts down gracefully and stops following the store.
     public func shutdown() async {

@@ -3,6 +3,7 @@ import Foundation
 import KioskAPI
 import KioskContent
 import KioskHosting
+import KioskOperations
 import KioskRPC
 import Logging
 
@@ -80,6 +81,11 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("max-downloads"), help: "Concurrent downloads in total.") var maxDownloads = 64
     @Option(name: .customLong("chunk-size-kib"), help: "KiB of original file per chunk.") var chunkSizeKiB = 256
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+    @Option(
+        name: .customLong("metrics-port"),
+        help:
+            "Serve Prometheus metrics (GET /metrics), /healthz and /readyz on this loopback port; 0 picks a free one.")
+    var metricsPort: Int?
 
     func run() async throws {
         bootstrapStandardErrorLogging(level: logLevel)
@@ -145,13 +151,28 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("kiosk-content: \(error.message)\n".utf8))
             throw ExitCode(2)
         }
+        let metrics = metricsPort.map { _ in ContentMetrics(server: server, maximumStaleness: .seconds(maxStaleness)) }
+        let operatorEndpoint = metrics.map { metrics in
+            OperatorEndpoint(
+                registry: metrics.registry, refresh: { await metrics.refresh() },
+                readiness: { await metrics.readiness() })
+        }
+        do {
+            if let operatorEndpoint, let metricsPort { try await operatorEndpoint.start(port: metricsPort) }
+        } catch {
+            FileHandle.standardError.write(Data("kiosk-content: cannot serve metrics: \(error)\n".utf8))
+            await server.shutdown()
+            throw ExitCode(2)
+        }
         let banner =
             "kiosk-content listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(server.items.count) products)\n"
+            + (operatorEndpoint.map { "kiosk-content metrics on http://127.0.0.1:\($0.port)/metrics\n" } ?? "")
         // Printed once SIGTERM and SIGHUP are trapped: a script may signal as soon as it reads it.
         try await ServiceHosting.serve(
             announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
             shutdown: {
                 logger.info("shutting down; cache hits \(server.stats.cacheHits), misses \(server.stats.cacheMisses)")
+                await operatorEndpoint?.shutdown()
                 await server.shutdown()
             },
             reloading: tls, logger: logger)

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import KioskAPI
 import KioskHosting
+import KioskOperations
 import KioskRPC
 import KioskStore
 import Logging
@@ -232,6 +233,11 @@ struct Serve: AsyncParsableCommand {
         help: "The address the Stripe webhook endpoint listens on (not loopback: needs --tls-cert/--tls-key).")
     var stripeWebhookHost: String = "127.0.0.1"
     @Option(
+        name: .customLong("metrics-port"),
+        help:
+            "Serve Prometheus metrics (GET /metrics), /healthz and /readyz on this loopback port; 0 picks a free one.")
+    var metricsPort: Int?
+    @Option(
         name: .customLong("stripe-webhook-secret-file"),
         help: "A file holding the endpoint's signing secret (whsec_…); give it twice during a rotation.")
     var stripeWebhookSecretFiles: [String] = []
@@ -320,17 +326,33 @@ struct Serve: AsyncParsableCommand {
             await server.shutdown()
             throw ExitCode(2)
         }
+        let metrics = metricsPort.map { _ in StoreMetrics(store: server.store) }
+        let operatorEndpoint = metrics.map { metrics in
+            OperatorEndpoint(
+                registry: metrics.registry, refresh: { await metrics.refresh() },
+                readiness: { await metrics.readiness() })
+        }
+        do {
+            if let operatorEndpoint, let metricsPort { try await operatorEndpoint.start(port: metricsPort) }
+        } catch {
+            FileHandle.standardError.write(Data("kiosk-store: cannot serve metrics: \(error)\n".utf8))
+            await webhooks?.shutdown()
+            await server.shutdown()
+            throw ExitCode(2)
+        }
         // Scripts and tests read this line to learn the port; it is printed once SIGTERM and SIGHUP are trapped.
         let banner =
             "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(loadedCatalog.products.count) products)\n"
             + (webhooks.map {
                 "kiosk-store Stripe webhooks on \(tls == nil ? "http" : "https")://\(stripeWebhookHost):\($0.port)\(StripeWebhookServer.path)\n"
             } ?? "")
+            + (operatorEndpoint.map { "kiosk-store metrics on http://127.0.0.1:\($0.port)/metrics\n" } ?? "")
         try await ServiceHosting.serve(
             announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
             shutdown: {
                 logger.info("shutting down")
                 await webhooks?.shutdown()
+                await operatorEndpoint?.shutdown()
                 await server.shutdown()
             },
             reloading: tls, logger: logger)

@@ -1037,4 +1037,36 @@ private func contractSubscription(
         #expect(a1First == [all[1]])
         #expect(none.isEmpty)
     }
+
+    @Test(arguments: RepositoryContractBackend.allCases)
+    func reinstatingUndoesTheRevocationAndGivesBackWhatItTook(_ backend: RepositoryContractBackend) async throws {
+        let ledger = try backend.make()
+        try await ledger.createAccount("a1")
+        try await ledger.write { repositories in
+            try repositories.insertTransaction(contractTransaction("t1", paymentID: "p1", credits: 10))
+            try repositories.addCredits(-4, account: "a1", transaction: nil, reason: "spend", nowMs: 2_000)
+        }
+        _ = try await ledger.write { try $0.revoke(transactionID: "t1", reason: "disputed: fraudulent", nowMs: 9_000) }
+        let before = try await ledger.latestEventID()
+        let back = try await ledger.write { try $0.reinstate(transactionID: "t1", reason: "dispute won", nowMs: 9_500) }
+        #expect(back.revokedMs == 0 && back.revocationReason.isEmpty && back.refundCreditShortfall == 0)
+        #expect(try await ledger.transaction("t1") == back)
+        // 10 granted, 4 spent, the 6 left taken by the revocation: the 6 it took come back.
+        #expect(try await ledger.balance("a1") == 6)
+        #expect(try await ledger.write { try $0.revocations(after: 0, limit: 10) }.isEmpty)
+        let events = try await ledger.events(after: before)
+        #expect(events.map(\.type) == [.refundReversed] && events.first?.reason == "dispute won")
+        let again = await #expect(throws: StoreError.self) {
+            try await ledger.write { try $0.reinstate(transactionID: "t1", reason: "again", nowMs: 9_600) }
+        }
+        #expect(again?.kind == .conflict)
+
+        // Disputes by id: recorded, then moved on.
+        let opened = Dispute(id: "du_1", transactionID: "t1", state: .open, revokedTransaction: true, updatedMs: 1)
+        try await ledger.write { try $0.saveDispute(opened) }
+        let won = Dispute(id: "du_1", transactionID: "t1", state: .won, revokedTransaction: true, updatedMs: 2)
+        try await ledger.write { try $0.saveDispute(won) }
+        #expect(try await ledger.write { try $0.dispute(id: "du_1") } == won)
+        #expect(try await ledger.write { try $0.dispute(id: "du_2") } == nil)
+    }
 }

@@ -1,0 +1,62 @@
+import Foundation
+import KioskContent
+import KioskOperations
+import Prometheus
+
+/// The content service's metrics, from its gate's counters at each scrape.
+public final class ContentMetrics: Sendable {
+    /// The registry the operator endpoint serves.
+    public let registry = PrometheusCollectorRegistry()
+    private let server: ContentServer
+    private let maximumStaleness: Duration
+
+    public init(server: ContentServer, maximumStaleness: Duration) {
+        self.server = server
+        self.maximumStaleness = maximumStaleness
+    }
+
+    /// Reads the gate's counters into the gauges.
+    public func refresh() async {
+        let stats = server.stats
+        let set = { (name: String, help: String, value: Double) in
+            self.registry.makeGauge(name: name, help: help).set(value)
+        }
+        set(
+            "kiosk_content_receipt_cache_hits", "Checks answered from the verified-receipt cache, since start.",
+            Double(stats.cacheHits))
+        set(
+            "kiosk_content_receipt_cache_misses", "Checks that verified a signature, since start.",
+            Double(stats.cacheMisses))
+        set("kiosk_content_receipt_cache_entries", "Verified receipts in the cache.", Double(stats.cacheEntries))
+        set("kiosk_content_receipt_cache_capacity", "The cache's size limit.", Double(stats.cacheCapacity))
+        set(
+            "kiosk_content_access_tokens_cached", "Access tokens whose signature was checked, until they expire.",
+            Double(stats.accessTokensCached))
+        set("kiosk_content_downloads_in_flight", "Downloads being sent.", Double(server.activeDownloads))
+        set(
+            "kiosk_content_revocations_known", "Revoked transactions the service refuses.",
+            Double(stats.revocationsKnown))
+        set("kiosk_content_store_keys_known", "The store's signing keys known.", Double(stats.keysKnown))
+        set(
+            "kiosk_content_store_silence_seconds", "Seconds since the store's feed was last heard (0: never).",
+            Double(stats.storeSilenceMs) / 1000)
+        set(
+            "kiosk_content_feed_cursor", "How far the store's event log has been followed.",
+            Double(stats.revocationCursor))
+    }
+
+    /// `/readyz`: the store's keys and feed received, and heard from within the staleness bound.
+    public func readiness() async -> OperatorEndpoint.Readiness {
+        let stats = server.stats
+        guard server.isReady else {
+            return OperatorEndpoint.Readiness(ready: false, reason: "the store has not been reached yet")
+        }
+        let (seconds, attoseconds) = maximumStaleness.components
+        let boundMs = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        guard stats.storeSilenceMs <= boundMs else {
+            return OperatorEndpoint.Readiness(
+                ready: false, reason: "the store was last heard \(stats.storeSilenceMs) ms ago")
+        }
+        return OperatorEndpoint.Readiness(ready: true, reason: "ready")
+    }
+}

@@ -1,0 +1,125 @@
+import Foundation
+import KioskOperations
+import KioskStore
+import KioskStoreCore
+import KioskStoreLedger
+import Prometheus
+
+/// The store's metrics, read from the ledger at each scrape: what every replica shares, so each reports the same
+/// numbers and a restart loses none. Names and labels: docs/operations.md.
+public final class StoreMetrics: Sendable {
+    /// The registry the operator endpoint serves.
+    public let registry = PrometheusCollectorRegistry()
+    private let store: Store
+    private let scrapeFailures: Counter
+
+    public init(store: Store) {
+        self.store = store
+        self.scrapeFailures = registry.makeCounter(
+            name: "kiosk_store_metrics_read_failures_total", help: "Scrapes that could not read the ledger.")
+    }
+
+    /// Reads the ledger into the gauges; a failure is counted and the gauges keep their last values.
+    public func refresh() async {
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        let metrics: LedgerMetrics
+        do {
+            metrics = try await store.ledger.metrics()
+        } catch {
+            scrapeFailures.increment()
+            return
+        }
+        var transactions: [String: Int64] = [:]
+        for state in TransactionState.allCases {
+            for type in ProductKind.allCases {
+                for revoked in [false, true] where state == .purchased || !revoked {
+                    transactions["\(state.rawValue)/\(type.rawValue)/\(revoked)"] = 0
+                }
+            }
+        }
+        for count in metrics.transactions {
+            transactions["\(count.state.rawValue)/\(count.productType.rawValue)/\(count.revoked)", default: 0] +=
+                count.count
+        }
+        for state in TransactionState.allCases {
+            for type in ProductKind.allCases {
+                for revoked in [false, true] {
+                    guard let count = transactions["\(state.rawValue)/\(type.rawValue)/\(revoked)"] else { continue }
+                    registry.makeGauge(
+                        name: "kiosk_store_transactions",
+                        labels: [
+                            ("state", state.description.lowercased()), ("product_type", Self.name(type)),
+                            ("revoked", "\(revoked)"),
+                        ],
+                        help: "Transactions in the ledger by state, product type and revocation."
+                    ).set(Double(count))
+                }
+            }
+        }
+        for (currency, minor) in metrics.revenueMinorUnits {
+            registry.makeGauge(
+                name: "kiosk_store_revenue_minor_units", labels: [("currency", currency)],
+                help: "Money charged and kept (purchased, not refunded), in the currency's minor units."
+            ).set(Double(minor))
+        }
+        for (currency, minor) in metrics.refundedMinorUnits {
+            registry.makeGauge(
+                name: "kiosk_store_refunded_minor_units", labels: [("currency", currency)],
+                help: "Money of refunded or revoked purchases, in the currency's minor units."
+            ).set(Double(minor))
+        }
+        for state in [Subscription.State.active, .inGracePeriod, .inBillingRetry, .expired, .revoked] {
+            registry.makeGauge(
+                name: "kiosk_store_subscriptions", labels: [("state", state.description.lowercased())],
+                help: "Auto-renewable subscriptions by state."
+            ).set(Double(metrics.subscriptions[state] ?? 0))
+        }
+        for kind in ["purchase", "approval", "renewal"] {
+            for state in ["pending", "completed", "closed"] {
+                registry.makeGauge(
+                    name: "kiosk_store_payments", labels: [("kind", kind), ("state", state)],
+                    help:
+                        "Payment attempts by kind and state: completed (charged), closed (declined, cancelled or not charged), pending."
+                ).set(Double(metrics.intents[kind]?[state] ?? 0))
+            }
+        }
+        registry.makeGauge(
+            name: "kiosk_store_payment_intents_pending", help: "Payments whose outcome is not recorded yet."
+        ).set(Double(metrics.pendingIntents))
+        registry.makeGauge(
+            name: "kiosk_store_payment_intent_oldest_pending_age_seconds",
+            help: "Age of the oldest pending payment (0: none)."
+        ).set(metrics.oldestPendingIntentMs.map { Double(max(0, nowMs - $0)) / 1000 } ?? 0)
+        for state in ["pending", "delivered", "failed"] {
+            registry.makeGauge(
+                name: "kiosk_store_webhook_deliveries", labels: [("state", state)],
+                help: "Webhook deliveries by state; pending is the queue."
+            ).set(Double(metrics.webhookDeliveries[state] ?? 0))
+        }
+        registry.makeGauge(
+            name: "kiosk_store_event_log_head", help: "The newest event's id (the cursor a caught-up reader holds)."
+        ).set(Double(metrics.eventLogHead))
+    }
+
+    /// `/readyz`: the ledger answers and the store has signing keys.
+    public func readiness() async -> OperatorEndpoint.Readiness {
+        do {
+            _ = try await store.ledger.metrics()
+            guard try !store.publicKeys().isEmpty else {
+                return OperatorEndpoint.Readiness(ready: false, reason: "no signing key")
+            }
+            return OperatorEndpoint.Readiness(ready: true, reason: "ready")
+        } catch {
+            return OperatorEndpoint.Readiness(ready: false, reason: "the ledger does not answer: \(error)")
+        }
+    }
+
+    static func name(_ type: ProductKind) -> String {
+        switch type {
+        case .consumable: "consumable"
+        case .nonConsumable: "non_consumable"
+        case .nonRenewingSubscription: "non_renewing_subscription"
+        case .autoRenewableSubscription: "auto_renewable_subscription"
+        }
+    }
+}

@@ -1,0 +1,126 @@
+import Foundation
+import Kiosk
+import KioskContentCommands
+import KioskOperations
+import KioskStoreCommands
+import KioskTesting
+import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The operator endpoint of both services: `/metrics` read with Prometheus's own parser (`prometheus_client` from
+/// PyPI) after real purchases, a refund and a decline; `/healthz` and `/readyz`.
+@Suite(.timeLimit(.minutes(3))) struct OperatorEndpointTests {
+    static func get(_ port: Int, _ path: String) async throws -> (Int, String) {
+        let (data, response) = try await URLSession.shared.data(
+            from: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+    }
+
+    /// Parses Prometheus text with `prometheus_client`'s parser (installed from PyPI when missing): each sample as
+    /// `name{label="value",…}` (labels sorted) → value.
+    static func parse(_ text: String) throws -> [String: Double] {
+        let script = """
+            import json, subprocess, sys
+            try:
+                from prometheus_client.parser import text_string_to_metric_families
+            except ImportError:
+                subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "prometheus_client"], check=True,
+                               stdout=subprocess.DEVNULL)
+                from prometheus_client.parser import text_string_to_metric_families
+            out = {}
+            for family in text_string_to_metric_families(sys.stdin.read()):
+                for s in family.samples:
+                    labels = ",".join('%s="%s"' % (k, v) for k, v in sorted(s.labels.items()))
+                    out[s.name + ("{" + labels + "}" if labels else "")] = s.value
+            print(json.dumps(out))
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        input.fileHandleForWriting.write(Data(text.utf8))
+        try input.fileHandleForWriting.close()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw KioskError(.unknown, "the Prometheus parser refused it") }
+        return try JSONDecoder().decode([String: Double].self, from: data)
+    }
+
+    @Test func theStoresMetricsSayWhatHappened() async throws {
+        let session = try await KioskTestSession.start(tls: false)
+        let metrics = StoreMetrics(store: try session.store)
+        let endpoint = OperatorEndpoint(
+            registry: metrics.registry, refresh: { await metrics.refresh() }, readiness: { await metrics.readiness() })
+        try await endpoint.start()
+        let kiosk = try session.makeClient(account: try session.makeAccount())
+        guard case .success(let book) = try await kiosk.purchase(productID: "filter.sepia", paymentMethod: card),
+            case .success = try await kiosk.purchase(productID: "credits.5", paymentMethod: card)
+        else {
+            Issue.record("expected purchases")
+            return
+        }
+        try await session.refund(transactionID: book.id)
+        session.failNextPayment()
+        _ = try? await kiosk.purchase(productID: "credits.10", paymentMethod: card)
+
+        let (status, text) = try await Self.get(endpoint.port, "/metrics")
+        #expect(status == 200)
+        let samples = try Self.parse(text)
+        #expect(
+            samples[#"kiosk_store_transactions{product_type="consumable",revoked="false",state="purchased"}"#] == 1)
+        #expect(
+            samples[#"kiosk_store_transactions{product_type="non_consumable",revoked="true",state="purchased"}"#] == 1)
+        #expect(samples[#"kiosk_store_payments{kind="purchase",state="completed"}"#] == 2)
+        #expect(samples[#"kiosk_store_payments{kind="purchase",state="closed"}"#] == 1, "the decline")
+        #expect(samples[#"kiosk_store_revenue_minor_units{currency="USD"}"#] == 99)
+        #expect(samples[#"kiosk_store_refunded_minor_units{currency="USD"}"#] == 299)
+        #expect(samples["kiosk_store_payment_intents_pending"] == 0)
+        #expect(samples[#"kiosk_store_subscriptions{state="active"}"#] == 0)
+        #expect((samples["kiosk_store_event_log_head"] ?? 0) > 0)
+        #expect(try await Self.get(endpoint.port, "/healthz").0 == 200)
+        #expect(try await Self.get(endpoint.port, "/readyz") == (200, "ready\n"))
+        #expect(try await Self.get(endpoint.port, "/nope").0 == 404)
+        await kiosk.close()
+        await endpoint.shutdown()
+        await session.shutdown()
+    }
+
+    @Test func theContentServicesMetricsAndReadiness() async throws {
+        let session = try await KioskTestSession.start(tls: false)
+        let metrics = ContentMetrics(server: session.content, maximumStaleness: .seconds(300))
+        let endpoint = OperatorEndpoint(
+            registry: metrics.registry, refresh: { await metrics.refresh() }, readiness: { await metrics.readiness() })
+        try await endpoint.start()
+        let kiosk = try session.makeClient(account: try session.makeAccount())
+        guard case .success(let book) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
+            Issue.record("expected a purchase")
+            return
+        }
+        let target = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-ops-" + UUID().uuidString)
+        defer { try? FileManager.default.removeItem(at: target) }
+        _ = try await kiosk.download(productID: "book.swift", transaction: book, to: target).result()
+        try await session.refund(transactionID: book.id)
+        let samples = try Self.parse(try await Self.get(endpoint.port, "/metrics").1)
+        #expect((samples["kiosk_content_receipt_cache_misses"] ?? 0) >= 1)
+        #expect(samples["kiosk_content_downloads_in_flight"] == 0)
+        #expect((samples["kiosk_content_store_keys_known"] ?? 0) >= 1)
+        #expect(try await Self.get(endpoint.port, "/readyz") == (200, "ready\n"))
+        await #expect(throws: OperatorEndpointError.self, "off loopback is refused") {
+            try await OperatorEndpoint(
+                registry: metrics.registry, refresh: {}, readiness: { .init(ready: true, reason: "") }
+            ).start(host: "0.0.0.0")
+        }
+        await kiosk.close()
+        await endpoint.shutdown()
+        await session.shutdown()
+    }
+}
+
+let card = "test-card:4242424242424242"
