@@ -124,6 +124,9 @@ private final class StripeWebhookHandler: ChannelInboundHandler {
 
     private func armDeadline(_ context: ChannelHandlerContext) {
         deadline?.cancel()
+        deadline = nil
+        // An answer that comes after the connection closed arms nothing: no task outlives the channel.
+        guard context.channel.isActive else { return }
         let channel = context.channel
         deadline = context.eventLoop.scheduleTask(in: Self.requestDeadline) { channel.close(promise: nil) }
     }

@@ -29,22 +29,14 @@ public final class StoreMetrics: Sendable {
             scrapeFailures.increment()
             return
         }
-        var transactions: [String: Int64] = [:]
+        // Every label set, 0 when the ledger has none: a series that appears only once it is non-zero breaks rates.
         for state in TransactionState.allCases {
             for type in ProductKind.allCases {
                 for revoked in [false, true] where state == .purchased || !revoked {
-                    transactions["\(state.rawValue)/\(type.rawValue)/\(revoked)"] = 0
-                }
-            }
-        }
-        for count in metrics.transactions {
-            transactions["\(count.state.rawValue)/\(count.productType.rawValue)/\(count.revoked)", default: 0] +=
-                count.count
-        }
-        for state in TransactionState.allCases {
-            for type in ProductKind.allCases {
-                for revoked in [false, true] {
-                    guard let count = transactions["\(state.rawValue)/\(type.rawValue)/\(revoked)"] else { continue }
+                    let count =
+                        metrics.transactions.first {
+                            $0.state == state && $0.productType == type && $0.revoked == revoked
+                        }?.count ?? 0
                     registry.makeGauge(
                         name: "kiosk_store_transactions",
                         labels: [
@@ -104,7 +96,9 @@ public final class StoreMetrics: Sendable {
     /// `/readyz`: the ledger answers and the store has signing keys.
     public func readiness() async -> OperatorEndpoint.Readiness {
         do {
-            _ = try await store.ledger.metrics()
+            // One small read, not the scrape's counts over every transaction: probes come every few seconds.
+            let ledger = store.ledger
+            _ = try await ledger.offload { try ledger.environment() }
             guard try !store.publicKeys().isEmpty else {
                 return OperatorEndpoint.Readiness(ready: false, reason: "no signing key")
             }
