@@ -79,26 +79,30 @@ extension Store {
         case .disputeOpened(let reason):
             guard let dispute = notice.dispute else { return "a dispute event without a dispute id: ignored" }
             guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
-            return try await disputeOpened(dispute, transactionID: record.id, reason: reason)
+            return try await refusingMismatch {
+                try await disputeOpened(dispute, transactionID: record.id, reason: reason)
+            }
         case .disputeClosed(let won):
             guard let dispute = notice.dispute else { return "a dispute event without a dispute id: ignored" }
             guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
-            return try await disputeClosed(dispute, transactionID: record.id, won: won)
+            return try await refusingMismatch { try await disputeClosed(dispute, transactionID: record.id, won: won) }
         case .paymentSucceeded, .paymentFailed:
             return try await settleFromProcessor(notice)
         }
     }
 
     /// The buyer's bank opened dispute `disputeID` of the transaction's payment: revoked without a refund (REFUNDED
-    /// and DISPUTED), as Stripe's `charge.dispute.created` does it. A transaction revoked already (a refund) is left
-    /// as it is, and the dispute remembers it did not revoke it; a dispute closed already (its closing came first)
-    /// changes nothing. Answers what was done, in words.
-    /// - Throws: ``StoreError`` notFound for an unknown transaction; a ledger failure.
+    /// and DISPUTED), as Stripe's `charge.dispute.created` does it. A transaction revoked already (a refund, another
+    /// dispute) is left as it is; a dispute closed already (its closing came first) changes nothing. Answers what was
+    /// done, in words.
+    /// - Throws: ``StoreError`` notFound for an unknown transaction, conflict when `disputeID` is known for another
+    ///   transaction; a ledger failure.
     public func disputeOpened(_ disputeID: String, transactionID: String, reason: String) async throws -> String {
         let record = try await disputedTransaction(transactionID)
         let nowMs = now
         let outcome: String = try await ledger.write(account: record.accountID) { db in
             if let known = try db.dispute(id: disputeID) {
+                try Self.requireSameTransaction(known, record.id)
                 return "dispute \(disputeID) is \(known.state.rawValue) already: nothing more"
             }
             guard let current = try db.transaction(id: record.id), current.state == .purchased else {
@@ -120,21 +124,29 @@ extension Store {
         return outcome
     }
 
-    /// Dispute `disputeID` closed. Won (the money stays): what this dispute revoked counts again (REFUND_REVERSED;
-    /// the content service serves it again), unless restoring it would give the buyer a second copy of what they
-    /// bought again meanwhile (the product, another subscription of its group, a subscription period that
-    /// overlaps it): then it stays revoked, and the operator decides. A transaction the dispute did not revoke (a
-    /// refund did) is left alone. Lost: it stays revoked, or is revoked now when the closing came before the
-    /// opening. Answers what was done, in words.
-    /// - Throws: ``StoreError`` notFound for an unknown transaction; a ledger failure.
+    /// Dispute `disputeID` closed.
+    ///
+    /// Lost (the money went back): the transaction stays revoked, or is revoked now when it counts (the closing came
+    /// before the opening, or a dispute won before it restored it).
+    ///
+    /// Won (the money stays): the transaction counts again (REFUND_REVERSED; the content service serves it again)
+    /// when a dispute revoked it and every other dispute of its payment was won too. It stays revoked when a refund
+    /// revoked it, while another dispute of the payment is open or lost, or when restoring it would give the buyer
+    /// a second copy of what they bought again meanwhile (the product, another live subscription of its group, a
+    /// subscription period that overlaps it): then the operator decides. Answers what was done, in words.
+    /// - Throws: ``StoreError`` notFound for an unknown transaction, conflict when `disputeID` is known for another
+    ///   transaction; a ledger failure.
     public func disputeClosed(_ disputeID: String, transactionID: String, won: Bool) async throws -> String {
         let record = try await disputedTransaction(transactionID)
         let nowMs = now
         let members = rules.groupMembers(of: record.productID)
         let outcome: String = try await ledger.write(account: record.accountID) { db in
             let known = try db.dispute(id: disputeID)
-            if let known, known.state != .open {
-                return "dispute \(disputeID) is \(known.state.rawValue) already: nothing more"
+            if let known {
+                try Self.requireSameTransaction(known, record.id)
+                guard known.state == .open else {
+                    return "dispute \(disputeID) is \(known.state.rawValue) already: nothing more"
+                }
             }
             var dispute =
                 known
@@ -142,30 +154,41 @@ extension Store {
                     id: disputeID, transactionID: record.id, state: .open, revokedTransaction: false, updatedMs: 0)
             dispute.state = won ? .won : .lost
             dispute.updatedMs = nowMs
-            guard let current = try db.transaction(id: dispute.transactionID), current.state == .purchased else {
+            guard let current = try db.transaction(id: record.id), current.state == .purchased else {
                 try db.saveDispute(dispute)
                 return "dispute \(disputeID) \(dispute.state.rawValue): \(record.id) is not purchased"
             }
             guard won else {
-                // Its opening never came (or comes later): the money went back, so the transaction goes too.
-                if known == nil, current.revokedMs == 0 {
-                    _ = try db.revoke(transactionID: current.id, reason: "disputed: lost", nowMs: nowMs)
-                    try db.appendEvent(EventRecord(.disputed, current, nowMs: nowMs, reason: "lost"))
-                    dispute.revokedTransaction = true
+                // The money went back, so the transaction goes too, whatever came before.
+                guard current.revokedMs == 0 else {
                     try db.saveDispute(dispute)
-                    return "dispute \(disputeID) lost: revoked \(current.id)"
+                    return "dispute \(disputeID) lost: \(current.id) stays revoked"
                 }
+                _ = try db.revoke(transactionID: current.id, reason: "disputed: lost", nowMs: nowMs)
+                try db.appendEvent(EventRecord(.disputed, current, nowMs: nowMs, reason: "lost"))
+                dispute.revokedTransaction = true
                 try db.saveDispute(dispute)
-                return "dispute \(disputeID) lost: \(current.id) stays revoked"
+                return "dispute \(disputeID) lost: revoked \(current.id)"
             }
             try db.saveDispute(dispute)
-            guard dispute.revokedTransaction, current.revokedMs != 0 else {
-                return "dispute \(disputeID) won: it did not revoke \(current.id); nothing to restore"
+            let all = try db.disputes(transactionID: current.id)
+            guard current.revokedMs != 0, all.contains(where: \.revokedTransaction) else {
+                return "dispute \(disputeID) won: no dispute revoked \(current.id); nothing to restore"
+            }
+            if let other = all.first(where: { $0.state != .won }) {
+                return
+                    "dispute \(disputeID) won, but dispute \(other.id) is \(other.state.rawValue): \(current.id) stays revoked"
             }
             if let second = try Self.secondCopy(of: current, in: db, groupMembers: members, nowMs: nowMs) {
                 return "dispute \(disputeID) won, but \(second): \(current.id) stays revoked"
             }
             _ = try db.reinstate(transactionID: current.id, reason: "dispute won", nowMs: nowMs)
+            // Its disputes hold no revocation now: a later refund is not undone by a later dispute won.
+            for var settled in all where settled.revokedTransaction {
+                settled.revokedTransaction = false
+                settled.updatedMs = nowMs
+                try db.saveDispute(settled)
+            }
             if var subscription = try db.subscription(originalID: current.originalID),
                 subscription.latestTransactionID == current.id, subscription.reinstated(atMs: nowMs)
             {
@@ -185,9 +208,24 @@ extension Store {
         return outcome
     }
 
-    /// What the buyer bought again while `revoked` was revoked, that restoring it would duplicate: a live copy of
-    /// the non-consumable, another live subscription of its group, or a period of its subscription that overlaps
-    /// it. Nil when restoring gives nothing twice.
+    /// The disputes of a transaction, as the store followed them (several when its payment was disputed again).
+    public func disputes(transactionID: String) async throws -> [Dispute] {
+        try await ledger.disputes(transactionID: transactionID)
+    }
+
+    private static func requireSameTransaction(_ dispute: Dispute, _ transactionID: String) throws {
+        guard dispute.transactionID == transactionID else {
+            throw StoreError(
+                .conflict,
+                "dispute \(dispute.id) is about transaction \(dispute.transactionID), not \(transactionID): nothing done"
+            )
+        }
+    }
+
+    /// What the buyer bought again while `revoked` was revoked, that restoring it would duplicate now: a live copy
+    /// of the non-consumable, or, while its paid period runs, another live subscription of its group or a later
+    /// period of its subscription that overlaps it. Nil when restoring gives nothing twice (a subscription period
+    /// already over restores only its history).
     private static func secondCopy(
         of revoked: TransactionRecord, in db: any StoreRepositories, groupMembers: [String], nowMs: Int64
     ) throws -> String? {
@@ -199,6 +237,7 @@ extension Store {
                 return "\(other.id) bought it again"
             }
         case .autoRenewableSubscription:
+            guard revoked.expiresMs > nowMs else { return nil }
             let group = groupMembers.isEmpty ? [revoked.productID] : groupMembers
             if let other = try db.subscriptions(accountID: revoked.accountID, productIDs: group).first(where: {
                 $0.isLive && $0.originalID != revoked.originalID
@@ -218,6 +257,16 @@ extension Store {
             break
         }
         return nil
+    }
+
+    /// A dispute id Stripe names for another charge than Kiosk followed it for changes nothing; Stripe is answered
+    /// 200 (sending it again would not change it), with the refusal as the outcome.
+    private func refusingMismatch(_ act: () async throws -> String) async throws -> String {
+        do {
+            return try await act()
+        } catch let error as StoreError where error.kind == .conflict {
+            return "refused: \(error.message)"
+        }
     }
 
     private func disputedTransaction(_ transactionID: String) async throws -> TransactionRecord {

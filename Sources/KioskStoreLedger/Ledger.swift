@@ -421,13 +421,15 @@ public final class Ledger: Sendable {
         try backend.write { db in try db.sealPrivateKey(id: id, sealed: sealed) }
     }
 
-    /// Removes every transaction, credit movement, revocation, payment intent and
-    /// idempotency key, and sets every balance to 0; accounts and keys stay. For tests.
+    /// Removes every transaction and what hangs on one (credit movements, revocations, subscriptions, refund
+    /// requests, disputes, processor events, payment intents, idempotency keys) and sets every balance to 0;
+    /// accounts, keys, credentials, webhooks and the event log stay. For tests.
     public func clearTransactions() throws {
         try backend.write { db in
             try db.execute(
                 """
                 DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations; DELETE FROM disputes;
+                DELETE FROM subscriptions; DELETE FROM refund_requests; DELETE FROM processor_events;
                 DELETE FROM idempotency_keys; DELETE FROM payment_intents; UPDATE accounts SET credit_balance = 0;
                 """)
         }

@@ -52,13 +52,23 @@ extension LedgerDatabase {
 
     /// The dispute with the processor's id `id`.
     public func dispute(id: String) throws -> Dispute? {
-        guard let row = try fetchOne("SELECT * FROM disputes WHERE id = ?", [id]) else { return nil }
+        try fetchOne("SELECT * FROM disputes WHERE id = ?", [id]).map(Self.dispute(from:))
+    }
+
+    /// The disputes of transaction `transactionID`, by id.
+    public func disputes(transactionID: String) throws -> [Dispute] {
+        try fetchAll("SELECT * FROM disputes WHERE transaction_id = ? ORDER BY id", [transactionID]).map(
+            Self.dispute(from:))
+    }
+
+    private static func dispute(from row: LedgerRow) throws -> Dispute {
+        let id: String = try row["id"]
         let state: String = try row["state"]
         guard let known = Dispute.State(rawValue: state) else {
             throw StoreError(.internalFailure, "dispute \(id) has an unknown state \(state)")
         }
         return Dispute(
-            id: try row["id"], transactionID: try row["transaction_id"], state: known,
+            id: id, transactionID: try row["transaction_id"], state: known,
             revokedTransaction: (try row["revoked_transaction"] as Int64) != 0, updatedMs: try row["updated_ms"])
     }
 
@@ -78,6 +88,11 @@ extension LedgerDatabase {
 }
 
 extension Ledger {
+    /// The disputes of transaction `transactionID`, read outside any write.
+    package func disputes(transactionID: String) async throws -> [Dispute] {
+        try await backend.readStatement { db in try db.disputes(transactionID: transactionID) }
+    }
+
     /// What the store did with the processor's event `id`, read outside any write.
     package func processorEventOutcome(id: String) async throws -> String? {
         try await backend.readStatement { db in try db.processorEventOutcome(id: id) }

@@ -280,19 +280,39 @@ public final class KioskTestSession: Sendable {
     }
 
     /// The buyer's bank disputes the transaction's payment, as Stripe reports it: revoked without a refund (a
-    /// DISPUTED event and REFUNDED); it comes back on `transactionUpdates` with its revocation.
-    public func openDispute(transactionID: String, reason: String = "fraudulent") async throws {
-        _ = try await store.disputeOpened("test-session:\(transactionID)", transactionID: transactionID, reason: reason)
+    /// DISPUTED event and REFUNDED); it comes back on `transactionUpdates` with its revocation. Each call opens a new
+    /// dispute (a payment can be disputed more than once); answers its id.
+    @discardableResult
+    public func openDispute(transactionID: String, reason: String = "fraudulent") async throws -> String {
+        let id = "test-session-dispute-\(UUID().uuidString.lowercased())"
+        _ = try await store.disputeOpened(id, transactionID: transactionID, reason: reason)
+        return id
     }
 
-    /// The merchant wins the dispute: the transaction counts again (REFUND_REVERSED) and comes back on
-    /// `transactionUpdates` without a revocation; a subscription is entitled to its period's end, auto-renew off.
-    /// Nothing changes when the buyer bought it again meanwhile, or it was refunded rather than disputed.
+    /// The merchant wins the transaction's open disputes: the transaction counts again (REFUND_REVERSED) and comes
+    /// back on `transactionUpdates` without a revocation; a subscription is entitled to its period's end, auto-renew
+    /// off. Nothing changes when the buyer bought it again meanwhile, another dispute of it was lost, or it was
+    /// refunded rather than disputed.
     public func winDispute(transactionID: String) async throws {
-        _ = try await store.disputeClosed("test-session:\(transactionID)", transactionID: transactionID, won: true)
+        try await closeDisputes(transactionID: transactionID, won: true)
     }
 
-    /// Removes every transaction, credit movement, revocation and idempotency key.
+    /// The buyer wins the transaction's open disputes: it stays revoked.
+    public func loseDispute(transactionID: String) async throws {
+        try await closeDisputes(transactionID: transactionID, won: false)
+    }
+
+    private func closeDisputes(transactionID: String, won: Bool) async throws {
+        let open = try await store.disputes(transactionID: transactionID).filter { $0.state == .open }
+        guard !open.isEmpty else {
+            throw StoreError(.notFound, "transaction \(transactionID) has no open dispute: open one first")
+        }
+        for dispute in open { _ = try await store.disputeClosed(dispute.id, transactionID: transactionID, won: won) }
+    }
+
+    /// Removes every transaction and what hangs on one (credits, revocations, subscriptions, refund requests,
+    /// disputes, payment intents, idempotency keys); accounts, keys and the event log stay (events already sent stay
+    /// sent: an app's update feed does not go back).
     public func clearTransactions() throws {
         try store.ledger.clearTransactions()
     }

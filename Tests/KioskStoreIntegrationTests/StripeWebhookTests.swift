@@ -75,6 +75,7 @@ import Testing
         let store: Store
         let endpoint: StripeWebhookServer
         let directory: String
+        let clock: TestClock
         var url: String { "http://127.0.0.1:\(endpoint.port)\(StripeWebhookServer.path)" }
     }
 
@@ -82,14 +83,15 @@ import Testing
         let double = StripeDouble()
         try await double.start()
         let directory = temporaryDirectory()
+        let clock = TestClock()
         var configuration = try StripeCustomerTests.configuration(
-            directory, clock: TestClock(), processor: StripeCustomerTests.stripe(double))
+            directory, clock: clock, processor: StripeCustomerTests.stripe(double))
         configuration.stripeWebhookSecrets = [secret]
         let store = try Store(configuration: configuration)
         try store.prepareToServe()
         let endpoint = StripeWebhookServer(store: store)
         try await endpoint.start()
-        let setup = Setup(double: double, store: store, endpoint: endpoint, directory: directory)
+        let setup = Setup(double: double, store: store, endpoint: endpoint, directory: directory, clock: clock)
         double.sendWebhooks(to: setup.url, secret: secret)
         do {
             try await body(setup)
@@ -350,6 +352,81 @@ import Testing
                 })
             #expect(try setup.store.ledger.transaction(id: plus.id)?.revokedMs != 0, "two paid periods for one time")
             let subscription = try #require(try setup.store.ledger.subscription(originalID: second.originalID))
+            #expect(subscription.latestTransactionID == second.id && subscription.state == .active)
+        }
+    }
+
+    /// A payment disputed twice: the transaction counts again only when every dispute of it was won (and comes
+    /// back once for it), a lost one revokes it whatever came before, in any order of events; a refund after a won
+    /// dispute is not undone by a later one; a dispute id known for another transaction changes nothing.
+    @Test func aPaymentDisputedTwiceCountsAgainOnlyWhenEveryDisputeIsWon() async throws {
+        try await Self.withSetup { setup in
+            let store = setup.store
+            // The steps (dispute, open/won/lost), whether the book counts at the end, and how often it came back.
+            let orders: [([(String, String)], Bool, Int)] = [
+                ([("a", "open"), ("b", "open"), ("a", "won"), ("b", "won")], true, 1),
+                ([("a", "open"), ("b", "open"), ("b", "won"), ("a", "won")], true, 1),
+                ([("a", "open"), ("b", "open"), ("a", "won"), ("b", "lost")], false, 0),
+                ([("a", "open"), ("b", "open"), ("b", "lost"), ("a", "won")], false, 0),
+                ([("a", "open"), ("b", "open"), ("a", "lost"), ("b", "won")], false, 0),
+                ([("a", "open"), ("a", "won"), ("b", "lost")], false, 1),
+                ([("a", "open"), ("a", "won"), ("b", "open"), ("b", "won")], true, 2),
+                ([("b", "won"), ("a", "open"), ("a", "won")], true, 1),
+                ([("a", "lost"), ("b", "open"), ("b", "won")], false, 0),
+            ]
+            for (index, (steps, counts, comebacks)) in orders.enumerated() {
+                let book = try await Self.buyBook(setup)
+                for (dispute, action) in steps {
+                    let id = "du_\(index)_\(dispute)"
+                    if action == "open" {
+                        _ = try await store.disputeOpened(id, transactionID: book.id, reason: "fraudulent")
+                    } else {
+                        _ = try await store.disputeClosed(id, transactionID: book.id, won: action == "won")
+                    }
+                }
+                #expect(try store.ledger.transaction(id: book.id)?.revokedMs == 0 ? counts : !counts, "\(steps)")
+                let reversed = try await store.ledger.events(after: 0, limit: 1000).filter {
+                    $0.type == .refundReversed && $0.transactionID == book.id
+                }
+                #expect(reversed.count == comebacks, "\(steps)")
+            }
+
+            let refunded = try await Self.buyBook(setup)
+            _ = try await store.disputeOpened("du_r_a", transactionID: refunded.id, reason: "fraudulent")
+            _ = try await store.disputeClosed("du_r_a", transactionID: refunded.id, won: true)
+            _ = try await store.refund(transactionID: refunded.id, reason: "the buyer asked")
+            _ = try await store.disputeOpened("du_r_b", transactionID: refunded.id, reason: "fraudulent")
+            let message = try await store.disputeClosed("du_r_b", transactionID: refunded.id, won: true)
+            #expect(message.contains("nothing to restore"), "\(message)")
+            #expect(try store.ledger.transaction(id: refunded.id)?.revokedMs != 0, "a refund was undone")
+
+            let other = try await Self.buyBook(setup)
+            let mismatch = await #expect(throws: StoreError.self, "a dispute id of another transaction") {
+                _ = try await store.disputeClosed("du_r_a", transactionID: other.id, won: false)
+            }
+            #expect(mismatch?.kind == .conflict)
+            #expect(try store.ledger.transaction(id: other.id)?.revokedMs == 0)
+        }
+    }
+
+    /// A subscription period the dispute revoked that is over by the time the dispute is won comes back as history
+    /// (REFUND_REVERSED), though the buyer subscribed again since: restoring it gives nothing twice.
+    @Test func aWonDisputeOfAPeriodOverRestoresItsHistory() async throws {
+        try await Self.withSetup { setup in
+            let store = setup.store
+            let buyer = try LifecycleDefectTests.account(store)
+            let bought = try await store.purchase(
+                account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil)
+            guard case .purchased(let plus) = bought.result else { throw StoreError.invalid("not subscribed") }
+            _ = try await store.disputeOpened("du_old", transactionID: plus.id, reason: "fraudulent")
+            setup.clock.advance(byMs: plus.expiresMs - setup.clock.now + 1)
+            let again = try await store.purchase(
+                account: buyer, productID: "plus", quantity: 1, paymentMethod: "pm_card_visa", idempotencyKey: nil)
+            guard case .purchased(let second) = again.result else { throw StoreError.invalid("not subscribed again") }
+            let message = try await store.disputeClosed("du_old", transactionID: plus.id, won: true)
+            #expect(message.contains("restored"), "\(message)")
+            #expect(try store.ledger.transaction(id: plus.id)?.revokedMs == 0)
+            let subscription = try #require(try store.ledger.subscription(originalID: second.originalID))
             #expect(subscription.latestTransactionID == second.id && subscription.state == .active)
         }
     }

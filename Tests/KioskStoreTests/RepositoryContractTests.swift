@@ -1068,5 +1068,14 @@ private func contractSubscription(
         try await ledger.write { try $0.saveDispute(won) }
         #expect(try await ledger.write { try $0.dispute(id: "du_1") } == won)
         #expect(try await ledger.write { try $0.dispute(id: "du_2") } == nil)
+        // A payment disputed twice: both, by id; another transaction's are not among them.
+        let second = Dispute(id: "du_0", transactionID: "t1", state: .lost, revokedTransaction: false, updatedMs: 3)
+        let elsewhere = Dispute(id: "du_3", transactionID: "t2", state: .open, revokedTransaction: true, updatedMs: 4)
+        try await ledger.write {
+            try $0.saveDispute(second)
+            try $0.saveDispute(elsewhere)
+        }
+        #expect(try await ledger.write { try $0.disputes(transactionID: "t1") } == [second, won])
+        #expect(try await ledger.write { try $0.disputes(transactionID: "t9") } == [])
     }
 }

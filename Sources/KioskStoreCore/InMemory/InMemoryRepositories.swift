@@ -426,6 +426,11 @@ public final class InMemoryRepositories: StoreRepositories {
     /// The dispute with the processor's id `id`.
     public func dispute(id: String) throws -> Dispute? { state.disputes[id] }
 
+    /// The disputes of transaction `transactionID`, by id.
+    public func disputes(transactionID: String) throws -> [Dispute] {
+        state.disputes.values.filter { $0.transactionID == transactionID }.sorted { $0.id < $1.id }
+    }
+
     /// Records a dispute or its new state.
     public func saveDispute(_ dispute: Dispute) throws { state.disputes[dispute.id] = dispute }
 

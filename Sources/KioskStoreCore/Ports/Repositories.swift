@@ -165,6 +165,8 @@ public protocol ProcessorEventRepository {
     func recordProcessorEvent(id: String, type: String, outcome: String, nowMs: Int64) throws -> Bool
     /// The dispute with the processor's id `id`, as the store followed it.
     func dispute(id: String) throws -> Dispute?
+    /// The disputes of transaction `transactionID` (a payment can be disputed more than once), by id.
+    func disputes(transactionID: String) throws -> [Dispute]
     /// Records a dispute or its new state (inside the write that acts on it, ordered on the account).
     func saveDispute(_ dispute: Dispute) throws
 }

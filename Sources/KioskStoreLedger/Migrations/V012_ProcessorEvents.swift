@@ -22,6 +22,7 @@ extension LedgerMigration {
               revoked_transaction INTEGER NOT NULL DEFAULT 0,
               updated_ms INTEGER NOT NULL
             );
+            CREATE INDEX disputes_by_transaction ON disputes (transaction_id);
             """
         ],
         postgres: """
@@ -38,5 +39,6 @@ extension LedgerMigration {
               revoked_transaction BIGINT NOT NULL DEFAULT 0,
               updated_ms BIGINT NOT NULL
             );
+            CREATE INDEX disputes_by_transaction ON disputes (transaction_id);
             """)
 }

@@ -1,0 +1,263 @@
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// A small HTTP/1.1 server for a service's side doors, next to its RPC port: the operator endpoint (Prometheus
+/// metrics, health) and the store's Stripe webhook receiver. Each request is read whole (up to
+/// ``Limits-swift.struct/maxBody``) and answered by one `async` function.
+///
+/// Bounded as the RPC server is: at most ``Limits-swift.struct/maxConnections`` connections (more are closed on
+/// accept); a connection that sends nothing for ``Limits-swift.struct/idleTimeout`` while no request of it is being
+/// answered is closed; a request must arrive whole within ``Limits-swift.struct/requestDeadline`` of the connection
+/// opening or of the last answer, so a sender trickling bytes cannot hold a connection. HTTPS with a
+/// ``ServerTLSIdentity``; plaintext only on loopback.
+public final class SideHTTPServer: Sendable {
+    /// A request, read whole.
+    public struct Request: Sendable {
+        /// Its method, path, query and headers.
+        public var head: HTTPRequestHead
+        /// Its body: empty when none was sent.
+        public var body: [UInt8]
+        /// The path without the query.
+        public var path: String { head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "" }
+        /// The query string (after `?`), empty when none.
+        public var query: String {
+            head.uri.split(separator: "?", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
+        }
+    }
+
+    /// An answer.
+    public struct Response: Sendable {
+        /// The HTTP status code.
+        public var status: Int
+        /// Its `Content-Type`.
+        public var contentType: String
+        /// Its body (not sent to a HEAD request; its length is).
+        public var body: [UInt8]
+        /// More headers (`Set-Cookie`, `Location`, …); `Content-Type` and `Content-Length` are set from the above.
+        public var headers: [(String, String)]
+
+        /// An answer with `status`, `body` of `contentType`, and more `headers`.
+        public init(status: Int, contentType: String, body: [UInt8], headers: [(String, String)] = []) {
+            self.status = status
+            self.contentType = contentType
+            self.body = body
+            self.headers = headers
+        }
+
+        /// A plain-text answer: `message` and a new line.
+        public static func text(_ status: Int, _ message: String) -> Response {
+            Response(status: status, contentType: "text/plain; charset=utf-8", body: Array((message + "\n").utf8))
+        }
+    }
+
+    /// How much the server takes.
+    public struct Limits: Sendable {
+        /// Connections open at once, at most; more are closed on accept.
+        public var maxConnections: Int
+        /// The largest request body taken; a larger one is answered 413.
+        public var maxBody: Int
+        /// A connection that sends nothing for this long, while nothing of it is being answered, is closed.
+        public var idleTimeout: TimeAmount
+        /// A request must arrive whole within this long of the connection opening or of the last answer.
+        public var requestDeadline: TimeAmount
+
+        /// Limits with the usual timeouts unless given: idle 10 s, a whole request within 15 s.
+        public init(
+            maxConnections: Int, maxBody: Int, idleTimeout: TimeAmount = .seconds(10),
+            requestDeadline: TimeAmount = .seconds(15)
+        ) {
+            self.maxConnections = maxConnections
+            self.maxBody = maxBody
+            self.idleTimeout = idleTimeout
+            self.requestDeadline = requestDeadline
+        }
+    }
+
+    /// Answers one request.
+    public typealias Handler = @Sendable (Request) async -> Response
+
+    /// The limits it serves with.
+    public let limits: Limits
+    private let handler: Handler
+    private let group: any EventLoopGroup
+    private let state = NIOLockedValueBox<(channel: (any Channel)?, port: Int)>((nil, 0))
+    private let connections = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+
+    /// A server answering each request with `handler`; ``start(host:port:tls:)`` listens.
+    public init(
+        limits: Limits, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        handler: @escaping Handler
+    ) {
+        self.limits = limits
+        self.handler = handler
+        self.group = group
+    }
+
+    /// Listens on `host`:`port` (0: a port the system picks; see ``port``), HTTPS with `tls`.
+    /// - Throws: ``SideHTTPServerError`` for plaintext on an address that is not loopback; a bind failure.
+    public func start(host: String = "127.0.0.1", port: Int = 0, tls: ServerTLSIdentity? = nil) async throws {
+        guard tls != nil || Loopback.contains(host: host) else {
+            throw SideHTTPServerError("plaintext HTTP is served on loopback only (\(host) is not)")
+        }
+        let handler = self.handler
+        let limits = self.limits
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { [weak self] channel in
+                guard let self, self.track(channel) else { return channel.close() }
+                return channel.eventLoop.makeCompletedFuture {
+                    if let tls { try channel.pipeline.syncOperations.addHandler(tls.makeServerHandler()) }
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: limits.idleTimeout))
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(SideHTTPHandler(limits: limits, handler: handler))
+                }
+            }
+            .bind(host: host, port: port).get()
+        state.withLockedValue {
+            $0.channel = channel
+            $0.port = channel.localAddress?.port ?? 0
+        }
+    }
+
+    /// The port listened on.
+    public var port: Int { state.withLockedValue { $0.port } }
+
+    /// Connections open now.
+    public var openConnections: Int { connections.withLockedValue { $0.count } }
+
+    /// Stops listening and closes open connections.
+    public func shutdown() async {
+        let channel = state.withLockedValue { state -> (any Channel)? in
+            defer { state.channel = nil }
+            return state.channel
+        }
+        try? await channel?.close().get()
+        for connection in connections.withLockedValue({ Array($0.values) }) { try? await connection.close().get() }
+    }
+
+    /// Counts the connection in; false (not counted) when ``Limits-swift.struct/maxConnections`` are open.
+    private func track(_ channel: any Channel) -> Bool {
+        let id = ObjectIdentifier(channel)
+        let taken = connections.withLockedValue { open -> Bool in
+            guard open.count < limits.maxConnections else { return false }
+            open[id] = channel
+            return true
+        }
+        guard taken else { return false }
+        channel.closeFuture.whenComplete { [weak self] _ in
+            _ = self?.connections.withLockedValue { $0.removeValue(forKey: id) }
+        }
+        return true
+    }
+}
+
+/// Why a side server cannot start.
+public struct SideHTTPServerError: Error, CustomStringConvertible, Sendable {
+    /// Why, in words.
+    public var description: String
+    /// An error saying `description`.
+    public init(_ description: String) { self.description = description }
+}
+
+private final class SideHTTPHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let limits: SideHTTPServer.Limits
+    private let handler: SideHTTPServer.Handler
+    private var head: HTTPRequestHead?
+    private var body: [UInt8] = []
+    private var tooLarge = false
+    /// A request is being answered: the idle timer does not close the connection under it.
+    private var answering = false
+    private var deadline: Scheduled<Void>?
+
+    init(limits: SideHTTPServer.Limits, handler: @escaping SideHTTPServer.Handler) {
+        self.limits = limits
+        self.handler = handler
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        armDeadline(context)
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    private func armDeadline(_ context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+        // An answer that comes after the connection closed arms nothing: no task outlives the channel.
+        guard context.channel.isActive else { return }
+        let channel = context.channel
+        deadline = context.eventLoop.scheduleTask(in: limits.requestDeadline) { channel.close(promise: nil) }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+            body = []
+            tooLarge = false
+        case .body(let chunk):
+            if tooLarge || body.count + chunk.readableBytes > limits.maxBody {
+                tooLarge = true
+                body = []
+            } else {
+                body += chunk.readableBytesView
+            }
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            deadline?.cancel()
+            deadline = nil
+            let request = SideHTTPServer.Request(head: head, body: body)
+            body = []
+            if tooLarge {
+                return respond(context, head, .text(413, "the body is over \(limits.maxBody) bytes"))
+            }
+            answering = true
+            let handler = self.handler
+            let loop = context.eventLoop
+            let bound = NIOLoopBound(context, eventLoop: loop)
+            loop.makeFutureWithTask { await handler(request) }.whenSuccess { [self] response in
+                self.answering = false
+                self.respond(bound.value, head, response)
+            }
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            if !answering { context.close(promise: nil) }
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    private func respond(_ context: ChannelHandlerContext, _ head: HTTPRequestHead, _ response: SideHTTPServer.Response)
+    {
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: response.contentType)
+        headers.add(name: "Content-Length", value: String(response.body.count))
+        for (name, value) in response.headers { headers.add(name: name, value: value) }
+        context.write(
+            wrapOutboundOut(
+                .head(
+                    HTTPResponseHead(
+                        version: head.version, status: HTTPResponseStatus(statusCode: response.status),
+                        headers: headers))), promise: nil)
+        if head.method != .HEAD {
+            context.write(
+                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))),
+                promise: nil)
+        }
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        armDeadline(context)
+    }
+}
