@@ -11,6 +11,10 @@
 # LOAD_S seconds). Prints the medians and B's change against A; exits 1 if
 # a run failed (its row is left out of the medians).
 # KIOSK_TLS=1: both sides over TLS (default plaintext). ROUNDS default 5.
+# B_CONTENT_ARGS: more arguments for side B's kiosk-content only (one build, two
+# settings: `Benchmarks/bench-ab.sh .build/release .build/release` with
+# B_CONTENT_ARGS="--metrics-port 0" is the cost of metrics; B's /metrics is then
+# scraped once a second all through the runs, as a busy Prometheus would).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: Benchmarks/bench-ab.sh A_BIN B_BIN [ROUNDS]" >&2; exit 2; }
@@ -32,14 +36,21 @@ for side in A B; do
   mkdir -p "$dir/books"
   cp Scripts/examples/content/manifest.json "$dir/manifest.json"
   head -c 1048576 /dev/urandom > "$dir/books/swift-book.txt"
+  side_args=(); [ "$side" = B ] && [ -n "${B_CONTENT_ARGS:-}" ] && read -r -a side_args <<< "$B_CONTENT_ARGS"
   KIOSK_STORE_CREDENTIAL="$credential" "$side_bin/kiosk-content" serve --content-dir "$dir" --store "$store" \
-    "${content_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning > "$work/content-$side.out" &
+    "${content_tls[@]}" --host 127.0.0.1 --port 0 --log-level warning "${side_args[@]}" > "$work/content-$side.out" &
   pid[content-$side]=$!
   pid_of[$side]=$!
   await_banner "content-$side"
   endpoint[$side]=${address[content-$side]}
 done
 tls_args=(); [ "$KIOSK_TLS" = 0 ] || tls_args=(--tls-ca "$KIOSK_TLS_CA")
+metrics_url=$(sed -n 's|^kiosk-content metrics on \(http://[^ ]*\)$|\1|p' "$work/content-B.out" | head -1)
+if [ -n "$metrics_url" ]; then
+  echo "bench-ab: scraping B's $metrics_url once a second"
+  ( while kill -0 $$ 2>/dev/null; do curl -s -o /dev/null "$metrics_url" || true; sleep 1; done ) &
+  pid[scraper]=$!
+fi
 results="$work/results"
 # One run: SIDE KIND ARGS… → "KIND SIDE calls/s p50 p99 server-µs client-µs errors" (no figures when it failed)
 run() {

@@ -134,10 +134,10 @@ struct Serve: AsyncParsableCommand {
         configuration.storeEndpoints = storeEndpoints
         let server: ContentServer
         do {
-            server = try ContentServer(
-                configuration: configuration,
-                server: ServerConfiguration(
-                    host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext), logger: logger)
+            var serving = ServerConfiguration(
+                host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext)
+            serving.metersCalls = metricsPort != nil
+            server = try ContentServer(configuration: configuration, server: serving, logger: logger)
         } catch let error as ManifestError {
             FileHandle.standardError.write(Data("kiosk-content: bad manifest: \(error.message)\n".utf8))
             throw ExitCode(2)
@@ -154,7 +154,7 @@ struct Serve: AsyncParsableCommand {
         let metrics = metricsPort.map { _ in ContentMetrics(server: server, maximumStaleness: .seconds(maxStaleness)) }
         let operatorEndpoint = metrics.map { metrics in
             OperatorEndpoint(
-                registry: metrics.registry, refresh: { await metrics.refresh() },
+                registry: metrics.registry, rpcServer: server.server, refresh: { await metrics.refresh() },
                 readiness: { await metrics.readiness() })
         }
         do {

@@ -24,24 +24,31 @@ public final class OperatorEndpoint: Sendable {
         }
     }
 
+    /// A refresh younger than this is not run again: however often and however many scrapers ask, the ledger is
+    /// read at most once a second, and scrapes that arrive together share one read.
+    public static let minimumRefreshInterval: Duration = .seconds(1)
+
     private let server: SideHTTPServer
 
-    /// An endpoint serving `registry`. `refresh` runs before each scrape (gauges read from the ledger or the
-    /// service's state); `readiness` answers `/readyz`. `limits` is for tests of the limits themselves.
+    /// An endpoint serving `registry`, and the meter of `rpcServer` (``RPCMetrics``) when given. `refresh` runs
+    /// before a scrape (gauges read from the ledger or the service's state), at most once per
+    /// ``minimumRefreshInterval``; `readiness` answers `/readyz`. `limits` is for tests of the limits themselves.
     public init(
-        registry: PrometheusCollectorRegistry, refresh: @escaping @Sendable () async -> Void,
+        registry: PrometheusCollectorRegistry, rpcServer: RPCServer? = nil,
+        refresh: @escaping @Sendable () async -> Void,
         readiness: @escaping @Sendable () async -> Readiness,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         limits: SideHTTPServer.Limits = .init(maxConnections: OperatorEndpoint.maxConnections, maxBody: 0)
     ) {
+        let refreshes = Coalescer(minimumInterval: Self.minimumRefreshInterval, refresh: refresh)
         server = SideHTTPServer(limits: limits, group: group) { request in
             guard request.head.method == .GET || request.head.method == .HEAD else { return .text(405, "GET only") }
             switch request.path {
             case "/metrics":
-                await refresh()
-                return .init(
-                    status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
-                    body: registry.emitToBuffer())
+                await refreshes.run()
+                var body = registry.emitToBuffer()
+                if let rpcServer { body += RPCMetrics.exposition(rpcServer.meterReading()) }
+                return .init(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: body)
             case "/healthz":
                 return .text(200, "alive")
             case "/readyz":
@@ -68,6 +75,30 @@ public final class OperatorEndpoint: Sendable {
 
     /// Stops listening and closes open connections.
     public func shutdown() async { await server.shutdown() }
+}
+
+/// Runs a refresh at most once per interval; callers that come while one runs wait for it rather than start
+/// another.
+private actor Coalescer {
+    let minimumInterval: Duration
+    let refresh: @Sendable () async -> Void
+    private var running: Task<Void, Never>?
+    private var finished: ContinuousClock.Instant?
+
+    init(minimumInterval: Duration, refresh: @escaping @Sendable () async -> Void) {
+        self.minimumInterval = minimumInterval
+        self.refresh = refresh
+    }
+
+    func run() async {
+        if let running { return await running.value }
+        if let finished, ContinuousClock.now - finished < minimumInterval { return }
+        let task = Task { [refresh] in await refresh() }
+        running = task
+        await task.value
+        running = nil
+        finished = .now
+    }
 }
 
 /// Why the operator endpoint cannot start.

@@ -300,11 +300,10 @@ struct Serve: AsyncParsableCommand {
         let tls: ServerTLSIdentity?
         do {
             tls = try ServerTLSIdentity(certificateChainPath: tlsCert, privateKeyPath: tlsKey)
-            server = try StoreServer(
-                store: configuration,
-                server: ServerConfiguration(
-                    host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext),
-                logger: logger)
+            var serving = ServerConfiguration(
+                host: host, port: port, tls: tls, allowsPlaintextOffLoopback: insecurePlaintext)
+            serving.metersCalls = metricsPort != nil
+            server = try StoreServer(store: configuration, server: serving, logger: logger)
             try await server.start()
         } catch let error as StoreError {
             FileHandle.standardError.write(Data("kiosk-store: \(error.message)\n".utf8))
@@ -329,7 +328,7 @@ struct Serve: AsyncParsableCommand {
         let metrics = metricsPort.map { _ in StoreMetrics(store: server.store) }
         let operatorEndpoint = metrics.map { metrics in
             OperatorEndpoint(
-                registry: metrics.registry, refresh: { await metrics.refresh() },
+                registry: metrics.registry, rpcServer: server.server, refresh: { await metrics.refresh() },
                 readiness: { await metrics.readiness() })
         }
         do {

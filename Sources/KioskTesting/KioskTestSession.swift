@@ -143,7 +143,7 @@ public final class KioskTestSession: Sendable {
             store: storeConfiguration(
                 root: root, catalog: catalog, environment: environment, payments: payments, hold: holdAnswers,
                 clockOffset: clockOffset),
-            server: ServerConfiguration(tls: identity))
+            server: Self.serving(port: 0, tls: identity))
         try await store.start()
         let storePort = store.port ?? 0
         let credential = try store.store.createServiceCredential(role: .content, name: "test-session-content").secret
@@ -153,7 +153,7 @@ public final class KioskTestSession: Sendable {
                 storeTLS: try certificates.map { try ClientTLS(trustRootsPath: $0.caCertificatePath) },
                 environment: environment.wire,
                 chunkSize: chunkSize),
-            server: ServerConfiguration(tls: identity))
+            server: Self.serving(port: 0, tls: identity))
         try await contentServer.start()
         _ = await contentServer.waitUntilReady()
         return KioskTestSession(
@@ -186,6 +186,24 @@ public final class KioskTestSession: Sendable {
             if held { try? await Task.sleep(for: .seconds(60)) }
         }
         return configuration
+    }
+
+    /// The servers' configuration: every call metered (``ServerConfiguration/metersCalls``), so a test can read
+    /// the RPC metrics.
+    private static func serving(port: Int, tls: ServerTLSIdentity?) -> ServerConfiguration {
+        var configuration = ServerConfiguration(port: port, tls: tls)
+        configuration.metersCalls = true
+        return configuration
+    }
+
+    /// The running store's RPC server (its meter: ``RPCServer/meterReading()``).
+    public var storeRPCServer: RPCServer {
+        get throws {
+            guard let server = storeServer.withLockedValue({ $0 }) else {
+                throw KioskError(.cannotConnect, "the test store is stopped")
+            }
+            return server.server
+        }
     }
 
     /// The running store.
@@ -401,7 +419,7 @@ public final class KioskTestSession: Sendable {
             store: Self.storeConfiguration(
                 root: root, catalog: catalog, environment: try ledgerEnvironment(), payments: payments, hold: hold,
                 clockOffset: clockOffset),
-            server: ServerConfiguration(port: storePort, tls: tls))
+            server: Self.serving(port: storePort, tls: tls))
         try await server.start()
         storeServer.withLockedValue { $0 = server }
     }

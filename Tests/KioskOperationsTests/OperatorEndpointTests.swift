@@ -57,7 +57,8 @@ import FoundationNetworking
         let session = try await KioskTestSession.start(tls: false)
         let metrics = StoreMetrics(store: try session.store)
         let endpoint = OperatorEndpoint(
-            registry: metrics.registry, refresh: { await metrics.refresh() }, readiness: { await metrics.readiness() })
+            registry: metrics.registry, rpcServer: try session.storeRPCServer, refresh: { await metrics.refresh() },
+            readiness: { await metrics.readiness() })
         try await endpoint.start()
         let kiosk = try session.makeClient(account: try session.makeAccount())
         guard case .success(let book) = try await kiosk.purchase(productID: "filter.sepia", paymentMethod: card),
@@ -84,6 +85,19 @@ import FoundationNetworking
         #expect(samples["kiosk_store_payment_intents_pending"] == 0)
         #expect(samples[#"kiosk_store_subscriptions{state="active"}"#] == 0)
         #expect((samples["kiosk_store_event_log_head"] ?? 0) > 0)
+        // The RPC server's meter: three purchases, each answered (a decline is an answer), timed, none in flight.
+        let purchase = #"method="/kiosk.store.v1.Store/Purchase""#
+        #expect(samples["kiosk_rpc_server_started_total{\(purchase)}"] == 3)
+        #expect(samples["kiosk_rpc_server_in_flight{\(purchase)}"] == 0)
+        #expect(samples["kiosk_rpc_server_handling_seconds_count{\(purchase)}"] == 3)
+        #expect(samples["kiosk_rpc_server_handling_seconds_bucket{le=\"+Inf\",\(purchase)}"] == 3)
+        let handled = samples.filter {
+            $0.key.hasPrefix("kiosk_rpc_server_handled_total{code=") && $0.key.contains(purchase)
+        }
+        #expect(handled.values.reduce(0, +) == 3, "\(handled)")
+        #expect((samples["kiosk_rpc_server_received_bytes_total{\(purchase)}"] ?? 0) > 0)
+        #expect((samples["kiosk_rpc_server_connections"] ?? 0) >= 1)
+        #expect(samples[#"kiosk_rpc_server_limit_refusals_total{limit="connections"}"#] == 0)
         #expect(try await Self.get(endpoint.port, "/healthz").0 == 200)
         #expect(try await Self.get(endpoint.port, "/readyz") == (200, "ready\n"))
         #expect(try await Self.get(endpoint.port, "/nope").0 == 404)
@@ -92,11 +106,41 @@ import FoundationNetworking
         await session.shutdown()
     }
 
+    /// The alert rules docs/operations.md recommends are valid Prometheus rules, as `promtool check rules` (from
+    /// Debian's `prometheus` package, installed when missing) reads them.
+    @Test func theRecommendedAlertsAreValidRules() throws {
+        let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/operations.md")
+        let page = try String(contentsOf: docs, encoding: .utf8)
+        let start = try #require(page.range(of: "## Alerts we recommend\n\n```yaml\n"))
+        let end = try #require(page.range(of: "```", range: start.upperBound..<page.endIndex))
+        let rules = NSTemporaryDirectory() + "kiosk-alerts-" + UUID().uuidString + ".yml"
+        try Data(page[start.upperBound..<end.lowerBound].utf8).write(to: URL(fileURLWithPath: rules))
+        defer { try? FileManager.default.removeItem(atPath: rules) }
+        let script = """
+            command -v promtool >/dev/null || { apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
+              || sudo -n apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1; }
+            promtool check rules "$1"
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        process.arguments = ["-c", script, "check", rules]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("SUCCESS"), "\(text)")
+    }
+
     @Test func theContentServicesMetricsAndReadiness() async throws {
         let session = try await KioskTestSession.start(tls: false)
         let metrics = ContentMetrics(server: session.content, maximumStaleness: .seconds(300))
         let endpoint = OperatorEndpoint(
-            registry: metrics.registry, refresh: { await metrics.refresh() }, readiness: { await metrics.readiness() })
+            registry: metrics.registry, rpcServer: session.content.server, refresh: { await metrics.refresh() },
+            readiness: { await metrics.readiness() })
         try await endpoint.start()
         let kiosk = try session.makeClient(account: try session.makeAccount())
         guard case .success(let book) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
@@ -111,6 +155,9 @@ import FoundationNetworking
         #expect((samples["kiosk_content_receipt_cache_misses"] ?? 0) >= 1)
         #expect(samples["kiosk_content_downloads_in_flight"] == 0)
         #expect((samples["kiosk_content_store_keys_known"] ?? 0) >= 1)
+        let download = #"method="/kiosk.content.v1.Content/Download""#
+        #expect(samples["kiosk_rpc_server_started_total{\(download)}"] == 1)
+        #expect((samples["kiosk_rpc_server_sent_bytes_total{\(download)}"] ?? 0) >= 1)
         #expect(try await Self.get(endpoint.port, "/readyz") == (200, "ready\n"))
         await #expect(throws: OperatorEndpointError.self, "off loopback is refused") {
             try await OperatorEndpoint(

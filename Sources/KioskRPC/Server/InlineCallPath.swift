@@ -27,12 +27,17 @@ package struct InlineCallPath<Routed: AnyObject> {
         package var timeoutMs: UInt32
         /// The generation of the remembered HEADERS it came with; 0: not remembered.
         package var headersGeneration: UInt64
+        /// When it opened (uptime nanoseconds) if calls are timed, else 0.
+        package var startNanos: UInt64
 
-        package init(callID: UInt32, routed: Routed, timeoutMs: UInt32, headersGeneration: UInt64) {
+        package init(
+            callID: UInt32, routed: Routed, timeoutMs: UInt32, headersGeneration: UInt64, startNanos: UInt64 = 0
+        ) {
             self.callID = callID
             self.routed = routed
             self.timeoutMs = timeoutMs
             self.headersGeneration = headersGeneration
+            self.startNanos = startNanos
         }
     }
 

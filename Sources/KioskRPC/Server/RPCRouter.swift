@@ -106,8 +106,8 @@ public struct RPCRouter: Sendable {
                 async throws -> Void
         /// For inline unary methods: decodes, runs the handler and encodes on the event loop.
         var inline: InlineRun?
-        /// Calls opened on this method (shared by every copy of the router).
-        let calls = CallCounter()
+        /// Calls opened, ended by code, their latency and bytes (shared by every copy of the router).
+        let meter = MethodMeter()
     }
 
     typealias InlineRun =
@@ -267,15 +267,17 @@ public struct RPCRouter: Sendable {
     /// Calls opened so far, by full method name (methods never called are left out).
     public var callCounts: [String: UInt64] {
         methods.compactMapValues { method in
-            let count = method.calls.value
+            let count = method.meter.value
             return count > 0 ? count : nil
         }
     }
-}
 
-/// Counts the calls one method has opened.
-final class CallCounter: Sendable {
-    private let count = Atomic<UInt64>(0)
-    func increment() { count.add(1, ordering: .relaxed) }
-    var value: UInt64 { count.load(ordering: .relaxed) }
+    /// Calls to a method this router does not serve, refused with UNIMPLEMENTED.
+    let unknownMeter = MethodMeter()
+
+    /// Every method's meter, by name, and the unknown methods' as "unknown".
+    func meterReadings(timed: Bool) -> [ServerMeter.MethodReading] {
+        methods.map { $0.value.meter.reading(method: $0.key, timed: timed) }.sorted { $0.method < $1.method }
+            + [unknownMeter.reading(method: "unknown", timed: timed)]
+    }
 }

@@ -36,6 +36,7 @@ public final class RPCServer: Sendable {
     private let group: EventLoopGroup
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
+    private let connectionMeter = ConnectionMeter()
     private let shutdownFlag = ShutdownFlag()
 
     /// Creates a server; ``start()`` binds it.
@@ -99,6 +100,7 @@ public final class RPCServer: Sendable {
             .childChannelInitializer { [self] channel in
                 let limits = configuration.limits
                 guard self.admit(channel) else {
+                    self.connectionMeter.refused(.connections)
                     logger.warning(
                         "refusing a connection: the server has its maximum of \(limits.maximumConnections) connections")
                     // A TLS client cannot read a plaintext GOAWAY, and a handshake only to refuse would cost what the
@@ -117,7 +119,8 @@ public final class RPCServer: Sendable {
                     let handler = ServerConnectionHandler(
                         router: router, limits: limits, maximumMessageSize: configuration.maximumMessageSize,
                         logger: logger,
-                        shutdown: shutdownFlag, runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop)
+                        shutdown: shutdownFlag, runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop,
+                        metersCalls: configuration.metersCalls, connectionMeter: self.connectionMeter)
                     // The handler reads and writes the frames itself; PONGs go on to the keepalive behind it, whose PINGs go out through it.
                     try channel.pipeline.syncOperations.addHandlers([
                         handler,
@@ -153,6 +156,7 @@ public final class RPCServer: Sendable {
             return true
         }
         if admitted {
+            connectionMeter.accepted.add(1)
             channel.closeFuture.whenComplete { [state] _ in
                 state.withLockedValue { state in
                     state.admitted.remove(key)
@@ -198,6 +202,15 @@ public final class RPCServer: Sendable {
             statistics.largestBufferedOutboundBytes = max(statistics.largestBufferedOutboundBytes, buffered)
         }
         return statistics
+    }
+
+    /// The server's counts now: per method, calls by status code, latency (when
+    /// ``ServerConfiguration/metersCalls``), calls in flight and bytes; connections; refusals by limit.
+    public func meterReading() -> ServerMeter.Reading {
+        ServerMeter.Reading(
+            methods: router.meterReadings(timed: configuration.metersCalls),
+            connectionsAccepted: connectionMeter.accepted.load, connectionsOpen: connectionCount,
+            refusals: connectionMeter.refusalCounts)
     }
 
     /// Connections open now (admitted and not yet closed).

@@ -32,6 +32,10 @@ public struct ServerConfiguration: Sendable {
     /// What one peer may make the server hold: connections, calls, metadata,
     /// timeouts, PINGs, buffered bytes (``ServerLimits/defaults``).
     public var limits: ServerLimits
+    /// Times every call and counts its message bytes, for ``RPCServer/meterReading()`` (the services set it with
+    /// `--metrics-port`): two clock reads and a few relaxed atomic adds per call. Calls by status code and in
+    /// flight, connections and refusals are counted either way.
+    public var metersCalls = false
 
     /// 127.0.0.1, ephemeral port, 4 MiB messages, keepalive every 60 s with a 20 s
     /// timeout, 10 s shutdown grace, no TLS (so loopback only), handlers on the event loops,

@@ -31,6 +31,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         var whenWritten: [@Sendable () -> Void] = []
         /// The generation of the remembered HEADERS this call's are (``InlineCallPath``); 0: not remembered.
         var headersGeneration: UInt64 = 0
+        /// When it opened (uptime nanoseconds) if calls are timed, else 0.
+        var startNanos: UInt64 = 0
 
         init(method: RPCRouter.Method, context: ServerContext) {
             self.method = method
@@ -72,9 +74,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let route: StateMachine.Route
         /// The method's inline form, when handlers run on the event loop.
         let inline: RPCRouter.InlineRun?
-        /// The method's authenticator and call counter, read per call without copying the method (its closures).
+        /// The method's authenticator and meter, read per call without copying the method (its closures).
         let authenticator: (any RPCAuthenticator)?
-        let calls: CallCounter?
+        let meter: MethodMeter?
 
         init(headers: CallHeaders, method: RPCRouter.Method?, route: StateMachine.Route, runsHandlersOnEventLoop: Bool)
         {
@@ -83,7 +85,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             self.route = route
             self.inline = runsHandlersOnEventLoop ? method?.inline : nil
             self.authenticator = method?.authenticator
-            self.calls = method?.calls
+            self.meter = method?.meter
         }
     }
     /// The inline fast path's memory (its own tested type): the last HEADERS as decoded and routed, the
@@ -103,12 +105,15 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     /// last whole frame has been handled (``flush()``), or at the end of the batch.
     private var inReadBatch = false
     private var flushPending = false
+    /// Calls are timed and their bytes counted (``ServerConfiguration/metersCalls``).
+    private let metersCalls: Bool
 
     init(
         router: RPCRouter, limits: ServerLimits, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag,
-        runsHandlersOnEventLoop: Bool
+        runsHandlersOnEventLoop: Bool, metersCalls: Bool = false, connectionMeter: ConnectionMeter? = nil
     ) {
-        self.machine = StateMachine(limits: limits)
+        self.metersCalls = metersCalls
+        self.machine = StateMachine(limits: limits, meter: connectionMeter)
         self.reader = FrameReader(
             expectPreface: true,
             limits: FrameLimits(maximumMessageSize: maximumMessageSize, maximumHeadersSize: limits.maximumHeadersSize))
@@ -285,18 +290,24 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let action = machine.receivedHeaders(
             callID: frame.callID, headers: routed?.headers, route: routed?.route ?? .unknown, deferOpening: deferring)
         // The method is copied (its closures retained) only for a call entered now, not for a deferred one.
-        if case .openCall(let callID, let timeoutMs) = action, let routed, let calls = routed.calls {
-            calls.increment()
+        if case .openCall(let callID, let timeoutMs) = action, let routed, let meter = routed.meter {
+            meter.increment()
+            let startNanos = metersCalls ? NIODeadline.now().uptimeNanoseconds : 0
             if deferring {
                 inlinePath.admit(
-                    PendingCall(callID: callID, routed: routed, timeoutMs: timeoutMs, headersGeneration: generation))
+                    PendingCall(
+                        callID: callID, routed: routed, timeoutMs: timeoutMs, headersGeneration: generation,
+                        startNanos: startNanos))
                 return
             }
             guard let method = routed.method else { return perform(action) }
             let call = CallResources(
                 method: method, context: makeContext(routed.headers, callID: callID, timeoutMs: timeoutMs))
             call.headersGeneration = generation
+            call.startNanos = startNanos
             resources[callID] = call
+        } else if case .refuseCall(_, let status) = action {
+            (routed?.meter ?? router.unknownMeter).refused(code: status.code)
         }
         perform(action)
     }
@@ -325,6 +336,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             context: serverContext
                 ?? makeContext(pending.routed.headers, callID: pending.callID, timeoutMs: pending.timeoutMs))
         call.headersGeneration = pending.headersGeneration
+        call.startNanos = pending.startNanos
         resources[pending.callID] = call
         perform(.openCall(callID: pending.callID, timeoutMs: pending.timeoutMs))
         return call
@@ -350,11 +362,22 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 write(.message, callID: callID, flags: outFlags, payload: bytes)
                 write(.trailers, callID: callID, payload: emptyPayload)
                 flush()
+                if let meter = pending.routed.meter {
+                    if metersCalls {
+                        meter.received(payload.readableBytes)
+                        meter.sent(bytes.readableBytes)
+                    }
+                    meter.ended(code: 0, startNanos: pending.startNanos)
+                }
                 // Released once the answer is out, not before it (its method, metadata and principal: a few releases).
                 return withExtendedLifetime(serverContext) {}
             case .failed(let status):
                 write(.trailers, callID: callID, message: status.bounded)
                 flush()
+                if let meter = pending.routed.meter {
+                    if metersCalls { meter.received(payload.readableBytes) }
+                    meter.ended(code: status.code, startNanos: pending.startNanos)
+                }
                 return withExtendedLifetime(serverContext) {}
             case .suspended, .needsTask:
                 break
@@ -364,6 +387,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         guard let call = openPendingCall(pending, context: serverContext),
             case .startHandler = machine.receivedMessage(callID: callID, payload: payload, flags: flags)
         else { return }
+        if metersCalls { call.method.meter.received(payload.readableBytes) }
         call.context = nil
         complete(
             result, call: call, callID: callID, context: serverContext, payload: payload, flags: flags, codec: codec)
@@ -436,6 +460,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         case .write(let send):
             write(.message, callID: callID, flags: send.flags, payload: send.payload)
             flush()
+            if metersCalls { resources[callID]?.method.meter.sent(send.payload.readableBytes) }
             send.waiter.resume()
         case .suspend:
             break
@@ -481,6 +506,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 armRequestTimer(callID)
             }
         case .startHandler(let callID, let payload, let flags):
+            if metersCalls { resources[callID]?.method.meter.received(payload.readableBytes) }
             startHandler(callID: callID, payload: payload, flags: flags)
         case .refuseCall(let callID, let status):
             write(.trailers, callID: callID, message: status.bounded)
@@ -491,6 +517,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             if ended.then == .close { closeAfter(written) }
         case .writeMessages(let callID, let sends):
             for send in sends { write(.message, callID: callID, flags: send.flags, payload: send.payload) }
+            if metersCalls, let meter = resources[callID]?.method.meter {
+                for send in sends { meter.sent(send.payload.readableBytes) }
+            }
             flush()
             for send in sends { send.waiter.resume() }
         case .sendPong(let payload):
@@ -712,7 +741,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         if resources?.timeoutMs ?? 0 > 0 { deadlines?.remove(ended.callID) }
         if let response = ended.ending.response {
             write(.message, callID: ended.callID, flags: response.flags, payload: response.payload)
+            if metersCalls { resources?.method.meter.sent(response.payload.readableBytes) }
         }
+        // No status: the connection went first (the client cancelled, in effect).
+        resources?.method.meter.ended(
+            code: ended.ending.status?.code ?? StatusCode.cancelled.rawValue, startNanos: resources?.startNanos ?? 0)
         let whenWritten = resources?.whenWritten ?? []
         var written: EventLoopFuture<Void>?
         if let status = ended.ending.status, let context {

@@ -111,10 +111,13 @@ struct ServerConnectionStateMachine<Waiter> {
     }
 
     let limits: ServerLimits
+    /// Counts the limits peers hit; nil counts nothing.
+    let meter: ConnectionMeter?
     private(set) var state: State = .awaitingPreface
 
-    init(limits: ServerLimits) {
+    init(limits: ServerLimits, meter: ConnectionMeter? = nil) {
         self.limits = limits
+        self.meter = meter
     }
 
     /// The number of calls open now (for tests and metrics).
@@ -144,6 +147,7 @@ struct ServerConnectionStateMachine<Waiter> {
     mutating func handshakeTimedOut() -> Action {
         guard case .awaitingPreface = state else { return .none }
         state = .closed
+        meter?.refused(.handshakeTimeout)
         return .closeConnection(goAway: nil, endedCalls: [])
     }
 
@@ -202,6 +206,7 @@ struct ServerConnectionStateMachine<Waiter> {
             lastCallID = last
         }
         let limits = self.limits
+        let meter = self.meter
         return modifyActive { active in
             active.highestCallID = callID
             active.pingStrikes = 0
@@ -214,7 +219,7 @@ struct ServerConnectionStateMachine<Waiter> {
                         message: "server is shutting down; call \(callID) was not started"))
             }
             if let refusal = Self.admission(
-                callID: callID, headers: headers, route: route, active: active, limits: limits)
+                callID: callID, headers: headers, route: route, active: active, limits: limits, meter: meter)
             {
                 return .refuseCall(callID: callID, status: refusal)
             }
@@ -241,9 +246,11 @@ struct ServerConnectionStateMachine<Waiter> {
 
     /// Why a well-formed call is refused, if it is: limits first, then routing.
     private static func admission(
-        callID: UInt32, headers: CallHeaders?, route: Route, active: Active, limits: ServerLimits
+        callID: UInt32, headers: CallHeaders?, route: Route, active: Active, limits: ServerLimits,
+        meter: ConnectionMeter?
     ) -> CallStatus? {
         if active.calls.count >= limits.maximumConcurrentCalls {
+            meter?.refused(.concurrentCalls)
             return CallStatus(
                 code: StatusCode.resourceExhausted.rawValue,
                 message:
@@ -252,6 +259,7 @@ struct ServerConnectionStateMachine<Waiter> {
         }
         let entries = headers?.metadata.count ?? 0
         if entries > limits.maximumMetadataEntries {
+            meter?.refused(.metadataEntries)
             return CallStatus(
                 code: StatusCode.resourceExhausted.rawValue,
                 message: "\(entries) metadata entries exceed the limit of \(limits.maximumMetadataEntries)")
@@ -330,6 +338,7 @@ struct ServerConnectionStateMachine<Waiter> {
         case nil:
             return .none
         case true?:
+            meter?.refused(.pingStrikes)
             return connectionError(
                 .resourceExhausted,
                 "too_many_pings: more than \(limits.maximumPingStrikes) PINGs without a call (ENHANCE_YOUR_CALM)",
@@ -360,6 +369,7 @@ struct ServerConnectionStateMachine<Waiter> {
                 state = .closed
                 return .closeConnection(goAway: nil, endedCalls: ended)
             }
+            if error.code == .frameTooLarge { meter?.refused(.frameSize) }
             let code: StatusCode = error.code == .frameTooLarge ? .resourceExhausted : .internal
             return connectionError(code, error.message, lastCallID: active.highestCallID)
         }
@@ -406,6 +416,7 @@ struct ServerConnectionStateMachine<Waiter> {
 
     mutating func requestTimedOut(callID: UInt32) -> Action {
         let timeout = limits.requestTimeout
+        meter?.refused(.requestTimeout)
         return updateCall(callID) { $0.requestTimedOut(after: timeout) }
     }
 
@@ -420,6 +431,7 @@ struct ServerConnectionStateMachine<Waiter> {
         }
         guard idle == true, case .active(let active) = state else { return .none }
         state = .closed
+        meter?.refused(.idleTimeout)
         let seconds = limits.idleTimeout.map { $0.nanoseconds / 1_000_000_000 } ?? 0
         return .closeConnection(
             goAway: GoAway(
