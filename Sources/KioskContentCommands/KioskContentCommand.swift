@@ -81,6 +81,8 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("max-downloads"), help: "Concurrent downloads in total.") var maxDownloads = 64
     @Option(name: .customLong("chunk-size-kib"), help: "KiB of original file per chunk.") var chunkSizeKiB = 256
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+    @Option(help: "text (swift-log's lines) or json (one object a line, with each call's request_id).")
+    var logFormat = "text"
     @Option(
         name: .customLong("metrics-port"),
         help:
@@ -88,7 +90,10 @@ struct Serve: AsyncParsableCommand {
     var metricsPort: Int?
 
     func run() async throws {
-        bootstrapStandardErrorLogging(level: logLevel)
+        guard let format = LogFormat(rawValue: logFormat) else {
+            throw ValidationError("--log-format is text or json, not \(logFormat)")
+        }
+        bootstrapStandardErrorLogging(level: logLevel, format: format)
         let logger = Logger(label: "kiosk-content")
         let storeEndpoints: [Endpoint]
         do {

@@ -3,6 +3,7 @@ import KioskAPI
 import KioskRPC
 import KioskStoreCore
 import KioskWire
+import Logging
 
 // Purchases, approvals, refunds and reconciliation: every payment has a
 // durable intent before the processor is asked, and the database (unique
@@ -28,11 +29,31 @@ extension Store {
         account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?,
         offer: StoreV1.SubscriptionOffer? = nil
     ) async throws -> PurchaseOutcome {
-        try await Task {
-            try await uncancellablePurchase(
-                account: account, productID: productID, quantity: quantity,
-                paymentMethod: paymentMethod, idempotencyKey: idempotencyKey, offer: offer)
-        }.value
+        do {
+            let outcome = try await Task {
+                try await uncancellablePurchase(
+                    account: account, productID: productID, quantity: quantity,
+                    paymentMethod: paymentMethod, idempotencyKey: idempotencyKey, offer: offer)
+            }.value
+            let result: String =
+                switch outcome.result {
+                case .purchased: outcome.alreadyOwned ? "already_owned" : "purchased"
+                case .deferred: "deferred"
+                case .failed: "failed"
+                }
+            logger.info(
+                "purchase",
+                metadata: [
+                    "account_id": "\(account.id)", "product_id": "\(productID)", "outcome": "\(result)",
+                    "transaction_id": "\(outcome.transactionID)", "replayed": "\(outcome.replayed)",
+                ])
+            return outcome
+        } catch {
+            logger.notice(
+                "purchase not answered",
+                metadata: ["account_id": "\(account.id)", "product_id": "\(productID)", "error": "\(error)"])
+            throw error
+        }
     }
 
     private func uncancellablePurchase(
@@ -715,6 +736,12 @@ extension Store {
             return revocation
         }
         feed.noteWritten()
+        logger.info(
+            "refund",
+            metadata: [
+                "account_id": "\(record.accountID)", "transaction_id": "\(transactionID)",
+                "product_id": "\(record.productID)",
+            ])
         return revocation
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import KioskStoreCore
 import KioskStoreIntegrations
+import Logging
 
 // Money that moves at Stripe without Kiosk: Stripe's webhooks (``StripeWebhookServer``).
 //
@@ -51,8 +52,13 @@ extension Store {
             _ = try await ledger.write { db in
                 try db.recordProcessorEvent(id: notice.eventID, type: notice.type, outcome: outcome, nowMs: nowMs)
             }
+            logger.info(
+                "stripe event",
+                metadata: ["event_id": "\(notice.eventID)", "type": "\(notice.type)", "outcome": "\(outcome)"])
             return WebhookAnswer(status: 200, message: outcome)
         } catch {
+            logger.warning(
+                "stripe event not handled now", metadata: ["event_id": "\(notice.eventID)", "error": "\(error)"])
             return WebhookAnswer(status: 503, message: "\(notice.eventID) not handled now (\(error)); send it again")
         }
     }

@@ -3,6 +3,7 @@ import Foundation
 import KioskAPI
 import KioskRPC
 import KioskWire
+import Logging
 import NIOConcurrencyHelpers
 
 /// The store: catalog, accounts, payments, ledger, receipts, restore and verification.
@@ -14,6 +15,9 @@ public final class Store: Sendable {
     public let configuration: StoreConfiguration
     /// The durable state.
     public let ledger: Ledger
+    /// What the store did, for its operator: purchases, refunds, Stripe's events; within a call, each line carries
+    /// the call's request id (``RequestScope``). Never a token, secret or payment method.
+    let logger = Logger(label: "kiosk-store")
     let keys: KeyStore
     let locks = KeyedLock()
     let instance: InstanceLock

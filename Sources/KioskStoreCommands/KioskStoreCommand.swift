@@ -208,6 +208,8 @@ struct Serve: AsyncParsableCommand {
         help: "Serve plaintext on an address that is not loopback (refused in production).")
     var insecurePlaintext = false
     @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+    @Option(help: "text (swift-log's lines) or json (one object a line, with each call's request_id).")
+    var logFormat = "text"
     @Option(
         name: .customLong("time-scale"),
         help:
@@ -254,7 +256,10 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
-        bootstrapStandardErrorLogging(level: logLevel)
+        guard let format = LogFormat(rawValue: logFormat) else {
+            throw ValidationError("--log-format is text or json, not \(logFormat)")
+        }
+        bootstrapStandardErrorLogging(level: logLevel, format: format)
         let logger = Logger(label: "kiosk-store")
         let loadedCatalog: Catalog
         do {

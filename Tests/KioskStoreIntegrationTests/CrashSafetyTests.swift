@@ -73,8 +73,12 @@ final class StoreProcess: Sendable {
         }
     }
 
-    /// Starts `kiosk-store serve` on an ephemeral port and waits for its "listening" line.
-    init(dataDirectory: String, extraArguments: [String] = [], environment extra: [String: String] = [:]) async throws {
+    /// Starts `kiosk-store serve` on an ephemeral port and waits for its "listening" line; its standard error goes
+    /// to `errorLog` when given (a later `--log-level` in `extraArguments` overrides the quiet default).
+    init(
+        dataDirectory: String, extraArguments: [String] = [], environment extra: [String: String] = [:],
+        errorLog: String? = nil
+    ) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         process.arguments =
@@ -82,6 +86,10 @@ final class StoreProcess: Sendable {
                 "serve", "--data-dir", dataDirectory, "--catalog", Self.exampleCatalog, "--port", "0", "--log-level",
                 "error",
             ] + extraArguments
+        if let errorLog {
+            FileManager.default.createFile(atPath: errorLog, contents: nil)
+            process.standardError = FileHandle(forWritingAtPath: errorLog)
+        }
         let environment = try Self.ledgerEnvironment(process.arguments ?? []).merging(extra) { $1 }
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }

@@ -137,7 +137,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         if runsHandlersOnEventLoop { executor = EventLoopTaskExecutor(context.eventLoop) }
         if let address = context.channel.remoteAddress {
             connectionInfo = ServerConnectionInfo(
-                remoteAddress: "\(address.ipAddress ?? "?"):\(address.port ?? 0)", logger: logger, shutdown: shutdown)
+                remoteAddress: "\(address.ipAddress ?? "?"):\(address.port ?? 0)", logger: logger, shutdown: shutdown,
+                id: connectionInfo.id)
         }
         handshakeTimer = schedule(in: limits.handshakeTimeout) { $0.machine.handshakeTimedOut() }
         // A strong reference, released in handlerRemoved: a weak one would give the handler a side table,
@@ -617,15 +618,18 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             id: callID, context: callContext, codec: codec,
             compressResponses: flags.contains(.compressed), connection: loopBoundSelf)
         let body: @Sendable () async -> Void = {
-            do {
-                var context = serverCall.context
-                // Credentials first: an unauthenticated request is never inflated or decoded.
-                if let authenticator = method.authenticator {
-                    context.principal = try await authenticator.authenticate(context)
+            let scope = RequestScope.Call(requestID: callContext.requestID, method: callContext.method)
+            await RequestScope.$current.withValue(scope) {
+                do {
+                    var context = serverCall.context
+                    // Credentials first: an unauthenticated request is never inflated or decoded.
+                    if let authenticator = method.authenticator {
+                        context.principal = try await authenticator.authenticate(context)
+                    }
+                    try await method.run(payload, flags, serverCall, context)
+                } catch {
+                    serverCall.fail(RPCError.from(handlerError: error))
                 }
-                try await method.run(payload, flags, serverCall, context)
-            } catch {
-                serverCall.fail(RPCError.from(handlerError: error))
             }
         }
         if let executor {
@@ -691,8 +695,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         guard let loopBoundSelf else { return }
         let serverCall = ServerCall(
             id: callID, context: callContext, codec: codec, compressResponses: compress, connection: loopBoundSelf)
+        let scope = RequestScope.Call(requestID: callContext.requestID, method: callContext.method)
         let task: @Sendable () async -> Void = {
-            do { try await body(serverCall) } catch { serverCall.fail(RPCError.from(handlerError: error)) }
+            await RequestScope.$current.withValue(scope) {
+                do { try await body(serverCall) } catch { serverCall.fail(RPCError.from(handlerError: error)) }
+            }
         }
         call.task = executor.map { Task(executorPreference: $0, operation: task) } ?? Task(operation: task)
     }

@@ -21,19 +21,27 @@ public struct ServerContext: Sendable {
         get { connection.remoteAddress }
         set {
             connection = ServerConnectionInfo(
-                remoteAddress: newValue, logger: connection.logger, shutdown: connection.shutdown)
+                remoteAddress: newValue, logger: connection.logger, shutdown: connection.shutdown, id: connection.id)
         }
     }
     /// Who is calling, as the method's ``RPCAuthenticator`` returned it
     /// (nil for open methods and in the authenticator itself).
     public var principal: (any Sendable)?
-    /// A logger with the call's method and id attached (built when asked for,
+    /// A logger with the call's method, id and request id attached (built when asked for,
     /// so calls that do not log pay nothing for it).
     public var logger: Logger {
         var logger = connection.logger
         logger[metadataKey: "rpc.method"] = "\(method)"
         logger[metadataKey: "rpc.call"] = "\(callID)"
+        logger[metadataKey: "request_id"] = "\(requestID)"
         return logger
+    }
+    /// The call's request id, for logs: the client's `x-request-id` metadata when it is acceptable
+    /// (``RequestScope/isAcceptable(_:)``), else one the server makes, unique in the process (the connection's
+    /// random id and the call id). Logs written under the call's task carry it (``RequestScope``).
+    public var requestID: String {
+        if let chosen = metadata[RequestScope.metadataKey], RequestScope.isAcceptable(chosen) { return chosen }
+        return connection.id + "-" + String(callID, radix: 16)
     }
     /// What every call of the connection shares, in one reference: a context is copied a few times a
     /// call, and each copy retains this one reference, not the address, the logger (three references of
@@ -64,11 +72,14 @@ final class ServerConnectionInfo: Sendable {
     let remoteAddress: String
     let logger: Logger
     let shutdown: ShutdownFlag
+    /// A random id of the connection, for the request ids of its calls.
+    let id: String
 
-    init(remoteAddress: String, logger: Logger, shutdown: ShutdownFlag) {
+    init(remoteAddress: String, logger: Logger, shutdown: ShutdownFlag, id: String? = nil) {
         self.remoteAddress = remoteAddress
         self.logger = logger
         self.shutdown = shutdown
+        self.id = id ?? String(UInt64.random(in: 1...UInt64.max), radix: 16)
     }
 }
 
