@@ -188,7 +188,7 @@ public final class KioskTestSession: Sendable {
         return configuration
     }
 
-    /// The servers' configuration: every call metered (``ServerConfiguration/metersCalls``), so a test can read
+    /// The servers' configuration: every call metered (`ServerConfiguration.metersCalls`), so a test can read
     /// the RPC metrics.
     private static func serving(port: Int, tls: ServerTLSIdentity?) -> ServerConfiguration {
         var configuration = ServerConfiguration(port: port, tls: tls)
@@ -196,7 +196,7 @@ public final class KioskTestSession: Sendable {
         return configuration
     }
 
-    /// The running store's RPC server (its meter: ``RPCServer/meterReading()``).
+    /// The running store's RPC server (its meter: `RPCServer.meterReading()`).
     public var storeRPCServer: RPCServer {
         get throws {
             guard let server = storeServer.withLockedValue({ $0 }) else {

@@ -224,10 +224,10 @@ private final class SideHTTPHandler: ChannelInboundHandler {
             answering = true
             let handler = self.handler
             let loop = context.eventLoop
-            let bound = NIOLoopBound(context, eventLoop: loop)
-            loop.makeFutureWithTask { await handler(request) }.whenSuccess { [self] response in
-                self.answering = false
-                self.respond(bound.value, head, response)
+            let bound = NIOLoopBound((handler: self, context: context), eventLoop: loop)
+            loop.makeFutureWithTask { await handler(request) }.whenSuccess { response in
+                bound.value.handler.answering = false
+                bound.value.handler.respond(bound.value.context, head, response)
             }
         }
     }

@@ -63,15 +63,14 @@ public struct JSONLogHandler: LogHandler {
     }
 
     /// Writes one line.
-    public func log(
-        level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
-        file: String, function: String, line: UInt
-    ) {
+    public func log(event: LogEvent) {
         var merged = metadata
         if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
-        if let explicit { merged.merge(explicit) { _, new in new } }
+        if let explicit = event.metadata { merged.merge(explicit) { _, new in new } }
+        if let error = event.error { merged["error"] = "\(error)" }
         let text = Self.line(
-            timestamp: Self.now(), level: level, label: label, message: message.description, metadata: merged)
+            timestamp: Self.now(), level: event.level, label: label, message: event.message.description,
+            metadata: merged)
         text.utf8CString.withUnsafeBufferPointer { bytes in
             // Without the terminating NUL.
             _ = write(2, bytes.baseAddress, bytes.count - 1)
