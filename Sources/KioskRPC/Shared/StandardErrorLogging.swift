@@ -36,7 +36,7 @@ public func bootstrapStandardErrorLogging(level: String, format: LogFormat = .te
 }
 
 /// Writes each log line to standard error as one JSON object:
-/// `{"timestamp":"2026-01-31T12:00:00.123Z","level":"info","label":"kiosk-store","message":"…", …}`, then the
+/// `{"timestamp":"YYYY-MM-DDThh:mm:ss.mmmZ","level":"info","label":"kiosk-store","message":"…", …}`, then the
 /// line's metadata as more members (a request's `request_id` and `rpc.method`, an `account_id`, …; a member
 /// named like one of the four above is left out). One `write` a line, so lines from several threads never
 /// interleave.
@@ -137,7 +137,7 @@ public struct JSONLogHandler: LogHandler {
         out += "\""
     }
 
-    /// The time now, UTC, to the millisecond: `2026-01-31T12:00:00.123Z`.
+    /// The time now, UTC, to the millisecond: `YYYY-MM-DDThh:mm:ss.mmmZ`.
     static func now() -> String {
         var spec = timespec()
         clock_gettime(CLOCK_REALTIME, &spec)
