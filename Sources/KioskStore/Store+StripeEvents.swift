@@ -71,7 +71,7 @@ extension Store {
             guard fully else { return "partly refunded at Stripe: nothing revoked" }
             guard let record = try await transaction(for: notice) else { return try await noPayment(notice) }
             guard record.state == .purchased else { return "\(record.id) is not purchased: nothing to revoke" }
-            guard record.revokedMs == 0 else { return "\(record.id) was refunded already" }
+            guard record.revokedMs == 0 else { return try await refundedWhileRevoked(record) }
             do {
                 _ = try await refund(transactionID: record.id, reason: "refunded at Stripe")
             } catch let error as StoreError where error.kind == .conflict {
@@ -263,6 +263,25 @@ extension Store {
             break
         }
         return nil
+    }
+
+    /// A refund made at Stripe of a transaction already revoked (by a dispute, or by a refund): it stays revoked
+    /// whatever any dispute of it ends as, since the money went back; so its disputes stop holding the revocation,
+    /// and a dispute won later restores nothing.
+    private func refundedWhileRevoked(_ record: TransactionRecord) async throws -> String {
+        let nowMs = now
+        return try await ledger.write(account: record.accountID) { db in
+            var released = 0
+            for var dispute in try db.disputes(transactionID: record.id) where dispute.revokedTransaction {
+                dispute.revokedTransaction = false
+                dispute.updatedMs = nowMs
+                try db.saveDispute(dispute)
+                released += 1
+            }
+            return released > 0
+                ? "\(record.id) was revoked by a dispute and is now refunded at Stripe: it stays revoked"
+                : "\(record.id) was refunded already"
+        }
     }
 
     /// A dispute id Stripe names for another charge than Kiosk followed it for changes nothing; Stripe is answered

@@ -553,6 +553,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         case .resumeReading(let readHeld, let writes, let endedCalls, let more):
             for (callID, sends) in writes {
                 for send in sends { write(.message, callID: callID, flags: send.flags, payload: send.payload) }
+                if metersCalls, let meter = resources[callID]?.method.meter {
+                    for send in sends { meter.sent(send.payload.readableBytes) }
+                }
             }
             var lastWritten: EventLoopFuture<Void>?
             var closes = false

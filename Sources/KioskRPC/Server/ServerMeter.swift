@@ -113,8 +113,9 @@ final class MethodMeter: Sendable {
     func sent(_ bytes: Int) { bytesOut.add(UInt64(bytes)) }
 
     func reading(method: String, timed: Bool) -> ServerMeter.MethodReading {
-        let openedNow = opened.load
+        // Ended first: a call that ends between the two loads is then counted as still open, never as less.
         let endedNow = ended.load
+        let openedNow = opened.load
         return ServerMeter.MethodReading(
             method: method, opened: openedNow, inFlight: max(0, Int(truncatingIfNeeded: openedNow &- endedNow)),
             byCode: byCode.map(\.load), latencyBuckets: timed ? buckets.map(\.load) : [],

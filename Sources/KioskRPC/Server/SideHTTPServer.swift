@@ -258,6 +258,7 @@ private final class SideHTTPHandler: ChannelInboundHandler {
                 promise: nil)
         }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-        armDeadline(context)
+        // The write may have handed over a pipelined request that is now being answered: no deadline under it.
+        if !answering { armDeadline(context) }
     }
 }
