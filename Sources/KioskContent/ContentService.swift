@@ -59,8 +59,10 @@ public struct ContentService: RPCService {
                 token: caller == nil ? context.metadata.bearerToken : nil, caller: caller?.lookup)
             {
             case .decided(let decision) where decision.allowed:
+                gate.counters.count(decision)
                 return .encoded(granted)
             case .decided(let decision):
+                gate.counters.count(decision)
                 return .response(answer(decision))
             case .unknownKey:
                 return .suspend {

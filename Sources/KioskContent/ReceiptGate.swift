@@ -61,6 +61,12 @@ public struct GateStats: Hashable, Sendable {
     public var revocationCursor: UInt64
     /// Access tokens whose signature was checked, kept until they expire (only valid ones).
     public var accessTokensCached: Int = 0
+    /// Decisions since the start, by outcome: `allowed`, or why not (`revoked`, `wrong_account`, `not_authentic`,
+    /// …).
+    public var decisions: [String: UInt64] = [:]
+    /// Access-token checks since the start, by result: `cached` (checked before), `verified` (its signature now),
+    /// `refused`, `keys_unknown` (the store not reached yet).
+    public var accessTokenChecks: [String: UInt64] = [:]
 }
 
 /// Decides access offline: Ed25519 signatures against the store's keys, the
@@ -91,6 +97,8 @@ final class ReceiptGate: Sendable {
     /// Counts the times the checked access tokens and the verified receipts were all dropped (a key
     /// retired): a ``Caller`` found before no longer holds, and a receipt verified before is not cached.
     private let tokenGeneration = Atomic<UInt64>(0)
+    /// Decisions and token checks, for metrics.
+    let counters = GateCounters()
 
     init(configuration: ContentConfiguration, link: StoreLink, logger: Logger) {
         self.configuration = configuration
@@ -118,6 +126,7 @@ final class ReceiptGate: Sendable {
     ) async throws -> AccessDecision {
         switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller?.lookup) {
         case .decided(let decision):
+            counters.count(decision)
             return decision
         case .unknownKey:
             return try await authorizeAfterFetchingKeys(
@@ -135,11 +144,14 @@ final class ReceiptGate: Sendable {
         let verifier = state.withLockedValue { $0.verifier }
         _ = await refreshKeysIfUnknown(receipt, checkedWith: verifier)
         let current = caller.flatMap { stillHolds($0) ? $0.lookup : nil }
+        let decision: AccessDecision
         switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: current, useCache: false)
         {
-        case .decided(let decision): return decision
-        case .unknownKey(let message): return .refused(.notAuthentic, message)
+        case .decided(let decided): decision = decided
+        case .unknownKey(let message): decision = .refused(.notAuthentic, message)
         }
+        counters.count(decision)
+        return decision
     }
 
     /// What ``authorizeNow(receipt:productID:token:caller:useCache:)`` could tell without waiting.
@@ -347,8 +359,12 @@ final class ReceiptGate: Sendable {
         let (cached, verifier, keysKnown, generation) = state.withLockedValue {
             ($0.tokens[token], $0.tokenVerifier, $0.keysKnown, tokenGeneration.load(ordering: .acquiring))
         }
-        if let cached, cached.expiresMs > nowMs { return (.account(cached.accountID), cached.expiresMs, generation) }
+        if let cached, cached.expiresMs > nowMs {
+            counters.count(.cached)
+            return (.account(cached.accountID), cached.expiresMs, generation)
+        }
         guard keysKnown > 0 else {
+            counters.count(.keysUnknown)
             return (
                 .refused(.refused(.serverUnavailable, "the store has not been reached yet; its keys are unknown")), 0,
                 generation
@@ -358,6 +374,7 @@ final class ReceiptGate: Sendable {
         do {
             payload = try verifier.verify(token, nowMs: nowMs)
         } catch let refusal as AccessTokenRefusal {
+            counters.count(.refused)
             guard AccessToken.looksLikeAccessToken(token) else {
                 throw RPCError(
                     .unauthenticated,
@@ -365,6 +382,7 @@ final class ReceiptGate: Sendable {
             }
             throw RPCError(.unauthenticated, refusal.description)
         }
+        counters.count(.verified)
         let capacity = configuration.accessTokenCacheSize
         if capacity > 0 {
             state.withLockedValue { state in
@@ -505,7 +523,47 @@ final class ReceiptGate: Sendable {
                 cacheHits: state.cache.hits, cacheMisses: state.cache.misses, cacheEntries: state.cache.count,
                 cacheCapacity: state.cache.capacity, revocationsKnown: state.revoked.count, keysKnown: state.keysKnown,
                 storeSilenceMs: state.lastHeardMs.map { nowMs - $0 } ?? 0, revocationCursor: state.cursor,
-                accessTokensCached: state.tokens.count)
+                accessTokensCached: state.tokens.count, decisions: counters.decisionCounts,
+                accessTokenChecks: counters.tokenCounts)
         }
+    }
+}
+
+/// The gate's decisions and access-token checks, counted with relaxed atomics on the path that makes them (one
+/// add each), for metrics.
+final class GateCounters: Sendable {
+    /// Decision outcomes, the metric's `outcome` label: allowed, then why not.
+    static let outcomes = [
+        "allowed", "revoked", "wrong_account", "wrong_product", "malformed", "not_authentic", "server_unavailable",
+        "subscription_expired", "sandbox_receipt_in_production", "production_receipt_in_sandbox",
+        "account_not_found", "other",
+    ]
+    /// Access-token check results, the metric's `result` label.
+    static let tokenResults = ["cached", "verified", "refused", "keys_unknown"]
+
+    private final class Cell: Sendable {
+        let value = Atomic<UInt64>(0)
+    }
+    private let decisions = GateCounters.outcomes.map { _ in Cell() }
+    private let tokens = GateCounters.tokenResults.map { _ in Cell() }
+
+    func count(_ decision: AccessDecision) {
+        let index =
+            decision.allowed ? 0 : Self.outcomes.firstIndex(of: decision.refusal) ?? Self.outcomes.count - 1
+        decisions[index].value.add(1, ordering: .relaxed)
+    }
+
+    enum TokenResult: Int {
+        case cached, verified, refused, keysUnknown
+    }
+
+    func count(_ result: TokenResult) { tokens[result.rawValue].value.add(1, ordering: .relaxed) }
+
+    var decisionCounts: [String: UInt64] {
+        Dictionary(uniqueKeysWithValues: zip(Self.outcomes, decisions.map { $0.value.load(ordering: .relaxed) }))
+    }
+
+    var tokenCounts: [String: UInt64] {
+        Dictionary(uniqueKeysWithValues: zip(Self.tokenResults, tokens.map { $0.value.load(ordering: .relaxed) }))
     }
 }

@@ -45,6 +45,25 @@ public final class ContentMetrics: Sendable {
             Double(stats.revocationCursor))
     }
 
+    /// The gate's decisions and access-token checks, as Prometheus counters.
+    public func text() -> [UInt8] {
+        let stats = server.stats
+        var out = PrometheusText()
+        out.family(
+            "kiosk_content_decisions_total", "counter",
+            help: "Authorize and Download decisions, by outcome: allowed, or why not.")
+        for (outcome, count) in stats.decisions.sorted(by: { $0.key < $1.key }) {
+            out.sample("kiosk_content_decisions_total", [("outcome", outcome)], count)
+        }
+        out.family(
+            "kiosk_content_access_token_checks_total", "counter",
+            help: "Access-token checks, by result: cached, verified, refused, keys_unknown.")
+        for (result, count) in stats.accessTokenChecks.sorted(by: { $0.key < $1.key }) {
+            out.sample("kiosk_content_access_token_checks_total", [("result", result)], count)
+        }
+        return out.bytes
+    }
+
     /// `/readyz`: the store's keys and feed received, and heard from within the staleness bound.
     public func readiness() async -> OperatorEndpoint.Readiness {
         let stats = server.stats

@@ -159,7 +159,8 @@ struct Serve: AsyncParsableCommand {
         let metrics = metricsPort.map { _ in ContentMetrics(server: server, maximumStaleness: .seconds(maxStaleness)) }
         let operatorEndpoint = metrics.map { metrics in
             OperatorEndpoint(
-                registry: metrics.registry, rpcServer: server.server, refresh: { await metrics.refresh() },
+                registry: metrics.registry, rpcServer: server.server, text: { metrics.text() },
+                refresh: { await metrics.refresh() },
                 readiness: { await metrics.readiness() })
         }
         do {

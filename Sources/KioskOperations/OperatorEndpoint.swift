@@ -30,11 +30,13 @@ public final class OperatorEndpoint: Sendable {
 
     private let server: SideHTTPServer
 
-    /// An endpoint serving `registry`, and the meter of `rpcServer` (``RPCMetrics``) when given. `refresh` runs
-    /// before a scrape (gauges read from the ledger or the service's state), at most once per
-    /// ``minimumRefreshInterval``; `readiness` answers `/readyz`. `limits` is for tests of the limits themselves.
+    /// An endpoint serving `registry`, the meter of `rpcServer` (``RPCMetrics``) when given, and `text` (the
+    /// service's own counters and histograms, ``PrometheusText``). `refresh` runs before a scrape (gauges read from
+    /// the ledger or the service's state), at most once per ``minimumRefreshInterval``; `readiness` answers
+    /// `/readyz`. `limits` is for tests of the limits themselves.
     public init(
         registry: PrometheusCollectorRegistry, rpcServer: RPCServer? = nil,
+        text: (@Sendable () -> [UInt8])? = nil,
         refresh: @escaping @Sendable () async -> Void,
         readiness: @escaping @Sendable () async -> Readiness,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
@@ -48,6 +50,7 @@ public final class OperatorEndpoint: Sendable {
                 await refreshes.run()
                 var body = registry.emitToBuffer()
                 if let rpcServer { body += RPCMetrics.exposition(rpcServer.meterReading()) }
+                if let text { body += text() }
                 return .init(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: body)
             case "/healthz":
                 return .text(200, "alive")

@@ -18,6 +18,8 @@ public final class Store: Sendable {
     /// What the store did, for its operator: purchases, refunds, Stripe's events; within a call, each line carries
     /// the call's request id (``RequestScope``). Never a token, secret or payment method.
     let logger = Logger(label: "kiosk-store")
+    /// Webhook attempts by outcome and their latency, for metrics.
+    let webhookMeter = WebhookMeter()
     let keys: KeyStore
     let locks = KeyedLock()
     let instance: InstanceLock

@@ -1,6 +1,8 @@
 import Crypto
 import Foundation
 import KioskAPI
+import KioskRPC
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 
@@ -168,12 +170,12 @@ extension Store {
             let results = await withTaskGroup(of: (WebhookDelivery, String?).self) { group in
                 for delivery in due {
                     group.addTask {
-                        (
-                            delivery,
-                            await self.post(
-                                delivery, url: hook.url, secret: hook.secret, transport: transport,
-                                timeout: policy.requestTimeout)
-                        )
+                        let start = ContinuousClock.now
+                        let failure = await self.post(
+                            delivery, url: hook.url, secret: hook.secret, transport: transport,
+                            timeout: policy.requestTimeout)
+                        self.webhookMeter.latency.record(since: start)
+                        return (delivery, failure)
                     }
                 }
                 var results: [(WebhookDelivery, String?)] = []
@@ -205,6 +207,7 @@ extension Store {
                 case .pending: report.failedAttempts += 1
                 case .failed: report.givenUp += 1
                 }
+                webhookMeter.count(outcome)
             }
         }
         return report
@@ -251,4 +254,43 @@ extension Store {
         ]
         return await transport.post(url: url, headers: headers, body: body, timeout: timeout)
     }
+}
+
+/// What this process's webhook deliveries did: attempts by outcome and how long each POST took.
+public struct WebhookDeliveryStatistics: Hashable, Sendable {
+    /// Attempts answered 2xx.
+    public var delivered: UInt64
+    /// Attempts that failed and will be tried again.
+    public var retrying: UInt64
+    /// Attempts that failed for the last time (the delivery is marked failed).
+    public var givenUp: UInt64
+    /// How long each POST took, answered or not.
+    public var latency: LatencyHistogram.Reading
+}
+
+/// Counts webhook attempts as the delivery loop records them.
+final class WebhookMeter: Sendable {
+    let latency = LatencyHistogram()
+    private let counts = NIOLockedValueBox<(delivered: UInt64, retrying: UInt64, givenUp: UInt64)>((0, 0, 0))
+
+    func count(_ outcome: WebhookDelivery.State) {
+        counts.withLockedValue { counts in
+            switch outcome {
+            case .delivered: counts.delivered += 1
+            case .pending: counts.retrying += 1
+            case .failed: counts.givenUp += 1
+            }
+        }
+    }
+
+    var statistics: WebhookDeliveryStatistics {
+        let (delivered, retrying, givenUp) = counts.withLockedValue { $0 }
+        return WebhookDeliveryStatistics(
+            delivered: delivered, retrying: retrying, givenUp: givenUp, latency: latency.reading)
+    }
+}
+
+extension Store {
+    /// What this process's webhook deliveries did since it started (``WebhookDeliveryStatistics``).
+    public var webhookDeliveryStatistics: WebhookDeliveryStatistics { webhookMeter.statistics }
 }

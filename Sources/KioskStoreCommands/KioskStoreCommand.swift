@@ -333,7 +333,8 @@ struct Serve: AsyncParsableCommand {
         let metrics = metricsPort.map { _ in StoreMetrics(store: server.store) }
         let operatorEndpoint = metrics.map { metrics in
             OperatorEndpoint(
-                registry: metrics.registry, rpcServer: server.server, refresh: { await metrics.refresh() },
+                registry: metrics.registry, rpcServer: server.server, text: { metrics.text() },
+                refresh: { await metrics.refresh() },
                 readiness: { await metrics.readiness() })
         }
         do {

@@ -93,6 +93,37 @@ public final class StoreMetrics: Sendable {
         ).set(Double(metrics.eventLogHead))
     }
 
+    /// What this process counts itself, as Prometheus text: its ledger writes (latency, SQLite's group commits)
+    /// and webhook attempts (by outcome, latency).
+    public func text() -> [UInt8] {
+        var out = PrometheusText()
+        out.family(
+            "kiosk_store_ledger_write_seconds", "histogram",
+            help: "Committed ledger writes of this process, from the call to the commit on disk.")
+        out.histogram("kiosk_store_ledger_write_seconds", [], store.ledger.writeLatency.reading)
+        let (commits, writes) = store.ledger.commitStatistics
+        out.family(
+            "kiosk_store_ledger_commits_total", "counter",
+            help: "SQLite group commits of this process (each one fsync); 0 on PostgreSQL.")
+        out.sample("kiosk_store_ledger_commits_total", [], UInt64(commits))
+        out.family(
+            "kiosk_store_ledger_committed_writes_total", "counter",
+            help: "Writes those commits carried (writes per commit is the group's size); 0 on PostgreSQL.")
+        out.sample("kiosk_store_ledger_committed_writes_total", [], UInt64(writes))
+        let webhooks = store.webhookDeliveryStatistics
+        out.family(
+            "kiosk_store_webhook_attempts_total", "counter",
+            help: "Webhook POSTs by this process, by outcome: delivered, retrying (failed, tried again), given_up.")
+        out.sample("kiosk_store_webhook_attempts_total", [("outcome", "delivered")], webhooks.delivered)
+        out.sample("kiosk_store_webhook_attempts_total", [("outcome", "retrying")], webhooks.retrying)
+        out.sample("kiosk_store_webhook_attempts_total", [("outcome", "given_up")], webhooks.givenUp)
+        out.family(
+            "kiosk_store_webhook_delivery_seconds", "histogram",
+            help: "How long each webhook POST took, answered or not.")
+        out.histogram("kiosk_store_webhook_delivery_seconds", [], webhooks.latency)
+        return out.bytes
+    }
+
     /// `/readyz`: the ledger answers and the store has signing keys.
     public func readiness() async -> OperatorEndpoint.Readiness {
         do {

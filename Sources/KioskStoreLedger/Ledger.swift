@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import KioskAPI
+import KioskRPC
 import KioskStoreCore
 import NIOConcurrencyHelpers
 
@@ -169,7 +170,9 @@ public final class Ledger: Sendable {
     package func write<T: Sendable>(
         account: String? = nil, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
     ) async throws -> T {
+        let start = ContinuousClock.now
         let result = try await backend.groupWrite(serializingOn: account, body)
+        writeLatency.record(since: start)
         for observer in writeObservers.withLockedValue({ $0 }) { observer() }
         return result
     }
@@ -178,6 +181,10 @@ public final class Ledger: Sendable {
     package func onWrite(_ body: @escaping @Sendable () -> Void) {
         writeObservers.withLockedValue { $0.append(body) }
     }
+
+    /// How long this process's committed writes through ``write(account:_:)`` took, from the call to the commit
+    /// on disk (the wait for the account's lock or the group included): a purchase's, a refund's, an event's.
+    public let writeLatency = LatencyHistogram()
 
     /// Group commits made by this process (each one fsync of the WAL) and the writes they carried (0, 0 off SQLite).
     public var commitStatistics: (commits: Int, writes: Int) { sqlite?.group.statistics ?? (0, 0) }

@@ -57,8 +57,8 @@ import FoundationNetworking
         let session = try await KioskTestSession.start(tls: false)
         let metrics = StoreMetrics(store: try session.store)
         let endpoint = OperatorEndpoint(
-            registry: metrics.registry, rpcServer: try session.storeRPCServer, refresh: { await metrics.refresh() },
-            readiness: { await metrics.readiness() })
+            registry: metrics.registry, rpcServer: try session.storeRPCServer, text: { metrics.text() },
+            refresh: { await metrics.refresh() }, readiness: { await metrics.readiness() })
         try await endpoint.start()
         let kiosk = try session.makeClient(account: try session.makeAccount())
         guard case .success(let book) = try await kiosk.purchase(productID: "filter.sepia", paymentMethod: card),
@@ -70,6 +70,11 @@ import FoundationNetworking
         try await session.refund(transactionID: book.id)
         session.failNextPayment()
         _ = try? await kiosk.purchase(productID: "credits.10", paymentMethod: card)
+        // A webhook to a port nothing listens on: its first attempts fail and are retried later.
+        _ = try await session.store.addWebhook(
+            url: "http://127.0.0.1:1/kiosk", secret: Array(repeating: 7, count: 16), since: 0)
+        let report = try #require(try await session.store.deliverWebhooks())
+        #expect(report.failedAttempts >= 1 && report.delivered == 0)
 
         let (status, text) = try await Self.get(endpoint.port, "/metrics")
         #expect(status == 200)
@@ -98,6 +103,19 @@ import FoundationNetworking
         #expect((samples["kiosk_rpc_server_received_bytes_total{\(purchase)}"] ?? 0) > 0)
         #expect((samples["kiosk_rpc_server_connections"] ?? 0) >= 1)
         #expect(samples[#"kiosk_rpc_server_limit_refusals_total{limit="connections"}"#] == 0)
+        // The ledger's writes (three purchases, a refund, …) and the failed webhook attempts.
+        #expect((samples["kiosk_store_ledger_write_seconds_count"] ?? 0) >= 4)
+        #expect(
+            samples["kiosk_store_ledger_write_seconds_count"]
+                == samples[#"kiosk_store_ledger_write_seconds_bucket{le="+Inf"}"#])
+        #expect((samples["kiosk_store_ledger_commits_total"] ?? 0) >= 1)
+        #expect(
+            (samples["kiosk_store_ledger_committed_writes_total"] ?? 0)
+                >= (samples["kiosk_store_ledger_commits_total"] ?? 1))
+        #expect(samples[#"kiosk_store_webhook_attempts_total{outcome="retrying"}"#] == Double(report.failedAttempts))
+        #expect(samples[#"kiosk_store_webhook_attempts_total{outcome="delivered"}"#] == 0)
+        #expect(samples["kiosk_store_webhook_delivery_seconds_count"] == Double(report.failedAttempts))
+        #expect(samples[#"kiosk_store_webhook_deliveries{state="pending"}"#] ?? 0 >= 1, "the queue")
         #expect(try await Self.get(endpoint.port, "/healthz").0 == 200)
         #expect(try await Self.get(endpoint.port, "/readyz") == (200, "ready\n"))
         #expect(try await Self.get(endpoint.port, "/nope").0 == 404)
@@ -139,8 +157,8 @@ import FoundationNetworking
         let session = try await KioskTestSession.start(tls: false)
         let metrics = ContentMetrics(server: session.content, maximumStaleness: .seconds(300))
         let endpoint = OperatorEndpoint(
-            registry: metrics.registry, rpcServer: session.content.server, refresh: { await metrics.refresh() },
-            readiness: { await metrics.readiness() })
+            registry: metrics.registry, rpcServer: session.content.server, text: { metrics.text() },
+            refresh: { await metrics.refresh() }, readiness: { await metrics.readiness() })
         try await endpoint.start()
         let kiosk = try session.makeClient(account: try session.makeAccount())
         guard case .success(let book) = try await kiosk.purchase(productID: "book.swift", paymentMethod: card) else {
@@ -158,6 +176,8 @@ import FoundationNetworking
         let download = #"method="/kiosk.content.v1.Content/Download""#
         #expect(samples["kiosk_rpc_server_started_total{\(download)}"] == 1)
         #expect((samples["kiosk_rpc_server_sent_bytes_total{\(download)}"] ?? 0) >= 1)
+        #expect(samples[#"kiosk_content_decisions_total{outcome="allowed"}"#] == 1, "the download")
+        #expect((samples[#"kiosk_content_access_token_checks_total{result="verified"}"#] ?? 0) >= 1)
         #expect(try await Self.get(endpoint.port, "/readyz") == (200, "ready\n"))
         await #expect(throws: OperatorEndpointError.self, "off loopback is refused") {
             try await OperatorEndpoint(

@@ -10,9 +10,7 @@ import Synchronization
 /// a call); calls opened and in flight always are.
 public enum ServerMeter {
     /// The upper bounds of the latency histogram's buckets, in seconds (the last bucket, +Inf, is implied).
-    public static let latencyBounds: [Double] = [
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
-    ]
+    public static let latencyBounds: [Double] = LatencyHistogram.defaultBounds
 
     /// A ``ServerLimits`` cap a peer hit.
     public enum Limit: String, CaseIterable, Sendable {
@@ -69,23 +67,14 @@ public enum ServerMeter {
     }
 }
 
-/// A counter cell: its own allocation, so that two hot counters do not share a line by accident of layout.
-final class MeterCell: Sendable {
-    let value = Atomic<UInt64>(0)
-    @inline(__always) func add(_ count: UInt64) { value.add(count, ordering: .relaxed) }
-    var load: UInt64 { value.load(ordering: .relaxed) }
-}
-
 /// One method's meter (shared by every copy of the router).
 final class MethodMeter: Sendable {
     private let opened = MeterCell()
     private let ended = MeterCell()
     private let byCode = (0...16).map { _ in MeterCell() }
-    private let buckets = (0...ServerMeter.latencyBounds.count).map { _ in MeterCell() }
-    private let sumNanos = MeterCell()
+    private let latency = LatencyHistogram(bounds: ServerMeter.latencyBounds)
     private let bytesIn = MeterCell()
     private let bytesOut = MeterCell()
-    private static let boundsNanos = ServerMeter.latencyBounds.map { UInt64($0 * 1e9) }
 
     /// A call was opened.
     @inline(__always) func increment() { opened.add(1) }
@@ -97,11 +86,7 @@ final class MethodMeter: Sendable {
         ended.add(1)
         refused(code: code)
         guard startNanos > 0 else { return }
-        let elapsed = NIODeadline.now().uptimeNanoseconds &- startNanos
-        var index = 0
-        while index < Self.boundsNanos.count && elapsed > Self.boundsNanos[index] { index += 1 }
-        buckets[index].add(1)
-        sumNanos.add(elapsed)
+        latency.record(nanoseconds: NIODeadline.now().uptimeNanoseconds &- startNanos)
     }
 
     /// A call was answered with `code` without being opened (refused), or an opened one ended.
@@ -116,10 +101,11 @@ final class MethodMeter: Sendable {
         // Ended first: a call that ends between the two loads is then counted as still open, never as less.
         let endedNow = ended.load
         let openedNow = opened.load
+        let latency = self.latency.reading
         return ServerMeter.MethodReading(
             method: method, opened: openedNow, inFlight: max(0, Int(truncatingIfNeeded: openedNow &- endedNow)),
-            byCode: byCode.map(\.load), latencyBuckets: timed ? buckets.map(\.load) : [],
-            latencySumSeconds: Double(sumNanos.load) / 1e9, bytesIn: bytesIn.load, bytesOut: bytesOut.load)
+            byCode: byCode.map(\.load), latencyBuckets: timed ? latency.buckets : [],
+            latencySumSeconds: latency.sumSeconds, bytesIn: bytesIn.load, bytesOut: bytesOut.load)
     }
 }
 
