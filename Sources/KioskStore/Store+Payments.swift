@@ -4,6 +4,7 @@ import KioskRPC
 import KioskStoreCore
 import KioskWire
 import Logging
+import NIOConcurrencyHelpers
 
 // Purchases, approvals, refunds and reconciliation: every payment has a
 // durable intent before the processor is asked, and the database (unique
@@ -803,6 +804,9 @@ extension Store {
         public var deferred = 0
         /// Duplicate charges refunded.
         public var refunded = 0
+
+        /// A report of nothing done.
+        public init() {}
     }
 
     /// Settles pending payment intents with the processor: charged → the
@@ -816,6 +820,20 @@ extension Store {
     /// - Parameter all: settle every pending intent now, whoever wrote it (when no process is paying: tests, scripts).
     @discardableResult
     public func reconcile(all: Bool = false) async throws -> ReconcileReport {
+        do {
+            let report = try await settleIntents(all: all)
+            reconcileMeter.count(report)
+            return report
+        } catch {
+            reconcileMeter.countFailure()
+            throw error
+        }
+    }
+
+    /// What every ``reconcile(all:)`` of this process did since it started, summed (for metrics).
+    public var reconciliationStatistics: ReconciliationStatistics { reconcileMeter.statistics }
+
+    private func settleIntents(all: Bool) async throws -> ReconcileReport {
         try requireRealPaymentsInProduction()
         try requireServedProcessor()
         var report = ReconcileReport()
@@ -963,4 +981,35 @@ extension TransactionRecord {
             paymentMethod: intent.paymentMethod,
             paymentID: intent.paymentID, environment: environment)
     }
+}
+
+/// What this process's reconciliation runs did since it started: runs, runs that failed, and the intents settled
+/// by outcome, summed over the runs (an intent left for later counts again at each run that leaves it).
+public struct ReconciliationStatistics: Hashable, Sendable {
+    /// Runs that finished.
+    public var runs: UInt64 = 0
+    /// Runs that stopped on an error (the ledger or the processor unreachable).
+    public var failedRuns: UInt64 = 0
+    /// The finished runs' reports, summed.
+    public var settled = Store.ReconcileReport()
+}
+
+/// Sums ``Store/reconcile(all:)`` reports as they finish.
+final class ReconcileMeter: Sendable {
+    private let totals = NIOLockedValueBox(ReconciliationStatistics())
+
+    func count(_ report: Store.ReconcileReport) {
+        totals.withLockedValue { totals in
+            totals.runs += 1
+            totals.settled.charged += report.charged
+            totals.settled.closed += report.closed
+            totals.settled.left += report.left
+            totals.settled.deferred += report.deferred
+            totals.settled.refunded += report.refunded
+        }
+    }
+
+    func countFailure() { totals.withLockedValue { $0.failedRuns += 1 } }
+
+    var statistics: ReconciliationStatistics { totals.withLockedValue { $0 } }
 }

@@ -20,6 +20,7 @@ public final class Store: Sendable {
     let logger = Logger(label: "kiosk-store")
     /// Webhook attempts by outcome and their latency, for metrics.
     let webhookMeter = WebhookMeter()
+    let reconcileMeter = ReconcileMeter()
     let keys: KeyStore
     let locks = KeyedLock()
     let instance: InstanceLock

@@ -121,6 +121,23 @@ public final class StoreMetrics: Sendable {
             "kiosk_store_webhook_delivery_seconds", "histogram",
             help: "How long each webhook POST took, answered or not.")
         out.histogram("kiosk_store_webhook_delivery_seconds", [], webhooks.latency)
+        let reconciled = store.reconciliationStatistics
+        out.family(
+            "kiosk_store_reconcile_runs_total", "counter",
+            help: "Reconciliation runs of this process, by result (ok, failed).")
+        out.sample("kiosk_store_reconcile_runs_total", [("result", "ok")], reconciled.runs)
+        out.sample("kiosk_store_reconcile_runs_total", [("result", "failed")], reconciled.failedRuns)
+        out.family(
+            "kiosk_store_reconciled_intents_total", "counter",
+            help:
+                "Payment intents reconciliation settled, by outcome; left counts an intent at each run that leaves it.")
+        for (outcome, count) in [
+            ("charged", reconciled.settled.charged), ("closed", reconciled.settled.closed),
+            ("deferred", reconciled.settled.deferred), ("duplicate_refunded", reconciled.settled.refunded),
+            ("left", reconciled.settled.left),
+        ] {
+            out.sample("kiosk_store_reconciled_intents_total", [("outcome", outcome)], UInt64(count))
+        }
         return out.bytes
     }
 

@@ -75,6 +75,8 @@ import FoundationNetworking
             url: "http://127.0.0.1:1/kiosk", secret: Array(repeating: 7, count: 16), since: 0)
         let report = try #require(try await session.store.deliverWebhooks())
         #expect(report.failedAttempts >= 1 && report.delivered == 0)
+        // Reconciliation finds nothing to settle: the decline closed its intent when it was answered.
+        #expect(try await session.reconcile() == .init())
 
         let (status, text) = try await Self.get(endpoint.port, "/metrics")
         #expect(status == 200)
@@ -116,6 +118,11 @@ import FoundationNetworking
         #expect(samples[#"kiosk_store_webhook_attempts_total{outcome="delivered"}"#] == 0)
         #expect(samples["kiosk_store_webhook_delivery_seconds_count"] == Double(report.failedAttempts))
         #expect(samples[#"kiosk_store_webhook_deliveries{state="pending"}"#] ?? 0 >= 1, "the queue")
+        #expect((samples[#"kiosk_store_reconcile_runs_total{result="ok"}"#] ?? 0) >= 1)
+        #expect(samples[#"kiosk_store_reconcile_runs_total{result="failed"}"#] == 0)
+        for outcome in ["charged", "closed", "deferred", "duplicate_refunded", "left"] {
+            #expect(samples["kiosk_store_reconciled_intents_total{outcome=\"\(outcome)\"}"] == 0, "\(outcome)")
+        }
         #expect(try await Self.get(endpoint.port, "/healthz").0 == 200)
         #expect(try await Self.get(endpoint.port, "/readyz") == (200, "ready\n"))
         #expect(try await Self.get(endpoint.port, "/nope").0 == 404)
