@@ -417,18 +417,21 @@ import Testing
             let book = try await Self.buyBook(setup)
             let intent = try #require(setup.double.paymentIntents(forPaymentID: book.paymentID ?? "").first).id
             func deliver(_ id: String, _ type: String, _ object: String) async throws -> String {
-                let body = Array(#"{"id":"\#(id)","object":"event","type":"\#(type)","data":{"object":\#(object)}}"#.utf8)
+                let body = Array(
+                    #"{"id":"\#(id)","object":"event","type":"\#(type)","data":{"object":\#(object)}}"#.utf8)
                 let (code, message) = try await Self.post(
                     setup.url, body: body,
                     signature: StripeWebhookVerifier.header(payload: body, timestamp: now, secret: Self.secret))
                 #expect(code == 200, "\(code) \(message)")
                 return message
             }
-            let dispute = #"{"id":"du_r","object":"dispute","payment_intent":"\#(intent)","reason":"fraudulent","amount":299"#
+            let dispute =
+                #"{"id":"du_r","object":"dispute","payment_intent":"\#(intent)","reason":"fraudulent","amount":299"#
             _ = try await deliver("evt_r1", "charge.dispute.created", dispute + #","status":"needs_response"}"#)
             let refunded = try await deliver(
                 "evt_r2", "charge.refunded",
-                #"{"id":"ch_r","object":"charge","payment_intent":"\#(intent)","amount":299,"amount_refunded":299,"refunded":true}"#)
+                #"{"id":"ch_r","object":"charge","payment_intent":"\#(intent)","amount":299,"amount_refunded":299,"refunded":true}"#
+            )
             #expect(refunded.contains("stays revoked"), "\(refunded)")
             let won = try await deliver("evt_r3", "charge.dispute.closed", dispute + #","status":"won"}"#)
             #expect(won.contains("nothing to restore"), "\(won)")
