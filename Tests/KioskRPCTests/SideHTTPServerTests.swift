@@ -77,7 +77,8 @@ private final class PlainSocket: @unchecked Sendable {
 }
 
 /// The side server's documented limits, tried with bare sockets: the connection cap, the idle close (never under
-/// a request being answered), the whole-request deadline, the body cap, and plaintext only on loopback.
+/// a request being answered), the whole-request deadline, the body cap (before the body when it is announced), the
+/// answer timeout, `Connection: close`, and plaintext only on loopback.
 @Suite(.timeLimit(.minutes(1))) struct SideHTTPServerTests {
     static func withServer(
         _ limits: SideHTTPServer.Limits, answerAfter delay: Duration = .zero,
@@ -173,6 +174,46 @@ private final class PlainSocket: @unchecked Sendable {
             let fits = try PlainSocket(port: server.port)
             #expect(fits.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n\(body.dropLast())"))
             #expect(await fits.readStatusLine() == "HTTP/1.1 200 OK")
+        }
+    }
+
+    @Test func aBodyAnnouncedOverTheCapIsRefusedBeforeItIsSent() async throws {
+        try await Self.withServer(.init(maxConnections: 4, maxBody: 16)) { server in
+            let client = try PlainSocket(port: server.port)
+            // The head only: the 10 MB body is never sent, and the answer comes anyway, then the close.
+            #expect(client.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n"))
+            let answer = try #require(await client.readToClose(), "no answer or no close")
+            #expect(answer.hasPrefix("HTTP/1.1 413 Payload Too Large"), "\(answer)")
+            #expect(answer.lowercased().contains("connection: close"))
+        }
+    }
+
+    @Test func aHandlerThatDoesNotAnswerIsAnswered503() async throws {
+        let limits = SideHTTPServer.Limits(maxConnections: 4, maxBody: 0, answerTimeout: .milliseconds(200))
+        try await Self.withServer(limits, answerAfter: .seconds(3)) { server in
+            let client = try PlainSocket(port: server.port)
+            let start = ContinuousClock.now
+            #expect(client.send("GET /hung HTTP/1.1\r\nHost: x\r\n\r\n"))
+            let answer = try #require(await client.readToClose(), "no answer or no close")
+            #expect(answer.hasPrefix("HTTP/1.1 503 Service Unavailable"), "\(answer)")
+            #expect(ContinuousClock.now - start < .seconds(2), "the 503 waited for the handler")
+        }
+    }
+
+    @Test func connectionCloseAndHTTP10AreHonoured() async throws {
+        try await Self.withServer(.init(maxConnections: 4, maxBody: 0)) { server in
+            let closing = try PlainSocket(port: server.port)
+            #expect(closing.send("GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+            let answer = try #require(await closing.readToClose(), "the connection was kept open")
+            #expect(answer.hasPrefix("HTTP/1.1 200 OK") && answer.lowercased().contains("connection: close"))
+            let old = try PlainSocket(port: server.port)
+            #expect(old.send("GET /b HTTP/1.0\r\n\r\n"))
+            let oldAnswer = try #require(await old.readToClose(), "an HTTP/1.0 connection was kept open")
+            #expect(oldAnswer.hasPrefix("HTTP/1.0 200 OK"), "\(oldAnswer)")
+            // Keep-alive stays the default for HTTP/1.1: two requests on one connection.
+            let kept = try PlainSocket(port: server.port)
+            #expect(kept.send("GET /c HTTP/1.1\r\nHost: x\r\n\r\n"))
+            #expect(await kept.readStatusLine() == "HTTP/1.1 200 OK")
         }
     }
 

@@ -416,8 +416,10 @@ struct ServerConnectionStateMachine<Waiter> {
 
     mutating func requestTimedOut(callID: UInt32) -> Action {
         let timeout = limits.requestTimeout
-        meter?.refused(.requestTimeout)
-        return updateCall(callID) { $0.requestTimedOut(after: timeout) }
+        let action = updateCall(callID) { $0.requestTimedOut(after: timeout) }
+        // Counted only when it ended the call: a timer that fired as the request arrived refused nothing.
+        if case .endCall = action { meter?.refused(.requestTimeout) }
+        return action
     }
 
     /// The idle check runs every ``ServerLimits/idleTimeout``: GOAWAY and close

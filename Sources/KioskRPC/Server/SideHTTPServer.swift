@@ -10,8 +10,10 @@ import NIOPosix
 /// Bounded as the RPC server is: at most ``Limits-swift.struct/maxConnections`` connections (more are closed on
 /// accept); a connection that sends nothing for ``Limits-swift.struct/idleTimeout`` while no request of it is being
 /// answered is closed; a request must arrive whole within ``Limits-swift.struct/requestDeadline`` of the connection
-/// opening or of the last answer, so a sender trickling bytes cannot hold a connection. HTTPS with a
-/// ``ServerTLSIdentity``; plaintext only on loopback.
+/// opening or of the last answer, so a sender trickling bytes cannot hold a connection; a handler that does not
+/// answer within ``Limits-swift.struct/answerTimeout`` is answered 503 for, and a body announced over the limit is
+/// refused 413 before it is read. A client's `Connection: close` (or HTTP/1.0 without keep-alive) closes the
+/// connection after the answer. HTTPS with a ``ServerTLSIdentity``; plaintext only on loopback.
 public final class SideHTTPServer: Sendable {
     /// A request, read whole.
     public struct Request: Sendable {
@@ -62,16 +64,21 @@ public final class SideHTTPServer: Sendable {
         public var idleTimeout: TimeAmount
         /// A request must arrive whole within this long of the connection opening or of the last answer.
         public var requestDeadline: TimeAmount
+        /// A handler that has not answered within this long is answered 503 for it, and the connection closed
+        /// (its late answer is dropped).
+        public var answerTimeout: TimeAmount
 
-        /// Limits with the usual timeouts unless given: idle 10 s, a whole request within 15 s.
+        /// Limits with the usual timeouts unless given: idle 10 s, a whole request within 15 s, an answer
+        /// within 30 s.
         public init(
             maxConnections: Int, maxBody: Int, idleTimeout: TimeAmount = .seconds(10),
-            requestDeadline: TimeAmount = .seconds(15)
+            requestDeadline: TimeAmount = .seconds(15), answerTimeout: TimeAmount = .seconds(30)
         ) {
             self.maxConnections = maxConnections
             self.maxBody = maxBody
             self.idleTimeout = idleTimeout
             self.requestDeadline = requestDeadline
+            self.answerTimeout = answerTimeout
         }
     }
 
@@ -173,6 +180,10 @@ private final class SideHTTPHandler: ChannelInboundHandler {
     /// A request is being answered: the idle timer does not close the connection under it.
     private var answering = false
     private var deadline: Scheduled<Void>?
+    /// Fires when the handler took too long (``SideHTTPServer/Limits-swift.struct/answerTimeout``).
+    private var answerTimer: Scheduled<Void>?
+    /// Counts requests answered, so that a late answer knows it was given up on.
+    private var answered: UInt64 = 0
 
     init(limits: SideHTTPServer.Limits, handler: @escaping SideHTTPServer.Handler) {
         self.limits = limits
@@ -187,6 +198,8 @@ private final class SideHTTPHandler: ChannelInboundHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         deadline?.cancel()
         deadline = nil
+        answerTimer?.cancel()
+        answerTimer = nil
     }
 
     private func armDeadline(_ context: ChannelHandlerContext) {
@@ -204,6 +217,15 @@ private final class SideHTTPHandler: ChannelInboundHandler {
             self.head = head
             body = []
             tooLarge = false
+            // A body announced over the limit is refused before it is read; the connection then closes, since
+            // what follows is that body.
+            if let length = head.headers.first(name: "Content-Length").flatMap({ Int($0) }), length > limits.maxBody {
+                self.head = nil
+                deadline?.cancel()
+                deadline = nil
+                return respond(
+                    context, head, .text(413, "the body is over \(limits.maxBody) bytes"), closing: true)
+            }
         case .body(let chunk):
             if tooLarge || body.count + chunk.readableBytes > limits.maxBody {
                 tooLarge = true
@@ -212,6 +234,7 @@ private final class SideHTTPHandler: ChannelInboundHandler {
                 body += chunk.readableBytesView
             }
         case .end:
+            // Nil after an early refusal: the rest of that request is ignored until the connection closes.
             guard let head else { return }
             self.head = nil
             deadline?.cancel()
@@ -225,9 +248,20 @@ private final class SideHTTPHandler: ChannelInboundHandler {
             let handler = self.handler
             let loop = context.eventLoop
             let bound = NIOLoopBound((handler: self, context: context), eventLoop: loop)
+            let number = answered
+            answerTimer = loop.scheduleTask(in: limits.answerTimeout) {
+                let this = bound.value.handler
+                guard this.answering, this.answered == number else { return }
+                this.answering = false
+                this.respond(
+                    bound.value.context, head, .text(503, "the answer took too long; try again"), closing: true)
+            }
             loop.makeFutureWithTask { await handler(request) }.whenSuccess { response in
-                bound.value.handler.answering = false
-                bound.value.handler.respond(bound.value.context, head, response)
+                let this = bound.value.handler
+                // Given up on already (answered 503): the late answer is dropped.
+                guard this.answering, this.answered == number else { return }
+                this.answering = false
+                this.respond(bound.value.context, head, response)
             }
         }
     }
@@ -240,12 +274,21 @@ private final class SideHTTPHandler: ChannelInboundHandler {
         }
     }
 
-    private func respond(_ context: ChannelHandlerContext, _ head: HTTPRequestHead, _ response: SideHTTPServer.Response)
-    {
+    /// Writes `response`; then closes the connection when `closing`, or when the client asked to (`Connection:
+    /// close`, or HTTP/1.0 without keep-alive).
+    private func respond(
+        _ context: ChannelHandlerContext, _ head: HTTPRequestHead, _ response: SideHTTPServer.Response,
+        closing: Bool = false
+    ) {
+        answered &+= 1
+        answerTimer?.cancel()
+        answerTimer = nil
+        let closes = closing || !head.isKeepAlive
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: response.contentType)
         headers.add(name: "Content-Length", value: String(response.body.count))
         for (name, value) in response.headers { headers.add(name: name, value: value) }
+        if closes { headers.replaceOrAdd(name: "Connection", value: "close") }
         context.write(
             wrapOutboundOut(
                 .head(
@@ -256,6 +299,13 @@ private final class SideHTTPHandler: ChannelInboundHandler {
             context.write(
                 wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))),
                 promise: nil)
+        }
+        if closes {
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+            deadline?.cancel()
+            deadline = nil
+            return
         }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         // The write may have handed over a pipelined request that is now being answered: no deadline under it.
