@@ -38,6 +38,8 @@ let package = Package(
         // Prometheus text for the services' operator endpoints (`--metrics-port`); swift-metrics and swift-atomics,
         // which it builds on, are in the graph already.
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // Spans per call (KioskRPC), already in the graph through postgres-nio and async-http-client.
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
     ],
     targets: [
         // System libraries: the project's chosen codecs.
@@ -89,6 +91,7 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
         // What the services and the SDK share: the store and receipt messages,
@@ -120,7 +123,7 @@ let package = Package(
         .target(
             name: "KioskStoreLedger",
             dependencies: [
-                "KioskStoreCore", "KioskAPI", "KioskRPC",
+                "KioskStoreCore", "KioskAPI", "KioskRPC", "KioskWire",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -128,6 +131,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
         // The store service as an embeddable library.
@@ -141,6 +145,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
         // The services' operator endpoint: Prometheus metrics, liveness and readiness (server-side only; not a
@@ -350,6 +355,7 @@ let package = Package(
                 "Kiosk", "kiosk-store",
                 "stripe-double", "StripeDouble",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
@@ -369,6 +375,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
     ]

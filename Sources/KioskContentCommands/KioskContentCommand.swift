@@ -84,6 +84,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "text (swift-log's lines) or json (one object a line, with each call's request_id).")
     var logFormat = "text"
     @Option(
+        name: .customLong("trace-log"),
+        help:
+            "Append a span per call (and per call to the store) to this file, one JSON object a line; a caller's W3C traceparent metadata joins its trace."
+    )
+    var traceLog: String?
+    @Option(
         name: .customLong("metrics-port"),
         help:
             "Serve Prometheus metrics (GET /metrics), /healthz and /readyz on this loopback port; 0 picks a free one.")
@@ -94,6 +100,13 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--log-format is text or json, not \(logFormat)")
         }
         bootstrapStandardErrorLogging(level: logLevel, format: format)
+        if let traceLog {
+            do {
+                try JSONSpanTracer.bootstrap(appendingTo: traceLog, service: "kiosk-content")
+            } catch {
+                throw ValidationError("--trace-log: \(error)")
+            }
+        }
         let logger = Logger(label: "kiosk-content")
         let storeEndpoints: [Endpoint]
         do {

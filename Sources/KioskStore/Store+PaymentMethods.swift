@@ -26,8 +26,10 @@ extension Store {
         if let kept, !kept.customerID.isEmpty { return kept }
         // A profile without a customer is one the store forgot (``forgetCustomer``): a new generation of customer,
         // the same for every process that reads the same forgotten profile.
-        let customer = try await configuration.paymentProcessor.createCustomer(
-            accountID: accountID, generation: kept.map { String($0.updatedMs) } ?? "")
+        let customer = try await processorCall("create_customer") {
+            try await configuration.paymentProcessor.createCustomer(
+                accountID: accountID, generation: kept.map { String($0.updatedMs) } ?? "")
+        }
         let nowMs = now
         return try await ledger.write(account: accountID) { db -> PaymentProfile in
             if let kept = try db.paymentProfile(account: accountID, processor: key), !kept.customerID.isEmpty {

@@ -5,6 +5,7 @@ import KioskStoreCore
 import KioskWire
 import Logging
 import NIOConcurrencyHelpers
+import Tracing
 
 // Purchases, approvals, refunds and reconciliation: every payment has a
 // durable intent before the processor is asked, and the database (unique
@@ -271,7 +272,25 @@ extension Store {
         if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge {
             return .succeeded(reference: Self.noChargeReference)
         }
-        return try await configuration.paymentProcessor.charge(request)
+        return try await processorCall("charge") { try await configuration.paymentProcessor.charge(request) }
+    }
+
+    /// Runs a call to the payment processor; when a tracer is bootstrapped, as a `payment.<operation>` client
+    /// span of the current one (the purchase's call, a reconciliation).
+    func processorCall<T: Sendable>(_ operation: String, _ body: () async throws -> T) async throws -> T {
+        let tracer = InstrumentationSystem.tracer
+        guard !(tracer is NoOpTracer) else { return try await body() }
+        let span = tracer.startSpan(
+            "payment.\(operation)", context: ServiceContext.current ?? .topLevel, ofKind: .client)
+        span.attributes["kiosk.processor"] = configuration.paymentProcessor.name
+        defer { span.end() }
+        do {
+            return try await ServiceContext.$current.withValue(span.context) { try await body() }
+        } catch {
+            span.recordError(error)
+            span.setStatus(SpanStatus(code: .error))
+            throw error
+        }
     }
 
     /// The processor's lookup; a payment of nothing was never sent to it and counts as charged.
@@ -279,7 +298,7 @@ extension Store {
         if PaymentIntentLifecycle.plan(for: request.amount) == .nothingToCharge {
             return .charged(reference: Self.noChargeReference)
         }
-        return try await configuration.paymentProcessor.lookup(request)
+        return try await processorCall("lookup") { try await configuration.paymentProcessor.lookup(request) }
     }
 
     /// The reference recorded for a payment of nothing, which no processor saw.
@@ -402,7 +421,9 @@ extension Store {
     @discardableResult
     func refundDuplicate(_ intent: PaymentIntent) async -> Bool {
         do {
-            try await configuration.paymentProcessor.refund(intent.request, reason: "duplicate")
+            try await processorCall("refund") {
+                try await configuration.paymentProcessor.refund(intent.request, reason: "duplicate")
+            }
             let nowMs = now
             try await ledger.write(account: intent.accountID) { db in
                 try db.settle(
@@ -721,7 +742,9 @@ extension Store {
                 quantity: record.quantity,
                 unitPrice: record.price, currency: record.currency, paymentMethod: record.paymentMethod)
             do {
-                try await configuration.paymentProcessor.refund(request, reason: reasonText)
+                try await processorCall("refund") {
+                    try await configuration.paymentProcessor.refund(request, reason: reasonText)
+                }
             } catch {
                 throw StoreError(
                     .processorUnavailable,

@@ -28,8 +28,10 @@ extension Store {
             else { return .ended }
             let resolution: ActionResolution
             do {
-                resolution = try await configuration.paymentProcessor.resolveAction(
-                    reference: reference, cancelling: cancelling)
+                resolution = try await processorCall("resolve_action") {
+                    try await configuration.paymentProcessor.resolveAction(
+                        reference: reference, cancelling: cancelling)
+                }
             } catch {
                 throw StoreError(
                     .processorUnavailable,

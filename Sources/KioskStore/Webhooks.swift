@@ -2,9 +2,11 @@ import Crypto
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskWire
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
+import Tracing
 
 /// How webhooks are delivered (``StoreConfiguration/webhooks``).
 public struct WebhookPolicy: Sendable {
@@ -247,12 +249,42 @@ extension Store {
         }
         // The wall clock, not the store's (a test store's clock may be driven ahead): receivers compare `t` with theirs.
         let wallMs = Int64((Date().timeIntervalSince1970 * 1000).rounded())
-        let headers: [(name: String, value: String)] = [
+        var headers: [(name: String, value: String)] = [
             ("Content-Type", "application/json"), ("User-Agent", "kiosk-store"), ("Kiosk-Event-Id", "\(event.id)"),
             ("Kiosk-Event-Type", event.type.shortName),
             (WebhookSignature.header, WebhookSignature.value(body: body, secret: secret, timestampMs: wallMs)),
         ]
-        return await transport.post(url: url, headers: headers, body: body, timeout: timeout)
+        // The call that recorded the event: its request id for the receiver's logs and ours, its trace joined.
+        if !event.requestID.isEmpty { headers.append((RequestScope.metadataKey, event.requestID)) }
+        let scope = event.requestID.isEmpty ? nil : RequestScope.Call(requestID: event.requestID, method: "webhook")
+        return await RequestScope.$current.withValue(scope) {
+            let tracer = InstrumentationSystem.tracer
+            guard !(tracer is NoOpTracer) else {
+                return await transport.post(url: url, headers: headers, body: body, timeout: timeout)
+            }
+            var context = ServiceContext.topLevel
+            if !event.traceParent.isEmpty {
+                tracer.extract(
+                    Metadata([MetadataEntry(key: TraceParent.headerName, value: event.traceParent)]), into: &context,
+                    using: MetadataExtractor())
+            }
+            let span = tracer.startSpan("webhook.deliver", context: context, ofKind: .client)
+            span.updateAttributes { attributes in
+                attributes["kiosk.event_id"] = Int64(clamping: event.id)
+                attributes["kiosk.event_type"] = event.type.shortName
+                attributes["kiosk.webhook_attempt"] = Int64(delivery.attempts + 1)
+                if let host = URL(string: url)?.host { attributes["server.address"] = host }
+            }
+            var carrier = Metadata()
+            tracer.inject(span.context, into: &carrier, using: MetadataInjector())
+            if let traceParent = carrier[TraceParent.headerName] {
+                headers.append((TraceParent.headerName, traceParent))
+            }
+            let failure = await transport.post(url: url, headers: headers, body: body, timeout: timeout)
+            if let failure { span.setStatus(SpanStatus(code: .error, message: String(failure.prefix(200)))) }
+            span.end()
+            return failure
+        }
     }
 }
 

@@ -211,6 +211,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "text (swift-log's lines) or json (one object a line, with each call's request_id).")
     var logFormat = "text"
     @Option(
+        name: .customLong("trace-log"),
+        help:
+            "Append a span per call (and per ledger write, payment processor call and webhook delivery) to this file, one JSON object a line; a caller's W3C traceparent metadata joins its trace."
+    )
+    var traceLog: String?
+    @Option(
         name: .customLong("time-scale"),
         help:
             "Sandbox only: run subscription periods, grace and billing retry this many times faster than the calendar (720: a month in an hour). Ignored in production."
@@ -260,6 +266,13 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--log-format is text or json, not \(logFormat)")
         }
         bootstrapStandardErrorLogging(level: logLevel, format: format)
+        if let traceLog {
+            do {
+                try JSONSpanTracer.bootstrap(appendingTo: traceLog, service: "kiosk-store")
+            } catch {
+                throw ValidationError("--trace-log: \(error)")
+            }
+        }
         let logger = Logger(label: "kiosk-store")
         let loadedCatalog: Catalog
         do {

@@ -20,6 +20,8 @@ extension EventRecord {
             price: try row["price"],
             expirationReason: Subscription.ExpirationReason(
                 rawValue: Int32(clamping: try row["expiration_reason"] as Int64)) ?? .unspecified)
+        self.requestID = try row["request_id"]
+        self.traceParent = try row["traceparent"]
     }
 }
 
@@ -59,13 +61,13 @@ extension LedgerDatabase {
                 """
                 INSERT INTO events (id, \(Self.eventColumns))
                 VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
-                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING id
                 """, [try nextPostgresEventPlace()] + Self.eventArguments(event))
         } else {
             id = try value(
                 Int64.self,
-                "INSERT INTO events (\(Self.eventColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "INSERT INTO events (\(Self.eventColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 Self.eventArguments(event))
         }
         guard let id else { throw StoreError(.internalFailure, "the event log did not answer the id of its new event") }
@@ -88,7 +90,7 @@ extension LedgerDatabase {
             """
             INSERT INTO events (id, \(Self.eventColumns))
             VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
-              ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+              ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, [place] + Self.eventArguments(event))
     }
 
@@ -96,16 +98,17 @@ extension LedgerDatabase {
     private static var eventColumns: String {
         """
         type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall,
-          auto_renew, price, expiration_reason
+          auto_renew, price, expiration_reason, request_id, traceparent
         """
     }
 
-    /// `event`'s values for ``eventColumns``.
+    /// `event`'s values for ``eventColumns``; its cause is the write's (``WriteCause``), not the record's.
     private static func eventArguments(_ event: EventRecord) -> [any LedgerArgument] {
-        [
+        let cause = WriteCause.current
+        return [
             Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID,
             event.productID, event.createdMs, event.reason, Int64(clamping: event.creditShortfall), event.autoRenew,
-            event.price, Int64(event.expirationReason.rawValue),
+            event.price, Int64(event.expirationReason.rawValue), cause?.requestID ?? "", cause?.traceParent ?? "",
         ]
     }
 

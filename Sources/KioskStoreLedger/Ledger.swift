@@ -4,6 +4,7 @@ import KioskAPI
 import KioskRPC
 import KioskStoreCore
 import NIOConcurrencyHelpers
+import Tracing
 
 // The records (`TransactionRecord`, `AccountRecord`, `RevocationRecord`) are the domain's
 // (KioskStoreCore); here: reading them from ledger rows and writing them.
@@ -167,12 +168,35 @@ public final class Ledger: Sendable {
     /// disk (fsynced) when this returns. On PostgreSQL, writes naming the same
     /// `account` run one after the other (a lock on it; see ``PostgresLedgerBackend``);
     /// every write about an account's purchases names it.
+    ///
+    /// The events it records keep the calling task's request id and trace context (``WriteCause``); when a tracer
+    /// is bootstrapped, the write is a `ledger.write` span of the caller's.
     package func write<T: Sendable>(
         account: String? = nil, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
     ) async throws -> T {
         let start = ContinuousClock.now
-        let result = try await backend.groupWrite(serializingOn: account, body)
+        let tracer = InstrumentationSystem.tracer
+        let span: (any Span)? =
+            tracer is NoOpTracer ? nil : tracer.startSpan("ledger.write", context: ServiceContext.current ?? .topLevel)
+        // The body may run on the group commit's thread, outside this task: the cause goes with it.
+        var caused = body
+        if let cause = WriteCause.capture(span: span) {
+            caused = { db in try WriteCause.$current.withValue(cause) { try body(db) } }
+        }
+        let result: T
+        do {
+            result = try await backend.groupWrite(serializingOn: account, caused)
+        } catch {
+            span?.recordError(error)
+            span?.setStatus(SpanStatus(code: .error))
+            span?.end()
+            throw error
+        }
         writeLatency.record(since: start)
+        if let span {
+            span.attributes["db.system"] = backend.dialect.name
+            span.end()
+        }
         for observer in writeObservers.withLockedValue({ $0 }) { observer() }
         return result
     }

@@ -1,5 +1,6 @@
 import KioskWire
 import NIOCore
+import Tracing
 
 /// Configuration of an ``RPCClient``.
 public struct ClientConfiguration: Sendable {
@@ -27,6 +28,11 @@ public struct ClientConfiguration: Sendable {
     /// instead of the first listed, so that many clients given the same list
     /// spread over the replicas (gRPC's `shuffleAddressList`).
     public var startsAtRandomEndpoint: Bool
+    /// Traces calls: each awaited unary call gets a client span (a child of the current task's span), and every
+    /// call carries the current trace context in its metadata (W3C `traceparent` with ``JSONSpanTracer``), so
+    /// the server's span joins the caller's trace. Nil (the default): the process's
+    /// `InstrumentationSystem.tracer` when one was bootstrapped, else no tracing at all.
+    public var tracer: (any Tracer)?
 
     /// 5 s connect timeout, ``ConnectionBackoff/defaults``, keepalive every 30 s
     /// with a 10 s timeout, 4 MiB messages, no default deadline, no TLS (so loopback only).

@@ -3,6 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import Tracing
 
 /// A Kiosk RPC client: one TCP connection to one server, multiplexing any
 /// number of concurrent calls.
@@ -43,6 +44,8 @@ public final class RPCClient: Sendable {
     public var port: Int { endpoints[0].port }
     /// The client's configuration.
     public let configuration: ClientConfiguration
+    /// The tracer, resolved once (``ClientConfiguration/tracer``); nil: calls are not traced.
+    let tracer: (any Tracer)?
     /// `configuration.defaultTimeout`, converted once.
     private let defaultTimeout: CallTimeout?
     /// The event loop of this client's connections. Callers that make many calls
@@ -77,6 +80,7 @@ public final class RPCClient: Sendable {
         self.endpoints = endpoints
         self.configuration = configuration
         self.defaultTimeout = configuration.defaultTimeout.map(CallTimeout.init)
+        self.tracer = CallTracing.resolve(configuration.tracer)
         self.eventLoop = group.next()
         self.logger = logger
         self.preferred = NIOLockedValueBox(
@@ -140,6 +144,28 @@ public final class RPCClient: Sendable {
     @usableFromInline
     func unaryCall(
         _ method: String, options: CallOptions, retries: Int? = nil, serialize: (inout ByteBuffer) -> Void
+    ) async throws -> ByteBuffer {
+        if let tracer {
+            // One span for the call, its transparent retries included; the metadata carries it to the server.
+            let span = CallTracing.startClientSpan(tracer, method: method)
+            do {
+                let response = try await ServiceContext.$current.withValue(span.context) {
+                    try await unaryCallRetrying(method, options: options, retries: retries, serialize: serialize)
+                }
+                CallTracing.end(span, code: 0)
+                return response
+            } catch {
+                let failure = error as? RPCError
+                CallTracing.end(
+                    span, code: failure?.code.rawValue ?? StatusCode.unknown.rawValue, message: failure?.message ?? "")
+                throw error
+            }
+        }
+        return try await unaryCallRetrying(method, options: options, retries: retries, serialize: serialize)
+    }
+
+    private func unaryCallRetrying(
+        _ method: String, options: CallOptions, retries: Int?, serialize: (inout ByteBuffer) -> Void
     ) async throws -> ByteBuffer {
         // A call the server never started (its connection was going away) is sent again on a new
         // connection, as gRPC's transparent retry does: up to `retries` times (once per endpoint).
@@ -363,7 +389,8 @@ public final class RPCClient: Sendable {
     ) throws(RPCError) -> PreparedCall {
         let (payload, flags) = try codec.framed(request, compress: options.compress, what: "request to \(method)")
         let timeout = options.resolvedTimeout ?? defaultTimeout
-        let headers = CallHeaders(method: method, timeoutMs: timeout?.milliseconds ?? 0, metadata: options.metadata)
+        let metadata = tracer.map { CallTracing.inject($0, into: options.metadata) } ?? options.metadata
+        let headers = CallHeaders(method: method, timeoutMs: timeout?.milliseconds ?? 0, metadata: metadata)
         return PreparedCall(
             connection: connection, codec: codec, payload: payload, flags: flags, headers: headers, timeout: timeout)
     }

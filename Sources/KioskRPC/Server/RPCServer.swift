@@ -3,6 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import Tracing
 
 /// A Kiosk RPC server: listens on TCP, speaks the Kiosk wire protocol and
 /// dispatches calls to the methods of its services.
@@ -87,6 +88,8 @@ public final class RPCServer: Sendable {
         let router = self.router
         let logger = self.logger
         let shutdownFlag = self.shutdownFlag
+        // Resolved once: a server without a tracer spends nothing per call on tracing.
+        let tracer = CallTracing.resolve(configuration.tracer)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -120,7 +123,8 @@ public final class RPCServer: Sendable {
                         router: router, limits: limits, maximumMessageSize: configuration.maximumMessageSize,
                         logger: logger,
                         shutdown: shutdownFlag, runsHandlersOnEventLoop: configuration.runsHandlersOnEventLoop,
-                        metersCalls: configuration.metersCalls, connectionMeter: self.connectionMeter)
+                        metersCalls: configuration.metersCalls, connectionMeter: self.connectionMeter,
+                        tracer: tracer)
                     // The handler reads and writes the frames itself; PONGs go on to the keepalive behind it, whose PINGs go out through it.
                     try channel.pipeline.syncOperations.addHandlers([
                         handler,

@@ -1,5 +1,6 @@
 import KioskWire
 import NIOCore
+import Tracing
 
 /// Configuration of an ``RPCServer``.
 public struct ServerConfiguration: Sendable {
@@ -36,6 +37,11 @@ public struct ServerConfiguration: Sendable {
     /// `--metrics-port`): two clock reads and a few relaxed atomic adds per call. Calls by status code and in
     /// flight, connections and refusals are counted either way.
     public var metersCalls = false
+    /// Traces every call with a server span, a child of the caller's span when its metadata carries a W3C
+    /// `traceparent` (``JSONSpanTracer`` reads it); the span is the current context of the handler's task, so the
+    /// spans its work starts are children of it. Nil (the default): the process's `InstrumentationSystem.tracer`
+    /// when one was bootstrapped, else no tracing at all.
+    public var tracer: (any Tracer)?
 
     /// 127.0.0.1, ephemeral port, 4 MiB messages, keepalive every 60 s with a 20 s
     /// timeout, 10 s shutdown grace, no TLS (so loopback only), handlers on the event loops,

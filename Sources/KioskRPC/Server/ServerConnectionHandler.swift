@@ -1,6 +1,7 @@
 import KioskWire
 import Logging
 import NIOCore
+import Tracing
 
 /// Serves the calls of one connection. Reads its frames from the bytes the
 /// connection reads (a ``FrameReader``: the preface, then frames), holds one
@@ -33,6 +34,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         var headersGeneration: UInt64 = 0
         /// When it opened (uptime nanoseconds) if calls are timed, else 0.
         var startNanos: UInt64 = 0
+        /// The call's span, when calls are traced (``ServerConfiguration/tracer``).
+        var span: (any Span)?
 
         init(method: RPCRouter.Method, context: ServerContext) {
             self.method = method
@@ -107,12 +110,16 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     private var flushPending = false
     /// Calls are timed and their bytes counted (``ServerConfiguration/metersCalls``).
     private let metersCalls: Bool
+    /// Traces each call with a span; nil: no tracing, nothing spent on it.
+    private let tracer: (any Tracer)?
 
     init(
         router: RPCRouter, limits: ServerLimits, maximumMessageSize: Int, logger: Logger, shutdown: ShutdownFlag,
-        runsHandlersOnEventLoop: Bool, metersCalls: Bool = false, connectionMeter: ConnectionMeter? = nil
+        runsHandlersOnEventLoop: Bool, metersCalls: Bool = false, connectionMeter: ConnectionMeter? = nil,
+        tracer: (any Tracer)? = nil
     ) {
         self.metersCalls = metersCalls
+        self.tracer = tracer
         self.machine = StateMachine(limits: limits, meter: connectionMeter)
         self.reader = FrameReader(
             expectPreface: true,
@@ -306,11 +313,24 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 method: method, context: makeContext(routed.headers, callID: callID, timeoutMs: timeoutMs))
             call.headersGeneration = generation
             call.startNanos = startNanos
+            if let tracer { call.span = Self.startSpan(tracer, routed.headers, context: call.context) }
             resources[callID] = call
         } else if case .refuseCall(_, let status) = action {
             (routed?.meter ?? router.unknownMeter).refused(code: status.code)
         }
         perform(action)
+    }
+
+    /// The span of a call entered now.
+    private static func startSpan(_ tracer: any Tracer, _ headers: CallHeaders, context: ServerContext?) -> any Span {
+        CallTracing.startServerSpan(
+            tracer, method: headers.method, metadata: headers.metadata, requestID: context?.requestID ?? "")
+    }
+
+    /// Records a call answered inline without being entered: its span starts and ends now.
+    private func traceAnswered(_ headers: CallHeaders, context: ServerContext, code: UInt32, message: String = "") {
+        guard let tracer else { return }
+        CallTracing.end(Self.startSpan(tracer, headers, context: context), code: code, message: message)
     }
 
     private func makeContext(_ headers: CallHeaders, callID: UInt32, timeoutMs: UInt32) -> ServerContext {
@@ -338,6 +358,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 ?? makeContext(pending.routed.headers, callID: pending.callID, timeoutMs: pending.timeoutMs))
         call.headersGeneration = pending.headersGeneration
         call.startNanos = pending.startNanos
+        if let tracer { call.span = Self.startSpan(tracer, pending.routed.headers, context: call.context) }
         resources[pending.callID] = call
         perform(.openCall(callID: pending.callID, timeoutMs: pending.timeoutMs))
         return call
@@ -370,6 +391,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                     }
                     meter.ended(code: 0, startNanos: pending.startNanos)
                 }
+                if tracer != nil { traceAnswered(pending.routed.headers, context: serverContext, code: 0) }
                 // Released once the answer is out, not before it (its method, metadata and principal: a few releases).
                 return withExtendedLifetime(serverContext) {}
             case .failed(let status):
@@ -378,6 +400,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 if let meter = pending.routed.meter {
                     if metersCalls { meter.received(payload.readableBytes) }
                     meter.ended(code: status.code, startNanos: pending.startNanos)
+                }
+                if tracer != nil {
+                    traceAnswered(
+                        pending.routed.headers, context: serverContext, code: status.code, message: status.message)
                 }
                 return withExtendedLifetime(serverContext) {}
             case .suspended, .needsTask:
@@ -620,9 +646,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let serverCall = ServerCall(
             id: callID, context: callContext, codec: codec,
             compressResponses: flags.contains(.compressed), connection: loopBoundSelf)
+        let traced = call.span?.context
         let body: @Sendable () async -> Void = {
             let scope = RequestScope.Call(requestID: callContext.requestID, method: callContext.method)
-            await RequestScope.$current.withValue(scope) {
+            await Self.within(traced, scope) {
                 do {
                     var context = serverCall.context
                     // Credentials first: an unauthenticated request is never inflated or decoded.
@@ -639,6 +666,20 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             call.task = Task(executorPreference: executor, operation: body)
         } else {
             call.task = Task(operation: body)
+        }
+    }
+
+    /// Runs `body` with the call's scope bound for its logs, and its span's context for the spans and calls it
+    /// makes (when it is traced).
+    private static func within(
+        _ traced: ServiceContext?, _ scope: RequestScope.Call, _ body: () async -> Void
+    ) async {
+        await RequestScope.$current.withValue(scope) {
+            if let traced {
+                await ServiceContext.$current.withValue(traced) { await body() }
+            } else {
+                await body()
+            }
         }
     }
 
@@ -699,8 +740,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         let serverCall = ServerCall(
             id: callID, context: callContext, codec: codec, compressResponses: compress, connection: loopBoundSelf)
         let scope = RequestScope.Call(requestID: callContext.requestID, method: callContext.method)
+        let traced = call.span?.context
         let task: @Sendable () async -> Void = {
-            await RequestScope.$current.withValue(scope) {
+            await Self.within(traced, scope) {
                 do { try await body(serverCall) } catch { serverCall.fail(RPCError.from(handlerError: error)) }
             }
         }
@@ -756,6 +798,11 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
         // No status: the connection went first (the client cancelled, in effect).
         resources?.method.meter.ended(
             code: ended.ending.status?.code ?? StatusCode.cancelled.rawValue, startNanos: resources?.startNanos ?? 0)
+        if let span = resources?.span {
+            CallTracing.end(
+                span, code: ended.ending.status?.code ?? StatusCode.cancelled.rawValue,
+                message: ended.ending.status?.message ?? "the connection closed")
+        }
         let whenWritten = resources?.whenWritten ?? []
         var written: EventLoopFuture<Void>?
         if let status = ended.ending.status, let context {

@@ -67,14 +67,12 @@ public struct JSONLogHandler: LogHandler {
         var merged = metadata
         if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
         if let explicit = event.metadata { merged.merge(explicit) { _, new in new } }
-        if let error = event.error { merged["error"] = "\(error)" }
+        // The event's error, unless the line names one in its metadata already (that one is kept).
+        if let error = event.error { merged[merged["error"] == nil ? "error" : "event_error"] = "\(error)" }
         let text = Self.line(
             timestamp: Self.now(), level: event.level, label: label, message: event.message.description,
             metadata: merged)
-        text.utf8CString.withUnsafeBufferPointer { bytes in
-            // Without the terminating NUL.
-            _ = write(2, bytes.baseAddress, bytes.count - 1)
-        }
+        writeWhole(2, text)
     }
 
     /// The JSON line (with its new line) for one log event.

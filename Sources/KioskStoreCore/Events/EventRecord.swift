@@ -111,6 +111,11 @@ public struct EventRecord: Hashable, Sendable {
     public var price: String
     /// EXPIRED: why.
     public var expirationReason: Subscription.ExpirationReason
+    /// The request id of the call that recorded it (its logs'), empty when none: read back from the ledger, set
+    /// by the ledger when it records the event within a call.
+    public var requestID: String = ""
+    /// The W3C `traceparent` of the span that recorded it, empty when none (read back, as ``requestID``).
+    public var traceParent: String = ""
 
     /// An event to record (its id is assigned by the ledger).
     public init(

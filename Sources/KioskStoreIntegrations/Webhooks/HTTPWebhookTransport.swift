@@ -10,11 +10,15 @@ public struct HTTPWebhookTransport: WebhookTransport {
     /// A transport on a client of its own, with `timeout` for connecting and for each read: the deadline
     /// of a POST covers only the response head, and a receiver that stalls in its body must not hold
     /// every delivery.
+    ///
+    /// The client makes no spans of its own: the store traces each delivery (`webhook.deliver`) and sends its
+    /// `traceparent`; a span of the client's would record the receiver's full URL, query and all, which can hold
+    /// a secret.
     public init(timeout: Duration) {
-        client = HTTPClient(
-            eventLoopGroupProvider: .singleton,
-            configuration: HTTPClient.Configuration(
-                timeout: .init(connect: TimeAmount(timeout), read: TimeAmount(timeout))))
+        var configuration = HTTPClient.Configuration(
+            timeout: .init(connect: TimeAmount(timeout), read: TimeAmount(timeout)))
+        configuration.tracing.tracer = nil
+        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         ownsClient = true
     }
 
