@@ -260,6 +260,8 @@ extension Store {
         return await RequestScope.$current.withValue(scope) {
             let tracer = InstrumentationSystem.tracer
             guard !(tracer is NoOpTracer) else {
+                // Not traced here: the receiver still joins the trace of the call that recorded the event.
+                if !event.traceParent.isEmpty { headers.append((TraceParent.headerName, event.traceParent)) }
                 return await transport.post(url: url, headers: headers, body: body, timeout: timeout)
             }
             var context = ServiceContext.topLevel

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import KioskRPC
+import NIOConcurrencyHelpers
 import NIOCore
 import Testing
 
@@ -188,16 +189,40 @@ private final class PlainSocket: @unchecked Sendable {
         }
     }
 
-    @Test func aHandlerThatDoesNotAnswerIsAnswered503() async throws {
+    @Test func aHandlerThatDoesNotAnswerIsAnswered503AndCancelled() async throws {
         let limits = SideHTTPServer.Limits(maxConnections: 4, maxBody: 0, answerTimeout: .milliseconds(200))
-        try await Self.withServer(limits, answerAfter: .seconds(3)) { server in
-            let client = try PlainSocket(port: server.port)
-            let start = ContinuousClock.now
-            #expect(client.send("GET /hung HTTP/1.1\r\nHost: x\r\n\r\n"))
-            let answer = try #require(await client.readToClose(), "no answer or no close")
-            #expect(answer.hasPrefix("HTTP/1.1 503 Service Unavailable"), "\(answer)")
-            #expect(ContinuousClock.now - start < .seconds(2), "the 503 waited for the handler")
+        let cancelled = NIOLockedValueBox(false)
+        let server = SideHTTPServer(limits: limits) { _ in
+            do { try await Task.sleep(for: .seconds(30)) } catch { cancelled.withLockedValue { $0 = true } }
+            return .text(200, "late")
         }
+        try await server.start()
+        let client = try PlainSocket(port: server.port)
+        let start = ContinuousClock.now
+        #expect(client.send("GET /hung HTTP/1.1\r\nHost: x\r\n\r\n"))
+        let answer = await client.readToClose()
+        #expect(answer?.hasPrefix("HTTP/1.1 503 Service Unavailable") == true, "\(answer ?? "no answer or no close")")
+        #expect(ContinuousClock.now - start < .seconds(2), "the 503 waited for the handler")
+        // The handler's task is cancelled, not left running past its connection.
+        #expect(try await Self.eventually { cancelled.withLockedValue { $0 } }, "the hung handler kept running")
+        await server.shutdown()
+    }
+
+    @Test func aRequestPipelinedAfterAClosingAnswerIsNotRun() async throws {
+        let paths = NIOLockedValueBox<[String]>([])
+        let server = SideHTTPServer(limits: .init(maxConnections: 4, maxBody: 0)) { request in
+            paths.withLockedValue { $0.append(request.path) }
+            return .text(200, "ok")
+        }
+        try await server.start()
+        let client = try PlainSocket(port: server.port)
+        #expect(
+            client.send(
+                "GET /first HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n"))
+        let answer = await client.readToClose()
+        #expect(answer?.components(separatedBy: "HTTP/1.1 200 OK").count == 2, "\(answer ?? "no close")")
+        await server.shutdown()
+        #expect(paths.withLockedValue { $0 } == ["/first"])
     }
 
     @Test func connectionCloseAndHTTP10AreHonoured() async throws {

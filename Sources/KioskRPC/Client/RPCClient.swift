@@ -271,7 +271,8 @@ public final class RPCClient: Sendable {
             do {
                 completion(
                     .success(
-                        try await self.unaryCall(method, options: options, retries: retries) {
+                        // Without a client span: calls made with a completion handler carry the context only.
+                        try await self.unaryCallRetrying(method, options: options, retries: retries) {
                             $0.writeImmutableBuffer(request)
                         }))
             } catch {

@@ -40,7 +40,8 @@ public struct ServerConfiguration: Sendable {
     /// Traces every call with a server span, a child of the caller's span when its metadata carries a W3C
     /// `traceparent` (``JSONSpanTracer`` reads it); the span is the current context of the handler's task, so the
     /// spans its work starts are children of it. Nil (the default): the process's `InstrumentationSystem.tracer`
-    /// when one was bootstrapped, else no tracing at all.
+    /// when one was bootstrapped, else no tracing at all. Spans that handlers start themselves (the store's
+    /// ledger and payment spans) come from the bootstrapped tracer, not this one.
     public var tracer: (any Tracer)?
 
     /// 127.0.0.1, ephemeral port, 4 MiB messages, keepalive every 60 s with a 20 s

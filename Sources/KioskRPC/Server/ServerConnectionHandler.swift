@@ -322,15 +322,22 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     }
 
     /// The span of a call entered now.
-    private static func startSpan(_ tracer: any Tracer, _ headers: CallHeaders, context: ServerContext?) -> any Span {
+    private static func startSpan(
+        _ tracer: any Tracer, _ headers: CallHeaders, context: ServerContext?,
+        at start: DefaultTracerClock.Instant = DefaultTracerClock.now
+    ) -> any Span {
         CallTracing.startServerSpan(
-            tracer, method: headers.method, metadata: headers.metadata, requestID: context?.requestID ?? "")
+            tracer, method: headers.method, metadata: headers.metadata, requestID: context?.requestID ?? "", at: start)
     }
 
-    /// Records a call answered inline without being entered: its span starts and ends now.
-    private func traceAnswered(_ headers: CallHeaders, context: ServerContext, code: UInt32, message: String = "") {
-        guard let tracer else { return }
-        CallTracing.end(Self.startSpan(tracer, headers, context: context), code: code, message: message)
+    /// Records a call answered inline without being entered: its span runs from `start` (before the handler ran)
+    /// to now.
+    private func traceAnswered(
+        _ headers: CallHeaders, context: ServerContext, start: DefaultTracerClock.Instant?, code: UInt32,
+        message: String = ""
+    ) {
+        guard let tracer, let start else { return }
+        CallTracing.end(Self.startSpan(tracer, headers, context: context, at: start), code: code, message: message)
     }
 
     private func makeContext(_ headers: CallHeaders, callID: UInt32, timeoutMs: UInt32) -> ServerContext {
@@ -349,8 +356,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
     }
 
     @discardableResult
-    private func openPendingCall(_ pending: PendingCall, context serverContext: ServerContext? = nil) -> CallResources?
-    {
+    private func openPendingCall(
+        _ pending: PendingCall, context serverContext: ServerContext? = nil,
+        tracedFrom start: DefaultTracerClock.Instant? = nil
+    ) -> CallResources? {
         guard let method = pending.routed.method, machine.openDeferred(callID: pending.callID) else { return nil }
         let call = CallResources(
             method: method,
@@ -358,7 +367,10 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 ?? makeContext(pending.routed.headers, callID: pending.callID, timeoutMs: pending.timeoutMs))
         call.headersGeneration = pending.headersGeneration
         call.startNanos = pending.startNanos
-        if let tracer { call.span = Self.startSpan(tracer, pending.routed.headers, context: call.context) }
+        if let tracer {
+            call.span = Self.startSpan(
+                tracer, pending.routed.headers, context: call.context, at: start ?? DefaultTracerClock.now)
+        }
         resources[pending.callID] = call
         perform(.openCall(callID: pending.callID, timeoutMs: pending.timeoutMs))
         return call
@@ -374,6 +386,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             return assertionFailure("a call without an inline form was deferred")
         }
         var serverContext = makeContext(pending.routed.headers, callID: callID, timeoutMs: pending.timeoutMs)
+        // The span, if any, starts before the handler runs, though it is made only once the answer is known.
+        let tracedStart = tracer == nil ? nil : DefaultTracerClock.now
         let result = runInline(
             inline, authenticator: pending.routed.authenticator, headersGeneration: pending.headersGeneration,
             context: &serverContext, payload: payload, flags: flags, codec: codec)
@@ -391,7 +405,9 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                     }
                     meter.ended(code: 0, startNanos: pending.startNanos)
                 }
-                if tracer != nil { traceAnswered(pending.routed.headers, context: serverContext, code: 0) }
+                if tracer != nil {
+                    traceAnswered(pending.routed.headers, context: serverContext, start: tracedStart, code: 0)
+                }
                 // Released once the answer is out, not before it (its method, metadata and principal: a few releases).
                 return withExtendedLifetime(serverContext) {}
             case .failed(let status):
@@ -403,7 +419,8 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
                 }
                 if tracer != nil {
                     traceAnswered(
-                        pending.routed.headers, context: serverContext, code: status.code, message: status.message)
+                        pending.routed.headers, context: serverContext, start: tracedStart, code: status.code,
+                        message: status.message)
                 }
                 return withExtendedLifetime(serverContext) {}
             case .suspended, .needsTask:
@@ -411,7 +428,7 @@ final class ServerConnectionHandler: ChannelDuplexHandler, GatheringFrameWriter 
             }
         }
         // Entered and started as its HEADERS and request would have without deferring; nil: the connection is closed.
-        guard let call = openPendingCall(pending, context: serverContext),
+        guard let call = openPendingCall(pending, context: serverContext, tracedFrom: tracedStart),
             case .startHandler = machine.receivedMessage(callID: callID, payload: payload, flags: flags)
         else { return }
         if metersCalls { call.method.meter.received(payload.readableBytes) }

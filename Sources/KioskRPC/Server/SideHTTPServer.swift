@@ -184,6 +184,10 @@ private final class SideHTTPHandler: ChannelInboundHandler {
     private var answerTimer: Scheduled<Void>?
     /// Counts requests answered, so that a late answer knows it was given up on.
     private var answered: UInt64 = 0
+    /// The handler's task while it answers: cancelled when it is given up on or the connection goes.
+    private var task: Task<Void, Never>?
+    /// A closing answer was written: nothing more is read (a pipelined request is not run).
+    private var closing = false
 
     init(limits: SideHTTPServer.Limits, handler: @escaping SideHTTPServer.Handler) {
         self.limits = limits
@@ -200,6 +204,8 @@ private final class SideHTTPHandler: ChannelInboundHandler {
         deadline = nil
         answerTimer?.cancel()
         answerTimer = nil
+        task?.cancel()
+        task = nil
     }
 
     private func armDeadline(_ context: ChannelHandlerContext) {
@@ -212,6 +218,7 @@ private final class SideHTTPHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
         switch unwrapInboundIn(data) {
         case .head(let head):
             self.head = head
@@ -253,14 +260,20 @@ private final class SideHTTPHandler: ChannelInboundHandler {
                 let this = bound.value.handler
                 guard this.answering, this.answered == number else { return }
                 this.answering = false
+                // Cancelled, not left running: a hung handler must not outlive its connection's slot.
+                this.task?.cancel()
+                this.task = nil
                 this.respond(
                     bound.value.context, head, .text(503, "the answer took too long; try again"), closing: true)
             }
-            loop.makeFutureWithTask { await handler(request) }.whenSuccess { response in
+            let answer = loop.makePromise(of: SideHTTPServer.Response.self)
+            task = Task { answer.succeed(await handler(request)) }
+            answer.futureResult.whenSuccess { response in
                 let this = bound.value.handler
                 // Given up on already (answered 503): the late answer is dropped.
                 guard this.answering, this.answered == number else { return }
                 this.answering = false
+                this.task = nil
                 this.respond(bound.value.context, head, response)
             }
         }
@@ -301,6 +314,8 @@ private final class SideHTTPHandler: ChannelInboundHandler {
                 promise: nil)
         }
         if closes {
+            // Set before the write: ending the answer hands over any pipelined request at once, and it is not run.
+            self.closing = true
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
             deadline?.cancel()

@@ -38,11 +38,12 @@ enum CallTracing {
 
     /// The span of a call the server received: a child of the caller's span when its metadata carries one.
     static func startServerSpan(
-        _ tracer: any Tracer, method: String, metadata: Metadata, requestID: String
+        _ tracer: any Tracer, method: String, metadata: Metadata, requestID: String,
+        at start: DefaultTracerClock.Instant = DefaultTracerClock.now
     ) -> any Span {
         var context = ServiceContext.topLevel
         tracer.extract(metadata, into: &context, using: MetadataExtractor())
-        let span = tracer.startSpan(method, context: context, ofKind: .server)
+        let span = tracer.startSpan(method, context: context, ofKind: .server, at: start)
         span.updateAttributes { attributes in
             Self.describe(method, into: &attributes)
             attributes["kiosk.request_id"] = requestID
