@@ -174,13 +174,24 @@ let package = Package(
         .target(
             name: "KioskStoreCommands",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC", "KioskHosting", "KioskOperations",
+                "KioskStore", "KioskAPI", "KioskRPC", "KioskHosting", "KioskOperations", "KioskConsole",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(name: "kiosk-store", dependencies: ["KioskStoreCommands"]),
+        // The store's admin console: server-rendered pages on the store's side HTTP server.
+        .target(
+            name: "KioskConsole",
+            dependencies: [
+                "KioskStore", "KioskAPI", "KioskRPC",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         // The content service as an embeddable library.
         .target(
             name: "KioskContent",

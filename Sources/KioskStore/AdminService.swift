@@ -25,20 +25,29 @@ public struct AdminService: RPCService {
     public func register(in router: inout RPCRouter) {
         let store = self.store
         let admins = RoleAuthenticator(store: store, .admin)
-        router.registerUnary(
-            Self.method("Refund"), request: StoreV1.RefundRequest.self, response: StoreV1.Revocation.self,
-            authenticator: admins
-        ) { request, _ in
+        // Every handler acts as its caller (``Store/acting(as:_:)``): what it records names the admin credential.
+        func register<Request: WireMessage, Response: WireMessage>(
+            _ name: String, _ request: Request.Type, _ response: Response.Type,
+            _ handler: @escaping @Sendable (Request) async throws -> Response
+        ) {
+            router.registerUnary(Self.method(name), request: request, response: response, authenticator: admins) {
+                request, context in
+                guard case .service(let credential)? = context.principal as? Caller else {
+                    throw RPCError(.unauthenticated, "the call was not authenticated as an admin credential")
+                }
+                return try await store.acting(as: Store.actorName(via: "admin-rpc", credential: credential)) {
+                    try await handler(request)
+                }
+            }
+        }
+        register("Refund", StoreV1.RefundRequest.self, StoreV1.Revocation.self) { request in
             try request.checkLimits()
             guard !request.transactionID.isEmpty, !request.reason.isEmpty else {
                 throw StoreError.invalid("transaction_id and reason are required")
             }
             return try await store.refund(transactionID: request.transactionID, reason: request.reason).message
         }
-        router.registerUnary(
-            Self.method("ListRefundRequests"), request: StoreV1.ListRefundRequestsRequest.self,
-            response: StoreV1.ListRefundRequestsResponse.self, authenticator: admins
-        ) { request, _ in
+        register("ListRefundRequests", StoreV1.ListRefundRequestsRequest.self, StoreV1.ListRefundRequestsResponse.self) { request in
             try request.checkLimits()
             guard
                 let state = request.state == .unspecified
@@ -52,40 +61,25 @@ public struct AdminService: RPCService {
             return StoreV1.ListRefundRequestsResponse(
                 requests: page.requests.map(\.message), nextPageToken: page.nextPageToken, hasMore: page.hasMore)
         }
-        router.registerUnary(
-            Self.method("DenyRefund"), request: StoreV1.DenyRefundRequest.self,
-            response: StoreV1.RefundRequestStatus.self, authenticator: admins
-        ) { request, _ in
+        register("DenyRefund", StoreV1.DenyRefundRequest.self, StoreV1.RefundRequestStatus.self) { request in
             try request.checkLimits()
             return try await store.denyRefund(transactionID: request.transactionID, reason: request.reason).message
         }
-        router.registerUnary(
-            Self.method("Approve"), request: StoreV1.ApproveRequest.self, response: StoreV1.Transaction.self,
-            authenticator: admins
-        ) { request, _ in
+        register("Approve", StoreV1.ApproveRequest.self, StoreV1.Transaction.self) { request in
             try request.checkLimits()
             guard !request.transactionID.isEmpty else { throw StoreError.invalid("transaction_id is required") }
             return try await store.approve(transactionID: request.transactionID).message
         }
-        router.registerUnary(
-            Self.method("CreateAccount"), request: StoreV1.CreateAccountRequest.self,
-            response: StoreV1.CreateAccountResponse.self, authenticator: admins
-        ) { request, _ in
+        register("CreateAccount", StoreV1.CreateAccountRequest.self, StoreV1.CreateAccountResponse.self) { request in
             let (id, token) = try await store.ledger.offload {
                 try store.createAccount(paymentsAllowed: !request.paymentsDisabled)
             }
             return StoreV1.CreateAccountResponse(accountID: id, token: token)
         }
-        router.registerUnary(
-            Self.method("RotateKey"), request: StoreV1.RotateKeyRequest.self, response: StoreV1.PublicKey.self,
-            authenticator: admins
-        ) { _, _ in
+        register("RotateKey", StoreV1.RotateKeyRequest.self, StoreV1.PublicKey.self) { _ in
             try await store.ledger.offload { try store.rotateKeys() }.message
         }
-        router.registerUnary(
-            Self.method("RetireKey"), request: StoreV1.RetireKeyRequest.self, response: StoreV1.PublicKey.self,
-            authenticator: admins
-        ) { request, _ in
+        register("RetireKey", StoreV1.RetireKeyRequest.self, StoreV1.PublicKey.self) { request in
             try request.checkLimits()
             guard !request.keyID.isEmpty else { throw StoreError.invalid("key_id is required") }
             return try await store.ledger.offload {

@@ -31,6 +31,8 @@ public struct EventDocument: Codable, Hashable, Sendable {
     public var autoRenew: Bool?
     public var price: String?
     public var expirationReason: String?
+    /// Who made it happen, when an operator did.
+    public var actor: String?
 
     enum CodingKeys: String, CodingKey {
         case eventID = "event_id", type, createdMs = "created_ms", environment, accountID = "account_id"
@@ -38,6 +40,7 @@ public struct EventDocument: Codable, Hashable, Sendable {
             "product_id"
         case reason, creditShortfall = "credit_shortfall", autoRenew = "auto_renew", price, expirationReason =
             "expiration_reason"
+        case actor
     }
 
     public init(_ event: EventRecord, environment: StoreEnvironment) {
@@ -55,6 +58,7 @@ public struct EventDocument: Codable, Hashable, Sendable {
         autoRenew = event.type == .autoRenewChanged ? event.autoRenew : nil
         price = present(event.price)
         expirationReason = event.expirationReason == .unspecified ? nil : "\(event.expirationReason)"
+        actor = present(event.actor)
     }
 
     /// One line of JSON.

@@ -54,6 +54,7 @@ extension Ledger {
                 }
             }
             try db.retireSigningKey(id: id, atMs: atMs)
+            try db.recordOperatorAction("retired signing key \(id) at \(atMs) ms", nowMs: now())
             try Self.announceChange(db)
             key.notAfterMs = atMs
             retired = key

@@ -109,7 +109,7 @@ public final class Store: Sendable {
 
     /// Allows or forbids an account's payments.
     public func setPaymentsAllowed(accountID: String, _ allowed: Bool) throws {
-        guard try ledger.setPaymentsAllowed(accountID: accountID, allowed) else {
+        guard try ledger.setPaymentsAllowed(accountID: accountID, allowed, nowMs: now) else {
             throw StoreError.notFound("no account \(accountID)")
         }
     }

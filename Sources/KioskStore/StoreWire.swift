@@ -245,7 +245,7 @@ extension EventRecord {
             originalTransactionID: originalTransactionID,
             productID: productID, createdMs: createdMs, reason: reason, creditShortfall: creditShortfall,
             autoRenew: autoRenew,
-            price: price, expirationReason: expirationReason.wire, environment: environment.wire)
+            price: price, expirationReason: expirationReason.wire, environment: environment.wire, actor: actor)
     }
 }
 

@@ -53,13 +53,19 @@ extension Store {
             let webhook = WebhookRecord(
                 id: id, url: url, enqueuedThrough: try since ?? db.latestEventID(), createdMs: nowMs)
             try db.insertWebhook(webhook, secret: secret)
+            try db.recordOperatorAction("added webhook \(id)", nowMs: nowMs)
             return webhook
         }
     }
 
     /// Removes a webhook and its deliveries.
     public func removeWebhook(id: String) async throws {
-        let removed = try await ledger.write { db in try db.removeWebhook(id: id) }
+        let nowMs = now
+        let removed = try await ledger.write { db in
+            let removed = try db.removeWebhook(id: id)
+            if removed { try db.recordOperatorAction("removed webhook \(id)", nowMs: nowMs) }
+            return removed
+        }
         guard removed else { throw StoreError.notFound("no webhook \(id)") }
     }
 
@@ -80,7 +86,12 @@ extension Store {
     public func redriveWebhookDeliveries(webhookID: String? = nil, eventID: UInt64? = nil) async throws -> Int {
         let nowMs = now
         return try await ledger.write { db in
-            try db.redriveWebhookDeliveries(webhookID: webhookID, eventID: eventID, nowMs: nowMs)
+            let count = try db.redriveWebhookDeliveries(webhookID: webhookID, eventID: eventID, nowMs: nowMs)
+            let scope = [webhookID.map { "webhook \($0)" }, eventID.map { "event \($0)" }].compactMap { $0 }
+            try db.recordOperatorAction(
+                "redrove \(count) failed webhook deliver\(count == 1 ? "y" : "ies")"
+                    + (scope.isEmpty ? "" : " (\(scope.joined(separator: ", ")))"), nowMs: nowMs)
+            return count
         }
     }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KioskAPI
+import KioskConsole
 import KioskHosting
 import KioskOperations
 import KioskRPC
@@ -20,6 +21,33 @@ public struct KioskStoreCommand: AsyncParsableCommand {
             RefundRequests.self, DenyRefund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self,
             TLSCommand.self,
         ])
+
+    /// Who acts through the commands that administer a data dir: the events they record name the user
+    /// (``Store/actingNow(as:_:)``).
+    static var operatorName: String {
+        let environment = ProcessInfo.processInfo.environment
+        return "kiosk-store (\(environment["USER"] ?? environment["LOGNAME"] ?? "uid \(getuid())"))"
+    }
+
+    /// Parses and runs the command, as ArgumentParser's own `main()` does, with every command but `serve` run as
+    /// the operator's action (``OperatorScope``): a serving store's events are its buyers' and its own.
+    public static func main() async {
+        do {
+            let command = try parseAsRoot()
+            guard var runnable = command as? any AsyncParsableCommand else {
+                var command = command
+                try OperatorScope.$actor.withValue(operatorName) { try command.run() }
+                return
+            }
+            if runnable is Serve {
+                try await runnable.run()
+            } else {
+                try await OperatorScope.$actor.withValue(operatorName) { try await runnable.run() }
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
 }
 
 /// Options every command that opens a data dir takes.
@@ -246,6 +274,16 @@ struct Serve: AsyncParsableCommand {
             "Serve Prometheus metrics (GET /metrics), /healthz and /readyz on this loopback port; 0 picks a free one.")
     var metricsPort: Int?
     @Option(
+        name: .customLong("console-port"),
+        help:
+            "Serve the admin console (web pages; sign in with an admin service credential) on this port: HTTPS with --tls-cert/--tls-key, else plaintext on loopback; 0 picks a free one."
+    )
+    var consolePort: Int?
+    @Option(
+        name: .customLong("console-host"),
+        help: "The address the admin console listens on (not loopback: needs --tls-cert/--tls-key).")
+    var consoleHost: String = "127.0.0.1"
+    @Option(
         name: .customLong("stripe-webhook-secret-file"),
         help: "A file holding the endpoint's signing secret (whsec_…); give it twice during a rotation.")
     var stripeWebhookSecretFiles: [String] = []
@@ -358,6 +396,16 @@ struct Serve: AsyncParsableCommand {
             await server.shutdown()
             throw ExitCode(2)
         }
+        let console = consolePort.map { _ in AdminConsole(store: server.store) }
+        do {
+            if let console, let consolePort { try await console.start(host: consoleHost, port: consolePort, tls: tls) }
+        } catch {
+            FileHandle.standardError.write(Data("kiosk-store: cannot serve the admin console: \(error)\n".utf8))
+            await operatorEndpoint?.shutdown()
+            await webhooks?.shutdown()
+            await server.shutdown()
+            throw ExitCode(2)
+        }
         // Scripts and tests read this line to learn the port; it is printed once SIGTERM and SIGHUP are trapped.
         let banner =
             "kiosk-store listening on \(host):\(server.port ?? port) (\(environment.name), \(tls == nil ? "plaintext" : "TLS"), \(loadedCatalog.products.count) products)\n"
@@ -365,11 +413,13 @@ struct Serve: AsyncParsableCommand {
                 "kiosk-store Stripe webhooks on \(tls == nil ? "http" : "https")://\(stripeWebhookHost):\($0.port)\(StripeWebhookServer.path)\n"
             } ?? "")
             + (operatorEndpoint.map { "kiosk-store metrics on http://127.0.0.1:\($0.port)/metrics\n" } ?? "")
+            + (console.map { "kiosk-store console on \(tls == nil ? "http" : "https")://\(consoleHost):\($0.port)/\n" } ?? "")
         try await ServiceHosting.serve(
             announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
             shutdown: {
                 logger.info("shutting down")
                 await webhooks?.shutdown()
+                await console?.shutdown()
                 await operatorEndpoint?.shutdown()
                 await server.shutdown()
             },

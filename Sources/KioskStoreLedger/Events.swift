@@ -22,6 +22,7 @@ extension EventRecord {
                 rawValue: Int32(clamping: try row["expiration_reason"] as Int64)) ?? .unspecified)
         self.requestID = try row["request_id"]
         self.traceParent = try row["traceparent"]
+        self.actor = try row["actor"]
     }
 }
 
@@ -61,13 +62,13 @@ extension LedgerDatabase {
                 """
                 INSERT INTO events (id, \(Self.eventColumns))
                 VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
-                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING id
                 """, [try nextPostgresEventPlace()] + Self.eventArguments(event))
         } else {
             id = try value(
                 Int64.self,
-                "INSERT INTO events (\(Self.eventColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "INSERT INTO events (\(Self.eventColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 Self.eventArguments(event))
         }
         guard let id else { throw StoreError(.internalFailure, "the event log did not answer the id of its new event") }
@@ -76,6 +77,14 @@ extension LedgerDatabase {
         var recorded = event
         recorded.id = UInt64(id)
         return recorded
+    }
+
+    /// Within an operator's action (``OperatorScope``, carried by the write's cause), records an OPERATOR_ACTION
+    /// event in the write in progress saying `what` was done (to `accountID`, when to one account); outside one,
+    /// nothing. The action and its record commit together.
+    public func recordOperatorAction(_ what: String, accountID: String = "", nowMs: Int64) throws {
+        guard (WriteCause.current?.actor ?? OperatorScope.actor) != nil else { return }
+        try appendEvent(EventRecord(type: .operatorAction, accountID: accountID, createdMs: nowMs, reason: what))
     }
 
     /// Records `event` without reading its id back: on PostgreSQL sent without waiting
@@ -90,7 +99,7 @@ extension LedgerDatabase {
             """
             INSERT INTO events (id, \(Self.eventColumns))
             VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
-              ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+              ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, [place] + Self.eventArguments(event))
     }
 
@@ -98,7 +107,7 @@ extension LedgerDatabase {
     private static var eventColumns: String {
         """
         type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall,
-          auto_renew, price, expiration_reason, request_id, traceparent
+          auto_renew, price, expiration_reason, request_id, traceparent, actor
         """
     }
 
@@ -109,6 +118,8 @@ extension LedgerDatabase {
             Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID,
             event.productID, event.createdMs, event.reason, Int64(clamping: event.creditShortfall), event.autoRenew,
             event.price, Int64(event.expirationReason.rawValue), cause?.requestID ?? "", cause?.traceParent ?? "",
+            // A write run on this task (not the group commit's thread) reads the operator's scope directly.
+            cause?.actor ?? OperatorScope.actor ?? "",
         ]
     }
 

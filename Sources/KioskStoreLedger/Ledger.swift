@@ -140,7 +140,9 @@ public final class Ledger: Sendable {
     /// Runs `body`, which may call this ledger's synchronous methods, where waiting on the database blocks no event
     /// loop and no Swift concurrency thread: RPC handlers call the ledger through this or its async methods only.
     public func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await backend.offload(body)
+        // The body runs on the backend's threads, outside this task: the operator acting goes with it.
+        guard let actor = OperatorScope.actor else { return try await backend.offload(body) }
+        return try await backend.offload { try OperatorScope.$actor.withValue(actor) { try body() } }
     }
 
     /// Calls `body` when another process commits a change the revocation feed follows
@@ -270,6 +272,8 @@ public final class Ledger: Sendable {
             try db.execute(
                 "INSERT INTO accounts (id, token_hash, payments_allowed, created_ms) VALUES (?, ?, ?, ?)",
                 [id, tokenHash, paymentsAllowed, nowMs])
+            try db.recordOperatorAction(
+                "created account \(id)\(paymentsAllowed ? "" : " (payments disabled)")", accountID: id, nowMs: nowMs)
         }
     }
 
@@ -289,9 +293,16 @@ public final class Ledger: Sendable {
 
     /// Allows or forbids the account's payments; false when there is no such account.
     @discardableResult
-    public func setPaymentsAllowed(accountID: String, _ allowed: Bool) throws -> Bool {
+    public func setPaymentsAllowed(accountID: String, _ allowed: Bool, nowMs: Int64 = 0) throws -> Bool {
         try backend.write { db in
-            try db.execute("UPDATE accounts SET payments_allowed = ? WHERE id = ?", [allowed, accountID]) > 0
+            let changed =
+                try db.execute("UPDATE accounts SET payments_allowed = ? WHERE id = ?", [allowed, accountID]) > 0
+            if changed {
+                try db.recordOperatorAction(
+                    "\(allowed ? "allowed" : "disabled") payments of account \(accountID)", accountID: accountID,
+                    nowMs: nowMs)
+            }
+            return changed
         }
     }
 
@@ -437,6 +448,8 @@ public final class Ledger: Sendable {
             try db.addSigningKey(
                 SigningKeyRecord(id: key.id, publicKey: key.rawRepresentation, notBeforeMs: key.notBeforeMs),
                 sealedPrivateKey: sealed)
+            try db.recordOperatorAction(
+                "rotated signing keys: \(key.id) signs from now on", nowMs: key.notBeforeMs)
             try Self.announceChange(db)
         }
     }

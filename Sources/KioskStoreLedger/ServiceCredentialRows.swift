@@ -12,7 +12,12 @@ extension ServiceCredentialRecord {
 
 extension Ledger {
     package func addServiceCredential(_ credential: ServiceCredentialRecord, tokenHash: [UInt8]) throws {
-        try backend.write { db in try db.addServiceCredential(credential, tokenHash: tokenHash) }
+        try backend.write { db in
+            try db.addServiceCredential(credential, tokenHash: tokenHash)
+            try db.recordOperatorAction(
+                "created service credential \(credential.id) (role \(credential.role.rawValue), named \(credential.name))",
+                nowMs: credential.createdMs)
+        }
     }
 
     /// The credential a secret's hash belongs to, unless revoked.
@@ -29,7 +34,10 @@ extension Ledger {
     package func revokeServiceCredential(id: String, nowMs: Int64) throws -> Bool {
         try backend.write { db in
             let revoked = try db.revokeServiceCredential(id: id, nowMs: nowMs)
-            if revoked { try Self.announceChange(db) }
+            if revoked {
+                try db.recordOperatorAction("revoked service credential \(id)", nowMs: nowMs)
+                try Self.announceChange(db)
+            }
             return try revoked || db.serviceCredentials().contains { $0.id == id }
         }
     }

@@ -1,4 +1,5 @@
 import KioskRPC
+import KioskStoreCore
 import KioskWire
 import Tracing
 
@@ -10,6 +11,8 @@ package struct WriteCause: Sendable, Hashable {
     package var requestID: String
     /// The W3C `traceparent` of the write's span, or of the caller's; empty when not traced.
     package var traceParent: String
+    /// The operator acting (``OperatorScope/actor``); nil for a buyer's or the store's own doing.
+    package var actor: String? = nil
 
     /// The cause bound around a write's body (on whatever thread runs it).
     @TaskLocal package static var current: WriteCause?
@@ -23,7 +26,8 @@ package struct WriteCause: Sendable, Hashable {
             InstrumentationSystem.tracer.inject(context, into: &carrier, using: MetadataInjector())
         }
         let traceParent = carrier[TraceParent.headerName] ?? ""
-        guard !requestID.isEmpty || !traceParent.isEmpty else { return nil }
-        return WriteCause(requestID: requestID, traceParent: traceParent)
+        let actor = OperatorScope.actor
+        guard !requestID.isEmpty || !traceParent.isEmpty || actor != nil else { return nil }
+        return WriteCause(requestID: requestID, traceParent: traceParent, actor: actor)
     }
 }

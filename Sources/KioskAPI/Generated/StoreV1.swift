@@ -1663,6 +1663,12 @@ extension StoreV1 {
         /// is entitled to the end of its period, auto-renew off); follow it as you
         /// follow EVENT_TYPE_REFUNDED.
         public static let refundReversed = EventType(rawValue: 15)
+        /// An operator acted without a purchase event of its own: a signing key
+        /// rotated or retired, a service credential created or revoked, webhook
+        /// deliveries redriven, an account created. `reason` says what was done;
+        /// account_id is empty unless it was done to one account. An audit record:
+        /// nothing for an app to do.
+        public static let operatorAction = EventType(rawValue: 16)
         public var description: String {
         switch rawValue {
         case 0: "EVENT_TYPE_UNSPECIFIED"
@@ -1681,6 +1687,7 @@ extension StoreV1 {
         case 13: "EVENT_TYPE_RENEWAL_NEEDS_ACTION"
         case 14: "EVENT_TYPE_DISPUTED"
         case 15: "EVENT_TYPE_REFUND_REVERSED"
+        case 16: "EVENT_TYPE_OPERATOR_ACTION"
         default: "EventType(\(rawValue))"
         }
         }
@@ -1716,9 +1723,14 @@ extension StoreV1 {
         public var expirationReason: StoreV1.ExpirationReason
         /// `environment` (field 13).
         public var environment: ReceiptV1.Environment
+        /// Who made it happen when an operator did (a refund, a denial, an
+        /// approval, EVENT_TYPE_OPERATOR_ACTION): how they acted and their
+        /// credential, e.g. "console svc_1a2b (alice)", "admin-rpc svc_… (name)",
+        /// "kiosk-store (root)". Empty for a buyer's or the store's own doing.
+        public var actor: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(eventID: UInt64 = 0, type: StoreV1.EventType = StoreV1.EventType(rawValue: 0), accountID: String = "", transactionID: String = "", originalTransactionID: String = "", productID: String = "", createdMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false, price: String = "", expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0)) {
+        public init(eventID: UInt64 = 0, type: StoreV1.EventType = StoreV1.EventType(rawValue: 0), accountID: String = "", transactionID: String = "", originalTransactionID: String = "", productID: String = "", createdMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false, price: String = "", expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), actor: String = "") {
             self.eventID = eventID
             self.type = type
             self.accountID = accountID
@@ -1732,6 +1744,7 @@ extension StoreV1 {
             self.price = price
             self.expirationReason = expirationReason
             self.environment = environment
+            self.actor = actor
         }
     }
 }
@@ -1753,7 +1766,8 @@ extension StoreV1.Event: WireMessage {
             autoRenew: c.auto_renew != 0,
             price: try CField.string(c.price, field: "Event.price"),
             expirationReason: StoreV1.ExpirationReason(rawValue: Int32(truncatingIfNeeded: c.expiration_reason.rawValue)),
-            environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue))
+            environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
+            actor: try CField.string(c.actor, field: "Event.actor")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -1770,6 +1784,7 @@ extension StoreV1.Event: WireMessage {
         c.price = arena.cString(price)
         c.expiration_reason = Kiosk__Store__V1__ExpirationReason(rawValue: .init(truncatingIfNeeded: expirationReason.rawValue))
         c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
+        c.actor = arena.cString(actor)
     }
 }
 

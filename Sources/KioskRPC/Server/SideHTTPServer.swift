@@ -21,6 +21,8 @@ public final class SideHTTPServer: Sendable {
         public var head: HTTPRequestHead
         /// Its body: empty when none was sent.
         public var body: [UInt8]
+        /// The address of the peer that sent it (its IP address), when known.
+        public var remoteAddress: String? = nil
         /// The path without the query.
         public var path: String { head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "" }
         /// The query string (after `?`), empty when none.
@@ -246,7 +248,8 @@ private final class SideHTTPHandler: ChannelInboundHandler {
             self.head = nil
             deadline?.cancel()
             deadline = nil
-            let request = SideHTTPServer.Request(head: head, body: body)
+            let request = SideHTTPServer.Request(
+                head: head, body: body, remoteAddress: context.channel.remoteAddress?.ipAddress)
             body = []
             if tooLarge {
                 return respond(context, head, .text(413, "the body is over \(limits.maxBody) bytes"))

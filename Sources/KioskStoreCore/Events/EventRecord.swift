@@ -44,16 +44,21 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// A revocation was undone (the merchant won the dispute): the transaction counts again; a subscription is
     /// entitled to the end of its period, without auto-renew.
     public static let refundReversed = EventKind(rawValue: 15)
+    /// An operator acted (a key rotated or retired, a credential created or revoked, webhook deliveries redriven, an
+    /// account created…) through the Admin RPCs, `kiosk-store` or the admin console: its `reason` says what, its
+    /// ``EventRecord/actor`` who. Actions that record an event of their own (a refund, a denial, an approval) carry
+    /// the actor on that event instead.
+    public static let operatorAction = EventKind(rawValue: 16)
 
     /// The kinds this version records, in number order.
     public static let known: [EventKind] = [
         .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged,
         .test,
-        .refundRequested, .refundDenied, .renewalNeedsAction, .disputed, .refundReversed,
+        .refundRequested, .refundDenied, .renewalNeedsAction, .disputed, .refundReversed, .operatorAction,
     ]
 
     /// True for a kind this version records.
-    public var isKnown: Bool { rawValue >= 1 && rawValue <= 15 }
+    public var isKnown: Bool { rawValue >= 1 && rawValue <= 16 }
 
     /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(16)` for a kind this version does not know.
     public var shortName: String {
@@ -73,6 +78,7 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 13: "RENEWAL_NEEDS_ACTION"
         case 14: "DISPUTED"
         case 15: "REFUND_REVERSED"
+        case 16: "OPERATOR_ACTION"
         default: "EventType(\(rawValue))"
         }
     }
@@ -116,6 +122,9 @@ public struct EventRecord: Hashable, Sendable {
     public var requestID: String = ""
     /// The W3C `traceparent` of the span that recorded it, empty when none (read back, as ``requestID``).
     public var traceParent: String = ""
+    /// Who made it happen when an operator did (``OperatorScope``): `admin-rpc svc_… (name)`, `console svc_… (name)`,
+    /// `kiosk-store (user)`; empty for a buyer's or the store's own doing (read back, as ``requestID``).
+    public var actor: String = ""
 
     /// An event to record (its id is assigned by the ledger).
     public init(

@@ -5115,7 +5115,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__set_payment_method_response__
   (ProtobufCMessageInit) kiosk__store__v1__set_payment_method_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors[13] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors[14] =
 {
   {
     "event_id",
@@ -5273,9 +5273,22 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "actor",
+    14,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, actor),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
   2,   /* field[2] = account_id */
+  13,   /* field[13] = actor */
   9,   /* field[9] = auto_renew */
   6,   /* field[6] = created_ms */
   8,   /* field[8] = credit_shortfall */
@@ -5292,7 +5305,7 @@ static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__event__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 13 }
+  { 0, 14 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor =
 {
@@ -5302,7 +5315,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor =
   "Kiosk__Store__V1__Event",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Event),
-  13,
+  14,
   kiosk__store__v1__event__field_descriptors,
   kiosk__store__v1__event__field_indices_by_name,
   1,  kiosk__store__v1__event__number_ranges,
@@ -6377,7 +6390,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
   kiosk__store__v1__expiration_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[16] =
+static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[17] =
 {
   { "EVENT_TYPE_UNSPECIFIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED", 0 },
   { "EVENT_TYPE_PURCHASED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PURCHASED", 1 },
@@ -6395,11 +6408,12 @@ static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_num
   { "EVENT_TYPE_RENEWAL_NEEDS_ACTION", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_NEEDS_ACTION", 13 },
   { "EVENT_TYPE_DISPUTED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DISPUTED", 14 },
   { "EVENT_TYPE_REFUND_REVERSED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REVERSED", 15 },
+  { "EVENT_TYPE_OPERATOR_ACTION", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_OPERATOR_ACTION", 16 },
 };
 static const ProtobufCIntRange kiosk__store__v1__event_type__value_ranges[] = {
-{0, 0},{0, 16}
+{0, 0},{0, 17}
 };
-static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[16] =
+static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[17] =
 {
   { "EVENT_TYPE_APPROVED", 4 },
   { "EVENT_TYPE_AUTO_RENEW_CHANGED", 8 },
@@ -6407,6 +6421,7 @@ static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_b
   { "EVENT_TYPE_DEFERRED", 3 },
   { "EVENT_TYPE_DISPUTED", 14 },
   { "EVENT_TYPE_EXPIRED", 7 },
+  { "EVENT_TYPE_OPERATOR_ACTION", 16 },
   { "EVENT_TYPE_PRICE_CHANGED", 9 },
   { "EVENT_TYPE_PURCHASED", 1 },
   { "EVENT_TYPE_REFUNDED", 6 },
@@ -6425,9 +6440,9 @@ const ProtobufCEnumDescriptor kiosk__store__v1__event_type__descriptor =
   "EventType",
   "Kiosk__Store__V1__EventType",
   "kiosk.store.v1",
-  16,
+  17,
   kiosk__store__v1__event_type__enum_values_by_number,
-  16,
+  17,
   kiosk__store__v1__event_type__enum_values_by_name,
   1,
   kiosk__store__v1__event_type__value_ranges,

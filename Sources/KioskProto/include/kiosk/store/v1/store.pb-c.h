@@ -208,7 +208,15 @@ typedef enum _Kiosk__Store__V1__EventType {
    * is entitled to the end of its period, auto-renew off); follow it as you
    * follow EVENT_TYPE_REFUNDED.
    */
-  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REVERSED = 15
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REVERSED = 15,
+  /*
+   * An operator acted without a purchase event of its own: a signing key
+   * rotated or retired, a service credential created or revoked, webhook
+   * deliveries redriven, an account created. `reason` says what was done;
+   * account_id is empty unless it was done to one account. An audit record:
+   * nothing for an app to do.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_OPERATOR_ACTION = 16
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
 } Kiosk__Store__V1__EventType;
 /*
@@ -990,10 +998,17 @@ struct  Kiosk__Store__V1__Event
   char *price;
   Kiosk__Store__V1__ExpirationReason expiration_reason;
   Kiosk__Receipt__V1__Environment environment;
+  /*
+   * Who made it happen when an operator did (a refund, a denial, an
+   * approval, EVENT_TYPE_OPERATOR_ACTION): how they acted and their
+   * credential, e.g. "console svc_1a2b (alice)", "admin-rpc svc_… (name)",
+   * "kiosk-store (root)". Empty for a buyer's or the store's own doing.
+   */
+  char *actor;
 };
 #define KIOSK__STORE__V1__EVENT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__event__descriptor) \
-    , 0, KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED }
+    , 0, KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string }
 
 
 /*

@@ -1,0 +1,109 @@
+import Foundation
+import KioskRPC
+import KioskStore
+
+extension AdminConsole {
+    /// A POST from a signed-in session whose CSRF token was checked: does the action as the session's operator,
+    /// leaves what happened (or why not) for the next page, and redirects there (a reload does not act again).
+    func act(_ path: String, _ form: FormData, session: Session, cookie: String) async -> Response {
+        let store = self.store
+        let actor = "console \(session.credentialID) (\(session.credentialName))"
+        var back = "/"
+        if path == "/signout" {
+            sessions.end(cookie)
+            return redirect("/signin", cookies: [self.cookie(Self.cookieName, "", secure: false, maxAge: 0)])
+        }
+        do {
+            switch path {
+            case "/refunds/grant", "/accounts/refund":
+                back = path == "/refunds/grant" ? "/refunds" : "/accounts?q=" + Self.queryEscape(form["account"] ?? "")
+                let (id, reason) = try Self.transactionAndReason(form)
+                let revocation = try await store.acting(as: actor) {
+                    try await store.refund(transactionID: id, reason: reason)
+                }
+                sessions.flash(cookie, "Refunded \(revocation.transactionID).")
+            case "/refunds/deny":
+                back = "/refunds"
+                let (id, reason) = try Self.transactionAndReason(form)
+                _ = try await store.acting(as: actor) { try await store.denyRefund(transactionID: id, reason: reason) }
+                sessions.flash(cookie, "Denied the refund of \(id).")
+            case "/webhooks/redrive":
+                back = "/webhooks?state=failed"
+                let webhookID = try form["webhook_id"].map { try Self.bounded($0, "webhook_id", FieldLimits.offerField) }
+                var eventID: UInt64?
+                if let text = form["event_id"] {
+                    guard let number = UInt64(text) else { throw StoreError.invalid("event_id \(text) is not a number") }
+                    eventID = number
+                }
+                let count = try await store.acting(as: actor) {
+                    try await store.redriveWebhookDeliveries(webhookID: webhookID, eventID: eventID)
+                }
+                sessions.flash(cookie, "Queued \(count) failed deliver\(count == 1 ? "y" : "ies") again.")
+            case "/keys/rotate":
+                back = "/keys"
+                let key = try await store.acting(as: actor) { try await store.ledger.offload { try store.rotateKeys() } }
+                sessions.flash(cookie, "Rotated: \(key.id) signs from now on.")
+            case "/keys/retire":
+                back = "/keys"
+                guard let id = form["key_id"] else { throw StoreError.invalid("key_id is required") }
+                let keyID = try Self.bounded(id, "key_id", FieldLimits.offerField)
+                let key = try await store.acting(as: actor) {
+                    try await store.ledger.offload { try store.retireKey(id: keyID) }
+                }
+                sessions.flash(cookie, "Retired \(key.id): what it signed from now on does not verify.")
+            case "/credentials/revoke":
+                back = "/keys"
+                guard let id = form["credential_id"] else { throw StoreError.invalid("credential_id is required") }
+                let credentialID = try Self.bounded(id, "credential_id", FieldLimits.offerField)
+                try await store.acting(as: actor) {
+                    try await store.ledger.offload { try store.revokeServiceCredential(id: credentialID) }
+                }
+                sessions.flash(cookie, "Revoked \(credentialID): its calls are refused from now on.")
+            case "/credentials/create":
+                back = "/keys"
+                guard let role = form["role"].flatMap(CallerRole.init(rawValue:)), role != .account else {
+                    throw StoreError.invalid("role must be content or admin")
+                }
+                guard let name = form["name"] else { throw StoreError.invalid("a name is required") }
+                let bounded = try Self.bounded(name, "name", 100)
+                let created = try await store.acting(as: actor) {
+                    try await store.ledger.offload { try store.createServiceCredential(role: role, name: bounded) }
+                }
+                // Shown on this answer only, never stored: the ledger keeps the secret's hash.
+                return await keys(session: session, cookie: cookie, secret: created)
+            default:
+                return page("Not found", status: 404, session: session, cookie: cookie) { html in
+                    html.element("p", "There is no action \(path).")
+                }
+            }
+        } catch {
+            sessions.flash(cookie, "Not done: \(error)", isError: true)
+        }
+        return redirect(back)
+    }
+
+    /// The form's `transaction_id` and `reason`, both required, within the Admin RPCs' limits.
+    static func transactionAndReason(_ form: FormData) throws -> (String, String) {
+        guard let id = form["transaction_id"], let reason = form["reason"] else {
+            throw StoreError.invalid("a transaction and a reason are required")
+        }
+        return (
+            try bounded(id, "transaction_id", FieldLimits.transactionID), try bounded(reason, "reason", FieldLimits.reason)
+        )
+    }
+
+    /// `value` when it has at most `max` bytes and no control character; else refused as the RPCs refuse it.
+    static func bounded(_ value: String, _ field: String, _ max: Int) throws -> String {
+        guard value.utf8.count <= max else {
+            throw StoreError.invalid("\(field) is over \(max) bytes")
+        }
+        guard !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw StoreError.invalid("\(field) has a control character")
+        }
+        return value
+    }
+
+    static func queryEscape(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_."))) ?? ""
+    }
+}
