@@ -304,6 +304,15 @@ let package = Package(
                 "KioskStoreCore", "KioskRPC", "KioskTesting", "Kiosk",
             ]
         ),
+        // The admin console over HTTP on 127.0.0.1, and in headless Chromium (Selenium).
+        .testTarget(
+            name: "KioskConsoleTests",
+            dependencies: [
+                "KioskConsole", "KioskStore", "KioskRPC", "KioskStoreTestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
         .testTarget(
             name: "KioskFuzzTests",
             dependencies: ["KioskFuzzing", "kiosk-fuzz"]
