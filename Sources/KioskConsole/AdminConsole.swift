@@ -84,13 +84,14 @@ public final class AdminConsole: Sendable {
     /// Stops listening and closes open connections.
     public func shutdown() async { await server.get()?.shutdown() }
 
-    /// Sent with every answer: no script, no framing, nothing cached, no referrer.
+    /// Sent with every answer: no script, no framing, nothing cached, no referrer to another site (a same-origin
+    /// policy, not `no-referrer`: with that, browsers send `Origin: null` on the forms' POSTs).
     static let securityHeaders: [(String, String)] = [
         (
             "Content-Security-Policy",
             "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
         ),
-        ("X-Frame-Options", "DENY"), ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "no-referrer"),
+        ("X-Frame-Options", "DENY"), ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"),
         ("Cache-Control", "no-store"),
     ]
 
@@ -101,9 +102,10 @@ public final class AdminConsole: Sendable {
         let method = request.head.method
         let path = request.path
         if path == "/console.css" { return .init(status: 200, contentType: "text/css", body: Array(Self.css.utf8)) }
+        if path == "/favicon.ico" { return .text(404, "no icon") }
         if path == "/signin" {
             if method == .POST { return await signIn(request, secure: secure) }
-            return signInPage(secure: secure)
+            return signInPage(secure: secure, token: Self.signInToken(request))
         }
         guard method == .GET || method == .HEAD || method == .POST else { return .text(405, "GET or POST only") }
         let cookie = cookies(request.head.headers.first(name: "Cookie"))[Self.cookieName]
@@ -121,7 +123,9 @@ public final class AdminConsole: Sendable {
             else {
                 return page("Refused", status: 403, session: session, cookie: cookie) { html in
                     html.element(
-                        "p", "The form was not one this console gave you (its CSRF token or origin is wrong). Nothing was done.")
+                        "p",
+                        "The form was not one this console gave you (its CSRF token or origin is wrong). Nothing was done."
+                    )
                 }
             }
             return await act(path, form, session: session, cookie: cookie)
@@ -169,8 +173,17 @@ public final class AdminConsole: Sendable {
 
     // MARK: Signing in
 
-    private func signInPage(secure: Bool, error: String? = nil, status: Int = 200) -> SideHTTPServer.Response {
-        let token = ConsoleSessions.token()
+    /// The sign-in form's token the browser holds already (a page loaded twice, in two tabs, keeps one token).
+    private static func signInToken(_ request: SideHTTPServer.Request) -> String? {
+        let held = cookies(request.head.headers.first(name: "Cookie"))[signInCookieName]
+        guard let held, held.utf8.count == 64, [UInt8](hex: held) != nil else { return nil }
+        return held
+    }
+
+    private func signInPage(
+        secure: Bool, token held: String? = nil, error: String? = nil, status: Int = 200
+    ) -> SideHTTPServer.Response {
+        let token = held ?? ConsoleSessions.token()
         var html = HTML()
         html.raw("<main class=\"signin\"><h1>Kiosk admin console</h1>")
         if let error { html.element("p", error, attributes: "class=\"flash error\"") }
@@ -197,7 +210,8 @@ public final class AdminConsole: Sendable {
         var outcome: SideHTTPServer.Response
         if sessions.isThrottled(address, nowMs: nowMs, limit: configuration.failedSignInsPerMinute) {
             outcome = signInPage(
-                secure: secure, error: "Too many failed sign-ins from this address; wait a minute.", status: 429)
+                secure: secure, token: Self.signInToken(request),
+                error: "Too many failed sign-ins from this address; wait a minute.", status: 429)
         } else if !sameOrigin(request) || expected == nil || form["csrf"] == nil
             || !ConsoleSessions.equal(form["csrf"] ?? "", expected ?? "")
         {
@@ -215,8 +229,11 @@ public final class AdminConsole: Sendable {
                         cookie(Self.signInCookieName, "", secure: secure, maxAge: 0),
                     ])
             } else {
-                sessions.noteFailure(from: address, nowMs: nowMs, limit: configuration.failedSignInsPerMinute)
-                outcome = signInPage(secure: secure, error: "That is not an admin credential of this store.", status: 401)
+                sessions.noteFailure(from: address, nowMs: nowMs)
+                outcome = signInPage(
+                    secure: secure, token: Self.signInToken(request),
+                    error: "That is not an admin credential of this store.",
+                    status: 401)
             }
         }
         try? await Task.sleep(until: started + configuration.signInTime, clock: .continuous)
@@ -261,7 +278,8 @@ public final class AdminConsole: Sendable {
             <link rel="stylesheet" href="/console.css"></head>
             <body>\(body)</body></html>
             """
-        return .init(status: status, contentType: "text/html; charset=utf-8", body: Array(markup.utf8), headers: headers)
+        return .init(
+            status: status, contentType: "text/html; charset=utf-8", body: Array(markup.utf8), headers: headers)
     }
 
     /// An error page for a failed read.

@@ -8,7 +8,8 @@ enum SVGChart {
         var values: [Int64]
     }
 
-    /// Bars per day, the series side by side in each day; `labels` under every seventh day; `format` writes a value.
+    /// Bars per day, the series side by side in each day; `labels` under every seventh day back from the last;
+    /// `format` writes a value.
     static func bars(
         title: String, labels: [String], series: [Series], format: (Int64) -> String = { String($0) }
     ) -> String {
@@ -29,7 +30,7 @@ enum SVGChart {
         svg += line(left, top, left, height - bottom) + line(left, height - bottom, width - 8, height - bottom)
         svg += text(left - 6, top + 10, format(maximum), anchor: "end")
         svg += text(left - 6, height - bottom, "0", anchor: "end")
-        for (index, label) in labels.enumerated() where index % 7 == 0 || index == labels.count - 1 {
+        for (index, label) in labels.enumerated() where (labels.count - 1 - index) % 7 == 0 {
             svg += text(left + slot * (Double(index) + 0.5), height - 8, label, anchor: "middle")
         }
         for (seriesIndex, one) in series.enumerated() {
@@ -70,7 +71,9 @@ enum SVGChart {
     private static func legend(_ entries: [(String, String)]) -> String {
         guard entries.count > 1 else { return "" }
         return "<p class=\"legend\">"
-            + entries.map { "<span class=\"key\"><svg width=\"10\" height=\"10\" xmlns=\"http://www.w3.org/2000/svg\"><rect width=\"10\" height=\"10\" fill=\"\($0.1)\"></rect></svg> \(HTML.escape($0.0))</span>" }
+            + entries.map {
+                "<span class=\"key\"><svg width=\"10\" height=\"10\" xmlns=\"http://www.w3.org/2000/svg\"><rect width=\"10\" height=\"10\" fill=\"\($0.1)\"></rect></svg> \(HTML.escape($0.0))</span>"
+            }
             .joined(separator: " ") + "</p>"
     }
 

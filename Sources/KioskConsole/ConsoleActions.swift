@@ -29,10 +29,14 @@ extension AdminConsole {
                 sessions.flash(cookie, "Denied the refund of \(id).")
             case "/webhooks/redrive":
                 back = "/webhooks?state=failed"
-                let webhookID = try form["webhook_id"].map { try Self.bounded($0, "webhook_id", FieldLimits.offerField) }
+                let webhookID = try form["webhook_id"].map {
+                    try Self.bounded($0, "webhook_id", FieldLimits.offerField)
+                }
                 var eventID: UInt64?
                 if let text = form["event_id"] {
-                    guard let number = UInt64(text) else { throw StoreError.invalid("event_id \(text) is not a number") }
+                    guard let number = UInt64(text) else {
+                        throw StoreError.invalid("event_id \(text) is not a number")
+                    }
                     eventID = number
                 }
                 let count = try await store.acting(as: actor) {
@@ -41,7 +45,9 @@ extension AdminConsole {
                 sessions.flash(cookie, "Queued \(count) failed deliver\(count == 1 ? "y" : "ies") again.")
             case "/keys/rotate":
                 back = "/keys"
-                let key = try await store.acting(as: actor) { try await store.ledger.offload { try store.rotateKeys() } }
+                let key = try await store.acting(as: actor) {
+                    try await store.ledger.offload { try store.rotateKeys() }
+                }
                 sessions.flash(cookie, "Rotated: \(key.id) signs from now on.")
             case "/keys/retire":
                 back = "/keys"
@@ -88,7 +94,8 @@ extension AdminConsole {
             throw StoreError.invalid("a transaction and a reason are required")
         }
         return (
-            try bounded(id, "transaction_id", FieldLimits.transactionID), try bounded(reason, "reason", FieldLimits.reason)
+            try bounded(id, "transaction_id", FieldLimits.transactionID),
+            try bounded(reason, "reason", FieldLimits.reason)
         )
     }
 

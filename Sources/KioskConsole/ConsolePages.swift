@@ -31,7 +31,8 @@ extension AdminConsole {
             let refunded = metrics.transactions.filter { $0.revoked }.reduce(0) { $0 + $1.count }
             let active = metrics.subscriptions.filter { $0.key != .expired && $0.key != .revoked }.values.reduce(0, +)
             for (label, value) in [
-                ("Purchases", String(purchased)), ("Refunded", String(refunded)), ("Live subscriptions", String(active)),
+                ("Purchases", String(purchased)), ("Refunded", String(refunded)),
+                ("Live subscriptions", String(active)),
                 ("Payments pending", String(metrics.pendingIntents)),
                 ("Webhook deliveries failed", String(metrics.webhookDeliveries["failed"] ?? 0)),
                 ("Event log head", String(metrics.eventLogHead)),
@@ -43,7 +44,9 @@ extension AdminConsole {
             }
             html.raw("</div>")
             html.element("h2", "Revenue per day (UTC), last 30 days")
-            if activity.revenue.isEmpty { html.element("p", "No revenue in these days.", attributes: "class=\"empty\"") }
+            if activity.revenue.isEmpty {
+                html.element("p", "No revenue in these days.", attributes: "class=\"empty\"")
+            }
             for currency in activity.revenue.keys.sorted() {
                 let values = activity.revenue[currency] ?? []
                 html.element("h3", "\(currency): \(Self.money(values.reduce(0, &+), currency)) in 30 days")
@@ -92,7 +95,8 @@ extension AdminConsole {
                     if let intro = product.introductoryOffer { offers.insert("intro: \(intro.id)", at: 0) }
                     return [
                         product.id, "\(product.type)", product.title, "\(product.price) \(product.currency)",
-                        product.subscriptionPeriod.map { "\($0)" } ?? "", product.subscriptionPeriod == nil
+                        product.subscriptionPeriod.map { "\($0)" } ?? "",
+                        product.subscriptionPeriod == nil
                             ? "" : product.subscriptionGroup,
                         offers.joined(separator: ", "),
                     ]
@@ -111,7 +115,10 @@ extension AdminConsole {
                 found = try await ledger.offload { () -> (AccountRecord, [TransactionRecord], [SubscriptionRecord])? in
                     let accountID = try ledger.transaction(id: query)?.accountID ?? query
                     guard let account = try ledger.account(id: accountID) else { return nil }
-                    return (account, try ledger.transactions(accountID: accountID), try ledger.subscriptions(accountID: accountID))
+                    return (
+                        account, try ledger.transactions(accountID: accountID),
+                        try ledger.subscriptions(accountID: accountID)
+                    )
                 }
                 notFound = found == nil
             } catch {
@@ -124,13 +131,16 @@ extension AdminConsole {
                 "<input type=\"text\" name=\"q\" placeholder=\"account or transaction id\" value=\"\(HTML.escape(query ?? ""))\" maxlength=\"200\" required>"
             )
             html.raw("<button type=\"submit\">Find</button></form>")
-            if notFound { html.element("p", "No account or transaction \(query ?? "").", attributes: "class=\"flash error\"") }
+            if notFound {
+                html.element("p", "No account or transaction \(query ?? "").", attributes: "class=\"flash error\"")
+            }
             guard let found else { return }
             let account = found.account
             html.element("h2", "Account \(account.id)")
             html.element(
                 "p",
-                "Payments \(account.paymentsAllowed ? "allowed" : "disabled") · credit balance \(account.creditBalance)")
+                "Payments \(account.paymentsAllowed ? "allowed" : "disabled") · credit balance \(account.creditBalance)"
+            )
             html.element("h2", "Transactions")
             html.raw("<table><thead><tr>")
             for header in ["id", "product", "state", "purchased", "price", "revoked", ""] { html.element("th", header) }
@@ -159,7 +169,8 @@ extension AdminConsole {
                 ["original transaction", "product", "state", "auto-renew", "expires", "periods paid"],
                 found.subscriptions.map {
                     [
-                        $0.originalID, $0.productID, "\($0.state)", $0.willAutoRenew ? "on" : "off", formatTime($0.expiresMs),
+                        $0.originalID, $0.productID, "\($0.state)", $0.willAutoRenew ? "on" : "off",
+                        formatTime($0.expiresMs),
                         String($0.periodsPaid),
                     ]
                 })
@@ -170,7 +181,9 @@ extension AdminConsole {
 
     func refunds(_ stateName: String, session: Session, cookie: String) async -> Response {
         let ledger = store.ledger
-        let state = [RefundRequest.State.pending, .granted, .denied].first { "\($0)".lowercased() == stateName.lowercased() } ?? .pending
+        let state =
+            [RefundRequest.State.pending, .granted, .denied].first { "\($0)".lowercased() == stateName.lowercased() }
+            ?? .pending
         let page: RefundRequestPage
         do {
             page = try await ledger.offload { try ledger.refundRequests(state: state, limit: 200) }
@@ -180,7 +193,8 @@ extension AdminConsole {
         return self.page("Refund requests", session: session, cookie: cookie) { html in
             html.raw("<p>")
             for one in [RefundRequest.State.pending, .granted, .denied] {
-                html.raw("<a href=\"/refunds?state=\("\(one)".lowercased())\">\(HTML.escape("\(one)".lowercased()))</a> ")
+                html.raw(
+                    "<a href=\"/refunds?state=\("\(one)".lowercased())\">\(HTML.escape("\(one)".lowercased()))</a> ")
             }
             html.raw("</p>")
             html.element("h2", "\("\(state)".lowercased()) (\(page.requests.count)\(page.hasMore ? "+" : ""))")
@@ -249,7 +263,9 @@ extension AdminConsole {
                 html.raw("</td></tr>")
             }
             html.raw("</tbody></table>")
-            if found.0.isEmpty { html.element("p", "No webhooks (kiosk-store webhook add).", attributes: "class=\"empty\"") }
+            if found.0.isEmpty {
+                html.element("p", "No webhooks (kiosk-store webhook add).", attributes: "class=\"empty\"")
+            }
             html.element("h2", "Deliveries\(state.map { " (\($0.rawValue))" } ?? ""), newest first")
             html.raw("<p><a href=\"/webhooks\">all</a> ")
             for one in WebhookDelivery.State.allCases {
@@ -304,7 +320,8 @@ extension AdminConsole {
                 html.raw("<tr>")
                 html.element("td", key.id)
                 html.element("td", formatTime(key.notBeforeMs))
-                html.element("td", key.isRetired ? formatTime(key.notAfterMs) : (index == found.0.count - 1 ? "active" : ""))
+                html.element(
+                    "td", key.isRetired ? formatTime(key.notAfterMs) : (index == found.0.count - 1 ? "active" : ""))
                 html.raw("<td>")
                 if index < found.0.count - 1 && !key.isRetired {
                     html.postButton(
@@ -361,7 +378,8 @@ extension AdminConsole {
                 ["event", "when", "who", "type", "account", "transaction", "what"],
                 events.map {
                     [
-                        String($0.id), formatTime($0.createdMs), $0.actor, $0.type.shortName, $0.accountID, $0.transactionID,
+                        String($0.id), formatTime($0.createdMs), $0.actor, $0.type.shortName, $0.accountID,
+                        $0.transactionID,
                         $0.reason,
                     ]
                 })

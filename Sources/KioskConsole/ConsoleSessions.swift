@@ -52,7 +52,8 @@ final class ConsoleSessions: Sendable {
         let id = Self.token()
         sessions.withLockedValue { sessions in
             sessions = sessions.filter { !expired($0.value, nowMs) }
-            if sessions.count >= maxSessions, let oldest = sessions.min(by: { $0.value.createdMs < $1.value.createdMs }) {
+            if sessions.count >= maxSessions, let oldest = sessions.min(by: { $0.value.createdMs < $1.value.createdMs })
+            {
                 sessions.removeValue(forKey: oldest.key)
             }
             sessions[id] = Session(
@@ -100,9 +101,8 @@ final class ConsoleSessions: Sendable {
     /// Sessions open now (expired ones not counted).
     func count(nowMs: Int64) -> Int { sessions.withLockedValue { $0.values.filter { !expired($0, nowMs) }.count } }
 
-    /// Notes a failed sign-in from `address`; true when it may try again (fewer than `limit` failures within the
-    /// last minute).
-    func noteFailure(from address: String, nowMs: Int64, limit: Int) {
+    /// Notes a failed sign-in from `address` (its failures older than a minute are forgotten).
+    func noteFailure(from address: String, nowMs: Int64) {
         failures.withLockedValue { failures in
             if failures.count > 10_000 { failures = failures.filter { $0.value.contains { nowMs - $0 < 60_000 } } }
             failures[address, default: []] = (failures[address] ?? []).filter { nowMs - $0 < 60_000 } + [nowMs]

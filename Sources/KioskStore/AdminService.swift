@@ -47,7 +47,8 @@ public struct AdminService: RPCService {
             }
             return try await store.refund(transactionID: request.transactionID, reason: request.reason).message
         }
-        register("ListRefundRequests", StoreV1.ListRefundRequestsRequest.self, StoreV1.ListRefundRequestsResponse.self) { request in
+        register("ListRefundRequests", StoreV1.ListRefundRequestsRequest.self, StoreV1.ListRefundRequestsResponse.self)
+        { request in
             try request.checkLimits()
             guard
                 let state = request.state == .unspecified

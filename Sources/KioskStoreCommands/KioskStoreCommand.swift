@@ -413,7 +413,8 @@ struct Serve: AsyncParsableCommand {
                 "kiosk-store Stripe webhooks on \(tls == nil ? "http" : "https")://\(stripeWebhookHost):\($0.port)\(StripeWebhookServer.path)\n"
             } ?? "")
             + (operatorEndpoint.map { "kiosk-store metrics on http://127.0.0.1:\($0.port)/metrics\n" } ?? "")
-            + (console.map { "kiosk-store console on \(tls == nil ? "http" : "https")://\(consoleHost):\($0.port)/\n" } ?? "")
+            + (console.map { "kiosk-store console on \(tls == nil ? "http" : "https")://\(consoleHost):\($0.port)/\n" }
+                ?? "")
         try await ServiceHosting.serve(
             announce: { FileHandle.standardOutput.write(Data(banner.utf8)) },
             shutdown: {

@@ -76,7 +76,8 @@ import Testing
             var stranger = Browser(fixture)
             let form = try await stranger.get("/signin")
             stranger.cookies = [:]
-            let forged = try await stranger.post("/signin", [("csrf", try #require(form.csrf)), ("credential", fixture.admin.secret)])
+            let forged = try await stranger.post(
+                "/signin", [("csrf", try #require(form.csrf)), ("credential", fixture.admin.secret)])
             #expect(forged.status == 403 && stranger.cookies[AdminConsole.cookieName] == nil)
         }
     }
@@ -113,7 +114,8 @@ import Testing
             let token = try #require(try await browser.get("/keys").csrf)
             #expect(try await browser.post("/keys/rotate", []).status == 403)
             #expect(try await browser.post("/keys/rotate", [("csrf", String(token.reversed()))]).status == 403)
-            #expect(try await browser.post("/keys/rotate", [("csrf", token)], origin: "https://evil.example").status == 403)
+            #expect(
+                try await browser.post("/keys/rotate", [("csrf", token)], origin: "https://evil.example").status == 403)
             #expect(try fixture.store.publicKeys().count == keys)
             let done = try await browser.post("/keys/rotate", [("csrf", token)])
             #expect(done.status == 303 && done.location == "/keys")
@@ -156,7 +158,8 @@ import Testing
             // Denied: REFUND_DENIED names the operator.
             let (other, second) = try await fixture.purchase("credits.5")
             _ = try await store.requestRefund(accountID: other.id, transactionID: second, reason: "")
-            _ = try await browser.post("/refunds/deny", [("csrf", token), ("transaction_id", second), ("reason", "used")])
+            _ = try await browser.post(
+                "/refunds/deny", [("csrf", token), ("transaction_id", second), ("reason", "used")])
             let denied = try await store.ledger.events(after: 0, accountID: other.id, types: [.refundDenied])
             #expect(denied.map(\.actor) == [actor])
 
@@ -180,9 +183,11 @@ import Testing
 
             // Bad input: refused with a reason, nothing done.
             let count = try store.publicKeys().count
-            _ = try await browser.post("/keys/retire", [("csrf", token), ("key_id", String(repeating: "k", count: 500))])
+            _ = try await browser.post(
+                "/keys/retire", [("csrf", token), ("key_id", String(repeating: "k", count: 500))])
             _ = try await browser.post("/credentials/create", [("csrf", token), ("role", "account"), ("name", "x")])
-            _ = try await browser.post("/refunds/grant", [("csrf", token), ("transaction_id", "tx_none"), ("reason", "r")])
+            _ = try await browser.post(
+                "/refunds/grant", [("csrf", token), ("transaction_id", "tx_none"), ("reason", "r")])
             #expect(try await browser.get("/refunds").body.contains("Not done: "))
             #expect(try store.publicKeys().count == count)
 

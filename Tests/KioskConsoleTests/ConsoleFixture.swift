@@ -131,7 +131,9 @@ struct Browser {
         text.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
     }
 
-    mutating func send(_ method: HTTPMethod, _ path: String, body: String? = nil, origin: String? = nil)
+    mutating func send(
+        _ method: HTTPMethod, _ path: String, body: String? = nil, origin: String? = nil
+    )
         async throws -> Answer
     {
         var request = HTTPClientRequest(url: fixture.base + path)
@@ -151,7 +153,9 @@ struct Browser {
             let pair = header.split(separator: ";")[0].split(separator: "=", maxSplits: 1)
             let name = String(pair[0])
             let value = pair.count > 1 ? String(pair[1]) : ""
-            if value.isEmpty || header.contains("Max-Age=0") { cookies.removeValue(forKey: name) } else {
+            if value.isEmpty || header.contains("Max-Age=0") {
+                cookies.removeValue(forKey: name)
+            } else {
                 cookies[name] = value
             }
         }

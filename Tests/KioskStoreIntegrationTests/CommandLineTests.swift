@@ -68,6 +68,24 @@ import Testing
                 try ReceiptV1.SignedReceipt(serializedBytes: fresh.signedReceipt).keyID == entries.last?["key_id"]
                     as? String)
             #expect(try await store.verify(fresh.signedReceipt, token: token).status == 0)
+
+            // Each command is the operator's doing, in the ledger: the refund's event and an OPERATOR_ACTION for each
+            // command that records nothing of its own, all naming the user who ran them; the serving store's own
+            // events (the purchases) name no one.
+            let user = ProcessInfo.processInfo.environment["USER"] ?? ProcessInfo.processInfo.environment["LOGNAME"]
+            let cli = "kiosk-store (\(user ?? "uid \(getuid())"))"
+            let refunded = try await store.store.ledger.events(after: 0, accountID: accountID, types: [.refunded])
+            #expect(refunded.map(\.actor) == [cli])
+            let actions = try await store.store.ledger.events(after: 0, types: [.operatorAction])
+            #expect(actions.allSatisfy { $0.actor == cli })
+            #expect(
+                actions.map(\.reason).filter { !$0.hasPrefix("rotated") } == [
+                    "created account \(accountID) (payments disabled)", "allowed payments of account \(accountID)",
+                    "created service credential \(fields["id"] ?? "?") (role content, named cdn-1)",
+                ])
+            #expect(actions.filter { $0.reason.hasPrefix("rotated") }.count == 1)
+            let purchases = try await store.store.ledger.events(after: 0, accountID: accountID, types: [.purchased])
+            #expect(!purchases.isEmpty && purchases.allSatisfy { $0.actor.isEmpty })
         }
     }
 

@@ -52,7 +52,7 @@ import Testing
     @Test func aBuyerAsksAndAnOperatorGrantsOrDenies() async throws {
         try await StoreFixture.with { fixture in
             let buyer = try fixture.newAccount()
-            let admin = try fixture.store.createServiceCredential(role: .admin, name: "ops").secret
+            let (adminID, admin) = try fixture.store.createServiceCredential(role: .admin, name: "ops")
             let credits = try #require(try await fixture.buy("credits.5", token: buyer).transaction)
             let filter = try #require(try await fixture.buy("filter.sepia", token: buyer).transaction)
 
@@ -102,6 +102,9 @@ import Testing
                     credits.transactionID, filter.transactionID, credits.transactionID, filter.transactionID,
                 ])
             #expect(events.map(\.reason) == ["it did not work", "bought by mistake", "goodwill", "used for a month"])
+            // The operator's decisions name them, signed on the wire; the buyer's requests name no one.
+            let operatorName = "admin-rpc \(adminID) (ops)"
+            #expect(events.map(\.actor) == ["", "", operatorName, operatorName])
 
             // Refused, nothing recorded: a decided request decided again; another account's transaction; an unknown one;
             // a reason too long; one deferred; one refunded without a request; an account at the Admin service.
