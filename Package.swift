@@ -308,7 +308,7 @@ let package = Package(
         .testTarget(
             name: "KioskConsoleTests",
             dependencies: [
-                "KioskConsole", "KioskStore", "KioskRPC", "KioskStoreTestSupport",
+                "KioskConsole", "KioskStore", "KioskRPC", "KioskStoreTestSupport", "KioskTesting", "Kiosk",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]

@@ -39,10 +39,19 @@ public final class AdminConsole: Sendable {
         public init() {}
     }
 
-    /// The session cookie's name.
+    /// The session cookie's name over plaintext (loopback).
     public static let cookieName = "kiosk_console"
+    /// The session cookie's name over TLS: the `__Host-` prefix makes a browser keep it only when it is `Secure`,
+    /// has `Path=/` and no `Domain`, so no other site or port can set it.
+    public static let secureCookieName = "__Host-kiosk_console"
+
+    /// The session cookie's name when served with `secure` (TLS) or not.
+    public static func sessionCookieName(secure: Bool) -> String { secure ? secureCookieName : cookieName }
+
     /// The sign-in form's CSRF cookie (set before there is a session).
-    static let signInCookieName = "kiosk_console_signin"
+    static func signInCookieName(secure: Bool) -> String {
+        secure ? "__Host-kiosk_console_signin" : "kiosk_console_signin"
+    }
 
     let store: Store
     let configuration: Configuration
@@ -105,18 +114,25 @@ public final class AdminConsole: Sendable {
         if path == "/favicon.ico" { return .text(404, "no icon") }
         if path == "/signin" {
             if method == .POST { return await signIn(request, secure: secure) }
-            return signInPage(secure: secure, token: Self.signInToken(request))
+            return signInPage(secure: secure, token: Self.signInToken(request, secure: secure))
         }
         guard method == .GET || method == .HEAD || method == .POST else { return .text(405, "GET or POST only") }
-        let cookie = cookies(request.head.headers.first(name: "Cookie"))[Self.cookieName]
+        let cookie = cookies(request.head.headers.first(name: "Cookie"))[Self.sessionCookieName(secure: secure)]
         guard let session = sessions.session(cookie, nowMs: nowMs), let cookie else {
             return method == .POST ? .text(403, "sign in first (/signin)") : redirect("/signin")
         }
-        // The session's credential must still be an admin's: revoking it ends its sessions.
-        guard await credentialIsLive(session.credentialID) else {
+        // The session's credential must still be an admin's: revoking it ends its sessions. A ledger that does not
+        // answer ends none.
+        switch await credentialIsLive(session.credentialID) {
+        case true?: break
+        case false?:
             sessions.end(cookie)
             return redirect("/signin")
+        case nil:
+            return .text(503, "the ledger did not answer; try again")
         }
+        // A HEAD gets the headers only, and takes nothing (a message left for the next page stays).
+        if method == .HEAD { return .init(status: 200, contentType: "text/html; charset=utf-8", body: []) }
         if method == .POST {
             guard sameOrigin(request), let form = Optional(FormData(String(decoding: request.body, as: UTF8.self))),
                 let token = form["csrf"], ConsoleSessions.equal(token, session.csrf)
@@ -128,7 +144,7 @@ public final class AdminConsole: Sendable {
                     )
                 }
             }
-            return await act(path, form, session: session, cookie: cookie)
+            return await act(path, form, session: session, cookie: cookie, secure: secure)
         }
         let query = FormData(request.query)
         switch path {
@@ -155,10 +171,11 @@ public final class AdminConsole: Sendable {
             || origin.hasPrefix("https://\(host)/")
     }
 
-    private func credentialIsLive(_ id: String) async -> Bool {
+    /// True while credential `id` is an admin's and not revoked; nil when the ledger did not answer.
+    private func credentialIsLive(_ id: String) async -> Bool? {
         let ledger = store.ledger
-        let credentials = try? await ledger.offload { try ledger.serviceCredentials() }
-        return credentials?.contains { $0.id == id && $0.revokedMs == 0 && $0.role == .admin } ?? false
+        guard let credentials = try? await ledger.offload({ try ledger.serviceCredentials() }) else { return nil }
+        return credentials.contains { $0.id == id && $0.revokedMs == 0 && $0.role == .admin }
     }
 
     func redirect(_ location: String, cookies: [String] = []) -> SideHTTPServer.Response {
@@ -174,8 +191,8 @@ public final class AdminConsole: Sendable {
     // MARK: Signing in
 
     /// The sign-in form's token the browser holds already (a page loaded twice, in two tabs, keeps one token).
-    private static func signInToken(_ request: SideHTTPServer.Request) -> String? {
-        let held = cookies(request.head.headers.first(name: "Cookie"))[signInCookieName]
+    private static func signInToken(_ request: SideHTTPServer.Request, secure: Bool) -> String? {
+        let held = cookies(request.head.headers.first(name: "Cookie"))[signInCookieName(secure: secure)]
         guard let held, held.utf8.count == 64, [UInt8](hex: held) != nil else { return nil }
         return held
     }
@@ -199,41 +216,45 @@ public final class AdminConsole: Sendable {
         html.raw("</main>")
         return Self.document(
             status: status, title: "Sign in", body: html.markup,
-            headers: [("Set-Cookie", cookie(Self.signInCookieName, token, secure: secure, maxAge: 900))])
+            headers: [("Set-Cookie", cookie(Self.signInCookieName(secure: secure), token, secure: secure, maxAge: 900))]
+        )
     }
 
     private func signIn(_ request: SideHTTPServer.Request, secure: Bool) async -> SideHTTPServer.Response {
         let started = ContinuousClock.now
         let address = request.remoteAddress ?? "unknown"
         let form = FormData(String(decoding: request.body, as: UTF8.self))
-        let expected = cookies(request.head.headers.first(name: "Cookie"))[Self.signInCookieName]
+        let held = Self.signInToken(request, secure: secure)
         var outcome: SideHTTPServer.Response
-        if sessions.isThrottled(address, nowMs: nowMs, limit: configuration.failedSignInsPerMinute) {
-            outcome = signInPage(
-                secure: secure, token: Self.signInToken(request),
-                error: "Too many failed sign-ins from this address; wait a minute.", status: 429)
-        } else if !sameOrigin(request) || expected == nil || form["csrf"] == nil
-            || !ConsoleSessions.equal(form["csrf"] ?? "", expected ?? "")
-        {
+        if !sameOrigin(request) || held == nil || !ConsoleSessions.equal(form["csrf"] ?? "", held ?? "") {
             outcome = signInPage(
                 secure: secure, error: "The sign-in form expired or came from elsewhere; try again.", status: 403)
         } else {
+            // Counted before the lookup, so that guesses sent at once count at once; forgiven if it was good.
+            let throttled = sessions.isThrottled(address, nowMs: nowMs, limit: configuration.failedSignInsPerMinute)
+            let attempt = sessions.noteFailure(from: address, nowMs: nowMs)
             // The lookup is by the secret's hash, whatever was typed: a good and a bad credential cost the same.
             let caller = try? await store.caller(token: form["credential"] ?? "-")
             if case .service(let credential)? = caller, credential.role == .admin {
+                // A good credential signs in even from an address that failed often: a guesser cannot lock the
+                // operators out (the secrets are 256-bit; the limit only answers guesses 429).
+                sessions.forgive(address, attempt)
                 let id = sessions.create(credentialID: credential.id, name: credential.name, nowMs: nowMs)
                 outcome = redirect(
                     "/",
                     cookies: [
-                        cookie(Self.cookieName, id, secure: secure, maxAge: sessions.lifetimeMs / 1000),
-                        cookie(Self.signInCookieName, "", secure: secure, maxAge: 0),
+                        cookie(
+                            Self.sessionCookieName(secure: secure), id, secure: secure,
+                            maxAge: sessions.lifetimeMs / 1000),
+                        cookie(Self.signInCookieName(secure: secure), "", secure: secure, maxAge: 0),
                     ])
-            } else {
-                sessions.noteFailure(from: address, nowMs: nowMs)
+            } else if throttled {
                 outcome = signInPage(
-                    secure: secure, token: Self.signInToken(request),
-                    error: "That is not an admin credential of this store.",
-                    status: 401)
+                    secure: secure, token: held, error: "Too many failed sign-ins from this address; wait a minute.",
+                    status: 429)
+            } else {
+                outcome = signInPage(
+                    secure: secure, token: held, error: "That is not an admin credential of this store.", status: 401)
             }
         }
         try? await Task.sleep(until: started + configuration.signInTime, clock: .continuous)

@@ -5,13 +5,15 @@ import KioskStore
 extension AdminConsole {
     /// A POST from a signed-in session whose CSRF token was checked: does the action as the session's operator,
     /// leaves what happened (or why not) for the next page, and redirects there (a reload does not act again).
-    func act(_ path: String, _ form: FormData, session: Session, cookie: String) async -> Response {
+    func act(_ path: String, _ form: FormData, session: Session, cookie: String, secure: Bool) async -> Response {
         let store = self.store
         let actor = "console \(session.credentialID) (\(session.credentialName))"
         var back = "/"
         if path == "/signout" {
             sessions.end(cookie)
-            return redirect("/signin", cookies: [self.cookie(Self.cookieName, "", secure: false, maxAge: 0)])
+            return redirect(
+                "/signin", cookies: [self.cookie(Self.sessionCookieName(secure: secure), "", secure: secure, maxAge: 0)]
+            )
         }
         do {
             switch path {
@@ -67,16 +69,22 @@ extension AdminConsole {
                 sessions.flash(cookie, "Revoked \(credentialID): its calls are refused from now on.")
             case "/credentials/create":
                 back = "/keys"
-                guard let role = form["role"].flatMap(CallerRole.init(rawValue:)), role != .account else {
-                    throw StoreError.invalid("role must be content or admin")
+                // Content credentials only: an admin credential is made on the store's host (`kiosk-store service
+                // create --role admin`), so a session taken over cannot leave itself a credential that outlives it.
+                guard form["role"] == "content" else {
+                    throw StoreError.invalid(
+                        "the console creates content credentials; make an admin credential with kiosk-store service create --role admin"
+                    )
                 }
                 guard let name = form["name"] else { throw StoreError.invalid("a name is required") }
                 let bounded = try Self.bounded(name, "name", 100)
                 let created = try await store.acting(as: actor) {
-                    try await store.ledger.offload { try store.createServiceCredential(role: role, name: bounded) }
+                    try await store.ledger.offload { try store.createServiceCredential(role: .content, name: bounded) }
                 }
-                // Shown on this answer only, never stored: the ledger keeps the secret's hash.
-                return await keys(session: session, cookie: cookie, secret: created)
+                // Shown once, on the page this redirects to (a reload does not create another); the ledger keeps
+                // only the secret's hash.
+                sessions.keepSecret(cookie, created)
+                sessions.flash(cookie, "Created \(created.id).")
             default:
                 return page("Not found", status: 404, session: session, cookie: cookie) { html in
                     html.element("p", "There is no action \(path).")

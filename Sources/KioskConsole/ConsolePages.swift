@@ -299,7 +299,7 @@ extension AdminConsole {
 
     // MARK: Keys and credentials
 
-    func keys(session: Session, cookie: String, secret: (id: String, secret: String)? = nil) async -> Response {
+    func keys(session: Session, cookie: String) async -> Response {
         let store = self.store
         let found: ([ReceiptPublicKey], [ServiceCredentialRecord])
         do {
@@ -307,6 +307,7 @@ extension AdminConsole {
         } catch {
             return failure(error, session: session, cookie: cookie)
         }
+        let secret = sessions.takeSecret(cookie)
         return page("Keys and credentials", session: session, cookie: cookie) { html in
             if let secret {
                 html.element("p", "Credential \(secret.id) created. Its secret is shown only now:")
@@ -355,11 +356,12 @@ extension AdminConsole {
             html.raw("</tbody></table>")
             html.raw("<form method=\"post\" action=\"/credentials/create\" class=\"inline\">")
             html.raw("<input type=\"hidden\" name=\"csrf\" value=\"\(HTML.escape(session.csrf))\">")
-            html.raw(
-                "<select name=\"role\"><option value=\"content\">content</option><option value=\"admin\">admin</option></select>"
-            )
+            html.raw("<input type=\"hidden\" name=\"role\" value=\"content\">")
             html.raw("<input type=\"text\" name=\"name\" placeholder=\"name\" maxlength=\"100\" required>")
-            html.raw("<button type=\"submit\">Create credential</button></form>")
+            html.raw("<button type=\"submit\">Create a content credential</button></form>")
+            html.element(
+                "p", "Admin credentials are made on the store's host: kiosk-store service create --role admin.",
+                attributes: "class=\"hint\"")
         }
     }
 

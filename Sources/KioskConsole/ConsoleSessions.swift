@@ -13,10 +13,13 @@ final class ConsoleSessions: Sendable {
         var lastSeenMs: Int64
         /// What the last action did (or why it was refused), shown once on the next page.
         var flash: (text: String, isError: Bool)?
+        /// A credential just created: its secret, shown on the next keys page only.
+        var secret: (id: String, secret: String)?
     }
 
     private let sessions = NIOLockedValueBox<[String: Session]>([:])
-    private let failures = NIOLockedValueBox<[String: [Int64]]>([:])
+    /// Sign-in failures by address within the last minute, numbered.
+    private let failures = NIOLockedValueBox<(next: Int, byAddress: [String: [(number: Int, at: Int64)]])>((0, [:]))
     let idleTimeoutMs: Int64
     let lifetimeMs: Int64
     let maxSessions: Int
@@ -90,6 +93,19 @@ final class ConsoleSessions: Sendable {
         }
     }
 
+    /// Takes the secret of the credential the session just created (shown once).
+    func takeSecret(_ id: String) -> (id: String, secret: String)? {
+        sessions.withLockedValue { sessions in
+            defer { sessions[id]?.secret = nil }
+            return sessions[id]?.secret
+        }
+    }
+
+    /// Keeps a created credential's secret for the session's next keys page.
+    func keepSecret(_ id: String, _ secret: (id: String, secret: String)) {
+        sessions.withLockedValue { $0[id]?.secret = secret }
+    }
+
     /// Leaves `text` for the session's next page.
     func flash(_ id: String, _ text: String, isError: Bool = false) {
         sessions.withLockedValue { $0[id]?.flash = (text, isError) }
@@ -101,16 +117,28 @@ final class ConsoleSessions: Sendable {
     /// Sessions open now (expired ones not counted).
     func count(nowMs: Int64) -> Int { sessions.withLockedValue { $0.values.filter { !expired($0, nowMs) }.count } }
 
-    /// Notes a failed sign-in from `address` (its failures older than a minute are forgotten).
-    func noteFailure(from address: String, nowMs: Int64) {
+    /// Notes a sign-in attempt from `address` as failed until ``forgive(_:_:)`` says otherwise (its failures older
+    /// than a minute are forgotten); returns the attempt's number.
+    func noteFailure(from address: String, nowMs: Int64) -> Int {
         failures.withLockedValue { failures in
-            if failures.count > 10_000 { failures = failures.filter { $0.value.contains { nowMs - $0 < 60_000 } } }
-            failures[address, default: []] = (failures[address] ?? []).filter { nowMs - $0 < 60_000 } + [nowMs]
+            if failures.byAddress.count > 10_000 {
+                failures.byAddress = failures.byAddress.filter { $0.value.contains { nowMs - $0.at < 60_000 } }
+            }
+            let number = failures.next
+            failures.next += 1
+            failures.byAddress[address] =
+                (failures.byAddress[address] ?? []).filter { nowMs - $0.at < 60_000 } + [(number, nowMs)]
+            return number
         }
+    }
+
+    /// The attempt `number` from `address` succeeded: it is not a failure.
+    func forgive(_ address: String, _ number: Int) {
+        failures.withLockedValue { $0.byAddress[address]?.removeAll { $0.number == number } }
     }
 
     /// True when `address` failed to sign in `limit` times within the last minute.
     func isThrottled(_ address: String, nowMs: Int64, limit: Int) -> Bool {
-        failures.withLockedValue { ($0[address] ?? []).filter { nowMs - $0 < 60_000 }.count >= limit }
+        failures.withLockedValue { ($0.byAddress[address] ?? []).filter { nowMs - $0.at < 60_000 }.count >= limit }
     }
 }

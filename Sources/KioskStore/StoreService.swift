@@ -215,8 +215,17 @@ public struct StoreService: RPCService {
             let page = try await store.listEvents(
                 after: request.since, limit: request.limit, accountID: accountID,
                 types: try Self.eventTypes(request.types))
+            // An account is not told which operator acted (their credential, their name): services are.
+            let events =
+                accountID == nil
+                ? page.events
+                : page.events.map { event -> EventRecord in
+                    var event = event
+                    event.actor = ""
+                    return event
+                }
             return StoreV1.ListEventsResponse(
-                events: try page.events.map(store.signed), cursor: page.cursor, hasMore: page.hasMore)
+                events: try events.map(store.signed), cursor: page.cursor, hasMore: page.hasMore)
         }
         router.registerUnary(
             Self.method("GetTransaction"), request: StoreV1.GetTransactionRequest.self,

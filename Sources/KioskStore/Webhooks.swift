@@ -88,9 +88,12 @@ extension Store {
         return try await ledger.write { db in
             let count = try db.redriveWebhookDeliveries(webhookID: webhookID, eventID: eventID, nowMs: nowMs)
             let scope = [webhookID.map { "webhook \($0)" }, eventID.map { "event \($0)" }].compactMap { $0 }
-            try db.recordOperatorAction(
-                "redrove \(count) failed webhook deliver\(count == 1 ? "y" : "ies")"
-                    + (scope.isEmpty ? "" : " (\(scope.joined(separator: ", ")))"), nowMs: nowMs)
+            // Nothing redriven, nothing done: no record.
+            if count > 0 {
+                try db.recordOperatorAction(
+                    "redrove \(count) failed webhook deliver\(count == 1 ? "y" : "ies")"
+                        + (scope.isEmpty ? "" : " (\(scope.joined(separator: ", ")))"), nowMs: nowMs)
+            }
             return count
         }
     }
@@ -254,7 +257,9 @@ extension Store {
                 return "event \(delivery.eventID) is not in the ledger"
             }
             event = found
-            body = try webhookBody(event)
+            // Signing may read the key list from the ledger (blocking): off the concurrency pool, whose few threads
+            // every delivery in flight would otherwise block on readers that need those threads to be let go.
+            body = try await ledger.blocking { try self.webhookBody(found) }
         } catch {
             return "\(error)"
         }

@@ -25,8 +25,11 @@ public struct KioskStoreCommand: AsyncParsableCommand {
     /// Who acts through the commands that administer a data dir: the events they record name the user
     /// (``Store/actingNow(as:_:)``).
     static var operatorName: String {
-        let environment = ProcessInfo.processInfo.environment
-        return "kiosk-store (\(environment["USER"] ?? environment["LOGNAME"] ?? "uid \(getuid())"))"
+        // The effective user from the system, not $USER (which anyone sets); under sudo, who ran it too.
+        let uid = geteuid()
+        let user = getpwuid(uid).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(uid)"
+        let sudo = ProcessInfo.processInfo.environment["SUDO_USER"].map { ", sudo from \($0)" } ?? ""
+        return "kiosk-store (\(user)\(sudo))"
     }
 
     /// Parses and runs the command, as ArgumentParser's own `main()` does, with every command but `serve` run as

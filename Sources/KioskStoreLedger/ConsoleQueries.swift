@@ -8,9 +8,10 @@ public struct DailyActivity: Hashable, Sendable {
     public var days: Int
     /// Purchases (and renewals) made each day, by day offset from ``firstDay``.
     public var purchases: [Int64]
-    /// Transactions revoked (refunded) each day.
+    /// Transactions revoked each day: refunds, disputes, and the old transaction of an upgrade.
     public var refunds: [Int64]
-    /// Revenue in minor units of each currency (ISO 4217 code) each day: what was charged, refunds not taken off.
+    /// Revenue in minor units of each currency (ISO 4217 code) each day: what was charged (unit price × quantity),
+    /// refunds not taken off.
     public var revenue: [String: [Int64]]
 
     /// A window of `days` days from `firstDay`, all zero.
@@ -37,7 +38,8 @@ extension Ledger {
             var activity = DailyActivity(firstDay: firstDay, days: days)
             for row in try db.fetchAll(
                 """
-                SELECT purchase_ms / \(Self.dayMs) AS day, currency, price, COUNT(*) AS n FROM transactions
+                SELECT purchase_ms / \(Self.dayMs) AS day, currency, price, COUNT(*) AS n, CAST(SUM(quantity) AS BIGINT) AS units
+                FROM transactions
                 WHERE state = ? AND purchase_ms >= ? GROUP BY 1, 2, 3
                 """, [Int64(TransactionState.purchased.rawValue), sinceMs])
             {
@@ -46,7 +48,8 @@ extension Ledger {
                 let count: Int64 = try row["n"]
                 activity.purchases[day] += count
                 guard let money = Money(decimal: try row["price"], currency: try row["currency"]) else { continue }
-                let amount = money.minorUnits.multipliedReportingOverflow(by: count)
+                // The unit price times the units bought.
+                let amount = money.minorUnits.multipliedReportingOverflow(by: try row["units"] as Int64)
                 guard !amount.overflow else { continue }
                 activity.revenue[money.currency, default: Array(repeating: 0, count: days)][day] &+= amount.partialValue
             }

@@ -83,7 +83,7 @@ extension LedgerDatabase {
     /// event in the write in progress saying `what` was done (to `accountID`, when to one account); outside one,
     /// nothing. The action and its record commit together.
     public func recordOperatorAction(_ what: String, accountID: String = "", nowMs: Int64) throws {
-        guard (WriteCause.current?.actor ?? OperatorScope.actor) != nil else { return }
+        guard (WriteCause.current.map { $0.actor } ?? OperatorScope.actor) != nil else { return }
         try appendEvent(EventRecord(type: .operatorAction, accountID: accountID, createdMs: nowMs, reason: what))
     }
 
@@ -118,8 +118,8 @@ extension LedgerDatabase {
             Int64(event.type.rawValue), event.accountID, event.transactionID, event.originalTransactionID,
             event.productID, event.createdMs, event.reason, Int64(clamping: event.creditShortfall), event.autoRenew,
             event.price, Int64(event.expirationReason.rawValue), cause?.requestID ?? "", cause?.traceParent ?? "",
-            // A write run on this task (not the group commit's thread) reads the operator's scope directly.
-            cause?.actor ?? OperatorScope.actor ?? "",
+            // A group write's cause says who acts; a write run on the calling task reads the operator's scope.
+            (cause.map { $0.actor } ?? OperatorScope.actor) ?? "",
         ]
     }
 

@@ -68,7 +68,9 @@ package final class GroupCommit: Sendable {
                 state.draining = true
                 return true
             }
-            if start { Task { await self.drain() } }
+            // Detached: the drain commits every process's writes, and must not carry the task-locals (the operator
+            // acting, `OperatorScope`) of the write that happened to start it.
+            if start { Task.detached { await self.drain() } }
         }
     }
 

@@ -145,6 +145,21 @@ public final class Ledger: Sendable {
         return try await backend.offload { try OperatorScope.$actor.withValue(actor) { try body() } }
     }
 
+    /// Runs `body`, which may block on this ledger's synchronous methods, on a thread outside Swift's concurrency
+    /// pool on every backend (``offload(_:)`` runs it in place on SQLite, which suits one short read on a request's
+    /// path). For work that runs many at once in the background (webhook deliveries): a blocking SQLite read waits
+    /// for a reader connection, and the async reads holding them need the concurrency pool's few threads to let
+    /// them go, so blocking all of those threads with such reads would wait forever.
+    package func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        guard sqlite != nil else { return try await offload(body) }
+        let actor = OperatorScope.actor
+        return try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try OperatorScope.$actor.withValue(actor) { try body() } })
+            }
+        }
+    }
+
     /// Calls `body` when another process commits a change the revocation feed follows
     /// (a revocation, a signing key added or retired, a service credential revoked), at once:
     /// PostgreSQL's NOTIFY. Nothing on SQLite, whose feed polls the data dir's file.
@@ -181,9 +196,11 @@ public final class Ledger: Sendable {
         let span: (any Span)? =
             tracer is NoOpTracer ? nil : tracer.startSpan("ledger.write", context: ServiceContext.current ?? .topLevel)
         // The body may run on the group commit's thread, outside this task: the cause goes with it.
-        var caused = body
-        if let cause = WriteCause.capture(span: span) {
-            caused = { db in try WriteCause.$current.withValue(cause) { try body(db) } }
+        // Always a cause, empty when there is none: the body's events then never read the group commit thread's own
+        // task-locals for one.
+        let cause = WriteCause.capture(span: span) ?? WriteCause(requestID: "", traceParent: "")
+        let caused: @Sendable (any LedgerDatabase) throws -> T = { db in
+            try WriteCause.$current.withValue(cause) { try body(db) }
         }
         let result: T
         do {

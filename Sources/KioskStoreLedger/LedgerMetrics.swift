@@ -37,7 +37,7 @@ extension Ledger {
             for row in try db.fetchAll(
                 """
                 SELECT state, product_type, CASE WHEN revoked_ms <> 0 THEN 1 ELSE 0 END AS revoked, currency, price,
-                  COUNT(*) AS n
+                  COUNT(*) AS n, CAST(SUM(quantity) AS BIGINT) AS units
                 FROM transactions GROUP BY 1, 2, 3, 4, 5
                 """)
             {
@@ -61,7 +61,9 @@ extension Ledger {
                 let currency: String = try row["currency"]
                 let price: String = try row["price"]
                 guard let money = Money(decimal: price, currency: currency) else { continue }
-                let amount = money.minorUnits.multipliedReportingOverflow(by: count)
+                // A transaction's price is its unit price: a consumable bought several at once is that many units.
+                let units: Int64 = try row["units"]
+                let amount = money.minorUnits.multipliedReportingOverflow(by: units)
                 guard !amount.overflow else { continue }
                 if revoked {
                     metrics.refundedMinorUnits[money.currency, default: 0] &+= amount.partialValue

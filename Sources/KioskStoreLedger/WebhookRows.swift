@@ -78,12 +78,7 @@ extension LedgerDatabase {
             sql += " AND event_id = ?"
             arguments.append(Int64(clamping: eventID))
         }
-        try execute(sql, arguments)
-        return try value(
-            Int64.self,
-            "SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_ms = ? AND attempts = 0",
-            [nowMs]
-        ).map(Int.init) ?? 0
+        return try execute(sql, arguments)
     }
 
     public func leastEnqueuedThrough() throws -> UInt64? {

@@ -72,8 +72,10 @@ import Testing
             // Each command is the operator's doing, in the ledger: the refund's event and an OPERATOR_ACTION for each
             // command that records nothing of its own, all naming the user who ran them; the serving store's own
             // events (the purchases) name no one.
-            let user = ProcessInfo.processInfo.environment["USER"] ?? ProcessInfo.processInfo.environment["LOGNAME"]
-            let cli = "kiosk-store (\(user ?? "uid \(getuid())"))"
+            let user =
+                getpwuid(geteuid()).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(geteuid())"
+            let sudo = ProcessInfo.processInfo.environment["SUDO_USER"].map { ", sudo from \($0)" } ?? ""
+            let cli = "kiosk-store (\(user)\(sudo))"
             let refunded = try await store.store.ledger.events(after: 0, accountID: accountID, types: [.refunded])
             #expect(refunded.map(\.actor) == [cli])
             let actions = try await store.store.ledger.events(after: 0, types: [.operatorAction])

@@ -105,6 +105,12 @@ import Testing
             // The operator's decisions name them, signed on the wire; the buyer's requests name no one.
             let operatorName = "admin-rpc \(adminID) (ops)"
             #expect(events.map(\.actor) == ["", "", operatorName, operatorName])
+            // The buyer reads the same events without the operator's name.
+            let own = try await fixture.call(
+                "ListEvents", StoreV1.ListEventsRequest(types: [.refunded, .refundDenied]),
+                as: StoreV1.ListEventsResponse.self, token: buyer)
+            let ownEvents = try own.events.map { try $0.verified(with: try fixture.store.publicKeys()) }
+            #expect(ownEvents.count == 2 && ownEvents.allSatisfy { $0.actor.isEmpty })
 
             // Refused, nothing recorded: a decided request decided again; another account's transaction; an unknown one;
             // a reason too long; one deferred; one refunded without a request; an account at the Admin service.
