@@ -56,19 +56,15 @@ public final class AdminConsole: Sendable {
     let store: Store
     let configuration: Configuration
     let sessions: ConsoleSessions
-    private let server = NIOLockedValueBoxHolder()
+    private let server = NIOLockedValueBox<SideHTTPServer?>(nil)
 
     /// A console for `store`; ``start(host:port:tls:)`` listens.
     public init(store: Store, configuration: Configuration = Configuration()) {
         self.store = store
         self.configuration = configuration
         sessions = ConsoleSessions(
-            idleTimeoutMs: Self.milliseconds(configuration.idleTimeout),
-            lifetimeMs: Self.milliseconds(configuration.sessionLifetime), maxSessions: configuration.maxSessions)
-    }
-
-    static func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+            idleTimeoutMs: configuration.idleTimeout.wholeMilliseconds,
+            lifetimeMs: configuration.sessionLifetime.wholeMilliseconds, maxSessions: configuration.maxSessions)
     }
 
     /// Listens on `host`:`port` (0: a port the system picks; see ``port``), HTTPS with `tls` (then the cookie is
@@ -84,14 +80,14 @@ public final class AdminConsole: Sendable {
             return response
         }
         try await http.start(host: host, port: port, tls: tls)
-        server.set(http)
+        server.withLockedValue { $0 = http }
     }
 
     /// The port listened on (0 before ``start(host:port:tls:group:)``).
-    public var port: Int { server.get()?.port ?? 0 }
+    public var port: Int { server.withLockedValue { $0 }?.port ?? 0 }
 
     /// Stops listening and closes open connections.
-    public func shutdown() async { await server.get()?.shutdown() }
+    public func shutdown() async { await server.withLockedValue { $0 }?.shutdown() }
 
     /// Sent with every answer: no script, no framing, nothing cached, no referrer to another site (a same-origin
     /// policy, not `no-referrer`: with that, browsers send `Origin: null` on the forms' POSTs).
@@ -328,11 +324,4 @@ public final class AdminConsole: Sendable {
         .card b{display:block;font-size:20px}.chart{background:#fff;border:1px solid #ddd;max-width:100%;height:auto}
         .legend .key{margin-right:12px}.secret{font-family:monospace;background:#fff3cd;padding:8px;word-break:break-all}
         """
-}
-
-/// Holds the console's server once started.
-final class NIOLockedValueBoxHolder: Sendable {
-    private let box = NIOLockedValueBox<SideHTTPServer?>(nil)
-    func set(_ server: SideHTTPServer) { box.withLockedValue { $0 = server } }
-    func get() -> SideHTTPServer? { box.withLockedValue { $0 } }
 }

@@ -7,7 +7,7 @@ extension AdminConsole {
     /// leaves what happened (or why not) for the next page, and redirects there (a reload does not act again).
     func act(_ path: String, _ form: FormData, session: Session, cookie: String, secure: Bool) async -> Response {
         let store = self.store
-        let actor = "console \(session.credentialID) (\(session.credentialName))"
+        let actor = Store.actorName(via: "console", credentialID: session.credentialID, name: session.credentialName)
         var back = "/"
         if path == "/signout" {
             sessions.end(cookie)

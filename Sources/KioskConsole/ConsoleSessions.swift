@@ -1,3 +1,4 @@
+import KioskAPI
 import NIOConcurrencyHelpers
 
 /// The console's signed-in sessions, in the store process's memory: a session ends when signed out, after
@@ -33,10 +34,7 @@ final class ConsoleSessions: Sendable {
     /// 32 random bytes as hex.
     static func token() -> String {
         var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in
-            let byte = UInt8.random(in: 0...255, using: &generator)
-            return String(byte, radix: 16).count == 1 ? "0" + String(byte, radix: 16) : String(byte, radix: 16)
-        }.joined()
+        return (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }.hexString
     }
 
     /// True when `a` and `b` are equal, in a time that depends on their lengths only.
@@ -113,9 +111,6 @@ final class ConsoleSessions: Sendable {
 
     /// Ends session `id`.
     func end(_ id: String) { _ = sessions.withLockedValue { $0.removeValue(forKey: id) } }
-
-    /// Sessions open now (expired ones not counted).
-    func count(nowMs: Int64) -> Int { sessions.withLockedValue { $0.values.filter { !expired($0, nowMs) }.count } }
 
     /// Notes a sign-in attempt from `address` as failed until ``forgive(_:_:)`` says otherwise (its failures older
     /// than a minute are forgotten); returns the attempt's number.

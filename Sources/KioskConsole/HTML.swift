@@ -119,16 +119,11 @@ func cookies(_ header: String?) -> [String: String] {
 /// A date and time for a table: UTC, to the second; "—" for none (0).
 func formatTime(_ ms: Int64) -> String {
     guard ms > 0 else { return "—" }
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime]
-    return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    return Date(timeIntervalSince1970: Double(ms) / 1000).formatted(.iso8601)
 }
 
 /// A day (days since 1970, UTC) as `MM-DD`.
 func formatDay(_ day: Int64) -> String {
-    let formatter = DateFormatter()
-    formatter.timeZone = TimeZone(identifier: "UTC")
-    formatter.locale = Locale(identifier: "en_US_POSIX")
-    formatter.dateFormat = "MM-dd"
-    return formatter.string(from: Date(timeIntervalSince1970: Double(day) * 86_400))
+    // "2026-11-29" less its year.
+    String(Date(timeIntervalSince1970: Double(day) * 86_400).formatted(.iso8601.year().month().day()).dropFirst(5))
 }

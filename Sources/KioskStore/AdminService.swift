@@ -35,7 +35,9 @@ public struct AdminService: RPCService {
                 guard case .service(let credential)? = context.principal as? Caller else {
                     throw RPCError(.unauthenticated, "the call was not authenticated as an admin credential")
                 }
-                return try await store.acting(as: Store.actorName(via: "admin-rpc", credential: credential)) {
+                return try await store.acting(
+                    as: Store.actorName(via: "admin-rpc", credentialID: credential.id, name: credential.name)
+                ) {
                     try await handler(request)
                 }
             }

@@ -9,13 +9,8 @@ extension Store {
         try await OperatorScope.$actor.withValue(OperatorScope.bounded(actor)) { try await body() }
     }
 
-    /// Runs `body` as ``acting(as:_:)`` does, for synchronous work (`kiosk-store`'s commands on the data dir).
-    public func actingNow<T>(as actor: String, _ body: () throws -> T) rethrows -> T {
-        try OperatorScope.$actor.withValue(OperatorScope.bounded(actor)) { try body() }
-    }
-
     /// How an operator is named in the events: how they acted, then their service credential.
-    public static func actorName(via: String, credential: ServiceCredentialRecord) -> String {
-        "\(via) \(credential.id) (\(credential.name))"
+    public static func actorName(via: String, credentialID: String, name: String) -> String {
+        "\(via) \(credentialID) (\(name))"
     }
 }

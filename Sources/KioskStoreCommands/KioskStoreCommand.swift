@@ -23,7 +23,7 @@ public struct KioskStoreCommand: AsyncParsableCommand {
         ])
 
     /// Who acts through the commands that administer a data dir: the events they record name the user
-    /// (``Store/actingNow(as:_:)``).
+    /// (``OperatorScope``).
     static var operatorName: String {
         // The effective user from the system, not $USER (which anyone sets); under sudo, who ran it too.
         let uid = geteuid()

@@ -112,6 +112,24 @@ import Testing
         }
     }
 
+    @Test func sessionsAreCappedAndTheOldestGoesFirst() async throws {
+        var configuration = AdminConsole.Configuration.fast
+        configuration.maxSessions = 2
+        try await ConsoleFixture.with(configuration: configuration) { fixture in
+            var first = Browser(fixture)
+            var second = Browser(fixture)
+            var third = Browser(fixture)
+            try await first.signIn(fixture.admin.secret)
+            fixture.clock.advance(byMs: 1)
+            try await second.signIn(fixture.admin.secret)
+            fixture.clock.advance(byMs: 1)
+            try await third.signIn(fixture.admin.secret)
+            #expect(try await first.get("/").location == "/signin", "the oldest of three, over a cap of two")
+            #expect(try await second.get("/").status == 200)
+            #expect(try await third.get("/").status == 200)
+        }
+    }
+
     @Test func aPostWithoutTheTokenOrFromAnotherOriginDoesNothing() async throws {
         try await ConsoleFixture.with { fixture in
             var browser = Browser(fixture)

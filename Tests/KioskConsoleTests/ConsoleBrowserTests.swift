@@ -98,7 +98,9 @@ import Testing
                 break
             }
         }
-        #expect(refused != nil, "the content service still serves the refunded book")
+        #expect(
+            (refused as? KioskError)?.code == .downloadRefused,
+            "the content service refuses the refunded book: \(String(describing: refused))")
         await console.shutdown()
         await session.shutdown()
     }
