@@ -42,6 +42,7 @@ public final class KioskClient: Sendable {
     let content: RPCClient
     private let journal: PaymentJournal
     private let updates = TransactionBroadcast()
+    private let entitlementChanges = EntitlementBroadcast()
     private let state = NIOLockedValueBox(SyncState())
     private let wakeRequested = NIOLockedValueBox(false)
 
@@ -103,6 +104,7 @@ public final class KioskClient: Sendable {
         signal()
         await task?.value
         updates.finish()
+        entitlementChanges.finish()
         await store.close()
         await content.close()
     }
@@ -532,6 +534,74 @@ public final class KioskClient: Sendable {
         }
     }
 
+    // MARK: Entitlements
+
+    /// The account's entitlements, by the store: `entitlements["pro"].isActive`. When the store cannot be reached
+    /// (``KioskError/Code-swift.struct/cannotConnect``), the copy kept in the state directory from the last answer,
+    /// with ``EntitlementInfos/isCached`` set and ``EntitlementInfos/confirmedDate`` saying when the store last
+    /// confirmed it; an entitlement in it stays active until its expiration date, by the time elapsed since.
+    /// - Throws: ``KioskError``; `cannotConnect` only when there is no copy for this account's token either.
+    public var entitlements: EntitlementInfos {
+        get async throws {
+            do {
+                return try await refreshEntitlements()
+            } catch let error as KioskError where error.isConnectivity {
+                guard let cached = cachedEntitlements() else { throw error }
+                return cached.infos(localNowMs: Date().milliseconds)
+            }
+        }
+    }
+
+    /// The account's entitlements each time what is active changes: a purchase, a renewal that lapsed, a refund, an
+    /// expiry, a grant. The client looks whenever the account's events say an entitlement started or ended (the
+    /// background work reads them every ``KioskConfiguration/updatePollInterval``) and whenever ``entitlements`` is
+    /// read; a new listener first gets the last value seen, if any.
+    public var entitlementUpdates: AsyncStream<EntitlementInfos> { entitlementChanges.subscribe() }
+
+    /// Asks the store, keeps the answer in the state directory and tells ``entitlementUpdates`` listeners.
+    @discardableResult
+    private func refreshEntitlements() async throws -> EntitlementInfos {
+        let response = try await storeCall(
+            "Entitlements", StoreV1.EntitlementsRequest(), StoreV1.EntitlementsResponse.self,
+            doing: "reading entitlements")
+        let infos = EntitlementInfos(
+            active: Dictionary(
+                response.entitlements.map { ($0.entitlementID, Entitlement($0)) },
+                uniquingKeysWith: { first, _ in first }),
+            confirmedDate: Date(milliseconds: response.asOfMs), isCached: false)
+        let cached = CachedEntitlements(
+            accountID: tokenDigest, response: response, fetchedAtMs: Date().milliseconds)
+        if let data = try? JSONEncoder().encode(cached) {
+            do {
+                try PrivateFiles.writeAtomically(data, to: entitlementsPath)
+            } catch {
+                configuration.logger.debug("keeping the entitlements in the state directory failed: \(error)")
+            }
+        }
+        entitlementChanges.offer(infos)
+        return infos
+    }
+
+    /// The state directory's copy, when it is this token's.
+    private func cachedEntitlements() -> CachedEntitlements? {
+        guard let data = FileManager.default.contents(atPath: entitlementsPath),
+            let cached = try? JSONDecoder().decode(CachedEntitlements.self, from: data), cached.accountID == tokenDigest
+        else { return nil }
+        return cached
+    }
+
+    /// Where the last entitlements answer is kept.
+    private var entitlementsPath: String {
+        (configuration.stateDirectory as NSString).appendingPathComponent("entitlements.json")
+    }
+
+    /// What the entitlements copy is keyed by: the SHA-256 of the account token (the token itself is never written).
+    private var tokenDigest: String {
+        var hasher = SHA256Hasher()
+        hasher.update(Array(configuration.token.utf8))
+        return hasher.finalize().hexString
+    }
+
     /// Asks the store whether a receipt is real.
     public func verify(receipt: [UInt8]) async throws -> VerificationResult {
         let response = try await storeCall(
@@ -565,7 +635,8 @@ public final class KioskClient: Sendable {
         return listed.items.map { item in
             HostedProduct(
                 productID: item.productID, product: byID[item.productID], contentVersion: item.contentVersion,
-                size: item.originalSize, downloadSize: item.compressedSize, sha256: item.sha256, title: item.title)
+                size: item.originalSize, downloadSize: item.compressedSize, sha256: item.sha256, title: item.title,
+                entitlementID: item.entitlementID.isEmpty ? nil : item.entitlementID)
         }
     }
 
@@ -574,6 +645,17 @@ public final class KioskClient: Sendable {
     /// earlier (even by a crash) resumes from its last complete chunk.
     public func download(productID: String, transaction: Transaction, to directory: URL) -> KioskDownload {
         KioskDownload(client: self, productID: productID, receipt: transaction.signedReceipt, directory: directory)
+    }
+
+    /// Starts downloading the hosted file of `productID`, which the content service gates by an entitlement the
+    /// account holds (``HostedProduct/entitlementID``), with the receipt of the transaction that grants it.
+    /// - Throws: ``KioskError`` `notFound` when `entitlement` is not active.
+    public func download(productID: String, entitlement: Entitlement, to directory: URL) async throws -> KioskDownload {
+        guard entitlement.isActive, let transactionID = entitlement.transactionID else {
+            throw KioskError(.notFound, "the account does not hold the entitlement \(entitlement.id)")
+        }
+        let granting = try await transaction(id: transactionID)
+        return download(productID: productID, transaction: granting, to: directory)
     }
 
     // MARK: Background work
@@ -637,9 +719,11 @@ public final class KioskClient: Sendable {
         let save = { (cursor: UInt64) in
             try PrivateFiles.writeAtomically(Data("\(accountID) \(cursor)\n".utf8), to: self.eventCursorPath)
         }
+        var entitlementsChanged = false
         while true {
             let request = StoreV1.ListEventsRequest(
-                since: cursor, limit: 100, types: [.refunded, .refundReversed, .expired])
+                since: cursor, limit: 100,
+                types: [.refunded, .refundReversed, .expired, .entitlementStarted, .entitlementEnded])
             let page: StoreV1.ListEventsResponse
             do {
                 page = try await failingOver(store) {
@@ -653,7 +737,10 @@ public final class KioskClient: Sendable {
             if saved != nil {
                 for signed in page.events {
                     guard let event = try? StoreV1.Event(serializedBytes: signed.event) else { continue }
-                    if !event.transactionID.isEmpty {
+                    if event.type == .entitlementStarted || event.type == .entitlementEnded {
+                        // What is active now, once a page (the events tell that something changed, not all of it).
+                        entitlementsChanged = true
+                    } else if !event.transactionID.isEmpty {
                         do {
                             var transaction = try await self.transaction(id: event.transactionID)
                             if event.type == .expired { transaction.expirationReason = "\(event.expirationReason)" }
@@ -670,6 +757,10 @@ public final class KioskClient: Sendable {
             if page.cursor != cursor || saved == nil {
                 cursor = page.cursor
                 try save(cursor)
+            }
+            if entitlementsChanged {
+                entitlementsChanged = false
+                _ = try? await refreshEntitlements()
             }
             guard page.hasMore, !Task.isCancelled else { return }
         }

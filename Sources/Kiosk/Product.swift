@@ -48,6 +48,8 @@ public struct Product: Hashable, Sendable, Identifiable {
     public var subscriptionPeriod: String?
     /// Auto-renewable subscriptions: period, group, level, grace and billing retry.
     public var subscription: SubscriptionInfo?
+    /// The ids of the entitlements buying it grants (``KioskClient/entitlements``); none for consumables.
+    public var entitlements: [String]
 
     init(_ message: StoreV1.Product) {
         id = message.id
@@ -60,6 +62,7 @@ public struct Product: Hashable, Sendable, Identifiable {
         creditsPerUnit = message.creditsPerUnit
         maxQuantity = message.maxQuantity
         hostsContent = message.hostedContent
+        entitlements = message.entitlements
         subscriptionPeriod = message.subscriptionPeriod.isEmpty ? nil : message.subscriptionPeriod
         subscription =
             message.type == .autoRenewableSubscription
@@ -99,4 +102,7 @@ public struct HostedProduct: Hashable, Sendable, Identifiable {
     public var sha256: [UInt8]
     /// The content service's title.
     public var title: String
+    /// The entitlement that opens it ("pro"): any transaction granting it downloads it
+    /// (``KioskClient/download(productID:entitlement:to:)``); nil when only a purchase of ``productID`` does.
+    public var entitlementID: String? = nil
 }

@@ -18,7 +18,7 @@ public struct KioskCommand: AsyncParsableCommand {
             4 any other error, 64 bad usage.
             """,
         subcommands: [
-            Products.self, Buy.self, Restore.self, Entitlements.self, Balance.self, Spend.self,
+            Products.self, Buy.self, Restore.self, Entitlements.self, Access.self, Balance.self, Spend.self,
             Unfinished.self, History.self, TransactionLookup.self, RequestRefund.self, Finish.self, Verify.self,
             Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self, PaymentMethod.self,
         ])
@@ -273,6 +273,42 @@ struct Entitlements: AsyncParsableCommand {
             connection.emit(owned, key: "entitlements", empty: "no entitlements")
         }
     }
+}
+
+struct Access: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "The catalog's entitlements the account holds now (\"pro\"): what grants each, its source and its end; with an id, exit 1 unless it is held."
+    )
+    @OptionGroup var connection: Connection
+    @Argument(help: "One entitlement id: print it, and exit 1 unless it is active.") var entitlementID: String?
+
+    func run() async throws {
+        var held = true
+        try await connection.run { kiosk in
+            let infos = try await kiosk.entitlements
+            var shown = infos.active.values.sorted { $0.id < $1.id }
+            if let entitlementID {
+                shown = [infos[entitlementID]]
+                held = infos[entitlementID].isActive
+            }
+            connection.emit(
+                Output.Access(
+                    entitlements: shown.map(Output.EntitlementObject.init),
+                    confirmedDate: infos.confirmedDate.formatted(.iso8601), cached: infos.isCached ? true : nil),
+                text: shown.isEmpty ? "no entitlements" : shown.map(line).joined(separator: "\n"))
+        }
+        if !held { throw ExitCode(1) }
+    }
+}
+
+func line(_ entitlement: Entitlement) -> String {
+    guard entitlement.isActive else { return "\(entitlement.id)  not active" }
+    var text = "\(entitlement.id)  active  \(entitlement.source?.rawValue ?? "")  \(entitlement.productID ?? "")"
+    text += "  \(entitlement.transactionID ?? "")"
+    text += entitlement.expirationDate.map { "  until \($0.formatted(.iso8601))" } ?? "  no end"
+    if entitlement.willRenew { text += "  renews" }
+    return text
 }
 
 func line(_ status: SubscriptionStatus) -> String {

@@ -56,6 +56,34 @@ enum Output {
         }
     }
 
+    /// `access`: the entitlements held (or the one asked for), when the store confirmed them, and `cached` when the
+    /// store could not be reached.
+    struct Access: Encodable {
+        var entitlements: [EntitlementObject]
+        var confirmedDate: String
+        var cached: Bool?
+        enum CodingKeys: String, CodingKey { case entitlements, confirmedDate = "confirmed_date", cached }
+    }
+
+    /// One entitlement.
+    struct EntitlementObject: Encodable {
+        var id: String, active: Bool, willRenew: Bool
+        var source: String?, productID: String?, transactionID: String?, expirationDate: String?
+        init(_ entitlement: Entitlement) {
+            id = entitlement.id
+            active = entitlement.isActive
+            willRenew = entitlement.willRenew
+            source = entitlement.source?.rawValue
+            productID = entitlement.productID
+            transactionID = entitlement.transactionID
+            expirationDate = entitlement.expirationDate?.formatted(.iso8601)
+        }
+        enum CodingKeys: String, CodingKey {
+            case id, active, willRenew = "will_renew", source, productID = "product_id"
+            case transactionID = "transaction_id", expirationDate = "expiration_date"
+        }
+    }
+
     /// `products`.
     struct Products: Encodable {
         struct Product: Encodable {

@@ -37,7 +37,7 @@ public struct ContentService: RPCService {
                         productID: item.entry.productID, contentVersion: item.entry.version,
                         originalSize: item.originalSize,
                         compressedSize: item.compressedSize, sha256: item.sha256, title: item.entry.title,
-                        chunkSize: item.chunkSize)
+                        chunkSize: item.chunkSize, entitlementID: item.entry.entitlement)
                 })
         }
         // Inline: decided on the event loop that read the request (a signature check, no I/O), unless
@@ -46,7 +46,7 @@ public struct ContentService: RPCService {
             Self.method("Authorize"), request: ContentV1.AuthorizeRequest.self,
             response: ContentV1.AuthorizeResponse.self, authenticator: caller
         ) { request, context in
-            _ = try library.item(request.productID)
+            let entitlement = try library.item(request.productID).entry.entitlement
             let caller = context.principal as? ReceiptGate.Caller
             @Sendable func answer(_ decision: AccessDecision) -> ContentV1.AuthorizeResponse {
                 ContentV1.AuthorizeResponse(
@@ -55,7 +55,7 @@ public struct ContentService: RPCService {
             }
             // The authenticator has checked the token already: it is only read again without it.
             switch try gate.authorizeNow(
-                receipt: request.signedReceipt, productID: request.productID,
+                receipt: request.signedReceipt, productID: request.productID, entitlement: entitlement,
                 token: caller == nil ? context.metadata.bearerToken : nil, caller: caller?.lookup)
             {
             case .decided(let decision) where decision.allowed:
@@ -68,7 +68,7 @@ public struct ContentService: RPCService {
                 return .suspend {
                     answer(
                         try await gate.authorizeAfterFetchingKeys(
-                            receipt: request.signedReceipt, productID: request.productID,
+                            receipt: request.signedReceipt, productID: request.productID, entitlement: entitlement,
                             token: context.metadata.bearerToken, caller: caller))
                 }
             }
@@ -85,8 +85,8 @@ public struct ContentService: RPCService {
                 )
             }
             let decision = try await gate.authorize(
-                receipt: request.signedReceipt, productID: request.productID, token: context.metadata.bearerToken,
-                caller: context.principal as? ReceiptGate.Caller)
+                receipt: request.signedReceipt, productID: request.productID, entitlement: item.entry.entitlement,
+                token: context.metadata.bearerToken, caller: context.principal as? ReceiptGate.Caller)
             guard decision.allowed else {
                 var metadata = Metadata()
                 metadata.add("kiosk-receipt-status", String(decision.status.rawValue))

@@ -10,6 +10,9 @@ public struct ManifestEntry: Hashable, Sendable {
     public var version: String
     /// An optional display title.
     public var title: String
+    /// The entitlement that opens it ("pro"), empty when none: then any receipt whose product grants that entitlement
+    /// opens it, not only a receipt of ``productID``.
+    public var entitlement: String = ""
     /// The file's resolved absolute path, checked to lie inside the content directory.
     public var resolvedPath: String
 }
@@ -26,7 +29,8 @@ public struct ManifestError: Error, Hashable, Sendable, CustomStringConvertible 
 /// ```json
 /// {
 ///   "products": [
-///     { "product_id": "book.swift", "file": "books/swift.epub", "version": "1.0", "title": "The Swift Book" }
+///     { "product_id": "book.swift", "file": "books/swift.epub", "version": "1.0", "title": "The Swift Book" },
+///     { "product_id": "pro.templates", "file": "pro/templates.zip", "version": "3", "entitlement": "pro" }
 ///   ]
 /// }
 /// ```
@@ -57,10 +61,11 @@ public struct Manifest: Sendable {
             var file: String?
             var version: String?
             var title: String?
+            var entitlement: String?
 
             enum CodingKeys: String, CodingKey {
                 case productID = "product_id"
-                case file, version, title
+                case file, version, title, entitlement
             }
         }
         var products: [Entry]
@@ -118,9 +123,18 @@ public struct Manifest: Sendable {
             else {
                 throw fail("file", "\(relative) is not a readable regular file")
             }
-            entries.append(
-                ManifestEntry(
-                    productID: id, file: relative, version: version, title: entry.title ?? "", resolvedPath: resolved))
+            if let entitlement = entry.entitlement {
+                guard !entitlement.isEmpty, entitlement.count <= 64,
+                    entitlement.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) })
+                else {
+                    throw fail(
+                        "entitlement", "must be a catalog entitlement id: ASCII letters, digits, '.', '_' and '-'")
+                }
+            }
+            var manifestEntry = ManifestEntry(
+                productID: id, file: relative, version: version, title: entry.title ?? "", resolvedPath: resolved)
+            manifestEntry.entitlement = entry.entitlement ?? ""
+            entries.append(manifestEntry)
         }
         return Manifest(entries: entries)
     }

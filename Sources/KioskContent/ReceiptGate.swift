@@ -118,19 +118,22 @@ final class ReceiptGate: Sendable {
 
     // MARK: Deciding
 
-    /// Decides whether `receipt` opens `productID` for the holder of `token`.
+    /// Decides whether `receipt` opens `productID` for the holder of `token`: a receipt of that product, or, when
+    /// `entitlement` is not empty (the manifest gates the item by it), of any product that grants it.
     /// - Throws: ``RPCError`` UNAUTHENTICATED for a missing, invalid or expired access token.
     /// - Parameter caller: what ``checkCaller(token:)`` found for this call, if it ran.
     func authorize(
-        receipt: [UInt8], productID: String, token: String?, caller: Caller? = nil
+        receipt: [UInt8], productID: String, entitlement: String = "", token: String?, caller: Caller? = nil
     ) async throws -> AccessDecision {
-        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: caller?.lookup) {
+        switch try authorizeNow(
+            receipt: receipt, productID: productID, entitlement: entitlement, token: token, caller: caller?.lookup)
+        {
         case .decided(let decision):
             counters.count(decision)
             return decision
         case .unknownKey:
             return try await authorizeAfterFetchingKeys(
-                receipt: receipt, productID: productID, token: token, caller: caller)
+                receipt: receipt, productID: productID, entitlement: entitlement, token: token, caller: caller)
         }
     }
 
@@ -139,13 +142,15 @@ final class ReceiptGate: Sendable {
     /// without counting a second cache miss. The fetch can bring the retirement of the key that
     /// signed the caller's token: `token` is checked again unless `caller` still holds.
     func authorizeAfterFetchingKeys(
-        receipt: [UInt8], productID: String, token: String?, caller: Caller?
+        receipt: [UInt8], productID: String, entitlement: String = "", token: String?, caller: Caller?
     ) async throws -> AccessDecision {
         let verifier = state.withLockedValue { $0.verifier }
         _ = await refreshKeysIfUnknown(receipt, checkedWith: verifier)
         let current = caller.flatMap { stillHolds($0) ? $0.lookup : nil }
         let decision: AccessDecision
-        switch try authorizeNow(receipt: receipt, productID: productID, token: token, caller: current, useCache: false)
+        switch try authorizeNow(
+            receipt: receipt, productID: productID, entitlement: entitlement, token: token, caller: current,
+            useCache: false)
         {
         case .decided(let decided): decision = decided
         case .unknownKey(let message): decision = .refused(.notAuthentic, message)
@@ -169,7 +174,8 @@ final class ReceiptGate: Sendable {
     ///   - caller: the token's account as ``checkCaller(token:)`` found it; `token` is only checked for presence then.
     ///   - useCache: false after a key fetch: the lookup (and its miss) was counted by the first attempt.
     func authorizeNow(
-        receipt: [UInt8], productID: String, token: String?, caller: AccountLookup? = nil, useCache: Bool = true
+        receipt: [UInt8], productID: String, entitlement: String = "", token: String?, caller: AccountLookup? = nil,
+        useCache: Bool = true
     ) throws -> Attempt {
         guard caller != nil || !(token ?? "").isEmpty else {
             throw RPCError(
@@ -245,11 +251,17 @@ final class ReceiptGate: Sendable {
             return .decided(
                 AccessDecision(status: .valid, refusal: "revoked", reason: "the purchase was refunded or revoked"))
         }
-        guard receiptFound.productID == productID else {
+        guard
+            receiptFound.productID == productID
+                || (!entitlement.isEmpty && receiptFound.entitlements.contains(entitlement))
+        else {
             return .decided(
                 AccessDecision(
                     status: .valid, refusal: "wrong_product",
-                    reason: "the receipt is for \(receiptFound.productID), not \(productID)"))
+                    reason: entitlement.isEmpty
+                        ? "the receipt is for \(receiptFound.productID), not \(productID)"
+                        : "the receipt is for \(receiptFound.productID), which does not grant \(entitlement) (\(productID) needs it)"
+                ))
         }
         return .decided(.granted(account: account))
     }

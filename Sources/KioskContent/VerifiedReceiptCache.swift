@@ -53,6 +53,8 @@ struct VerifiedReceipt: Sendable {
     var productID: String
     /// 0: does not expire.
     var expiresDateMs: Int64
+    /// The entitlements its product granted when it was signed (empty for most receipts: no allocation).
+    var entitlements: [String]
 
     /// The fields kept, read from a payload where protobuf-c unpacked it (``ReceiptVerifier/verify(_:nowMs:keeping:)``).
     init(unpacked payload: borrowing ReceiptV1.ReceiptPayload.CStruct) throws(WireError) {
@@ -60,6 +62,10 @@ struct VerifiedReceipt: Sendable {
         accountID = try CField.string(payload.account_id, field: "ReceiptPayload.account_id")
         productID = try CField.string(payload.product_id, field: "ReceiptPayload.product_id")
         expiresDateMs = payload.expires_date_ms
+        entitlements =
+            payload.n_entitlements == 0
+            ? []
+            : try CField.strings(payload.n_entitlements, payload.entitlements, field: "ReceiptPayload.entitlements")
     }
 }
 

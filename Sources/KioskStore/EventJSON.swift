@@ -33,6 +33,10 @@ public struct EventDocument: Codable, Hashable, Sendable {
     public var expirationReason: String?
     /// Who made it happen, when an operator did.
     public var actor: String?
+    /// ENTITLEMENT_STARTED / ENTITLEMENT_ENDED: the entitlement.
+    public var entitlementID: String?
+    /// ENTITLEMENT_STARTED: when it ends unless renewed; left out when never.
+    public var expiresMs: Int64?
 
     enum CodingKeys: String, CodingKey {
         case eventID = "event_id", type, createdMs = "created_ms", environment, accountID = "account_id"
@@ -40,7 +44,7 @@ public struct EventDocument: Codable, Hashable, Sendable {
             "product_id"
         case reason, creditShortfall = "credit_shortfall", autoRenew = "auto_renew", price, expirationReason =
             "expiration_reason"
-        case actor
+        case actor, entitlementID = "entitlement_id", expiresMs = "expires_ms"
     }
 
     public init(_ event: EventRecord, environment: StoreEnvironment) {
@@ -59,6 +63,8 @@ public struct EventDocument: Codable, Hashable, Sendable {
         price = present(event.price)
         expirationReason = event.expirationReason == .unspecified ? nil : "\(event.expirationReason)"
         actor = present(event.actor)
+        entitlementID = present(event.entitlementID)
+        expiresMs = event.expiresMs > 0 ? event.expiresMs : nil
     }
 
     /// One line of JSON.

@@ -481,7 +481,8 @@ extension Store {
             transactionID: record.id, originalTransactionID: record.originalID, productID: record.productID,
             productType: record.productType.wire, quantity: record.quantity, purchaseDateMs: record.purchaseMs,
             expiresDateMs: record.expiresMs, accountID: record.accountID, bundleID: catalog.bundleID,
-            environment: record.environment.wire, periodStartMs: record.periodStartMs, offerID: record.offerID)
+            environment: record.environment.wire, periodStartMs: record.periodStartMs, offerID: record.offerID,
+            entitlements: catalog.product(record.productID)?.entitlements ?? [])
         return try key.sign(payload, signedAtMs: signedAtMs).serializedBytes()
     }
 

@@ -24,6 +24,8 @@ extension Store {
         public var expired = 0
         /// Left for a later pass: being renewed by another store process, or the processor did not answer.
         public var left = 0
+        /// Entitlements whose time ran out, recorded after the renewals (``Store/settleEndingEntitlements()``).
+        public var entitlementsEnded = 0
     }
 
     /// How late past a period's end a renewal may be and still start when the period ended: three renewal passes
@@ -69,6 +71,7 @@ extension Store {
                 }
             }
         }
+        report.entitlementsEnded = try await settleEndingEntitlements()
         return report
     }
 

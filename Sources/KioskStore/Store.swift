@@ -66,6 +66,18 @@ public final class Store: Sendable {
             self?.keys.forgetKeyList()
             self?.refreshVerifier()
         }
+        // Every write about an account records what it did to the account's entitlements, in that write.
+        if !configuration.catalog.entitlements.isEmpty {
+            let catalog = configuration.catalog
+            let clock = configuration.clock
+            let interval = configuration.renewalInterval
+            let timeScale = timeScaleBox
+            ledger.setAccountWriteHook { db, accountID in
+                try db.settleEntitlements(
+                    accountID: accountID, catalog: catalog, nowMs: clock.nowMs,
+                    renewalPendingMs: Self.renewalLatenessMs(interval, timeScale: timeScale.withLockedValue { $0 }))
+            }
+        }
         try pruneIdempotencyKeys()
     }
 
@@ -201,8 +213,9 @@ public final class Store: Sendable {
 
     // MARK: Verification
 
-    /// Verifies a receipt: signature, environment, account, expiry, revocation.
-    public func verifyReceipt(_ bytes: [UInt8]) async throws -> ReceiptVerdict {
+    /// Verifies a receipt: signature, environment, account, expiry, revocation; with `includingEntitlements`, also
+    /// what its account is entitled to now (when the receipt is authentic and the account known).
+    public func verifyReceipt(_ bytes: [UInt8], includingEntitlements: Bool = false) async throws -> ReceiptVerdict {
         var current = verifier.withLockedValue { $0 }
         let signed = try? ReceiptV1.SignedReceipt(serializedBytes: bytes)
         if let signed, !signed.keyID.isEmpty, !current.knows(keyID: signed.keyID) {
@@ -228,6 +241,9 @@ public final class Store: Sendable {
             verdict.check.status = .accountNotFound
             verdict.check.message = "account \(payload.accountID) is not known to this store"
             return verdict
+        }
+        if includingEntitlements {
+            verdict.entitlements = try await entitlements(accountID: payload.accountID)
         }
         if let record, record.revokedMs > 0 {
             verdict.revocationMs = record.revokedMs
@@ -296,6 +312,45 @@ public final class Store: Sendable {
         return ReceiptVerifier(
             keys: keys, environment: configuration.environment.wire, bundleID: bundleID.isEmpty ? nil : bundleID)
     }
+
+    // MARK: Entitlements
+
+    /// What the account is entitled to now, by the store's clock (``EntitlementRules``).
+    public func entitlements(accountID: String) async throws -> [ActiveEntitlement] {
+        try await ledger.entitlements(
+            accountID: accountID, catalog: catalog, nowMs: now, renewalPendingMs: renewalPendingMs)
+    }
+
+    /// Records the entitlement changes of the accounts whose recorded entitlements' time ran out by the store's clock
+    /// (ENTITLEMENT_ENDED events, or a longer grant kept); returns how many ended. The renewal pass runs it after its
+    /// renewals, so a subscription renewed on time never ends in between.
+    @discardableResult
+    public func settleEndingEntitlements() async throws -> Int {
+        guard !catalog.entitlements.isEmpty else { return 0 }
+        var ended = 0
+        var cursor = ""
+        let catalog = self.catalog
+        // Bounded: each page moves the cursor past its accounts.
+        for _ in 0..<100_000 {
+            let nowMs = now
+            let page = try await ledger.accountsWithEntitlementsEnding(byMs: nowMs, after: cursor, limit: 200)
+            guard let last = page.last else { break }
+            cursor = last
+            for accountID in page {
+                // The write settles the account (the ledger's account hook); the body itself changes nothing.
+                ended += try await ledger.write(account: accountID) {
+                    [clock = configuration.clock, renewalPendingMs] db in
+                    try db.settleEntitlements(
+                        accountID: accountID, catalog: catalog, nowMs: clock.nowMs, renewalPendingMs: renewalPendingMs)
+                }
+            }
+        }
+        return ended
+    }
+
+    /// How long after its period's end a subscription that will renew still grants its entitlements while the
+    /// renewal is due: as late as a renewal may start (``renewalLatenessMs(_:timeScale:)``).
+    var renewalPendingMs: Int64 { Self.renewalLatenessMs(configuration.renewalInterval, timeScale: timeScale) }
 
     // MARK: Helpers
 

@@ -110,4 +110,6 @@ public struct ReceiptVerdict: Hashable, Sendable {
     public var latestTransaction: StoreV1.Transaction?
     /// Auto-renewable subscriptions: where the subscription stands.
     public var subscription: StoreV1.SubscriptionStatus?
+    /// When asked for: the receipt's account's active entitlements.
+    public var entitlements: [ActiveEntitlement] = []
 }

@@ -131,9 +131,26 @@ public struct StoreService: RPCService {
         router.registerUnary(
             Self.method("VerifyReceipt"), request: StoreV1.VerifyReceiptRequest.self,
             response: StoreV1.VerifyReceiptResponse.self, authenticator: verifiers
-        ) { request, _ in
+        ) { request, context in
             try request.checkLimits()
-            return try await store.verifyReceipt(request.signedReceipt).message
+            var verdict = try await store.verifyReceipt(
+                request.signedReceipt, includingEntitlements: request.includeEntitlements)
+            // An account learns its own entitlements only, not those of whoever's receipt it holds.
+            if case .account(let account)? = context.principal as? Caller,
+                verdict.check.payload?.accountID != account.id
+            {
+                verdict.entitlements = []
+            }
+            return verdict.message
+        }
+        router.registerUnary(
+            Self.method("Entitlements"), request: StoreV1.EntitlementsRequest.self,
+            response: StoreV1.EntitlementsResponse.self, authenticator: auth
+        ) { _, context in
+            let account = try RoleAuthenticator.account(context)
+            let asOfMs = store.configuration.clock.nowMs
+            let held = try await store.entitlements(accountID: account.id)
+            return StoreV1.EntitlementsResponse(entitlements: held.map(\.message), asOfMs: asOfMs)
         }
         // Public keys are public: anyone may verify receipts offline.
         router.registerUnary(

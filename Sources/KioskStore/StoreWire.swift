@@ -102,7 +102,18 @@ extension ReceiptVerdict {
         StoreV1.VerifyReceiptResponse(
             status: check.status.rawValue, message: check.message, receipt: check.payload,
             revocationDateMs: revocationMs, revocationReason: revocationReason,
-            latestTransaction: latestTransaction, subscription: subscription)
+            latestTransaction: latestTransaction, subscription: subscription,
+            entitlements: entitlements.map(\.message))
+    }
+}
+
+extension ActiveEntitlement {
+    /// The entitlement as sent.
+    public var message: StoreV1.Entitlement {
+        StoreV1.Entitlement(
+            entitlementID: id, productID: productID, transactionID: transactionID,
+            originalTransactionID: originalTransactionID, source: source.rawValue, expiresMs: expiresMs,
+            purchaseMs: purchaseMs, willRenew: willRenew)
     }
 }
 
@@ -245,7 +256,8 @@ extension EventRecord {
             originalTransactionID: originalTransactionID,
             productID: productID, createdMs: createdMs, reason: reason, creditShortfall: creditShortfall,
             autoRenew: autoRenew,
-            price: price, expirationReason: expirationReason.wire, environment: environment.wire, actor: actor)
+            price: price, expirationReason: expirationReason.wire, environment: environment.wire, actor: actor,
+            entitlementID: entitlementID, expiresMs: expiresMs)
     }
 }
 
@@ -292,7 +304,8 @@ extension CatalogProduct {
             groupLevel: groupLevel,
             gracePeriod: type == .autoRenewableSubscription ? gracePeriod?.description ?? "" : "",
             billingRetryPeriod: type == .autoRenewableSubscription ? billingRetryPeriod.description : "",
-            introductoryOffer: introductoryOffer?.message, promotionalOffers: promotionalOffers.map(\.message))
+            introductoryOffer: introductoryOffer?.message, promotionalOffers: promotionalOffers.map(\.message),
+            entitlements: entitlements)
     }
 }
 

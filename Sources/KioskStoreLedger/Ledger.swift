@@ -88,6 +88,7 @@ public final class Ledger: Sendable {
     /// Where the ledger is kept.
     package let backend: any LedgerBackend
     private let writeObservers = NIOLockedValueBox<[@Sendable () -> Void]>([])
+    private let accountWriteHook = NIOLockedValueBox<(@Sendable (any LedgerDatabase, String) throws -> Void)?>(nil)
     /// The SQLite backend, when that is where it is kept (its pragmas, its group commits).
     package let sqlite: SQLiteLedgerBackend?
 
@@ -199,8 +200,14 @@ public final class Ledger: Sendable {
         // Always a cause, empty when there is none: the body's events then never read the group commit thread's own
         // task-locals for one.
         let cause = WriteCause.capture(span: span) ?? WriteCause(requestID: "", traceParent: "")
+        let settle = account == nil ? nil : accountWriteHook.withLockedValue { $0 }
         let caused: @Sendable (any LedgerDatabase) throws -> T = { db in
-            try WriteCause.$current.withValue(cause) { try body(db) }
+            try WriteCause.$current.withValue(cause) {
+                let result = try body(db)
+                // What follows from the account's change, in the same write (its entitlements).
+                if let settle, let account { try settle(db, account) }
+                return result
+            }
         }
         let result: T
         do {
@@ -218,6 +225,12 @@ public final class Ledger: Sendable {
         }
         for observer in writeObservers.withLockedValue({ $0 }) { observer() }
         return result
+    }
+
+    /// Sets what every write through ``write(account:_:)`` that names an account runs after its body, in the same
+    /// database transaction (the store records the account's entitlement changes there); nil: nothing.
+    package func setAccountWriteHook(_ hook: (@Sendable (any LedgerDatabase, String) throws -> Void)?) {
+        accountWriteHook.withLockedValue { $0 = hook }
     }
 
     /// Called after each write of this process through ``write(account:_:)`` commits (the event feed looks then).
@@ -490,7 +503,7 @@ public final class Ledger: Sendable {
             try db.execute(
                 """
                 DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations; DELETE FROM disputes;
-                DELETE FROM subscriptions; DELETE FROM refund_requests; DELETE FROM processor_events;
+                DELETE FROM subscriptions; DELETE FROM refund_requests; DELETE FROM processor_events; DELETE FROM entitlements;
                 DELETE FROM idempotency_keys; DELETE FROM payment_intents; UPDATE accounts SET credit_balance = 0;
                 """)
         }

@@ -52,7 +52,7 @@ public final class KioskTestSession: Sendable {
 
     /// A sample catalog: `credits.5`, `credits.10`, the photo filter
     /// `filter.sepia`, the hosted book `book.swift` and the subscription `pro.monthly`
-    /// (with a one-week free trial as its introductory offer).
+    /// (with a one-week free trial as its introductory offer); the entitlement `pro`, granted by `pro.monthly`.
     public static let sampleCatalog = Catalog(
         bundleID: "com.example.monkeys",
         products: [
@@ -78,7 +78,8 @@ public final class KioskTestSession: Sendable {
                     id: OfferTerms.introductoryID, price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1)
                 return pro
             }(),
-        ])
+        ],
+        entitlements: [CatalogEntitlement(id: "pro", title: "Pro", productIDs: ["pro.monthly"])])
 
     /// The sample hosted file of `book.swift`: 1 MiB of generated text.
     public static let sampleContent: [String: [UInt8]] = {
@@ -116,10 +117,12 @@ public final class KioskTestSession: Sendable {
     /// (``trustRootsPath``; the `openssl` command makes it) unless `tls` is false.
     /// `chunkSize` is the content service's (one that is not a multiple of 64
     /// bytes sends no SHA-256 states: its downloads are hashed in order).
+    /// `contentEntitlements` gates hosted items by entitlement (item id → the catalog's entitlement id): any
+    /// transaction that grants it downloads the item.
     public static func start(
         catalog: Catalog = sampleCatalog, content: [String: [UInt8]] = sampleContent,
         environment: StoreEnvironment = .sandbox,
-        tls: Bool = true, chunkSize: UInt32 = 256 * 1024
+        tls: Bool = true, chunkSize: UInt32 = 256 * 1024, contentEntitlements: [String: String] = [:]
     ) async throws -> KioskTestSession {
         let root = NSTemporaryDirectory() + "kiosk-test-session-" + UUID().uuidString
         let certificates = tls ? try DevelopmentCertificates.create(in: root + "/tls") : nil
@@ -131,7 +134,8 @@ public final class KioskTestSession: Sendable {
         var entries: [String] = []
         for (product, bytes) in content.sorted(by: { $0.key < $1.key }) {
             try Data(bytes).write(to: URL(fileURLWithPath: "\(contentDirectory)/files/\(product)"))
-            entries.append(#"{"product_id": "\#(product)", "file": "files/\#(product)", "version": "1.0"}"#)
+            let gate = contentEntitlements[product].map { #", "entitlement": "\#($0)""# } ?? ""
+            entries.append(#"{"product_id": "\#(product)", "file": "files/\#(product)", "version": "1.0"\#(gate)}"#)
         }
         try Data(#"{"products": [\#(entries.joined(separator: ", "))]}"#.utf8)
             .write(to: URL(fileURLWithPath: contentDirectory + "/manifest.json"))

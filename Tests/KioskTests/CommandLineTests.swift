@@ -163,6 +163,12 @@ import Testing
         #expect(history.map { $0["transaction_id"] as? String } == [bought["transaction_id"] as? String])
         #expect(history.first?["state"] as? String == "PURCHASED" && history.first?["receipt_file"] == nil)
         #expect((try await json(["entitlements"])["entitlements"] as? [[String: Any]])?.count == 1)
+        // The catalog's entitlements: none held yet (the book grants none); asking for one not held exits 1.
+        let access = try await json(["access"])
+        #expect((access["entitlements"] as? [[String: Any]])?.isEmpty == true && access["confirmed_date"] is String)
+        let pro = try #require(
+            (try await json(["access", "pro"], status: 1)["entitlements"] as? [[String: Any]])?.first)
+        #expect(pro["id"] as? String == "pro" && pro["active"] as? Bool == false)
 
         let verified = try await json(["verify", receipt])
         #expect(
@@ -183,6 +189,9 @@ import Testing
             failed["error"] as? String == "insufficientCredits" && failed["code"] is Int && failed["message"] is String)
         #expect((try await json(["subscriptions"])["subscriptions"] as? [Any])?.isEmpty == true)
         _ = try await json(["buy", "pro.monthly"])
+        let held = try #require((try await json(["access", "pro"])["entitlements"] as? [[String: Any]])?.first)
+        #expect(held["active"] as? Bool == true && held["source"] as? String == "subscription")
+        #expect(held["product_id"] as? String == "pro.monthly" && held["expiration_date"] is String)
         let subscription = try #require((try await json(["subscriptions"])["subscriptions"] as? [[String: Any]])?.first)
         let always: Set<String> = [
             "original_transaction_id", "product_id", "group", "state", "will_auto_renew", "expiration_date",

@@ -42,9 +42,13 @@ extension ContentV1 {
         public var title: String
         /// `chunk_size` (field 7).
         public var chunkSize: UInt32
+        /// Set when the item is gated by an entitlement ("pro"): any receipt whose
+        /// product grants it (ReceiptPayload.entitlements) opens it, not only a
+        /// receipt of product_id.
+        public var entitlementID: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(productID: String = "", contentVersion: String = "", originalSize: UInt64 = 0, compressedSize: UInt64 = 0, sha256: [UInt8] = [], title: String = "", chunkSize: UInt32 = 0) {
+        public init(productID: String = "", contentVersion: String = "", originalSize: UInt64 = 0, compressedSize: UInt64 = 0, sha256: [UInt8] = [], title: String = "", chunkSize: UInt32 = 0, entitlementID: String = "") {
             self.productID = productID
             self.contentVersion = contentVersion
             self.originalSize = originalSize
@@ -52,6 +56,7 @@ extension ContentV1 {
             self.sha256 = sha256
             self.title = title
             self.chunkSize = chunkSize
+            self.entitlementID = entitlementID
         }
     }
 }
@@ -67,7 +72,8 @@ extension ContentV1.ContentItem: WireMessage {
             compressedSize: c.compressed_size,
             sha256: CField.bytes(c.sha256),
             title: try CField.string(c.title, field: "ContentItem.title"),
-            chunkSize: c.chunk_size
+            chunkSize: c.chunk_size,
+            entitlementID: try CField.string(c.entitlement_id, field: "ContentItem.entitlement_id")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -78,6 +84,7 @@ extension ContentV1.ContentItem: WireMessage {
         c.sha256 = arena.binary(sha256)
         c.title = arena.cString(title)
         c.chunk_size = chunkSize
+        c.entitlement_id = arena.cString(entitlementID)
     }
 }
 

@@ -93,9 +93,15 @@ extension ReceiptV1 {
         /// Subscriptions bought or renewed under an offer: "introductory" or the
         /// promotional offer's id; empty otherwise.
         public var offerID: String
+        /// The catalog's entitlements the product granted when the store signed the
+        /// receipt ("pro"), in catalog order; empty for products that grant none and
+        /// in receipts of older stores. A service gating by entitlement (the content
+        /// service) reads them offline, with the expiry and revocations as for the
+        /// product itself.
+        public var entitlements: [String]
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0, periodStartMs: Int64 = 0, offerID: String = "") {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0, periodStartMs: Int64 = 0, offerID: String = "", entitlements: [String] = []) {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -110,6 +116,7 @@ extension ReceiptV1 {
             self.signedDateMs = signedDateMs
             self.periodStartMs = periodStartMs
             self.offerID = offerID
+            self.entitlements = entitlements
         }
     }
 }
@@ -132,7 +139,8 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
             keyID: try CField.string(c.key_id, field: "ReceiptPayload.key_id"),
             signedDateMs: c.signed_date_ms,
             periodStartMs: c.period_start_ms,
-            offerID: try CField.string(c.offer_id, field: "ReceiptPayload.offer_id")
+            offerID: try CField.string(c.offer_id, field: "ReceiptPayload.offer_id"),
+            entitlements: try CField.strings(c.n_entitlements, c.entitlements, field: "ReceiptPayload.entitlements")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -150,6 +158,7 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
         c.signed_date_ms = signedDateMs
         c.period_start_ms = periodStartMs
         c.offer_id = arena.cString(offerID)
+        (c.n_entitlements, c.entitlements) = arena.strings(entitlements)
     }
 }
 

@@ -46,9 +46,12 @@ extension StoreV1 {
         /// Auto-renewable subscriptions: offers the app's server may sign for a
         /// buyer (PurchaseRequest.offer).
         public var promotionalOffers: [StoreV1.OfferInfo]
+        /// The catalog's entitlements this product grants ("pro"); none for
+        /// consumables.
+        public var entitlements: [String]
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(id: String = "", type: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), title: String = "", description: String = "", price: String = "", currency: String = "", creditsPerUnit: UInt64 = 0, maxQuantity: UInt32 = 0, hostedContent: Bool = false, subscriptionPeriod: String = "", subscriptionGroup: String = "", groupLevel: UInt32 = 0, gracePeriod: String = "", billingRetryPeriod: String = "", introductoryOffer: StoreV1.OfferInfo? = nil, promotionalOffers: [StoreV1.OfferInfo] = []) {
+        public init(id: String = "", type: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), title: String = "", description: String = "", price: String = "", currency: String = "", creditsPerUnit: UInt64 = 0, maxQuantity: UInt32 = 0, hostedContent: Bool = false, subscriptionPeriod: String = "", subscriptionGroup: String = "", groupLevel: UInt32 = 0, gracePeriod: String = "", billingRetryPeriod: String = "", introductoryOffer: StoreV1.OfferInfo? = nil, promotionalOffers: [StoreV1.OfferInfo] = [], entitlements: [String] = []) {
             self.id = id
             self.type = type
             self.title = title
@@ -65,6 +68,7 @@ extension StoreV1 {
             self.billingRetryPeriod = billingRetryPeriod
             self.introductoryOffer = introductoryOffer
             self.promotionalOffers = promotionalOffers
+            self.entitlements = entitlements
         }
     }
 }
@@ -89,7 +93,8 @@ extension StoreV1.Product: WireMessage {
             gracePeriod: try CField.string(c.grace_period, field: "Product.grace_period"),
             billingRetryPeriod: try CField.string(c.billing_retry_period, field: "Product.billing_retry_period"),
             introductoryOffer: try CField.message(c.introductory_offer, as: StoreV1.OfferInfo.self),
-            promotionalOffers: try CField.messages(c.n_promotional_offers, c.promotional_offers, as: StoreV1.OfferInfo.self, field: "Product.promotional_offers")
+            promotionalOffers: try CField.messages(c.n_promotional_offers, c.promotional_offers, as: StoreV1.OfferInfo.self, field: "Product.promotional_offers"),
+            entitlements: try CField.strings(c.n_entitlements, c.entitlements, field: "Product.entitlements")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -109,6 +114,7 @@ extension StoreV1.Product: WireMessage {
         c.billing_retry_period = arena.cString(billingRetryPeriod)
         c.introductory_offer = introductoryOffer.map { $0.makeCStruct(in: arena) }
         (c.n_promotional_offers, c.promotional_offers) = arena.messages(promotionalOffers)
+        (c.n_entitlements, c.entitlements) = arena.strings(entitlements)
     }
 }
 
@@ -846,10 +852,14 @@ extension StoreV1 {
     public struct VerifyReceiptRequest: Hashable, Sendable {
         /// An encoded kiosk.receipt.v1.SignedReceipt.
         public var signedReceipt: [UInt8]
+        /// Also answer the receipt's account's active entitlements (one more ledger
+        /// read; only when the receipt is authentic).
+        public var includeEntitlements: Bool
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(signedReceipt: [UInt8] = []) {
+        public init(signedReceipt: [UInt8] = [], includeEntitlements: Bool = false) {
             self.signedReceipt = signedReceipt
+            self.includeEntitlements = includeEntitlements
         }
     }
 }
@@ -859,11 +869,13 @@ extension StoreV1.VerifyReceiptRequest: WireMessage {
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__verify_receipt_request__init(c) }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
-            signedReceipt: CField.bytes(c.signed_receipt)
+            signedReceipt: CField.bytes(c.signed_receipt),
+            includeEntitlements: c.include_entitlements != 0
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         c.signed_receipt = arena.binary(signedReceipt)
+        c.include_entitlements = includeEntitlements ? 1 : 0
     }
 }
 
@@ -890,9 +902,13 @@ extension StoreV1 {
         public var latestTransaction: StoreV1.Transaction?
         /// `subscription` (field 7).
         public var subscription: StoreV1.SubscriptionStatus?
+        /// With include_entitlements, when the receipt is authentic and its account
+        /// exists: what that account is entitled to now (whatever this receipt's own
+        /// status), as Entitlements answers it.
+        public var entitlements: [StoreV1.Entitlement]
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(status: UInt32 = 0, message: String = "", receipt: ReceiptV1.ReceiptPayload? = nil, revocationDateMs: Int64 = 0, revocationReason: String = "", latestTransaction: StoreV1.Transaction? = nil, subscription: StoreV1.SubscriptionStatus? = nil) {
+        public init(status: UInt32 = 0, message: String = "", receipt: ReceiptV1.ReceiptPayload? = nil, revocationDateMs: Int64 = 0, revocationReason: String = "", latestTransaction: StoreV1.Transaction? = nil, subscription: StoreV1.SubscriptionStatus? = nil, entitlements: [StoreV1.Entitlement] = []) {
             self.status = status
             self.message = message
             self.receipt = receipt
@@ -900,6 +916,7 @@ extension StoreV1 {
             self.revocationReason = revocationReason
             self.latestTransaction = latestTransaction
             self.subscription = subscription
+            self.entitlements = entitlements
         }
     }
 }
@@ -915,7 +932,8 @@ extension StoreV1.VerifyReceiptResponse: WireMessage {
             revocationDateMs: c.revocation_date_ms,
             revocationReason: try CField.string(c.revocation_reason, field: "VerifyReceiptResponse.revocation_reason"),
             latestTransaction: try CField.message(c.latest_transaction, as: StoreV1.Transaction.self),
-            subscription: try CField.message(c.subscription, as: StoreV1.SubscriptionStatus.self)
+            subscription: try CField.message(c.subscription, as: StoreV1.SubscriptionStatus.self),
+            entitlements: try CField.messages(c.n_entitlements, c.entitlements, as: StoreV1.Entitlement.self, field: "VerifyReceiptResponse.entitlements")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -926,6 +944,123 @@ extension StoreV1.VerifyReceiptResponse: WireMessage {
         c.revocation_reason = arena.cString(revocationReason)
         c.latest_transaction = latestTransaction.map { $0.makeCStruct(in: arena) }
         c.subscription = subscription.map { $0.makeCStruct(in: arena) }
+        (c.n_entitlements, c.entitlements) = arena.messages(entitlements)
+    }
+}
+
+extension StoreV1 {
+    /// An entitlement an account holds now ("pro"), and what gives it.
+    public struct Entitlement: Hashable, Sendable {
+        /// The catalog's entitlement id.
+        public var entitlementID: String
+        /// The granting transaction: for an auto-renewable subscription, its latest.
+        public var productID: String
+        /// `transaction_id` (field 3).
+        public var transactionID: String
+        /// `original_transaction_id` (field 4).
+        public var originalTransactionID: String
+        /// "purchase" (a non-consumable or non-renewing subscription),
+        /// "subscription" (an auto-renewable one, paid up or in its grace period),
+        /// "offer_code", "grant". Kept open: show unknown sources as they are.
+        public var source: String
+        /// When it ends unless renewed (ms since 1970); 0: never.
+        public var expiresMs: Int64
+        /// `purchase_ms` (field 7).
+        public var purchaseMs: Int64
+        /// An auto-renewable subscription grants it and will renew.
+        public var willRenew: Bool
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(entitlementID: String = "", productID: String = "", transactionID: String = "", originalTransactionID: String = "", source: String = "", expiresMs: Int64 = 0, purchaseMs: Int64 = 0, willRenew: Bool = false) {
+            self.entitlementID = entitlementID
+            self.productID = productID
+            self.transactionID = transactionID
+            self.originalTransactionID = originalTransactionID
+            self.source = source
+            self.expiresMs = expiresMs
+            self.purchaseMs = purchaseMs
+            self.willRenew = willRenew
+        }
+    }
+}
+
+extension StoreV1.Entitlement: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__Entitlement
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__entitlement__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            entitlementID: try CField.string(c.entitlement_id, field: "Entitlement.entitlement_id"),
+            productID: try CField.string(c.product_id, field: "Entitlement.product_id"),
+            transactionID: try CField.string(c.transaction_id, field: "Entitlement.transaction_id"),
+            originalTransactionID: try CField.string(c.original_transaction_id, field: "Entitlement.original_transaction_id"),
+            source: try CField.string(c.source, field: "Entitlement.source"),
+            expiresMs: c.expires_ms,
+            purchaseMs: c.purchase_ms,
+            willRenew: c.will_renew != 0
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.entitlement_id = arena.cString(entitlementID)
+        c.product_id = arena.cString(productID)
+        c.transaction_id = arena.cString(transactionID)
+        c.original_transaction_id = arena.cString(originalTransactionID)
+        c.source = arena.cString(source)
+        c.expires_ms = expiresMs
+        c.purchase_ms = purchaseMs
+        c.will_renew = willRenew ? 1 : 0
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.EntitlementsRequest`.
+    public struct EntitlementsRequest: Hashable, Sendable {
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init() {}
+    }
+}
+
+extension StoreV1.EntitlementsRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__EntitlementsRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__entitlements_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init()
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        _ = c
+    }
+}
+
+extension StoreV1 {
+    /// The caller's active entitlements, by the store's clock at as_of_ms. Several
+    /// grants of one entitlement: the one that lasts longest (no end first).
+    /// Entitlements the catalog declares and the account does not hold are absent.
+    public struct EntitlementsResponse: Hashable, Sendable {
+        /// `entitlements` (field 1).
+        public var entitlements: [StoreV1.Entitlement]
+        /// `as_of_ms` (field 2).
+        public var asOfMs: Int64
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(entitlements: [StoreV1.Entitlement] = [], asOfMs: Int64 = 0) {
+            self.entitlements = entitlements
+            self.asOfMs = asOfMs
+        }
+    }
+}
+
+extension StoreV1.EntitlementsResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__EntitlementsResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__entitlements_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            entitlements: try CField.messages(c.n_entitlements, c.entitlements, as: StoreV1.Entitlement.self, field: "EntitlementsResponse.entitlements"),
+            asOfMs: c.as_of_ms
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        (c.n_entitlements, c.entitlements) = arena.messages(entitlements)
+        c.as_of_ms = asOfMs
     }
 }
 
@@ -1669,6 +1804,15 @@ extension StoreV1 {
         /// account_id is empty unless it was done to one account. An audit record:
         /// nothing for an app to do.
         public static let operatorAction = EventType(rawValue: 16)
+        /// The account now holds entitlement_id (it held none before): product_id
+        /// and transaction_id say what grants it, reason its source ("purchase",
+        /// "subscription", "offer_code", "grant"), expires_ms when it ends unless
+        /// renewed (0: never).
+        public static let entitlementStarted = EventType(rawValue: 17)
+        /// The account no longer holds entitlement_id: reason says why ("revoked":
+        /// a refund or revocation; "expired": its time ran out). transaction_id is
+        /// the transaction that granted it last.
+        public static let entitlementEnded = EventType(rawValue: 18)
         public var description: String {
         switch rawValue {
         case 0: "EVENT_TYPE_UNSPECIFIED"
@@ -1688,6 +1832,8 @@ extension StoreV1 {
         case 14: "EVENT_TYPE_DISPUTED"
         case 15: "EVENT_TYPE_REFUND_REVERSED"
         case 16: "EVENT_TYPE_OPERATOR_ACTION"
+        case 17: "EVENT_TYPE_ENTITLEMENT_STARTED"
+        case 18: "EVENT_TYPE_ENTITLEMENT_ENDED"
         default: "EventType(\(rawValue))"
         }
         }
@@ -1728,9 +1874,14 @@ extension StoreV1 {
         /// credential, e.g. "console svc_1a2b (alice)", "admin-rpc svc_… (name)",
         /// "kiosk-store (root)". Empty for a buyer's or the store's own doing.
         public var actor: String
+        /// EVENT_TYPE_ENTITLEMENT_STARTED and _ENDED: the catalog's entitlement id.
+        public var entitlementID: String
+        /// EVENT_TYPE_ENTITLEMENT_STARTED: when the entitlement ends unless renewed
+        /// (ms since 1970; 0: never).
+        public var expiresMs: Int64
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(eventID: UInt64 = 0, type: StoreV1.EventType = StoreV1.EventType(rawValue: 0), accountID: String = "", transactionID: String = "", originalTransactionID: String = "", productID: String = "", createdMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false, price: String = "", expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), actor: String = "") {
+        public init(eventID: UInt64 = 0, type: StoreV1.EventType = StoreV1.EventType(rawValue: 0), accountID: String = "", transactionID: String = "", originalTransactionID: String = "", productID: String = "", createdMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false, price: String = "", expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), actor: String = "", entitlementID: String = "", expiresMs: Int64 = 0) {
             self.eventID = eventID
             self.type = type
             self.accountID = accountID
@@ -1745,6 +1896,8 @@ extension StoreV1 {
             self.expirationReason = expirationReason
             self.environment = environment
             self.actor = actor
+            self.entitlementID = entitlementID
+            self.expiresMs = expiresMs
         }
     }
 }
@@ -1767,7 +1920,9 @@ extension StoreV1.Event: WireMessage {
             price: try CField.string(c.price, field: "Event.price"),
             expirationReason: StoreV1.ExpirationReason(rawValue: Int32(truncatingIfNeeded: c.expiration_reason.rawValue)),
             environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
-            actor: try CField.string(c.actor, field: "Event.actor")
+            actor: try CField.string(c.actor, field: "Event.actor"),
+            entitlementID: try CField.string(c.entitlement_id, field: "Event.entitlement_id"),
+            expiresMs: c.expires_ms
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -1785,6 +1940,8 @@ extension StoreV1.Event: WireMessage {
         c.expiration_reason = Kiosk__Store__V1__ExpirationReason(rawValue: .init(truncatingIfNeeded: expirationReason.rawValue))
         c.environment = Kiosk__Receipt__V1__Environment(rawValue: .init(truncatingIfNeeded: environment.rawValue))
         c.actor = arena.cString(actor)
+        c.entitlement_id = arena.cString(entitlementID)
+        c.expires_ms = expiresMs
     }
 }
 

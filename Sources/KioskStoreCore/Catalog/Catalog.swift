@@ -35,6 +35,9 @@ public struct CatalogProduct: Hashable, Sendable {
     public var introductoryOffer: OfferTerms?
     /// Auto-renewable subscriptions: the offers the app's server may sign for a buyer.
     public var promotionalOffers: [OfferTerms] = []
+    /// The ids of the entitlements this product grants (the catalog's ``Catalog/entitlements`` name it); never any
+    /// for a consumable.
+    public var entitlements: [String] = []
 
     /// The offer with `id` (`introductory` or a promotional offer's).
     public func offer(_ id: String) -> OfferTerms? {
@@ -93,6 +96,23 @@ public struct OfferTerms: Hashable, Sendable {
     }
 }
 
+/// A capability of the app ("pro") that any of several products grants: a subscription, a lifetime purchase, later
+/// a redeemed code or an operator's grant. Apps ask for the entitlement, not the product.
+public struct CatalogEntitlement: Hashable, Sendable {
+    /// The id apps look up, e.g. `pro`.
+    public var id: String
+    /// The display title.
+    public var title: String
+    /// The products that grant it, in catalog order: non-consumables and subscriptions.
+    public var productIDs: [String]
+
+    public init(id: String, title: String, productIDs: [String]) {
+        self.id = id
+        self.title = title
+        self.productIDs = productIDs
+    }
+}
+
 /// Why a catalog was refused: names the file, the product and the field.
 public struct CatalogError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The catalog file.
@@ -125,6 +145,9 @@ public struct CatalogError: Error, Hashable, Sendable, CustomStringConvertible {
 ///     { "id": "pro.monthly", "type": "auto-renewable-subscription", "title": "Pro", "description": "Monthly",
 ///       "price": "4.99", "currency": "USD", "subscription_period": "P1M",
 ///       "group": "pro", "level": 1, "grace_period": "P6D", "billing_retry_period": "P60D" }
+///   ],
+///   "entitlements": [
+///     { "id": "pro", "title": "Pro", "products": ["pro.monthly"] }
 ///   ]
 /// }
 /// ```
@@ -135,15 +158,37 @@ public struct Catalog: Sendable {
     public var products: [CatalogProduct]
     /// The public halves (raw 32-byte Ed25519) of the keys the app's server signs promotional offers with, by key id.
     public var offerKeys: [String: [UInt8]]
+    /// The entitlements, in file order; each product's ``CatalogProduct/entitlements`` lists the ones it grants.
+    public private(set) var entitlements: [CatalogEntitlement]
     private var byID: [String: CatalogProduct]
 
-    /// Creates a catalog from products; ids must be unique.
-    public init(bundleID: String, products: [CatalogProduct], offerKeys: [String: [UInt8]] = [:]) {
+    /// Creates a catalog from products; ids must be unique. Each entitlement's products get it in their
+    /// ``CatalogProduct/entitlements`` (ids it names that are not products are ignored: ``parse(_:file:)`` refuses them).
+    public init(
+        bundleID: String, products: [CatalogProduct], offerKeys: [String: [UInt8]] = [:],
+        entitlements: [CatalogEntitlement] = []
+    ) {
         self.bundleID = bundleID
+        var products = products
+        for entitlement in entitlements {
+            for index in products.indices
+            where entitlement.productIDs.contains(products[index].id)
+                && !products[index].entitlements.contains(entitlement.id)
+            {
+                products[index].entitlements.append(entitlement.id)
+            }
+        }
         self.products = products
         self.offerKeys = offerKeys
+        self.entitlements = entitlements
         self.byID = Dictionary(products.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
     }
+
+    /// The entitlement with `id`, if the catalog declares it.
+    public func entitlement(_ id: String) -> CatalogEntitlement? { entitlements.first { $0.id == id } }
+
+    /// The products that grant at least one entitlement.
+    public var grantingProductIDs: [String] { products.filter { !$0.entitlements.isEmpty }.map(\.id) }
 
     /// The product with `id`, if the catalog has it.
     public func product(_ id: String) -> CatalogProduct? { byID[id] }
@@ -185,8 +230,10 @@ public struct Catalog: Sendable {
         guard case .object(let root)? = JSONValue.parse(data) else {
             throw fail(nil, nil, "is not a JSON object")
         }
-        for key in root.keys where key != "bundle_id" && key != "products" && key != "offer_keys" {
-            throw fail(nil, key, "unknown field (expected \"bundle_id\", \"products\" and \"offer_keys\")")
+        for key in root.keys where !["bundle_id", "products", "offer_keys", "entitlements"].contains(key) {
+            throw fail(
+                nil, key,
+                "unknown field (expected \"bundle_id\", \"products\", \"offer_keys\" and \"entitlements\")")
         }
         var offerKeys: [String: [UInt8]] = [:]
         if let value = root["offer_keys"] {
@@ -393,7 +440,66 @@ public struct Catalog: Sendable {
             product.promotionalOffers = promotional
             products.append(product)
         }
-        return Catalog(bundleID: bundleID, products: products, offerKeys: offerKeys)
+        let entitlements = try parseEntitlements(root["entitlements"], products: products, fail: fail)
+        return Catalog(bundleID: bundleID, products: products, offerKeys: offerKeys, entitlements: entitlements)
+    }
+
+    /// The catalog's `entitlements`: `[{"id", "title", "products": [ids]}]`, each product a non-consumable or a
+    /// subscription of the catalog.
+    private static func parseEntitlements(
+        _ value: JSONValue?, products: [CatalogProduct],
+        fail: (String?, String?, String) -> CatalogError
+    ) throws(CatalogError) -> [CatalogEntitlement] {
+        guard let value else { return [] }
+        guard case .array(let entries) = value else {
+            throw fail(nil, "entitlements", "must be an array of {\"id\", \"title\", \"products\"}")
+        }
+        var out: [CatalogEntitlement] = []
+        for (index, entry) in entries.enumerated() {
+            let place = "entitlements #\(index + 1)"
+            guard case .object(let object) = entry else { throw fail(nil, place, "must be a JSON object") }
+            for key in object.keys where !["id", "title", "products"].contains(key) {
+                throw fail(nil, place, "unknown field \"\(key)\" (expected \"id\", \"title\" and \"products\")")
+            }
+            guard case .string(let id)? = object["id"], !id.isEmpty, id.count <= 64,
+                id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) })
+            else {
+                throw fail(nil, place, "\"id\" must be 1 to 64 ASCII letters, digits, '.', '_' and '-'")
+            }
+            guard !out.contains(where: { $0.id == id }) else {
+                throw fail(nil, "entitlements", "entitlement \"\(id)\" appears twice")
+            }
+            var title = id
+            if let value = object["title"] {
+                guard case .string(let text) = value, !text.isEmpty else {
+                    throw fail(nil, place, "entitlement \(id): \"title\" must be a non-empty string")
+                }
+                title = text
+            }
+            guard case .array(let listed)? = object["products"], !listed.isEmpty else {
+                throw fail(nil, place, "entitlement \(id): \"products\" must list the product ids that grant it")
+            }
+            var productIDs: [String] = []
+            for item in listed {
+                guard case .string(let productID) = item else {
+                    throw fail(nil, place, "entitlement \(id): \"products\" must hold product ids (strings)")
+                }
+                guard let product = products.first(where: { $0.id == productID }) else {
+                    throw fail(nil, place, "entitlement \(id): \"\(productID)\" is not a product of the catalog")
+                }
+                guard product.type != .consumable else {
+                    throw fail(
+                        "\"\(productID)\"", "entitlements",
+                        "a consumable grants no entitlement (entitlement \(id)); credits are its use")
+                }
+                guard !productIDs.contains(productID) else {
+                    throw fail(nil, place, "entitlement \(id): \(productID) is listed twice")
+                }
+                productIDs.append(productID)
+            }
+            out.append(CatalogEntitlement(id: id, title: title, productIDs: productIDs))
+        }
+        return out
     }
 
     private static func hexBytes(_ text: String) -> [UInt8]? {

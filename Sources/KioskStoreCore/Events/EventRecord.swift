@@ -49,16 +49,22 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// ``EventRecord/actor`` who. Actions that record an event of their own (a refund, a denial, an approval) carry
     /// the actor on that event instead.
     public static let operatorAction = EventKind(rawValue: 16)
+    /// The account now holds an entitlement it did not hold: ``EventRecord/entitlementID``, granted by the event's
+    /// transaction and product, `reason` its source (``EntitlementSource``), ``EventRecord/expiresMs`` its end.
+    public static let entitlementStarted = EventKind(rawValue: 17)
+    /// The account no longer holds ``EventRecord/entitlementID``: `reason` is `revoked` or `expired`.
+    public static let entitlementEnded = EventKind(rawValue: 18)
 
     /// The kinds this version records, in number order.
     public static let known: [EventKind] = [
         .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged,
         .test,
         .refundRequested, .refundDenied, .renewalNeedsAction, .disputed, .refundReversed, .operatorAction,
+        .entitlementStarted, .entitlementEnded,
     ]
 
     /// True for a kind this version records.
-    public var isKnown: Bool { rawValue >= 1 && rawValue <= 16 }
+    public var isKnown: Bool { rawValue >= 1 && rawValue <= 18 }
 
     /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(16)` for a kind this version does not know.
     public var shortName: String {
@@ -79,6 +85,8 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 14: "DISPUTED"
         case 15: "REFUND_REVERSED"
         case 16: "OPERATOR_ACTION"
+        case 17: "ENTITLEMENT_STARTED"
+        case 18: "ENTITLEMENT_ENDED"
         default: "EventType(\(rawValue))"
         }
     }
@@ -125,6 +133,10 @@ public struct EventRecord: Hashable, Sendable {
     /// Who made it happen when an operator did (``OperatorScope``): `admin-rpc svc_… (name)`, `console svc_… (name)`,
     /// `kiosk-store (user)`; empty for a buyer's or the store's own doing (read back, as ``requestID``).
     public var actor: String = ""
+    /// ENTITLEMENT_STARTED / ENTITLEMENT_ENDED: the catalog's entitlement id.
+    public var entitlementID: String = ""
+    /// ENTITLEMENT_STARTED: when the entitlement ends unless renewed (ms since 1970); 0: never.
+    public var expiresMs: Int64 = 0
 
     /// An event to record (its id is assigned by the ledger).
     public init(

@@ -520,7 +520,7 @@ const ProtobufCMessageDescriptor kiosk__content__v1__list_content_request__descr
   (ProtobufCMessageInit) kiosk__content__v1__list_content_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__content__v1__content_item__field_descriptors[7] =
+static const ProtobufCFieldDescriptor kiosk__content__v1__content_item__field_descriptors[8] =
 {
   {
     "product_id",
@@ -606,11 +606,24 @@ static const ProtobufCFieldDescriptor kiosk__content__v1__content_item__field_de
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "entitlement_id",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Content__V1__ContentItem, entitlement_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__content__v1__content_item__field_indices_by_name[] = {
   6,   /* field[6] = chunk_size */
   3,   /* field[3] = compressed_size */
   1,   /* field[1] = content_version */
+  7,   /* field[7] = entitlement_id */
   2,   /* field[2] = original_size */
   0,   /* field[0] = product_id */
   4,   /* field[4] = sha256 */
@@ -619,7 +632,7 @@ static const unsigned kiosk__content__v1__content_item__field_indices_by_name[] 
 static const ProtobufCIntRange kiosk__content__v1__content_item__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor kiosk__content__v1__content_item__descriptor =
 {
@@ -629,7 +642,7 @@ const ProtobufCMessageDescriptor kiosk__content__v1__content_item__descriptor =
   "Kiosk__Content__V1__ContentItem",
   "kiosk.content.v1",
   sizeof(Kiosk__Content__V1__ContentItem),
-  7,
+  8,
   kiosk__content__v1__content_item__field_descriptors,
   kiosk__content__v1__content_item__field_indices_by_name,
   1,  kiosk__content__v1__content_item__number_ranges,

@@ -187,7 +187,7 @@ void   kiosk__receipt__v1__signed_access_token__free_unpacked
   assert(message->base.descriptor == &kiosk__receipt__v1__signed_access_token__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[14] =
+static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[15] =
 {
   {
     "transaction_id",
@@ -357,10 +357,23 @@ static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "entitlements",
+    15,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Kiosk__Receipt__V1__ReceiptPayload, n_entitlements),
+    offsetof(Kiosk__Receipt__V1__ReceiptPayload, entitlements),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name[] = {
   7,   /* field[7] = account_id */
   8,   /* field[8] = bundle_id */
+  14,   /* field[14] = entitlements */
   9,   /* field[9] = environment */
   6,   /* field[6] = expires_date_ms */
   10,   /* field[10] = key_id */
@@ -377,7 +390,7 @@ static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name
 static const ProtobufCIntRange kiosk__receipt__v1__receipt_payload__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 0, 15 }
 };
 const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor =
 {
@@ -387,7 +400,7 @@ const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor
   "Kiosk__Receipt__V1__ReceiptPayload",
   "kiosk.receipt.v1",
   sizeof(Kiosk__Receipt__V1__ReceiptPayload),
-  14,
+  15,
   kiosk__receipt__v1__receipt_payload__field_descriptors,
   kiosk__receipt__v1__receipt_payload__field_indices_by_name,
   1,  kiosk__receipt__v1__receipt_payload__number_ranges,

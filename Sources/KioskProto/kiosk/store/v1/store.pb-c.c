@@ -952,6 +952,141 @@ void   kiosk__store__v1__verify_receipt_response__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__verify_receipt_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__entitlement__init
+                     (Kiosk__Store__V1__Entitlement         *message)
+{
+  static const Kiosk__Store__V1__Entitlement init_value = KIOSK__STORE__V1__ENTITLEMENT__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__entitlement__get_packed_size
+                     (const Kiosk__Store__V1__Entitlement *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlement__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__entitlement__pack
+                     (const Kiosk__Store__V1__Entitlement *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlement__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__entitlement__pack_to_buffer
+                     (const Kiosk__Store__V1__Entitlement *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlement__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__Entitlement *
+       kiosk__store__v1__entitlement__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__Entitlement *)
+     protobuf_c_message_unpack (&kiosk__store__v1__entitlement__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__entitlement__free_unpacked
+                     (Kiosk__Store__V1__Entitlement *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__entitlement__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__entitlements_request__init
+                     (Kiosk__Store__V1__EntitlementsRequest         *message)
+{
+  static const Kiosk__Store__V1__EntitlementsRequest init_value = KIOSK__STORE__V1__ENTITLEMENTS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__entitlements_request__get_packed_size
+                     (const Kiosk__Store__V1__EntitlementsRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlements_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__entitlements_request__pack
+                     (const Kiosk__Store__V1__EntitlementsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlements_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__entitlements_request__pack_to_buffer
+                     (const Kiosk__Store__V1__EntitlementsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlements_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__EntitlementsRequest *
+       kiosk__store__v1__entitlements_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__EntitlementsRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__entitlements_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__entitlements_request__free_unpacked
+                     (Kiosk__Store__V1__EntitlementsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__entitlements_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__entitlements_response__init
+                     (Kiosk__Store__V1__EntitlementsResponse         *message)
+{
+  static const Kiosk__Store__V1__EntitlementsResponse init_value = KIOSK__STORE__V1__ENTITLEMENTS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__entitlements_response__get_packed_size
+                     (const Kiosk__Store__V1__EntitlementsResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlements_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__entitlements_response__pack
+                     (const Kiosk__Store__V1__EntitlementsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlements_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__entitlements_response__pack_to_buffer
+                     (const Kiosk__Store__V1__EntitlementsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__entitlements_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__EntitlementsResponse *
+       kiosk__store__v1__entitlements_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__EntitlementsResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__entitlements_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__entitlements_response__free_unpacked
+                     (Kiosk__Store__V1__EntitlementsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__entitlements_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__public_keys_request__init
                      (Kiosk__Store__V1__PublicKeysRequest         *message)
 {
@@ -2437,7 +2572,7 @@ void   kiosk__store__v1__retire_key_request__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__retire_key_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descriptors[16] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descriptors[17] =
 {
   {
     "id",
@@ -2631,12 +2766,25 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__product__field_descripto
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "entitlements",
+    17,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Kiosk__Store__V1__Product, n_entitlements),
+    offsetof(Kiosk__Store__V1__Product, entitlements),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__product__field_indices_by_name[] = {
   13,   /* field[13] = billing_retry_period */
   6,   /* field[6] = credits_per_unit */
   5,   /* field[5] = currency */
   3,   /* field[3] = description */
+  16,   /* field[16] = entitlements */
   12,   /* field[12] = grace_period */
   11,   /* field[11] = group_level */
   8,   /* field[8] = hosted_content */
@@ -2653,7 +2801,7 @@ static const unsigned kiosk__store__v1__product__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__product__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 16 }
+  { 0, 17 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor =
 {
@@ -2663,7 +2811,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__product__descriptor =
   "Kiosk__Store__V1__Product",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Product),
-  16,
+  17,
   kiosk__store__v1__product__field_descriptors,
   kiosk__store__v1__product__field_indices_by_name,
   1,  kiosk__store__v1__product__number_ranges,
@@ -3906,7 +4054,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__spend_credits_response__descr
   (ProtobufCMessageInit) kiosk__store__v1__spend_credits_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_request__field_descriptors[1] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_request__field_descriptors[2] =
 {
   {
     "signed_receipt",
@@ -3920,14 +4068,27 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_request__
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "include_entitlements",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__VerifyReceiptRequest, include_entitlements),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__verify_receipt_request__field_indices_by_name[] = {
+  1,   /* field[1] = include_entitlements */
   0,   /* field[0] = signed_receipt */
 };
 static const ProtobufCIntRange kiosk__store__v1__verify_receipt_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_request__descriptor =
 {
@@ -3937,14 +4098,14 @@ const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_request__descr
   "Kiosk__Store__V1__VerifyReceiptRequest",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__VerifyReceiptRequest),
-  1,
+  2,
   kiosk__store__v1__verify_receipt_request__field_descriptors,
   kiosk__store__v1__verify_receipt_request__field_indices_by_name,
   1,  kiosk__store__v1__verify_receipt_request__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__verify_receipt_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_response__field_descriptors[7] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_response__field_descriptors[8] =
 {
   {
     "status",
@@ -4030,8 +4191,21 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__verify_receipt_response_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "entitlements",
+    8,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__VerifyReceiptResponse, n_entitlements),
+    offsetof(Kiosk__Store__V1__VerifyReceiptResponse, entitlements),
+    &kiosk__store__v1__entitlement__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__verify_receipt_response__field_indices_by_name[] = {
+  7,   /* field[7] = entitlements */
   5,   /* field[5] = latest_transaction */
   1,   /* field[1] = message */
   2,   /* field[2] = receipt */
@@ -4043,7 +4217,7 @@ static const unsigned kiosk__store__v1__verify_receipt_response__field_indices_b
 static const ProtobufCIntRange kiosk__store__v1__verify_receipt_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_response__descriptor =
 {
@@ -4053,11 +4227,209 @@ const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_response__desc
   "Kiosk__Store__V1__VerifyReceiptResponse",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__VerifyReceiptResponse),
-  7,
+  8,
   kiosk__store__v1__verify_receipt_response__field_descriptors,
   kiosk__store__v1__verify_receipt_response__field_indices_by_name,
   1,  kiosk__store__v1__verify_receipt_response__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__verify_receipt_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__entitlement__field_descriptors[8] =
+{
+  {
+    "entitlement_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Entitlement, entitlement_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "product_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Entitlement, product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "transaction_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Entitlement, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "original_transaction_id",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Entitlement, original_transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "source",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Entitlement, source),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_ms",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Entitlement, expires_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "purchase_ms",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Entitlement, purchase_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "will_renew",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Entitlement, will_renew),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__entitlement__field_indices_by_name[] = {
+  0,   /* field[0] = entitlement_id */
+  5,   /* field[5] = expires_ms */
+  3,   /* field[3] = original_transaction_id */
+  1,   /* field[1] = product_id */
+  6,   /* field[6] = purchase_ms */
+  4,   /* field[4] = source */
+  2,   /* field[2] = transaction_id */
+  7,   /* field[7] = will_renew */
+};
+static const ProtobufCIntRange kiosk__store__v1__entitlement__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 8 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__entitlement__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.Entitlement",
+  "Entitlement",
+  "Kiosk__Store__V1__Entitlement",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__Entitlement),
+  8,
+  kiosk__store__v1__entitlement__field_descriptors,
+  kiosk__store__v1__entitlement__field_indices_by_name,
+  1,  kiosk__store__v1__entitlement__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__entitlement__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define kiosk__store__v1__entitlements_request__field_descriptors NULL
+#define kiosk__store__v1__entitlements_request__field_indices_by_name NULL
+#define kiosk__store__v1__entitlements_request__number_ranges NULL
+const ProtobufCMessageDescriptor kiosk__store__v1__entitlements_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.EntitlementsRequest",
+  "EntitlementsRequest",
+  "Kiosk__Store__V1__EntitlementsRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__EntitlementsRequest),
+  0,
+  kiosk__store__v1__entitlements_request__field_descriptors,
+  kiosk__store__v1__entitlements_request__field_indices_by_name,
+  0,  kiosk__store__v1__entitlements_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__entitlements_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__entitlements_response__field_descriptors[2] =
+{
+  {
+    "entitlements",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__EntitlementsResponse, n_entitlements),
+    offsetof(Kiosk__Store__V1__EntitlementsResponse, entitlements),
+    &kiosk__store__v1__entitlement__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "as_of_ms",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__EntitlementsResponse, as_of_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__entitlements_response__field_indices_by_name[] = {
+  1,   /* field[1] = as_of_ms */
+  0,   /* field[0] = entitlements */
+};
+static const ProtobufCIntRange kiosk__store__v1__entitlements_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__entitlements_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.EntitlementsResponse",
+  "EntitlementsResponse",
+  "Kiosk__Store__V1__EntitlementsResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__EntitlementsResponse),
+  2,
+  kiosk__store__v1__entitlements_response__field_descriptors,
+  kiosk__store__v1__entitlements_response__field_indices_by_name,
+  1,  kiosk__store__v1__entitlements_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__entitlements_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 #define kiosk__store__v1__public_keys_request__field_descriptors NULL
@@ -5115,7 +5487,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__set_payment_method_response__
   (ProtobufCMessageInit) kiosk__store__v1__set_payment_method_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors[14] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors[16] =
 {
   {
     "event_id",
@@ -5285,6 +5657,30 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "entitlement_id",
+    15,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, entitlement_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_ms",
+    16,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, expires_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
   2,   /* field[2] = account_id */
@@ -5292,9 +5688,11 @@ static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
   9,   /* field[9] = auto_renew */
   6,   /* field[6] = created_ms */
   8,   /* field[8] = credit_shortfall */
+  14,   /* field[14] = entitlement_id */
   12,   /* field[12] = environment */
   0,   /* field[0] = event_id */
   11,   /* field[11] = expiration_reason */
+  15,   /* field[15] = expires_ms */
   4,   /* field[4] = original_transaction_id */
   10,   /* field[10] = price */
   5,   /* field[5] = product_id */
@@ -5305,7 +5703,7 @@ static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
 static const ProtobufCIntRange kiosk__store__v1__event__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 0, 16 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor =
 {
@@ -5315,7 +5713,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor =
   "Kiosk__Store__V1__Event",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Event),
-  14,
+  16,
   kiosk__store__v1__event__field_descriptors,
   kiosk__store__v1__event__field_indices_by_name,
   1,  kiosk__store__v1__event__number_ranges,
@@ -6390,7 +6788,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
   kiosk__store__v1__expiration_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[17] =
+static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[19] =
 {
   { "EVENT_TYPE_UNSPECIFIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED", 0 },
   { "EVENT_TYPE_PURCHASED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PURCHASED", 1 },
@@ -6409,17 +6807,21 @@ static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_num
   { "EVENT_TYPE_DISPUTED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_DISPUTED", 14 },
   { "EVENT_TYPE_REFUND_REVERSED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_REFUND_REVERSED", 15 },
   { "EVENT_TYPE_OPERATOR_ACTION", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_OPERATOR_ACTION", 16 },
+  { "EVENT_TYPE_ENTITLEMENT_STARTED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_STARTED", 17 },
+  { "EVENT_TYPE_ENTITLEMENT_ENDED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_ENDED", 18 },
 };
 static const ProtobufCIntRange kiosk__store__v1__event_type__value_ranges[] = {
-{0, 0},{0, 17}
+{0, 0},{0, 19}
 };
-static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[17] =
+static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[19] =
 {
   { "EVENT_TYPE_APPROVED", 4 },
   { "EVENT_TYPE_AUTO_RENEW_CHANGED", 8 },
   { "EVENT_TYPE_DECLINED", 5 },
   { "EVENT_TYPE_DEFERRED", 3 },
   { "EVENT_TYPE_DISPUTED", 14 },
+  { "EVENT_TYPE_ENTITLEMENT_ENDED", 18 },
+  { "EVENT_TYPE_ENTITLEMENT_STARTED", 17 },
   { "EVENT_TYPE_EXPIRED", 7 },
   { "EVENT_TYPE_OPERATOR_ACTION", 16 },
   { "EVENT_TYPE_PRICE_CHANGED", 9 },
@@ -6440,9 +6842,9 @@ const ProtobufCEnumDescriptor kiosk__store__v1__event_type__descriptor =
   "EventType",
   "Kiosk__Store__V1__EventType",
   "kiosk.store.v1",
-  17,
+  19,
   kiosk__store__v1__event_type__enum_values_by_number,
-  17,
+  19,
   kiosk__store__v1__event_type__enum_values_by_name,
   1,
   kiosk__store__v1__event_type__value_ranges,
@@ -6480,7 +6882,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__refund_request_state__descriptor
   kiosk__store__v1__refund_request_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[22] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[23] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -6504,11 +6906,13 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "RequestRefund", &kiosk__store__v1__request_refund_request__descriptor, &kiosk__store__v1__refund_request_status__descriptor },
   { "SetPaymentMethod", &kiosk__store__v1__set_payment_method_request__descriptor, &kiosk__store__v1__set_payment_method_response__descriptor },
   { "ConfirmRenewal", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
+  { "Entitlements", &kiosk__store__v1__entitlements_request__descriptor, &kiosk__store__v1__entitlements_response__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   11,        /* AccessToken */
   21,        /* ConfirmRenewal */
   14,        /* ConsentToPriceIncrease */
+  22,        /* Entitlements */
   4,        /* Finish */
   1,        /* GetAccount */
   17,        /* GetTransaction */
@@ -6536,7 +6940,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  22,
+  23,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -6715,6 +7119,14 @@ void kiosk__store__v1__store__confirm_renewal(ProtobufCService *service,
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 21, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__entitlements(ProtobufCService *service,
+                                           const Kiosk__Store__V1__EntitlementsRequest *input,
+                                           Kiosk__Store__V1__EntitlementsResponse_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 22, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)

@@ -61,10 +61,16 @@ struct  Kiosk__Content__V1__ContentItem
   ProtobufCBinaryData sha256;
   char *title;
   uint32_t chunk_size;
+  /*
+   * Set when the item is gated by an entitlement ("pro"): any receipt whose
+   * product grants it (ReceiptPayload.entitlements) opens it, not only a
+   * receipt of product_id.
+   */
+  char *entitlement_id;
 };
 #define KIOSK__CONTENT__V1__CONTENT_ITEM__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__content__v1__content_item__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, {0,NULL}, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, {0,NULL}, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Content__V1__ListContentResponse

@@ -83,10 +83,19 @@ struct  Kiosk__Receipt__V1__ReceiptPayload
    * promotional offer's id; empty otherwise.
    */
   char *offer_id;
+  /*
+   * The catalog's entitlements the product granted when the store signed the
+   * receipt ("pro"), in catalog order; empty for products that grant none and
+   * in receipts of older stores. A service gating by entitlement (the content
+   * service) reads them offline, with the expiry and revocations as for the
+   * product itself.
+   */
+  size_t n_entitlements;
+  char **entitlements;
 };
 #define KIOSK__RECEIPT__V1__RECEIPT_PAYLOAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__receipt__v1__receipt_payload__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0,NULL }
 
 
 /*

@@ -37,6 +37,9 @@ typedef struct Kiosk__Store__V1__SpendCreditsRequest Kiosk__Store__V1__SpendCred
 typedef struct Kiosk__Store__V1__SpendCreditsResponse Kiosk__Store__V1__SpendCreditsResponse;
 typedef struct Kiosk__Store__V1__VerifyReceiptRequest Kiosk__Store__V1__VerifyReceiptRequest;
 typedef struct Kiosk__Store__V1__VerifyReceiptResponse Kiosk__Store__V1__VerifyReceiptResponse;
+typedef struct Kiosk__Store__V1__Entitlement Kiosk__Store__V1__Entitlement;
+typedef struct Kiosk__Store__V1__EntitlementsRequest Kiosk__Store__V1__EntitlementsRequest;
+typedef struct Kiosk__Store__V1__EntitlementsResponse Kiosk__Store__V1__EntitlementsResponse;
 typedef struct Kiosk__Store__V1__PublicKeysRequest Kiosk__Store__V1__PublicKeysRequest;
 typedef struct Kiosk__Store__V1__PublicKey Kiosk__Store__V1__PublicKey;
 typedef struct Kiosk__Store__V1__PublicKeysResponse Kiosk__Store__V1__PublicKeysResponse;
@@ -216,7 +219,20 @@ typedef enum _Kiosk__Store__V1__EventType {
    * account_id is empty unless it was done to one account. An audit record:
    * nothing for an app to do.
    */
-  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_OPERATOR_ACTION = 16
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_OPERATOR_ACTION = 16,
+  /*
+   * The account now holds entitlement_id (it held none before): product_id
+   * and transaction_id say what grants it, reason its source ("purchase",
+   * "subscription", "offer_code", "grant"), expires_ms when it ends unless
+   * renewed (0: never).
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_STARTED = 17,
+  /*
+   * The account no longer holds entitlement_id: reason says why ("revoked":
+   * a refund or revocation; "expired": its time ran out). transaction_id is
+   * the transaction that granted it last.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_ENDED = 18
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
 } Kiosk__Store__V1__EventType;
 /*
@@ -284,10 +300,16 @@ struct  Kiosk__Store__V1__Product
    */
   size_t n_promotional_offers;
   Kiosk__Store__V1__OfferInfo **promotional_offers;
+  /*
+   * The catalog's entitlements this product grants ("pro"); none for
+   * consumables.
+   */
+  size_t n_entitlements;
+  char **entitlements;
 };
 #define KIOSK__STORE__V1__PRODUCT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__product__descriptor) \
-    , (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0,NULL }
+    , (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0,NULL, 0,NULL }
 
 
 /*
@@ -627,10 +649,15 @@ struct  Kiosk__Store__V1__VerifyReceiptRequest
    * An encoded kiosk.receipt.v1.SignedReceipt.
    */
   ProtobufCBinaryData signed_receipt;
+  /*
+   * Also answer the receipt's account's active entitlements (one more ledger
+   * read; only when the receipt is authentic).
+   */
+  protobuf_c_boolean include_entitlements;
 };
 #define KIOSK__STORE__V1__VERIFY_RECEIPT_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__verify_receipt_request__descriptor) \
-    , {0,NULL} }
+    , {0,NULL}, 0 }
 
 
 struct  Kiosk__Store__V1__VerifyReceiptResponse
@@ -661,10 +688,80 @@ struct  Kiosk__Store__V1__VerifyReceiptResponse
    */
   Kiosk__Store__V1__Transaction *latest_transaction;
   Kiosk__Store__V1__SubscriptionStatus *subscription;
+  /*
+   * With include_entitlements, when the receipt is authentic and its account
+   * exists: what that account is entitled to now (whatever this receipt's own
+   * status), as Entitlements answers it.
+   */
+  size_t n_entitlements;
+  Kiosk__Store__V1__Entitlement **entitlements;
 };
 #define KIOSK__STORE__V1__VERIFY_RECEIPT_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__verify_receipt_response__descriptor) \
-    , 0, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, NULL, NULL }
+    , 0, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, NULL, NULL, 0,NULL }
+
+
+/*
+ * An entitlement an account holds now ("pro"), and what gives it.
+ */
+struct  Kiosk__Store__V1__Entitlement
+{
+  ProtobufCMessage base;
+  /*
+   * The catalog's entitlement id.
+   */
+  char *entitlement_id;
+  /*
+   * The granting transaction: for an auto-renewable subscription, its latest.
+   */
+  char *product_id;
+  char *transaction_id;
+  char *original_transaction_id;
+  /*
+   * "purchase" (a non-consumable or non-renewing subscription),
+   * "subscription" (an auto-renewable one, paid up or in its grace period),
+   * "offer_code", "grant". Kept open: show unknown sources as they are.
+   */
+  char *source;
+  /*
+   * When it ends unless renewed (ms since 1970); 0: never.
+   */
+  int64_t expires_ms;
+  int64_t purchase_ms;
+  /*
+   * An auto-renewable subscription grants it and will renew.
+   */
+  protobuf_c_boolean will_renew;
+};
+#define KIOSK__STORE__V1__ENTITLEMENT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__entitlement__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0 }
+
+
+struct  Kiosk__Store__V1__EntitlementsRequest
+{
+  ProtobufCMessage base;
+};
+#define KIOSK__STORE__V1__ENTITLEMENTS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__entitlements_request__descriptor) \
+     }
+
+
+/*
+ * The caller's active entitlements, by the store's clock at as_of_ms. Several
+ * grants of one entitlement: the one that lasts longest (no end first).
+ * Entitlements the catalog declares and the account does not hold are absent.
+ */
+struct  Kiosk__Store__V1__EntitlementsResponse
+{
+  ProtobufCMessage base;
+  size_t n_entitlements;
+  Kiosk__Store__V1__Entitlement **entitlements;
+  int64_t as_of_ms;
+};
+#define KIOSK__STORE__V1__ENTITLEMENTS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__entitlements_response__descriptor) \
+    , 0,NULL, 0 }
 
 
 struct  Kiosk__Store__V1__PublicKeysRequest
@@ -1005,10 +1102,19 @@ struct  Kiosk__Store__V1__Event
    * "kiosk-store (root)". Empty for a buyer's or the store's own doing.
    */
   char *actor;
+  /*
+   * EVENT_TYPE_ENTITLEMENT_STARTED and _ENDED: the catalog's entitlement id.
+   */
+  char *entitlement_id;
+  /*
+   * EVENT_TYPE_ENTITLEMENT_STARTED: when the entitlement ends unless renewed
+   * (ms since 1970; 0: never).
+   */
+  int64_t expires_ms;
 };
 #define KIOSK__STORE__V1__EVENT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__event__descriptor) \
-    , 0, KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string }
+    , 0, KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -1673,6 +1779,63 @@ Kiosk__Store__V1__VerifyReceiptResponse *
                       const uint8_t       *data);
 void   kiosk__store__v1__verify_receipt_response__free_unpacked
                      (Kiosk__Store__V1__VerifyReceiptResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__Entitlement methods */
+void   kiosk__store__v1__entitlement__init
+                     (Kiosk__Store__V1__Entitlement         *message);
+size_t kiosk__store__v1__entitlement__get_packed_size
+                     (const Kiosk__Store__V1__Entitlement   *message);
+size_t kiosk__store__v1__entitlement__pack
+                     (const Kiosk__Store__V1__Entitlement   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__entitlement__pack_to_buffer
+                     (const Kiosk__Store__V1__Entitlement   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__Entitlement *
+       kiosk__store__v1__entitlement__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__entitlement__free_unpacked
+                     (Kiosk__Store__V1__Entitlement *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__EntitlementsRequest methods */
+void   kiosk__store__v1__entitlements_request__init
+                     (Kiosk__Store__V1__EntitlementsRequest         *message);
+size_t kiosk__store__v1__entitlements_request__get_packed_size
+                     (const Kiosk__Store__V1__EntitlementsRequest   *message);
+size_t kiosk__store__v1__entitlements_request__pack
+                     (const Kiosk__Store__V1__EntitlementsRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__entitlements_request__pack_to_buffer
+                     (const Kiosk__Store__V1__EntitlementsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__EntitlementsRequest *
+       kiosk__store__v1__entitlements_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__entitlements_request__free_unpacked
+                     (Kiosk__Store__V1__EntitlementsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__EntitlementsResponse methods */
+void   kiosk__store__v1__entitlements_response__init
+                     (Kiosk__Store__V1__EntitlementsResponse         *message);
+size_t kiosk__store__v1__entitlements_response__get_packed_size
+                     (const Kiosk__Store__V1__EntitlementsResponse   *message);
+size_t kiosk__store__v1__entitlements_response__pack
+                     (const Kiosk__Store__V1__EntitlementsResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__entitlements_response__pack_to_buffer
+                     (const Kiosk__Store__V1__EntitlementsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__EntitlementsResponse *
+       kiosk__store__v1__entitlements_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__entitlements_response__free_unpacked
+                     (Kiosk__Store__V1__EntitlementsResponse *message,
                       ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__PublicKeysRequest methods */
 void   kiosk__store__v1__public_keys_request__init
@@ -2366,6 +2529,15 @@ typedef void (*Kiosk__Store__V1__VerifyReceiptRequest_Closure)
 typedef void (*Kiosk__Store__V1__VerifyReceiptResponse_Closure)
                  (const Kiosk__Store__V1__VerifyReceiptResponse *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__Entitlement_Closure)
+                 (const Kiosk__Store__V1__Entitlement *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__EntitlementsRequest_Closure)
+                 (const Kiosk__Store__V1__EntitlementsRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__EntitlementsResponse_Closure)
+                 (const Kiosk__Store__V1__EntitlementsResponse *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__PublicKeysRequest_Closure)
                  (const Kiosk__Store__V1__PublicKeysRequest *message,
                   void *closure_data);
@@ -2560,6 +2732,10 @@ struct Kiosk__Store__V1__Store_Service
                           const Kiosk__Store__V1__SetAutoRenewRequest *input,
                           Kiosk__Store__V1__SubscriptionStatus_Closure closure,
                           void *closure_data);
+  void (*entitlements)(Kiosk__Store__V1__Store_Service *service,
+                       const Kiosk__Store__V1__EntitlementsRequest *input,
+                       Kiosk__Store__V1__EntitlementsResponse_Closure closure,
+                       void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -2589,7 +2765,8 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## list_transactions,\
       function_prefix__ ## request_refund,\
       function_prefix__ ## set_payment_method,\
-      function_prefix__ ## confirm_renewal  }
+      function_prefix__ ## confirm_renewal,\
+      function_prefix__ ## entitlements  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -2678,6 +2855,10 @@ void kiosk__store__v1__store__confirm_renewal(ProtobufCService *service,
                                               const Kiosk__Store__V1__SetAutoRenewRequest *input,
                                               Kiosk__Store__V1__SubscriptionStatus_Closure closure,
                                               void *closure_data);
+void kiosk__store__v1__store__entitlements(ProtobufCService *service,
+                                           const Kiosk__Store__V1__EntitlementsRequest *input,
+                                           Kiosk__Store__V1__EntitlementsResponse_Closure closure,
+                                           void *closure_data);
 typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
 struct Kiosk__Store__V1__Admin_Service
 {
@@ -2782,6 +2963,9 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__spend_credits_request_
 extern const ProtobufCMessageDescriptor kiosk__store__v1__spend_credits_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__entitlement__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__entitlements_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__entitlements_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__public_keys_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__public_key__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__public_keys_response__descriptor;

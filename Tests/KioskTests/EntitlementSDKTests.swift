@@ -1,0 +1,160 @@
+import Foundation
+import Kiosk
+import KioskStore
+import KioskTesting
+import Testing
+
+/// `kiosk.entitlements["pro"]` end to end: a store and a content service on 127.0.0.1 (TLS), the SDK as an app
+/// uses it: a subscription, a lifetime purchase, a refund, an expiry, the copy kept for offline use, updates, and a
+/// download gated by the entitlement.
+@Suite(.timeLimit(.minutes(2))) struct EntitlementSDKTests {
+    static let catalog = Catalog(
+        bundleID: "com.example.monkeys",
+        products: KioskTestSession.sampleCatalog.products + [
+            CatalogProduct(
+                id: "pro.lifetime", type: .nonConsumable, title: "Pro forever", price: "49", currency: "USD"),
+            CatalogProduct(
+                id: "pass.week", type: .nonRenewingSubscription, title: "Week pass", price: "0.99", currency: "USD",
+                subscriptionPeriod: SubscriptionPeriod(iso8601: "P7D")),
+        ],
+        entitlements: [
+            CatalogEntitlement(id: "pro", title: "Pro", productIDs: ["pro.monthly", "pro.lifetime", "pass.week"])
+        ])
+
+    static let templates = Array("pro templates\n".utf8)
+
+    func withSession<R>(_ body: (KioskTestSession) async throws -> R) async throws -> R {
+        let session = try await KioskTestSession.start(
+            catalog: Self.catalog, content: ["pro.templates": Self.templates], chunkSize: 64 * 1024,
+            contentEntitlements: ["pro.templates": "pro"])
+        do {
+            let result = try await body(session)
+            await session.shutdown()
+            return result
+        } catch {
+            await session.shutdown()
+            throw error
+        }
+    }
+
+    func buy(_ kiosk: KioskClient, _ id: String) async throws -> Transaction {
+        let product = try #require(try await kiosk.products(for: [id]).products.first)
+        guard case .success(let transaction) = try await kiosk.purchase(product, paymentMethod: card) else {
+            throw KioskError(.unknown, "\(id) was not bought")
+        }
+        try await kiosk.finish(transaction)
+        return transaction
+    }
+
+    @Test func eachSourceGrantsProWithItsExpiryAndARefundOrExpiryTakesItAway() async throws {
+        try await withSession { session in
+            let kiosk = try session.makeClient(account: try session.makeAccount())
+            #expect(try await !kiosk.entitlements["pro"].isActive, "nothing bought")
+            #expect(try await kiosk.products(for: ["pro.lifetime"]).products.first?.entitlements == ["pro"])
+
+            // A monthly subscription: active, from the subscription, until its period's end, renewing.
+            let monthly = try await buy(kiosk, "pro.monthly")
+            var pro = try await kiosk.entitlements["pro"]
+            #expect(pro.isActive && pro.source == .subscription && pro.willRenew)
+            #expect(pro.transactionID == monthly.id && pro.expirationDate == monthly.expirationDate)
+            // The store's verification says the same to the app's server.
+            let verdict = try await kiosk.verify(receipt: monthly.signedReceipt)
+            #expect(verdict.status == 0)
+
+            // Refunded: gone.
+            try await session.refund(transactionID: monthly.id)
+            #expect(try await !kiosk.entitlements["pro"].isActive)
+
+            // A week pass: until its end; past it (the store's clock moved), gone.
+            let pass = try await buy(kiosk, "pass.week")
+            pro = try await kiosk.entitlements["pro"]
+            #expect(pro.isActive && pro.source == .purchase && pro.expirationDate == pass.expirationDate)
+            #expect(!pro.willRenew)
+            _ = try await session.advance(by: .seconds(8 * 86_400))
+            #expect(try await !kiosk.entitlements["pro"].isActive)
+
+            // A lifetime purchase: no end.
+            let lifetime = try await buy(kiosk, "pro.lifetime")
+            pro = try await kiosk.entitlements["pro"]
+            #expect(pro.isActive && pro.expirationDate == nil && pro.transactionID == lifetime.id)
+            await kiosk.close()
+        }
+    }
+
+    @Test func updatesFollowTheEventsAndTheCopyServesOffline() async throws {
+        try await withSession { session in
+            let account = try session.makeAccount()
+            let kiosk = try session.makeClient(account: account)
+            let initial = try await kiosk.entitlements
+            #expect(initial.active.isEmpty && !initial.isCached)
+            var updates = kiosk.entitlementUpdates.makeAsyncIterator()
+            #expect(await updates.next()?.active.isEmpty == true, "a new listener gets the last value first")
+
+            // Bought on another device: the events bring the change here.
+            let other = try session.makeClient(account: account, stateDirectory: nil)
+            let lifetime = try await buy(other, "pro.lifetime")
+            await other.close()
+            let started = await updates.next()
+            #expect(started?["pro"].isActive == true && started?["pro"].transactionID == lifetime.id)
+
+            try await session.refund(transactionID: lifetime.id)
+            #expect(await updates.next()?["pro"].isActive == false)
+
+            // A week pass, then the store goes away: the copy answers, until the pass's end by the time elapsed.
+            let pass = try await buy(kiosk, "pass.week")
+            #expect(try await kiosk.entitlements["pro"].isActive)
+            let stranger = try session.makeAccount()
+            await session.stopStore()
+            let cached = try await kiosk.entitlements
+            #expect(cached.isCached && cached["pro"].isActive && cached["pro"].transactionID == pass.id)
+            await kiosk.close()
+
+            // Another token on the same state directory does not read this account's copy.
+            let elsewhere = try session.makeClient(
+                account: stranger, stateDirectory: kiosk.configuration.stateDirectory)
+            await #expect(throws: KioskError.self) { _ = try await elsewhere.entitlements }
+            await elsewhere.close()
+        }
+    }
+
+    @Test func theContentServiceOpensAnEntitlementsItemToAnyGrantingTransaction() async throws {
+        try await withSession { session in
+            let kiosk = try session.makeClient(account: try session.makeAccount())
+            let hosted = try await kiosk.hostedProducts()
+            #expect(hosted.first?.entitlementID == "pro")
+            let directory = URL(fileURLWithPath: NSTemporaryDirectory() + "kiosk-entitlement-" + UUID().uuidString)
+            defer { try? FileManager.default.removeItem(at: directory) }
+
+            // Without pro: refused.
+            await #expect(throws: KioskError.self) {
+                _ = try await kiosk.download(productID: "pro.templates", entitlement: .inactive("pro"), to: directory)
+            }
+            let sepia = try await buy(kiosk, "filter.sepia")
+            await #expect(throws: KioskError.self) {
+                _ = try await kiosk.download(productID: "pro.templates", transaction: sepia, to: directory).result()
+            }
+
+            // The subscription opens it.
+            let monthly = try await buy(kiosk, "pro.monthly")
+            let pro = try await kiosk.entitlements["pro"]
+            let file = try await kiosk.download(productID: "pro.templates", entitlement: pro, to: directory).result()
+            #expect(try Array(Data(contentsOf: file)) == Self.templates)
+
+            // Refunded: the content service refuses that receipt once its event feed brings the refund (each try a
+            // fresh download; bounded).
+            try await session.refund(transactionID: monthly.id)
+            var refused = false
+            for attempt in 0..<200 where !refused {
+                let fresh = directory.appendingPathComponent("try-\(attempt)")
+                do {
+                    _ = try await kiosk.download(productID: "pro.templates", transaction: monthly, to: fresh).result()
+                    try await Task.sleep(for: .milliseconds(25))
+                } catch let error as KioskError {
+                    refused = error.code == .downloadRefused
+                }
+            }
+            #expect(refused)
+            await kiosk.close()
+        }
+    }
+}
