@@ -12,6 +12,7 @@ import sys
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -48,8 +49,15 @@ def submit(form_action, fields=None, index=0):
         box.send_keys(value)
     page = driver.find_element(By.TAG_NAME, "html")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    # The answer is a new page: wait until the old one is gone before reading it.
-    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(page))
+    # The answer is a new page: wait until the old one is gone before reading it. Chromium may report the old
+    # page's node as "not in the document" (a WebDriverException) rather than stale while it swaps them: gone too.
+    def gone(_):
+        try:
+            return expected_conditions.staleness_of(page)(driver)
+        except WebDriverException:
+            return True
+
+    WebDriverWait(driver, 10).until(gone)
 
 
 options = Options()

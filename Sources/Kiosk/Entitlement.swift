@@ -125,12 +125,13 @@ struct CachedEntitlements: Codable {
     }
 
     /// The entitlements as they stand `localNowMs` on this machine's clock: the store's time then is its time at the
-    /// answer plus what elapsed here since (never less than the answer's: a clock set back here ends nothing early
-    /// nor extends anything).
+    /// answer plus what elapsed here since. A clock set back before the answer cannot be trusted to tell how much
+    /// time passed: then only entitlements without an end stay active.
     func infos(localNowMs: Int64) -> EntitlementInfos {
+        let clockSetBack = localNowMs < fetchedAtMs
         let storeNowMs = asOfMs + max(0, localNowMs - fetchedAtMs)
         var active: [String: Entitlement] = [:]
-        for item in entitlements where item.expiresMs == 0 || item.expiresMs > storeNowMs {
+        for item in entitlements where item.expiresMs == 0 || (!clockSetBack && item.expiresMs > storeNowMs) {
             active[item.id] = Entitlement(
                 StoreV1.Entitlement(
                     entitlementID: item.id, productID: item.productID, transactionID: item.transactionID,
@@ -148,27 +149,35 @@ final class EntitlementBroadcast: Sendable {
         var listeners: [Int: AsyncStream<EntitlementInfos>.Continuation] = [:]
         var next = 0
         var last: EntitlementInfos?
+        var finished = false
     }
 
     private let state = NIOLockedValueBox(State())
 
-    /// Yields `infos` when what is active differs from the last value yielded.
+    /// Yields `infos` when what is active differs from the last value yielded; an answer older than it (by the
+    /// store's clock: two reads that crossed) is dropped. Yielded under the lock, so listeners see answers in order.
     func offer(_ infos: EntitlementInfos) {
-        let listeners = state.withLockedValue { state -> [AsyncStream<EntitlementInfos>.Continuation] in
+        state.withLockedValue { state in
+            if let last = state.last, last.confirmedDate > infos.confirmedDate { return }
             let changed = state.last.map { $0.active != infos.active } ?? true
             state.last = infos
-            return changed ? Array(state.listeners.values) : []
+            guard changed else { return }
+            for listener in state.listeners.values { listener.yield(infos) }
         }
-        for listener in listeners { listener.yield(infos) }
     }
 
     func subscribe() -> AsyncStream<EntitlementInfos> {
         let (stream, continuation) = AsyncStream.makeStream(of: EntitlementInfos.self)
-        let id = state.withLockedValue { state -> Int in
+        let id = state.withLockedValue { state -> Int? in
+            guard !state.finished else { return nil }
             state.next += 1
             state.listeners[state.next] = continuation
             if let last = state.last { continuation.yield(last) }
             return state.next
+        }
+        guard let id else {
+            continuation.finish()
+            return stream
         }
         continuation.onTermination = { [weak self] _ in
             _ = self?.state.withLockedValue { $0.listeners.removeValue(forKey: id) }
@@ -178,6 +187,7 @@ final class EntitlementBroadcast: Sendable {
 
     func finish() {
         let listeners = state.withLockedValue { state in
+            state.finished = true
             defer { state.listeners.removeAll() }
             return Array(state.listeners.values)
         }

@@ -49,6 +49,8 @@ public final class KioskClient: Sendable {
     private struct SyncState {
         var delivered: Set<String> = []
         var inFlight: Set<String> = []
+        /// The events said the entitlements changed and reading them failed: read them again on the next pass.
+        var entitlementsStale = false
         var background: Task<Void, Never>?
         var closed = false
     }
@@ -708,8 +710,8 @@ public final class KioskClient: Sendable {
         return UInt64(parts[1])
     }
 
-    /// Yields again, on ``transactionUpdates``, the transactions the store refunded, restored (a dispute won) or
-    /// whose subscription ended since the last look, reading the account's events after the cursor saved for it. The first time
+    /// Yields again, on ``transactionUpdates``, the transactions the store refunded, restored (a dispute won),
+    /// extended (a renewal date moved later) or whose subscription ended since the last look, reading the account's events after the cursor saved for it. The first time
     /// (no cursor saved for this account) it starts at the end of the log: what happened before this state
     /// directory is history.
     private func followAccountEvents(accountID: String) async throws {
@@ -719,11 +721,13 @@ public final class KioskClient: Sendable {
         let save = { (cursor: UInt64) in
             try PrivateFiles.writeAtomically(Data("\(accountID) \(cursor)\n".utf8), to: self.eventCursorPath)
         }
-        var entitlementsChanged = false
+        var entitlementsChanged = state.withLockedValue { $0.entitlementsStale }
         while true {
             let request = StoreV1.ListEventsRequest(
                 since: cursor, limit: 100,
-                types: [.refunded, .refundReversed, .expired, .entitlementStarted, .entitlementEnded])
+                types: [
+                    .refunded, .refundReversed, .expired, .renewalExtended, .entitlementStarted, .entitlementEnded,
+                ])
             let page: StoreV1.ListEventsResponse
             do {
                 page = try await failingOver(store) {
@@ -760,7 +764,8 @@ public final class KioskClient: Sendable {
             }
             if entitlementsChanged {
                 entitlementsChanged = false
-                _ = try? await refreshEntitlements()
+                let read = (try? await refreshEntitlements()) != nil
+                state.withLockedValue { $0.entitlementsStale = !read }
             }
             guard page.hasMore, !Task.isCancelled else { return }
         }

@@ -11,9 +11,12 @@ public enum ProductType: String, Hashable, Sendable, Codable {
     case nonRenewable = "non-renewing-subscription"
     /// An auto-renewable subscription; it expires unless renewed.
     case autoRenewable = "auto-renewable-subscription"
+    /// An operator's grant of an entitlement for a time, no charge (its product id is `grant:<entitlement>`).
+    case grant
 
     init(_ type: ReceiptV1.ProductType) {
         switch type {
+        case .grant: self = .grant
         case .nonConsumable: self = .nonConsumable
         case .nonRenewingSubscription: self = .nonRenewable
         case .autoRenewableSubscription: self = .autoRenewable

@@ -89,5 +89,35 @@ public struct AdminService: RPCService {
                 try store.retireKey(id: request.keyID, atMs: request.atMs == 0 ? nil : request.atMs)
             }.message
         }
+        register("ExtendSubscription", StoreV1.ExtendSubscriptionRequest.self, StoreV1.SubscriptionStatus.self) {
+            request in
+            try request.checkLimits()
+            let row = try await store.extendSubscription(
+                originalID: request.originalTransactionID, days: Int(request.days), reason: request.reason)
+            return try await store.ledger.offload { try store.statusMessage(row) }
+        }
+        register("ExtendSubscriptions", StoreV1.ExtendSubscriptionsRequest.self, StoreV1.ExtensionJob.self) {
+            request in
+            try request.checkLimits()
+            let job = try await store.startExtensionJob(
+                productID: request.productID, days: Int(request.days), reason: request.reason, jobID: request.jobID)
+            // It runs on in the store's background (and in the renewal pass of any store, should this one stop).
+            Task { try? await store.runExtensionJob(id: job.id) }
+            return try await store.extensionJobMessage(job)
+        }
+        register("GetExtensionJob", StoreV1.GetExtensionJobRequest.self, StoreV1.ExtensionJob.self) { request in
+            try request.checkLimits()
+            guard let job = try await store.ledger.extensionJob(id: request.jobID) else {
+                throw StoreError.notFound("no extension job \(request.jobID)")
+            }
+            return try await store.extensionJobMessage(job)
+        }
+        register("GrantEntitlement", StoreV1.GrantEntitlementRequest.self, StoreV1.Transaction.self) { request in
+            try request.checkLimits()
+            return try await store.grantEntitlement(
+                accountID: request.accountID, entitlementID: request.entitlementID, days: Int(request.days),
+                reason: request.reason
+            ).message
+        }
     }
 }

@@ -138,6 +138,33 @@ extension StoreV1.ApproveRequest: BoundedRequest {
     }
 }
 
+extension StoreV1.ExtendSubscriptionRequest: BoundedRequest {
+    func checkLimits() throws {
+        try FieldLimits.require(originalTransactionID, "original_transaction_id", max: FieldLimits.transactionID)
+        try FieldLimits.require(reason, "reason", max: FieldLimits.reason)
+    }
+}
+
+extension StoreV1.ExtendSubscriptionsRequest: BoundedRequest {
+    func checkLimits() throws {
+        try FieldLimits.require(productID, "product_id", max: FieldLimits.productID)
+        try FieldLimits.require(reason, "reason", max: FieldLimits.reason)
+        try FieldLimits.require(jobID, "job_id", max: FieldLimits.offerField)
+    }
+}
+
+extension StoreV1.GetExtensionJobRequest: BoundedRequest {
+    func checkLimits() throws { try FieldLimits.require(jobID, "job_id", max: FieldLimits.offerField) }
+}
+
+extension StoreV1.GrantEntitlementRequest: BoundedRequest {
+    func checkLimits() throws {
+        try FieldLimits.require(accountID, "account_id", max: FieldLimits.transactionID)
+        try FieldLimits.require(entitlementID, "entitlement_id", max: FieldLimits.offerField)
+        try FieldLimits.require(reason, "reason", max: FieldLimits.reason)
+    }
+}
+
 extension StoreV1.RetireKeyRequest: BoundedRequest {
     func checkLimits() throws { try FieldLimits.require(keyID, "key_id", max: FieldLimits.offerField) }
 }

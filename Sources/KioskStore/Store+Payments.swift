@@ -482,7 +482,8 @@ extension Store {
             productType: record.productType.wire, quantity: record.quantity, purchaseDateMs: record.purchaseMs,
             expiresDateMs: record.expiresMs, accountID: record.accountID, bundleID: catalog.bundleID,
             environment: record.environment.wire, periodStartMs: record.periodStartMs, offerID: record.offerID,
-            entitlements: catalog.product(record.productID)?.entitlements ?? [])
+            entitlements: EntitlementMap.grantedEntitlement(productID: record.productID).map { [$0] }
+                ?? entitlementMap.entitlements(of: record.productID))
         return try key.sign(payload, signedAtMs: signedAtMs).serializedBytes()
     }
 

@@ -28,6 +28,11 @@ public final class Store: Sendable {
     /// What `WatchRevocations` streams follow.
     let feed: RevocationFeed
     private let timeScaleBox: NIOLockedValueBox<Double>
+    /// Which products grant which entitlements: the catalog's, or, for a store opened without one (a `kiosk-store`
+    /// command on the data dir), the serving store's, as it kept it in the ledger (``prepareToServe()``).
+    let entitlementMap: EntitlementMap
+    /// The extension jobs this process is running (``runExtensionJob(id:progress:)``).
+    let runningJobs = NIOLockedValueBox<Set<String>>([])
     private let lastKeyRefresh = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
 
     /// Opens the store on its data dir, creating the ledger and the first signing key if needed.
@@ -61,21 +66,29 @@ public final class Store: Sendable {
         }
         self.timeScaleBox = NIOLockedValueBox(
             configuration.environment == .production ? 1 : max(1, configuration.timeScale))
+        let map =
+            configuration.catalog.products.isEmpty
+            ? try ledger.setting(Self.entitlementMapSetting).flatMap {
+                try? JSONDecoder().decode(EntitlementMap.self, from: Data($0.utf8))
+            } ?? EntitlementMap(ids: [], byProduct: [:])
+            : EntitlementMap(catalog: configuration.catalog)
+        self.entitlementMap = map
         // Keys rotated or retired by another process (`kiosk-store keys …` on the data dir) reach this store's verifier too.
         feed.onKeysChanged { [weak self] in
             self?.keys.forgetKeyList()
             self?.refreshVerifier()
         }
         // Every write about an account records what it did to the account's entitlements, in that write.
-        if !configuration.catalog.entitlements.isEmpty {
-            let catalog = configuration.catalog
+        if !map.isEmpty {
             let clock = configuration.clock
             let interval = configuration.renewalInterval
+            let catchUp = configuration.catchUpRenewals
             let timeScale = timeScaleBox
             ledger.setAccountWriteHook { db, accountID in
                 try db.settleEntitlements(
-                    accountID: accountID, catalog: catalog, nowMs: clock.nowMs,
-                    renewalPendingMs: Self.renewalLatenessMs(interval, timeScale: timeScale.withLockedValue { $0 }))
+                    accountID: accountID, map: map, nowMs: clock.nowMs,
+                    renewalPendingMs: Self.renewalPendingMs(
+                        interval, timeScale: timeScale.withLockedValue { $0 }, catchUp: catchUp))
             }
         }
         try pruneIdempotencyKeys()
@@ -89,7 +102,15 @@ public final class Store: Sendable {
         try ledger.claim(environment: configuration.environment)
         // Admin commands (approve, refund, reconcile) must use the processor the store serves with.
         try ledger.setSetting("payment_processor", configuration.paymentProcessor.name)
+        // And its entitlements: a refund or grant by a command records what it ends or starts.
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        try ledger.setSetting(
+            Self.entitlementMapSetting, String(decoding: try encoder.encode(entitlementMap), as: UTF8.self))
     }
+
+    /// The settings key of the serving store's ``EntitlementMap``.
+    static let entitlementMapSetting = "entitlement_map"
 
     /// Forgets idempotency keys older than the retention; returns how many.
     @discardableResult
@@ -318,7 +339,7 @@ public final class Store: Sendable {
     /// What the account is entitled to now, by the store's clock (``EntitlementRules``).
     public func entitlements(accountID: String) async throws -> [ActiveEntitlement] {
         try await ledger.entitlements(
-            accountID: accountID, catalog: catalog, nowMs: now, renewalPendingMs: renewalPendingMs)
+            accountID: accountID, map: entitlementMap, nowMs: now, renewalPendingMs: renewalPendingMs)
     }
 
     /// Records the entitlement changes of the accounts whose recorded entitlements' time ran out by the store's clock
@@ -326,10 +347,10 @@ public final class Store: Sendable {
     /// renewals, so a subscription renewed on time never ends in between.
     @discardableResult
     public func settleEndingEntitlements() async throws -> Int {
-        guard !catalog.entitlements.isEmpty else { return 0 }
+        let map = entitlementMap
+        guard !map.isEmpty else { return 0 }
         var ended = 0
         var cursor = ""
-        let catalog = self.catalog
         // Bounded: each page moves the cursor past its accounts.
         for _ in 0..<100_000 {
             let nowMs = now
@@ -337,11 +358,16 @@ public final class Store: Sendable {
             guard let last = page.last else { break }
             cursor = last
             for accountID in page {
-                // The write settles the account (the ledger's account hook); the body itself changes nothing.
-                ended += try await ledger.write(account: accountID) {
-                    [clock = configuration.clock, renewalPendingMs] db in
-                    try db.settleEntitlements(
-                        accountID: accountID, catalog: catalog, nowMs: clock.nowMs, renewalPendingMs: renewalPendingMs)
+                // One account that cannot be settled now is left for the next pass; the others go on.
+                do {
+                    ended += try await ledger.write(account: accountID) {
+                        [clock = configuration.clock, renewalPendingMs] db in
+                        try db.settleEntitlements(
+                            accountID: accountID, map: map, nowMs: clock.nowMs, renewalPendingMs: renewalPendingMs)
+                    }
+                } catch {
+                    logger.warning(
+                        "entitlements not settled", metadata: ["account_id": "\(accountID)", "error": "\(error)"])
                 }
             }
         }
@@ -350,7 +376,16 @@ public final class Store: Sendable {
 
     /// How long after its period's end a subscription that will renew still grants its entitlements while the
     /// renewal is due: as late as a renewal may start (``renewalLatenessMs(_:timeScale:)``).
-    var renewalPendingMs: Int64 { Self.renewalLatenessMs(configuration.renewalInterval, timeScale: timeScale) }
+    var renewalPendingMs: Int64 {
+        Self.renewalPendingMs(
+            configuration.renewalInterval, timeScale: timeScale, catchUp: configuration.catchUpRenewals)
+    }
+
+    /// ``renewalPendingMs``: with catch-up renewals (a sandbox whose clock jumps past several periods, each renewed in
+    /// turn) a due renewal holds however late it is, so the catch-up never ends and restarts an entitlement.
+    static func renewalPendingMs(_ interval: Duration, timeScale: Double, catchUp: Bool) -> Int64 {
+        catchUp ? Int64.max / 4 : renewalLatenessMs(interval, timeScale: timeScale)
+    }
 
     // MARK: Helpers
 

@@ -102,6 +102,8 @@ public final class StoreServer: Sendable {
             let declined = try await store.expireAskToBuyRequests()
             if declined > 0 { logger.notice("ask-to-buy requests expired", metadata: ["declined": "\(declined)"]) }
             let report = try await store.renewDueSubscriptions()
+            // A renewal-date extension job whose store stopped mid-way goes on here (each subscription once).
+            try await store.resumeExtensionJobs()
             if report.renewed + report.failed + report.expired > 0 {
                 logger.notice(
                     "subscriptions",

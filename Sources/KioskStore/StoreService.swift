@@ -133,12 +133,18 @@ public struct StoreService: RPCService {
             response: StoreV1.VerifyReceiptResponse.self, authenticator: verifiers
         ) { request, context in
             try request.checkLimits()
+            // An account learns its own entitlements only, not those of whoever's receipt it holds; a content
+            // service needs none; an admin may ask of any.
+            let asker = context.principal as? Caller
+            let mayAsk: Bool
+            switch asker {
+            case .account?: mayAsk = true
+            case .service(let credential)?: mayAsk = credential.role == .admin
+            case nil: mayAsk = false
+            }
             var verdict = try await store.verifyReceipt(
-                request.signedReceipt, includingEntitlements: request.includeEntitlements)
-            // An account learns its own entitlements only, not those of whoever's receipt it holds.
-            if case .account(let account)? = context.principal as? Caller,
-                verdict.check.payload?.accountID != account.id
-            {
+                request.signedReceipt, includingEntitlements: request.includeEntitlements && mayAsk)
+            if case .account(let account)? = asker, verdict.check.payload?.accountID != account.id {
                 verdict.entitlements = []
             }
             return verdict.message

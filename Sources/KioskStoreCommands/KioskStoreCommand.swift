@@ -19,7 +19,7 @@ public struct KioskStoreCommand: AsyncParsableCommand {
         subcommands: [
             Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self,
             RefundRequests.self, DenyRefund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self,
-            TLSCommand.self,
+            TLSCommand.self, SubscriptionsCommand.self, Grant.self,
         ])
 
     /// Who acts through the commands that administer a data dir: the events they record name the user
@@ -578,6 +578,79 @@ struct Approve: AsyncParsableCommand {
     func run() async throws {
         let record = try await data.openStore(catalog: catalog, payments: payments).approve(transactionID: transaction)
         print("transaction \(record.id): \(record.state.name)")
+    }
+}
+
+struct SubscriptionsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "subscriptions", abstract: "Support tools for auto-renewable subscriptions.",
+        subcommands: [Extend.self, ExtendAll.self])
+
+    struct Extend: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Move an active subscription's renewal date later (1 to 90 days; at most twice in 365 days): the buyer keeps it that much longer, the next renewal is charged then."
+        )
+        @OptionGroup var data: DataDirOptions
+        @Option(help: "How many days (1 to 90).") var days: Int
+        @Option(help: "Why, e.g. \"outage on 3 March\" (on the RENEWAL_EXTENDED event).") var reason: String
+        @Argument(help: "The subscription's original transaction id.") var originalTransactionID: String
+
+        func run() async throws {
+            let row = try await data.openStore().extendSubscription(
+                originalID: originalTransactionID, days: days, reason: reason)
+            print(
+                "subscription \(row.originalID): renews \(Date(timeIntervalSince1970: Double(row.expiresMs) / 1000).formatted(.iso8601))"
+            )
+        }
+    }
+
+    struct ExtendAll: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "extend-all",
+            abstract:
+                "Extend every subscription of a product active now and bought before the job began, each exactly once; run it again (same options, or --job) to resume a job that was stopped."
+        )
+        @OptionGroup var data: DataDirOptions
+        @Option(help: "The auto-renewable subscription's product id.") var product: String
+        @Option(help: "How many days (1 to 90).") var days: Int
+        @Option(help: "Why (on each RENEWAL_EXTENDED event).") var reason: String
+        @Option(help: "The job's id (default: one made from product, days and reason).") var job: String = ""
+
+        func run() async throws {
+            let store = try data.openStore()
+            let started = try await store.startExtensionJob(productID: product, days: days, reason: reason, jobID: job)
+            print("job \(started.id): extending \(started.productID) by \(started.days) days")
+            fflush(nil)
+            let done = try await store.runExtensionJob(id: started.id) { extended, remaining in
+                print("job \(started.id): \(extended) extended, \(remaining) to go")
+                // A line at a time even into a pipe or a log: the progress is there should the job be stopped.
+                fflush(nil)
+            }
+            print("job \(started.id): done, \(done.extended) extended, \(done.remaining) left")
+        }
+    }
+}
+
+struct Grant: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "Grant an entitlement to an account for some days, without a charge (a GRANT transaction; `refund` revokes it)."
+    )
+    @OptionGroup var data: DataDirOptions
+    @Option(help: "The catalog file (default: the entitlements the serving store recorded in the ledger).")
+    var catalog: String?
+    @Option(help: "How many days (1 to 3650).") var days: Int
+    @Option(help: "Why (on the grant's events).") var reason: String
+    @Argument(help: "The account id.") var account: String
+    @Argument(help: "The catalog's entitlement id, e.g. pro.") var entitlement: String
+
+    func run() async throws {
+        let record = try await data.openStore(catalog: catalog).grantEntitlement(
+            accountID: account, entitlementID: entitlement, days: days, reason: reason)
+        print(
+            "transaction \(record.id): \(entitlement) granted to \(account) until \(Date(timeIntervalSince1970: Double(record.expiresMs) / 1000).formatted(.iso8601))"
+        )
     }
 }
 

@@ -162,6 +162,7 @@ public final class StoreMetrics: Sendable {
         case .nonConsumable: "non_consumable"
         case .nonRenewingSubscription: "non_renewing_subscription"
         case .autoRenewableSubscription: "auto_renewable_subscription"
+        case .grant: "grant"
         }
     }
 }

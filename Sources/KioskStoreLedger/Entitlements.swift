@@ -17,12 +17,12 @@ extension ActiveEntitlement {
 extension Ledger {
     /// The account's entitlements at `nowMs`, computed from its ledger rows (one read of each table).
     public func entitlements(
-        accountID: String, catalog: Catalog, nowMs: Int64, renewalPendingMs: Int64
+        accountID: String, map: EntitlementMap, nowMs: Int64, renewalPendingMs: Int64
     ) async throws -> [ActiveEntitlement] {
-        guard !catalog.entitlements.isEmpty else { return [] }
+        guard !map.isEmpty else { return [] }
         return try await backend.read { db in
             try db.currentEntitlements(
-                accountID: accountID, catalog: catalog, nowMs: nowMs, renewalPendingMs: renewalPendingMs
+                accountID: accountID, map: map, nowMs: nowMs, renewalPendingMs: renewalPendingMs
             ).values.sorted {
                 $0.id < $1.id
             }
@@ -49,23 +49,27 @@ extension Ledger {
 
 extension LedgerDatabase {
     /// The account's entitlements at `nowMs`, by id, from its transactions and subscriptions of products that grant one
-    /// (`renewalPendingMs`: see ``EntitlementRules/active(catalog:transactions:subscriptions:nowMs:renewalPendingMs:)``).
+    /// (`renewalPendingMs`: see ``EntitlementRules/active(map:transactions:subscriptions:nowMs:renewalPendingMs:)``).
     public func currentEntitlements(
-        accountID: String, catalog: Catalog, nowMs: Int64, renewalPendingMs: Int64
+        accountID: String, map: EntitlementMap, nowMs: Int64, renewalPendingMs: Int64
     ) throws -> [String: ActiveEntitlement] {
-        let granting = catalog.grantingProductIDs
-        guard !granting.isEmpty else { return [:] }
+        guard !map.isEmpty else { return [:] }
+        // Grants (product type 5) name their entitlement in their product id; the rest are the map's products.
+        let granting = map.grantingProductIDs
         let marks = Array(repeating: "?", count: granting.count).joined(separator: ", ")
-        let arguments: [any LedgerArgument] = [accountID] + granting
+        let products = granting.isEmpty ? "product_type = 5" : "(product_id IN (\(marks)) OR product_type = 5)"
         let transactions = try fetchAll(
-            "SELECT * FROM transactions WHERE account_id = ? AND product_id IN (\(marks)) AND state = 1 AND revoked_ms = 0",
-            arguments
+            "SELECT * FROM transactions WHERE account_id = ? AND \(products) AND state = 1 AND revoked_ms = 0",
+            [accountID] + granting
         ).map(TransactionRecord.init)
-        let subscriptions = try fetchAll(
-            "SELECT * FROM subscriptions WHERE account_id = ? AND product_id IN (\(marks))", arguments
-        ).map(SubscriptionRecord.init)
+        let subscriptions =
+            granting.isEmpty
+            ? []
+            : try fetchAll(
+                "SELECT * FROM subscriptions WHERE account_id = ? AND product_id IN (\(marks))", [accountID] + granting
+            ).map(SubscriptionRecord.init)
         return EntitlementRules.active(
-            catalog: catalog, transactions: transactions, subscriptions: subscriptions, nowMs: nowMs,
+            map: map, transactions: transactions, subscriptions: subscriptions, nowMs: nowMs,
             renewalPendingMs: renewalPendingMs)
     }
 
@@ -82,10 +86,10 @@ extension LedgerDatabase {
     /// without an event. Returns how many ended.
     @discardableResult
     public func settleEntitlements(
-        accountID: String, catalog: Catalog, nowMs: Int64, renewalPendingMs: Int64
+        accountID: String, map: EntitlementMap, nowMs: Int64, renewalPendingMs: Int64
     ) throws -> Int {
         let now = try currentEntitlements(
-            accountID: accountID, catalog: catalog, nowMs: nowMs, renewalPendingMs: renewalPendingMs)
+            accountID: accountID, map: map, nowMs: nowMs, renewalPendingMs: renewalPendingMs)
         let before = try recordedEntitlements(accountID: accountID)
         var ended = 0
         for (id, old) in before.sorted(by: { $0.key < $1.key }) where now[id] == nil {
@@ -94,7 +98,7 @@ extension LedgerDatabase {
             var event = EventRecord(
                 type: .entitlementEnded, accountID: accountID, transactionID: old.transactionID,
                 originalTransactionID: old.originalTransactionID, productID: old.productID, createdMs: nowMs,
-                reason: try endReason(old, catalog: catalog))
+                reason: try endReason(old, map: map))
             event.entitlementID = id
             try appendEvent(event)
             ended += 1
@@ -125,11 +129,19 @@ extension LedgerDatabase {
         return ended
     }
 
-    /// Why `old` ended: `revoked` (its transaction was refunded or revoked), `catalog` (its product no longer grants
-    /// it), else `expired`.
-    private func endReason(_ old: ActiveEntitlement, catalog: Catalog) throws -> String {
-        guard catalog.product(old.productID)?.entitlements.contains(old.id) == true else { return "catalog" }
-        let revoked = try value(Int64.self, "SELECT revoked_ms FROM transactions WHERE id = ?", [old.transactionID])
-        return (revoked ?? 0) > 0 ? "revoked" : "expired"
+    /// Why `old` ended: `revoked` (its transaction was refunded or revoked), `upgraded` (revoked by an upgrade to a
+    /// product that does not grant it), `catalog` (its product no longer grants it), else `expired`.
+    private func endReason(_ old: ActiveEntitlement, map: EntitlementMap) throws -> String {
+        let granted =
+            EntitlementMap.grantedEntitlement(productID: old.productID).map { [$0] }
+            ?? map.entitlements(of: old.productID)
+        guard granted.contains(old.id), map.ids.contains(old.id) else { return "catalog" }
+        guard
+            let row = try fetchOne(
+                "SELECT revoked_ms, revocation_reason FROM transactions WHERE id = ?", [old.transactionID])
+        else { return "expired" }
+        guard (try row["revoked_ms"] as Int64) > 0 else { return "expired" }
+        // An upgrade revokes the old period without a refund: the new product grants what it grants.
+        return (try row["revocation_reason"] as String).hasPrefix("upgraded to ") ? "upgraded" : "revoked"
     }
 }

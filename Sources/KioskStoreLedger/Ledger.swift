@@ -504,6 +504,7 @@ public final class Ledger: Sendable {
                 """
                 DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations; DELETE FROM disputes;
                 DELETE FROM subscriptions; DELETE FROM refund_requests; DELETE FROM processor_events; DELETE FROM entitlements;
+                DELETE FROM subscription_extensions; DELETE FROM extension_jobs;
                 DELETE FROM idempotency_keys; DELETE FROM payment_intents; UPDATE accounts SET credit_balance = 0;
                 """)
         }

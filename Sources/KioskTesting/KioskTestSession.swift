@@ -394,6 +394,36 @@ public final class KioskTestSession: Sendable {
         try await store.expireSubscription(originalID: originalID, reason: reason)
     }
 
+    /// Moves an active subscription's renewal date `days` later (1 to 90; at most twice in 365 days), as an operator's
+    /// `kiosk-store subscriptions extend`: a RENEWAL_EXTENDED event, the latest transaction's expiry and receipt updated.
+    @discardableResult
+    public func extendSubscription(
+        originalID: String, days: Int, reason: String = "extended by the test session"
+    ) async throws -> SubscriptionRecord {
+        try await store.extendSubscription(originalID: originalID, days: days, reason: reason)
+    }
+
+    /// Extends every active subscription of `productID` by `days`, each once, as `kiosk-store subscriptions
+    /// extend-all` (one job, run to its end here); returns how many it extended.
+    @discardableResult
+    public func extendSubscriptions(
+        productID: String, days: Int, reason: String = "extended by the test session"
+    ) async throws -> Int {
+        let job = try await store.startExtensionJob(productID: productID, days: days, reason: reason)
+        return try await store.runExtensionJob(id: job.id).extended
+    }
+
+    /// Grants `entitlementID` to `account` for `days`, no charge, as `kiosk-store grant`: returns the GRANT
+    /// transaction's id (``refund(transactionID:reason:)`` revokes it).
+    @discardableResult
+    public func grant(
+        _ account: Account, entitlementID: String, days: Int, reason: String = "granted by the test session"
+    ) async throws -> String {
+        try await store.grantEntitlement(
+            accountID: account.id, entitlementID: entitlementID, days: days, reason: reason
+        ).id
+    }
+
     /// Sets how fast periods that start from now on run.
     public func setRenewalRate(_ rate: RenewalRate) throws {
         try store.setTimeScale(rate.timeScale)

@@ -22,6 +22,10 @@ import Testing
                 currency: "USD", subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"), subscriptionGroup: "pro",
                 gracePeriod: SubscriptionPeriod(iso8601: "P6D")),
             CatalogProduct(
+                id: "basic.monthly", type: .autoRenewableSubscription, title: "Basic monthly", price: "1.99",
+                currency: "USD", subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"), subscriptionGroup: "pro",
+                groupLevel: 2),
+            CatalogProduct(
                 id: "pro.lifetime", type: .nonConsumable, title: "Pro forever", price: "99", currency: "USD"),
             CatalogProduct(
                 id: "pass.week", type: .nonRenewingSubscription, title: "Week pass", price: "0.99", currency: "USD",
@@ -34,6 +38,7 @@ import Testing
         entitlements: [
             CatalogEntitlement(id: "pro", title: "Pro", productIDs: ["pro.monthly", "pro.lifetime", "pass.week"]),
             CatalogEntitlement(id: "filters", title: "Filters", productIDs: ["filter.sepia", "pro.lifetime"]),
+            CatalogEntitlement(id: "basic", title: "Basic", productIDs: ["basic.monthly"]),
         ])
 
     struct Fixture {
@@ -67,14 +72,15 @@ import Testing
         }
     }
 
-    static func withFixture<R>(_ body: (Fixture) async throws -> R) async throws -> R {
+    static func withFixture<R>(catchUp: Bool = false, _ body: (Fixture) async throws -> R) async throws -> R {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let clock = TestClock()
         let payments = TestPaymentProcessor()
-        let configuration = try StoreConfiguration(
+        var configuration = try StoreConfiguration(
             dataDirectory: directory, catalog: catalog, paymentProcessor: payments, clock: clock
         ).onTestLedger()
+        configuration.catchUpRenewals = catchUp
         let store = try Store(configuration: configuration)
         try store.prepareToServe()
         return try await body(Fixture(store: store, clock: clock, payments: payments))
@@ -146,6 +152,34 @@ import Testing
             #expect(
                 try await f.events(account).last.map { "\($0.0.shortName) \($0.1) \($0.2)" }
                     == "ENTITLEMENT_ENDED pro revoked")
+        }
+    }
+
+    @Test func aSandboxClockMovedPastSeveralPeriodsRenewsEachWithoutEndingIt() async throws {
+        try await Self.withFixture(catchUp: true) { f in
+            let account = try f.account()
+            _ = try await f.buy(account, "pro.monthly")
+            f.clock.advance(byMs: 95 * Self.day)
+            #expect(try await f.store.renewDueSubscriptions().renewed == 3)
+            #expect(try await f.held(account)["pro"].map { $0.expiresMs > f.clock.now } == true)
+            #expect(try await f.events(account).map(\.0) == [.entitlementStarted], "held through the catch-up")
+        }
+    }
+
+    @Test func anUpgradeToAProductWithoutItEndsItAsUpgraded() async throws {
+        try await Self.withFixture { f in
+            let account = try f.account()
+            _ = try await f.buy(account, "basic.monthly")
+            #expect(try await f.held(account)["pro"] == nil)
+            #expect(try await f.held(account)["basic"]?.source == .subscription)
+            _ = try await f.buy(account, "pro.monthly")
+            let held = try await f.held(account)
+            #expect(held["pro"] != nil && held["basic"] == nil)
+            #expect(
+                try await f.events(account).map { "\($0.0.shortName) \($0.1) \($0.2)" } == [
+                    "ENTITLEMENT_STARTED basic subscription", "ENTITLEMENT_ENDED basic upgraded",
+                    "ENTITLEMENT_STARTED pro subscription",
+                ])
         }
     }
 
@@ -261,6 +295,12 @@ import Testing
             #expect(plain.entitlements.isEmpty, "not asked for")
             let foreign = try await call("VerifyReceipt", asked, StoreV1.VerifyReceiptResponse.self, token: other)
             #expect(foreign.status == 0 && foreign.entitlements.isEmpty, "another account's entitlements stay private")
+            let content = try server.store.createServiceCredential(role: .content, name: "cdn").secret
+            let service = try await call("VerifyReceipt", asked, StoreV1.VerifyReceiptResponse.self, token: content)
+            #expect(service.status == 0 && service.entitlements.isEmpty, "a content service needs none")
+            let admin = try server.store.createServiceCredential(role: .admin, name: "ops").secret
+            let asAdmin = try await call("VerifyReceipt", asked, StoreV1.VerifyReceiptResponse.self, token: admin)
+            #expect(asAdmin.entitlements.map(\.entitlementID) == ["filters", "pro"])
 
             // No token: refused, as every account call.
             await #expect(throws: RPCError.self) {

@@ -117,6 +117,35 @@ import Testing
         }
     }
 
+    @Test func aGrantAndAnExtensionFromTheTestSessionReachTheApp() async throws {
+        try await withSession { session in
+            let account = try session.makeAccount()
+            let kiosk = try session.makeClient(account: account)
+            let grant = try await session.grant(account, entitlementID: "pro", days: 30)
+            let pro = try await kiosk.entitlements["pro"]
+            #expect(pro.isActive && pro.source == .grant && pro.transactionID == grant && pro.productID == "grant:pro")
+            try await session.refund(transactionID: grant)
+            #expect(try await !kiosk.entitlements["pro"].isActive)
+
+            // An extension moves the subscription's end; the app gets the transaction again with it.
+            let monthly = try await buy(kiosk, "pro.monthly")
+            var updates = kiosk.transactionUpdates.makeAsyncIterator()
+            try await session.extendSubscription(originalID: monthly.id, days: 10)
+            let extended = try #require(try await kiosk.entitlements["pro"].expirationDate)
+            #expect(extended.timeIntervalSince(try #require(monthly.expirationDate)) == 10 * 86_400)
+            var seen: Transaction?
+            while let next = await updates.next() {
+                if next.id == monthly.id {
+                    seen = next
+                    break
+                }
+            }
+            #expect(seen?.expirationDate == extended)
+            #expect(try await session.extendSubscriptions(productID: "pro.monthly", days: 1) == 1)
+            await kiosk.close()
+        }
+    }
+
     @Test func theContentServiceOpensAnEntitlementsItemToAnyGrantingTransaction() async throws {
         try await withSession { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())

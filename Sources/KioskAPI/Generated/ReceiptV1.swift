@@ -21,6 +21,9 @@ extension ReceiptV1 {
         public static let nonRenewingSubscription = ProductType(rawValue: 3)
         /// `AUTO_RENEWABLE_SUBSCRIPTION`.
         public static let autoRenewableSubscription = ProductType(rawValue: 4)
+        /// An operator's grant of an entitlement for a time, no charge (product_id
+        /// "grant:<entitlement id>", expires_date_ms its end; revocable as a refund).
+        public static let grant = ProductType(rawValue: 5)
         public var description: String {
         switch rawValue {
         case 0: "PRODUCT_TYPE_UNSPECIFIED"
@@ -28,6 +31,7 @@ extension ReceiptV1 {
         case 2: "NON_CONSUMABLE"
         case 3: "NON_RENEWING_SUBSCRIPTION"
         case 4: "AUTO_RENEWABLE_SUBSCRIPTION"
+        case 5: "GRANT"
         default: "ProductType(\(rawValue))"
         }
         }

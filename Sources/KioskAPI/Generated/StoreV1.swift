@@ -1414,6 +1414,222 @@ extension StoreV1.CreateAccountResponse: WireMessage {
 }
 
 extension StoreV1 {
+    /// Moves one active auto-renewable subscription's renewal date later, as the
+    /// App Store Server API's "extend a subscription renewal date": its period
+    /// and its latest transaction's expiry (and receipt) end `days` later; the
+    /// next renewal is charged then. At most twice in 365 days per subscription.
+    public struct ExtendSubscriptionRequest: Hashable, Sendable {
+        /// `original_transaction_id` (field 1).
+        public var originalTransactionID: String
+        /// 1 to 90.
+        public var days: UInt32
+        /// Why (kept on the RENEWAL_EXTENDED event), required.
+        public var reason: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(originalTransactionID: String = "", days: UInt32 = 0, reason: String = "") {
+            self.originalTransactionID = originalTransactionID
+            self.days = days
+            self.reason = reason
+        }
+    }
+}
+
+extension StoreV1.ExtendSubscriptionRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ExtendSubscriptionRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__extend_subscription_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            originalTransactionID: try CField.string(c.original_transaction_id, field: "ExtendSubscriptionRequest.original_transaction_id"),
+            days: c.days,
+            reason: try CField.string(c.reason, field: "ExtendSubscriptionRequest.reason")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.original_transaction_id = arena.cString(originalTransactionID)
+        c.days = days
+        c.reason = arena.cString(reason)
+    }
+}
+
+extension StoreV1 {
+    /// Extends every subscription of a product that is active when the job
+    /// reaches it and was bought before the job began, each exactly once
+    /// however often the job is started again or by how many stores; the job
+    /// runs in the store's background and resumes after a restart.
+    public struct ExtendSubscriptionsRequest: Hashable, Sendable {
+        /// `product_id` (field 1).
+        public var productID: String
+        /// 1 to 90.
+        public var days: UInt32
+        /// `reason` (field 3).
+        public var reason: String
+        /// The job's id: the same id again returns (and resumes) that job; it must
+        /// then name the same product, days and reason. Empty: an id made from
+        /// product, days and reason, so the same request twice is one job.
+        public var jobID: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(productID: String = "", days: UInt32 = 0, reason: String = "", jobID: String = "") {
+            self.productID = productID
+            self.days = days
+            self.reason = reason
+            self.jobID = jobID
+        }
+    }
+}
+
+extension StoreV1.ExtendSubscriptionsRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ExtendSubscriptionsRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__extend_subscriptions_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            productID: try CField.string(c.product_id, field: "ExtendSubscriptionsRequest.product_id"),
+            days: c.days,
+            reason: try CField.string(c.reason, field: "ExtendSubscriptionsRequest.reason"),
+            jobID: try CField.string(c.job_id, field: "ExtendSubscriptionsRequest.job_id")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.product_id = arena.cString(productID)
+        c.days = days
+        c.reason = arena.cString(reason)
+        c.job_id = arena.cString(jobID)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.ExtensionJob`.
+    public struct ExtensionJob: Hashable, Sendable {
+        /// `job_id` (field 1).
+        public var jobID: String
+        /// `product_id` (field 2).
+        public var productID: String
+        /// `days` (field 3).
+        public var days: UInt32
+        /// `reason` (field 4).
+        public var reason: String
+        /// When the job began (ms since 1970): subscriptions bought later are not
+        /// extended.
+        public var createdMs: Int64
+        /// Subscriptions extended by it so far.
+        public var extended: UInt64
+        /// Active subscriptions it has still to extend.
+        public var remaining: UInt64
+        /// When it finished (ms since 1970); 0 while it runs.
+        public var finishedMs: Int64
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(jobID: String = "", productID: String = "", days: UInt32 = 0, reason: String = "", createdMs: Int64 = 0, extended: UInt64 = 0, remaining: UInt64 = 0, finishedMs: Int64 = 0) {
+            self.jobID = jobID
+            self.productID = productID
+            self.days = days
+            self.reason = reason
+            self.createdMs = createdMs
+            self.extended = extended
+            self.remaining = remaining
+            self.finishedMs = finishedMs
+        }
+    }
+}
+
+extension StoreV1.ExtensionJob: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ExtensionJob
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__extension_job__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            jobID: try CField.string(c.job_id, field: "ExtensionJob.job_id"),
+            productID: try CField.string(c.product_id, field: "ExtensionJob.product_id"),
+            days: c.days,
+            reason: try CField.string(c.reason, field: "ExtensionJob.reason"),
+            createdMs: c.created_ms,
+            extended: c.extended,
+            remaining: c.remaining,
+            finishedMs: c.finished_ms
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.job_id = arena.cString(jobID)
+        c.product_id = arena.cString(productID)
+        c.days = days
+        c.reason = arena.cString(reason)
+        c.created_ms = createdMs
+        c.extended = extended
+        c.remaining = remaining
+        c.finished_ms = finishedMs
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.GetExtensionJobRequest`.
+    public struct GetExtensionJobRequest: Hashable, Sendable {
+        /// `job_id` (field 1).
+        public var jobID: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(jobID: String = "") {
+            self.jobID = jobID
+        }
+    }
+}
+
+extension StoreV1.GetExtensionJobRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__GetExtensionJobRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__get_extension_job_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            jobID: try CField.string(c.job_id, field: "GetExtensionJobRequest.job_id")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.job_id = arena.cString(jobID)
+    }
+}
+
+extension StoreV1 {
+    /// Grants an entitlement to an account for `days`, without a charge: a
+    /// transaction of type GRANT (product_id "grant:<entitlement_id>"), with a
+    /// receipt, revocable with Refund.
+    public struct GrantEntitlementRequest: Hashable, Sendable {
+        /// `account_id` (field 1).
+        public var accountID: String
+        /// `entitlement_id` (field 2).
+        public var entitlementID: String
+        /// 1 to 3650.
+        public var days: UInt32
+        /// `reason` (field 4).
+        public var reason: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(accountID: String = "", entitlementID: String = "", days: UInt32 = 0, reason: String = "") {
+            self.accountID = accountID
+            self.entitlementID = entitlementID
+            self.days = days
+            self.reason = reason
+        }
+    }
+}
+
+extension StoreV1.GrantEntitlementRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__GrantEntitlementRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__grant_entitlement_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            accountID: try CField.string(c.account_id, field: "GrantEntitlementRequest.account_id"),
+            entitlementID: try CField.string(c.entitlement_id, field: "GrantEntitlementRequest.entitlement_id"),
+            days: c.days,
+            reason: try CField.string(c.reason, field: "GrantEntitlementRequest.reason")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.account_id = arena.cString(accountID)
+        c.entitlement_id = arena.cString(entitlementID)
+        c.days = days
+        c.reason = arena.cString(reason)
+    }
+}
+
+extension StoreV1 {
     /// Where an auto-renewable subscription stands (the App Store's subscription
     /// status). Renewals are charged by the store at the end of each period with
     /// the payment method of the first purchase.
@@ -1813,6 +2029,11 @@ extension StoreV1 {
         /// a refund or revocation; "expired": its time ran out). transaction_id is
         /// the transaction that granted it last.
         public static let entitlementEnded = EventType(rawValue: 18)
+        /// An operator moved an active subscription's renewal date later (one
+        /// subscriber, or every subscriber of a product after an outage):
+        /// transaction_id is its latest transaction, whose expiry and receipt are
+        /// updated; expires_ms the new end; reason the operator's.
+        public static let renewalExtended = EventType(rawValue: 19)
         public var description: String {
         switch rawValue {
         case 0: "EVENT_TYPE_UNSPECIFIED"
@@ -1834,6 +2055,7 @@ extension StoreV1 {
         case 16: "EVENT_TYPE_OPERATOR_ACTION"
         case 17: "EVENT_TYPE_ENTITLEMENT_STARTED"
         case 18: "EVENT_TYPE_ENTITLEMENT_ENDED"
+        case 19: "EVENT_TYPE_RENEWAL_EXTENDED"
         default: "EventType(\(rawValue))"
         }
         }

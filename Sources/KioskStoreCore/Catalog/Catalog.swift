@@ -162,21 +162,18 @@ public struct Catalog: Sendable {
     public private(set) var entitlements: [CatalogEntitlement]
     private var byID: [String: CatalogProduct]
 
-    /// Creates a catalog from products; ids must be unique. Each entitlement's products get it in their
-    /// ``CatalogProduct/entitlements`` (ids it names that are not products are ignored: ``parse(_:file:)`` refuses them).
+    /// Creates a catalog from products; ids must be unique. Each product's ``CatalogProduct/entitlements`` are set from
+    /// `entitlements` (ids they name that are not products are ignored: ``parse(_:file:)`` refuses them).
     public init(
         bundleID: String, products: [CatalogProduct], offerKeys: [String: [UInt8]] = [:],
         entitlements: [CatalogEntitlement] = []
     ) {
         self.bundleID = bundleID
+        // The entitlements given decide what each product grants (a product taken from another catalog keeps none of
+        // that catalog's).
         var products = products
-        for entitlement in entitlements {
-            for index in products.indices
-            where entitlement.productIDs.contains(products[index].id)
-                && !products[index].entitlements.contains(entitlement.id)
-            {
-                products[index].entitlements.append(entitlement.id)
-            }
+        for index in products.indices {
+            products[index].entitlements = entitlements.filter { $0.productIDs.contains(products[index].id) }.map(\.id)
         }
         self.products = products
         self.offerKeys = offerKeys

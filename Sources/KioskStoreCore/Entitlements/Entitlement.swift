@@ -13,6 +13,9 @@ public struct EntitlementSource: RawRepresentable, Hashable, Sendable, CustomStr
     public static let grant = EntitlementSource(rawValue: "grant")
 
     public var description: String { rawValue }
+
+    /// What a transaction's `offerID` starts with when an offer code paid for it.
+    public static let offerCodePrefix = "code:"
 }
 
 /// An entitlement an account has now, and what gives it.
@@ -56,12 +59,53 @@ public struct ActiveEntitlement: Hashable, Sendable {
     }
 }
 
+/// Which products grant which entitlements: what the store keeps of its catalog to decide entitlements (a store opened
+/// by a command without the catalog reads the serving store's copy from the ledger).
+public struct EntitlementMap: Hashable, Sendable, Codable {
+    /// The entitlement ids, in catalog order.
+    public var ids: [String]
+    /// Product id → the entitlements it grants.
+    public var byProduct: [String: [String]]
+
+    public init(ids: [String], byProduct: [String: [String]]) {
+        self.ids = ids
+        self.byProduct = byProduct
+    }
+
+    /// The catalog's.
+    public init(catalog: Catalog) {
+        ids = catalog.entitlements.map(\.id)
+        byProduct = Dictionary(
+            catalog.products.filter { !$0.entitlements.isEmpty }.map { ($0.id, $0.entitlements) },
+            uniquingKeysWith: { first, _ in first })
+    }
+
+    /// True when there are no entitlements.
+    public var isEmpty: Bool { ids.isEmpty }
+
+    /// The entitlements `productID` grants.
+    public func entitlements(of productID: String) -> [String] { byProduct[productID] ?? [] }
+
+    /// The products that grant at least one entitlement, sorted.
+    public var grantingProductIDs: [String] { byProduct.keys.sorted() }
+
+    /// The product id of a grant of `entitlement` (``ProductKind/grant``): not a catalog product (catalog ids have no
+    /// `:`).
+    public static func grantProductID(_ entitlement: String) -> String { "grant:" + entitlement }
+
+    /// The entitlement a grant's product id names, if it is one.
+    public static func grantedEntitlement(productID: String) -> String? {
+        productID.hasPrefix("grant:") ? String(productID.dropFirst(6)) : nil
+    }
+}
+
 /// How an account's transactions and subscriptions become its entitlements.
 public enum EntitlementRules {
     /// The entitlements the account holds at `nowMs`, by id, given its transactions of granting products and its
     /// subscriptions of granting products (others are ignored).
     ///
     /// - A non-consumable: purchased and not revoked, no end.
+    /// - A grant (``ProductKind/grant``): not revoked, until its `expiresMs`; source ``EntitlementSource/grant``.
     /// - A non-renewing subscription: purchased, not revoked, until its `expiresMs`.
     /// - An auto-renewable subscription: its subscription record decides (``Subscription/isEntitled(atMs:)``:
     ///   paid up, or in its grace period), until its period's end or its grace period's, through its latest
@@ -70,7 +114,7 @@ public enum EntitlementRules {
     ///   on time never ends and restarts the entitlement); a declined renewal then decides (grace or not).
     /// - Several grants of one entitlement: the one that lasts longest (``ActiveEntitlement`` ranks them).
     public static func active(
-        catalog: Catalog, transactions: [TransactionRecord], subscriptions: [Subscription], nowMs: Int64,
+        map: EntitlementMap, transactions: [TransactionRecord], subscriptions: [Subscription], nowMs: Int64,
         renewalPendingMs: Int64 = 0
     ) -> [String: ActiveEntitlement] {
         var best: [String: ActiveEntitlement] = [:]
@@ -80,20 +124,28 @@ public enum EntitlementRules {
         }
         let byID = Dictionary(transactions.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         for record in transactions where record.state == .purchased && record.revokedMs == 0 {
-            guard let product = catalog.product(record.productID), !product.entitlements.isEmpty else { continue }
             let source: EntitlementSource
+            var granted = map.entitlements(of: record.productID)
             switch record.productType {
             case .nonConsumable: source = .purchase
             case .nonRenewingSubscription:
                 guard record.expiresMs > nowMs else { continue }
                 source = .purchase
+            case .grant:
+                guard record.expiresMs > nowMs,
+                    let entitlement = EntitlementMap.grantedEntitlement(productID: record.productID),
+                    map.ids.contains(entitlement)
+                else { continue }
+                source = .grant
+                granted = [entitlement]
             default: continue  // auto-renewable: the subscription record decides, below; consumables grant none
             }
-            for id in product.entitlements {
+            for id in granted {
                 offer(
                     ActiveEntitlement(
                         id: id, productID: record.productID, transactionID: record.id,
-                        originalTransactionID: record.originalID, source: source,
+                        originalTransactionID: record.originalID,
+                        source: record.offerID.hasPrefix(EntitlementSource.offerCodePrefix) ? .offerCode : source,
                         expiresMs: record.productType == .nonConsumable ? 0 : record.expiresMs,
                         purchaseMs: record.purchaseMs, willRenew: false))
             }
@@ -103,13 +155,12 @@ public enum EntitlementRules {
             || (subscription.state == .active && subscription.willAutoRenew
                 && nowMs < subscription.expiresMs + renewalPendingMs)
         {
-            guard let product = catalog.product(subscription.productID), !product.entitlements.isEmpty else {
-                continue
-            }
+            let granted = map.entitlements(of: subscription.productID)
+            guard !granted.isEmpty else { continue }
             let latest = byID[subscription.latestTransactionID]
             if let latest, latest.revokedMs != 0 { continue }
             let ends = subscription.state == .inGracePeriod ? subscription.graceEndMs : subscription.expiresMs
-            for id in product.entitlements {
+            for id in granted {
                 offer(
                     ActiveEntitlement(
                         id: id, productID: subscription.productID, transactionID: subscription.latestTransactionID,

@@ -54,17 +54,20 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let entitlementStarted = EventKind(rawValue: 17)
     /// The account no longer holds ``EventRecord/entitlementID``: `reason` is `revoked` or `expired`.
     public static let entitlementEnded = EventKind(rawValue: 18)
+    /// An operator moved an active subscription's renewal date later: the event's transaction is its latest, whose
+    /// expiry and receipt were updated; ``EventRecord/expiresMs`` is the new end, `reason` the operator's.
+    public static let renewalExtended = EventKind(rawValue: 19)
 
     /// The kinds this version records, in number order.
     public static let known: [EventKind] = [
         .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged,
         .test,
         .refundRequested, .refundDenied, .renewalNeedsAction, .disputed, .refundReversed, .operatorAction,
-        .entitlementStarted, .entitlementEnded,
+        .entitlementStarted, .entitlementEnded, .renewalExtended,
     ]
 
     /// True for a kind this version records.
-    public var isKnown: Bool { rawValue >= 1 && rawValue <= 18 }
+    public var isKnown: Bool { rawValue >= 1 && rawValue <= 19 }
 
     /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(16)` for a kind this version does not know.
     public var shortName: String {
@@ -87,6 +90,7 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 16: "OPERATOR_ACTION"
         case 17: "ENTITLEMENT_STARTED"
         case 18: "ENTITLEMENT_ENDED"
+        case 19: "RENEWAL_EXTENDED"
         default: "EventType(\(rawValue))"
         }
     }

@@ -254,6 +254,16 @@ extension Subscription {
         acceptedPrice = price
     }
 
+    /// An operator moved the renewal date to `newEndMs` (later than the period's end): the paid period lasts until
+    /// then and the next renewal (or, with auto-renew off, the expiry) comes then.
+    /// - Returns: false, changing nothing, unless the subscription is ACTIVE and `newEndMs` is later.
+    public mutating func extended(toMs newEndMs: Int64) -> Bool {
+        guard state == .active, newEndMs > expiresMs else { return false }
+        expiresMs = newEndMs
+        dueMs = newEndMs
+        return true
+    }
+
     /// Ends the subscription now (an operator's or the sandbox's "expire"): no entitlement, nothing renews.
     public mutating func expiredNow(atMs nowMs: Int64, reason: ExpirationReason) {
         guard isLive else { return }

@@ -13,6 +13,9 @@ public enum ProductKind: Int32, Hashable, Sendable, CaseIterable, CustomStringCo
     case nonRenewingSubscription = 3
     /// Renews itself until the buyer turns auto-renew off.
     case autoRenewableSubscription = 4
+    /// An operator's grant of an entitlement for a time, no charge: not a catalog product (its product id is
+    /// ``EntitlementMap/grantProductID(_:)``), revocable as a refund is.
+    case grant = 5
 
     /// True for kinds an account owns at most once at a time.
     public var isExclusive: Bool { self == .nonConsumable || self == .autoRenewableSubscription }
@@ -23,6 +26,7 @@ public enum ProductKind: Int32, Hashable, Sendable, CaseIterable, CustomStringCo
         case .nonConsumable: "NON_CONSUMABLE"
         case .nonRenewingSubscription: "NON_RENEWING_SUBSCRIPTION"
         case .autoRenewableSubscription: "AUTO_RENEWABLE_SUBSCRIPTION"
+        case .grant: "GRANT"
         }
     }
 }

@@ -638,21 +638,23 @@ const ProtobufCMessageDescriptor kiosk__receipt__v1__signed_access_token__descri
   (ProtobufCMessageInit) kiosk__receipt__v1__signed_access_token__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCEnumValue kiosk__receipt__v1__product_type__enum_values_by_number[5] =
+static const ProtobufCEnumValue kiosk__receipt__v1__product_type__enum_values_by_number[6] =
 {
   { "PRODUCT_TYPE_UNSPECIFIED", "KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED", 0 },
   { "CONSUMABLE", "KIOSK__RECEIPT__V1__PRODUCT_TYPE__CONSUMABLE", 1 },
   { "NON_CONSUMABLE", "KIOSK__RECEIPT__V1__PRODUCT_TYPE__NON_CONSUMABLE", 2 },
   { "NON_RENEWING_SUBSCRIPTION", "KIOSK__RECEIPT__V1__PRODUCT_TYPE__NON_RENEWING_SUBSCRIPTION", 3 },
   { "AUTO_RENEWABLE_SUBSCRIPTION", "KIOSK__RECEIPT__V1__PRODUCT_TYPE__AUTO_RENEWABLE_SUBSCRIPTION", 4 },
+  { "GRANT", "KIOSK__RECEIPT__V1__PRODUCT_TYPE__GRANT", 5 },
 };
 static const ProtobufCIntRange kiosk__receipt__v1__product_type__value_ranges[] = {
-{0, 0},{0, 5}
+{0, 0},{0, 6}
 };
-static const ProtobufCEnumValueIndex kiosk__receipt__v1__product_type__enum_values_by_name[5] =
+static const ProtobufCEnumValueIndex kiosk__receipt__v1__product_type__enum_values_by_name[6] =
 {
   { "AUTO_RENEWABLE_SUBSCRIPTION", 4 },
   { "CONSUMABLE", 1 },
+  { "GRANT", 5 },
   { "NON_CONSUMABLE", 2 },
   { "NON_RENEWING_SUBSCRIPTION", 3 },
   { "PRODUCT_TYPE_UNSPECIFIED", 0 },
@@ -664,9 +666,9 @@ const ProtobufCEnumDescriptor kiosk__receipt__v1__product_type__descriptor =
   "ProductType",
   "Kiosk__Receipt__V1__ProductType",
   "kiosk.receipt.v1",
-  5,
+  6,
   kiosk__receipt__v1__product_type__enum_values_by_number,
-  5,
+  6,
   kiosk__receipt__v1__product_type__enum_values_by_name,
   1,
   kiosk__receipt__v1__product_type__value_ranges,

@@ -1582,6 +1582,231 @@ void   kiosk__store__v1__create_account_response__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__create_account_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__extend_subscription_request__init
+                     (Kiosk__Store__V1__ExtendSubscriptionRequest         *message)
+{
+  static const Kiosk__Store__V1__ExtendSubscriptionRequest init_value = KIOSK__STORE__V1__EXTEND_SUBSCRIPTION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__extend_subscription_request__get_packed_size
+                     (const Kiosk__Store__V1__ExtendSubscriptionRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extend_subscription_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__extend_subscription_request__pack
+                     (const Kiosk__Store__V1__ExtendSubscriptionRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extend_subscription_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__extend_subscription_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ExtendSubscriptionRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extend_subscription_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ExtendSubscriptionRequest *
+       kiosk__store__v1__extend_subscription_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ExtendSubscriptionRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__extend_subscription_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__extend_subscription_request__free_unpacked
+                     (Kiosk__Store__V1__ExtendSubscriptionRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__extend_subscription_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__extend_subscriptions_request__init
+                     (Kiosk__Store__V1__ExtendSubscriptionsRequest         *message)
+{
+  static const Kiosk__Store__V1__ExtendSubscriptionsRequest init_value = KIOSK__STORE__V1__EXTEND_SUBSCRIPTIONS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__extend_subscriptions_request__get_packed_size
+                     (const Kiosk__Store__V1__ExtendSubscriptionsRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extend_subscriptions_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__extend_subscriptions_request__pack
+                     (const Kiosk__Store__V1__ExtendSubscriptionsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extend_subscriptions_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__extend_subscriptions_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ExtendSubscriptionsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extend_subscriptions_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ExtendSubscriptionsRequest *
+       kiosk__store__v1__extend_subscriptions_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ExtendSubscriptionsRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__extend_subscriptions_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__extend_subscriptions_request__free_unpacked
+                     (Kiosk__Store__V1__ExtendSubscriptionsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__extend_subscriptions_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__extension_job__init
+                     (Kiosk__Store__V1__ExtensionJob         *message)
+{
+  static const Kiosk__Store__V1__ExtensionJob init_value = KIOSK__STORE__V1__EXTENSION_JOB__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__extension_job__get_packed_size
+                     (const Kiosk__Store__V1__ExtensionJob *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extension_job__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__extension_job__pack
+                     (const Kiosk__Store__V1__ExtensionJob *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extension_job__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__extension_job__pack_to_buffer
+                     (const Kiosk__Store__V1__ExtensionJob *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__extension_job__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ExtensionJob *
+       kiosk__store__v1__extension_job__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ExtensionJob *)
+     protobuf_c_message_unpack (&kiosk__store__v1__extension_job__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__extension_job__free_unpacked
+                     (Kiosk__Store__V1__ExtensionJob *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__extension_job__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__get_extension_job_request__init
+                     (Kiosk__Store__V1__GetExtensionJobRequest         *message)
+{
+  static const Kiosk__Store__V1__GetExtensionJobRequest init_value = KIOSK__STORE__V1__GET_EXTENSION_JOB_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__get_extension_job_request__get_packed_size
+                     (const Kiosk__Store__V1__GetExtensionJobRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__get_extension_job_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__get_extension_job_request__pack
+                     (const Kiosk__Store__V1__GetExtensionJobRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__get_extension_job_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__get_extension_job_request__pack_to_buffer
+                     (const Kiosk__Store__V1__GetExtensionJobRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__get_extension_job_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__GetExtensionJobRequest *
+       kiosk__store__v1__get_extension_job_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__GetExtensionJobRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__get_extension_job_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__get_extension_job_request__free_unpacked
+                     (Kiosk__Store__V1__GetExtensionJobRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__get_extension_job_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__grant_entitlement_request__init
+                     (Kiosk__Store__V1__GrantEntitlementRequest         *message)
+{
+  static const Kiosk__Store__V1__GrantEntitlementRequest init_value = KIOSK__STORE__V1__GRANT_ENTITLEMENT_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__grant_entitlement_request__get_packed_size
+                     (const Kiosk__Store__V1__GrantEntitlementRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__grant_entitlement_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__grant_entitlement_request__pack
+                     (const Kiosk__Store__V1__GrantEntitlementRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__grant_entitlement_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__grant_entitlement_request__pack_to_buffer
+                     (const Kiosk__Store__V1__GrantEntitlementRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__grant_entitlement_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__GrantEntitlementRequest *
+       kiosk__store__v1__grant_entitlement_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__GrantEntitlementRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__grant_entitlement_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__grant_entitlement_request__free_unpacked
+                     (Kiosk__Store__V1__GrantEntitlementRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__grant_entitlement_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__subscription_status__init
                      (Kiosk__Store__V1__SubscriptionStatus         *message)
 {
@@ -4999,6 +5224,391 @@ const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__desc
   (ProtobufCMessageInit) kiosk__store__v1__create_account_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor kiosk__store__v1__extend_subscription_request__field_descriptors[3] =
+{
+  {
+    "original_transaction_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtendSubscriptionRequest, original_transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "days",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtendSubscriptionRequest, days),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtendSubscriptionRequest, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__extend_subscription_request__field_indices_by_name[] = {
+  1,   /* field[1] = days */
+  0,   /* field[0] = original_transaction_id */
+  2,   /* field[2] = reason */
+};
+static const ProtobufCIntRange kiosk__store__v1__extend_subscription_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__extend_subscription_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ExtendSubscriptionRequest",
+  "ExtendSubscriptionRequest",
+  "Kiosk__Store__V1__ExtendSubscriptionRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ExtendSubscriptionRequest),
+  3,
+  kiosk__store__v1__extend_subscription_request__field_descriptors,
+  kiosk__store__v1__extend_subscription_request__field_indices_by_name,
+  1,  kiosk__store__v1__extend_subscription_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__extend_subscription_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__extend_subscriptions_request__field_descriptors[4] =
+{
+  {
+    "product_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtendSubscriptionsRequest, product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "days",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtendSubscriptionsRequest, days),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtendSubscriptionsRequest, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "job_id",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtendSubscriptionsRequest, job_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__extend_subscriptions_request__field_indices_by_name[] = {
+  1,   /* field[1] = days */
+  3,   /* field[3] = job_id */
+  0,   /* field[0] = product_id */
+  2,   /* field[2] = reason */
+};
+static const ProtobufCIntRange kiosk__store__v1__extend_subscriptions_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__extend_subscriptions_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ExtendSubscriptionsRequest",
+  "ExtendSubscriptionsRequest",
+  "Kiosk__Store__V1__ExtendSubscriptionsRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ExtendSubscriptionsRequest),
+  4,
+  kiosk__store__v1__extend_subscriptions_request__field_descriptors,
+  kiosk__store__v1__extend_subscriptions_request__field_indices_by_name,
+  1,  kiosk__store__v1__extend_subscriptions_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__extend_subscriptions_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__extension_job__field_descriptors[8] =
+{
+  {
+    "job_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtensionJob, job_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "product_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtensionJob, product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "days",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtensionJob, days),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtensionJob, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_ms",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtensionJob, created_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "extended",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtensionJob, extended),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "remaining",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtensionJob, remaining),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "finished_ms",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ExtensionJob, finished_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__extension_job__field_indices_by_name[] = {
+  4,   /* field[4] = created_ms */
+  2,   /* field[2] = days */
+  5,   /* field[5] = extended */
+  7,   /* field[7] = finished_ms */
+  0,   /* field[0] = job_id */
+  1,   /* field[1] = product_id */
+  3,   /* field[3] = reason */
+  6,   /* field[6] = remaining */
+};
+static const ProtobufCIntRange kiosk__store__v1__extension_job__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 8 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__extension_job__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ExtensionJob",
+  "ExtensionJob",
+  "Kiosk__Store__V1__ExtensionJob",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ExtensionJob),
+  8,
+  kiosk__store__v1__extension_job__field_descriptors,
+  kiosk__store__v1__extension_job__field_indices_by_name,
+  1,  kiosk__store__v1__extension_job__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__extension_job__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__get_extension_job_request__field_descriptors[1] =
+{
+  {
+    "job_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__GetExtensionJobRequest, job_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__get_extension_job_request__field_indices_by_name[] = {
+  0,   /* field[0] = job_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__get_extension_job_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__get_extension_job_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.GetExtensionJobRequest",
+  "GetExtensionJobRequest",
+  "Kiosk__Store__V1__GetExtensionJobRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__GetExtensionJobRequest),
+  1,
+  kiosk__store__v1__get_extension_job_request__field_descriptors,
+  kiosk__store__v1__get_extension_job_request__field_indices_by_name,
+  1,  kiosk__store__v1__get_extension_job_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__get_extension_job_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__grant_entitlement_request__field_descriptors[4] =
+{
+  {
+    "account_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__GrantEntitlementRequest, account_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "entitlement_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__GrantEntitlementRequest, entitlement_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "days",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__GrantEntitlementRequest, days),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__GrantEntitlementRequest, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__grant_entitlement_request__field_indices_by_name[] = {
+  0,   /* field[0] = account_id */
+  2,   /* field[2] = days */
+  1,   /* field[1] = entitlement_id */
+  3,   /* field[3] = reason */
+};
+static const ProtobufCIntRange kiosk__store__v1__grant_entitlement_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__grant_entitlement_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.GrantEntitlementRequest",
+  "GrantEntitlementRequest",
+  "Kiosk__Store__V1__GrantEntitlementRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__GrantEntitlementRequest),
+  4,
+  kiosk__store__v1__grant_entitlement_request__field_descriptors,
+  kiosk__store__v1__grant_entitlement_request__field_indices_by_name,
+  1,  kiosk__store__v1__grant_entitlement_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__grant_entitlement_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[19] =
 {
   {
@@ -6788,7 +7398,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
   kiosk__store__v1__expiration_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[19] =
+static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[20] =
 {
   { "EVENT_TYPE_UNSPECIFIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED", 0 },
   { "EVENT_TYPE_PURCHASED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PURCHASED", 1 },
@@ -6809,11 +7419,12 @@ static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_num
   { "EVENT_TYPE_OPERATOR_ACTION", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_OPERATOR_ACTION", 16 },
   { "EVENT_TYPE_ENTITLEMENT_STARTED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_STARTED", 17 },
   { "EVENT_TYPE_ENTITLEMENT_ENDED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_ENDED", 18 },
+  { "EVENT_TYPE_RENEWAL_EXTENDED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_EXTENDED", 19 },
 };
 static const ProtobufCIntRange kiosk__store__v1__event_type__value_ranges[] = {
-{0, 0},{0, 19}
+{0, 0},{0, 20}
 };
-static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[19] =
+static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[20] =
 {
   { "EVENT_TYPE_APPROVED", 4 },
   { "EVENT_TYPE_AUTO_RENEW_CHANGED", 8 },
@@ -6830,6 +7441,7 @@ static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_b
   { "EVENT_TYPE_REFUND_DENIED", 12 },
   { "EVENT_TYPE_REFUND_REQUESTED", 11 },
   { "EVENT_TYPE_REFUND_REVERSED", 15 },
+  { "EVENT_TYPE_RENEWAL_EXTENDED", 19 },
   { "EVENT_TYPE_RENEWAL_NEEDS_ACTION", 13 },
   { "EVENT_TYPE_RENEWED", 2 },
   { "EVENT_TYPE_TEST", 10 },
@@ -6842,9 +7454,9 @@ const ProtobufCEnumDescriptor kiosk__store__v1__event_type__descriptor =
   "EventType",
   "Kiosk__Store__V1__EventType",
   "kiosk.store.v1",
-  19,
+  20,
   kiosk__store__v1__event_type__enum_values_by_number,
-  19,
+  20,
   kiosk__store__v1__event_type__enum_values_by_name,
   1,
   kiosk__store__v1__event_type__value_ranges,
@@ -7135,7 +7747,7 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                      &kiosk__store__v1__store__descriptor,
                                      (ProtobufCServiceDestroy) destroy);
 }
-static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descriptors[7] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descriptors[11] =
 {
   { "Refund", &kiosk__store__v1__refund_request__descriptor, &kiosk__store__v1__revocation__descriptor },
   { "ListRefundRequests", &kiosk__store__v1__list_refund_requests_request__descriptor, &kiosk__store__v1__list_refund_requests_response__descriptor },
@@ -7144,11 +7756,19 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descripto
   { "CreateAccount", &kiosk__store__v1__create_account_request__descriptor, &kiosk__store__v1__create_account_response__descriptor },
   { "RotateKey", &kiosk__store__v1__rotate_key_request__descriptor, &kiosk__store__v1__public_key__descriptor },
   { "RetireKey", &kiosk__store__v1__retire_key_request__descriptor, &kiosk__store__v1__public_key__descriptor },
+  { "ExtendSubscription", &kiosk__store__v1__extend_subscription_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
+  { "ExtendSubscriptions", &kiosk__store__v1__extend_subscriptions_request__descriptor, &kiosk__store__v1__extension_job__descriptor },
+  { "GetExtensionJob", &kiosk__store__v1__get_extension_job_request__descriptor, &kiosk__store__v1__extension_job__descriptor },
+  { "GrantEntitlement", &kiosk__store__v1__grant_entitlement_request__descriptor, &kiosk__store__v1__transaction__descriptor },
 };
 const unsigned kiosk__store__v1__admin__method_indices_by_name[] = {
   3,        /* Approve */
   4,        /* CreateAccount */
   2,        /* DenyRefund */
+  7,        /* ExtendSubscription */
+  8,        /* ExtendSubscriptions */
+  9,        /* GetExtensionJob */
+  10,        /* GrantEntitlement */
   1,        /* ListRefundRequests */
   0,        /* Refund */
   6,        /* RetireKey */
@@ -7161,7 +7781,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__admin__descriptor =
   "Admin",
   "Kiosk__Store__V1__Admin",
   "kiosk.store.v1",
-  7,
+  11,
   kiosk__store__v1__admin__method_descriptors,
   kiosk__store__v1__admin__method_indices_by_name
 };
@@ -7220,6 +7840,38 @@ void kiosk__store__v1__admin__retire_key(ProtobufCService *service,
 {
   assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
   service->invoke(service, 6, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__extend_subscription(ProtobufCService *service,
+                                                  const Kiosk__Store__V1__ExtendSubscriptionRequest *input,
+                                                  Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                                  void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__extend_subscriptions(ProtobufCService *service,
+                                                   const Kiosk__Store__V1__ExtendSubscriptionsRequest *input,
+                                                   Kiosk__Store__V1__ExtensionJob_Closure closure,
+                                                   void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__get_extension_job(ProtobufCService *service,
+                                                const Kiosk__Store__V1__GetExtensionJobRequest *input,
+                                                Kiosk__Store__V1__ExtensionJob_Closure closure,
+                                                void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__grant_entitlement(ProtobufCService *service,
+                                                const Kiosk__Store__V1__GrantEntitlementRequest *input,
+                                                Kiosk__Store__V1__Transaction_Closure closure,
+                                                void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
                                     Kiosk__Store__V1__Admin_ServiceDestroy destroy)

@@ -28,7 +28,12 @@ typedef enum _Kiosk__Receipt__V1__ProductType {
   KIOSK__RECEIPT__V1__PRODUCT_TYPE__CONSUMABLE = 1,
   KIOSK__RECEIPT__V1__PRODUCT_TYPE__NON_CONSUMABLE = 2,
   KIOSK__RECEIPT__V1__PRODUCT_TYPE__NON_RENEWING_SUBSCRIPTION = 3,
-  KIOSK__RECEIPT__V1__PRODUCT_TYPE__AUTO_RENEWABLE_SUBSCRIPTION = 4
+  KIOSK__RECEIPT__V1__PRODUCT_TYPE__AUTO_RENEWABLE_SUBSCRIPTION = 4,
+  /*
+   * An operator's grant of an entitlement for a time, no charge (product_id
+   * "grant:<entitlement id>", expires_date_ms its end; revocable as a refund).
+   */
+  KIOSK__RECEIPT__V1__PRODUCT_TYPE__GRANT = 5
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__RECEIPT__V1__PRODUCT_TYPE)
 } Kiosk__Receipt__V1__ProductType;
 typedef enum _Kiosk__Receipt__V1__Environment {

@@ -51,6 +51,11 @@ typedef struct Kiosk__Store__V1__RefundRequest Kiosk__Store__V1__RefundRequest;
 typedef struct Kiosk__Store__V1__ApproveRequest Kiosk__Store__V1__ApproveRequest;
 typedef struct Kiosk__Store__V1__CreateAccountRequest Kiosk__Store__V1__CreateAccountRequest;
 typedef struct Kiosk__Store__V1__CreateAccountResponse Kiosk__Store__V1__CreateAccountResponse;
+typedef struct Kiosk__Store__V1__ExtendSubscriptionRequest Kiosk__Store__V1__ExtendSubscriptionRequest;
+typedef struct Kiosk__Store__V1__ExtendSubscriptionsRequest Kiosk__Store__V1__ExtendSubscriptionsRequest;
+typedef struct Kiosk__Store__V1__ExtensionJob Kiosk__Store__V1__ExtensionJob;
+typedef struct Kiosk__Store__V1__GetExtensionJobRequest Kiosk__Store__V1__GetExtensionJobRequest;
+typedef struct Kiosk__Store__V1__GrantEntitlementRequest Kiosk__Store__V1__GrantEntitlementRequest;
 typedef struct Kiosk__Store__V1__SubscriptionStatus Kiosk__Store__V1__SubscriptionStatus;
 typedef struct Kiosk__Store__V1__SubscriptionStatusRequest Kiosk__Store__V1__SubscriptionStatusRequest;
 typedef struct Kiosk__Store__V1__SubscriptionStatusResponse Kiosk__Store__V1__SubscriptionStatusResponse;
@@ -232,7 +237,14 @@ typedef enum _Kiosk__Store__V1__EventType {
    * a refund or revocation; "expired": its time ran out). transaction_id is
    * the transaction that granted it last.
    */
-  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_ENDED = 18
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_ENDED = 18,
+  /*
+   * An operator moved an active subscription's renewal date later (one
+   * subscriber, or every subscriber of a product after an outage):
+   * transaction_id is its latest transaction, whose expiry and receipt are
+   * updated; expires_ms the new end; reason the operator's.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_EXTENDED = 19
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
 } Kiosk__Store__V1__EventType;
 /*
@@ -925,6 +937,118 @@ struct  Kiosk__Store__V1__CreateAccountResponse
 #define KIOSK__STORE__V1__CREATE_ACCOUNT_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__create_account_response__descriptor) \
     , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Moves one active auto-renewable subscription's renewal date later, as the
+ * App Store Server API's "extend a subscription renewal date": its period
+ * and its latest transaction's expiry (and receipt) end `days` later; the
+ * next renewal is charged then. At most twice in 365 days per subscription.
+ */
+struct  Kiosk__Store__V1__ExtendSubscriptionRequest
+{
+  ProtobufCMessage base;
+  char *original_transaction_id;
+  /*
+   * 1 to 90.
+   */
+  uint32_t days;
+  /*
+   * Why (kept on the RENEWAL_EXTENDED event), required.
+   */
+  char *reason;
+};
+#define KIOSK__STORE__V1__EXTEND_SUBSCRIPTION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__extend_subscription_request__descriptor) \
+    , (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Extends every subscription of a product that is active when the job
+ * reaches it and was bought before the job began, each exactly once
+ * however often the job is started again or by how many stores; the job
+ * runs in the store's background and resumes after a restart.
+ */
+struct  Kiosk__Store__V1__ExtendSubscriptionsRequest
+{
+  ProtobufCMessage base;
+  char *product_id;
+  /*
+   * 1 to 90.
+   */
+  uint32_t days;
+  char *reason;
+  /*
+   * The job's id: the same id again returns (and resumes) that job; it must
+   * then name the same product, days and reason. Empty: an id made from
+   * product, days and reason, so the same request twice is one job.
+   */
+  char *job_id;
+};
+#define KIOSK__STORE__V1__EXTEND_SUBSCRIPTIONS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__extend_subscriptions_request__descriptor) \
+    , (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+struct  Kiosk__Store__V1__ExtensionJob
+{
+  ProtobufCMessage base;
+  char *job_id;
+  char *product_id;
+  uint32_t days;
+  char *reason;
+  /*
+   * When the job began (ms since 1970): subscriptions bought later are not
+   * extended.
+   */
+  int64_t created_ms;
+  /*
+   * Subscriptions extended by it so far.
+   */
+  uint64_t extended;
+  /*
+   * Active subscriptions it has still to extend.
+   */
+  uint64_t remaining;
+  /*
+   * When it finished (ms since 1970); 0 while it runs.
+   */
+  int64_t finished_ms;
+};
+#define KIOSK__STORE__V1__EXTENSION_JOB__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__extension_job__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0 }
+
+
+struct  Kiosk__Store__V1__GetExtensionJobRequest
+{
+  ProtobufCMessage base;
+  char *job_id;
+};
+#define KIOSK__STORE__V1__GET_EXTENSION_JOB_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__get_extension_job_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Grants an entitlement to an account for `days`, without a charge: a
+ * transaction of type GRANT (product_id "grant:<entitlement_id>"), with a
+ * receipt, revocable with Refund.
+ */
+struct  Kiosk__Store__V1__GrantEntitlementRequest
+{
+  ProtobufCMessage base;
+  char *account_id;
+  char *entitlement_id;
+  /*
+   * 1 to 3650.
+   */
+  uint32_t days;
+  char *reason;
+};
+#define KIOSK__STORE__V1__GRANT_ENTITLEMENT_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__grant_entitlement_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__SubscriptionStatus
@@ -2046,6 +2170,101 @@ Kiosk__Store__V1__CreateAccountResponse *
 void   kiosk__store__v1__create_account_response__free_unpacked
                      (Kiosk__Store__V1__CreateAccountResponse *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ExtendSubscriptionRequest methods */
+void   kiosk__store__v1__extend_subscription_request__init
+                     (Kiosk__Store__V1__ExtendSubscriptionRequest         *message);
+size_t kiosk__store__v1__extend_subscription_request__get_packed_size
+                     (const Kiosk__Store__V1__ExtendSubscriptionRequest   *message);
+size_t kiosk__store__v1__extend_subscription_request__pack
+                     (const Kiosk__Store__V1__ExtendSubscriptionRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__extend_subscription_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ExtendSubscriptionRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ExtendSubscriptionRequest *
+       kiosk__store__v1__extend_subscription_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__extend_subscription_request__free_unpacked
+                     (Kiosk__Store__V1__ExtendSubscriptionRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ExtendSubscriptionsRequest methods */
+void   kiosk__store__v1__extend_subscriptions_request__init
+                     (Kiosk__Store__V1__ExtendSubscriptionsRequest         *message);
+size_t kiosk__store__v1__extend_subscriptions_request__get_packed_size
+                     (const Kiosk__Store__V1__ExtendSubscriptionsRequest   *message);
+size_t kiosk__store__v1__extend_subscriptions_request__pack
+                     (const Kiosk__Store__V1__ExtendSubscriptionsRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__extend_subscriptions_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ExtendSubscriptionsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ExtendSubscriptionsRequest *
+       kiosk__store__v1__extend_subscriptions_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__extend_subscriptions_request__free_unpacked
+                     (Kiosk__Store__V1__ExtendSubscriptionsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ExtensionJob methods */
+void   kiosk__store__v1__extension_job__init
+                     (Kiosk__Store__V1__ExtensionJob         *message);
+size_t kiosk__store__v1__extension_job__get_packed_size
+                     (const Kiosk__Store__V1__ExtensionJob   *message);
+size_t kiosk__store__v1__extension_job__pack
+                     (const Kiosk__Store__V1__ExtensionJob   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__extension_job__pack_to_buffer
+                     (const Kiosk__Store__V1__ExtensionJob   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ExtensionJob *
+       kiosk__store__v1__extension_job__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__extension_job__free_unpacked
+                     (Kiosk__Store__V1__ExtensionJob *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__GetExtensionJobRequest methods */
+void   kiosk__store__v1__get_extension_job_request__init
+                     (Kiosk__Store__V1__GetExtensionJobRequest         *message);
+size_t kiosk__store__v1__get_extension_job_request__get_packed_size
+                     (const Kiosk__Store__V1__GetExtensionJobRequest   *message);
+size_t kiosk__store__v1__get_extension_job_request__pack
+                     (const Kiosk__Store__V1__GetExtensionJobRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__get_extension_job_request__pack_to_buffer
+                     (const Kiosk__Store__V1__GetExtensionJobRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__GetExtensionJobRequest *
+       kiosk__store__v1__get_extension_job_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__get_extension_job_request__free_unpacked
+                     (Kiosk__Store__V1__GetExtensionJobRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__GrantEntitlementRequest methods */
+void   kiosk__store__v1__grant_entitlement_request__init
+                     (Kiosk__Store__V1__GrantEntitlementRequest         *message);
+size_t kiosk__store__v1__grant_entitlement_request__get_packed_size
+                     (const Kiosk__Store__V1__GrantEntitlementRequest   *message);
+size_t kiosk__store__v1__grant_entitlement_request__pack
+                     (const Kiosk__Store__V1__GrantEntitlementRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__grant_entitlement_request__pack_to_buffer
+                     (const Kiosk__Store__V1__GrantEntitlementRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__GrantEntitlementRequest *
+       kiosk__store__v1__grant_entitlement_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__grant_entitlement_request__free_unpacked
+                     (Kiosk__Store__V1__GrantEntitlementRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__SubscriptionStatus methods */
 void   kiosk__store__v1__subscription_status__init
                      (Kiosk__Store__V1__SubscriptionStatus         *message);
@@ -2571,6 +2790,21 @@ typedef void (*Kiosk__Store__V1__CreateAccountRequest_Closure)
 typedef void (*Kiosk__Store__V1__CreateAccountResponse_Closure)
                  (const Kiosk__Store__V1__CreateAccountResponse *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__ExtendSubscriptionRequest_Closure)
+                 (const Kiosk__Store__V1__ExtendSubscriptionRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ExtendSubscriptionsRequest_Closure)
+                 (const Kiosk__Store__V1__ExtendSubscriptionsRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ExtensionJob_Closure)
+                 (const Kiosk__Store__V1__ExtensionJob *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__GetExtensionJobRequest_Closure)
+                 (const Kiosk__Store__V1__GetExtensionJobRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__GrantEntitlementRequest_Closure)
+                 (const Kiosk__Store__V1__GrantEntitlementRequest *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__SubscriptionStatus_Closure)
                  (const Kiosk__Store__V1__SubscriptionStatus *message,
                   void *closure_data);
@@ -2891,6 +3125,22 @@ struct Kiosk__Store__V1__Admin_Service
                      const Kiosk__Store__V1__RetireKeyRequest *input,
                      Kiosk__Store__V1__PublicKey_Closure closure,
                      void *closure_data);
+  void (*extend_subscription)(Kiosk__Store__V1__Admin_Service *service,
+                              const Kiosk__Store__V1__ExtendSubscriptionRequest *input,
+                              Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                              void *closure_data);
+  void (*extend_subscriptions)(Kiosk__Store__V1__Admin_Service *service,
+                               const Kiosk__Store__V1__ExtendSubscriptionsRequest *input,
+                               Kiosk__Store__V1__ExtensionJob_Closure closure,
+                               void *closure_data);
+  void (*get_extension_job)(Kiosk__Store__V1__Admin_Service *service,
+                            const Kiosk__Store__V1__GetExtensionJobRequest *input,
+                            Kiosk__Store__V1__ExtensionJob_Closure closure,
+                            void *closure_data);
+  void (*grant_entitlement)(Kiosk__Store__V1__Admin_Service *service,
+                            const Kiosk__Store__V1__GrantEntitlementRequest *input,
+                            Kiosk__Store__V1__Transaction_Closure closure,
+                            void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Admin_ServiceDestroy)(Kiosk__Store__V1__Admin_Service *);
 void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
@@ -2905,7 +3155,11 @@ void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
       function_prefix__ ## approve,\
       function_prefix__ ## create_account,\
       function_prefix__ ## rotate_key,\
-      function_prefix__ ## retire_key  }
+      function_prefix__ ## retire_key,\
+      function_prefix__ ## extend_subscription,\
+      function_prefix__ ## extend_subscriptions,\
+      function_prefix__ ## get_extension_job,\
+      function_prefix__ ## grant_entitlement  }
 void kiosk__store__v1__admin__refund(ProtobufCService *service,
                                      const Kiosk__Store__V1__RefundRequest *input,
                                      Kiosk__Store__V1__Revocation_Closure closure,
@@ -2934,6 +3188,22 @@ void kiosk__store__v1__admin__retire_key(ProtobufCService *service,
                                          const Kiosk__Store__V1__RetireKeyRequest *input,
                                          Kiosk__Store__V1__PublicKey_Closure closure,
                                          void *closure_data);
+void kiosk__store__v1__admin__extend_subscription(ProtobufCService *service,
+                                                  const Kiosk__Store__V1__ExtendSubscriptionRequest *input,
+                                                  Kiosk__Store__V1__SubscriptionStatus_Closure closure,
+                                                  void *closure_data);
+void kiosk__store__v1__admin__extend_subscriptions(ProtobufCService *service,
+                                                   const Kiosk__Store__V1__ExtendSubscriptionsRequest *input,
+                                                   Kiosk__Store__V1__ExtensionJob_Closure closure,
+                                                   void *closure_data);
+void kiosk__store__v1__admin__get_extension_job(ProtobufCService *service,
+                                                const Kiosk__Store__V1__GetExtensionJobRequest *input,
+                                                Kiosk__Store__V1__ExtensionJob_Closure closure,
+                                                void *closure_data);
+void kiosk__store__v1__admin__grant_entitlement(ProtobufCService *service,
+                                                const Kiosk__Store__V1__GrantEntitlementRequest *input,
+                                                Kiosk__Store__V1__Transaction_Closure closure,
+                                                void *closure_data);
 
 /* --- descriptors --- */
 
@@ -2977,6 +3247,11 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__refund_request__descri
 extern const ProtobufCMessageDescriptor kiosk__store__v1__approve_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__create_account_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__create_account_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__extend_subscription_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__extend_subscriptions_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__extension_job__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__get_extension_job_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__grant_entitlement_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status_response__descriptor;
