@@ -322,6 +322,28 @@ public final class KioskClient: Sendable {
         }
     }
 
+    /// Redeems an offer code the buyer typed (`ABCD-EFGH-JKLM-NPQR`, or a custom word; case, spaces and dashes do not
+    /// matter): the store buys the code's product at the code's price (a free code needs no `paymentMethod`) and the
+    /// answer is a purchase's: `.success` with the transaction (its `offerID` is `code:<batch>`) to deliver and
+    /// finish. Not queued while the store cannot be reached: call again (the same `idempotencyKey` answers once).
+    /// - Throws: ``KioskError``: `invalidOfferIdentifier` (11) for a code that is unknown, used, revoked, expired or
+    ///   at its limit, its message starting with the store's reason (`offer_code_used: …`); `ineligibleForOffer` (18)
+    ///   when the account redeemed one for that subscription group or code already, or is subscribed;
+    ///   `tooManyAttempts` after too many wrong codes; `cannotConnect`.
+    public func redeem(
+        code: String, paymentMethod: String = "", idempotencyKey: String = UUID().uuidString
+    ) async throws -> PurchaseResult {
+        let response = try await storeCall(
+            "RedeemOfferCode", StoreV1.RedeemOfferCodeRequest(code: code, paymentMethod: paymentMethod),
+            StoreV1.PurchaseResponse.self, idempotencyKey: idempotencyKey, doing: "redeeming an offer code")
+        do {
+            return try result(of: response)
+        } catch let error as KioskError {
+            guard let reason = response.transaction?.errorReason, !reason.isEmpty else { throw error }
+            throw KioskError(error.code, "\(reason): \(error.message)")
+        }
+    }
+
     /// Payments queued in the journal, not yet answered by the store.
     public var queuedPaymentCount: Int { journal.entries().count }
 

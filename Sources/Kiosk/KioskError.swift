@@ -42,6 +42,8 @@ public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let downloadFailed = Code(rawValue: 5004)
         /// 5005: something asked for does not exist (a transaction, a hosted product).
         public static let notFound = Code(rawValue: 5005)
+        /// 5006: too many wrong offer codes from this account or address: nothing was looked up; try later.
+        public static let tooManyAttempts = Code(rawValue: 5006)
 
         /// The code's name, e.g. `paymentInvalid`; `unknown` for a number this SDK does not name.
         public var description: String {
@@ -61,6 +63,7 @@ public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
             case .downloadRefused: "downloadRefused"
             case .downloadFailed: "downloadFailed"
             case .notFound: "notFound"
+            case .tooManyAttempts: "tooManyAttempts"
             default: "unknown"
             }
         }
@@ -96,6 +99,8 @@ public struct KioskError: Error, Hashable, Sendable, CustomStringConvertible {
             return KioskError(.insufficientCredits, rpc.message)
         case .notFound:
             return KioskError(.notFound, "\(what): \(rpc.message)")
+        case .resourceExhausted where rpc.message.contains("offer codes"):
+            return KioskError(.tooManyAttempts, "\(what): \(rpc.message)")
         default:
             return KioskError(.unknown, "\(what): \(rpc.description)")
         }

@@ -18,7 +18,8 @@ public struct KioskCommand: AsyncParsableCommand {
             4 any other error, 64 bad usage.
             """,
         subcommands: [
-            Products.self, Buy.self, Restore.self, Entitlements.self, Access.self, Balance.self, Spend.self,
+            Products.self, Buy.self, Redeem.self, Restore.self, Entitlements.self, Access.self, Balance.self,
+            Spend.self,
             Unfinished.self, History.self, TransactionLookup.self, RequestRefund.self, Finish.self, Verify.self,
             Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self, PaymentMethod.self,
         ])
@@ -119,7 +120,8 @@ struct Connection: ParsableArguments {
         case .cannotConnect: Foundation.exit(3)
         case .paymentInvalid, .paymentNotAllowed, .productUnavailable, .insufficientCredits, .downloadRefused,
             .paymentCancelled,
-            .notAuthenticated, .invalidRequest, .notFound:
+            .notAuthenticated, .invalidRequest, .notFound, .invalidOfferIdentifier, .invalidSignature,
+            .missingOfferParams, .ineligibleForOffer, .tooManyAttempts:
             Foundation.exit(1)
         default: Foundation.exit(4)
         }
@@ -238,6 +240,37 @@ struct Buy: AsyncParsableCommand {
                         ? "queued: the store cannot be reached; it is sent on a later run"
                         : "pending: waiting for approval (ask to buy)")
                 if queued { throw ExitCode(3) }
+            case .userCancelled:
+                connection.emit(Output.PurchaseState(state: "cancelled"), text: "cancelled")
+                throw ExitCode(1)
+            }
+        }
+    }
+}
+
+struct Redeem: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Redeem an offer code: the store buys its product at the code's price (a free code needs no method).")
+    @OptionGroup var connection: Connection
+    @Argument(help: "The code, e.g. ABCD-EFGH-JKLM-NPQR or a custom word.") var code: String
+    @Option(name: .customLong("payment-method"), help: "A code that is not free: what pays, e.g. test-card:4242….")
+    var paymentMethod = ""
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            switch try await kiosk.redeem(code: code, paymentMethod: paymentMethod) {
+            case .success(let transaction):
+                let receipt = try saveReceipt(transaction, with: kiosk)
+                var object = Output.TransactionObject(transaction)
+                object.state = "purchased"
+                object.receiptFile = receipt
+                connection.emit(
+                    object,
+                    text:
+                        "redeemed: \(transaction.productID) ×\(transaction.purchasedQuantity), transaction \(transaction.id)\nreceipt \(receipt)"
+                )
+            case .pending:
+                connection.emit(Output.PurchaseState(state: "pending"), text: "pending: waiting for approval")
             case .userCancelled:
                 connection.emit(Output.PurchaseState(state: "cancelled"), text: "cancelled")
                 throw ExitCode(1)

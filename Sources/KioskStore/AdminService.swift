@@ -112,6 +112,30 @@ public struct AdminService: RPCService {
             }
             return try await store.extensionJobMessage(job)
         }
+        register("CreateOfferCodes", StoreV1.CreateOfferCodesRequest.self, StoreV1.CreateOfferCodesResponse.self) {
+            request in
+            try request.checkLimits()
+            let made = try await store.createOfferCodes(
+                batchID: request.batchID, productID: request.productID, count: Int(request.count),
+                customCode: request.customCode.isEmpty ? nil : request.customCode, limit: Int(request.limit),
+                price: request.price.isEmpty ? "0" : request.price,
+                period: request.period.isEmpty ? nil : request.period, quantity: max(1, request.quantity),
+                expiresMs: request.expiresMs)
+            return StoreV1.CreateOfferCodesResponse(batch: made.batch.message, codes: made.codes)
+        }
+        register(
+            "ListOfferCodeBatches", StoreV1.ListOfferCodeBatchesRequest.self, StoreV1.ListOfferCodeBatchesResponse.self
+        ) { _ in
+            StoreV1.ListOfferCodeBatchesResponse(batches: try await store.ledger.offerCodeBatches().map(\.message))
+        }
+        register("RevokeOfferCodes", StoreV1.RevokeOfferCodesRequest.self, StoreV1.OfferCodeBatch.self) { request in
+            try request.checkLimits()
+            try await store.revokeOfferCodes(batchID: request.batchID)
+            guard let batch = try await store.ledger.offerCodeBatch(id: request.batchID) else {
+                throw StoreError.notFound("no offer code batch \(request.batchID)")
+            }
+            return batch.message
+        }
         register("GrantEntitlement", StoreV1.GrantEntitlementRequest.self, StoreV1.Transaction.self) { request in
             try request.checkLimits()
             return try await store.grantEntitlement(

@@ -165,6 +165,28 @@ extension StoreV1.GrantEntitlementRequest: BoundedRequest {
     }
 }
 
+extension StoreV1.RedeemOfferCodeRequest: BoundedRequest {
+    func checkLimits() throws {
+        try FieldLimits.require(code, "code", max: FieldLimits.offerField)
+        try FieldLimits.require(paymentMethod, "payment_method", max: FieldLimits.paymentMethod)
+    }
+}
+
+extension StoreV1.CreateOfferCodesRequest: BoundedRequest {
+    func checkLimits() throws {
+        for (value, field) in [
+            (batchID, "batch_id"), (customCode, "custom_code"), (price, "price"), (period, "period"),
+        ] {
+            try FieldLimits.require(value, field, max: FieldLimits.offerField)
+        }
+        try FieldLimits.require(productID, "product_id", max: FieldLimits.productID)
+    }
+}
+
+extension StoreV1.RevokeOfferCodesRequest: BoundedRequest {
+    func checkLimits() throws { try FieldLimits.require(batchID, "batch_id", max: FieldLimits.offerField) }
+}
+
 extension StoreV1.RetireKeyRequest: BoundedRequest {
     func checkLimits() throws { try FieldLimits.require(keyID, "key_id", max: FieldLimits.offerField) }
 }

@@ -67,6 +67,8 @@ extension Store {
             ? "the ask-to-buy request expired before it was approved" : "the ask-to-buy request was declined"
         try db.failDeferred(
             transactionID: record.id, code: record.errorCode, reason: record.errorReason, message: record.errorMessage)
+        // An offer code it was to redeem is given back.
+        try db.releaseOfferCode(transactionID: record.id)
         try db.appendEvent(EventRecord(.declined, record, nowMs: nowMs, reason: reason))
         return record
     }

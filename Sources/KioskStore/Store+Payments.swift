@@ -31,11 +31,21 @@ extension Store {
         account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?,
         offer: StoreV1.SubscriptionOffer? = nil
     ) async throws -> PurchaseOutcome {
+        try await purchase(
+            account: account, productID: productID, quantity: quantity, paymentMethod: paymentMethod,
+            idempotencyKey: idempotencyKey, offer: offer, code: nil)
+    }
+
+    /// A purchase, or an offer code's redemption (`code`: normalized, and its hash).
+    func purchase(
+        account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?,
+        offer: StoreV1.SubscriptionOffer? = nil, code: (text: String, hash: [UInt8])?
+    ) async throws -> PurchaseOutcome {
         do {
             let outcome = try await Task {
                 try await uncancellablePurchase(
                     account: account, productID: productID, quantity: quantity,
-                    paymentMethod: paymentMethod, idempotencyKey: idempotencyKey, offer: offer)
+                    paymentMethod: paymentMethod, idempotencyKey: idempotencyKey, offer: offer, code: code)
             }.value
             let result: String =
                 switch outcome.result {
@@ -60,7 +70,7 @@ extension Store {
 
     private func uncancellablePurchase(
         account: AccountRecord, productID: String, quantity: UInt32, paymentMethod: String, idempotencyKey: String?,
-        offer: StoreV1.SubscriptionOffer?
+        offer: StoreV1.SubscriptionOffer?, code: (text: String, hash: [UInt8])?
     ) async throws -> PurchaseOutcome {
         guard !productID.isEmpty else { throw StoreError.invalid("product_id is required") }
         guard !paymentMethod.isEmpty else {
@@ -80,11 +90,14 @@ extension Store {
             offer.map {
                 "\u{0}offer\u{0}\($0.offerID)\u{0}\($0.keyID)\u{0}\($0.nonce)\u{0}\($0.timestampMs)\u{0}\($0.signature.hexString)"
             } ?? ""
+        // So is the code: a key reused with another code is another request.
+        let codeText = code.map { "\u{0}code\u{0}\($0.text)" } ?? ""
         let order = Order(
             account: account.id, productID: productID, product: product, quantity: quantity,
             paymentMethod: paymentMethod,
-            idempotencyKey: idempotencyKey, offer: offer,
-            requestHash: Self.hash("purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)\(offerText)"))
+            idempotencyKey: idempotencyKey, offer: offer, code: code,
+            requestHash: Self.hash(
+                "purchase\u{0}\(productID)\u{0}\(quantity)\u{0}\(paymentMethod)\(offerText)\(codeText)"))
         // Calls with the same key queue here, so a racing retry replays the first answer; other purchases
         // (of the same account too) run at once and commit together: the database guards them.
         let transactionID = Self.newTransactionID()
@@ -122,6 +135,8 @@ extension Store {
         var paymentMethod: String
         var idempotencyKey: String?
         var offer: StoreV1.SubscriptionOffer?
+        /// An offer code being redeemed (normalized), and its hash.
+        var code: (text: String, hash: [UInt8])? = nil
         var requestHash: [UInt8]
 
         /// The payment's stable id: the same key of the same account pays once.
@@ -218,6 +233,25 @@ extension Store {
             }
             var unitPrice = product.price
             var offerTerms: OfferTerms?
+            var codeOfferID: String?
+            if let code = order.code {
+                // A retry of a payment closed uncharged (reopened below, as its first transaction) holds its code.
+                switch try self.takeOfferCode(
+                    code, product: product, order: order,
+                    transactionID: earlierIntent?.transactionID ?? transactionID, nowMs: nowMs, db)
+                {
+                case .accepted(let batch):
+                    unitPrice = batch.price
+                    codeOfferID = batch.offerID
+                    if product.type == .autoRenewableSubscription,
+                        let period = SubscriptionPeriod(iso8601: batch.period)
+                    {
+                        offerTerms = OfferTerms(id: batch.offerID, price: batch.price, period: period, periods: 1)
+                    }
+                case .refused(let code, let reason, let message):
+                    return try refuse(code: code, reason, message)
+                }
+            }
             if let offer = order.offer {
                 switch try self.checkOffer(offer, for: product, accountID: order.account, nowMs: nowMs, db) {
                 case .accepted(let terms):
@@ -262,6 +296,7 @@ extension Store {
                 intent.offerID = offerTerms.id
                 intent.subscriptionPeriod = offerTerms.period.description
             }
+            if let codeOfferID { intent.offerID = codeOfferID }
             try db.insertIntent(intent, nowMs: nowMs)
             return .charge(intent)
         }
@@ -402,6 +437,10 @@ extension Store {
                     result: .failed(self.failure(intent, code: .paymentInvalid, reason: reason, message)))
                 try db.settle(
                     intent.id, account: intent.accountID, .closed, outcome: "\(prefix)declined:\(reason)", nowMs: nowMs)
+            }
+            // A failed payment gives back the offer code it was to redeem.
+            if case .failed = response.result, intent.offerID.hasPrefix(EntitlementSource.offerCodePrefix) {
+                try db.releaseOfferCode(transactionID: intent.transactionID)
             }
             // A recorded charge replaces whatever the key answered before.
             try db.remember(

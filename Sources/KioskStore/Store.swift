@@ -33,6 +33,8 @@ public final class Store: Sendable {
     let entitlementMap: EntitlementMap
     /// The extension jobs this process is running (``runExtensionJob(id:progress:)``).
     let runningJobs = NIOLockedValueBox<Set<String>>([])
+    /// Wrong offer codes per account and address (``redeemOfferCode(account:code:paymentMethod:idempotencyKey:source:)``).
+    let codeGuesses = OfferCodeGuesses()
     private let lastKeyRefresh = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
 
     /// Opens the store on its data dir, creating the ledger and the first signing key if needed.

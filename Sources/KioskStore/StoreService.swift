@@ -1,3 +1,4 @@
+import Foundation
 import KioskAPI
 import KioskRPC
 import KioskStoreCore
@@ -24,6 +25,12 @@ public struct StoreService: RPCService {
     /// Serves `store`.
     public init(store: Store) {
         self.store = store
+    }
+
+    /// The address part of a peer's `host:port` (`[v6]:port` too): what offer-code guesses are counted by.
+    static func host(of peer: String) -> String {
+        guard let colon = peer.lastIndex(of: ":") else { return peer }
+        return String(peer[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
     }
 
     static func method(_ name: String) -> String { "/\(Self.name)/\(name)" }
@@ -148,6 +155,18 @@ public struct StoreService: RPCService {
                 verdict.entitlements = []
             }
             return verdict.message
+        }
+        router.registerUnary(
+            Self.method("RedeemOfferCode"), request: StoreV1.RedeemOfferCodeRequest.self,
+            response: StoreV1.PurchaseResponse.self, authenticator: auth
+        ) { request, context in
+            try request.checkLimits()
+            let account = try RoleAuthenticator.account(context)
+            try FieldLimits.requireIdempotencyKey(context.metadata["idempotency-key"])
+            return try await store.redeemOfferCode(
+                account: account, code: request.code, paymentMethod: request.paymentMethod,
+                idempotencyKey: context.metadata["idempotency-key"], source: Self.host(of: context.remoteAddress)
+            ).message
         }
         router.registerUnary(
             Self.method("Entitlements"), request: StoreV1.EntitlementsRequest.self,

@@ -18,6 +18,7 @@ extension StoreError: RPCErrorConvertible {
         case .inProgress: .aborted
         case .processorUnavailable: .unavailable
         case .internalFailure: .internal
+        case .rateLimited: .resourceExhausted
         }
     }
 
@@ -104,6 +105,16 @@ extension ReceiptVerdict {
             revocationDateMs: revocationMs, revocationReason: revocationReason,
             latestTransaction: latestTransaction, subscription: subscription,
             entitlements: entitlements.map(\.message))
+    }
+}
+
+extension OfferCodeBatch {
+    /// The batch as sent.
+    public var message: StoreV1.OfferCodeBatch {
+        StoreV1.OfferCodeBatch(
+            batchID: id, kind: kind.rawValue, productID: productID, price: price, period: period, quantity: quantity,
+            redemptionLimit: UInt64(max(0, redemptionLimit)), redeemed: UInt64(max(0, redeemed)),
+            expiresMs: expiresMs, revokedMs: revokedMs, createdMs: createdMs)
     }
 }
 

@@ -19,7 +19,7 @@ public struct KioskStoreCommand: AsyncParsableCommand {
         subcommands: [
             Serve.self, AccountCommand.self, ServiceCommand.self, Approve.self, Decline.self, Refund.self,
             RefundRequests.self, DenyRefund.self, Reconcile.self, Events.self, WebhookCommand.self, Keys.self,
-            TLSCommand.self, SubscriptionsCommand.self, Grant.self,
+            TLSCommand.self, SubscriptionsCommand.self, Grant.self, CodesCommand.self,
         ])
 
     /// Who acts through the commands that administer a data dir: the events they record name the user
@@ -628,6 +628,85 @@ struct SubscriptionsCommand: AsyncParsableCommand {
                 fflush(nil)
             }
             print("job \(started.id): done, \(done.extended) extended, \(done.remaining) left")
+        }
+    }
+}
+
+struct CodesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "codes", abstract: "Offer codes: batches of one-time codes, or a custom code, that buy a product.",
+        subcommands: [Create.self, List.self, Revoke.self, Export.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Make a batch: --count one-time codes, or --custom WORD for --limit accounts; each buys --product at --price (default free). Prints the codes."
+        )
+        @OptionGroup var data: DataDirOptions
+        @Option(help: "The catalog file the store serves.") var catalog: String
+        @Option(help: "The batch's id (letters, digits, '.', '_', '-').") var batch: String
+        @Option(help: "The product a code buys.") var product: String
+        @Option(help: "How many one-time codes (1 to 100000).") var count: Int = 0
+        @Option(help: "A custom code: one word of 4 to 32 letters and digits.") var custom: String?
+        @Option(help: "A custom code: how many accounts may redeem it.") var limit: Int = 0
+        @Option(help: "What a code pays, in the product's currency (0: free).") var price = "0"
+        @Option(help: "Auto-renewable subscriptions: the first period's length (default: the product's).")
+        var period: String?
+        @Option(help: "Consumables: the units a code buys.") var quantity: UInt32 = 1
+        @Option(help: "When the codes stop working (ISO 8601, e.g. 2027-01-31T00:00:00Z).") var expires: String?
+
+        func run() async throws {
+            var expiresMs: Int64 = 0
+            if let expires {
+                guard let date = try? Date(expires, strategy: .iso8601) else {
+                    throw ValidationError("--expires must be an ISO 8601 date, e.g. 2027-01-31T00:00:00Z")
+                }
+                expiresMs = Int64(date.timeIntervalSince1970 * 1000)
+            }
+            let made = try await data.openStore(catalog: catalog).createOfferCodes(
+                batchID: batch, productID: product, count: count, customCode: custom, limit: limit, price: price,
+                period: period, quantity: quantity, expiresMs: expiresMs)
+            for code in made.codes { print(code) }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "The batches: product, price, redeemed of limit.")
+        @OptionGroup var data: DataDirOptions
+
+        func run() async throws {
+            for batch in try await data.openStore().ledger.offerCodeBatches() {
+                var line = "\(batch.id)  \(batch.kind.rawValue)  \(batch.productID)  price \(batch.price)"
+                if !batch.period.isEmpty { line += "  period \(batch.period)" }
+                if batch.quantity > 1 { line += "  ×\(batch.quantity)" }
+                line += "  \(batch.redeemed)/\(batch.redemptionLimit) redeemed"
+                if batch.expiresMs > 0 { line += "  expires \(batch.expiresMs)" }
+                if batch.revokedMs > 0 { line += "  REVOKED" }
+                print(line)
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke a batch: its codes are refused from now on (offer_code_revoked); redeemed ones stand.")
+        @OptionGroup var data: DataDirOptions
+        @Argument(help: "The batch id.") var batch: String
+
+        func run() async throws {
+            try await data.openStore().revokeOfferCodes(batchID: batch)
+            print("offer code batch \(batch): revoked")
+        }
+    }
+
+    struct Export: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "A batch's codes as CSV: code,state,redeemed_ms,account_id,transaction_id.")
+        @OptionGroup var data: DataDirOptions
+        @Argument(help: "The batch id.") var batch: String
+
+        func run() async throws {
+            try await data.openStore().exportOfferCodes(batchID: batch) { print($0) }
         }
     }
 }

@@ -504,7 +504,8 @@ public final class Ledger: Sendable {
                 """
                 DELETE FROM transactions; DELETE FROM credit_movements; DELETE FROM revocations; DELETE FROM disputes;
                 DELETE FROM subscriptions; DELETE FROM refund_requests; DELETE FROM processor_events; DELETE FROM entitlements;
-                DELETE FROM subscription_extensions; DELETE FROM extension_jobs;
+                DELETE FROM subscription_extensions; DELETE FROM extension_jobs; DELETE FROM offer_code_redemptions;
+                UPDATE offer_codes SET redeemed_ms = 0, account_id = '', transaction_id = ''; UPDATE offer_code_batches SET redeemed = 0;
                 DELETE FROM idempotency_keys; DELETE FROM payment_intents; UPDATE accounts SET credit_balance = 0;
                 """)
         }

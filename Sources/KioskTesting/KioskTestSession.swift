@@ -413,6 +413,27 @@ public final class KioskTestSession: Sendable {
         return try await store.runExtensionJob(id: job.id).extended
     }
 
+    /// Makes `count` one-time offer codes (or, with `customCode`, that word for `limit` accounts) that buy `productID`
+    /// at `price` ("0": free; a subscription's first period of `period`, default the product's; `quantity` units of a
+    /// consumable), as `kiosk-store codes create`; returns the codes for the app to redeem (`KioskClient.redeem`).
+    @discardableResult
+    public func makeOfferCodes(
+        productID: String, count: Int = 1, customCode: String? = nil, limit: Int = 0, price: String = "0",
+        period: String? = nil, quantity: UInt32 = 1, expiresMs: Int64 = 0, batchID: String? = nil
+    ) async throws -> [String] {
+        try await store.createOfferCodes(
+            batchID: batchID ?? "test-" + UUID().uuidString.prefix(8).lowercased(), productID: productID,
+            count: customCode == nil ? count : 0,
+            customCode: customCode, limit: limit, price: price, period: period, quantity: quantity,
+            expiresMs: expiresMs
+        ).codes
+    }
+
+    /// Revokes the offer code batch `batchID` (its codes are refused from now on), as `kiosk-store codes revoke`.
+    public func revokeOfferCodes(batchID: String) async throws {
+        try await store.revokeOfferCodes(batchID: batchID)
+    }
+
     /// Grants `entitlementID` to `account` for `days`, no charge, as `kiosk-store grant`: returns the GRANT
     /// transaction's id (``refund(transactionID:reason:)`` revokes it).
     @discardableResult

@@ -9,6 +9,37 @@ import Testing
 
 /// The `kiosk-store` admin commands, run as processes on the data dir of a live store.
 @Suite(.timeLimit(.minutes(1))) struct CommandLineTests {
+    @Test func offerCodeBatchesAreMadeListedExportedAndRevoked() async throws {
+        try await StoreFixture.with { store in
+            let dir = store.dataDirectory
+            let made = try await StoreProcess.run([
+                "codes", "create", "--data-dir", dir, "--catalog", StoreProcess.exampleCatalog, "--batch", "spring",
+                "--product", "credits.5", "--count", "3", "--quantity", "2",
+            ])
+            let codes = made.split(separator: "\n").map(String.init)
+            #expect(codes.count == 3 && codes.allSatisfy { $0.count == 19 })
+            _ = try await StoreProcess.run([
+                "codes", "create", "--data-dir", dir, "--catalog", StoreProcess.exampleCatalog, "--batch", "word",
+                "--product", "filter.sepia", "--custom", "sepia4all", "--limit", "50",
+            ])
+            let listed = try await StoreProcess.run(["codes", "list", "--data-dir", dir])
+            #expect(listed.contains("spring  one_time  credits.5  price 0.00  ×2  0/3 redeemed"), "\(listed)")
+            #expect(listed.contains("word  custom  filter.sepia  price 0.00  0/50 redeemed"), "\(listed)")
+            let exported = try await StoreProcess.run(["codes", "export", "spring", "--data-dir", dir])
+            #expect(
+                exported.split(separator: "\n").count == 4 && codes.allSatisfy { exported.contains($0 + ",unused,") })
+            #expect(try await StoreProcess.run(["codes", "revoke", "spring", "--data-dir", dir]).contains("revoked"))
+            #expect(try await StoreProcess.run(["codes", "list", "--data-dir", dir]).contains("REVOKED"))
+            let twice = try await StoreProcess.outcome(["codes", "revoke", "spring", "--data-dir", dir])
+            #expect(twice.status != 0)
+            let bad = try await StoreProcess.outcome([
+                "codes", "create", "--data-dir", dir, "--catalog", StoreProcess.exampleCatalog, "--batch", "x",
+                "--product", "nope", "--count", "1",
+            ])
+            #expect(bad.status != 0 && bad.errors.contains("nope"))
+        }
+    }
+
     @Test func adminCommandsWorkOnTheDataDirOfARunningStore() async throws {
         try await StoreFixture.with { store in
             let dir = store.dataDirectory

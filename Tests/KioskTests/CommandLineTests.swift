@@ -126,6 +126,17 @@ import Testing
         #expect(session.payments.chargeCount == 3)
         let usage = try await kiosk(["buy"], session: session, token: account.token, state: state)
         #expect(usage.status == 64)
+
+        // An offer code: redeemed (credits, free); the same code again, refused with its reason (exit 1).
+        let codes = try await session.makeOfferCodes(productID: "credits.5", count: 1, quantity: 2)
+        let redeemed = try await kiosk(
+            ["redeem", codes[0], "--json"], session: session, token: account.token, state: state)
+        let redemption = try JSONSerialization.jsonObject(with: Data(redeemed.output.utf8)) as? [String: Any]
+        #expect(redeemed.status == 0 && redemption?["state"] as? String == "purchased", "\(redeemed.errors)")
+        #expect(
+            (redemption?["offer_id"] as? String)?.hasPrefix("code:") == true && redemption?["quantity"] as? Int == 2)
+        let reused = try await kiosk(["redeem", codes[0]], session: session, token: account.token, state: state)
+        #expect(reused.status == 1 && reused.errors.contains("offer_code_used"), "\(reused.status) \(reused.errors)")
         await session.shutdown()
     }
 

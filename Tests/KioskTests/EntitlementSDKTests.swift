@@ -146,6 +146,40 @@ import Testing
         }
     }
 
+    @Test func aRedeemedCodeGrantsProAndAWrongOneSaysWhy() async throws {
+        try await withSession { session in
+            let kiosk = try session.makeClient(account: try session.makeAccount())
+            let codes = try await session.makeOfferCodes(productID: "pro.lifetime", count: 2, batchID: "launch")
+            guard case .success(let transaction) = try await kiosk.redeem(code: codes[0]) else {
+                Issue.record("the code was not redeemed")
+                return
+            }
+            #expect(transaction.productID == "pro.lifetime" && transaction.offerID == "code:launch")
+            let pro = try await kiosk.entitlements["pro"]
+            #expect(pro.isActive && pro.source == .offerCode && pro.expirationDate == nil)
+
+            let other = try session.makeClient(account: try session.makeAccount())
+            let used = await #expect(throws: KioskError.self) { _ = try await other.redeem(code: codes[0]) }
+            #expect(used?.code == .invalidOfferIdentifier && used?.message.hasPrefix("offer_code_used") == true)
+            let unknown = await #expect(throws: KioskError.self) { _ = try await other.redeem(code: "NOPE-NOPE") }
+            #expect(unknown?.message.hasPrefix("offer_code_unknown") == true)
+            try await session.revokeOfferCodes(batchID: "launch")
+            let revoked = await #expect(throws: KioskError.self) { _ = try await other.redeem(code: codes[1]) }
+            #expect(revoked?.message.hasPrefix("offer_code_revoked") == true)
+
+            // A month of pro.monthly, free: a subscription's code takes the card renewals will charge.
+            let month = try await session.makeOfferCodes(productID: "pro.monthly", period: "P1M")
+            guard case .success(let subscribed) = try await other.redeem(code: month[0], paymentMethod: card) else {
+                Issue.record("the subscription code was not redeemed")
+                return
+            }
+            let proMonth = try await other.entitlements["pro"]
+            #expect(proMonth.source == .offerCode && proMonth.expirationDate == subscribed.expirationDate)
+            await kiosk.close()
+            await other.close()
+        }
+    }
+
     @Test func theContentServiceOpensAnEntitlementsItemToAnyGrantingTransaction() async throws {
         try await withSession { session in
             let kiosk = try session.makeClient(account: try session.makeAccount())

@@ -1012,6 +1012,43 @@ extension StoreV1.Entitlement: WireMessage {
 }
 
 extension StoreV1 {
+    /// Redeems an offer code: a purchase of the code's product at its price (a
+    /// free code needs no payment method), answered as Purchase answers. A code
+    /// refused is FAILED with error code 11 (18 for an account not eligible) and
+    /// a reason: offer_code_unknown, offer_code_used, offer_code_revoked,
+    /// offer_code_expired, offer_code_limit_reached, ineligible_for_offer. Too
+    /// many unknown codes from one account or address: 8 RESOURCE_EXHAUSTED,
+    /// before any code is looked at. Needs idempotency-key metadata, as Purchase.
+    public struct RedeemOfferCodeRequest: Hashable, Sendable {
+        /// `code` (field 1).
+        public var code: String
+        /// `payment_method` (field 2).
+        public var paymentMethod: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(code: String = "", paymentMethod: String = "") {
+            self.code = code
+            self.paymentMethod = paymentMethod
+        }
+    }
+}
+
+extension StoreV1.RedeemOfferCodeRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__RedeemOfferCodeRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__redeem_offer_code_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            code: try CField.string(c.code, field: "RedeemOfferCodeRequest.code"),
+            paymentMethod: try CField.string(c.payment_method, field: "RedeemOfferCodeRequest.payment_method")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.code = arena.cString(code)
+        c.payment_method = arena.cString(paymentMethod)
+    }
+}
+
+extension StoreV1 {
     /// `kiosk.store.v1.EntitlementsRequest`.
     public struct EntitlementsRequest: Hashable, Sendable {
 
@@ -1557,6 +1594,255 @@ extension StoreV1.ExtensionJob: WireMessage {
         c.extended = extended
         c.remaining = remaining
         c.finished_ms = finishedMs
+    }
+}
+
+extension StoreV1 {
+    /// A batch of offer codes: `count` one-time codes, or the custom code
+    /// `custom_code` (one word) for up to `limit` accounts. Each buys product_id
+    /// at `price` ("0" or empty: free): an auto-renewable subscription's first
+    /// period of `period` (empty: the product's), a non-consumable, or `quantity`
+    /// units of a consumable.
+    public struct CreateOfferCodesRequest: Hashable, Sendable {
+        /// `batch_id` (field 1).
+        public var batchID: String
+        /// `product_id` (field 2).
+        public var productID: String
+        /// `count` (field 3).
+        public var count: UInt32
+        /// `custom_code` (field 4).
+        public var customCode: String
+        /// `limit` (field 5).
+        public var limit: UInt32
+        /// `price` (field 6).
+        public var price: String
+        /// `period` (field 7).
+        public var period: String
+        /// `quantity` (field 8).
+        public var quantity: UInt32
+        /// When the codes stop working (ms since 1970); 0: never.
+        public var expiresMs: Int64
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(batchID: String = "", productID: String = "", count: UInt32 = 0, customCode: String = "", limit: UInt32 = 0, price: String = "", period: String = "", quantity: UInt32 = 0, expiresMs: Int64 = 0) {
+            self.batchID = batchID
+            self.productID = productID
+            self.count = count
+            self.customCode = customCode
+            self.limit = limit
+            self.price = price
+            self.period = period
+            self.quantity = quantity
+            self.expiresMs = expiresMs
+        }
+    }
+}
+
+extension StoreV1.CreateOfferCodesRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__CreateOfferCodesRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__create_offer_codes_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            batchID: try CField.string(c.batch_id, field: "CreateOfferCodesRequest.batch_id"),
+            productID: try CField.string(c.product_id, field: "CreateOfferCodesRequest.product_id"),
+            count: c.count,
+            customCode: try CField.string(c.custom_code, field: "CreateOfferCodesRequest.custom_code"),
+            limit: c.limit,
+            price: try CField.string(c.price, field: "CreateOfferCodesRequest.price"),
+            period: try CField.string(c.period, field: "CreateOfferCodesRequest.period"),
+            quantity: c.quantity,
+            expiresMs: c.expires_ms
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.batch_id = arena.cString(batchID)
+        c.product_id = arena.cString(productID)
+        c.count = count
+        c.custom_code = arena.cString(customCode)
+        c.limit = limit
+        c.price = arena.cString(price)
+        c.period = arena.cString(period)
+        c.quantity = quantity
+        c.expires_ms = expiresMs
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.OfferCodeBatch`.
+    public struct OfferCodeBatch: Hashable, Sendable {
+        /// `batch_id` (field 1).
+        public var batchID: String
+        /// "one_time" or "custom".
+        public var kind: String
+        /// `product_id` (field 3).
+        public var productID: String
+        /// `price` (field 4).
+        public var price: String
+        /// `period` (field 5).
+        public var period: String
+        /// `quantity` (field 6).
+        public var quantity: UInt32
+        /// `redemption_limit` (field 7).
+        public var redemptionLimit: UInt64
+        /// `redeemed` (field 8).
+        public var redeemed: UInt64
+        /// `expires_ms` (field 9).
+        public var expiresMs: Int64
+        /// `revoked_ms` (field 10).
+        public var revokedMs: Int64
+        /// `created_ms` (field 11).
+        public var createdMs: Int64
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(batchID: String = "", kind: String = "", productID: String = "", price: String = "", period: String = "", quantity: UInt32 = 0, redemptionLimit: UInt64 = 0, redeemed: UInt64 = 0, expiresMs: Int64 = 0, revokedMs: Int64 = 0, createdMs: Int64 = 0) {
+            self.batchID = batchID
+            self.kind = kind
+            self.productID = productID
+            self.price = price
+            self.period = period
+            self.quantity = quantity
+            self.redemptionLimit = redemptionLimit
+            self.redeemed = redeemed
+            self.expiresMs = expiresMs
+            self.revokedMs = revokedMs
+            self.createdMs = createdMs
+        }
+    }
+}
+
+extension StoreV1.OfferCodeBatch: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__OfferCodeBatch
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__offer_code_batch__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            batchID: try CField.string(c.batch_id, field: "OfferCodeBatch.batch_id"),
+            kind: try CField.string(c.kind, field: "OfferCodeBatch.kind"),
+            productID: try CField.string(c.product_id, field: "OfferCodeBatch.product_id"),
+            price: try CField.string(c.price, field: "OfferCodeBatch.price"),
+            period: try CField.string(c.period, field: "OfferCodeBatch.period"),
+            quantity: c.quantity,
+            redemptionLimit: c.redemption_limit,
+            redeemed: c.redeemed,
+            expiresMs: c.expires_ms,
+            revokedMs: c.revoked_ms,
+            createdMs: c.created_ms
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.batch_id = arena.cString(batchID)
+        c.kind = arena.cString(kind)
+        c.product_id = arena.cString(productID)
+        c.price = arena.cString(price)
+        c.period = arena.cString(period)
+        c.quantity = quantity
+        c.redemption_limit = redemptionLimit
+        c.redeemed = redeemed
+        c.expires_ms = expiresMs
+        c.revoked_ms = revokedMs
+        c.created_ms = createdMs
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.CreateOfferCodesResponse`.
+    public struct CreateOfferCodesResponse: Hashable, Sendable {
+        /// `batch` (field 1).
+        public var batch: StoreV1.OfferCodeBatch?
+        /// The codes, shown now (and by `kiosk-store codes export`).
+        public var codes: [String]
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(batch: StoreV1.OfferCodeBatch? = nil, codes: [String] = []) {
+            self.batch = batch
+            self.codes = codes
+        }
+    }
+}
+
+extension StoreV1.CreateOfferCodesResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__CreateOfferCodesResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__create_offer_codes_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            batch: try CField.message(c.batch, as: StoreV1.OfferCodeBatch.self),
+            codes: try CField.strings(c.n_codes, c.codes, field: "CreateOfferCodesResponse.codes")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.batch = batch.map { $0.makeCStruct(in: arena) }
+        (c.n_codes, c.codes) = arena.strings(codes)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.ListOfferCodeBatchesRequest`.
+    public struct ListOfferCodeBatchesRequest: Hashable, Sendable {
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init() {}
+    }
+}
+
+extension StoreV1.ListOfferCodeBatchesRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ListOfferCodeBatchesRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_offer_code_batches_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init()
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        _ = c
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.ListOfferCodeBatchesResponse`.
+    public struct ListOfferCodeBatchesResponse: Hashable, Sendable {
+        /// `batches` (field 1).
+        public var batches: [StoreV1.OfferCodeBatch]
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(batches: [StoreV1.OfferCodeBatch] = []) {
+            self.batches = batches
+        }
+    }
+}
+
+extension StoreV1.ListOfferCodeBatchesResponse: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__ListOfferCodeBatchesResponse
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_offer_code_batches_response__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            batches: try CField.messages(c.n_batches, c.batches, as: StoreV1.OfferCodeBatch.self, field: "ListOfferCodeBatchesResponse.batches")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        (c.n_batches, c.batches) = arena.messages(batches)
+    }
+}
+
+extension StoreV1 {
+    /// `kiosk.store.v1.RevokeOfferCodesRequest`.
+    public struct RevokeOfferCodesRequest: Hashable, Sendable {
+        /// `batch_id` (field 1).
+        public var batchID: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(batchID: String = "") {
+            self.batchID = batchID
+        }
+    }
+}
+
+extension StoreV1.RevokeOfferCodesRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__RevokeOfferCodesRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__revoke_offer_codes_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            batchID: try CField.string(c.batch_id, field: "RevokeOfferCodesRequest.batch_id")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.batch_id = arena.cString(batchID)
     }
 }
 

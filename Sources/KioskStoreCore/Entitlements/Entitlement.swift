@@ -164,7 +164,9 @@ public enum EntitlementRules {
                 offer(
                     ActiveEntitlement(
                         id: id, productID: subscription.productID, transactionID: subscription.latestTransactionID,
-                        originalTransactionID: subscription.originalID, source: .subscription, expiresMs: ends,
+                        originalTransactionID: subscription.originalID,
+                        source: latest?.offerID.hasPrefix(EntitlementSource.offerCodePrefix) == true
+                            ? .offerCode : .subscription, expiresMs: ends,
                         purchaseMs: latest?.purchaseMs ?? 0, willRenew: subscription.willAutoRenew))
             }
         }

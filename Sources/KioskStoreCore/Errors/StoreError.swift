@@ -20,6 +20,8 @@ public struct StoreError: Error, Hashable, Sendable, CustomStringConvertible {
         case processorUnavailable = "processor unavailable"
         /// The store failed (its ledger or data dir).
         case internalFailure = "internal failure"
+        /// Too many attempts of something guessable (offer codes): refused without looking; try again later.
+        case rateLimited = "rate limited"
     }
 
     /// What kind of refusal.

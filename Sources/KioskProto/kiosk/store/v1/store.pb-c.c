@@ -997,6 +997,51 @@ void   kiosk__store__v1__entitlement__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__entitlement__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__redeem_offer_code_request__init
+                     (Kiosk__Store__V1__RedeemOfferCodeRequest         *message)
+{
+  static const Kiosk__Store__V1__RedeemOfferCodeRequest init_value = KIOSK__STORE__V1__REDEEM_OFFER_CODE_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__redeem_offer_code_request__get_packed_size
+                     (const Kiosk__Store__V1__RedeemOfferCodeRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__redeem_offer_code_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__redeem_offer_code_request__pack
+                     (const Kiosk__Store__V1__RedeemOfferCodeRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__redeem_offer_code_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__redeem_offer_code_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RedeemOfferCodeRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__redeem_offer_code_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__RedeemOfferCodeRequest *
+       kiosk__store__v1__redeem_offer_code_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__RedeemOfferCodeRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__redeem_offer_code_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__redeem_offer_code_request__free_unpacked
+                     (Kiosk__Store__V1__RedeemOfferCodeRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__redeem_offer_code_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__entitlements_request__init
                      (Kiosk__Store__V1__EntitlementsRequest         *message)
 {
@@ -1715,6 +1760,276 @@ void   kiosk__store__v1__extension_job__free_unpacked
   if(!message)
     return;
   assert(message->base.descriptor == &kiosk__store__v1__extension_job__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__create_offer_codes_request__init
+                     (Kiosk__Store__V1__CreateOfferCodesRequest         *message)
+{
+  static const Kiosk__Store__V1__CreateOfferCodesRequest init_value = KIOSK__STORE__V1__CREATE_OFFER_CODES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__create_offer_codes_request__get_packed_size
+                     (const Kiosk__Store__V1__CreateOfferCodesRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_offer_codes_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__create_offer_codes_request__pack
+                     (const Kiosk__Store__V1__CreateOfferCodesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_offer_codes_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__create_offer_codes_request__pack_to_buffer
+                     (const Kiosk__Store__V1__CreateOfferCodesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_offer_codes_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__CreateOfferCodesRequest *
+       kiosk__store__v1__create_offer_codes_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__CreateOfferCodesRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__create_offer_codes_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__create_offer_codes_request__free_unpacked
+                     (Kiosk__Store__V1__CreateOfferCodesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__create_offer_codes_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__offer_code_batch__init
+                     (Kiosk__Store__V1__OfferCodeBatch         *message)
+{
+  static const Kiosk__Store__V1__OfferCodeBatch init_value = KIOSK__STORE__V1__OFFER_CODE_BATCH__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__offer_code_batch__get_packed_size
+                     (const Kiosk__Store__V1__OfferCodeBatch *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__offer_code_batch__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__offer_code_batch__pack
+                     (const Kiosk__Store__V1__OfferCodeBatch *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__offer_code_batch__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__offer_code_batch__pack_to_buffer
+                     (const Kiosk__Store__V1__OfferCodeBatch *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__offer_code_batch__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__OfferCodeBatch *
+       kiosk__store__v1__offer_code_batch__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__OfferCodeBatch *)
+     protobuf_c_message_unpack (&kiosk__store__v1__offer_code_batch__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__offer_code_batch__free_unpacked
+                     (Kiosk__Store__V1__OfferCodeBatch *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__offer_code_batch__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__create_offer_codes_response__init
+                     (Kiosk__Store__V1__CreateOfferCodesResponse         *message)
+{
+  static const Kiosk__Store__V1__CreateOfferCodesResponse init_value = KIOSK__STORE__V1__CREATE_OFFER_CODES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__create_offer_codes_response__get_packed_size
+                     (const Kiosk__Store__V1__CreateOfferCodesResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_offer_codes_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__create_offer_codes_response__pack
+                     (const Kiosk__Store__V1__CreateOfferCodesResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_offer_codes_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__create_offer_codes_response__pack_to_buffer
+                     (const Kiosk__Store__V1__CreateOfferCodesResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__create_offer_codes_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__CreateOfferCodesResponse *
+       kiosk__store__v1__create_offer_codes_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__CreateOfferCodesResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__create_offer_codes_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__create_offer_codes_response__free_unpacked
+                     (Kiosk__Store__V1__CreateOfferCodesResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__create_offer_codes_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__list_offer_code_batches_request__init
+                     (Kiosk__Store__V1__ListOfferCodeBatchesRequest         *message)
+{
+  static const Kiosk__Store__V1__ListOfferCodeBatchesRequest init_value = KIOSK__STORE__V1__LIST_OFFER_CODE_BATCHES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__list_offer_code_batches_request__get_packed_size
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_offer_code_batches_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__list_offer_code_batches_request__pack
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_offer_code_batches_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__list_offer_code_batches_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_offer_code_batches_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ListOfferCodeBatchesRequest *
+       kiosk__store__v1__list_offer_code_batches_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ListOfferCodeBatchesRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__list_offer_code_batches_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__list_offer_code_batches_request__free_unpacked
+                     (Kiosk__Store__V1__ListOfferCodeBatchesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__list_offer_code_batches_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__list_offer_code_batches_response__init
+                     (Kiosk__Store__V1__ListOfferCodeBatchesResponse         *message)
+{
+  static const Kiosk__Store__V1__ListOfferCodeBatchesResponse init_value = KIOSK__STORE__V1__LIST_OFFER_CODE_BATCHES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__list_offer_code_batches_response__get_packed_size
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesResponse *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_offer_code_batches_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__list_offer_code_batches_response__pack
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_offer_code_batches_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__list_offer_code_batches_response__pack_to_buffer
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__list_offer_code_batches_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__ListOfferCodeBatchesResponse *
+       kiosk__store__v1__list_offer_code_batches_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__ListOfferCodeBatchesResponse *)
+     protobuf_c_message_unpack (&kiosk__store__v1__list_offer_code_batches_response__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__list_offer_code_batches_response__free_unpacked
+                     (Kiosk__Store__V1__ListOfferCodeBatchesResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__list_offer_code_batches_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   kiosk__store__v1__revoke_offer_codes_request__init
+                     (Kiosk__Store__V1__RevokeOfferCodesRequest         *message)
+{
+  static const Kiosk__Store__V1__RevokeOfferCodesRequest init_value = KIOSK__STORE__V1__REVOKE_OFFER_CODES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__revoke_offer_codes_request__get_packed_size
+                     (const Kiosk__Store__V1__RevokeOfferCodesRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__revoke_offer_codes_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__revoke_offer_codes_request__pack
+                     (const Kiosk__Store__V1__RevokeOfferCodesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__revoke_offer_codes_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__revoke_offer_codes_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RevokeOfferCodesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__revoke_offer_codes_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__RevokeOfferCodesRequest *
+       kiosk__store__v1__revoke_offer_codes_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__RevokeOfferCodesRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__revoke_offer_codes_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__revoke_offer_codes_request__free_unpacked
+                     (Kiosk__Store__V1__RevokeOfferCodesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__revoke_offer_codes_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 void   kiosk__store__v1__get_extension_job_request__init
@@ -4588,6 +4903,57 @@ const ProtobufCMessageDescriptor kiosk__store__v1__entitlement__descriptor =
   (ProtobufCMessageInit) kiosk__store__v1__entitlement__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor kiosk__store__v1__redeem_offer_code_request__field_descriptors[2] =
+{
+  {
+    "code",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RedeemOfferCodeRequest, code),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "payment_method",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RedeemOfferCodeRequest, payment_method),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__redeem_offer_code_request__field_indices_by_name[] = {
+  0,   /* field[0] = code */
+  1,   /* field[1] = payment_method */
+};
+static const ProtobufCIntRange kiosk__store__v1__redeem_offer_code_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__redeem_offer_code_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.RedeemOfferCodeRequest",
+  "RedeemOfferCodeRequest",
+  "Kiosk__Store__V1__RedeemOfferCodeRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__RedeemOfferCodeRequest),
+  2,
+  kiosk__store__v1__redeem_offer_code_request__field_descriptors,
+  kiosk__store__v1__redeem_offer_code_request__field_indices_by_name,
+  1,  kiosk__store__v1__redeem_offer_code_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__redeem_offer_code_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 #define kiosk__store__v1__entitlements_request__field_descriptors NULL
 #define kiosk__store__v1__entitlements_request__field_indices_by_name NULL
 #define kiosk__store__v1__entitlements_request__number_ranges NULL
@@ -5492,6 +5858,461 @@ const ProtobufCMessageDescriptor kiosk__store__v1__extension_job__descriptor =
   kiosk__store__v1__extension_job__field_indices_by_name,
   1,  kiosk__store__v1__extension_job__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__extension_job__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__create_offer_codes_request__field_descriptors[9] =
+{
+  {
+    "batch_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, batch_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "product_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "count",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, count),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "custom_code",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, custom_code),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "price",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, price),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "period",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, period),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "quantity",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, quantity),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_ms",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesRequest, expires_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__create_offer_codes_request__field_indices_by_name[] = {
+  0,   /* field[0] = batch_id */
+  2,   /* field[2] = count */
+  3,   /* field[3] = custom_code */
+  8,   /* field[8] = expires_ms */
+  4,   /* field[4] = limit */
+  6,   /* field[6] = period */
+  5,   /* field[5] = price */
+  1,   /* field[1] = product_id */
+  7,   /* field[7] = quantity */
+};
+static const ProtobufCIntRange kiosk__store__v1__create_offer_codes_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 9 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__create_offer_codes_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.CreateOfferCodesRequest",
+  "CreateOfferCodesRequest",
+  "Kiosk__Store__V1__CreateOfferCodesRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__CreateOfferCodesRequest),
+  9,
+  kiosk__store__v1__create_offer_codes_request__field_descriptors,
+  kiosk__store__v1__create_offer_codes_request__field_indices_by_name,
+  1,  kiosk__store__v1__create_offer_codes_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__create_offer_codes_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__offer_code_batch__field_descriptors[11] =
+{
+  {
+    "batch_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, batch_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "kind",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, kind),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "product_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, product_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "price",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, price),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "period",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, period),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "quantity",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, quantity),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "redemption_limit",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, redemption_limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "redeemed",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, redeemed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_ms",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, expires_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "revoked_ms",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, revoked_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_ms",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__OfferCodeBatch, created_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__offer_code_batch__field_indices_by_name[] = {
+  0,   /* field[0] = batch_id */
+  10,   /* field[10] = created_ms */
+  8,   /* field[8] = expires_ms */
+  1,   /* field[1] = kind */
+  4,   /* field[4] = period */
+  3,   /* field[3] = price */
+  2,   /* field[2] = product_id */
+  5,   /* field[5] = quantity */
+  7,   /* field[7] = redeemed */
+  6,   /* field[6] = redemption_limit */
+  9,   /* field[9] = revoked_ms */
+};
+static const ProtobufCIntRange kiosk__store__v1__offer_code_batch__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 11 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__offer_code_batch__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.OfferCodeBatch",
+  "OfferCodeBatch",
+  "Kiosk__Store__V1__OfferCodeBatch",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__OfferCodeBatch),
+  11,
+  kiosk__store__v1__offer_code_batch__field_descriptors,
+  kiosk__store__v1__offer_code_batch__field_indices_by_name,
+  1,  kiosk__store__v1__offer_code_batch__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__offer_code_batch__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__create_offer_codes_response__field_descriptors[2] =
+{
+  {
+    "batch",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateOfferCodesResponse, batch),
+    &kiosk__store__v1__offer_code_batch__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "codes",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Kiosk__Store__V1__CreateOfferCodesResponse, n_codes),
+    offsetof(Kiosk__Store__V1__CreateOfferCodesResponse, codes),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__create_offer_codes_response__field_indices_by_name[] = {
+  0,   /* field[0] = batch */
+  1,   /* field[1] = codes */
+};
+static const ProtobufCIntRange kiosk__store__v1__create_offer_codes_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__create_offer_codes_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.CreateOfferCodesResponse",
+  "CreateOfferCodesResponse",
+  "Kiosk__Store__V1__CreateOfferCodesResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__CreateOfferCodesResponse),
+  2,
+  kiosk__store__v1__create_offer_codes_response__field_descriptors,
+  kiosk__store__v1__create_offer_codes_response__field_indices_by_name,
+  1,  kiosk__store__v1__create_offer_codes_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__create_offer_codes_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define kiosk__store__v1__list_offer_code_batches_request__field_descriptors NULL
+#define kiosk__store__v1__list_offer_code_batches_request__field_indices_by_name NULL
+#define kiosk__store__v1__list_offer_code_batches_request__number_ranges NULL
+const ProtobufCMessageDescriptor kiosk__store__v1__list_offer_code_batches_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ListOfferCodeBatchesRequest",
+  "ListOfferCodeBatchesRequest",
+  "Kiosk__Store__V1__ListOfferCodeBatchesRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ListOfferCodeBatchesRequest),
+  0,
+  kiosk__store__v1__list_offer_code_batches_request__field_descriptors,
+  kiosk__store__v1__list_offer_code_batches_request__field_indices_by_name,
+  0,  kiosk__store__v1__list_offer_code_batches_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__list_offer_code_batches_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_offer_code_batches_response__field_descriptors[1] =
+{
+  {
+    "batches",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Kiosk__Store__V1__ListOfferCodeBatchesResponse, n_batches),
+    offsetof(Kiosk__Store__V1__ListOfferCodeBatchesResponse, batches),
+    &kiosk__store__v1__offer_code_batch__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__list_offer_code_batches_response__field_indices_by_name[] = {
+  0,   /* field[0] = batches */
+};
+static const ProtobufCIntRange kiosk__store__v1__list_offer_code_batches_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__list_offer_code_batches_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.ListOfferCodeBatchesResponse",
+  "ListOfferCodeBatchesResponse",
+  "Kiosk__Store__V1__ListOfferCodeBatchesResponse",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__ListOfferCodeBatchesResponse),
+  1,
+  kiosk__store__v1__list_offer_code_batches_response__field_descriptors,
+  kiosk__store__v1__list_offer_code_batches_response__field_indices_by_name,
+  1,  kiosk__store__v1__list_offer_code_batches_response__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__list_offer_code_batches_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__revoke_offer_codes_request__field_descriptors[1] =
+{
+  {
+    "batch_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__RevokeOfferCodesRequest, batch_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__revoke_offer_codes_request__field_indices_by_name[] = {
+  0,   /* field[0] = batch_id */
+};
+static const ProtobufCIntRange kiosk__store__v1__revoke_offer_codes_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__revoke_offer_codes_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.RevokeOfferCodesRequest",
+  "RevokeOfferCodesRequest",
+  "Kiosk__Store__V1__RevokeOfferCodesRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__RevokeOfferCodesRequest),
+  1,
+  kiosk__store__v1__revoke_offer_codes_request__field_descriptors,
+  kiosk__store__v1__revoke_offer_codes_request__field_indices_by_name,
+  1,  kiosk__store__v1__revoke_offer_codes_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__revoke_offer_codes_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor kiosk__store__v1__get_extension_job_request__field_descriptors[1] =
@@ -7494,7 +8315,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__refund_request_state__descriptor
   kiosk__store__v1__refund_request_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[23] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[24] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -7519,6 +8340,7 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "SetPaymentMethod", &kiosk__store__v1__set_payment_method_request__descriptor, &kiosk__store__v1__set_payment_method_response__descriptor },
   { "ConfirmRenewal", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
   { "Entitlements", &kiosk__store__v1__entitlements_request__descriptor, &kiosk__store__v1__entitlements_response__descriptor },
+  { "RedeemOfferCode", &kiosk__store__v1__redeem_offer_code_request__descriptor, &kiosk__store__v1__purchase_response__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   11,        /* AccessToken */
@@ -7534,6 +8356,7 @@ const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   18,        /* ListTransactions */
   9,        /* PublicKeys */
   2,        /* Purchase */
+  23,        /* RedeemOfferCode */
   19,        /* RequestRefund */
   5,        /* Restore */
   13,        /* SetAutoRenew */
@@ -7552,7 +8375,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  23,
+  24,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -7740,6 +8563,14 @@ void kiosk__store__v1__store__entitlements(ProtobufCService *service,
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 22, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void kiosk__store__v1__store__redeem_offer_code(ProtobufCService *service,
+                                                const Kiosk__Store__V1__RedeemOfferCodeRequest *input,
+                                                Kiosk__Store__V1__PurchaseResponse_Closure closure,
+                                                void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 23, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)
 {
@@ -7747,7 +8578,7 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                      &kiosk__store__v1__store__descriptor,
                                      (ProtobufCServiceDestroy) destroy);
 }
-static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descriptors[11] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descriptors[14] =
 {
   { "Refund", &kiosk__store__v1__refund_request__descriptor, &kiosk__store__v1__revocation__descriptor },
   { "ListRefundRequests", &kiosk__store__v1__list_refund_requests_request__descriptor, &kiosk__store__v1__list_refund_requests_response__descriptor },
@@ -7760,18 +8591,24 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__admin__method_descripto
   { "ExtendSubscriptions", &kiosk__store__v1__extend_subscriptions_request__descriptor, &kiosk__store__v1__extension_job__descriptor },
   { "GetExtensionJob", &kiosk__store__v1__get_extension_job_request__descriptor, &kiosk__store__v1__extension_job__descriptor },
   { "GrantEntitlement", &kiosk__store__v1__grant_entitlement_request__descriptor, &kiosk__store__v1__transaction__descriptor },
+  { "CreateOfferCodes", &kiosk__store__v1__create_offer_codes_request__descriptor, &kiosk__store__v1__create_offer_codes_response__descriptor },
+  { "ListOfferCodeBatches", &kiosk__store__v1__list_offer_code_batches_request__descriptor, &kiosk__store__v1__list_offer_code_batches_response__descriptor },
+  { "RevokeOfferCodes", &kiosk__store__v1__revoke_offer_codes_request__descriptor, &kiosk__store__v1__offer_code_batch__descriptor },
 };
 const unsigned kiosk__store__v1__admin__method_indices_by_name[] = {
   3,        /* Approve */
   4,        /* CreateAccount */
+  11,        /* CreateOfferCodes */
   2,        /* DenyRefund */
   7,        /* ExtendSubscription */
   8,        /* ExtendSubscriptions */
   9,        /* GetExtensionJob */
   10,        /* GrantEntitlement */
+  12,        /* ListOfferCodeBatches */
   1,        /* ListRefundRequests */
   0,        /* Refund */
   6,        /* RetireKey */
+  13,        /* RevokeOfferCodes */
   5         /* RotateKey */
 };
 const ProtobufCServiceDescriptor kiosk__store__v1__admin__descriptor =
@@ -7781,7 +8618,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__admin__descriptor =
   "Admin",
   "Kiosk__Store__V1__Admin",
   "kiosk.store.v1",
-  11,
+  14,
   kiosk__store__v1__admin__method_descriptors,
   kiosk__store__v1__admin__method_indices_by_name
 };
@@ -7872,6 +8709,30 @@ void kiosk__store__v1__admin__grant_entitlement(ProtobufCService *service,
 {
   assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
   service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__create_offer_codes(ProtobufCService *service,
+                                                 const Kiosk__Store__V1__CreateOfferCodesRequest *input,
+                                                 Kiosk__Store__V1__CreateOfferCodesResponse_Closure closure,
+                                                 void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__list_offer_code_batches(ProtobufCService *service,
+                                                      const Kiosk__Store__V1__ListOfferCodeBatchesRequest *input,
+                                                      Kiosk__Store__V1__ListOfferCodeBatchesResponse_Closure closure,
+                                                      void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__admin__revoke_offer_codes(ProtobufCService *service,
+                                                 const Kiosk__Store__V1__RevokeOfferCodesRequest *input,
+                                                 Kiosk__Store__V1__OfferCodeBatch_Closure closure,
+                                                 void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__admin__descriptor);
+  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
                                     Kiosk__Store__V1__Admin_ServiceDestroy destroy)

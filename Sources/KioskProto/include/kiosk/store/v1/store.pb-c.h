@@ -38,6 +38,7 @@ typedef struct Kiosk__Store__V1__SpendCreditsResponse Kiosk__Store__V1__SpendCre
 typedef struct Kiosk__Store__V1__VerifyReceiptRequest Kiosk__Store__V1__VerifyReceiptRequest;
 typedef struct Kiosk__Store__V1__VerifyReceiptResponse Kiosk__Store__V1__VerifyReceiptResponse;
 typedef struct Kiosk__Store__V1__Entitlement Kiosk__Store__V1__Entitlement;
+typedef struct Kiosk__Store__V1__RedeemOfferCodeRequest Kiosk__Store__V1__RedeemOfferCodeRequest;
 typedef struct Kiosk__Store__V1__EntitlementsRequest Kiosk__Store__V1__EntitlementsRequest;
 typedef struct Kiosk__Store__V1__EntitlementsResponse Kiosk__Store__V1__EntitlementsResponse;
 typedef struct Kiosk__Store__V1__PublicKeysRequest Kiosk__Store__V1__PublicKeysRequest;
@@ -54,6 +55,12 @@ typedef struct Kiosk__Store__V1__CreateAccountResponse Kiosk__Store__V1__CreateA
 typedef struct Kiosk__Store__V1__ExtendSubscriptionRequest Kiosk__Store__V1__ExtendSubscriptionRequest;
 typedef struct Kiosk__Store__V1__ExtendSubscriptionsRequest Kiosk__Store__V1__ExtendSubscriptionsRequest;
 typedef struct Kiosk__Store__V1__ExtensionJob Kiosk__Store__V1__ExtensionJob;
+typedef struct Kiosk__Store__V1__CreateOfferCodesRequest Kiosk__Store__V1__CreateOfferCodesRequest;
+typedef struct Kiosk__Store__V1__OfferCodeBatch Kiosk__Store__V1__OfferCodeBatch;
+typedef struct Kiosk__Store__V1__CreateOfferCodesResponse Kiosk__Store__V1__CreateOfferCodesResponse;
+typedef struct Kiosk__Store__V1__ListOfferCodeBatchesRequest Kiosk__Store__V1__ListOfferCodeBatchesRequest;
+typedef struct Kiosk__Store__V1__ListOfferCodeBatchesResponse Kiosk__Store__V1__ListOfferCodeBatchesResponse;
+typedef struct Kiosk__Store__V1__RevokeOfferCodesRequest Kiosk__Store__V1__RevokeOfferCodesRequest;
 typedef struct Kiosk__Store__V1__GetExtensionJobRequest Kiosk__Store__V1__GetExtensionJobRequest;
 typedef struct Kiosk__Store__V1__GrantEntitlementRequest Kiosk__Store__V1__GrantEntitlementRequest;
 typedef struct Kiosk__Store__V1__SubscriptionStatus Kiosk__Store__V1__SubscriptionStatus;
@@ -750,6 +757,26 @@ struct  Kiosk__Store__V1__Entitlement
     , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0 }
 
 
+/*
+ * Redeems an offer code: a purchase of the code's product at its price (a
+ * free code needs no payment method), answered as Purchase answers. A code
+ * refused is FAILED with error code 11 (18 for an account not eligible) and
+ * a reason: offer_code_unknown, offer_code_used, offer_code_revoked,
+ * offer_code_expired, offer_code_limit_reached, ineligible_for_offer. Too
+ * many unknown codes from one account or address: 8 RESOURCE_EXHAUSTED,
+ * before any code is looked at. Needs idempotency-key metadata, as Purchase.
+ */
+struct  Kiosk__Store__V1__RedeemOfferCodeRequest
+{
+  ProtobufCMessage base;
+  char *code;
+  char *payment_method;
+};
+#define KIOSK__STORE__V1__REDEEM_OFFER_CODE_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__redeem_offer_code_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
 struct  Kiosk__Store__V1__EntitlementsRequest
 {
   ProtobufCMessage base;
@@ -1018,6 +1045,102 @@ struct  Kiosk__Store__V1__ExtensionJob
 #define KIOSK__STORE__V1__EXTENSION_JOB__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__extension_job__descriptor) \
     , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0 }
+
+
+/*
+ * A batch of offer codes: `count` one-time codes, or the custom code
+ * `custom_code` (one word) for up to `limit` accounts. Each buys product_id
+ * at `price` ("0" or empty: free): an auto-renewable subscription's first
+ * period of `period` (empty: the product's), a non-consumable, or `quantity`
+ * units of a consumable.
+ */
+struct  Kiosk__Store__V1__CreateOfferCodesRequest
+{
+  ProtobufCMessage base;
+  char *batch_id;
+  char *product_id;
+  uint32_t count;
+  char *custom_code;
+  uint32_t limit;
+  char *price;
+  char *period;
+  uint32_t quantity;
+  /*
+   * When the codes stop working (ms since 1970); 0: never.
+   */
+  int64_t expires_ms;
+};
+#define KIOSK__STORE__V1__CREATE_OFFER_CODES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__create_offer_codes_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
+
+
+struct  Kiosk__Store__V1__OfferCodeBatch
+{
+  ProtobufCMessage base;
+  char *batch_id;
+  /*
+   * "one_time" or "custom".
+   */
+  char *kind;
+  char *product_id;
+  char *price;
+  char *period;
+  uint32_t quantity;
+  uint64_t redemption_limit;
+  uint64_t redeemed;
+  int64_t expires_ms;
+  int64_t revoked_ms;
+  int64_t created_ms;
+};
+#define KIOSK__STORE__V1__OFFER_CODE_BATCH__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__offer_code_batch__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0, 0 }
+
+
+struct  Kiosk__Store__V1__CreateOfferCodesResponse
+{
+  ProtobufCMessage base;
+  Kiosk__Store__V1__OfferCodeBatch *batch;
+  /*
+   * The codes, shown now (and by `kiosk-store codes export`).
+   */
+  size_t n_codes;
+  char **codes;
+};
+#define KIOSK__STORE__V1__CREATE_OFFER_CODES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__create_offer_codes_response__descriptor) \
+    , NULL, 0,NULL }
+
+
+struct  Kiosk__Store__V1__ListOfferCodeBatchesRequest
+{
+  ProtobufCMessage base;
+};
+#define KIOSK__STORE__V1__LIST_OFFER_CODE_BATCHES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_offer_code_batches_request__descriptor) \
+     }
+
+
+struct  Kiosk__Store__V1__ListOfferCodeBatchesResponse
+{
+  ProtobufCMessage base;
+  size_t n_batches;
+  Kiosk__Store__V1__OfferCodeBatch **batches;
+};
+#define KIOSK__STORE__V1__LIST_OFFER_CODE_BATCHES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_offer_code_batches_response__descriptor) \
+    , 0,NULL }
+
+
+struct  Kiosk__Store__V1__RevokeOfferCodesRequest
+{
+  ProtobufCMessage base;
+  char *batch_id;
+};
+#define KIOSK__STORE__V1__REVOKE_OFFER_CODES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__revoke_offer_codes_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__GetExtensionJobRequest
@@ -1923,6 +2046,25 @@ Kiosk__Store__V1__Entitlement *
 void   kiosk__store__v1__entitlement__free_unpacked
                      (Kiosk__Store__V1__Entitlement *message,
                       ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__RedeemOfferCodeRequest methods */
+void   kiosk__store__v1__redeem_offer_code_request__init
+                     (Kiosk__Store__V1__RedeemOfferCodeRequest         *message);
+size_t kiosk__store__v1__redeem_offer_code_request__get_packed_size
+                     (const Kiosk__Store__V1__RedeemOfferCodeRequest   *message);
+size_t kiosk__store__v1__redeem_offer_code_request__pack
+                     (const Kiosk__Store__V1__RedeemOfferCodeRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__redeem_offer_code_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RedeemOfferCodeRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__RedeemOfferCodeRequest *
+       kiosk__store__v1__redeem_offer_code_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__redeem_offer_code_request__free_unpacked
+                     (Kiosk__Store__V1__RedeemOfferCodeRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__EntitlementsRequest methods */
 void   kiosk__store__v1__entitlements_request__init
                      (Kiosk__Store__V1__EntitlementsRequest         *message);
@@ -2226,6 +2368,120 @@ Kiosk__Store__V1__ExtensionJob *
                       const uint8_t       *data);
 void   kiosk__store__v1__extension_job__free_unpacked
                      (Kiosk__Store__V1__ExtensionJob *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__CreateOfferCodesRequest methods */
+void   kiosk__store__v1__create_offer_codes_request__init
+                     (Kiosk__Store__V1__CreateOfferCodesRequest         *message);
+size_t kiosk__store__v1__create_offer_codes_request__get_packed_size
+                     (const Kiosk__Store__V1__CreateOfferCodesRequest   *message);
+size_t kiosk__store__v1__create_offer_codes_request__pack
+                     (const Kiosk__Store__V1__CreateOfferCodesRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__create_offer_codes_request__pack_to_buffer
+                     (const Kiosk__Store__V1__CreateOfferCodesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__CreateOfferCodesRequest *
+       kiosk__store__v1__create_offer_codes_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__create_offer_codes_request__free_unpacked
+                     (Kiosk__Store__V1__CreateOfferCodesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__OfferCodeBatch methods */
+void   kiosk__store__v1__offer_code_batch__init
+                     (Kiosk__Store__V1__OfferCodeBatch         *message);
+size_t kiosk__store__v1__offer_code_batch__get_packed_size
+                     (const Kiosk__Store__V1__OfferCodeBatch   *message);
+size_t kiosk__store__v1__offer_code_batch__pack
+                     (const Kiosk__Store__V1__OfferCodeBatch   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__offer_code_batch__pack_to_buffer
+                     (const Kiosk__Store__V1__OfferCodeBatch   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__OfferCodeBatch *
+       kiosk__store__v1__offer_code_batch__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__offer_code_batch__free_unpacked
+                     (Kiosk__Store__V1__OfferCodeBatch *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__CreateOfferCodesResponse methods */
+void   kiosk__store__v1__create_offer_codes_response__init
+                     (Kiosk__Store__V1__CreateOfferCodesResponse         *message);
+size_t kiosk__store__v1__create_offer_codes_response__get_packed_size
+                     (const Kiosk__Store__V1__CreateOfferCodesResponse   *message);
+size_t kiosk__store__v1__create_offer_codes_response__pack
+                     (const Kiosk__Store__V1__CreateOfferCodesResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__create_offer_codes_response__pack_to_buffer
+                     (const Kiosk__Store__V1__CreateOfferCodesResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__CreateOfferCodesResponse *
+       kiosk__store__v1__create_offer_codes_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__create_offer_codes_response__free_unpacked
+                     (Kiosk__Store__V1__CreateOfferCodesResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ListOfferCodeBatchesRequest methods */
+void   kiosk__store__v1__list_offer_code_batches_request__init
+                     (Kiosk__Store__V1__ListOfferCodeBatchesRequest         *message);
+size_t kiosk__store__v1__list_offer_code_batches_request__get_packed_size
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesRequest   *message);
+size_t kiosk__store__v1__list_offer_code_batches_request__pack
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__list_offer_code_batches_request__pack_to_buffer
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ListOfferCodeBatchesRequest *
+       kiosk__store__v1__list_offer_code_batches_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__list_offer_code_batches_request__free_unpacked
+                     (Kiosk__Store__V1__ListOfferCodeBatchesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__ListOfferCodeBatchesResponse methods */
+void   kiosk__store__v1__list_offer_code_batches_response__init
+                     (Kiosk__Store__V1__ListOfferCodeBatchesResponse         *message);
+size_t kiosk__store__v1__list_offer_code_batches_response__get_packed_size
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesResponse   *message);
+size_t kiosk__store__v1__list_offer_code_batches_response__pack
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesResponse   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__list_offer_code_batches_response__pack_to_buffer
+                     (const Kiosk__Store__V1__ListOfferCodeBatchesResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__ListOfferCodeBatchesResponse *
+       kiosk__store__v1__list_offer_code_batches_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__list_offer_code_batches_response__free_unpacked
+                     (Kiosk__Store__V1__ListOfferCodeBatchesResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__RevokeOfferCodesRequest methods */
+void   kiosk__store__v1__revoke_offer_codes_request__init
+                     (Kiosk__Store__V1__RevokeOfferCodesRequest         *message);
+size_t kiosk__store__v1__revoke_offer_codes_request__get_packed_size
+                     (const Kiosk__Store__V1__RevokeOfferCodesRequest   *message);
+size_t kiosk__store__v1__revoke_offer_codes_request__pack
+                     (const Kiosk__Store__V1__RevokeOfferCodesRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__revoke_offer_codes_request__pack_to_buffer
+                     (const Kiosk__Store__V1__RevokeOfferCodesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__RevokeOfferCodesRequest *
+       kiosk__store__v1__revoke_offer_codes_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__revoke_offer_codes_request__free_unpacked
+                     (Kiosk__Store__V1__RevokeOfferCodesRequest *message,
                       ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__GetExtensionJobRequest methods */
 void   kiosk__store__v1__get_extension_job_request__init
@@ -2751,6 +3007,9 @@ typedef void (*Kiosk__Store__V1__VerifyReceiptResponse_Closure)
 typedef void (*Kiosk__Store__V1__Entitlement_Closure)
                  (const Kiosk__Store__V1__Entitlement *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__RedeemOfferCodeRequest_Closure)
+                 (const Kiosk__Store__V1__RedeemOfferCodeRequest *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__EntitlementsRequest_Closure)
                  (const Kiosk__Store__V1__EntitlementsRequest *message,
                   void *closure_data);
@@ -2798,6 +3057,24 @@ typedef void (*Kiosk__Store__V1__ExtendSubscriptionsRequest_Closure)
                   void *closure_data);
 typedef void (*Kiosk__Store__V1__ExtensionJob_Closure)
                  (const Kiosk__Store__V1__ExtensionJob *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__CreateOfferCodesRequest_Closure)
+                 (const Kiosk__Store__V1__CreateOfferCodesRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__OfferCodeBatch_Closure)
+                 (const Kiosk__Store__V1__OfferCodeBatch *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__CreateOfferCodesResponse_Closure)
+                 (const Kiosk__Store__V1__CreateOfferCodesResponse *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ListOfferCodeBatchesRequest_Closure)
+                 (const Kiosk__Store__V1__ListOfferCodeBatchesRequest *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__ListOfferCodeBatchesResponse_Closure)
+                 (const Kiosk__Store__V1__ListOfferCodeBatchesResponse *message,
+                  void *closure_data);
+typedef void (*Kiosk__Store__V1__RevokeOfferCodesRequest_Closure)
+                 (const Kiosk__Store__V1__RevokeOfferCodesRequest *message,
                   void *closure_data);
 typedef void (*Kiosk__Store__V1__GetExtensionJobRequest_Closure)
                  (const Kiosk__Store__V1__GetExtensionJobRequest *message,
@@ -2970,6 +3247,10 @@ struct Kiosk__Store__V1__Store_Service
                        const Kiosk__Store__V1__EntitlementsRequest *input,
                        Kiosk__Store__V1__EntitlementsResponse_Closure closure,
                        void *closure_data);
+  void (*redeem_offer_code)(Kiosk__Store__V1__Store_Service *service,
+                            const Kiosk__Store__V1__RedeemOfferCodeRequest *input,
+                            Kiosk__Store__V1__PurchaseResponse_Closure closure,
+                            void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -3000,7 +3281,8 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## request_refund,\
       function_prefix__ ## set_payment_method,\
       function_prefix__ ## confirm_renewal,\
-      function_prefix__ ## entitlements  }
+      function_prefix__ ## entitlements,\
+      function_prefix__ ## redeem_offer_code  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -3093,6 +3375,10 @@ void kiosk__store__v1__store__entitlements(ProtobufCService *service,
                                            const Kiosk__Store__V1__EntitlementsRequest *input,
                                            Kiosk__Store__V1__EntitlementsResponse_Closure closure,
                                            void *closure_data);
+void kiosk__store__v1__store__redeem_offer_code(ProtobufCService *service,
+                                                const Kiosk__Store__V1__RedeemOfferCodeRequest *input,
+                                                Kiosk__Store__V1__PurchaseResponse_Closure closure,
+                                                void *closure_data);
 typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
 struct Kiosk__Store__V1__Admin_Service
 {
@@ -3141,6 +3427,18 @@ struct Kiosk__Store__V1__Admin_Service
                             const Kiosk__Store__V1__GrantEntitlementRequest *input,
                             Kiosk__Store__V1__Transaction_Closure closure,
                             void *closure_data);
+  void (*create_offer_codes)(Kiosk__Store__V1__Admin_Service *service,
+                             const Kiosk__Store__V1__CreateOfferCodesRequest *input,
+                             Kiosk__Store__V1__CreateOfferCodesResponse_Closure closure,
+                             void *closure_data);
+  void (*list_offer_code_batches)(Kiosk__Store__V1__Admin_Service *service,
+                                  const Kiosk__Store__V1__ListOfferCodeBatchesRequest *input,
+                                  Kiosk__Store__V1__ListOfferCodeBatchesResponse_Closure closure,
+                                  void *closure_data);
+  void (*revoke_offer_codes)(Kiosk__Store__V1__Admin_Service *service,
+                             const Kiosk__Store__V1__RevokeOfferCodesRequest *input,
+                             Kiosk__Store__V1__OfferCodeBatch_Closure closure,
+                             void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Admin_ServiceDestroy)(Kiosk__Store__V1__Admin_Service *);
 void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
@@ -3159,7 +3457,10 @@ void kiosk__store__v1__admin__init (Kiosk__Store__V1__Admin_Service *service,
       function_prefix__ ## extend_subscription,\
       function_prefix__ ## extend_subscriptions,\
       function_prefix__ ## get_extension_job,\
-      function_prefix__ ## grant_entitlement  }
+      function_prefix__ ## grant_entitlement,\
+      function_prefix__ ## create_offer_codes,\
+      function_prefix__ ## list_offer_code_batches,\
+      function_prefix__ ## revoke_offer_codes  }
 void kiosk__store__v1__admin__refund(ProtobufCService *service,
                                      const Kiosk__Store__V1__RefundRequest *input,
                                      Kiosk__Store__V1__Revocation_Closure closure,
@@ -3204,6 +3505,18 @@ void kiosk__store__v1__admin__grant_entitlement(ProtobufCService *service,
                                                 const Kiosk__Store__V1__GrantEntitlementRequest *input,
                                                 Kiosk__Store__V1__Transaction_Closure closure,
                                                 void *closure_data);
+void kiosk__store__v1__admin__create_offer_codes(ProtobufCService *service,
+                                                 const Kiosk__Store__V1__CreateOfferCodesRequest *input,
+                                                 Kiosk__Store__V1__CreateOfferCodesResponse_Closure closure,
+                                                 void *closure_data);
+void kiosk__store__v1__admin__list_offer_code_batches(ProtobufCService *service,
+                                                      const Kiosk__Store__V1__ListOfferCodeBatchesRequest *input,
+                                                      Kiosk__Store__V1__ListOfferCodeBatchesResponse_Closure closure,
+                                                      void *closure_data);
+void kiosk__store__v1__admin__revoke_offer_codes(ProtobufCService *service,
+                                                 const Kiosk__Store__V1__RevokeOfferCodesRequest *input,
+                                                 Kiosk__Store__V1__OfferCodeBatch_Closure closure,
+                                                 void *closure_data);
 
 /* --- descriptors --- */
 
@@ -3234,6 +3547,7 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__spend_credits_response
 extern const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__verify_receipt_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__entitlement__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__redeem_offer_code_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__entitlements_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__entitlements_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__public_keys_request__descriptor;
@@ -3250,6 +3564,12 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__create_account_respons
 extern const ProtobufCMessageDescriptor kiosk__store__v1__extend_subscription_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__extend_subscriptions_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__extension_job__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__create_offer_codes_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__offer_code_batch__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__create_offer_codes_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__list_offer_code_batches_request__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__list_offer_code_batches_response__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__revoke_offer_codes_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__get_extension_job_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__grant_entitlement_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor;
