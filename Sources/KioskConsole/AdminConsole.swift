@@ -150,6 +150,7 @@ public final class AdminConsole: Sendable {
         case "/refunds": return await refunds(query["state"] ?? "pending", session: session, cookie: cookie)
         case "/webhooks": return await webhooks(query["state"], session: session, cookie: cookie)
         case "/keys": return await keys(session: session, cookie: cookie)
+        case "/codes": return await codes(session: session, cookie: cookie)
         case "/activity": return await activity(session: session, cookie: cookie)
         default:
             return page("Not found", status: 404, session: session, cookie: cookie) { html in
@@ -268,7 +269,8 @@ public final class AdminConsole: Sendable {
         html.raw("<header><nav>")
         for (path, name) in [
             ("/", "Overview"), ("/products", "Products"), ("/accounts", "Accounts"), ("/refunds", "Refund requests"),
-            ("/webhooks", "Webhooks"), ("/keys", "Keys and credentials"), ("/activity", "Activity"),
+            ("/webhooks", "Webhooks"), ("/codes", "Offer codes"), ("/keys", "Keys and credentials"),
+            ("/activity", "Activity"),
         ] {
             html.raw("<a href=\"\(path)\">\(HTML.escape(name))</a>")
         }

@@ -85,6 +85,39 @@ extension AdminConsole {
                 // only the secret's hash.
                 sessions.keepSecret(cookie, created)
                 sessions.flash(cookie, "Created \(created.id).")
+            case "/codes/revoke":
+                back = "/codes"
+                guard let id = form["batch_id"] else { throw StoreError.invalid("batch_id is required") }
+                let batchID = try Self.bounded(id, "batch_id", FieldLimits.offerField)
+                try await store.acting(as: actor) { try await store.revokeOfferCodes(batchID: batchID) }
+                sessions.flash(cookie, "Revoked \(batchID): its codes are refused from now on.")
+            case "/accounts/redeem":
+                // For a buyer who writes in with a code: redeemed for their account, as the app would.
+                let accountID = try Self.bounded(form["account"] ?? "", "account", FieldLimits.transactionID)
+                back = "/accounts?q=" + Self.queryEscape(accountID)
+                let code = try Self.bounded(form["code"] ?? "", "code", FieldLimits.offerField)
+                let method = try Self.bounded(form["payment_method"] ?? "", "payment_method", FieldLimits.paymentMethod)
+                let ledger = store.ledger
+                guard let account = try await ledger.offload({ try ledger.account(id: accountID) }) else {
+                    throw StoreError.notFound("no account \(accountID)")
+                }
+                let outcome = try await store.acting(as: actor) {
+                    try await store.redeemOfferCode(
+                        account: account, code: code, paymentMethod: method, idempotencyKey: UUID().uuidString,
+                        source: "console:" + session.credentialID)
+                }
+                switch outcome.result {
+                case .purchased(let record):
+                    sessions.flash(
+                        cookie,
+                        outcome.alreadyOwned
+                            ? "The account owns \(record.productID) already: the code was not used."
+                            : "Redeemed: \(record.productID) ×\(record.quantity), transaction \(record.id).")
+                case .deferred(let record):
+                    sessions.flash(cookie, "Waiting for approval: transaction \(record.id).")
+                case .failed(let failed):
+                    sessions.flash(cookie, "Not redeemed: \(failed.reason): \(failed.message)", isError: true)
+                }
             default:
                 return page("Not found", status: 404, session: session, cookie: cookie) { html in
                     html.element("p", "There is no action \(path).")

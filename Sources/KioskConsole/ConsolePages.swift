@@ -164,6 +164,14 @@ extension AdminConsole {
                 html.raw("</td></tr>")
             }
             html.raw("</tbody></table>")
+            html.raw("<form method=\"post\" action=\"/accounts/redeem\" class=\"inline\">")
+            html.raw("<input type=\"hidden\" name=\"csrf\" value=\"\(HTML.escape(session.csrf))\">")
+            html.raw("<input type=\"hidden\" name=\"account\" value=\"\(HTML.escape(account.id))\">")
+            html.raw("<input type=\"text\" name=\"code\" placeholder=\"offer code\" maxlength=\"64\" required>")
+            html.raw(
+                "<input type=\"text\" name=\"payment_method\" placeholder=\"payment method (a subscription's code)\" maxlength=\"256\">"
+            )
+            html.raw("<button type=\"submit\">Redeem for this account</button></form>")
             html.element("h2", "Subscriptions")
             html.table(
                 ["original transaction", "product", "state", "auto-renew", "expires", "periods paid"],
@@ -361,6 +369,47 @@ extension AdminConsole {
             html.raw("<button type=\"submit\">Create a content credential</button></form>")
             html.element(
                 "p", "Admin credentials are made on the store's host: kiosk-store service create --role admin.",
+                attributes: "class=\"hint\"")
+        }
+    }
+
+    // MARK: Offer codes
+
+    func codes(session: Session, cookie: String) async -> Response {
+        let batches: [OfferCodeBatch]
+        do {
+            batches = try await store.ledger.offerCodeBatches()
+        } catch {
+            return failure(error, session: session, cookie: cookie)
+        }
+        return page("Offer codes", session: session, cookie: cookie) { html in
+            html.raw("<table><thead><tr>")
+            for header in ["batch", "kind", "product", "price", "terms", "redeemed", "expires", "revoked", ""] {
+                html.element("th", header)
+            }
+            html.raw("</tr></thead><tbody>")
+            for batch in batches {
+                html.raw("<tr>")
+                for cell in [
+                    batch.id, batch.kind.rawValue, batch.productID, batch.price,
+                    batch.period.isEmpty ? (batch.quantity > 1 ? "×\(batch.quantity)" : "") : "first \(batch.period)",
+                    "\(batch.redeemed) of \(batch.redemptionLimit)", formatTime(batch.expiresMs),
+                    formatTime(batch.revokedMs),
+                ] {
+                    html.element("td", cell)
+                }
+                html.raw("<td>")
+                if batch.revokedMs == 0 {
+                    html.postButton(
+                        "Revoke", action: "/codes/revoke", csrf: session.csrf, fields: [("batch_id", batch.id)],
+                        danger: true)
+                }
+                html.raw("</td></tr>")
+            }
+            html.raw("</tbody></table>")
+            html.element(
+                "p",
+                "Batches are made on the store's host: kiosk-store codes create (and exported with kiosk-store codes export). Redeem a code for a buyer from their account's page.",
                 attributes: "class=\"hint\"")
         }
     }

@@ -280,6 +280,49 @@ import Testing
             #expect(overview.body.contains(">ACTIVE</text>"))
         }
     }
+
+    @Test func offerCodesAreListedRevokedAndRedeemedForABuyer() async throws {
+        try await ConsoleFixture.with { fixture in
+            let store = fixture.store
+            var browser = Browser(fixture)
+            try await browser.signIn(fixture.admin.secret)
+            let made = try await store.createOfferCodes(batchID: "spring", productID: "filter.sepia", count: 2)
+            let listed = try await browser.get("/codes")
+            #expect(listed.body.contains("spring") && listed.body.contains("0 of 2"))
+            let token = try #require(listed.csrf)
+
+            // Redeemed for a buyer from their account's page, as the operator.
+            let (buyer, _) = try await fixture.purchase("credits.5")
+            let done = try await browser.post(
+                "/accounts/redeem", [("csrf", token), ("account", buyer.id), ("code", made.codes[0].lowercased())])
+            #expect(done.location == "/accounts?q=\(buyer.id)")
+            let page = try await browser.get("/accounts?q=\(buyer.id)")
+            #expect(page.body.contains("Redeemed: filter.sepia"), "\(page.body)")
+            let purchased = try await store.ledger.events(after: 0, accountID: buyer.id, types: [.purchased])
+            #expect(purchased.last?.productID == "filter.sepia")
+            #expect(purchased.last?.actor == "console \(fixture.admin.id) (alice)")
+            // The buyer owns it now: a second code is not used up.
+            _ = try await browser.post(
+                "/accounts/redeem", [("csrf", token), ("account", buyer.id), ("code", made.codes[1])])
+            #expect(try await browser.get("/accounts?q=\(buyer.id)").body.contains("the code was not used"))
+            // The same code for another buyer: the store's reason, nothing recorded.
+            let (other, _) = try await fixture.purchase("credits.5")
+            let before = try store.ledger.latestEventID()
+            _ = try await browser.post(
+                "/accounts/redeem", [("csrf", token), ("account", other.id), ("code", made.codes[0])])
+            #expect(try await browser.get("/accounts?q=\(other.id)").body.contains("offer_code_used"))
+            #expect(try store.ledger.latestEventID() == before)
+
+            // Revoked: listed so, and the other code refused.
+            #expect(try await browser.post("/codes/revoke", [("csrf", token), ("batch_id", "spring")]).status == 303)
+            #expect(try await store.ledger.offerCodeBatch(id: "spring")?.revokedMs ?? 0 > 0)
+            _ = try await browser.post(
+                "/accounts/redeem", [("csrf", token), ("account", other.id), ("code", made.codes[1])])
+            #expect(try await browser.get("/accounts?q=\(other.id)").body.contains("offer_code_revoked"))
+            // Without the session's token: refused, nothing changes.
+            #expect(try await browser.post("/codes/revoke", [("batch_id", "spring")]).status == 403)
+        }
+    }
 }
 
 /// The console's escaping, as a test reads it.
