@@ -653,13 +653,14 @@ struct CodesCommand: AsyncParsableCommand {
         @Option(help: "Auto-renewable subscriptions: the first period's length (default: the product's).")
         var period: String?
         @Option(help: "Consumables: the units a code buys.") var quantity: UInt32 = 1
-        @Option(help: "When the codes stop working (ISO 8601, e.g. 2027-01-31T00:00:00Z).") var expires: String?
+        @Option(help: "When the codes stop working (an ISO 8601 date and time in UTC: YYYY-MM-DDThh:mm:ssZ).")
+        var expires: String?
 
         func run() async throws {
             var expiresMs: Int64 = 0
             if let expires {
                 guard let date = try? Date(expires, strategy: .iso8601) else {
-                    throw ValidationError("--expires must be an ISO 8601 date, e.g. 2027-01-31T00:00:00Z")
+                    throw ValidationError("--expires must be an ISO 8601 date and time in UTC: YYYY-MM-DDThh:mm:ssZ")
                 }
                 expiresMs = Int64(date.timeIntervalSince1970 * 1000)
             }
