@@ -203,7 +203,29 @@ public final class KioskClient: Sendable {
             "ListProducts", StoreV1.ListProductsRequest(productIDs: ids), StoreV1.ListProductsResponse.self,
             doing: "listing products")
         return ProductsResult(
-            products: response.products.map(Product.init), invalidIdentifiers: response.invalidProductIDs)
+            products: response.products.map(Product.init), invalidIdentifiers: response.invalidProductIDs,
+            storefrontCountryCode: response.storefront)
+    }
+
+    /// The storefront the account buys in: an ISO 3166-1 alpha-3 country code ("USA", "FRA"), as StoreKit's
+    /// `Storefront.current?.countryCode`. Products are listed, and charged, in its prices.
+    public var storefrontCountryCode: String {
+        get async throws { try await account().storefront }
+    }
+
+    /// Moves the account to another storefront (ISO 3166-1 alpha-3, "FRA"), as a buyer changing their App Store
+    /// country. Purchases are charged in its prices at once. A subscription keeps its price to the end of the period
+    /// paid, then renews in the new storefront's price; when that is higher or in another currency the buyer must
+    /// consent first (``SubscriptionStatus/priceIncreasePending``, ``consentToPriceIncrease(originalTransactionID:)``) or
+    /// the subscription ends with its period.
+    /// - Returns: the storefront now.
+    /// - Throws: ``KioskError`` `invalidRequest` for a code that is not three capital letters.
+    @discardableResult
+    public func setStorefront(_ countryCode: String) async throws -> String {
+        try await storeCall(
+            "SetStorefront", StoreV1.SetStorefrontRequest(storefront: countryCode), StoreV1.Account.self,
+            doing: "changing the storefront"
+        ).storefront
     }
 
     /// True when the account may make payments (StoreKit's `canMakePayments`).
@@ -211,7 +233,8 @@ public final class KioskClient: Sendable {
         get async throws { try await account().paymentsAllowed }
     }
 
-    /// The account's credit balance.
+    /// The account's credit balance: a whole number of credits (consumables add ``Product/creditsPerUnit`` times the
+    /// quantity bought; ``spendCredits(_:idempotencyKey:)`` takes them).
     public var creditBalance: UInt64 {
         get async throws { try await account().creditBalance }
     }
@@ -513,6 +536,8 @@ public final class KioskClient: Sendable {
     /// Every restorable transaction of the account (non-consumables and
     /// subscriptions, not revoked), with its original transaction id; then the
     /// sequence ends, or throws a ``KioskError``.
+    /// - Returns: a sequence of ``Transaction`` values, oldest first: what another device of the same account
+    ///   bought, with receipts that verify; deliver what each unlocks.
     public func restore() -> AsyncThrowingStream<Transaction, Error> {
         AsyncThrowingStream { continuation in
             let task = Task {
@@ -627,6 +652,11 @@ public final class KioskClient: Sendable {
     }
 
     /// Asks the store whether a receipt is real.
+    /// - Parameter receipt: a signed receipt: ``Transaction/signedReceipt``, or a file ``saveReceipt(of:)`` wrote.
+    /// - Returns: the store's verdict: ``VerificationResult/status`` 0 is a receipt the store signed, for this
+    ///   environment; other statuses say why not (21003 not authentic: forged or tampered). A valid receipt may still
+    ///   have been refunded: ``VerificationResult/revocationDate``. ``VerificationResult/isValid`` is both at once.
+    /// - Throws: ``KioskError`` when the store cannot be asked (a refusal is an answer, not an error).
     public func verify(receipt: [UInt8]) async throws -> VerificationResult {
         let response = try await storeCall(
             "VerifyReceipt", StoreV1.VerifyReceiptRequest(signedReceipt: receipt),

@@ -85,6 +85,8 @@ public struct ProductsResult: Hashable, Sendable {
     public var products: [Product]
     /// The ids the store does not sell (StoreKit's invalid product identifiers).
     public var invalidIdentifiers: [String]
+    /// The storefront the prices are in (ISO 3166-1 alpha-3, "FRA"): the account's.
+    public var storefrontCountryCode: String = ""
 }
 
 /// A hosted product: the content service's entry joined with the store's product.

@@ -134,6 +134,8 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
     public var renewalPrice: Decimal?
     /// The ISO 4217 currency code of ``renewalPrice``.
     public var currencyCode: String
+    /// The storefront the next renewal charges in: the account's now (ISO 3166-1 alpha-3, "FRA").
+    public var storefrontCountryCode: String
     /// Periods paid so far.
     public var periodsPaid: UInt32
     /// The newest transaction (the first purchase or the latest renewal).
@@ -142,7 +144,8 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
     /// True while the buyer is entitled, by the store's clock when it answered: within the paid period, or in
     /// the grace period.
     public var isEntitled: Bool
-    /// The price went up since the buyer agreed to one: unless they consent (``KioskClient/consentToPriceIncrease(originalTransactionID:)``),
+    /// The price went up since the buyer agreed to one (or the buyer moved to a storefront where it is higher, or in
+    /// another currency): unless they consent (``KioskClient/consentToPriceIncrease(originalTransactionID:)``),
     /// the subscription ends with its period, reason `priceIncreaseNotAccepted`.
     public var priceIncreasePending: Bool
     /// In grace or billing retry: the last renewal attempt waits for the buyer to authenticate it (the card
@@ -192,6 +195,7 @@ public struct SubscriptionStatus: Hashable, Sendable, Identifiable {
             message.renewalPrice.isEmpty
             ? nil : Decimal(string: message.renewalPrice, locale: Locale(identifier: "en_US_POSIX"))
         currencyCode = message.currency
+        storefrontCountryCode = message.storefront
         periodsPaid = message.periodsPaid
         latestTransaction = message.latestTransaction.map(Transaction.init)
         isEntitled = message.entitled

@@ -41,6 +41,13 @@ public struct Transaction: Hashable, Sendable, Identifiable {
     /// Set when ``KioskClient/transactionUpdates`` yields a subscription again because it ended:
     /// why ("CANCELLED", "BILLING_ERROR", "PRICE_INCREASE_NOT_ACCEPTED", "PRODUCT_UNAVAILABLE").
     public var expirationReason: String?
+    /// The price of one unit as charged (an offer's, an upgrade's prorated price); nil when the store sent none.
+    public var price: Decimal?
+    /// The ISO 4217 currency code of ``price``.
+    public var currencyCode: String
+    /// The storefront it was bought in (ISO 3166-1 alpha-3, "FRA", as StoreKit's `Storefront.countryCode`); nil for
+    /// transactions of older stores and grants.
+    public var storefrontCountryCode: String?
 
     init(_ message: StoreV1.Transaction) {
         id = message.transactionID
@@ -60,6 +67,10 @@ public struct Transaction: Hashable, Sendable, Identifiable {
         isFinished = message.finished
         refundCreditShortfall = message.refundCreditShortfall
         state = message.state.name
+        price =
+            message.price.isEmpty ? nil : Decimal(string: message.price, locale: Locale(identifier: "en_US_POSIX"))
+        currencyCode = message.currency
+        storefrontCountryCode = message.storefront.isEmpty ? nil : message.storefront
     }
 
     /// True for a live entitlement: not revoked, and not expired if it expires.

@@ -22,6 +22,7 @@ public struct KioskCommand: AsyncParsableCommand {
             Spend.self,
             Unfinished.self, History.self, TransactionLookup.self, RequestRefund.self, Finish.self, Verify.self,
             Download.self, Subscriptions.self, AutoRenew.self, AcceptPrice.self, PaymentMethod.self,
+            StorefrontCommand.self,
         ])
 }
 
@@ -171,7 +172,7 @@ struct Products: AsyncParsableCommand {
                             id: $0.id, type: $0.type.rawValue, title: $0.displayName, price: "\($0.price)",
                             currency: $0.currencyCode, displayPrice: $0.displayPrice)
                     },
-                    invalidProductIDs: result.invalidIdentifiers),
+                    invalidProductIDs: result.invalidIdentifiers, storefront: result.storefrontCountryCode),
                 text: (result.products.map { "\($0.id)  \($0.displayPrice)  \($0.type.rawValue)  \($0.displayName)" }
                     + result.invalidIdentifiers.map { "\($0)  (not sold)" }).joined(separator: "\n"))
         }
@@ -458,6 +459,34 @@ struct Balance: AsyncParsableCommand {
         try await connection.run { kiosk in
             let balance = try await kiosk.creditBalance
             connection.emit(Output.Balance(balance: Int64(clamping: balance)), text: "\(balance) credits")
+        }
+    }
+}
+
+struct StorefrontCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "storefront",
+        abstract: "The account's storefront, or move it to another (an ISO 3166-1 alpha-3 country code).",
+        discussion: """
+            Products are listed and charged in the storefront's prices. After a move, subscriptions keep their price \
+            to the end of the period paid, then renew in the new storefront's price; when that is higher or in \
+            another currency, `kiosk accept-price` must agree to it first or the subscription ends with its period.
+            """)
+    @OptionGroup var connection: Connection
+    @Argument(help: "The storefront to move to, e.g. FRA; none prints the current one.") var storefront: String?
+
+    func run() async throws {
+        try await connection.run { kiosk in
+            guard let storefront else {
+                let current = try await kiosk.storefrontCountryCode
+                connection.emit(Output.Storefront(storefront: current), text: current)
+                return
+            }
+            let previous = try await kiosk.storefrontCountryCode
+            let now = try await kiosk.setStorefront(storefront)
+            connection.emit(
+                Output.Storefront(storefront: now, previous: previous),
+                text: previous == now ? "storefront \(now) (unchanged)" : "storefront \(now) (was \(previous))")
         }
     }
 }

@@ -25,6 +25,7 @@ enum Output {
         var expirationDate: String?, periodStartDate: String?, offerID: String?, revocationDate: String?,
             revocationReason: String?
         var refundCreditShortfall: UInt64?
+        var price: String?, currency: String?, storefront: String?
         /// `buy` only: where the receipt was saved.
         var receiptFile: String?
 
@@ -44,6 +45,9 @@ enum Output {
             revocationDate = transaction.revocationDate?.formatted(.iso8601)
             revocationReason = transaction.revocationReason
             refundCreditShortfall = transaction.refundCreditShortfall > 0 ? transaction.refundCreditShortfall : nil
+            price = transaction.price.map { "\($0)" }
+            currency = transaction.currencyCode.isEmpty ? nil : transaction.currencyCode
+            storefront = transaction.storefrontCountryCode
         }
 
         enum CodingKeys: String, CodingKey {
@@ -53,6 +57,7 @@ enum Output {
             case expirationDate = "expiration_date", periodStartDate = "period_start_date", offerID = "offer_id"
             case revocationDate = "revocation_date", revocationReason = "revocation_reason"
             case refundCreditShortfall = "refund_credit_shortfall", receiptFile = "receipt_file"
+            case price, currency, storefront
         }
     }
 
@@ -92,7 +97,14 @@ enum Output {
         }
         var products: [Product]
         var invalidProductIDs: [String]
-        enum CodingKeys: String, CodingKey { case products, invalidProductIDs = "invalid_product_ids" }
+        var storefront: String
+        enum CodingKeys: String, CodingKey { case products, invalidProductIDs = "invalid_product_ids", storefront }
+    }
+
+    /// `storefront`.
+    struct Storefront: Encodable {
+        var storefront: String
+        var previous: String?
     }
 
     /// `buy` when nothing was bought yet: `pending`, `queued` or `cancelled`.

@@ -140,6 +140,7 @@ extension AdminConsole {
             html.element(
                 "p",
                 "Payments \(account.paymentsAllowed ? "allowed" : "disabled") · credit balance \(account.creditBalance)"
+                    + " · storefront \(account.storefront.isEmpty ? "default" : account.storefront)"
             )
             html.element("h2", "Transactions")
             html.raw("<table><thead><tr>")
@@ -149,7 +150,10 @@ extension AdminConsole {
                 html.raw("<tr>")
                 for cell in [
                     record.id, record.productID, "\(record.state)", formatTime(record.purchaseMs),
-                    record.price.isEmpty ? "" : "\(record.price) \(record.currency)",
+                    record.price.isEmpty
+                        ? ""
+                        : "\(record.price) \(record.currency)"
+                            + (record.storefront.isEmpty ? "" : " (\(record.storefront))"),
                     record.revokedMs == 0 ? "" : "\(formatTime(record.revokedMs)): \(record.revocationReason)",
                 ] {
                     html.element("td", cell)

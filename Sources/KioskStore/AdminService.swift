@@ -75,7 +75,7 @@ public struct AdminService: RPCService {
         }
         register("CreateAccount", StoreV1.CreateAccountRequest.self, StoreV1.CreateAccountResponse.self) { request in
             let (id, token) = try await store.ledger.offload {
-                try store.createAccount(paymentsAllowed: !request.paymentsDisabled)
+                try store.createAccount(paymentsAllowed: !request.paymentsDisabled, storefront: request.storefront)
             }
             return StoreV1.CreateAccountResponse(accountID: id, token: token)
         }

@@ -37,6 +37,10 @@ public struct EventDocument: Codable, Hashable, Sendable {
     public var entitlementID: String?
     /// ENTITLEMENT_STARTED: when it ends unless renewed; left out when never.
     public var expiresMs: Int64?
+    /// The storefront of the event's transaction or price (STOREFRONT_CHANGED: the new one).
+    public var storefront: String?
+    /// The currency of the event's transaction or price.
+    public var currency: String?
 
     enum CodingKeys: String, CodingKey {
         case eventID = "event_id", type, createdMs = "created_ms", environment, accountID = "account_id"
@@ -44,7 +48,7 @@ public struct EventDocument: Codable, Hashable, Sendable {
             "product_id"
         case reason, creditShortfall = "credit_shortfall", autoRenew = "auto_renew", price, expirationReason =
             "expiration_reason"
-        case actor, entitlementID = "entitlement_id", expiresMs = "expires_ms"
+        case actor, entitlementID = "entitlement_id", expiresMs = "expires_ms", storefront, currency
     }
 
     public init(_ event: EventRecord, environment: StoreEnvironment) {
@@ -65,6 +69,8 @@ public struct EventDocument: Codable, Hashable, Sendable {
         actor = present(event.actor)
         entitlementID = present(event.entitlementID)
         expiresMs = event.expiresMs > 0 ? event.expiresMs : nil
+        storefront = present(event.storefront)
+        currency = present(event.currency)
     }
 
     /// One line of JSON.

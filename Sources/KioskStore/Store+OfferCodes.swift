@@ -179,6 +179,13 @@ extension Store {
         if batch.expiresMs > 0, batch.expiresMs <= nowMs {
             return .refused(.invalidOfferIdentifier, "offer_code_expired", "this offer code has expired")
         }
+        // A discounted code's price is in the product's currency in the catalog's default storefront: it is
+        // redeemable where that currency is paid. A free code is free in every storefront.
+        if !Money.isZero(batch.price), let base = catalog.product(product.id), base.currency != product.currency {
+            return .refused(
+                .invalidOfferIdentifier, "offer_code_storefront",
+                "this code's price is in \(base.currency); the account's storefront pays in \(product.currency)")
+        }
         // Once per account: a subscription's code per subscription group (as the App Store's offers), a custom code
         // per code; one-time codes of other products may be redeemed again with other codes.
         var scope: String?

@@ -160,6 +160,8 @@ extension Store {
         let paymentID = order.paymentID(or: transactionID)
         let instance = self.instance
         return try await ledger.write(account: order.account) { db -> PurchaseStart in
+            // The order with its product priced in the account's storefront (once the account is read).
+            var priced = order
             if let bytes = try db.remembered(
                 account: order.account, key: order.idempotencyKey, operation: "purchase", hash: order.requestHash)
             {
@@ -176,12 +178,15 @@ extension Store {
                 try answer(
                     PurchaseOutcome(
                         result: .failed(
-                            self.failure(transactionID, order: order, nowMs: nowMs, code: code, reason: reason, message)
+                            self.failure(
+                                transactionID, order: priced, nowMs: nowMs, code: code, reason: reason, message)
                         )))
             }
             guard let account = try db.account(id: order.account) else {
                 throw StoreError.unauthenticated("account \(order.account) no longer exists")
             }
+            let storefront = self.catalog.storefront(account.storefront)
+            priced.product = order.product?.priced(in: storefront)
             // An earlier attempt of this payment comes first: one that may have been charged is never
             // answered FAILED because the account, the catalog or the rules changed since.
             let earlierIntent = try db.intent(id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)")
@@ -213,7 +218,7 @@ extension Store {
                     code: .paymentNotAllowed, "payment_not_allowed",
                     "payment not allowed: purchases are disabled for this account")
             }
-            guard let product = order.product else {
+            guard let product = priced.product else {
                 return try refuse(
                     code: .productUnavailable, "product_unavailable",
                     "product unavailable: \(order.productID) is not in the catalog")
@@ -262,7 +267,9 @@ extension Store {
                 }
             }
             if offerTerms == nil {
-                switch try self.rules.groupChange(db, accountID: order.account, to: product, nowMs: nowMs) {
+                switch try self.rules.groupChange(
+                    db, accountID: order.account, to: product, storefront: storefront, nowMs: nowMs)
+                {
                 case .none:
                     break
                 case .atRenewal(let current):
@@ -297,6 +304,7 @@ extension Store {
                 intent.subscriptionPeriod = offerTerms.period.description
             }
             if let codeOfferID { intent.offerID = codeOfferID }
+            intent.storefront = storefront
             try db.insertIntent(intent, nowMs: nowMs)
             return .charge(intent)
         }
@@ -522,7 +530,8 @@ extension Store {
             expiresDateMs: record.expiresMs, accountID: record.accountID, bundleID: catalog.bundleID,
             environment: record.environment.wire, periodStartMs: record.periodStartMs, offerID: record.offerID,
             entitlements: EntitlementMap.grantedEntitlement(productID: record.productID).map { [$0] }
-                ?? entitlementMap.entitlements(of: record.productID))
+                ?? entitlementMap.entitlements(of: record.productID), storefront: record.storefront,
+            currency: record.storefront.isEmpty ? "" : record.currency)
         return try key.sign(payload, signedAtMs: signedAtMs).serializedBytes()
     }
 
@@ -686,12 +695,14 @@ extension Store {
                 }
                 return try db.reopen(earlier, owner: instance.id, nowMs: nowMs)
             }
-            let intent = PaymentIntent(
+            var intent = PaymentIntent(
                 kind: .approval, paymentID: paymentID, transactionID: deferred.id, accountID: deferred.accountID,
                 product: product,
                 quantity: deferred.quantity, unitPrice: deferred.price, currency: deferred.currency,
                 paymentMethod: deferred.paymentMethod,
                 purchaseMs: nowMs, idempotencyKey: nil, requestHash: [], owner: instance.id)
+            // Approved as asked: in the storefront and at the price the buyer asked in.
+            intent.storefront = deferred.storefront
             try db.insertIntent(intent, nowMs: nowMs)
             return intent
         }
@@ -1044,6 +1055,7 @@ extension TransactionRecord {
             quantity: intent.quantity, state: state, purchaseMs: purchaseMs, expiresMs: 0,
             paymentMethod: intent.paymentMethod,
             paymentID: intent.paymentID, environment: environment)
+        storefront = intent.storefront
     }
 }
 

@@ -146,6 +146,7 @@ extension Store {
                 purchaseMs: start, idempotencyKey: nil, requestHash: [], owner: instance.id)
             intent.subscriptionPeriod = terms.period.description
             intent.offerID = terms.offerID
+            intent.storefront = catalog.storefront(row.storefront)
             intent.createdMs = nowMs
             intent.attemptMs = nowMs
             try db.insertIntent(intent, nowMs: nowMs)
@@ -312,23 +313,27 @@ extension Store {
             guard var row = try db.subscription(originalID: originalID), row.accountID == account.id else {
                 throw StoreError.notFound("no auto-renewable subscription \(originalID) for this account")
             }
-            guard let product = catalog.product(row.productID) else {
-                throw StoreError(.conflict, "\(row.productID) is no longer sold; the subscription ends with its period")
+            // The price of the product the next renewal is of (a pending downgrade's), in the subscription's storefront.
+            let renewing = row.pendingProductID.isEmpty ? row.productID : row.pendingProductID
+            guard let product = catalog.product(renewing, storefront: row.storefront) else {
+                throw StoreError(.conflict, "\(renewing) is no longer sold; the subscription ends with its period")
             }
             let changed: Bool
             do throws(SubscriptionRefusal) {
-                changed = try row.priceConsented(product.price)
+                changed = try row.priceConsented(product.price, currency: product.currency)
             } catch .ended(let state, let reason) {
                 throw StoreError(
                     .conflict, "subscription \(originalID) has ended (\(state), \(reason)); buy it again to subscribe")
             }
             try db.saveSubscription(row, nowMs: nowMs)
             if changed {
-                try db.appendEvent(
-                    EventRecord(
-                        type: .priceChanged, accountID: row.accountID, transactionID: row.latestTransactionID,
-                        originalTransactionID: row.originalID,
-                        productID: row.productID, createdMs: nowMs, price: product.price))
+                var event = EventRecord(
+                    type: .priceChanged, accountID: row.accountID, transactionID: row.latestTransactionID,
+                    originalTransactionID: row.originalID,
+                    productID: row.productID, createdMs: nowMs, price: product.price)
+                event.storefront = catalog.storefront(row.storefront)
+                event.currency = product.currency
+                try db.appendEvent(event)
             }
             return row
         }
@@ -530,6 +535,7 @@ extension Store {
             periodsPaid: UInt32(clamping: row.periodsPaid),
             renewalOfferID: terms?.offerID ?? "", entitled: row.isEntitled(atMs: now),
             priceIncreasePending: rules.priceIncreasePending(row),
-            actionPaymentReference: action?.reference ?? "", actionClientSecret: action?.clientSecret ?? "")
+            actionPaymentReference: action?.reference ?? "", actionClientSecret: action?.clientSecret ?? "",
+            storefront: catalog.storefront(row.storefront))
     }
 }

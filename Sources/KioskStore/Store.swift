@@ -135,10 +135,15 @@ public final class Store: Sendable {
     // MARK: Accounts
 
     /// Creates an account; returns its id and its bearer token. Only the token's hash is stored.
-    public func createAccount(paymentsAllowed: Bool = true) throws -> (id: String, token: String) {
+    public func createAccount(
+        paymentsAllowed: Bool = true, storefront: String = ""
+    ) throws -> (id: String, token: String) {
+        if !storefront.isEmpty { try Self.checkStorefront(storefront) }
         let id = "acct_" + Self.randomHex(bytes: 8)
         let token = "kiosk_" + Self.randomHex(bytes: 32)
-        try ledger.createAccount(id: id, tokenHash: Self.hash(token), paymentsAllowed: paymentsAllowed, nowMs: now)
+        try ledger.createAccount(
+            id: id, tokenHash: Self.hash(token), paymentsAllowed: paymentsAllowed,
+            storefront: storefront.isEmpty ? catalog.defaultStorefront : storefront, nowMs: now)
         return (id, token)
     }
 

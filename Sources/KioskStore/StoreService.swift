@@ -46,10 +46,13 @@ public struct StoreService: RPCService {
         router.registerUnary(
             Self.method("ListProducts"), request: StoreV1.ListProductsRequest.self,
             response: StoreV1.ListProductsResponse.self
-        ) { request, _ in
+        ) { request, context in
             try request.checkLimits()
-            let (found, invalid) = store.products(ids: request.productIDs)
-            return StoreV1.ListProductsResponse(products: found.map(\.message), invalidProductIDs: invalid)
+            let storefront = try await store.listingStorefront(
+                requested: request.storefront, token: context.metadata.bearerToken)
+            let (found, invalid) = store.products(ids: request.productIDs, storefront: storefront)
+            return StoreV1.ListProductsResponse(
+                products: found.map(\.message), invalidProductIDs: invalid, storefront: storefront)
         }
         router.registerUnary(
             Self.method("GetAccount"), request: StoreV1.GetAccountRequest.self, response: StoreV1.Account.self,
@@ -57,7 +60,18 @@ public struct StoreService: RPCService {
         ) { _, context in
             let account = try RoleAuthenticator.account(context)
             return StoreV1.Account(
-                accountID: account.id, paymentsAllowed: account.paymentsAllowed, creditBalance: account.creditBalance)
+                accountID: account.id, paymentsAllowed: account.paymentsAllowed, creditBalance: account.creditBalance,
+                storefront: store.storefront(of: account))
+        }
+        router.registerUnary(
+            Self.method("SetStorefront"), request: StoreV1.SetStorefrontRequest.self, response: StoreV1.Account.self,
+            authenticator: auth
+        ) { request, context in
+            let account = try await store.setStorefront(
+                account: try RoleAuthenticator.account(context), to: request.storefront)
+            return StoreV1.Account(
+                accountID: account.id, paymentsAllowed: account.paymentsAllowed, creditBalance: account.creditBalance,
+                storefront: store.storefront(of: account))
         }
         router.registerUnary(
             Self.method("Purchase"), request: StoreV1.PurchaseRequest.self, response: StoreV1.PurchaseResponse.self,

@@ -157,6 +157,7 @@ extension TransactionRecord {
         revokedMs = message.revocationDateMs
         revocationReason = message.revocationReason
         refundCreditShortfall = message.refundCreditShortfall
+        storefront = message.storefront
     }
 }
 
@@ -212,7 +213,7 @@ extension TransactionRecord {
             finished: finished, revocationDateMs: revokedMs, revocationReason: revocationReason, price: price,
             currency: currency, environment: environment.wire, refundCreditShortfall: refundCreditShortfall,
             periodStartMs: periodStartMs,
-            offerID: offerID)
+            offerID: offerID, storefront: storefront)
     }
 }
 
@@ -268,7 +269,7 @@ extension EventRecord {
             productID: productID, createdMs: createdMs, reason: reason, creditShortfall: creditShortfall,
             autoRenew: autoRenew,
             price: price, expirationReason: expirationReason.wire, environment: environment.wire, actor: actor,
-            entitlementID: entitlementID, expiresMs: expiresMs)
+            entitlementID: entitlementID, expiresMs: expiresMs, storefront: storefront, currency: currency)
     }
 }
 

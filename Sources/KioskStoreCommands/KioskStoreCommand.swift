@@ -440,18 +440,24 @@ struct AccountCommand: AsyncParsableCommand {
             abstract: "Create an account and print its id and bearer token (shown once).")
         @OptionGroup var data: DataDirOptions
         @Flag(help: "Create the account with payments disabled (restrictions).") var paymentsDisabled = false
+        @Option(help: "The storefront it buys in: an ISO 3166-1 alpha-3 country code (default: the catalog's).")
+        var storefront: String?
         @Flag(help: "Print JSON.") var json = false
 
         func run() async throws {
             let store = try data.openStore(creating: true)
-            let (id, token) = try store.createAccount(paymentsAllowed: !paymentsDisabled)
+            let (id, token) = try store.createAccount(
+                paymentsAllowed: !paymentsDisabled, storefront: storefront ?? "")
+            let shown = storefront ?? store.defaultStorefront
             if json {
                 print(
                     JSONLine.encode(
-                        Output.AccountCreated(accountID: id, token: token, paymentsAllowed: !paymentsDisabled)))
+                        Output.AccountCreated(
+                            accountID: id, token: token, paymentsAllowed: !paymentsDisabled, storefront: shown)))
             } else {
                 print("account \(id)")
                 print("token   \(token)")
+                print("storefront \(shown)")
                 print("(the token is shown only now; the store keeps only its hash)")
             }
         }

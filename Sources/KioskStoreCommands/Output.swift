@@ -5,9 +5,9 @@ import KioskStore
 enum Output {
     /// `account create --json`.
     struct AccountCreated: Encodable {
-        var accountID: String, token: String, paymentsAllowed: Bool
+        var accountID: String, token: String, paymentsAllowed: Bool, storefront: String
         enum CodingKeys: String, CodingKey {
-            case accountID = "account_id", token, paymentsAllowed = "payments_allowed"
+            case accountID = "account_id", token, paymentsAllowed = "payments_allowed", storefront
         }
     }
 

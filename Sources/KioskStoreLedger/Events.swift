@@ -25,6 +25,8 @@ extension EventRecord {
         self.actor = try row["actor"]
         self.entitlementID = try row["entitlement_id"]
         self.expiresMs = try row["expires_ms"]
+        self.storefront = try row["storefront"]
+        self.currency = try row["currency"]
     }
 }
 
@@ -64,13 +66,13 @@ extension LedgerDatabase {
                 """
                 INSERT INTO events (id, \(Self.eventColumns))
                 VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
-                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING id
                 """, [try nextPostgresEventPlace()] + Self.eventArguments(event))
         } else {
             id = try value(
                 Int64.self,
-                "INSERT INTO events (\(Self.eventColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "INSERT INTO events (\(Self.eventColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 Self.eventArguments(event))
         }
         guard let id else { throw StoreError(.internalFailure, "the event log did not answer the id of its new event") }
@@ -101,7 +103,7 @@ extension LedgerDatabase {
             """
             INSERT INTO events (id, \(Self.eventColumns))
             VALUES (\(eventIDBase) + CAST(CAST(pg_current_xact_id() AS TEXT) AS BIGINT) * \(Self.eventsPerTransaction) + ?,
-              ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+              ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, [place] + Self.eventArguments(event))
     }
 
@@ -109,7 +111,8 @@ extension LedgerDatabase {
     private static var eventColumns: String {
         """
         type, account_id, transaction_id, original_transaction_id, product_id, created_ms, reason, credit_shortfall,
-          auto_renew, price, expiration_reason, request_id, traceparent, actor, entitlement_id, expires_ms
+          auto_renew, price, expiration_reason, request_id, traceparent, actor, entitlement_id, expires_ms, storefront,
+          currency
         """
     }
 
@@ -122,6 +125,7 @@ extension LedgerDatabase {
             event.price, Int64(event.expirationReason.rawValue), cause?.requestID ?? "", cause?.traceParent ?? "",
             // A group write's cause says who acts; a write run on the calling task reads the operator's scope.
             (cause.map { $0.actor } ?? OperatorScope.actor) ?? "", event.entitlementID, event.expiresMs,
+            event.storefront, event.currency,
         ]
     }
 

@@ -15,7 +15,7 @@ extension TransactionRecord {
     package static let pageColumns = """
         id, original_id, account_id, product_id, product_type, quantity, state, purchase_ms, expires_ms, period_start_ms, offer_id,
         price, currency, payment_id, error_code, error_reason, error_message, receipt, finished, revoked_ms, revocation_reason,
-        environment, credits, refund_credit_shortfall
+        environment, credits, refund_credit_shortfall, storefront
         """
 
     package init(row: LedgerRow) throws {
@@ -35,6 +35,7 @@ extension TransactionRecord {
             revocationReason: try row["revocation_reason"],
             environment: try row.enumeration("environment"), credits: UInt64(clamping: try row["credits"] as Int64),
             refundCreditShortfall: UInt64(clamping: try row["refund_credit_shortfall"] as Int64))
+        storefront = try row["storefront"]
     }
 
     /// Inserts the row (``LedgerDatabase/executeLater(_:_:refusal:)``: its error may come from a later statement).
@@ -43,14 +44,15 @@ extension TransactionRecord {
             """
             INSERT INTO transactions (id, original_id, account_id, product_id, product_type, quantity, state,
               purchase_ms, expires_ms, price, currency, payment_method, payment_id, error_code, error_reason,
-              error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits, period_start_ms, offer_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+              error_message, receipt, finished, revoked_ms, revocation_reason, environment, credits, period_start_ms, offer_id,
+              storefront)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
             [
                 id, originalID, accountID, productID, productType.rawValue, Int64(quantity), state.rawValue,
                 purchaseMs, expiresMs, price, currency, paymentMethod, paymentID, Int64(errorCode), errorReason,
                 errorMessage, receipt, finished, revokedMs, revocationReason, environment.rawValue,
-                Int64(clamping: credits), periodStartMs, offerID,
+                Int64(clamping: credits), periodStartMs, offerID, storefront,
             ], refusal: refusal)
     }
 }
@@ -59,7 +61,7 @@ extension AccountRecord {
     package init(row: LedgerRow) throws {
         self.init(
             id: try row["id"], paymentsAllowed: try row["payments_allowed"],
-            creditBalance: UInt64(clamping: try row["credit_balance"] as Int64))
+            creditBalance: UInt64(clamping: try row["credit_balance"] as Int64), storefront: try row["storefront"])
     }
 }
 
@@ -296,12 +298,15 @@ public final class Ledger: Sendable {
 
     // MARK: Accounts
 
-    /// Creates an account whose bearer token hashes to `tokenHash`.
-    public func createAccount(id: String, tokenHash: [UInt8], paymentsAllowed: Bool, nowMs: Int64) throws {
+    /// Creates an account whose bearer token hashes to `tokenHash`, buying in `storefront` (empty: the catalog's
+    /// default).
+    public func createAccount(
+        id: String, tokenHash: [UInt8], paymentsAllowed: Bool, storefront: String = "", nowMs: Int64
+    ) throws {
         try backend.write { db in
             try db.execute(
-                "INSERT INTO accounts (id, token_hash, payments_allowed, created_ms) VALUES (?, ?, ?, ?)",
-                [id, tokenHash, paymentsAllowed, nowMs])
+                "INSERT INTO accounts (id, token_hash, payments_allowed, created_ms, storefront) VALUES (?, ?, ?, ?, ?)",
+                [id, tokenHash, paymentsAllowed, nowMs, storefront])
             try db.recordOperatorAction(
                 "created account \(id)\(paymentsAllowed ? "" : " (payments disabled)")", accountID: id, nowMs: nowMs)
         }
@@ -564,6 +569,19 @@ extension LedgerDatabase {
         try fetchOne("SELECT * FROM accounts WHERE id = ?", [id]).map(AccountRecord.init)
     }
 
+    /// Moves the account to `storefront` (from `previous`, the one it was in): its live subscriptions renew in it from
+    /// their next renewal, and STOREFRONT_CHANGED is recorded, all in this write.
+    public func setStorefront(accountID: String, _ storefront: String, previous: String, nowMs: Int64) throws {
+        try execute("UPDATE accounts SET storefront = ? WHERE id = ?", [storefront, accountID])
+        try execute(
+            "UPDATE subscriptions SET storefront = ?, updated_ms = ? WHERE account_id = ? AND state IN (1, 2, 3)",
+            [storefront, nowMs, accountID])
+        var event = EventRecord(
+            type: .storefrontChanged, accountID: accountID, createdMs: nowMs, reason: "from \(previous)")
+        event.storefront = storefront
+        try appendEvent(event)
+    }
+
     /// A live purchase of a product bought once (a non-consumable, or an
     /// auto-renewable subscription unexpired at `nowMs`); one indexed lookup.
     public func owned(
@@ -697,14 +715,15 @@ extension LedgerDatabase {
                 """
                 UPDATE transactions SET original_id = ?, product_type = ?, quantity = ?, state = ?, purchase_ms = ?, expires_ms = ?,
                   price = ?, currency = ?, payment_method = ?, payment_id = ?, receipt = ?, finished = ?, credits = ?,
-                  period_start_ms = ?, offer_id = ? WHERE id = ?
+                  period_start_ms = ?, offer_id = ?, storefront = ? WHERE id = ?
                 """,
                 [
                     record.originalID, record.productType.rawValue, Int64(record.quantity), record.state.rawValue,
                     record.purchaseMs,
                     record.expiresMs, record.price, record.currency, record.paymentMethod, record.paymentID,
                     record.receipt,
-                    record.finished, Int64(clamping: record.credits), record.periodStartMs, record.offerID, record.id,
+                    record.finished, Int64(clamping: record.credits), record.periodStartMs, record.offerID,
+                    record.storefront, record.id,
                 ])
         } catch let error as LedgerError where error.kind == .uniqueViolation {
             throw StoreError(

@@ -23,6 +23,7 @@ extension PaymentIntent {
             idempotencyKey: try row["idempotency_key"], requestHash: try row["request_hash"] as [UInt8], state: state,
             outcome: try row["outcome"], owner: try row["owner"], createdMs: try row["created_ms"],
             attemptMs: try row["updated_ms"])
+        storefront = try row["storefront"]
     }
 }
 
@@ -145,8 +146,8 @@ extension LedgerDatabase {
             """
             INSERT INTO payment_intents (id, kind, payment_id, transaction_id, account_id, product_id, product_type,
               credits_per_unit, subscription_period, quantity, unit_price, currency, payment_method, purchase_ms,
-              idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?)
+              idempotency_key, request_hash, exclusive, state, outcome, owner, created_ms, updated_ms, offer_id, storefront)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '', ?, ?, ?, ?, ?)
             """,
             [
                 intent.id, intent.kind.rawValue, intent.paymentID, intent.transactionID, intent.accountID,
@@ -155,6 +156,7 @@ extension LedgerDatabase {
                 Int64(intent.quantity),
                 intent.unitPrice, intent.currency, intent.paymentMethod, intent.purchaseMs, intent.idempotencyKey,
                 intent.requestHash, intent.exclusive, intent.owner, intent.createdMs, nowMs, intent.offerID,
+                intent.storefront,
             ]
         ) { error in
             guard error.kind == .uniqueViolation else { return nil }

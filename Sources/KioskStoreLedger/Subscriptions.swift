@@ -30,6 +30,8 @@ extension Subscription {
         offerID = try row["offer_id"]
         offerPeriodsUsed = try row["offer_periods_used"]
         acceptedPrice = try row["accepted_price"]
+        acceptedCurrency = try row["accepted_currency"]
+        storefront = try row["storefront"]
     }
 
 }
@@ -82,8 +84,8 @@ extension LedgerDatabase {
             """
             INSERT INTO subscriptions (original_id, account_id, product_id, state, will_auto_renew, payment_method, periods_paid,
               expires_ms, grace_end_ms, retry_end_ms, due_ms, attempts, expiration_reason, pending_product_id,
-              latest_transaction_id, offer_id, offer_periods_used, accepted_price, updated_ms)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+              latest_transaction_id, offer_id, offer_periods_used, accepted_price, updated_ms, accepted_currency, storefront)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (original_id) DO UPDATE SET product_id = excluded.product_id, state = excluded.state,
               will_auto_renew = excluded.will_auto_renew, payment_method = excluded.payment_method,
               periods_paid = excluded.periods_paid, expires_ms = excluded.expires_ms, grace_end_ms = excluded.grace_end_ms,
@@ -91,13 +93,15 @@ extension LedgerDatabase {
               expiration_reason = excluded.expiration_reason, pending_product_id = excluded.pending_product_id,
               latest_transaction_id = excluded.latest_transaction_id, offer_id = excluded.offer_id,
               offer_periods_used = excluded.offer_periods_used, accepted_price = excluded.accepted_price,
-              updated_ms = excluded.updated_ms
+              updated_ms = excluded.updated_ms, accepted_currency = excluded.accepted_currency,
+              storefront = excluded.storefront
             """,
             [
                 s.originalID, s.accountID, s.productID, s.state.rawValue, s.willAutoRenew, s.paymentMethod,
                 s.periodsPaid, s.expiresMs, s.graceEndMs,
                 s.retryEndMs, s.dueMs, s.attempts, s.expirationReason.rawValue, s.pendingProductID,
-                s.latestTransactionID, s.offerID, s.offerPeriodsUsed, s.acceptedPrice, nowMs,
+                s.latestTransactionID, s.offerID, s.offerPeriodsUsed, s.acceptedPrice, nowMs, s.acceptedCurrency,
+                s.storefront,
             ])
     }
 

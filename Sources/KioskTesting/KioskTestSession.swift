@@ -53,6 +53,8 @@ public final class KioskTestSession: Sendable {
     /// A sample catalog: `credits.5`, `credits.10`, the photo filter
     /// `filter.sepia`, the hosted book `book.swift` and the subscription `pro.monthly`
     /// (with a one-week free trial as its introductory offer); the entitlement `pro`, granted by `pro.monthly`.
+    /// Prices are in USD in the default storefront (USA); `filter.sepia` and `pro.monthly` have prices in the
+    /// storefronts FRA (EUR) and JPN (JPY), and `pro.monthly` one in ECU (3.99 USD, below the USA's).
     public static let sampleCatalog = Catalog(
         bundleID: "com.example.monkeys",
         products: [
@@ -62,9 +64,16 @@ public final class KioskTestSession: Sendable {
             CatalogProduct(
                 id: "credits.10", type: .consumable, title: "10 Monkey Credits", description: "A bag of credits",
                 price: "1.79", currency: "USD", credits: 10, maxQuantity: 10),
-            CatalogProduct(
-                id: "filter.sepia", type: .nonConsumable, title: "Sepia Filter", description: "Old photos, new look",
-                price: "2.99", currency: "USD"),
+            {
+                var sepia = CatalogProduct(
+                    id: "filter.sepia", type: .nonConsumable, title: "Sepia Filter",
+                    description: "Old photos, new look", price: "2.99", currency: "USD")
+                sepia.storefrontPrices = [
+                    "FRA": StorefrontPrice(price: "3.49", currency: "EUR"),
+                    "JPN": StorefrontPrice(price: "450", currency: "JPY"),
+                ]
+                return sepia
+            }(),
             CatalogProduct(
                 id: "book.swift", type: .nonConsumable, title: "The Swift Book",
                 description: "Hosted by the content service",
@@ -76,6 +85,11 @@ public final class KioskTestSession: Sendable {
                     price: "4.99", currency: "USD", subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"))
                 pro.introductoryOffer = OfferTerms(
                     id: OfferTerms.introductoryID, price: "0", period: SubscriptionPeriod(iso8601: "P1W")!, periods: 1)
+                pro.storefrontPrices = [
+                    "FRA": StorefrontPrice(price: "5.49", currency: "EUR"),
+                    "JPN": StorefrontPrice(price: "750", currency: "JPY"),
+                    "ECU": StorefrontPrice(price: "3.99", currency: "USD"),
+                ]
                 return pro
             }(),
         ],
@@ -222,10 +236,19 @@ public final class KioskTestSession: Sendable {
 
     // MARK: Accounts and clients
 
-    /// Creates an account.
-    public func makeAccount(paymentsAllowed: Bool = true) throws -> Account {
-        let (id, token) = try store.createAccount(paymentsAllowed: paymentsAllowed)
+    /// Creates an account, buying in `storefront` (ISO 3166-1 alpha-3, "FRA"; nil: the catalog's default).
+    public func makeAccount(paymentsAllowed: Bool = true, storefront: String? = nil) throws -> Account {
+        let (id, token) = try store.createAccount(paymentsAllowed: paymentsAllowed, storefront: storefront ?? "")
         return Account(id: id, token: token)
+    }
+
+    /// Moves `account` to another storefront, as the buyer would (`KioskClient.setStorefront(_:)`): purchases are
+    /// priced there at once, subscriptions from their next renewal (with consent when higher or in another currency).
+    public func setStorefront(_ account: Account, _ storefront: String) async throws {
+        guard let record = try store.ledger.account(id: account.id) else {
+            throw StoreError.notFound("no account \(account.id)")
+        }
+        _ = try await store.setStorefront(account: record, to: storefront)
     }
 
     /// A client for `account`, with its own state directory unless one is given.

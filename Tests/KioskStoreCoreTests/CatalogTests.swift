@@ -69,7 +69,58 @@ struct CatalogTests {
         #expect(catalog.product("pro.monthly")?.introductoryOffer?.price == "0")
         #expect(catalog.product("credits.5")?.credits == 5)
         #expect(catalog.product("season.pass")?.subscriptionPeriod == SubscriptionPeriod(iso8601: "P3M"))
+        #expect(catalog.defaultStorefront == "USA" && catalog.storefronts == ["USA", "FRA", "JPN"])
+        #expect(catalog.product("filter.sepia", storefront: "JPN").map { "\($0.price) \($0.currency)" } == "450 JPY")
         #expect(throws: CatalogError.self) { try Catalog.load(path: example + ".missing") }
+    }
+
+    @Test func pricesPerStorefront() throws {
+        func parse(_ extra: String, storefront: String = "") throws(CatalogError) -> Catalog {
+            let json = """
+                {\(storefront) "products": [{"id": "pro", "type": "auto-renewable-subscription", "title": "Pro",
+                  "price": "4.99", "currency": "USD", "subscription_period": "P1M",
+                  "introductory_offer": {"price": "0.99"},
+                  "promotional_offers": [{"id": "back", "price": "0"}]\(extra)}]}
+                """
+            return try Catalog.parse(Data(json.utf8), file: "catalog.json")
+        }
+        let catalog = try parse(
+            #", "prices": {"FRA": {"price": "5.49", "currency": "EUR", "offers": {"introductory": "1.09"}}}"#)
+        let french = try #require(catalog.product("pro", storefront: "FRA"))
+        #expect(french.price == "5.49" && french.currency == "EUR")
+        #expect(french.introductoryOffer?.price == "1.09")
+        #expect(french.offer("back")?.price == "0", "a free offer is free everywhere")
+        #expect(catalog.product("pro", storefront: "DEU")?.price == "4.99", "an unlisted storefront pays the default")
+        #expect(catalog.product("pro", storefront: "")?.currency == "USD")
+        #expect(try parse("", storefront: #""storefront": "FRA","#).defaultStorefront == "FRA")
+
+        let refusals: [(String, String, String)] = [
+            (#", "prices": []"#, "", #"field "prices": must be an object"#),
+            (#", "prices": {"fr": {"price": "1", "currency": "EUR"}}"#, "", "not an ISO 3166-1 alpha-3"),
+            (#", "prices": {"USA": {"price": "1", "currency": "USD"}}"#, "", "the catalog's default storefront"),
+            (
+                #", "prices": {"FRA": {"price": "1.999", "currency": "EUR", "offers": {"introductory": "1"}}}"#, "",
+                "at most 2 decimals for EUR"
+            ),
+            (#", "prices": {"FRA": {"price": "5", "currency": "eur"}}"#, "", "ISO 4217"),
+            (
+                #", "prices": {"FRA": {"price": "5", "currency": "EUR"}}"#, "",
+                "offer introductory is paid (0.99 USD); give its price in EUR"
+            ),
+            (
+                #", "prices": {"FRA": {"price": "5", "currency": "EUR", "offers": {"gone": "1"}}}"#, "",
+                "no offer \"gone\""
+            ),
+            (#", "prices": {"FRA": {"price": "5", "currency": "EUR", "tax": 1}}"#, "", #"unknown field "tax""#),
+            ("", #""storefront": "France","#, #"field "storefront""#),
+        ]
+        for (extra, storefront, expected) in refusals {
+            let error = #expect(throws: CatalogError.self) { try parse(extra, storefront: storefront) }
+            #expect(
+                error?.description.contains(expected) == true,
+                "\(error?.description ?? "no error") should contain \(expected)")
+            if !extra.isEmpty { #expect(error?.product == "\"pro\"", "names the product") }
+        }
     }
 
     @Test func threeDecimalCurrenciesKeepTheirThirdDecimal() throws {

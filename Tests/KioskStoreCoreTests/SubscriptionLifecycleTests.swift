@@ -164,7 +164,7 @@ struct SubscriptionLifecycleTests {
         var subscription = Self.bought()
         subscription.renewed(Self.paid("t2", expiresMs: 60 * Self.day, regularPrice: "9.99"))
         #expect(subscription.acceptedPrice == "4.99")
-        subscription.downgradeChosen(to: "pro.basic", price: "2.99")
+        subscription.downgradeChosen(to: "pro.basic", price: "2.99", currency: "USD")
         subscription.renewed(Self.paid("t3", expiresMs: 90 * Self.day, regularPrice: "2.99", productID: "pro.basic"))
         #expect(
             subscription.productID == "pro.basic" && subscription.acceptedPrice == "2.99"
@@ -193,7 +193,7 @@ struct SubscriptionLifecycleTests {
         #expect(
             unconsented.renewalDue(atMs: 60 * Self.day, terms: Self.regular("6.99"), latenessMs: nil)
                 == .expire(.priceIncreaseNotAccepted))
-        #expect(try subscription.priceConsented("6.99"))
+        #expect(try subscription.priceConsented("6.99", currency: "USD"))
         #expect(!subscription.priceIncreasePending(regularPrice: "6.99", currency: "USD"))
         #expect(
             subscription.renewalDue(atMs: 60 * Self.day, terms: Self.regular("6.99"), latenessMs: nil)
@@ -211,10 +211,31 @@ struct SubscriptionLifecycleTests {
         #expect(subscription.needsConsent(toRenewAt: Self.regular("10.01")))
     }
 
+    @Test("a price in another currency (the buyer moved storefront) always needs consent; consent agrees to it")
+    func anotherCurrencyNeedsConsent() throws {
+        var subscription = Self.bought()
+        subscription.acceptedCurrency = "USD"
+        let euros = RenewalTerms(
+            productID: "pro.monthly", price: "0.99", currency: "EUR", period: Self.month, offerID: "")
+        #expect(subscription.needsConsent(toRenewAt: euros), "lower in number, but not comparable")
+        #expect(subscription.priceIncreasePending(regularPrice: "0.99", currency: "EUR"))
+        #expect(try subscription.priceConsented("0.99", currency: "EUR"))
+        #expect(subscription.acceptedPrice == "0.99" && subscription.acceptedCurrency == "EUR")
+        #expect(!subscription.needsConsent(toRenewAt: euros))
+        #expect(subscription.needsConsent(toRenewAt: Self.regular("0.99")), "and back to dollars asks again")
+        // A subscription from before storefronts agreed in the renewal's currency: consenting to the same price
+        // records the currency, and is no change.
+        var legacy = Self.bought()
+        #expect(legacy.acceptedCurrency == "")
+        #expect(!legacy.needsConsent(toRenewAt: Self.regular("4.99")))
+        #expect(try legacy.priceConsented("4.99", currency: "USD") == false)
+        #expect(legacy.acceptedCurrency == "USD")
+    }
+
     @Test("a pending downgrade renews at the price the buyer chose it at, and not above it without consent")
     func downgradeNeedsConsentOnlyAboveItsPrice() {
         var subscription = Self.bought()
-        subscription.downgradeChosen(to: "pro.basic", price: "2.99")
+        subscription.downgradeChosen(to: "pro.basic", price: "2.99", currency: "USD")
         #expect(
             !subscription.needsConsent(
                 toRenewAt: RenewalTerms(
@@ -285,10 +306,10 @@ struct SubscriptionLifecycleTests {
     func consent(_ state: Subscription.State) throws {
         var subscription = Self.inState(state)
         if subscription.isLive {
-            #expect(try subscription.priceConsented("4.99") == false)
-            #expect(try subscription.priceConsented("5.99") == true)
+            #expect(try subscription.priceConsented("4.99", currency: "USD") == false)
+            #expect(try subscription.priceConsented("5.99", currency: "USD") == true)
         } else {
-            #expect(throws: SubscriptionRefusal.self) { try subscription.priceConsented("5.99") }
+            #expect(throws: SubscriptionRefusal.self) { try subscription.priceConsented("5.99", currency: "USD") }
         }
     }
 

@@ -118,7 +118,7 @@ struct SubscriptionPropertyTests {
                 catalogCents = max(1, catalogCents - Int64.random(in: 1...300, using: &random))
             case .consent:
                 guard var current = subscription, current.isLive else { continue }
-                _ = try current.priceConsented(price(catalogCents))
+                _ = try current.priceConsented(price(catalogCents), currency: "USD")
                 modelAgreedCents = catalogCents
                 subscription = current
             case .advance:

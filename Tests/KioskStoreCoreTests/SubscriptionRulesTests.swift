@@ -52,7 +52,7 @@ struct SubscriptionRulesTests {
             rules.renewalTerms(row)?.price == "0.99", "one of two offer periods used: the next is at the offer's price")
         row.offerPeriodsUsed = 2
         #expect(rules.renewalTerms(row)?.price == "4.99" && rules.renewalTerms(row)?.offerID == "")
-        row.downgradeChosen(to: "basic.yearly", price: "49.99")
+        row.downgradeChosen(to: "basic.yearly", price: "49.99", currency: "USD")
         #expect(rules.renewalTerms(row)?.productID == "basic.yearly" && rules.renewalTerms(row)?.price == "49.99")
         row.productID = "gone"
         row.pendingProductID = ""
@@ -64,7 +64,7 @@ struct SubscriptionRulesTests {
         #expect(!Self.rules().priceIncreasePending(row))
         #expect(Self.rules(basicPrice: "5.99").priceIncreasePending(row))
         #expect(!Self.rules(basicPrice: "3.99").priceIncreasePending(row), "a lower price needs no consent")
-        _ = try row.priceConsented("5.99")
+        _ = try row.priceConsented("5.99", currency: "USD")
         #expect(!Self.rules(basicPrice: "5.99").priceIncreasePending(row))
     }
 

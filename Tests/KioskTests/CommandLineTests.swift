@@ -157,6 +157,7 @@ import Testing
         let product = try #require((products["products"] as? [[String: Any]])?.first)
         #expect(Set(product.keys) == ["id", "type", "title", "price", "currency", "display_price"])
         #expect(products["invalid_product_ids"] as? [String] == ["nope"])
+        #expect(products["storefront"] as? String == "USA")
 
         let bought = try await json(["buy", "book.swift"])
         #expect(bought["state"] as? String == "purchased" && bought["product_type"] as? String == "non-consumable")
@@ -165,8 +166,9 @@ import Testing
         #expect(
             Set(bought.keys) == [
                 "transaction_id", "original_transaction_id", "product_id", "product_type", "quantity",
-                "purchase_date", "finished", "environment", "state", "receipt_file",
+                "purchase_date", "finished", "environment", "state", "receipt_file", "price", "currency", "storefront",
             ])
+        #expect(bought["price"] as? String == "9.99" && bought["storefront"] as? String == "USA")
         let receipt = try #require(bought["receipt_file"] as? String)
         #expect(!receipt.contains("\\/"))
 
@@ -194,6 +196,15 @@ import Testing
         let spent = try await json(["spend", "3"])
         #expect(spent["balance"] as? Int == 7 && spent["spent"] as? Int == 3)
         #expect(try await json(["balance"])["spent"] == nil)
+
+        // The storefront: printed, moved (prices follow), a malformed one refused as a bad request.
+        #expect(try await json(["storefront"])["storefront"] as? String == "USA")
+        let moved = try await json(["storefront", "FRA"])
+        #expect(moved["storefront"] as? String == "FRA" && moved["previous"] as? String == "USA")
+        let french = try #require(
+            (try await json(["products", "filter.sepia"])["products"] as? [[String: Any]])?.first)
+        #expect(french["display_price"] as? String == "3.49 EUR")
+        #expect(try await json(["storefront", "france"], status: 1)["error"] as? String == "invalidRequest")
 
         let failed = try await json(["spend", "1000"], status: 1)
         #expect(

@@ -103,9 +103,15 @@ extension ReceiptV1 {
         /// service) reads them offline, with the expiry and revocations as for the
         /// product itself.
         public var entitlements: [String]
+        /// The storefront (ISO 3166-1 alpha-3) the transaction was bought in, and
+        /// the currency it was charged in; empty in receipts of older stores and for
+        /// grants.
+        public var storefront: String
+        /// `currency` (field 17).
+        public var currency: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0, periodStartMs: Int64 = 0, offerID: String = "", entitlements: [String] = []) {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", bundleID: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), keyID: String = "", signedDateMs: Int64 = 0, periodStartMs: Int64 = 0, offerID: String = "", entitlements: [String] = [], storefront: String = "", currency: String = "") {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -121,6 +127,8 @@ extension ReceiptV1 {
             self.periodStartMs = periodStartMs
             self.offerID = offerID
             self.entitlements = entitlements
+            self.storefront = storefront
+            self.currency = currency
         }
     }
 }
@@ -144,7 +152,9 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
             signedDateMs: c.signed_date_ms,
             periodStartMs: c.period_start_ms,
             offerID: try CField.string(c.offer_id, field: "ReceiptPayload.offer_id"),
-            entitlements: try CField.strings(c.n_entitlements, c.entitlements, field: "ReceiptPayload.entitlements")
+            entitlements: try CField.strings(c.n_entitlements, c.entitlements, field: "ReceiptPayload.entitlements"),
+            storefront: try CField.string(c.storefront, field: "ReceiptPayload.storefront"),
+            currency: try CField.string(c.currency, field: "ReceiptPayload.currency")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -163,6 +173,8 @@ extension ReceiptV1.ReceiptPayload: WireMessage {
         c.period_start_ms = periodStartMs
         c.offer_id = arena.cString(offerID)
         (c.n_entitlements, c.entitlements) = arena.strings(entitlements)
+        c.storefront = arena.cString(storefront)
+        c.currency = arena.cString(currency)
     }
 }
 

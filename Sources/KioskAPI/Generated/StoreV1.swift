@@ -165,10 +165,15 @@ extension StoreV1 {
     public struct ListProductsRequest: Hashable, Sendable {
         /// Empty: the whole catalog.
         public var productIDs: [String]
+        /// The storefront whose prices to show (ISO 3166-1 alpha-3, "FRA"). Empty:
+        /// the caller's account's storefront when the call carries an account's
+        /// token, else the catalog's default storefront.
+        public var storefront: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(productIDs: [String] = []) {
+        public init(productIDs: [String] = [], storefront: String = "") {
             self.productIDs = productIDs
+            self.storefront = storefront
         }
     }
 }
@@ -178,11 +183,13 @@ extension StoreV1.ListProductsRequest: WireMessage {
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__list_products_request__init(c) }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
-            productIDs: try CField.strings(c.n_product_ids, c.product_ids, field: "ListProductsRequest.product_ids")
+            productIDs: try CField.strings(c.n_product_ids, c.product_ids, field: "ListProductsRequest.product_ids"),
+            storefront: try CField.string(c.storefront, field: "ListProductsRequest.storefront")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         (c.n_product_ids, c.product_ids) = arena.strings(productIDs)
+        c.storefront = arena.cString(storefront)
     }
 }
 
@@ -193,11 +200,14 @@ extension StoreV1 {
         public var products: [StoreV1.Product]
         /// Requested ids the catalog does not have (StoreKit's invalid identifiers).
         public var invalidProductIDs: [String]
+        /// The storefront the prices (price, currency, offer prices) are in.
+        public var storefront: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(products: [StoreV1.Product] = [], invalidProductIDs: [String] = []) {
+        public init(products: [StoreV1.Product] = [], invalidProductIDs: [String] = [], storefront: String = "") {
             self.products = products
             self.invalidProductIDs = invalidProductIDs
+            self.storefront = storefront
         }
     }
 }
@@ -208,12 +218,14 @@ extension StoreV1.ListProductsResponse: WireMessage {
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
             products: try CField.messages(c.n_products, c.products, as: StoreV1.Product.self, field: "ListProductsResponse.products"),
-            invalidProductIDs: try CField.strings(c.n_invalid_product_ids, c.invalid_product_ids, field: "ListProductsResponse.invalid_product_ids")
+            invalidProductIDs: try CField.strings(c.n_invalid_product_ids, c.invalid_product_ids, field: "ListProductsResponse.invalid_product_ids"),
+            storefront: try CField.string(c.storefront, field: "ListProductsResponse.storefront")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         (c.n_products, c.products) = arena.messages(products)
         (c.n_invalid_product_ids, c.invalid_product_ids) = arena.strings(invalidProductIDs)
+        c.storefront = arena.cString(storefront)
     }
 }
 
@@ -246,12 +258,16 @@ extension StoreV1 {
         public var paymentsAllowed: Bool
         /// `credit_balance` (field 3).
         public var creditBalance: UInt64
+        /// The storefront the account buys in (ISO 3166-1 alpha-3, as StoreKit's
+        /// Storefront.countryCode): purchases and renewals charge its prices.
+        public var storefront: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(accountID: String = "", paymentsAllowed: Bool = false, creditBalance: UInt64 = 0) {
+        public init(accountID: String = "", paymentsAllowed: Bool = false, creditBalance: UInt64 = 0, storefront: String = "") {
             self.accountID = accountID
             self.paymentsAllowed = paymentsAllowed
             self.creditBalance = creditBalance
+            self.storefront = storefront
         }
     }
 }
@@ -263,13 +279,47 @@ extension StoreV1.Account: WireMessage {
         self.init(
             accountID: try CField.string(c.account_id, field: "Account.account_id"),
             paymentsAllowed: c.payments_allowed != 0,
-            creditBalance: c.credit_balance
+            creditBalance: c.credit_balance,
+            storefront: try CField.string(c.storefront, field: "Account.storefront")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         c.account_id = arena.cString(accountID)
         c.payments_allowed = paymentsAllowed ? 1 : 0
         c.credit_balance = creditBalance
+        c.storefront = arena.cString(storefront)
+    }
+}
+
+extension StoreV1 {
+    /// Moves the caller's account to another storefront (ISO 3166-1 alpha-3), as
+    /// a buyer changing their App Store country: purchases charge the new
+    /// storefront's prices at once. A subscription keeps its price to the end of
+    /// the period paid; its renewals are in the new storefront's price, which
+    /// needs the buyer's consent (ConsentToPriceIncrease) when it is higher or in
+    /// another currency, else the subscription expires at its period's end
+    /// (PRICE_INCREASE_NOT_ACCEPTED). Records EVENT_TYPE_STOREFRONT_CHANGED.
+    public struct SetStorefrontRequest: Hashable, Sendable {
+        /// `storefront` (field 1).
+        public var storefront: String
+
+        /// Creates a message; every field defaults to its protobuf default.
+        public init(storefront: String = "") {
+            self.storefront = storefront
+        }
+    }
+}
+
+extension StoreV1.SetStorefrontRequest: WireMessage {
+    public typealias CStruct = Kiosk__Store__V1__SetStorefrontRequest
+    public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__set_storefront_request__init(c) }
+    public init(cStruct c: CStruct) throws(WireError) {
+        self.init(
+            storefront: try CField.string(c.storefront, field: "SetStorefrontRequest.storefront")
+        )
+    }
+    public func fill(_ c: inout CStruct, arena: CArena) {
+        c.storefront = arena.cString(storefront)
     }
 }
 
@@ -446,9 +496,12 @@ extension StoreV1 {
         /// Subscriptions bought or renewed under an offer: "introductory" or the
         /// promotional offer's id (price is then the offer's).
         public var offerID: String
+        /// The storefront the price was charged in (ISO 3166-1 alpha-3); empty for
+        /// transactions of older stores.
+        public var storefront: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", errorCode: UInt32 = 0, errorReason: String = "", errorMessage: String = "", signedReceipt: [UInt8] = [], finished: Bool = false, revocationDateMs: Int64 = 0, revocationReason: String = "", price: String = "", currency: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), refundCreditShortfall: UInt64 = 0, periodStartMs: Int64 = 0, offerID: String = "") {
+        public init(transactionID: String = "", originalTransactionID: String = "", productID: String = "", productType: ReceiptV1.ProductType = ReceiptV1.ProductType(rawValue: 0), quantity: UInt32 = 0, state: StoreV1.TransactionState = StoreV1.TransactionState(rawValue: 0), purchaseDateMs: Int64 = 0, expiresDateMs: Int64 = 0, accountID: String = "", errorCode: UInt32 = 0, errorReason: String = "", errorMessage: String = "", signedReceipt: [UInt8] = [], finished: Bool = false, revocationDateMs: Int64 = 0, revocationReason: String = "", price: String = "", currency: String = "", environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), refundCreditShortfall: UInt64 = 0, periodStartMs: Int64 = 0, offerID: String = "", storefront: String = "") {
             self.transactionID = transactionID
             self.originalTransactionID = originalTransactionID
             self.productID = productID
@@ -471,6 +524,7 @@ extension StoreV1 {
             self.refundCreditShortfall = refundCreditShortfall
             self.periodStartMs = periodStartMs
             self.offerID = offerID
+            self.storefront = storefront
         }
     }
 }
@@ -501,7 +555,8 @@ extension StoreV1.Transaction: WireMessage {
             environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
             refundCreditShortfall: c.refund_credit_shortfall,
             periodStartMs: c.period_start_ms,
-            offerID: try CField.string(c.offer_id, field: "Transaction.offer_id")
+            offerID: try CField.string(c.offer_id, field: "Transaction.offer_id"),
+            storefront: try CField.string(c.storefront, field: "Transaction.storefront")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -527,6 +582,7 @@ extension StoreV1.Transaction: WireMessage {
         c.refund_credit_shortfall = refundCreditShortfall
         c.period_start_ms = periodStartMs
         c.offer_id = arena.cString(offerID)
+        c.storefront = arena.cString(storefront)
     }
 }
 
@@ -1016,7 +1072,9 @@ extension StoreV1 {
     /// free code needs no payment method), answered as Purchase answers. A code
     /// refused is FAILED with error code 11 (18 for an account not eligible) and
     /// a reason: offer_code_unknown, offer_code_used, offer_code_revoked,
-    /// offer_code_expired, offer_code_limit_reached, ineligible_for_offer. Too
+    /// offer_code_expired, offer_code_limit_reached, ineligible_for_offer,
+    /// offer_code_storefront (a discounted code priced in another currency than
+    /// the account's storefront pays). Too
     /// many unknown codes from one account or address: 8 RESOURCE_EXHAUSTED,
     /// before any code is looked at. Needs idempotency-key metadata, as Purchase.
     public struct RedeemOfferCodeRequest: Hashable, Sendable {
@@ -1398,10 +1456,14 @@ extension StoreV1 {
     public struct CreateAccountRequest: Hashable, Sendable {
         /// `payments_disabled` (field 1).
         public var paymentsDisabled: Bool
+        /// The account's storefront (ISO 3166-1 alpha-3); empty: the catalog's
+        /// default storefront.
+        public var storefront: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(paymentsDisabled: Bool = false) {
+        public init(paymentsDisabled: Bool = false, storefront: String = "") {
             self.paymentsDisabled = paymentsDisabled
+            self.storefront = storefront
         }
     }
 }
@@ -1411,11 +1473,13 @@ extension StoreV1.CreateAccountRequest: WireMessage {
     public static func cInit(_ c: UnsafeMutablePointer<CStruct>) { kiosk__store__v1__create_account_request__init(c) }
     public init(cStruct c: CStruct) throws(WireError) {
         self.init(
-            paymentsDisabled: c.payments_disabled != 0
+            paymentsDisabled: c.payments_disabled != 0,
+            storefront: try CField.string(c.storefront, field: "CreateAccountRequest.storefront")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
         c.payments_disabled = paymentsDisabled ? 1 : 0
+        c.storefront = arena.cString(storefront)
     }
 }
 
@@ -2016,9 +2080,11 @@ extension StoreV1 {
         /// True while the buyer is entitled now, by the store's clock: ACTIVE within
         /// its period, or IN_GRACE_PERIOD before grace_period_expires_ms.
         public var entitled: Bool
-        /// The product's price went up since the buyer agreed to one: without
-        /// ConsentToPriceIncrease the subscription expires at the end of its period
-        /// (reason PRICE_INCREASE_NOT_ACCEPTED) instead of renewing at the new price.
+        /// The product's price went up since the buyer agreed to one, or the
+        /// buyer's storefront changed to one with a higher price or another
+        /// currency: without ConsentToPriceIncrease the subscription expires at the
+        /// end of its period (reason PRICE_INCREASE_NOT_ACCEPTED) instead of
+        /// renewing at the new price.
         public var priceIncreasePending: Bool
         /// IN_GRACE_PERIOD, IN_BILLING_RETRY: the last renewal attempt needs the
         /// buyer to authenticate it (EVENT_TYPE_RENEWAL_NEEDS_ACTION): the
@@ -2030,9 +2096,11 @@ extension StoreV1 {
         public var actionPaymentReference: String
         /// `action_client_secret` (field 19).
         public var actionClientSecret: String
+        /// The storefront the next renewal charges in: the account's now.
+        public var storefront: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "", entitled: Bool = false, priceIncreasePending: Bool = false, actionPaymentReference: String = "", actionClientSecret: String = "") {
+        public init(originalTransactionID: String = "", productID: String = "", subscriptionGroup: String = "", state: StoreV1.SubscriptionState = StoreV1.SubscriptionState(rawValue: 0), willAutoRenew: Bool = false, expiresDateMs: Int64 = 0, expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), gracePeriodExpiresMs: Int64 = 0, billingRetryEndsMs: Int64 = 0, pendingProductID: String = "", renewalPrice: String = "", currency: String = "", latestTransaction: StoreV1.Transaction? = nil, periodsPaid: UInt32 = 0, renewalOfferID: String = "", entitled: Bool = false, priceIncreasePending: Bool = false, actionPaymentReference: String = "", actionClientSecret: String = "", storefront: String = "") {
             self.originalTransactionID = originalTransactionID
             self.productID = productID
             self.subscriptionGroup = subscriptionGroup
@@ -2052,6 +2120,7 @@ extension StoreV1 {
             self.priceIncreasePending = priceIncreasePending
             self.actionPaymentReference = actionPaymentReference
             self.actionClientSecret = actionClientSecret
+            self.storefront = storefront
         }
     }
 }
@@ -2079,7 +2148,8 @@ extension StoreV1.SubscriptionStatus: WireMessage {
             entitled: c.entitled != 0,
             priceIncreasePending: c.price_increase_pending != 0,
             actionPaymentReference: try CField.string(c.action_payment_reference, field: "SubscriptionStatus.action_payment_reference"),
-            actionClientSecret: try CField.string(c.action_client_secret, field: "SubscriptionStatus.action_client_secret")
+            actionClientSecret: try CField.string(c.action_client_secret, field: "SubscriptionStatus.action_client_secret"),
+            storefront: try CField.string(c.storefront, field: "SubscriptionStatus.storefront")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -2102,6 +2172,7 @@ extension StoreV1.SubscriptionStatus: WireMessage {
         c.price_increase_pending = priceIncreasePending ? 1 : 0
         c.action_payment_reference = arena.cString(actionPaymentReference)
         c.action_client_secret = arena.cString(actionClientSecret)
+        c.storefront = arena.cString(storefront)
     }
 }
 
@@ -2320,6 +2391,9 @@ extension StoreV1 {
         /// transaction_id is its latest transaction, whose expiry and receipt are
         /// updated; expires_ms the new end; reason the operator's.
         public static let renewalExtended = EventType(rawValue: 19)
+        /// The buyer moved their account to another storefront (storefront, the new
+        /// one; reason "from USA"). Their subscriptions renew in its prices.
+        public static let storefrontChanged = EventType(rawValue: 20)
         public var description: String {
         switch rawValue {
         case 0: "EVENT_TYPE_UNSPECIFIED"
@@ -2342,6 +2416,7 @@ extension StoreV1 {
         case 17: "EVENT_TYPE_ENTITLEMENT_STARTED"
         case 18: "EVENT_TYPE_ENTITLEMENT_ENDED"
         case 19: "EVENT_TYPE_RENEWAL_EXTENDED"
+        case 20: "EVENT_TYPE_STOREFRONT_CHANGED"
         default: "EventType(\(rawValue))"
         }
         }
@@ -2387,9 +2462,16 @@ extension StoreV1 {
         /// EVENT_TYPE_ENTITLEMENT_STARTED: when the entitlement ends unless renewed
         /// (ms since 1970; 0: never).
         public var expiresMs: Int64
+        /// The storefront (ISO 3166-1 alpha-3) and currency of the transaction the
+        /// event is about (PURCHASED, RENEWED, APPROVED, REFUNDED, …) or of the
+        /// price (PRICE_CHANGED); EVENT_TYPE_STOREFRONT_CHANGED: the new storefront.
+        /// Empty when the event has none.
+        public var storefront: String
+        /// `currency` (field 18).
+        public var currency: String
 
         /// Creates a message; every field defaults to its protobuf default.
-        public init(eventID: UInt64 = 0, type: StoreV1.EventType = StoreV1.EventType(rawValue: 0), accountID: String = "", transactionID: String = "", originalTransactionID: String = "", productID: String = "", createdMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false, price: String = "", expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), actor: String = "", entitlementID: String = "", expiresMs: Int64 = 0) {
+        public init(eventID: UInt64 = 0, type: StoreV1.EventType = StoreV1.EventType(rawValue: 0), accountID: String = "", transactionID: String = "", originalTransactionID: String = "", productID: String = "", createdMs: Int64 = 0, reason: String = "", creditShortfall: UInt64 = 0, autoRenew: Bool = false, price: String = "", expirationReason: StoreV1.ExpirationReason = StoreV1.ExpirationReason(rawValue: 0), environment: ReceiptV1.Environment = ReceiptV1.Environment(rawValue: 0), actor: String = "", entitlementID: String = "", expiresMs: Int64 = 0, storefront: String = "", currency: String = "") {
             self.eventID = eventID
             self.type = type
             self.accountID = accountID
@@ -2406,6 +2488,8 @@ extension StoreV1 {
             self.actor = actor
             self.entitlementID = entitlementID
             self.expiresMs = expiresMs
+            self.storefront = storefront
+            self.currency = currency
         }
     }
 }
@@ -2430,7 +2514,9 @@ extension StoreV1.Event: WireMessage {
             environment: ReceiptV1.Environment(rawValue: Int32(truncatingIfNeeded: c.environment.rawValue)),
             actor: try CField.string(c.actor, field: "Event.actor"),
             entitlementID: try CField.string(c.entitlement_id, field: "Event.entitlement_id"),
-            expiresMs: c.expires_ms
+            expiresMs: c.expires_ms,
+            storefront: try CField.string(c.storefront, field: "Event.storefront"),
+            currency: try CField.string(c.currency, field: "Event.currency")
         )
     }
     public func fill(_ c: inout CStruct, arena: CArena) {
@@ -2450,6 +2536,8 @@ extension StoreV1.Event: WireMessage {
         c.actor = arena.cString(actor)
         c.entitlement_id = arena.cString(entitlementID)
         c.expires_ms = expiresMs
+        c.storefront = arena.cString(storefront)
+        c.currency = arena.cString(currency)
     }
 }
 

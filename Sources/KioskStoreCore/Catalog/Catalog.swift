@@ -38,6 +38,26 @@ public struct CatalogProduct: Hashable, Sendable {
     /// The ids of the entitlements this product grants (the catalog's ``Catalog/entitlements`` name it); never any
     /// for a consumable.
     public var entitlements: [String] = []
+    /// Its price in other storefronts, by ISO 3166-1 alpha-3 code ("FRA"); a storefront not listed pays ``price`` in
+    /// ``currency``, as the catalog's default storefront does.
+    public var storefrontPrices: [String: StorefrontPrice] = [:]
+
+    /// The product as a buyer in `storefront` sees it: its price, currency and offer prices there.
+    public func priced(in storefront: String) -> CatalogProduct {
+        guard let local = storefrontPrices[storefront] else { return self }
+        var copy = self
+        copy.price = local.price
+        copy.currency = local.currency
+        func localized(_ offer: OfferTerms) -> OfferTerms {
+            var offer = offer
+            // A free offer is free everywhere; a paid one has its price per storefront (the parser requires it).
+            offer.price = local.offerPrices[offer.id] ?? (Money.isZero(offer.price) ? "0" : offer.price)
+            return offer
+        }
+        copy.introductoryOffer = introductoryOffer.map(localized)
+        copy.promotionalOffers = promotionalOffers.map(localized)
+        return copy
+    }
 
     /// The offer with `id` (`introductory` or a promotional offer's).
     public func offer(_ id: String) -> OfferTerms? {
@@ -73,6 +93,34 @@ public struct CatalogProduct: Hashable, Sendable {
 
     /// True for products bought once and owned: non-consumables and subscriptions.
     public var isRestorable: Bool { type != .consumable }
+}
+
+/// A product's price in one storefront: the amount, its currency, and the prices of its paid offers there.
+public struct StorefrontPrice: Hashable, Sendable {
+    /// The price, a decimal string in ``currency``'s decimals.
+    public var price: String
+    /// The ISO 4217 currency code.
+    public var currency: String
+    /// The paid offers' prices there, by offer id (free offers are free in every storefront).
+    public var offerPrices: [String: String]
+
+    public init(price: String, currency: String, offerPrices: [String: String] = [:]) {
+        self.price = price
+        self.currency = currency
+        self.offerPrices = offerPrices
+    }
+}
+
+/// Storefronts, as the App Store's: an ISO 3166-1 alpha-3 country code ("USA", "FRA", "JPN"), as StoreKit's
+/// `Storefront.countryCode`. An account buys in one; the catalog prices products per storefront.
+public enum Storefront {
+    /// The storefront of a catalog that names none.
+    public static let defaultCode = "USA"
+
+    /// True for three ASCII capital letters.
+    public static func isCode(_ text: String) -> Bool {
+        text.utf8.count == 3 && text.utf8.allSatisfy { (0x41...0x5A).contains($0) }
+    }
 }
 
 /// A subscription offer's terms: `price` for `periods` periods of `period` each, then the product's price.
@@ -160,6 +208,9 @@ public struct Catalog: Sendable {
     public var offerKeys: [String: [UInt8]]
     /// The entitlements, in file order; each product's ``CatalogProduct/entitlements`` lists the ones it grants.
     public private(set) var entitlements: [CatalogEntitlement]
+    /// The storefront whose prices are the products' own ``CatalogProduct/price`` and ``CatalogProduct/currency``:
+    /// accounts created without one buy there.
+    public var defaultStorefront: String = Storefront.defaultCode
     private var byID: [String: CatalogProduct]
 
     /// Creates a catalog from products; ids must be unique. Each product's ``CatalogProduct/entitlements`` are set from
@@ -187,8 +238,22 @@ public struct Catalog: Sendable {
     /// The products that grant at least one entitlement.
     public var grantingProductIDs: [String] { products.filter { !$0.entitlements.isEmpty }.map(\.id) }
 
-    /// The product with `id`, if the catalog has it.
+    /// The product with `id`, if the catalog has it, at its default storefront's prices.
     public func product(_ id: String) -> CatalogProduct? { byID[id] }
+
+    /// The product with `id` as a buyer in `storefront` sees it (empty: the default storefront).
+    public func product(_ id: String, storefront: String) -> CatalogProduct? {
+        byID[id]?.priced(in: storefront.isEmpty ? defaultStorefront : storefront)
+    }
+
+    /// The storefront an account's stored one stands for: the default when empty (an account from before storefronts).
+    public func storefront(_ stored: String) -> String { stored.isEmpty ? defaultStorefront : stored }
+
+    /// The storefronts the catalog prices in: the default, then every one a product lists, sorted.
+    public var storefronts: [String] {
+        [defaultStorefront]
+            + Set(products.flatMap(\.storefrontPrices.keys)).subtracting([defaultStorefront]).sorted()
+    }
 
     /// The auto-renewable subscriptions of `group`, highest level (1) first.
     public func products(inGroup group: String) -> [CatalogProduct] {
@@ -216,7 +281,7 @@ public struct Catalog: Sendable {
     static let productFields: Set<String> = [
         "id", "type", "title", "description", "price", "currency", "credits", "max_quantity", "hosted_content",
         "subscription_period", "group", "level", "grace_period", "billing_retry_period", "introductory_offer",
-        "promotional_offers",
+        "promotional_offers", "prices",
     ]
 
     /// Parses and validates catalog JSON.
@@ -227,10 +292,19 @@ public struct Catalog: Sendable {
         guard case .object(let root)? = JSONValue.parse(data) else {
             throw fail(nil, nil, "is not a JSON object")
         }
-        for key in root.keys where !["bundle_id", "products", "offer_keys", "entitlements"].contains(key) {
+        for key in root.keys where !["bundle_id", "storefront", "products", "offer_keys", "entitlements"].contains(key)
+        {
             throw fail(
                 nil, key,
-                "unknown field (expected \"bundle_id\", \"products\", \"offer_keys\" and \"entitlements\")")
+                "unknown field (expected \"bundle_id\", \"storefront\", \"products\", \"offer_keys\" and \"entitlements\")"
+            )
+        }
+        var defaultStorefront = Storefront.defaultCode
+        if let value = root["storefront"] {
+            guard case .string(let text) = value, Storefront.isCode(text) else {
+                throw fail(nil, "storefront", "must be an ISO 3166-1 alpha-3 country code such as \"USA\"")
+            }
+            defaultStorefront = text
         }
         var offerKeys: [String: [UInt8]] = [:]
         if let value = root["offer_keys"] {
@@ -435,10 +509,83 @@ public struct Catalog: Sendable {
                 subscriptionGroup: group, groupLevel: UInt32(level), gracePeriod: grace, billingRetryPeriod: retry)
             product.introductoryOffer = introductory
             product.promotionalOffers = promotional
+            if let value = object["prices"] {
+                product.storefrontPrices = try parsePrices(
+                    value, product: product, defaultStorefront: defaultStorefront,
+                    fail: { field, problem in fail(name, field, problem) })
+            }
             products.append(product)
         }
         let entitlements = try parseEntitlements(root["entitlements"], products: products, fail: fail)
-        return Catalog(bundleID: bundleID, products: products, offerKeys: offerKeys, entitlements: entitlements)
+        var catalog = Catalog(bundleID: bundleID, products: products, offerKeys: offerKeys, entitlements: entitlements)
+        catalog.defaultStorefront = defaultStorefront
+        return catalog
+    }
+
+    /// A product's `prices`: `{"FRA": {"price": "5.49", "currency": "EUR", "offers": {"introductory": "0.99"}}}`. Each
+    /// paid offer needs its price in every storefront listed; a free one is free everywhere.
+    private static func parsePrices(
+        _ value: JSONValue, product: CatalogProduct, defaultStorefront: String,
+        fail: (String, String) -> CatalogError
+    ) throws(CatalogError) -> [String: StorefrontPrice] {
+        guard case .object(let entries) = value else {
+            throw fail(
+                "prices", "must be an object: storefront (ISO 3166-1 alpha-3) → {\"price\", \"currency\"}")
+        }
+        var out: [String: StorefrontPrice] = [:]
+        for (storefront, entry) in entries {
+            guard Storefront.isCode(storefront) else {
+                throw fail("prices", "\"\(storefront)\" is not an ISO 3166-1 alpha-3 country code such as \"FRA\"")
+            }
+            guard storefront != defaultStorefront else {
+                throw fail(
+                    "prices",
+                    "\(storefront) is the catalog's default storefront: its price is the product's \"price\" and \"currency\""
+                )
+            }
+            guard case .object(let object) = entry else {
+                throw fail("prices", "\(storefront): must be an object with \"price\" and \"currency\"")
+            }
+            for key in object.keys where !["price", "currency", "offers"].contains(key) {
+                throw fail("prices", "\(storefront): unknown field \"\(key)\" (expected price, currency and offers)")
+            }
+            guard case .string(let currency)? = object["currency"], currency.count == 3,
+                currency.allSatisfy({ $0.isASCII && $0.isUppercase })
+            else {
+                throw fail("prices", "\(storefront): \"currency\" must be an ISO 4217 code such as \"EUR\"")
+            }
+            guard case .string(let price)? = object["price"], isPrice(price, currency) else {
+                throw fail(
+                    "prices",
+                    "\(storefront): \"price\" must be a decimal string with at most \(Currency.exponent(of: currency)) decimals for \(currency)"
+                )
+            }
+            var offerPrices: [String: String] = [:]
+            if let value = object["offers"] {
+                guard case .object(let offers) = value else {
+                    throw fail("prices", "\(storefront): \"offers\" must be an object: offer id → price")
+                }
+                for (offerID, offerValue) in offers {
+                    guard product.offer(offerID) != nil else {
+                        throw fail("prices", "\(storefront): the product has no offer \"\(offerID)\"")
+                    }
+                    guard case .string(let offerPrice) = offerValue, isPrice(offerPrice, currency) else {
+                        throw fail(
+                            "prices", "\(storefront): offer \(offerID)'s price must be a decimal string in \(currency)")
+                    }
+                    offerPrices[offerID] = offerPrice
+                }
+            }
+            for offer in [product.introductoryOffer].compactMap({ $0 }) + product.promotionalOffers
+            where !Money.isZero(offer.price) && offerPrices[offer.id] == nil {
+                throw fail(
+                    "prices",
+                    "\(storefront): offer \(offer.id) is paid (\(offer.price) \(product.currency)); give its price in \(currency) under \"offers\""
+                )
+            }
+            out[storefront] = StorefrontPrice(price: price, currency: currency, offerPrices: offerPrices)
+        }
+        return out
     }
 
     /// The catalog's `entitlements`: `[{"id", "title", "products": [ids]}]`, each product a non-consumable or a

@@ -57,17 +57,20 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// An operator moved an active subscription's renewal date later: the event's transaction is its latest, whose
     /// expiry and receipt were updated; ``EventRecord/expiresMs`` is the new end, `reason` the operator's.
     public static let renewalExtended = EventKind(rawValue: 19)
+    /// The buyer moved their account to another storefront: ``EventRecord/storefront`` is the new one, `reason`
+    /// "from" the old one.
+    public static let storefrontChanged = EventKind(rawValue: 20)
 
     /// The kinds this version records, in number order.
     public static let known: [EventKind] = [
         .purchased, .renewed, .deferred, .approved, .declined, .refunded, .expired, .autoRenewChanged, .priceChanged,
         .test,
         .refundRequested, .refundDenied, .renewalNeedsAction, .disputed, .refundReversed, .operatorAction,
-        .entitlementStarted, .entitlementEnded, .renewalExtended,
+        .entitlementStarted, .entitlementEnded, .renewalExtended, .storefrontChanged,
     ]
 
     /// True for a kind this version records.
-    public var isKnown: Bool { rawValue >= 1 && rawValue <= 19 }
+    public var isKnown: Bool { rawValue >= 1 && rawValue <= 20 }
 
     /// The name webhooks and `kiosk-store events` print ("REFUNDED"); `EventType(16)` for a kind this version does not know.
     public var shortName: String {
@@ -91,6 +94,7 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 17: "ENTITLEMENT_STARTED"
         case 18: "ENTITLEMENT_ENDED"
         case 19: "RENEWAL_EXTENDED"
+        case 20: "STOREFRONT_CHANGED"
         default: "EventType(\(rawValue))"
         }
     }
@@ -141,6 +145,10 @@ public struct EventRecord: Hashable, Sendable {
     public var entitlementID: String = ""
     /// ENTITLEMENT_STARTED: when the entitlement ends unless renewed (ms since 1970); 0: never.
     public var expiresMs: Int64 = 0
+    /// The storefront of the event's transaction (or price); STOREFRONT_CHANGED: the new storefront. Empty: none.
+    public var storefront: String = ""
+    /// The currency of the event's transaction (or PRICE_CHANGED's price). Empty: none.
+    public var currency: String = ""
 
     /// An event to record (its id is assigned by the ledger).
     public init(
@@ -171,5 +179,7 @@ public struct EventRecord: Hashable, Sendable {
         self.init(
             type: type, accountID: record.accountID, transactionID: record.id, originalTransactionID: record.originalID,
             productID: record.productID, createdMs: nowMs, reason: reason, creditShortfall: creditShortfall)
+        storefront = record.storefront
+        currency = record.currency
     }
 }

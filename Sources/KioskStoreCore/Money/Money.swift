@@ -62,6 +62,11 @@ public struct Money: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// True for an amount of nothing (a free trial, an upgrade fully credited).
     public var isZero: Bool { minorUnits == 0 }
 
+    /// True when a decimal price string is zero ("0", "0.00") in any currency.
+    public static func isZero(_ decimal: String) -> Bool {
+        !decimal.isEmpty && decimal.contains("0") && decimal.allSatisfy { $0 == "0" || $0 == "." }
+    }
+
     /// This amount `count` times; nil on overflow.
     public func times(_ count: UInt32) -> Money? {
         let (total, overflow) = minorUnits.multipliedReportingOverflow(by: Int64(count))

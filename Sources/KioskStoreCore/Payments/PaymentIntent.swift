@@ -52,6 +52,8 @@ public struct PaymentIntent: Hashable, Sendable {
     public var purchaseMs: Int64
     /// The subscription offer the price is under (`introductory` or a promotional offer's id); empty: none.
     public var offerID: String = ""
+    /// The storefront the price is in (the account's when the intent was written); empty: before storefronts.
+    public var storefront: String = ""
     /// The client's idempotency key, if any.
     public var idempotencyKey: String?
     /// The purchase request's hash, to answer the key later.

@@ -90,6 +90,11 @@ public struct Subscription: Hashable, Sendable {
     /// The regular price the buyer agreed to (by buying, or by consenting to an increase); empty: not
     /// known (a subscription from before the ledger kept it), taken as the current price.
     public var acceptedPrice: String
+    /// The currency of ``acceptedPrice``; empty: the renewal's (a subscription from before storefronts).
+    public var acceptedCurrency: String = ""
+    /// The storefront renewals charge in: the account's (kept in step when the buyer changes it); empty: the
+    /// catalog's default.
+    public var storefront: String = ""
 
     /// A subscription about to be paid for the first time (its first period is recorded by
     /// ``SubscriptionLifecycle/purchased(_:)``).

@@ -25,10 +25,13 @@ public struct SubscriptionRules: Sendable {
     }
 
     /// What the next renewal of `row` is: the product (a pending downgrade's, or the current one), and the price and
-    /// period — an offer's while periods of it are left, else the product's. Nil when the product left the catalog.
+    /// period — an offer's while periods of it are left, else the product's — in the subscription's storefront (the
+    /// account's now). Nil when the product left the catalog.
     public func renewalTerms(_ row: Subscription) -> RenewalTerms? {
         let switching = !row.pendingProductID.isEmpty
-        guard let product = catalog.product(switching ? row.pendingProductID : row.productID),
+        guard
+            let product = catalog.product(
+                switching ? row.pendingProductID : row.productID, storefront: row.storefront),
             product.type == .autoRenewableSubscription,
             let period = product.subscriptionPeriod
         else { return nil }
@@ -46,7 +49,10 @@ public struct SubscriptionRules: Sendable {
     /// True when the next renewal's regular price (the product's, or a pending downgrade's) is above the one the buyer
     /// agreed to (during an offer too).
     public func priceIncreasePending(_ row: Subscription) -> Bool {
-        guard let product = catalog.product(row.pendingProductID.isEmpty ? row.productID : row.pendingProductID) else {
+        guard
+            let product = catalog.product(
+                row.pendingProductID.isEmpty ? row.productID : row.pendingProductID, storefront: row.storefront)
+        else {
             return false
         }
         return row.priceIncreasePending(regularPrice: product.price, currency: product.currency)
@@ -79,10 +85,12 @@ public struct SubscriptionRules: Sendable {
         return try db.pendingIntentIDs(accountID: accountID, productIDs: members).contains { $0 != intentID }
     }
 
-    /// Inside the purchase's write: what buying `product` means for the account's subscription in its group. A
-    /// downgrade or crossgrade is recorded on the subscription here (it switches at renewal, at the new product's price).
+    /// Inside the purchase's write: what buying `product` (priced in `storefront`, the account's) means for the
+    /// account's subscription in its group. A downgrade or crossgrade is recorded on the subscription here (it switches
+    /// at renewal, at the new product's price).
     public func groupChange(
-        _ db: any StoreRepositories, accountID: String, to product: CatalogProduct, nowMs: Int64
+        _ db: any StoreRepositories, accountID: String, to product: CatalogProduct, storefront: String = "",
+        nowMs: Int64
     ) throws -> GroupChange {
         guard product.type == .autoRenewableSubscription,
             var current = try groupSubscription(db, accountID: accountID, productID: product.id),
@@ -91,13 +99,19 @@ public struct SubscriptionRules: Sendable {
         else { return .none }
         let currentLevel = catalog.product(current.productID)?.groupLevel ?? UInt32.max
         if product.groupLevel >= currentLevel {
-            current.downgradeChosen(to: product.id, price: product.price)
+            current.downgradeChosen(to: product.id, price: product.price, currency: product.currency)
             try db.saveSubscription(current, nowMs: nowMs)
             return .atRenewal(latest)
         }
+        // The unused part is valued at what was paid; paid in another currency (the buyer moved storefront since),
+        // at the old product's price in this storefront.
+        let oldPrice =
+            latest.currency == product.currency || latest.currency.isEmpty
+            ? latest.price
+            : catalog.product(latest.productID, storefront: storefront)?.price ?? latest.price
         return .upgrade(
             price: Self.upgradePrice(
-                newPrice: product.price, oldPrice: latest.price, currency: product.currency,
+                newPrice: product.price, oldPrice: oldPrice, currency: product.currency,
                 periodStartMs: latest.periodStartMs, periodEndMs: latest.expiresMs, nowMs: nowMs))
     }
 
@@ -135,7 +149,10 @@ public struct SubscriptionRules: Sendable {
         {
             _ = try db.revoke(transactionID: old.id, reason: "upgraded to \(record.productID)", nowMs: nowMs)
         }
-        try Self.paid(record, regularPrice: regularPrice ?? catalog.product(record.productID)?.price, nowMs: nowMs, db)
+        try Self.paid(
+            record,
+            regularPrice: regularPrice ?? catalog.product(record.productID, storefront: record.storefront)?.price,
+            nowMs: nowMs, db)
     }
 
     /// Inside the write that records a PURCHASED auto-renewable transaction: the subscription's lifecycle
@@ -154,7 +171,8 @@ public struct SubscriptionRules: Sendable {
                 paymentMethod: record.paymentMethod, expiresMs: record.expiresMs, latestTransactionID: record.id)
         let paid = PaidPeriod(
             transactionID: record.id, productID: record.productID, expiresMs: record.expiresMs,
-            paymentMethod: record.paymentMethod, offerID: record.offerID, regularPrice: regularPrice ?? "")
+            paymentMethod: record.paymentMethod, offerID: record.offerID, regularPrice: regularPrice ?? "",
+            currency: record.currency, storefront: record.storefront)
         if renewal { row.renewed(paid) } else { row.purchased(paid) }
         try db.saveSubscription(row, nowMs: nowMs)
     }

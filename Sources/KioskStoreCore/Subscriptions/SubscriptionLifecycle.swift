@@ -63,11 +63,15 @@ public struct PaidPeriod: Hashable, Sendable {
     /// The regular price the buyer had in front of them when paying (a purchase's current catalog price,
     /// an approved ask-to-buy's price as asked); ignored for renewals.
     public var regularPrice: String
+    /// The currency of ``regularPrice`` (and of the payment).
+    public var currency: String = ""
+    /// The storefront it was paid in.
+    public var storefront: String = ""
 
     /// Creates a paid period.
     public init(
         transactionID: String, productID: String, expiresMs: Int64, paymentMethod: String, offerID: String,
-        regularPrice: String
+        regularPrice: String, currency: String = "", storefront: String = ""
     ) {
         self.transactionID = transactionID
         self.productID = productID
@@ -75,6 +79,8 @@ public struct PaidPeriod: Hashable, Sendable {
         self.paymentMethod = paymentMethod
         self.offerID = offerID
         self.regularPrice = regularPrice
+        self.currency = currency
+        self.storefront = storefront
     }
 }
 
@@ -137,7 +143,11 @@ extension Subscription {
         willAutoRenew = true
         paymentMethod = paid.paymentMethod
         pendingProductID = ""
-        if !paid.regularPrice.isEmpty { acceptedPrice = paid.regularPrice }
+        if !paid.regularPrice.isEmpty {
+            acceptedPrice = paid.regularPrice
+            acceptedCurrency = paid.currency
+        }
+        if !paid.storefront.isEmpty { storefront = paid.storefront }
         if paid.offerID.isEmpty {
             offerID = ""
             offerPeriodsUsed = 0
@@ -155,7 +165,10 @@ extension Subscription {
         enterPaidPeriod(paid)
         // A switch renews at the price it was charged (which needed no consent only up to the one agreed when it was
         // chosen); a subscription from before the ledger kept an agreed price agrees to the first regular one it pays.
-        if !paid.regularPrice.isEmpty, switched || acceptedPrice.isEmpty { acceptedPrice = paid.regularPrice }
+        if !paid.regularPrice.isEmpty, switched || acceptedPrice.isEmpty {
+            acceptedPrice = paid.regularPrice
+            acceptedCurrency = paid.currency
+        }
         pendingProductID = ""
         if paid.offerID.isEmpty {
             offerID = ""
@@ -236,22 +249,29 @@ extension Subscription {
         return .changed(endedNow: false)
     }
 
-    /// The buyer consents to `regularPrice`, the product's price now: renewals are charged at it.
+    /// The buyer consents to `regularPrice` in `currency`, the product's price now in the subscription's storefront:
+    /// renewals are charged at it.
     /// - Returns: true when the agreed price changed (a PRICE_CHANGED event is due).
-    public mutating func priceConsented(_ regularPrice: String) throws(SubscriptionRefusal) -> Bool {
+    public mutating func priceConsented(_ regularPrice: String, currency: String) throws(SubscriptionRefusal) -> Bool {
         guard isLive else { throw .ended(state, expirationReason) }
-        guard acceptedPrice != regularPrice else { return false }
+        // An agreed price of a subscription from before storefronts is in the renewal's currency already.
+        guard acceptedPrice != regularPrice || (!acceptedCurrency.isEmpty && acceptedCurrency != currency) else {
+            acceptedCurrency = currency
+            return false
+        }
         acceptedPrice = regularPrice
+        acceptedCurrency = currency
         return true
     }
 
     /// The buyer switches to a product of the same group at a lower or equal level at `price` (its regular price
     /// now): it takes effect at the next renewal, which renews (the buyer chose it) at no more than that price
     /// without consent.
-    public mutating func downgradeChosen(to productID: String, price: String) {
+    public mutating func downgradeChosen(to productID: String, price: String, currency: String) {
         pendingProductID = productID
         willAutoRenew = true
         acceptedPrice = price
+        acceptedCurrency = currency
     }
 
     /// An operator moved the renewal date to `newEndMs` (later than the period's end): the paid period lasts until
@@ -318,6 +338,8 @@ extension Subscription {
 
     private func isAbove(_ price: String, currency: String) -> Bool {
         guard !acceptedPrice.isEmpty else { return false }
+        // A price in another currency (the buyer moved to another storefront) is never taken as agreed.
+        if !acceptedCurrency.isEmpty, acceptedCurrency != currency { return true }
         // A price that cannot be read in the currency is never taken as agreed.
         guard let next = Money(decimal: price, currency: currency),
             let agreed = Money(decimal: acceptedPrice, currency: currency)

@@ -129,6 +129,8 @@ public struct TransactionRecord: Hashable, Sendable {
     public var credits: UInt64
     /// A refunded consumable: credits the refund could not take back (already spent).
     public var refundCreditShortfall: UInt64
+    /// The storefront the price is in (ISO 3166-1 alpha-3); empty: recorded before the ledger kept storefronts.
+    public var storefront: String = ""
 
     /// A transaction with nothing yet charged, failed, finished or revoked.
     public init(
@@ -178,11 +180,15 @@ public struct AccountRecord: Hashable, Sendable {
     public var paymentsAllowed: Bool
     /// Credits held.
     public var creditBalance: UInt64
+    /// The storefront the account buys in (ISO 3166-1 alpha-3); empty: the catalog's default (an account from before
+    /// storefronts). ``Catalog/storefront(_:)`` reads it.
+    public var storefront: String
 
-    public init(id: String, paymentsAllowed: Bool, creditBalance: UInt64) {
+    public init(id: String, paymentsAllowed: Bool, creditBalance: UInt64, storefront: String = "") {
         self.id = id
         self.paymentsAllowed = paymentsAllowed
         self.creditBalance = creditBalance
+        self.storefront = storefront
     }
 }
 

@@ -21,7 +21,7 @@ package struct LedgerMigration: Sendable {
         .v001Initial, .v002IntentsPagingShortfall, .v003KeyRetirement, .v004ServiceCredentials, .v005SealedSigningKeys,
         .v006Subscriptions, .v007Events, .v008Webhooks, .v009RefundRequests, .v010EventOrder,
         .v011PaymentProfiles, .v012ProcessorEvents, .v013EventCause, .v014EventActor,
-        .v015Entitlements, .v016SupportTools, .v017OfferCodes,
+        .v015Entitlements, .v016SupportTools, .v017OfferCodes, .v018Storefronts,
     ]
 
     /// ``all`` as GRDB migrations, for the SQLite ledger.

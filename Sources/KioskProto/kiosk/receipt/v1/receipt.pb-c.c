@@ -187,7 +187,7 @@ void   kiosk__receipt__v1__signed_access_token__free_unpacked
   assert(message->base.descriptor == &kiosk__receipt__v1__signed_access_token__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[15] =
+static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field_descriptors[17] =
 {
   {
     "transaction_id",
@@ -369,10 +369,35 @@ static const ProtobufCFieldDescriptor kiosk__receipt__v1__receipt_payload__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "storefront",
+    16,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__ReceiptPayload, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "currency",
+    17,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Receipt__V1__ReceiptPayload, currency),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name[] = {
   7,   /* field[7] = account_id */
   8,   /* field[8] = bundle_id */
+  16,   /* field[16] = currency */
   14,   /* field[14] = entitlements */
   9,   /* field[9] = environment */
   6,   /* field[6] = expires_date_ms */
@@ -385,12 +410,13 @@ static const unsigned kiosk__receipt__v1__receipt_payload__field_indices_by_name
   5,   /* field[5] = purchase_date_ms */
   4,   /* field[4] = quantity */
   11,   /* field[11] = signed_date_ms */
+  15,   /* field[15] = storefront */
   0,   /* field[0] = transaction_id */
 };
 static const ProtobufCIntRange kiosk__receipt__v1__receipt_payload__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 15 }
+  { 0, 17 }
 };
 const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor =
 {
@@ -400,7 +426,7 @@ const ProtobufCMessageDescriptor kiosk__receipt__v1__receipt_payload__descriptor
   "Kiosk__Receipt__V1__ReceiptPayload",
   "kiosk.receipt.v1",
   sizeof(Kiosk__Receipt__V1__ReceiptPayload),
-  15,
+  17,
   kiosk__receipt__v1__receipt_payload__field_descriptors,
   kiosk__receipt__v1__receipt_payload__field_indices_by_name,
   1,  kiosk__receipt__v1__receipt_payload__number_ranges,

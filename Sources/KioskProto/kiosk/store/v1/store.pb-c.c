@@ -277,6 +277,51 @@ void   kiosk__store__v1__account__free_unpacked
   assert(message->base.descriptor == &kiosk__store__v1__account__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   kiosk__store__v1__set_storefront_request__init
+                     (Kiosk__Store__V1__SetStorefrontRequest         *message)
+{
+  static const Kiosk__Store__V1__SetStorefrontRequest init_value = KIOSK__STORE__V1__SET_STOREFRONT_REQUEST__INIT;
+  *message = init_value;
+}
+size_t kiosk__store__v1__set_storefront_request__get_packed_size
+                     (const Kiosk__Store__V1__SetStorefrontRequest *message)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_storefront_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t kiosk__store__v1__set_storefront_request__pack
+                     (const Kiosk__Store__V1__SetStorefrontRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_storefront_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t kiosk__store__v1__set_storefront_request__pack_to_buffer
+                     (const Kiosk__Store__V1__SetStorefrontRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &kiosk__store__v1__set_storefront_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Kiosk__Store__V1__SetStorefrontRequest *
+       kiosk__store__v1__set_storefront_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Kiosk__Store__V1__SetStorefrontRequest *)
+     protobuf_c_message_unpack (&kiosk__store__v1__set_storefront_request__descriptor,
+                                allocator, len, data);
+}
+void   kiosk__store__v1__set_storefront_request__free_unpacked
+                     (Kiosk__Store__V1__SetStorefrontRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &kiosk__store__v1__set_storefront_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   kiosk__store__v1__purchase_request__init
                      (Kiosk__Store__V1__PurchaseRequest         *message)
 {
@@ -3435,7 +3480,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__offer_info__descriptor =
   (ProtobufCMessageInit) kiosk__store__v1__offer_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__list_products_request__field_descriptors[1] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_products_request__field_descriptors[2] =
 {
   {
     "product_ids",
@@ -3449,14 +3494,27 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__list_products_request__f
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "storefront",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListProductsRequest, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__list_products_request__field_indices_by_name[] = {
   0,   /* field[0] = product_ids */
+  1,   /* field[1] = storefront */
 };
 static const ProtobufCIntRange kiosk__store__v1__list_products_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__list_products_request__descriptor =
 {
@@ -3466,14 +3524,14 @@ const ProtobufCMessageDescriptor kiosk__store__v1__list_products_request__descri
   "Kiosk__Store__V1__ListProductsRequest",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__ListProductsRequest),
-  1,
+  2,
   kiosk__store__v1__list_products_request__field_descriptors,
   kiosk__store__v1__list_products_request__field_indices_by_name,
   1,  kiosk__store__v1__list_products_request__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__list_products_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__list_products_response__field_descriptors[2] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__list_products_response__field_descriptors[3] =
 {
   {
     "products",
@@ -3499,15 +3557,28 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__list_products_response__
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "storefront",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__ListProductsResponse, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__list_products_response__field_indices_by_name[] = {
   1,   /* field[1] = invalid_product_ids */
   0,   /* field[0] = products */
+  2,   /* field[2] = storefront */
 };
 static const ProtobufCIntRange kiosk__store__v1__list_products_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__list_products_response__descriptor =
 {
@@ -3517,7 +3588,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__list_products_response__descr
   "Kiosk__Store__V1__ListProductsResponse",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__ListProductsResponse),
-  2,
+  3,
   kiosk__store__v1__list_products_response__field_descriptors,
   kiosk__store__v1__list_products_response__field_indices_by_name,
   1,  kiosk__store__v1__list_products_response__number_ranges,
@@ -3542,7 +3613,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__get_account_request__descript
   (ProtobufCMessageInit) kiosk__store__v1__get_account_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__account__field_descriptors[3] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__account__field_descriptors[4] =
 {
   {
     "account_id",
@@ -3580,16 +3651,29 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__account__field_descripto
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "storefront",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Account, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__account__field_indices_by_name[] = {
   0,   /* field[0] = account_id */
   2,   /* field[2] = credit_balance */
   1,   /* field[1] = payments_allowed */
+  3,   /* field[3] = storefront */
 };
 static const ProtobufCIntRange kiosk__store__v1__account__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__account__descriptor =
 {
@@ -3599,11 +3683,49 @@ const ProtobufCMessageDescriptor kiosk__store__v1__account__descriptor =
   "Kiosk__Store__V1__Account",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Account),
-  3,
+  4,
   kiosk__store__v1__account__field_descriptors,
   kiosk__store__v1__account__field_indices_by_name,
   1,  kiosk__store__v1__account__number_ranges,
   (ProtobufCMessageInit) kiosk__store__v1__account__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor kiosk__store__v1__set_storefront_request__field_descriptors[1] =
+{
+  {
+    "storefront",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SetStorefrontRequest, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned kiosk__store__v1__set_storefront_request__field_indices_by_name[] = {
+  0,   /* field[0] = storefront */
+};
+static const ProtobufCIntRange kiosk__store__v1__set_storefront_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor kiosk__store__v1__set_storefront_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "kiosk.store.v1.SetStorefrontRequest",
+  "SetStorefrontRequest",
+  "Kiosk__Store__V1__SetStorefrontRequest",
+  "kiosk.store.v1",
+  sizeof(Kiosk__Store__V1__SetStorefrontRequest),
+  1,
+  kiosk__store__v1__set_storefront_request__field_descriptors,
+  kiosk__store__v1__set_storefront_request__field_indices_by_name,
+  1,  kiosk__store__v1__set_storefront_request__number_ranges,
+  (ProtobufCMessageInit) kiosk__store__v1__set_storefront_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor kiosk__store__v1__purchase_request__field_descriptors[4] =
@@ -3773,7 +3895,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__subscription_offer__descripto
   (ProtobufCMessageInit) kiosk__store__v1__subscription_offer__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descriptors[22] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descriptors[23] =
 {
   {
     "transaction_id",
@@ -4039,6 +4161,18 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__transaction__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "storefront",
+    23,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Transaction, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
   8,   /* field[8] = account_id */
@@ -4062,12 +4196,13 @@ static const unsigned kiosk__store__v1__transaction__field_indices_by_name[] = {
   15,   /* field[15] = revocation_reason */
   12,   /* field[12] = signed_receipt */
   5,   /* field[5] = state */
+  22,   /* field[22] = storefront */
   0,   /* field[0] = transaction_id */
 };
 static const ProtobufCIntRange kiosk__store__v1__transaction__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 22 }
+  { 0, 23 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor =
 {
@@ -4077,7 +4212,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor =
   "Kiosk__Store__V1__Transaction",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Transaction),
-  22,
+  23,
   kiosk__store__v1__transaction__field_descriptors,
   kiosk__store__v1__transaction__field_indices_by_name,
   1,  kiosk__store__v1__transaction__number_ranges,
@@ -5501,7 +5636,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__approve_request__descriptor =
   (ProtobufCMessageInit) kiosk__store__v1__approve_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__create_account_request__field_descriptors[1] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__create_account_request__field_descriptors[2] =
 {
   {
     "payments_disabled",
@@ -5515,14 +5650,27 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__create_account_request__
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "storefront",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__CreateAccountRequest, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__create_account_request__field_indices_by_name[] = {
   0,   /* field[0] = payments_disabled */
+  1,   /* field[1] = storefront */
 };
 static const ProtobufCIntRange kiosk__store__v1__create_account_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__create_account_request__descriptor =
 {
@@ -5532,7 +5680,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__create_account_request__descr
   "Kiosk__Store__V1__CreateAccountRequest",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__CreateAccountRequest),
-  1,
+  2,
   kiosk__store__v1__create_account_request__field_descriptors,
   kiosk__store__v1__create_account_request__field_indices_by_name,
   1,  kiosk__store__v1__create_account_request__number_ranges,
@@ -6430,7 +6578,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__grant_entitlement_request__de
   (ProtobufCMessageInit) kiosk__store__v1__grant_entitlement_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[19] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__field_descriptors[20] =
 {
   {
     "original_transaction_id",
@@ -6660,6 +6808,18 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__subscription_status__fie
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "storefront",
+    20,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__SubscriptionStatus, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__subscription_status__field_indices_by_name[] = {
   18,   /* field[18] = action_client_secret */
@@ -6679,13 +6839,14 @@ static const unsigned kiosk__store__v1__subscription_status__field_indices_by_na
   14,   /* field[14] = renewal_offer_id */
   10,   /* field[10] = renewal_price */
   3,   /* field[3] = state */
+  19,   /* field[19] = storefront */
   2,   /* field[2] = subscription_group */
   4,   /* field[4] = will_auto_renew */
 };
 static const ProtobufCIntRange kiosk__store__v1__subscription_status__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 19 }
+  { 0, 20 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descriptor =
 {
@@ -6695,7 +6856,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__subscription_status__descript
   "Kiosk__Store__V1__SubscriptionStatus",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__SubscriptionStatus),
-  19,
+  20,
   kiosk__store__v1__subscription_status__field_descriptors,
   kiosk__store__v1__subscription_status__field_indices_by_name,
   1,  kiosk__store__v1__subscription_status__number_ranges,
@@ -6918,7 +7079,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__set_payment_method_response__
   (ProtobufCMessageInit) kiosk__store__v1__set_payment_method_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors[16] =
+static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors[18] =
 {
   {
     "event_id",
@@ -7112,6 +7273,30 @@ static const ProtobufCFieldDescriptor kiosk__store__v1__event__field_descriptors
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "storefront",
+    17,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, storefront),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "currency",
+    18,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Kiosk__Store__V1__Event, currency),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
   2,   /* field[2] = account_id */
@@ -7119,6 +7304,7 @@ static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
   9,   /* field[9] = auto_renew */
   6,   /* field[6] = created_ms */
   8,   /* field[8] = credit_shortfall */
+  17,   /* field[17] = currency */
   14,   /* field[14] = entitlement_id */
   12,   /* field[12] = environment */
   0,   /* field[0] = event_id */
@@ -7128,13 +7314,14 @@ static const unsigned kiosk__store__v1__event__field_indices_by_name[] = {
   10,   /* field[10] = price */
   5,   /* field[5] = product_id */
   7,   /* field[7] = reason */
+  16,   /* field[16] = storefront */
   3,   /* field[3] = transaction_id */
   1,   /* field[1] = type */
 };
 static const ProtobufCIntRange kiosk__store__v1__event__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 16 }
+  { 0, 18 }
 };
 const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor =
 {
@@ -7144,7 +7331,7 @@ const ProtobufCMessageDescriptor kiosk__store__v1__event__descriptor =
   "Kiosk__Store__V1__Event",
   "kiosk.store.v1",
   sizeof(Kiosk__Store__V1__Event),
-  16,
+  18,
   kiosk__store__v1__event__field_descriptors,
   kiosk__store__v1__event__field_indices_by_name,
   1,  kiosk__store__v1__event__number_ranges,
@@ -8219,7 +8406,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__expiration_reason__descriptor =
   kiosk__store__v1__expiration_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[20] =
+static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_number[21] =
 {
   { "EVENT_TYPE_UNSPECIFIED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED", 0 },
   { "EVENT_TYPE_PURCHASED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_PURCHASED", 1 },
@@ -8241,11 +8428,12 @@ static const ProtobufCEnumValue kiosk__store__v1__event_type__enum_values_by_num
   { "EVENT_TYPE_ENTITLEMENT_STARTED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_STARTED", 17 },
   { "EVENT_TYPE_ENTITLEMENT_ENDED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_ENTITLEMENT_ENDED", 18 },
   { "EVENT_TYPE_RENEWAL_EXTENDED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_EXTENDED", 19 },
+  { "EVENT_TYPE_STOREFRONT_CHANGED", "KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_STOREFRONT_CHANGED", 20 },
 };
 static const ProtobufCIntRange kiosk__store__v1__event_type__value_ranges[] = {
-{0, 0},{0, 20}
+{0, 0},{0, 21}
 };
-static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[20] =
+static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_by_name[21] =
 {
   { "EVENT_TYPE_APPROVED", 4 },
   { "EVENT_TYPE_AUTO_RENEW_CHANGED", 8 },
@@ -8265,6 +8453,7 @@ static const ProtobufCEnumValueIndex kiosk__store__v1__event_type__enum_values_b
   { "EVENT_TYPE_RENEWAL_EXTENDED", 19 },
   { "EVENT_TYPE_RENEWAL_NEEDS_ACTION", 13 },
   { "EVENT_TYPE_RENEWED", 2 },
+  { "EVENT_TYPE_STOREFRONT_CHANGED", 20 },
   { "EVENT_TYPE_TEST", 10 },
   { "EVENT_TYPE_UNSPECIFIED", 0 },
 };
@@ -8275,9 +8464,9 @@ const ProtobufCEnumDescriptor kiosk__store__v1__event_type__descriptor =
   "EventType",
   "Kiosk__Store__V1__EventType",
   "kiosk.store.v1",
-  20,
+  21,
   kiosk__store__v1__event_type__enum_values_by_number,
-  20,
+  21,
   kiosk__store__v1__event_type__enum_values_by_name,
   1,
   kiosk__store__v1__event_type__value_ranges,
@@ -8315,7 +8504,7 @@ const ProtobufCEnumDescriptor kiosk__store__v1__refund_request_state__descriptor
   kiosk__store__v1__refund_request_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[24] =
+static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descriptors[25] =
 {
   { "ListProducts", &kiosk__store__v1__list_products_request__descriptor, &kiosk__store__v1__list_products_response__descriptor },
   { "GetAccount", &kiosk__store__v1__get_account_request__descriptor, &kiosk__store__v1__account__descriptor },
@@ -8341,6 +8530,7 @@ static const ProtobufCMethodDescriptor kiosk__store__v1__store__method_descripto
   { "ConfirmRenewal", &kiosk__store__v1__set_auto_renew_request__descriptor, &kiosk__store__v1__subscription_status__descriptor },
   { "Entitlements", &kiosk__store__v1__entitlements_request__descriptor, &kiosk__store__v1__entitlements_response__descriptor },
   { "RedeemOfferCode", &kiosk__store__v1__redeem_offer_code_request__descriptor, &kiosk__store__v1__purchase_response__descriptor },
+  { "SetStorefront", &kiosk__store__v1__set_storefront_request__descriptor, &kiosk__store__v1__account__descriptor },
 };
 const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   11,        /* AccessToken */
@@ -8361,6 +8551,7 @@ const unsigned kiosk__store__v1__store__method_indices_by_name[] = {
   5,        /* Restore */
   13,        /* SetAutoRenew */
   20,        /* SetPaymentMethod */
+  24,        /* SetStorefront */
   7,        /* SpendCredits */
   12,        /* SubscriptionStatus */
   3,        /* Unfinished */
@@ -8375,7 +8566,7 @@ const ProtobufCServiceDescriptor kiosk__store__v1__store__descriptor =
   "Store",
   "Kiosk__Store__V1__Store",
   "kiosk.store.v1",
-  24,
+  25,
   kiosk__store__v1__store__method_descriptors,
   kiosk__store__v1__store__method_indices_by_name
 };
@@ -8570,6 +8761,14 @@ void kiosk__store__v1__store__redeem_offer_code(ProtobufCService *service,
 {
   assert(service->descriptor == &kiosk__store__v1__store__descriptor);
   service->invoke(service, 23, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void kiosk__store__v1__store__set_storefront(ProtobufCService *service,
+                                             const Kiosk__Store__V1__SetStorefrontRequest *input,
+                                             Kiosk__Store__V1__Account_Closure closure,
+                                             void *closure_data)
+{
+  assert(service->descriptor == &kiosk__store__v1__store__descriptor);
+  service->invoke(service, 24, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
                                     Kiosk__Store__V1__Store_ServiceDestroy destroy)

@@ -97,10 +97,17 @@ struct  Kiosk__Receipt__V1__ReceiptPayload
    */
   size_t n_entitlements;
   char **entitlements;
+  /*
+   * The storefront (ISO 3166-1 alpha-3) the transaction was bought in, and
+   * the currency it was charged in; empty in receipts of older stores and for
+   * grants.
+   */
+  char *storefront;
+  char *currency;
 };
 #define KIOSK__RECEIPT__V1__RECEIPT_PAYLOAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__receipt__v1__receipt_payload__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0,NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*

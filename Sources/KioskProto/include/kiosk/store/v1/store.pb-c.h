@@ -22,6 +22,7 @@ typedef struct Kiosk__Store__V1__ListProductsRequest Kiosk__Store__V1__ListProdu
 typedef struct Kiosk__Store__V1__ListProductsResponse Kiosk__Store__V1__ListProductsResponse;
 typedef struct Kiosk__Store__V1__GetAccountRequest Kiosk__Store__V1__GetAccountRequest;
 typedef struct Kiosk__Store__V1__Account Kiosk__Store__V1__Account;
+typedef struct Kiosk__Store__V1__SetStorefrontRequest Kiosk__Store__V1__SetStorefrontRequest;
 typedef struct Kiosk__Store__V1__PurchaseRequest Kiosk__Store__V1__PurchaseRequest;
 typedef struct Kiosk__Store__V1__SubscriptionOffer Kiosk__Store__V1__SubscriptionOffer;
 typedef struct Kiosk__Store__V1__Transaction Kiosk__Store__V1__Transaction;
@@ -251,7 +252,12 @@ typedef enum _Kiosk__Store__V1__EventType {
    * transaction_id is its latest transaction, whose expiry and receipt are
    * updated; expires_ms the new end; reason the operator's.
    */
-  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_EXTENDED = 19
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_RENEWAL_EXTENDED = 19,
+  /*
+   * The buyer moved their account to another storefront (storefront, the new
+   * one; reason "from USA"). Their subscriptions renew in its prices.
+   */
+  KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_STOREFRONT_CHANGED = 20
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(KIOSK__STORE__V1__EVENT_TYPE)
 } Kiosk__Store__V1__EventType;
 /*
@@ -359,10 +365,16 @@ struct  Kiosk__Store__V1__ListProductsRequest
    */
   size_t n_product_ids;
   char **product_ids;
+  /*
+   * The storefront whose prices to show (ISO 3166-1 alpha-3, "FRA"). Empty:
+   * the caller's account's storefront when the call carries an account's
+   * token, else the catalog's default storefront.
+   */
+  char *storefront;
 };
 #define KIOSK__STORE__V1__LIST_PRODUCTS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_products_request__descriptor) \
-    , 0,NULL }
+    , 0,NULL, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__ListProductsResponse
@@ -375,10 +387,14 @@ struct  Kiosk__Store__V1__ListProductsResponse
    */
   size_t n_invalid_product_ids;
   char **invalid_product_ids;
+  /*
+   * The storefront the prices (price, currency, offer prices) are in.
+   */
+  char *storefront;
 };
 #define KIOSK__STORE__V1__LIST_PRODUCTS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__list_products_response__descriptor) \
-    , 0,NULL, 0,NULL }
+    , 0,NULL, 0,NULL, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__GetAccountRequest
@@ -396,10 +412,34 @@ struct  Kiosk__Store__V1__Account
   char *account_id;
   protobuf_c_boolean payments_allowed;
   uint64_t credit_balance;
+  /*
+   * The storefront the account buys in (ISO 3166-1 alpha-3, as StoreKit's
+   * Storefront.countryCode): purchases and renewals charge its prices.
+   */
+  char *storefront;
 };
 #define KIOSK__STORE__V1__ACCOUNT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__account__descriptor) \
-    , (char *)protobuf_c_empty_string, 0, 0 }
+    , (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Moves the caller's account to another storefront (ISO 3166-1 alpha-3), as
+ * a buyer changing their App Store country: purchases charge the new
+ * storefront's prices at once. A subscription keeps its price to the end of
+ * the period paid; its renewals are in the new storefront's price, which
+ * needs the buyer's consent (ConsentToPriceIncrease) when it is higher or in
+ * another currency, else the subscription expires at its period's end
+ * (PRICE_INCREASE_NOT_ACCEPTED). Records EVENT_TYPE_STOREFRONT_CHANGED.
+ */
+struct  Kiosk__Store__V1__SetStorefrontRequest
+{
+  ProtobufCMessage base;
+  char *storefront;
+};
+#define KIOSK__STORE__V1__SET_STOREFRONT_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__set_storefront_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__PurchaseRequest
@@ -515,10 +555,15 @@ struct  Kiosk__Store__V1__Transaction
    * promotional offer's id (price is then the offer's).
    */
   char *offer_id;
+  /*
+   * The storefront the price was charged in (ISO 3166-1 alpha-3); empty for
+   * transactions of older stores.
+   */
+  char *storefront;
 };
 #define KIOSK__STORE__V1__TRANSACTION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__transaction__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__PRODUCT_TYPE__PRODUCT_TYPE_UNSPECIFIED, 0, KIOSK__STORE__V1__TRANSACTION_STATE__TRANSACTION_STATE_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__PurchaseResponse
@@ -762,7 +807,9 @@ struct  Kiosk__Store__V1__Entitlement
  * free code needs no payment method), answered as Purchase answers. A code
  * refused is FAILED with error code 11 (18 for an account not eligible) and
  * a reason: offer_code_unknown, offer_code_used, offer_code_revoked,
- * offer_code_expired, offer_code_limit_reached, ineligible_for_offer. Too
+ * offer_code_expired, offer_code_limit_reached, ineligible_for_offer,
+ * offer_code_storefront (a discounted code priced in another currency than
+ * the account's storefront pays). Too
  * many unknown codes from one account or address: 8 RESOURCE_EXHAUSTED,
  * before any code is looked at. Needs idempotency-key metadata, as Purchase.
  */
@@ -946,10 +993,15 @@ struct  Kiosk__Store__V1__CreateAccountRequest
 {
   ProtobufCMessage base;
   protobuf_c_boolean payments_disabled;
+  /*
+   * The account's storefront (ISO 3166-1 alpha-3); empty: the catalog's
+   * default storefront.
+   */
+  char *storefront;
 };
 #define KIOSK__STORE__V1__CREATE_ACCOUNT_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__create_account_request__descriptor) \
-    , 0 }
+    , 0, (char *)protobuf_c_empty_string }
 
 
 struct  Kiosk__Store__V1__CreateAccountResponse
@@ -1228,9 +1280,11 @@ struct  Kiosk__Store__V1__SubscriptionStatus
    */
   protobuf_c_boolean entitled;
   /*
-   * The product's price went up since the buyer agreed to one: without
-   * ConsentToPriceIncrease the subscription expires at the end of its period
-   * (reason PRICE_INCREASE_NOT_ACCEPTED) instead of renewing at the new price.
+   * The product's price went up since the buyer agreed to one, or the
+   * buyer's storefront changed to one with a higher price or another
+   * currency: without ConsentToPriceIncrease the subscription expires at the
+   * end of its period (reason PRICE_INCREASE_NOT_ACCEPTED) instead of
+   * renewing at the new price.
    */
   protobuf_c_boolean price_increase_pending;
   /*
@@ -1244,10 +1298,14 @@ struct  Kiosk__Store__V1__SubscriptionStatus
    */
   char *action_payment_reference;
   char *action_client_secret;
+  /*
+   * The storefront the next renewal charges in: the account's now.
+   */
+  char *storefront;
 };
 #define KIOSK__STORE__V1__SUBSCRIPTION_STATUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__subscription_status__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__SUBSCRIPTION_STATE__SUBSCRIPTION_STATE_UNSPECIFIED, 0, 0, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -1358,10 +1416,18 @@ struct  Kiosk__Store__V1__Event
    * (ms since 1970; 0: never).
    */
   int64_t expires_ms;
+  /*
+   * The storefront (ISO 3166-1 alpha-3) and currency of the transaction the
+   * event is about (PURCHASED, RENEWED, APPROVED, REFUNDED, …) or of the
+   * price (PRICE_CHANGED); EVENT_TYPE_STOREFRONT_CHANGED: the new storefront.
+   * Empty when the event has none.
+   */
+  char *storefront;
+  char *currency;
 };
 #define KIOSK__STORE__V1__EVENT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&kiosk__store__v1__event__descriptor) \
-    , 0, KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , 0, KIOSK__STORE__V1__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, KIOSK__STORE__V1__EXPIRATION_REASON__EXPIRATION_REASON_UNSPECIFIED, KIOSK__RECEIPT__V1__ENVIRONMENT__ENVIRONMENT_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -1741,6 +1807,25 @@ Kiosk__Store__V1__Account *
                       const uint8_t       *data);
 void   kiosk__store__v1__account__free_unpacked
                      (Kiosk__Store__V1__Account *message,
+                      ProtobufCAllocator *allocator);
+/* Kiosk__Store__V1__SetStorefrontRequest methods */
+void   kiosk__store__v1__set_storefront_request__init
+                     (Kiosk__Store__V1__SetStorefrontRequest         *message);
+size_t kiosk__store__v1__set_storefront_request__get_packed_size
+                     (const Kiosk__Store__V1__SetStorefrontRequest   *message);
+size_t kiosk__store__v1__set_storefront_request__pack
+                     (const Kiosk__Store__V1__SetStorefrontRequest   *message,
+                      uint8_t             *out);
+size_t kiosk__store__v1__set_storefront_request__pack_to_buffer
+                     (const Kiosk__Store__V1__SetStorefrontRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Kiosk__Store__V1__SetStorefrontRequest *
+       kiosk__store__v1__set_storefront_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   kiosk__store__v1__set_storefront_request__free_unpacked
+                     (Kiosk__Store__V1__SetStorefrontRequest *message,
                       ProtobufCAllocator *allocator);
 /* Kiosk__Store__V1__PurchaseRequest methods */
 void   kiosk__store__v1__purchase_request__init
@@ -2959,6 +3044,9 @@ typedef void (*Kiosk__Store__V1__GetAccountRequest_Closure)
 typedef void (*Kiosk__Store__V1__Account_Closure)
                  (const Kiosk__Store__V1__Account *message,
                   void *closure_data);
+typedef void (*Kiosk__Store__V1__SetStorefrontRequest_Closure)
+                 (const Kiosk__Store__V1__SetStorefrontRequest *message,
+                  void *closure_data);
 typedef void (*Kiosk__Store__V1__PurchaseRequest_Closure)
                  (const Kiosk__Store__V1__PurchaseRequest *message,
                   void *closure_data);
@@ -3251,6 +3339,10 @@ struct Kiosk__Store__V1__Store_Service
                             const Kiosk__Store__V1__RedeemOfferCodeRequest *input,
                             Kiosk__Store__V1__PurchaseResponse_Closure closure,
                             void *closure_data);
+  void (*set_storefront)(Kiosk__Store__V1__Store_Service *service,
+                         const Kiosk__Store__V1__SetStorefrontRequest *input,
+                         Kiosk__Store__V1__Account_Closure closure,
+                         void *closure_data);
 };
 typedef void (*Kiosk__Store__V1__Store_ServiceDestroy)(Kiosk__Store__V1__Store_Service *);
 void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
@@ -3282,7 +3374,8 @@ void kiosk__store__v1__store__init (Kiosk__Store__V1__Store_Service *service,
       function_prefix__ ## set_payment_method,\
       function_prefix__ ## confirm_renewal,\
       function_prefix__ ## entitlements,\
-      function_prefix__ ## redeem_offer_code  }
+      function_prefix__ ## redeem_offer_code,\
+      function_prefix__ ## set_storefront  }
 void kiosk__store__v1__store__list_products(ProtobufCService *service,
                                             const Kiosk__Store__V1__ListProductsRequest *input,
                                             Kiosk__Store__V1__ListProductsResponse_Closure closure,
@@ -3379,6 +3472,10 @@ void kiosk__store__v1__store__redeem_offer_code(ProtobufCService *service,
                                                 const Kiosk__Store__V1__RedeemOfferCodeRequest *input,
                                                 Kiosk__Store__V1__PurchaseResponse_Closure closure,
                                                 void *closure_data);
+void kiosk__store__v1__store__set_storefront(ProtobufCService *service,
+                                             const Kiosk__Store__V1__SetStorefrontRequest *input,
+                                             Kiosk__Store__V1__Account_Closure closure,
+                                             void *closure_data);
 typedef struct Kiosk__Store__V1__Admin_Service Kiosk__Store__V1__Admin_Service;
 struct Kiosk__Store__V1__Admin_Service
 {
@@ -3531,6 +3628,7 @@ extern const ProtobufCMessageDescriptor kiosk__store__v1__list_products_request_
 extern const ProtobufCMessageDescriptor kiosk__store__v1__list_products_response__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__get_account_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__account__descriptor;
+extern const ProtobufCMessageDescriptor kiosk__store__v1__set_storefront_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__purchase_request__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__subscription_offer__descriptor;
 extern const ProtobufCMessageDescriptor kiosk__store__v1__transaction__descriptor;

@@ -1,0 +1,30 @@
+import KioskStoreCore
+
+extension LedgerMigration {
+    /// v18-storefronts: the storefront an account buys in, the storefront a transaction and its payment were priced
+    /// in, the storefront a subscription renews in with the currency of its agreed price, and an event's storefront
+    /// and currency. Columns with an empty default: rows from before (and a store of the version before) mean the
+    /// catalog's default storefront, and an agreed price in the renewal's currency.
+    package static let v018Storefronts = LedgerMigration(
+        id: "v18-storefronts",
+        sqlite: [
+            """
+            ALTER TABLE accounts ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE transactions ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE payment_intents ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE subscriptions ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE subscriptions ADD COLUMN accepted_currency TEXT NOT NULL DEFAULT '';
+            ALTER TABLE events ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE events ADD COLUMN currency TEXT NOT NULL DEFAULT '';
+            """
+        ],
+        postgres: """
+            ALTER TABLE accounts ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE transactions ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE payment_intents ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE subscriptions ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE subscriptions ADD COLUMN accepted_currency TEXT NOT NULL DEFAULT '';
+            ALTER TABLE events ADD COLUMN storefront TEXT NOT NULL DEFAULT '';
+            ALTER TABLE events ADD COLUMN currency TEXT NOT NULL DEFAULT '';
+            """)
+}
