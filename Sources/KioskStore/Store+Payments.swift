@@ -246,7 +246,11 @@ extension Store {
                     transactionID: earlierIntent?.transactionID ?? transactionID, nowMs: nowMs, db)
                 {
                 case .accepted(let batch):
-                    unitPrice = batch.price
+                    // Never more than the product's regular price where the buyer is (a storefront of the same
+                    // currency may price it below the code).
+                    let offered = Money(decimal: batch.price, currency: product.currency)
+                    let regular = Money(decimal: product.price, currency: product.currency)
+                    unitPrice = offered.flatMap { o in regular.map { o > $0 } } == true ? product.price : batch.price
                     codeOfferID = batch.offerID
                     if product.type == .autoRenewableSubscription,
                         let period = SubscriptionPeriod(iso8601: batch.period)
@@ -289,7 +293,14 @@ extension Store {
                 )
             }
             if let earlierIntent, earlierIntent.state == .closed {
-                // Closed uncharged (reconciliation found nothing): this retry pays, as the same transaction.
+                // Closed uncharged (reconciliation found nothing): this retry pays, as the same transaction, at the
+                // price it was first tried at; not when the buyer has moved storefront since (another price).
+                if !earlierIntent.storefront.isEmpty, earlierIntent.storefront != storefront {
+                    throw StoreError(
+                        .conflict,
+                        "this payment was first tried in storefront \(earlierIntent.storefront), not the account's \(storefront) now; buy again with a new idempotency-key"
+                    )
+                }
                 return .charge(try db.reopen(earlierIntent, owner: instance.id, nowMs: nowMs))
             }
             var intent = PaymentIntent(
@@ -825,18 +836,22 @@ extension Store {
     /// would otherwise take the price to every purchase and fail each one.
     func requireChargeableCatalog() throws {
         let processor = configuration.paymentProcessor
-        for product in catalog.products {
-            var prices = [("price", product.price)]
-            for offer in [product.introductoryOffer].compactMap({ $0 }) + product.promotionalOffers {
-                prices.append(("offer \(offer.id)", offer.price))
-            }
-            for (field, price) in prices {
-                guard let money = Money(decimal: price, currency: product.currency),
-                    let refusal = processor.refusal(toCharge: money)
-                else { continue }
-                throw StoreError.invalid(
-                    "the catalog's \(product.id) \(field) \(price) \(product.currency) cannot be charged by the "
-                        + "\(processor.name) processor: \(refusal)")
+        for base in catalog.products {
+            // The default storefront's prices and every other storefront's.
+            for storefront in [catalog.defaultStorefront] + base.storefrontPrices.keys.sorted() {
+                let product = base.priced(in: storefront)
+                var prices = [("price", product.price)]
+                for offer in [product.introductoryOffer].compactMap({ $0 }) + product.promotionalOffers {
+                    prices.append(("offer \(offer.id)", offer.price))
+                }
+                for (field, price) in prices {
+                    guard let money = Money(decimal: price, currency: product.currency),
+                        let refusal = processor.refusal(toCharge: money)
+                    else { continue }
+                    throw StoreError.invalid(
+                        "the catalog's \(product.id) \(field) \(price) \(product.currency) (storefront \(storefront)) "
+                            + "cannot be charged by the \(processor.name) processor: \(refusal)")
+                }
             }
         }
     }

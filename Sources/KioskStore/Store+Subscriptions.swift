@@ -330,7 +330,7 @@ extension Store {
                 var event = EventRecord(
                     type: .priceChanged, accountID: row.accountID, transactionID: row.latestTransactionID,
                     originalTransactionID: row.originalID,
-                    productID: row.productID, createdMs: nowMs, price: product.price)
+                    productID: renewing, createdMs: nowMs, price: product.price)
                 event.storefront = catalog.storefront(row.storefront)
                 event.currency = product.currency
                 try db.appendEvent(event)

@@ -573,8 +573,16 @@ extension LedgerDatabase {
     /// their next renewal, and STOREFRONT_CHANGED is recorded, all in this write.
     public func setStorefront(accountID: String, _ storefront: String, previous: String, nowMs: Int64) throws {
         try execute("UPDATE accounts SET storefront = ? WHERE id = ?", [storefront, accountID])
+        // Every subscription of the account (an ended one may be reinstated), its agreed price's currency known first
+        // (a row from before storefronts: its latest transaction's).
         try execute(
-            "UPDATE subscriptions SET storefront = ?, updated_ms = ? WHERE account_id = ? AND state IN (1, 2, 3)",
+            """
+            UPDATE subscriptions SET accepted_currency = COALESCE(
+              (SELECT currency FROM transactions t WHERE t.id = subscriptions.latest_transaction_id), '')
+            WHERE account_id = ? AND accepted_currency = ''
+            """, [accountID])
+        try execute(
+            "UPDATE subscriptions SET storefront = ?, updated_ms = ? WHERE account_id = ?",
             [storefront, nowMs, accountID])
         var event = EventRecord(
             type: .storefrontChanged, accountID: accountID, createdMs: nowMs, reason: "from \(previous)")

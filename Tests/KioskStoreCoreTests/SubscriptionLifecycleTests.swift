@@ -230,6 +230,18 @@ struct SubscriptionLifecycleTests {
         #expect(!legacy.needsConsent(toRenewAt: Self.regular("4.99")))
         #expect(try legacy.priceConsented("4.99", currency: "USD") == false)
         #expect(legacy.acceptedCurrency == "USD")
+        // An offer's price in another currency needs consent as well.
+        let offer = RenewalTerms(
+            productID: "pro.monthly", price: "150", currency: "JPY", period: Self.month, offerID: "introductory")
+        #expect(subscription.needsConsent(toRenewAt: offer))
+        // A renewal of a subscription from before storefronts learns its agreed price's currency.
+        var older = Self.bought()
+        older.renewed(Self.paid("t2", expiresMs: 60 * Self.day))
+        #expect(older.acceptedCurrency == "")
+        var paid = Self.paid("t3", expiresMs: 90 * Self.day)
+        paid.currency = "USD"
+        older.renewed(paid)
+        #expect(older.acceptedCurrency == "USD" && older.acceptedPrice == "4.99")
     }
 
     @Test("a pending downgrade renews at the price the buyer chose it at, and not above it without consent")

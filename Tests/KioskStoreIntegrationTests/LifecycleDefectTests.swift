@@ -213,8 +213,14 @@ import Testing
         )
         let offer = OfferTerms(
             id: "introductory", price: "0.505", period: SubscriptionPeriod(iso8601: "P1M")!, periods: 1)
+        // Another storefront's price is checked as the default one is.
+        var usBook = book
+        usBook.price = "2.99"
+        usBook.currency = "USD"
+        usBook.storefrontPrices = ["KWT": StorefrontPrice(price: "1.255", currency: "KWD")]
         for (products, named) in [
             ([book], "book.kw price 1.255 KWD"),
+            ([usBook], "book.kw price 1.255 KWD (storefront KWT)"),
             (
                 [Self.product("plus.kw", price: "2.500", currency: "KWD", intro: offer)],
                 "plus.kw offer introductory 0.505"

@@ -30,6 +30,7 @@ import Testing
         sepia.storefrontPrices = [
             "FRA": StorefrontPrice(price: "3.49", currency: "EUR"),
             "JPN": StorefrontPrice(price: "450", currency: "JPY"),
+            "ECU": StorefrontPrice(price: "1.99", currency: "USD"),
         ]
         let credits = CatalogProduct(
             id: "credits.5", type: .consumable, title: "5 credits", price: "0.99", currency: "USD", credits: 5,
@@ -183,6 +184,53 @@ import Testing
         }
     }
 
+    @Test func aFreeTrialCreditsNothingToAnUpgradeAfterAMove() async throws {
+        var basic = CatalogProduct(
+            id: "basic.monthly", type: .autoRenewableSubscription, title: "Basic", price: "1.99", currency: "USD",
+            subscriptionPeriod: SubscriptionPeriod(iso8601: "P1M"), subscriptionGroup: "pro", groupLevel: 2)
+        basic.introductoryOffer = OfferTerms(
+            id: OfferTerms.introductoryID, price: "0", period: SubscriptionPeriod(iso8601: "P1M")!, periods: 1)
+        basic.storefrontPrices = ["FRA": StorefrontPrice(price: "2.29", currency: "EUR")]
+        let catalog = Catalog(bundleID: "com.example.monkeys", products: Self.catalog.products + [basic])
+        try await SupportToolTests.withStore(catalog: catalog) { f in
+            let buyer = try Self.account(f)
+            let trial = try await f.store.purchase(
+                account: buyer, productID: "basic.monthly", quantity: 1, paymentMethod: goodCard,
+                idempotencyKey: nil, offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
+            guard case .purchased(let first) = trial.result, Money.isZero(first.price) else {
+                Issue.record("no free trial: \(trial.result)")
+                return
+            }
+            _ = try await f.store.setStorefront(account: buyer, to: "FRA")
+            f.clock.advance(byMs: 86_400_000)
+            let upgrade = try await f.buy(try #require(try f.store.ledger.account(id: buyer.id)), "pro.monthly")
+            #expect(upgrade.currency == "EUR" && upgrade.price == "5.49", "nothing paid, nothing credited")
+        }
+    }
+
+    @Test func anOfferRenewalInAnotherCurrencyNeedsConsentToo() async throws {
+        var pro = try #require(Self.catalog.product("pro.monthly"))
+        pro.introductoryOffer = OfferTerms(
+            id: OfferTerms.introductoryID, price: "0.99", period: SubscriptionPeriod(iso8601: "P1M")!, periods: 3)
+        let catalog = Catalog(bundleID: "com.example.monkeys", products: [pro])
+        try await SupportToolTests.withStore(catalog: catalog) { f in
+            let buyer = try Self.account(f)
+            let trial = try await f.store.purchase(
+                account: buyer, productID: "pro.monthly", quantity: 1, paymentMethod: goodCard,
+                idempotencyKey: nil, offer: StoreV1.SubscriptionOffer(offerID: "introductory"))
+            guard case .purchased(let first) = trial.result else {
+                Issue.record("not purchased: \(trial.result)")
+                return
+            }
+            _ = try await f.store.setStorefront(account: buyer, to: "JPN")
+            f.clock.advance(byMs: first.expiresMs - f.clock.now)
+            _ = try await f.store.renewDueSubscriptions()
+            let row = try #require(try f.store.ledger.subscription(originalID: first.id))
+            #expect(row.state == .expired && row.expirationReason == .priceIncreaseNotAccepted)
+            #expect(try f.store.ledger.transactions(accountID: buyer.id).count == 1, "no yen charged unasked")
+        }
+    }
+
     @Test func anUpgradeAfterAMoveCreditsTheUnusedPartInTheNewCurrency() async throws {
         var basic = CatalogProduct(
             id: "basic.monthly", type: .autoRenewableSubscription, title: "Basic", price: "1.99", currency: "USD",
@@ -230,6 +278,17 @@ import Testing
                 return
             }
             #expect(given.currency == "EUR" && given.storefront == "FRA" && Money.isZero(given.price))
+            // A code never costs more than the regular price where the buyer is: 1.99 USD in ECU, not the code's 2.49.
+            let dear = try await f.store.createOfferCodes(
+                batchID: "sepia-dear", productID: "filter.sepia", count: 1, price: "2.49")
+            let ecuadorian = try Self.account(f, "ECU")
+            let capped = try await f.store.redeemOfferCode(
+                account: ecuadorian, code: dear.codes[0], paymentMethod: goodCard, idempotencyKey: UUID().uuidString)
+            guard case .purchased(let cheap) = capped.result else {
+                Issue.record("not redeemed: \(capped.result)")
+                return
+            }
+            #expect(cheap.price == "1.99" && cheap.currency == "USD" && cheap.storefront == "ECU")
         }
     }
 

@@ -103,16 +103,35 @@ public struct SubscriptionRules: Sendable {
             try db.saveSubscription(current, nowMs: nowMs)
             return .atRenewal(latest)
         }
-        // The unused part is valued at what was paid; paid in another currency (the buyer moved storefront since),
-        // at the old product's price in this storefront.
-        let oldPrice =
-            latest.currency == product.currency || latest.currency.isEmpty
-            ? latest.price
-            : catalog.product(latest.productID, storefront: storefront)?.price ?? latest.price
+        // The unused part is valued at what was paid. Paid in another currency (the buyer moved storefront since): what
+        // was paid in the proportion of the old product's prices in the two storefronts (a free trial credits nothing).
+        var oldPrice = latest.price
+        if !latest.currency.isEmpty, latest.currency != product.currency {
+            oldPrice = Self.converted(
+                latest.price, from: catalog.product(latest.productID, storefront: latest.storefront),
+                to: catalog.product(latest.productID, storefront: storefront), paidCurrency: latest.currency,
+                currency: product.currency)
+        }
         return .upgrade(
             price: Self.upgradePrice(
                 newPrice: product.price, oldPrice: oldPrice, currency: product.currency,
                 periodStartMs: latest.periodStartMs, periodEndMs: latest.expiresMs, nowMs: nowMs))
+    }
+
+    /// `paid` (in `paidCurrency`) in `currency`, in the proportion of a product's regular prices `from` the storefront it
+    /// was paid in `to` another: "0" when either price is missing, zero, or not in those currencies.
+    static func converted(
+        _ paid: String, from: CatalogProduct?, to: CatalogProduct?, paidCurrency: String, currency: String
+    ) -> String {
+        guard let amount = Money(decimal: paid, currency: paidCurrency), let from, let to,
+            from.currency == paidCurrency, to.currency == currency,
+            let there = Money(decimal: from.price, currency: paidCurrency), there.minorUnits > 0,
+            let here = Money(decimal: to.price, currency: currency)
+        else { return Money.zero(currency).decimalString }
+        // amount × here / there, rounded down (the buyer is credited no more than they paid), 128-bit.
+        let (quotient, _) = there.minorUnits.dividingFullWidth(
+            amount.minorUnits.multipliedFullWidth(by: here.minorUnits))
+        return Money(minorUnits: quotient, currency: currency).decimalString
     }
 
     /// The new price less the unused part of the current period (prorated by time, rounded half up to the currency's
@@ -174,6 +193,10 @@ public struct SubscriptionRules: Sendable {
             paymentMethod: record.paymentMethod, offerID: record.offerID, regularPrice: regularPrice ?? "",
             currency: record.currency, storefront: record.storefront)
         if renewal { row.renewed(paid) } else { row.purchased(paid) }
+        // Renewals are in the account's storefront now (an approved ask-to-buy was priced where it was asked).
+        if let account = try db.account(id: record.accountID), !account.storefront.isEmpty {
+            row.storefront = account.storefront
+        }
         try db.saveSubscription(row, nowMs: nowMs)
     }
 }

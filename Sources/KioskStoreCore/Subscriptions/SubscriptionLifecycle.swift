@@ -169,6 +169,8 @@ extension Subscription {
             acceptedPrice = paid.regularPrice
             acceptedCurrency = paid.currency
         }
+        // An agreed price from before storefronts is in the currency its renewals were charged in.
+        if acceptedCurrency.isEmpty, !acceptedPrice.isEmpty { acceptedCurrency = paid.currency }
         pendingProductID = ""
         if paid.offerID.isEmpty {
             offerID = ""
@@ -324,6 +326,9 @@ extension Subscription {
     /// True when renewing at `terms` would charge a regular price above the one the buyer agreed to (for a pending
     /// downgrade, its price when chosen). An offer's price is the offer's.
     public func needsConsent(toRenewAt terms: RenewalTerms) -> Bool {
+        // Another currency than the one agreed (the buyer moved storefront) is never charged unasked, an offer's
+        // price included.
+        if !acceptedCurrency.isEmpty, acceptedCurrency != terms.currency { return true }
         guard terms.offerID.isEmpty else { return false }
         return isAbove(terms.price, currency: terms.currency)
     }
