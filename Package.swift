@@ -1,5 +1,8 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
+
+/// Target dependencies on the services' own packages: only with the "Services" trait (on by default).
+let services: TargetDependencyCondition? = .when(traits: ["Services"])
 
 let package = Package(
     name: "Kiosk",
@@ -17,6 +20,19 @@ let package = Package(
         .executable(name: "kiosk", targets: ["kiosk"]),
         .executable(name: "kiosk-bench", targets: ["kiosk-bench"]),
         .executable(name: "kiosk-fuzz", targets: ["kiosk-fuzz"]),
+    ],
+    // "Services" (on by default) brings the services' own dependencies: the ledger's databases, Stripe's HTTP client,
+    // process hosting, Prometheus, the command lines' parser, the load tests' histograms. A package that uses only
+    // the SDK (the `Kiosk` and `KioskAPI` products) depends on Kiosk with `traits: []` and resolves none of them:
+    // swift-nio, swift-nio-ssl, swift-crypto, swift-log and swift-distributed-tracing and what they use. Every
+    // target dependency on those packages is guarded by the trait, which is what lets SwiftPM leave them out.
+    traits: [
+        .trait(
+            name: "Services",
+            description:
+                "The store, the content service, their command lines, console, test support and load tests, with their dependencies"
+        ),
+        .default(enabledTraits: ["Services"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -46,7 +62,7 @@ let package = Package(
         .systemLibrary(
             name: "CProtobufC",
             pkgConfig: "libprotobuf-c",
-            providers: [.apt(["libprotobuf-c-dev"])]
+            providers: [.apt(["libprotobuf-c-dev"]), .brew(["protobuf-c"])]
         ),
         .systemLibrary(
             name: "CZlib",
@@ -57,7 +73,7 @@ let package = Package(
         .systemLibrary(
             name: "CDeflate",
             pkgConfig: "libdeflate",
-            providers: [.apt(["libdeflate-dev"])]
+            providers: [.apt(["libdeflate-dev"]), .brew(["libdeflate"])]
         ),
         // swift-crypto's own SHA-256 block function, declared (its BoringSSL headers are not a module):
         // download chunks are hashed in parallel from the SHA-256 states the content service sends.
@@ -112,7 +128,7 @@ let package = Package(
             name: "KioskStoreIntegrations",
             dependencies: [
                 "KioskStoreCore",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: services),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -124,13 +140,13 @@ let package = Package(
             name: "KioskStoreLedger",
             dependencies: [
                 "KioskStoreCore", "KioskAPI", "KioskRPC", "KioskWire",
-                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDB", package: "GRDB.swift", condition: services),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: services),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
@@ -154,7 +170,7 @@ let package = Package(
             name: "KioskOperations",
             dependencies: [
                 "KioskRPC",
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: services),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
@@ -166,8 +182,8 @@ let package = Package(
             dependencies: [
                 "KioskRPC",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: services),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle", condition: services),
             ]
         ),
         // The `kiosk-store` command line as a library; the executable is its `main` only.
@@ -175,8 +191,8 @@ let package = Package(
             name: "KioskStoreCommands",
             dependencies: [
                 "KioskStore", "KioskAPI", "KioskRPC", "KioskHosting", "KioskOperations", "KioskConsole",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: services),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: services),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -209,8 +225,8 @@ let package = Package(
             name: "KioskContentCommands",
             dependencies: [
                 "KioskContent", "KioskAPI", "KioskRPC", "KioskHosting", "KioskOperations",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: services),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: services),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -241,7 +257,7 @@ let package = Package(
         .target(
             name: "StripeDouble",
             dependencies: [
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: services),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -259,7 +275,7 @@ let package = Package(
             name: "KioskCommands",
             dependencies: [
                 "Kiosk",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: services),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -269,8 +285,8 @@ let package = Package(
             name: "KioskBenchCommands",
             dependencies: [
                 "KioskStore", "KioskContent", "KioskAPI", "KioskRPC", "KioskWire",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: services),
+                .product(name: "Histogram", package: "hdrhistogram-swift", condition: services),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -309,7 +325,7 @@ let package = Package(
             name: "KioskConsoleTests",
             dependencies: [
                 "KioskConsole", "KioskStore", "KioskRPC", "KioskStoreTestSupport", "KioskTesting", "Kiosk",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: services),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
@@ -338,7 +354,7 @@ let package = Package(
             dependencies: [
                 "KioskContent", "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "kiosk-content", "kiosk-store",
                 "StripeDouble", "KioskStoreIntegrations",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: services),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -363,7 +379,7 @@ let package = Package(
             name: "KioskStoreTests",
             dependencies: [
                 "KioskStore", "KioskStoreCore", "KioskStoreTestSupport",
-                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDB", package: "GRDB.swift", condition: services),
             ]
         ),
         // The store end to end: real servers on 127.0.0.1, store processes, kill -9, the Stripe double.
@@ -374,9 +390,9 @@ let package = Package(
                 "KioskTesting",
                 "Kiosk", "kiosk-store",
                 "stripe-double", "StripeDouble",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: services),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
-                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDB", package: "GRDB.swift", condition: services),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),

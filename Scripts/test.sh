@@ -14,7 +14,9 @@
 # restarted, frozen with SIGSTOP for 6 s, and restarted while the other store is
 # killed; 36 s of load), and last
 # builds and tests the Examples/ package and runs its buy-and-download tool
-# against the demo's services (Scripts/examples.sh).
+# against the demo's services (Scripts/examples.sh), then builds the README's
+# SDK example as pasted into a package of its own, on `traits: []`, and runs it
+# (Scripts/readme-example.sh, on Examples/.build, where its dependencies are built).
 # Arguments go to `swift test` (e.g. --filter WireContractTests) and skip the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,4 +50,6 @@ if [ $# -eq 0 ]; then
   ./Scripts/scale-out.sh --short --chaos
   echo "test: Examples/ builds, its tests pass, and buy-and-download buys and downloads (Scripts/examples.sh)"
   ./Scripts/examples.sh
+  echo "test: the README's SDK example, pasted into a package of its own, builds and runs (Scripts/readme-example.sh)"
+  README_EXAMPLE_SCRATCH="$(pwd)/Examples/.build" ./Scripts/readme-example.sh
 fi

@@ -198,6 +198,9 @@ public final class KioskClient: Sendable {
     // MARK: Products
 
     /// The products with `ids`, and the ids the store does not sell.
+    /// - Returns: a ``ProductsResult``: ``ProductsResult/products`` in the order asked (each with its title and its
+    ///   price in the account's storefront, ``ProductsResult/storefrontCountryCode``), and
+    ///   ``ProductsResult/invalidIdentifiers``, the ids the catalog does not have (StoreKit's invalid identifiers).
     public func products(for ids: [String]) async throws -> ProductsResult {
         let response = try await storeCall(
             "ListProducts", StoreV1.ListProductsRequest(productIDs: ids), StoreV1.ListProductsResponse.self,

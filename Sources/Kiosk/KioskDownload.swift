@@ -151,6 +151,8 @@ public final class KioskDownload: Sendable {
     }
 
     /// Waits until the download finishes; returns the file's location.
+    /// - Returns: the file URL of the whole, checked file: `directory/productID` in the directory the download was
+    ///   started with (every chunk's hash and the file's were checked against what the content service signed).
     /// - Throws: ``KioskError`` when it fails or is cancelled.
     public func result() async throws -> URL {
         try await withCheckedThrowingContinuation { continuation in
