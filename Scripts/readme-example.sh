@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The README's SDK example, as a new user takes it: a package of its own outside the repository, next to a clone
-# named `kiosk`, whose Package.swift holds the README's dependency lines ("Use Kiosk in your package", with
-# `traits: []`) and whose main.swift is the README's Swift block, pasted with no edits. Builds it, then runs it
+# named `kiosk`, whose Package.swift is the README's ("Use Kiosk in your package", with `traits: []`) and whose
+# main.swift is the README's Swift block, both pasted with no edits. Builds it (and the README's short first
+# program in its place), then runs it
 # against a store and a content service on 127.0.0.1 over TLS (Scripts/lib.sh) with a new account, and checks what
 # it printed: the products and the unknown id, 20 credits, the book downloaded byte for byte, a valid receipt,
 # the book restored. Fails, naming the step, if any of it does not hold.
 #     Scripts/readme-example.sh
 # README_EXAMPLE_SCRATCH=DIR builds in DIR (the test command passes Examples/.build, where the same dependencies
-# are built already); without it, in a new directory: a first build, timed.
+# are built already, after Scripts/examples.sh; it leaves that directory resolved for this package, and the next
+# examples.sh resolves Examples' own again); without it, in a new directory: a first build, timed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -17,36 +19,26 @@ swift build --product kiosk-content > /dev/null
 bin=$(swift build --show-bin-path)
 . Scripts/lib.sh
 
-# The README's blocks: the first ```swift block under "## The SDK" (the program, built and run), the one under "Use
-# Kiosk in your package" (the manifest's dependencies and targets) and its first program (built: it goes to the
-# default 127.0.0.1:7301 in plaintext).
+# The README's blocks, as a user copies them: the program under "## The SDK" (built and run), the whole Package.swift
+# under "Use Kiosk in your package" (written as it is) and the short first program after it (built: it goes to the
+# default 127.0.0.1:7301 in plaintext). The SDK's DocC getting-started article must show the same manifest and
+# first program.
 python3 - "$work" <<'PY'
-import re, sys
+import os, re, sys
 work = sys.argv[1]
-readme = open("README.md").read()
-def block(after):
-    start = readme.index(after)
-    match = re.search(r"```swift\n(.*?)```", readme[start:], re.S)
-    if not match:
-        sys.exit(f"readme-example: no swift block after {after!r} in README.md")
-    return match.group(1)
-program = block("## The SDK: `import Kiosk`")
-manifest = block("### Use Kiosk in your package")
-first = block("A first program, the whole of `Sources/buy/main.swift`")
-lines = [l for l in manifest.splitlines() if not l.startswith("// Package.swift")]
-# The short first program as a second executable of the same package (the README's manifest names one, `buy`).
-lines = [l.replace('.executableTarget(name: "buy", dependencies: [.product(name: "Kiosk", package: "kiosk")]),',
-                   '.executableTarget(name: "buy", dependencies: [.product(name: "Kiosk", package: "kiosk")]),\n'
-                   '    .executableTarget(name: "first", dependencies: [.product(name: "Kiosk", package: "kiosk")]),')
-         for l in lines]
-import os
-os.makedirs(f"{work}/app/Sources/buy", exist_ok=True)
-os.makedirs(f"{work}/app/Sources/first", exist_ok=True)
+def blocks(path, after):
+    text = open(path).read()
+    if after not in text:
+        sys.exit(f"readme-example: no {after!r} in {path}")
+    return re.findall(r"```swift\n(.*?)```", text[text.index(after):], re.S)
+program = blocks("README.md", "## The SDK: `import Kiosk`")[0]
+manifest, first = blocks("README.md", "### Use Kiosk in your package")[:2]
+if blocks("Sources/Kiosk/Kiosk.docc/GettingStarted.md", "### Add Kiosk to your package")[:2] != [manifest, first]:
+    sys.exit("readme-example: GettingStarted.md's manifest and first program differ from the README's")
+os.makedirs(f"{work}/app/Sources/buy")
+open(f"{work}/app/Package.swift", "w").write(manifest)
 open(f"{work}/app/Sources/buy/main.swift", "w").write(program)
-open(f"{work}/app/Sources/first/main.swift", "w").write(first)
-open(f"{work}/app/Package.swift", "w").write(
-    "// swift-tools-version:6.1\nimport PackageDescription\n\nlet package = Package(\n"
-    '    name: "app",\n    platforms: [.macOS(.v14)],\n' + "\n".join(lines) + "\n)\n")
+open(f"{work}/first.swift", "w").write(first)
 PY
 ln -s "$repo" "$work/kiosk"
 echo "readme-example: the README's program in a package of its own ($work/app), on ../kiosk with traits: []"
@@ -63,9 +55,12 @@ echo "readme-example: $packages packages resolved"
 [ "$packages" -le 9 ] || { cat "$work/app/Package.resolved"; echo "readme-example: more than 9 packages" >&2; exit 1; }
 (cd "$work/app" && swift build --scratch-path "$scratch" 2>&1 | tail -3) \
   || { echo "readme-example: the README's example does not build" >&2; exit 1; }
-[ -x "$scratch/debug/buy" ] && [ -x "$scratch/debug/first" ] \
-  || { echo "readme-example: no binaries buy and first in $scratch/debug" >&2; exit 1; }
+cp "$scratch/debug/buy" "$work/example"
 echo "readme-example: built in $(( $(date +%s) - started )) s ($( [ -n "${README_EXAMPLE_SCRATCH:-}" ] && echo "on a build directory of the same dependencies" || echo "a first build"))"
+cp "$work/first.swift" "$work/app/Sources/buy/main.swift"
+(cd "$work/app" && swift build --scratch-path "$scratch" 2>&1 | tail -1) \
+  || { echo "readme-example: the README's first program does not build" >&2; exit 1; }
+echo "readme-example: the first program builds too"
 
 start_store
 mkdir -p "$work/content/books"
@@ -75,7 +70,7 @@ start_content "$(new_credential content)"
 mkdir -p "$work/tmp"
 echo "readme-example: running it against the store at $store and the content service at $content"
 KIOSK_STORE="$store" KIOSK_CONTENT="$content" KIOSK_TOKEN="$(new_token)" TMPDIR="$work/tmp/" \
-  "$scratch/debug/buy" > "$work/buy.out" 2> "$work/buy.err" < /dev/null \
+  "$work/example" > "$work/buy.out" 2> "$work/buy.err" < /dev/null \
   || { cat "$work/buy.out" "$work/buy.err"; echo "readme-example: the program failed" >&2; exit 1; }
 cat "$work/buy.out"
 expect() {
