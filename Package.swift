@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "KioskWire", targets: ["KioskWire"]),
         .library(name: "KioskRPC", targets: ["KioskRPC"]),
         .library(name: "KioskAPI", targets: ["KioskAPI"]),
+        .library(name: "KioskSigning", targets: ["KioskSigning"]),
         .library(name: "KioskStore", targets: ["KioskStore"]),
         .executable(name: "kiosk-store", targets: ["kiosk-store"]),
         .library(name: "KioskContent", targets: ["KioskContent"]),
@@ -75,9 +76,8 @@ let package = Package(
             pkgConfig: "libdeflate",
             providers: [.apt(["libdeflate-dev"]), .brew(["libdeflate"])]
         ),
-        // swift-crypto's own SHA-256 block function, declared (its BoringSSL headers are not a module):
-        // download chunks are hashed in parallel from the SHA-256 states the content service sends.
-        // Not used on Apple platforms, where swift-crypto links no BoringSSL (KioskAPI's SHA256Hasher).
+        // swift-nio-ssl's BoringSSL SHA-256 block function, declared (its headers are not a module): download chunks
+        // are hashed in parallel from the SHA-256 states the content service sends. Not used on Apple platforms.
         .systemLibrary(name: "CBoringSHA256"),
         // SHA-256 on 8 inputs at once (AVX2 / AVX-512VL), for downloads whose chunks announce their states;
         // tested through KioskAPITests (SHA256Hasher.update(lanes:)).
@@ -110,14 +110,21 @@ let package = Package(
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
-        // What the services and the SDK share: the store and receipt messages,
-        // receipt signing and verification, key handling.
+        // What the services and the SDK share: the store, content and receipt messages, SHA-256 of downloads. No
+        // swift-crypto: the SDK builds one BoringSSL (swift-nio-ssl's, for TLS and SHA-256), not two.
         .target(
             name: "KioskAPI",
             dependencies: [
                 "KioskWire", "KioskProto", "CBoringSHA256", "CSHA256Lanes",
-                .product(name: "Crypto", package: "swift-crypto"),
+                // Links the BoringSSL whose SHA-256 block function CBoringSHA256 declares.
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
+        ),
+        // Ed25519 and HMAC on the wire's messages: receipts, events, access tokens, promotional offers, webhooks —
+        // signed by the store, checked by the store, the content service and apps' servers (swift-crypto).
+        .target(
+            name: "KioskSigning",
+            dependencies: ["KioskAPI", "KioskWire", .product(name: "Crypto", package: "swift-crypto")]
         ),
         // The store's domain: money, subscription and payment lifecycles, the ports the store's
         // adapters implement. No wire messages, no SQL, no NIO (docs/architecture.md).
@@ -139,7 +146,7 @@ let package = Package(
         .target(
             name: "KioskStoreLedger",
             dependencies: [
-                "KioskStoreCore", "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskStoreCore", "KioskAPI", "KioskSigning", "KioskRPC", "KioskWire",
                 .product(name: "GRDB", package: "GRDB.swift", condition: services),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -154,7 +161,7 @@ let package = Package(
         .target(
             name: "KioskStore",
             dependencies: [
-                "KioskStoreCore", "KioskStoreLedger", "KioskStoreIntegrations", "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskStoreCore", "KioskStoreLedger", "KioskStoreIntegrations", "KioskAPI", "KioskSigning", "KioskRPC", "KioskWire",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -190,7 +197,7 @@ let package = Package(
         .target(
             name: "KioskStoreCommands",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC", "KioskHosting", "KioskOperations", "KioskConsole",
+                "KioskStore", "KioskAPI", "KioskSigning", "KioskRPC", "KioskHosting", "KioskOperations", "KioskConsole",
                 .product(name: "ArgumentParser", package: "swift-argument-parser", condition: services),
                 .product(name: "Prometheus", package: "swift-prometheus", condition: services),
                 .product(name: "Logging", package: "swift-log"),
@@ -201,7 +208,7 @@ let package = Package(
         .target(
             name: "KioskConsole",
             dependencies: [
-                "KioskStore", "KioskAPI", "KioskRPC",
+                "KioskStore", "KioskAPI", "KioskSigning", "KioskRPC",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -212,7 +219,7 @@ let package = Package(
         .target(
             name: "KioskContent",
             dependencies: [
-                "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskAPI", "KioskSigning", "KioskRPC", "KioskWire",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -224,7 +231,7 @@ let package = Package(
         .target(
             name: "KioskContentCommands",
             dependencies: [
-                "KioskContent", "KioskAPI", "KioskRPC", "KioskHosting", "KioskOperations",
+                "KioskContent", "KioskAPI", "KioskSigning", "KioskRPC", "KioskHosting", "KioskOperations",
                 .product(name: "ArgumentParser", package: "swift-argument-parser", condition: services),
                 .product(name: "Prometheus", package: "swift-prometheus", condition: services),
                 .product(name: "Logging", package: "swift-log"),
@@ -236,7 +243,6 @@ let package = Package(
             name: "Kiosk",
             dependencies: [
                 "KioskAPI", "KioskRPC", "KioskWire",
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -246,7 +252,7 @@ let package = Package(
         .target(
             name: "KioskTesting",
             dependencies: [
-                "Kiosk", "KioskStore", "KioskContent", "KioskAPI", "KioskRPC",
+                "Kiosk", "KioskStore", "KioskContent", "KioskAPI", "KioskSigning", "KioskRPC",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -284,7 +290,7 @@ let package = Package(
         .target(
             name: "KioskBenchCommands",
             dependencies: [
-                "KioskStore", "KioskContent", "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskStore", "KioskContent", "KioskAPI", "KioskSigning", "KioskRPC", "KioskWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser", condition: services),
                 .product(name: "Histogram", package: "hdrhistogram-swift", condition: services),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -301,7 +307,7 @@ let package = Package(
         .target(
             name: "KioskFuzzing",
             dependencies: [
-                "KioskWire", "KioskAPI",
+                "KioskWire", "KioskAPI", "KioskSigning",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
@@ -340,7 +346,7 @@ let package = Package(
         .testTarget(
             name: "KioskTests",
             dependencies: [
-                "Kiosk", "KioskTesting", "KioskStore", "KioskContent", "KioskRPC", "KioskAPI", "kiosk",
+                "Kiosk", "KioskTesting", "KioskStore", "KioskContent", "KioskRPC", "KioskAPI", "KioskSigning", "kiosk",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -352,7 +358,7 @@ let package = Package(
         .testTarget(
             name: "KioskContentTests",
             dependencies: [
-                "KioskContent", "KioskStore", "KioskAPI", "KioskRPC", "KioskWire", "kiosk-content", "kiosk-store",
+                "KioskContent", "KioskStore", "KioskAPI", "KioskSigning", "KioskRPC", "KioskWire", "kiosk-content", "kiosk-store",
                 "StripeDouble", "KioskStoreIntegrations",
                 .product(name: "AsyncHTTPClient", package: "async-http-client", condition: services),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -362,7 +368,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KioskAPITests",
-            dependencies: ["KioskAPI", "KioskWire", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["KioskAPI", "KioskSigning", "KioskWire", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .testTarget(
             name: "KioskStoreCoreTests",
@@ -386,7 +392,7 @@ let package = Package(
         .testTarget(
             name: "KioskStoreIntegrationTests",
             dependencies: [
-                "KioskStore", "KioskStoreIntegrations", "KioskStoreTestSupport", "KioskAPI", "KioskRPC", "KioskWire",
+                "KioskStore", "KioskStoreIntegrations", "KioskStoreTestSupport", "KioskAPI", "KioskSigning", "KioskRPC", "KioskWire",
                 "KioskTesting",
                 "Kiosk", "kiosk-store",
                 "stripe-double", "StripeDouble",

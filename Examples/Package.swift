@@ -24,6 +24,7 @@ let package = Package(
             name: "webhook-receiver",
             dependencies: [
                 .product(name: "KioskAPI", package: "Kiosk"),
+                .product(name: "KioskSigning", package: "Kiosk"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),

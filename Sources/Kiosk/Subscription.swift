@@ -9,7 +9,8 @@ public enum SubscriptionOffer: Hashable, Sendable, Codable {
     /// The product's introductory offer (a free trial or a reduced price), once per group and account.
     case introductory
     /// A promotional offer the app's server signed for this buyer
-    /// (`PromotionalOfferSignature.sign(privateKey:keyID:bundleID:productID:offerID:accountID:nonce:timestampMs:)`).
+    /// (`PromotionalOfferSignature.sign(privateKey:keyID:bundleID:productID:offerID:accountID:nonce:timestampMs:)`, in
+    /// the `KioskSigning` product, on the server: the app holds no private key).
     case promotional(offerID: String, keyID: String, nonce: String, timestampMs: Int64, signature: [UInt8])
 
     /// A signed promotional offer.

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 
 /// A promotional subscription offer as the app's server signs it for one buyer (StoreKit's
@@ -7,7 +6,7 @@ import Foundation
 /// The signature is Ed25519 over `KIOSK-OFFER-V1\n` followed by bundle id, key id, product id,
 /// offer id, account id, nonce and the timestamp in decimal milliseconds, joined by `\n`, UTF-8.
 /// The key's public half is listed in the store's catalog (`offer_keys`); its private half stays
-/// on the app's server.
+/// on the app's server, which signs with `sign(privateKey:…)` of `KioskSigning`.
 public struct PromotionalOfferSignature: Hashable, Sendable {
     /// The promotional offer's id in the catalog.
     public var offerID: String
@@ -39,19 +38,6 @@ public struct PromotionalOfferSignature: Hashable, Sendable {
             ).utf8)
     }
 
-    /// Signs an offer for `accountID` (on the app's server).
-    public static func sign(
-        privateKey: Curve25519.Signing.PrivateKey, keyID: String, bundleID: String, productID: String, offerID: String,
-        accountID: String, nonce: String = UUID().uuidString, timestampMs: Int64
-    ) throws -> PromotionalOfferSignature {
-        let bytes = message(
-            bundleID: bundleID, keyID: keyID, productID: productID, offerID: offerID, accountID: accountID,
-            nonce: nonce, timestampMs: timestampMs)
-        return PromotionalOfferSignature(
-            offerID: offerID, keyID: keyID, nonce: nonce, timestampMs: timestampMs,
-            signature: Array(try privateKey.signature(for: bytes)))
-    }
-
     /// True for a nonce the store accepts: 8 to 64 of `[A-Za-z0-9-]`.
     public static func isWellFormed(nonce: String) -> Bool {
         (8...64).contains(nonce.utf8.count)
@@ -59,15 +45,5 @@ public struct PromotionalOfferSignature: Hashable, Sendable {
                 $0 == UInt8(ascii: "-") || ($0 < 128 && Character(Unicode.Scalar($0)).isLetter)
                     || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
             }
-    }
-
-    /// True when `signature` is `publicKey`'s over this offer for the buyer.
-    public func isValid(
-        publicKey: Curve25519.Signing.PublicKey, bundleID: String, productID: String, accountID: String
-    ) -> Bool {
-        let bytes = Self.message(
-            bundleID: bundleID, keyID: keyID, productID: productID, offerID: offerID, accountID: accountID,
-            nonce: nonce, timestampMs: timestampMs)
-        return signature.count == 64 && publicKey.isValidSignature(signature, for: bytes)
     }
 }

@@ -209,7 +209,7 @@ public struct SHA256Hasher: Sendable {
         #else
         withUnsafeMutablePointer(to: &state.words) { pointer in
             pointer.withMemoryRebound(to: UInt32.self, capacity: 8) { words in
-                CCryptoBoringSSL_SHA256_TransformBlocks(words, data.assumingMemoryBound(to: UInt8.self), blocks)
+                CNIOBoringSSL_SHA256_TransformBlocks(words, data.assumingMemoryBound(to: UInt8.self), blocks)
             }
         }
         #endif

@@ -5,6 +5,7 @@ import Histogram
 import KioskAPI
 import KioskContent
 import KioskRPC
+import KioskSigning
 import KioskStore
 import KioskWire
 import NIOConcurrencyHelpers

@@ -3,6 +3,7 @@ import Foundation
 import KioskAPI
 import KioskContent
 import KioskRPC
+import KioskSigning
 import KioskStore
 
 /// A store and a content service started by the bench itself, on 127.0.0.1,

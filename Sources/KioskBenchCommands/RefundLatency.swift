@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskStore
 import KioskWire
 

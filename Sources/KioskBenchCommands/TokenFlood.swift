@@ -3,6 +3,7 @@ import Foundation
 import KioskAPI
 import KioskContent
 import KioskRPC
+import KioskSigning
 import KioskStore
 import KioskWire
 import NIOConcurrencyHelpers

@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskStore
 
 extension AdminConsole {

@@ -1,5 +1,6 @@
 import KioskAPI
 import KioskRPC
+import KioskSigning
 
 /// Configuration of a content service.
 public struct ContentConfiguration: Sendable {

@@ -1,6 +1,7 @@
 import Crypto
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskWire
 import Logging
 import NIOConcurrencyHelpers

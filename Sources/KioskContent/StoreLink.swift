@@ -1,5 +1,6 @@
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskWire
 
 /// The content service's calls to the store: keys and the refunds in its event log,

@@ -1,5 +1,6 @@
 import Foundation
 import KioskAPI
+import KioskSigning
 import KioskWire
 
 /// A receipt's bytes as the verified-receipt cache's key: hashed once, with

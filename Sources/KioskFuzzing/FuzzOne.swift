@@ -1,4 +1,5 @@
 import KioskAPI
+import KioskSigning
 import KioskWire
 import NIOCore
 import NIOEmbedded

@@ -1,4 +1,5 @@
 import KioskAPI
+import KioskSigning
 
 // Retiring a signing key: receipts it signed after the retirement time stop
 // verifying (21003), those it signed before keep verifying. The schema change

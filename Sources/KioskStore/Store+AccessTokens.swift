@@ -1,4 +1,5 @@
 import KioskAPI
+import KioskSigning
 
 extension Store {
     /// How long a new signing key is published before it signs access tokens:

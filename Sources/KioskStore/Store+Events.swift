@@ -1,4 +1,5 @@
 import KioskAPI
+import KioskSigning
 
 extension Store {
     /// `event` signed with the store's active key, as WatchEvents, ListEvents and webhooks send it.

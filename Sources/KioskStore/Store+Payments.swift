@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskStoreCore
 import KioskWire
 import Logging

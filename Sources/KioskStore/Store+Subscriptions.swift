@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import KioskAPI
+import KioskSigning
 import KioskStoreCore
 
 // Auto-renewable subscriptions: the renewal engine, states and reasons, auto-renew, status.

@@ -1,5 +1,6 @@
 import Foundation
 import KioskAPI
+import KioskSigning
 import NIOConcurrencyHelpers
 
 // What an operator does for a buyer beyond a refund, as the App Store Server API and RevenueCat allow: move one

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskWire
 import Logging
 import NIOConcurrencyHelpers

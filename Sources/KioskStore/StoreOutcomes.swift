@@ -1,4 +1,5 @@
 import KioskAPI
+import KioskSigning
 
 /// A purchase the store answered without recording it: nothing was charged.
 public struct FailedPurchase: Hashable, Sendable {

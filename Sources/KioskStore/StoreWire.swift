@@ -1,5 +1,6 @@
 import KioskAPI
 import KioskRPC
+import KioskSigning
 
 // The service layer's mapping of the store's domain values to the wire
 // (`kiosk.store.v1` messages and call statuses), and back for answers a ledger

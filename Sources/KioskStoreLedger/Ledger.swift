@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskStoreCore
 import NIOConcurrencyHelpers
 import Tracing

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import KioskAPI
+import KioskSigning
 import KioskWire
 import Testing
 

@@ -1,5 +1,6 @@
 import Crypto
 import KioskAPI
+import KioskSigning
 import KioskWire
 import Testing
 

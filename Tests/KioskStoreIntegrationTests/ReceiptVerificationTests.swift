@@ -1,6 +1,7 @@
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskStoreTestSupport
 import KioskWire
 import Testing

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import KioskAPI
 import KioskRPC
+import KioskSigning
 import KioskStoreCore
 import KioskStoreIntegrations
 import KioskStoreTestSupport

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import KioskAPI
+import KioskSigning
 import KioskStoreTestSupport
 import KioskTesting
 import Testing

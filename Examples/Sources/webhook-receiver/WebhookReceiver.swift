@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import KioskAPI
+import KioskSigning
 import NIOCore
 
 /// An app's back end that takes Kiosk's webhooks: each POST's `Kiosk-Signature` is checked (else 400 or 401 with

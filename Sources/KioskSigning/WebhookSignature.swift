@@ -1,4 +1,5 @@
 import Crypto
+import KioskAPI
 
 /// The signature header of a webhook POST: `t=<ms since 1970>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>`.
 /// The store signs every delivery with it; an app's back end checks it with ``isValid(_:body:secret:nowMs:toleranceMs:)``

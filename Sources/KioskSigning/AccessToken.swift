@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KioskAPI
 import KioskWire
 
 /// The bytes signed for an access token: this prefix, then the encoded

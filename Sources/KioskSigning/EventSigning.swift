@@ -1,4 +1,5 @@
 import Crypto
+import KioskAPI
 import KioskWire
 
 /// The bytes signed for an event: this prefix, then the encoded `Event`. It

@@ -1,4 +1,5 @@
 import Crypto
+import KioskAPI
 import KioskWire
 
 /// The outcome of checking a receipt.
@@ -371,25 +372,5 @@ public struct ReceiptVerifier: Sendable {
         status == .sandboxReceiptInProduction
             ? "sandbox receipt sent to a production verifier; verify it against the sandbox"
             : "production receipt sent to a sandbox verifier; verify it against production"
-    }
-}
-
-extension ReceiptV1.Environment {
-    /// `sandbox` or `production`.
-    public var name: String {
-        switch self {
-        case .sandbox: "sandbox"
-        case .production: "production"
-        default: "unspecified"
-        }
-    }
-
-    /// Parses `sandbox` or `production`.
-    public init?(name: String) {
-        switch name.lowercased() {
-        case "sandbox": self = .sandbox
-        case "production": self = .production
-        default: return nil
-        }
     }
 }

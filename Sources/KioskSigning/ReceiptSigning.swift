@@ -1,4 +1,5 @@
 import Crypto
+import KioskAPI
 import KioskWire
 
 /// The bytes signed for a receipt: this prefix, then the encoded payload.
