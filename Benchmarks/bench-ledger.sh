@@ -11,6 +11,8 @@
 # Cases (buyers/purchases in flight). Each is one `kiosk-bench purchase --warmup 2 --duration DURATION
 # --connections 2 --json`, with a --token for each buyer and a --server-pid for each store:
 #   PostgreSQL, one store:                                    1/1, 1/16, 16/16, 64/16, 64/64
+#   PostgreSQL, one store with --database-statements unnamed: 64/16, 64/64   (every statement parsed and planned each
+#                                                             time: what preparing them saves, in the same run)
 #   PostgreSQL, two stores on the database (own data dirs):   64/16, 64/64   (the second store runs for these only)
 #   SQLite, one store on its own data dir:                    64/16, 64/64
 # Every case uses 2 connections, so one store and two stores differ only in the stores.
@@ -166,7 +168,7 @@ run_case() {
   # More than 0.1% failed calls make kiosk-bench exit 1 after its JSON: the row keeps them (the errors column).
   [ -n "$json" ] || { echo "kiosk-bench printed nothing:" >&2; cat "$work/bench.err" >&2; exit 1; }
   local fields=(round="$round" ledger="\"$ledger\"" stores="${#stores[@]}" buyers="$buyers" in_flight="$inflight"
-    duration_s="$duration" bench="$json")
+    duration_s="$duration" statements_mode="\"${mode:-prepared}\"" bench="$json")
   if [ "$ledger" = postgres ]; then
     cpu1=$(pg_cpu); s=$(statements); t1=$EPOCHREALTIME
     tps=$(pgbench_tps "$inflight")
@@ -189,6 +191,13 @@ for round in $(seq "$rounds"); do
     # shellcheck disable=SC2086  # the pair is two words: buyers and purchases in flight
     run_case "$round" postgres $pair pg1
   done
+  serve_store pgu "${pg_ledger[@]}" --database-statements unnamed
+  sleep "$report_wait"   # the new store's start-up commits are reported before the first count
+  for pair in "64 16" "64 64"; do
+    # shellcheck disable=SC2086
+    mode=unnamed run_case "$round" postgres $pair pgu
+  done
+  stop_service pgu
   serve_store pg2 "${pg_ledger[@]}"
   if [ -z "$idle_two" ]; then
     say "idle background, two stores on PostgreSQL ($((report_wait + 20)) s)"
@@ -234,6 +243,8 @@ cases = {}
 for line in open(path):
     row = json.loads(line)
     key = (row["ledger"], row["stores"], row["buyers"], row["in_flight"])
+    if row.get("statements_mode", "prepared") != "prepared":
+        key = (row["ledger"] + " " + row["statements_mode"],) + key[1:]
     cases.setdefault(key, []).append(figures(row))
 
 def med(key, name):
@@ -244,7 +255,8 @@ def show(value, form):
     return "—" if value is None else format(value, form)
 
 order = [("postgres", 1, 1, 1), ("postgres", 1, 1, 16), ("postgres", 1, 16, 16), ("postgres", 1, 64, 16),
-         ("postgres", 1, 64, 64), ("postgres", 2, 64, 16), ("postgres", 2, 64, 64), ("sqlite", 1, 64, 16),
+         ("postgres", 1, 64, 64), ("postgres unnamed", 1, 64, 16), ("postgres unnamed", 1, 64, 64),
+         ("postgres", 2, 64, 16), ("postgres", 2, 64, 64), ("sqlite", 1, 64, 16),
          ("sqlite", 1, 64, 64)]
 print(f"bench-ledger: {rounds} round(s), medians; {duration} s a case after 2 s of warm-up, durable purchases "
       f"(committed before the answer); pgbench TPC-B-like, scale {scale} (initialised in {init_seconds} s), "
@@ -304,6 +316,15 @@ for key, label in ((("postgres", 1, 64, 16), "PostgreSQL, one store"), (("postgr
     if key in cases: parts.append(f"{show(med(key, 'p99'), '.1f')} ms ({label})")
 if parts:
     print("p99 with 64 buyers and 16 in flight: " + ", ".join(parts))
+for inflight in (16, 64):
+    prepared, unnamed = ("postgres", 1, 64, inflight), ("postgres unnamed", 1, 64, inflight)
+    if prepared in cases and unnamed in cases:
+        ratios = [a["rate"] / b["rate"] for a, b in zip(cases[prepared], cases[unnamed]) if b["rate"]]
+        print(f"prepared against unnamed statements, PostgreSQL, 64 buyers, {inflight} in flight: "
+              f"{show(med(prepared, 'rate'), ',.0f')} against {show(med(unnamed, 'rate'), ',.0f')} purchases/s: "
+              f"{show(st.median(ratios) if ratios else None, '.2f')}×; PG CPU/purchase "
+              f"{show(med(prepared, 'pg_cpu'), ',.0f')} against {show(med(unnamed, 'pg_cpu'), ',.0f')} µs; store CPU "
+              f"{show(med(prepared, 'store_cpu'), ',.0f')} against {show(med(unnamed, 'store_cpu'), ',.0f')} µs")
 for inflight in (16, 64):
     one, two = ("postgres", 1, 64, inflight), ("postgres", 2, 64, inflight)
     if one in cases and two in cases:

@@ -80,6 +80,12 @@ struct DataDirOptions: ParsableArguments {
         help: "Talk to a PostgreSQL beyond loopback without TLS (a sandbox store only; a production store refuses).")
     var databasePlaintext = false
     @Option(
+        name: .customLong("database-statements"),
+        help: ArgumentHelp(
+            "prepared: each connection prepares the statements it runs, parsed and planned once; unnamed: each one parsed and planned every time, for a pooler that does not keep prepared statements (PgBouncer in transaction mode before 1.21); also KIOSK_STORE_DATABASE_STATEMENTS.",
+            valueName: "prepared|unnamed"))
+    var databaseStatements: String?
+    @Option(
         name: .customLong("key-encryption-key-file"),
         help:
             "File holding the key that seals the private signing keys in the ledger (kiosk-store keys new-kek), the same for every replica on one database; also KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE. Without it the private keys stay in the data dir."
@@ -122,6 +128,14 @@ struct DataDirOptions: ParsableArguments {
             let caFile = databaseCA ?? environment["KIOSK_STORE_DATABASE_CA"].flatMap { $0.isEmpty ? nil : $0 }
             location.security = try PostgresTransportSecurity.chosen(
                 host: location.host, caFile: caFile, plaintext: databasePlaintext, environment: storeEnvironment)
+            switch databaseStatements
+                ?? environment["KIOSK_STORE_DATABASE_STATEMENTS"].flatMap({ $0.isEmpty ? nil : $0 })
+            {
+            case nil, "prepared": location.preparesStatements = true
+            case "unnamed": location.preparesStatements = false
+            case let other?:
+                throw ValidationError("--database-statements \(other): give prepared or unnamed")
+            }
             return location
         } catch let error as StoreError {
             throw ValidationError(error.message)

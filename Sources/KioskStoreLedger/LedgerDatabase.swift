@@ -163,6 +163,8 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
 
     public var kind: Kind
     public var message: String
+    /// The table the database named in its refusal, when it named one.
+    package var table: String?
 
     public init(_ kind: Kind, _ message: String) {
         self.kind = kind

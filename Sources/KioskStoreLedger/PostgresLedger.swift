@@ -72,6 +72,10 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     public var password: String?
     /// How the connections are secured.
     public var security: PostgresTransportSecurity
+    /// Whether each connection prepares the statements it runs (parsed and planned once a session), or sends each
+    /// one unnamed (parsed and planned every time: for a pooler between the store and PostgreSQL that does not
+    /// keep a session's prepared statements, such as PgBouncer in transaction mode before 1.21).
+    public var preparesStatements = true
 
     /// Reads `postgres://user@host:port/database` (or `postgresql://`); port 5432 when absent.
     /// - Parameter security: nil: the host's default (``PostgresTransportSecurity/default(forHost:)``).
@@ -171,9 +175,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// it had sent (one wait answers every statement sent before it). Not network round trips: postgres-nio puts a
     /// query on the wire once the one before it is answered, so each statement is one.
     package let roundTrips = NIOLockedValueBox(0)
-    /// The writes about an account that committed, and the waits they made (``roundTrips``; lock and BEGIN to
-    /// COMMIT, the unlock not waited for), apart from the background's reads and writes.
-    package let accountWrites = NIOLockedValueBox((writes: 0, roundTrips: 0))
+    /// The writes about an account that committed, the waits they made (``roundTrips``; lock and BEGIN to
+    /// COMMIT, the unlock not waited for) and the statements they sent (lock to unlock; a statement prepared the
+    /// first time a connection runs it counts once), apart from the background's reads and writes.
+    package let accountWrites = NIOLockedValueBox((writes: 0, roundTrips: 0, statements: 0))
     /// What this cluster's event ids add to transaction id × 2^16 (see ``settleEventIDBase()``): 0 unless the ledger
     /// came from another cluster whose transaction ids had gone further.
     package let eventIDBase = NIOLockedValueBox<Int64>(0)
@@ -532,9 +537,11 @@ package final class PostgresLedgerBackend: LedgerBackend {
             let connection = try self.connections.checkOut()
             let database = PostgresLedgerDatabase(
                 connection: connection, health: self.health, logger: self.logger,
-                eventIDBase: self.eventIDBase.withLockedValue { $0 }, roundTrips: self.roundTrips)
+                eventIDBase: self.eventIDBase.withLockedValue { $0 }, roundTrips: self.roundTrips,
+                prepared: self.location.preparesStatements ? self.connections.prepared(for: connection) : nil)
             do {
                 let value = try body(database)
+                try database.answerEverything()
                 self.connections.checkIn(connection)
                 return value
             } catch {
@@ -581,31 +588,37 @@ package final class PostgresLedgerBackend: LedgerBackend {
             let connection = try connections.checkOut()
             let database = PostgresLedgerDatabase(
                 connection: connection, health: health, logger: logger,
-                eventIDBase: eventIDBase.withLockedValue { $0 }, roundTrips: roundTrips)
-            var lock: EventLoopFuture<PostgresQueryResult>?
+                eventIDBase: eventIDBase.withLockedValue { $0 }, roundTrips: roundTrips,
+                prepared: location.preparesStatements ? connections.prepared(for: connection) : nil)
+            var lock: EventLoopFuture<Void>?
             do {
                 if let key {
                     // The lock, BEGIN and the body's first statement are queued together and waited for once (the
                     // connection runs them in order; the snapshot is taken by the body's first statement, after the
                     // lock is held): one wait instead of three.
-                    lock = database.send("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
+                    lock = try database.send("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
                     database.answerLater(lock!)
-                    database.answerLater(database.send(begin, []))
+                    database.answerLater(try database.send(begin, []))
                 } else {
                     try database.run(begin)
                 }
                 let value = try body(database)
                 try database.commit()
                 if key != nil {
-                    let made = database.waits
-                    accountWrites.withLockedValue { $0 = ($0.writes + 1, $0.roundTrips + made) }
+                    let (made, sent) = (database.waits, database.sent + 1)  // and the unlock
+                    accountWrites.withLockedValue { $0 = ($0.writes + 1, $0.roundTrips + made, $0.statements + sent) }
                 }
                 // Committed: whatever happens to the unlock, the write stands. The unlock is not waited for (the
                 // connection's next query runs after it); a connection that fails it is closed (PostgreSQL then
                 // releases the lock with its session).
                 if let key {
-                    database.send("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key]).whenFailure { _ in
-                        closeKeepingAlive(connection)
+                    do {
+                        try database.send("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key]).whenFailure {
+                            _ in closeKeepingAlive(connection)
+                        }
+                    } catch {
+                        connections.discard(connection)
+                        return value
                     }
                 }
                 connections.checkIn(connection)
@@ -656,6 +669,8 @@ private enum AccountLockState { case none, held, unknown }
 private final class ConnectionPool: Sendable {
     private struct State {
         package var idle: [PostgresConnection] = []
+        /// Each open connection's prepared statements, with the connection (held, so its identifier is not reused).
+        var prepared: [ObjectIdentifier: (connection: PostgresConnection, statements: PreparedStatements)] = [:]
         var open = 0
         package var nextID = 0
         package var closed = false
@@ -696,6 +711,7 @@ private final class ConnectionPool: Sendable {
             if state.closed { return .closed }
             while let connection = state.idle.popLast() {
                 if !connection.isClosed { return .use(connection) }
+                state.prepared[ObjectIdentifier(connection)] = nil
                 state.open -= 1
             }
             state.open += 1
@@ -713,6 +729,7 @@ private final class ConnectionPool: Sendable {
                 let connection = try connectWithin(
                     health.timeout, on: group.next(), configuration: configuration, id: id, logger: logger)
                 health.noteAnswered()
+                state.withLockedValue { $0.prepared[ObjectIdentifier(connection)] = (connection, PreparedStatements()) }
                 return connection
             } catch {
                 health.noteStalled()
@@ -727,6 +744,7 @@ private final class ConnectionPool: Sendable {
     package func checkIn(_ connection: PostgresConnection) {
         let close = state.withLockedValue { state -> Bool in
             if state.closed || connection.isClosed {
+                state.prepared[ObjectIdentifier(connection)] = nil
                 state.open -= 1
                 return true
             }
@@ -738,7 +756,10 @@ private final class ConnectionPool: Sendable {
     }
 
     package func discard(_ connection: PostgresConnection) {
-        state.withLockedValue { $0.open -= 1 }
+        state.withLockedValue {
+            $0.prepared[ObjectIdentifier(connection)] = nil
+            $0.open -= 1
+        }
         closeKeepingAlive(connection)
         free.signal()
     }
@@ -747,10 +768,37 @@ private final class ConnectionPool: Sendable {
     package func closeAll() -> [PostgresConnection] {
         state.withLockedValue { state -> [PostgresConnection] in
             state.closed = true
-            defer { state.idle = [] }
+            defer {
+                state.idle = []
+                state.prepared = [:]
+            }
             return state.idle
         }
     }
+
+    /// The statements `connection`, one of this pool's, has prepared.
+    package func prepared(for connection: PostgresConnection) -> PreparedStatements? {
+        state.withLockedValue { $0.prepared[ObjectIdentifier(connection)]?.statements }
+    }
+}
+
+/// The statements one connection has prepared, by their SQL with their parameters' types. PostgreSQL keeps a
+/// prepared statement's parse and plan for the session: running it again sends only its values (Bind and Execute)
+/// and skips both.
+package final class PreparedStatements: Sendable {
+    /// Most statements one connection prepares; past it, SQL not yet prepared runs unnamed (SQL built with a
+    /// varying number of placeholders cannot fill the session's memory).
+    package static let capacity = 256
+
+    package enum Entry: Sendable {
+        case prepared(PreparedQuery)
+        /// PostgreSQL cannot prepare it as written (a parameter whose type it cannot tell): it runs unnamed.
+        case unprepared
+    }
+
+    package let entries = NIOLockedValueBox<[String: Entry]>([:])
+
+    package init() {}
 }
 
 /// Closes `connection` and keeps it alive until the close completes: a TLS connection stays open while its
@@ -844,15 +892,19 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// Where this database counts its waits (``PostgresLedgerBackend/roundTrips``), if anywhere.
     private let roundTrips: NIOLockedValueBox<Int>?
 
+    /// The connection's prepared statements: nil runs every statement unnamed (parsed and planned each time).
+    private let prepared: PreparedStatements?
+
     package init(
         connection: PostgresConnection, health: PostgresHealth, logger: Logger, eventIDBase: Int64 = 0,
-        roundTrips: NIOLockedValueBox<Int>? = nil
+        roundTrips: NIOLockedValueBox<Int>? = nil, prepared: PreparedStatements? = nil
     ) {
         self.connection = connection
         self.health = health
         self.logger = logger
         self.eventIDBase = eventIDBase
         self.roundTrips = roundTrips
+        self.prepared = prepared
     }
 
     package var dialect: LedgerDialect { .postgres }
@@ -869,6 +921,9 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// How many times this transaction has waited for PostgreSQL's answer (lock and BEGIN apart).
     package var waits: Int { progress.waits }
 
+    /// How many statements this transaction has sent (prepares apart).
+    package var sent: Int { progress.sent }
+
     /// Most statements sent and not yet waited for: past it, ``executeLater(_:_:refusal:)`` waits for them first.
     package static let maximumUnanswered = 64
 
@@ -878,22 +933,190 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         var recorded: Int64 = 0
         var serialized: Set<String> = []
         var waits = 0
+        var sent = 0
         /// The lock and BEGIN sent ahead of the body's first statement are answered (or there were none).
         var begun = false
         /// A statement sent without waiting failed: the transaction is aborted, whatever the body did with the error.
         var failed = false
-        var unanswered: [(sent: EventLoopFuture<PostgresQueryResult>, refusal: ((LedgerError) -> (any Error)?)?)] = []
+        var unanswered: [(sent: EventLoopFuture<Void>, refusal: ((LedgerError) -> (any Error)?)?)] = []
+        /// Writes not yet sent (``executeLater(_:_:refusal:)``): they go with the next statement, several as one.
+        var held: [HeldWrite] = []
     }
 
+    /// An insert, update or delete whose answer the write does not read, held until the write's next statement.
+    package struct HeldWrite {
+        package var sql: String
+        package var arguments: [any LedgerArgument]
+        /// The one table it changes.
+        package var table: String
+        package var refusal: ((LedgerError) -> (any Error)?)?
+
+        package init(
+            sql: String, arguments: [any LedgerArgument], table: String, refusal: ((LedgerError) -> (any Error)?)?
+        ) {
+            self.sql = sql
+            self.arguments = arguments
+            self.table = table
+            self.refusal = refusal
+        }
+    }
+
+    /// Holds a plain insert, update or delete until the write's next statement that is sent: then the writes held
+    /// go as one statement (``batches(_:)``), or ahead of that statement in it. Anything else is sent at once.
     package func executeLater(
         _ sql: String, _ arguments: [any LedgerArgument], refusal: ((LedgerError) -> (any Error)?)?
     ) throws {
-        if progress.unanswered.count >= Self.maximumUnanswered { try answerSent() }
-        progress.unanswered.append((send(sql, arguments), refusal))
+        if progress.unanswered.count + progress.held.count >= Self.maximumUnanswered {
+            try sendHeld()
+            try answerSent()
+        }
+        if let table = Self.changedTable(sql) {
+            progress.held.append(HeldWrite(sql: sql, arguments: arguments, table: table, refusal: refusal))
+            return
+        }
+        try sendHeld()
+        progress.unanswered.append((try send(sql, arguments), refusal))
+    }
+
+    /// The table a single `INSERT INTO`, `UPDATE` or `DELETE FROM` changes, when it returns nothing; nil for any
+    /// other statement.
+    package static func changedTable(_ sql: String) -> String? {
+        // Bytes, not Characters: this runs for every write a transaction holds.
+        let bytes = Array(sql.utf8)
+        guard !bytes.contains(UInt8(ascii: ";")), find(Array("RETURNING".utf8), in: bytes) == nil else { return nil }
+        var words: [ArraySlice<UInt8>] = []
+        var index = 0
+        while words.count < 3, index < bytes.count {
+            while index < bytes.count, isSpace(bytes[index]) { index += 1 }
+            let start = index
+            while index < bytes.count, !isSpace(bytes[index]) { index += 1 }
+            if index > start { words.append(bytes[start..<index]) }
+        }
+        let name: ArraySlice<UInt8>
+        switch words.first.map({ String(decoding: $0, as: UTF8.self) }) {
+        case "INSERT"?, "DELETE"?:
+            let preposition = words.first?.first == UInt8(ascii: "I") ? "INTO" : "FROM"
+            guard words.count == 3, String(decoding: words[1], as: UTF8.self) == preposition else { return nil }
+            name = words[2]
+        case "UPDATE"?:
+            guard words.count > 1 else { return nil }
+            name = words[1]
+        default: return nil
+        }
+        // A lowercase identifier as the ledger's SQL writes them: `UPDATE ONLY t`, a quoted or a capitalised name
+        // (which PostgreSQL folds) is sent alone rather than compared wrongly with another write's.
+        guard !name.isEmpty,
+            name.allSatisfy({ isWordByte($0) && !(UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }),
+            !name.elementsEqual("only".utf8)
+        else { return nil }
+        return String(decoding: name, as: UTF8.self)
+    }
+
+    private static func isSpace(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\n") || byte == UInt8(ascii: "\t")
+            || byte == UInt8(ascii: "\r")
+    }
+
+    /// A byte of an SQL identifier: an ASCII letter, digit or underscore.
+    private static func isWordByte(_ byte: UInt8) -> Bool {
+        (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z"))
+            || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+            || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "_")
+    }
+
+    /// Where `needle` first occurs in `bytes` at or after `start`.
+    private static func find(_ needle: [UInt8], in bytes: [UInt8], from start: Int = 0) -> Int? {
+        guard let first = needle.first, bytes.count >= needle.count else { return nil }
+        var index = start
+        while index + needle.count <= bytes.count {
+            if bytes[index] == first, bytes[index..<index + needle.count].elementsEqual(needle) { return index }
+            index += 1
+        }
+        return nil
+    }
+
+    /// Held writes in runs PostgreSQL can run as one statement with data-modifying `WITH` clauses: each of a run
+    /// changes another table, and none mentions a table an earlier one of its run changes (all of a statement's
+    /// clauses see the snapshot it started with, not one another's rows; foreign keys are checked at its end).
+    package static func batches(_ held: [HeldWrite]) -> [[HeldWrite]] {
+        var batches: [[HeldWrite]] = []
+        var current: [HeldWrite] = []
+        for write in held {
+            if current.contains(where: { $0.table == write.table || mentions(write.sql, $0.table) }) {
+                batches.append(current)
+                current = []
+            }
+            current.append(write)
+        }
+        if !current.isEmpty { batches.append(current) }
+        return batches
+    }
+
+    /// True when `sql` has `table` as a word of its own.
+    package static func mentions(_ sql: String, _ table: String) -> Bool {
+        // Case-insensitively: PostgreSQL folds unquoted names to lowercase.
+        let bytes = sql.utf8.map { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) ? $0 + 32 : $0 }
+        let name = Array(table.utf8)
+        var from = 0
+        while let found = find(name, in: bytes, from: from) {
+            let end = found + name.count
+            if (found == 0 || !isWordByte(bytes[found - 1])) && (end == bytes.count || !isWordByte(bytes[end])) {
+                return true
+            }
+            from = found + 1
+        }
+        return false
+    }
+
+    /// `writes` and then `main` as one statement: `WITH w1 AS (write), … main`; its arguments in the same order.
+    package static func combined(
+        _ writes: [HeldWrite], _ main: String, _ arguments: [any LedgerArgument]
+    ) -> (
+        String, [any LedgerArgument]
+    ) {
+        var sql = "WITH "
+        var all: [any LedgerArgument] = []
+        for (index, write) in writes.enumerated() {
+            sql += (index == 0 ? "" : ", ") + "kiosk_w\(index + 1) AS (\(write.sql))"
+            all += write.arguments
+        }
+        return (sql + " " + main, all + arguments)
+    }
+
+    /// The refusal of the write of `writes` whose table PostgreSQL named; the error as it is when it named none of
+    /// theirs (the main statement's own error).
+    private static func refusal(among writes: [HeldWrite]) -> (LedgerError) -> (any Error)? {
+        { error in
+            guard let table = error.table, let write = writes.first(where: { $0.table == table }) else { return nil }
+            return write.refusal?(error) ?? error
+        }
+    }
+
+    /// Sends every held write, each run as one statement (``batches(_:)``), and returns the last run unsent when
+    /// `keepingLast` (for the caller's statement to carry).
+    @discardableResult
+    private func sendHeld(keepingLast: Bool = false) throws -> [HeldWrite] {
+        guard !progress.held.isEmpty else { return [] }
+        var batches = Self.batches(progress.held)
+        progress.held = []
+        let last = keepingLast ? batches.removeLast() : []
+        for batch in batches { try send(batch: batch) }
+        return last
+    }
+
+    /// Sends one run of held writes as one statement, its last write the main one.
+    private func send(batch: [HeldWrite]) throws {
+        guard let main = batch.last else { return }
+        if batch.count == 1 {
+            progress.unanswered.append((try send(main.sql, main.arguments), main.refusal))
+        } else {
+            let (sql, arguments) = Self.combined(Array(batch.dropLast()), main.sql, main.arguments)
+            progress.unanswered.append((try send(sql, arguments), Self.refusal(among: batch)))
+        }
     }
 
     /// Lets the next statement that waits answer `sent` (its error thrown as it is) with the rest.
-    package func answerLater(_ sent: EventLoopFuture<PostgresQueryResult>) {
+    package func answerLater(_ sent: EventLoopFuture<Void>) {
         progress.unanswered.append((sent, nil))
     }
 
@@ -915,30 +1138,66 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         progress.begun = true
     }
 
+    /// Sends what is held and waits for every statement sent: the end of a body that runs outside a transaction.
+    package func answerEverything() throws {
+        try sendHeld()
+        if !progress.unanswered.isEmpty { try answerSent() }
+    }
+
     /// ROLLBACK, the errors of statements sent and not waited for forgotten: the transaction is given up already.
     package func rollback() throws {
         progress.unanswered = []
+        progress.held = []
         try run("ROLLBACK")
     }
 
     package func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
-        if arguments.isEmpty, sql.contains(";") {
+        if arguments.isEmpty, sql.utf8.contains(UInt8(ascii: ";")) {
             // Several statements (the schema, clearing): one at a time, the extended protocol takes one.
             var changed = 0
             for statement in Self.statements(sql) { changed += try execute(statement, []) }
             return changed
         }
+        try sendHeld()
+        progress.sent += 1
         let sent = connection.query(Self.query(sql, arguments), logger: logger)
         try answerSent()
         return try translatingErrors { try wait(sent) }.metadata.rows ?? 0
     }
 
     package func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
-        let sent = connection.query(Self.query(sql, arguments), logger: logger)
+        // A read that mentions none of the tables the last run of held writes changes carries them: one statement.
+        // Any other statement (an INSERT … RETURNING, a WITH) goes after every held write, as sent.
+        var carried: [HeldWrite] = []
+        if sql.hasPrefix("SELECT "), !sql.utf8.contains(UInt8(ascii: ";")) {
+            carried = try sendHeld(keepingLast: true)
+            if carried.contains(where: { Self.mentions(sql, $0.table) }) {
+                try send(batch: carried)
+                carried = []
+            }
+        } else {
+            try sendHeld()
+        }
+        let sent: EventLoopFuture<[PostgresRow]>
+        if carried.isEmpty {
+            sent = try sendForRows(sql, arguments)
+        } else {
+            let (combined, all) = Self.combined(carried, sql, arguments)
+            sent = try sendForRows(combined, all)
+        }
         try answerSent()
-        let result = try translatingErrors { try wait(sent) }
+        let rows: [PostgresRow]
+        do {
+            rows = try translatingErrors { try wait(sent) }
+        } catch let error as LedgerError {
+            if let table = error.table, let write = carried.first(where: { $0.table == table }) {
+                progress.failed = true
+                throw write.refusal?(error) ?? error
+            }
+            throw error
+        }
         var columns: LedgerRow.Columns?
-        return try result.rows.map { row in
+        return try rows.map { row in
             var values: [LedgerValue] = []
             values.reserveCapacity(row.count)
             var names: [String] = []
@@ -953,12 +1212,70 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// Sends a statement without waiting for its answer: the connection runs its statements in the order sent.
-    package func send(_ sql: String, _ arguments: [any LedgerArgument]) -> EventLoopFuture<PostgresQueryResult> {
-        connection.query(Self.query(sql, arguments), logger: logger)
+    package func send(_ sql: String, _ arguments: [any LedgerArgument]) throws -> EventLoopFuture<Void> {
+        try sendForRows(sql, arguments).map { _ in }
+    }
+
+    /// Sends a statement, prepared on this connection when it can be, without waiting for its rows.
+    private func sendForRows(_ sql: String, _ arguments: [any LedgerArgument]) throws -> EventLoopFuture<[PostgresRow]>
+    {
+        progress.sent += 1
+        if let prepared, let statement = try prepare(sql, arguments, in: prepared) {
+            var values: [PostgresData] = []
+            values.reserveCapacity(arguments.count)
+            for argument in arguments {
+                switch argument.ledgerValue {
+                case .null: values.append(.null)
+                case .integer(let integer): values.append(PostgresData(int64: integer))
+                case .text(let string): values.append(PostgresData(string: string))
+                case .bytes(let bytes): values.append(PostgresData(bytes: bytes))
+                }
+            }
+            return statement.execute(values)
+        }
+        return connection.query(Self.query(sql, arguments), logger: logger).map(\.rows)
+    }
+
+    /// The statement prepared for `sql` with the types of `arguments` on this connection, prepared now (one wait,
+    /// not counted in ``waits``: once a connection, not once a write) when it is new; nil when it runs unnamed.
+    /// The prepare is queued behind what the transaction sent before it, so the order of statements holds.
+    private func prepare(
+        _ sql: String, _ arguments: [any LedgerArgument], in prepared: PreparedStatements
+    ) throws -> PreparedQuery? {
+        let text = Self.placeholders(sql, arguments, typed: true)
+        let (entry, full) = prepared.entries.withLockedValue { ($0[text], $0.count >= PreparedStatements.capacity) }
+        switch entry {
+        case .prepared(let statement)?: return statement
+        case .unprepared?: return nil
+        case nil: if full { return nil }
+        }
+        do {
+            let statement = try wait(connection.prepare(query: text))
+            prepared.entries.withLockedValue { $0[text] = .prepared(statement) }
+            return statement
+        } catch let error as LedgerError {
+            throw error
+        } catch {
+            // Not the server's answer (a lost connection): the unnamed statement meets it and reports it. A
+            // transaction a statement sent before aborted (25P02): that statement's error is reported first.
+            guard let state = Self.serverState(error), state != "25P02" else { return nil }
+            // The server refused the Parse, which aborts a transaction: the unnamed statement could not run after
+            // it. SQL PostgreSQL cannot prepare as written (class 42: a parameter whose type it cannot tell) runs
+            // unnamed from now on, and the write is retried; anything else (a deadlock, a lock or statement
+            // timeout) is the statement's own error.
+            var refused = Self.ledgerError(error, sqlState: state)
+            if state.hasPrefix("42") {
+                prepared.entries.withLockedValue { $0[text] = .unprepared }
+                refused.kind = .serializationFailure
+            }
+            throw refused
+        }
     }
 
     /// A statement with no rows to read (BEGIN, COMMIT).
     package func run(_ sql: String) throws {
+        try sendHeld()
+        progress.sent += 1
         let sent = connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
         try answerSent()
         _ = try translatingErrors { try wait(sent) }
@@ -971,7 +1288,9 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         // A body that sent only statements it does not wait for has not yet seen its lock and BEGIN answered; the
         // connection runs what follows a failed statement, so COMMIT goes only once they are (or a write could
         // commit without its account's lock).
+        try sendHeld()
         if !progress.begun { try answerSent() }
+        progress.sent += 1
         let sent = connection.query(PostgresQuery(unsafeSQL: "COMMIT"), logger: logger)
         try answerSent()
         let answer = try translatingErrors { try wait(sent) }
@@ -1014,21 +1333,39 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         return statements.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
     }
 
-    /// `?` placeholders as PostgreSQL's `$1, $2, …` (outside quoted literals), with the arguments bound.
-    package static func query(_ sql: String, _ arguments: [any LedgerArgument]) -> PostgresQuery {
-        var text = ""
-        text.reserveCapacity(sql.utf8.count + 2 * arguments.count)
+    /// `sql` with its `?` placeholders as PostgreSQL's `$1, $2, …` (outside quoted literals). `typed`: each one
+    /// cast to its argument's type (`$1::int8`), as the unnamed statement's Parse declares them, for SQL prepared
+    /// once and run with other values of the same types; a NULL's type is left to PostgreSQL.
+    package static func placeholders(_ sql: String, _ arguments: [any LedgerArgument], typed: Bool = false) -> String {
+        // Bytes, not Characters: every statement passes here. `'` and `?` are ASCII, so no UTF-8 sequence holds them.
+        var text: [UInt8] = []
+        text.reserveCapacity(sql.utf8.count + (typed ? 9 : 3) * arguments.count)
         var number = 0
         var quoted = false
-        for character in sql {
-            if character == "'" { quoted.toggle() }
-            if character == "?", !quoted {
-                number += 1
-                text += "$\(number)"
-            } else {
-                text.append(character)
+        for byte in sql.utf8 {
+            if byte == UInt8(ascii: "'") { quoted.toggle() }
+            guard byte == UInt8(ascii: "?"), !quoted else {
+                text.append(byte)
+                continue
+            }
+            number += 1
+            text.append(UInt8(ascii: "$"))
+            text.append(contentsOf: String(number).utf8)
+            if typed, number <= arguments.count {
+                switch arguments[number - 1].ledgerValue {
+                case .null: break
+                case .integer: text.append(contentsOf: "::int8".utf8)
+                case .text: text.append(contentsOf: "::text".utf8)
+                case .bytes: text.append(contentsOf: "::bytea".utf8)
+                }
             }
         }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// `?` placeholders as PostgreSQL's `$1, $2, …` (outside quoted literals), with the arguments bound.
+    package static func query(_ sql: String, _ arguments: [any LedgerArgument]) -> PostgresQuery {
+        let text = placeholders(sql, arguments)
         var binds = PostgresBindings(capacity: arguments.count)
         for argument in arguments {
             switch argument.ledgerValue {
@@ -1041,17 +1378,29 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         return PostgresQuery(unsafeSQL: text, binds: binds)
     }
 
+    /// A cell in PostgreSQL's binary format, which every statement asks for (unnamed or prepared: postgres-nio's
+    /// prepared statements describe their columns as text, so the cell's own format is not trusted).
     package static func value(_ cell: PostgresCell) throws -> LedgerValue {
-        guard cell.bytes != nil else { return .null }
+        guard var bytes = cell.bytes else { return .null }
+        let malformed = LedgerError(
+            .schema, "ledger column \(cell.columnName) holds \(bytes.readableBytes) bytes, not a \(cell.dataType)")
         switch cell.dataType {
-        case .int2, .int4, .int8:
-            return .integer(try cell.decode(Int64.self))
+        case .int8:
+            guard bytes.readableBytes == 8, let integer = bytes.readInteger(as: Int64.self) else { throw malformed }
+            return .integer(integer)
+        case .int4:
+            guard bytes.readableBytes == 4, let integer = bytes.readInteger(as: Int32.self) else { throw malformed }
+            return .integer(Int64(integer))
+        case .int2:
+            guard bytes.readableBytes == 2, let integer = bytes.readInteger(as: Int16.self) else { throw malformed }
+            return .integer(Int64(integer))
         case .bool:
-            return .integer(try cell.decode(Bool.self) ? 1 : 0)
+            guard bytes.readableBytes == 1, let flag = bytes.readInteger(as: UInt8.self) else { throw malformed }
+            return .integer(flag == 0 ? 0 : 1)
         case .text, .varchar, .name, .bpchar:
-            return .text(try cell.decode(String.self))
+            return .text(String(buffer: bytes))
         case .bytea:
-            return .bytes(Array(buffer: try cell.decode(ByteBuffer.self)))
+            return .bytes(Array(bytes.readableBytesView))
         default:
             throw LedgerError(
                 .schema,
@@ -1064,7 +1413,39 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         do {
             return try body()
         } catch let error as PSQLError {
-            throw Self.ledgerError(error, sqlState: error.serverInfo?[.sqlState])
+            var translated = Self.ledgerError(error, sqlState: error.serverInfo?[.sqlState])
+            translated.table = error.serverInfo?[.tableName]
+            throw forgettingStalePlans(translated, sqlState: error.serverInfo?[.sqlState])
+        } catch let error as PostgresError {
+            // A prepared statement's errors come in postgres-nio's older form.
+            var translated = Self.ledgerError(error, sqlState: Self.serverState(error))
+            if case .server(let message) = error { translated.table = message.fields[.tableName] }
+            throw forgettingStalePlans(translated, sqlState: Self.serverState(error))
+        } catch let error as LedgerError {
+            throw error
+        } catch {
+            // The older form turns a lost connection into the channel's own error (a reset, a TLS failure).
+            throw LedgerError(.unavailable, "PostgreSQL: \(Self.describe(error))")
+        }
+    }
+
+    /// A prepared statement the schema has overtaken (a newer store migrated a table under `SELECT *`: "cached plan
+    /// must not change result type") or that the session no longer has (26000): the connection's statements are
+    /// forgotten, to be prepared again, and the error is one to retry (a write is run again at once).
+    private func forgettingStalePlans(_ error: LedgerError, sqlState: String?) -> LedgerError {
+        guard let prepared, sqlState == "26000" || sqlState == "0A000" else { return error }
+        prepared.entries.withLockedValue { $0 = [:] }
+        var retry = error
+        retry.kind = .serializationFailure
+        return retry
+    }
+
+    /// The SQLSTATE of an error the server sent, in either of postgres-nio's forms; nil for any other error.
+    package static func serverState(_ error: any Error) -> String? {
+        switch error {
+        case let error as PSQLError: error.serverInfo?[.sqlState]
+        case PostgresError.server(let message) as PostgresError: message.fields[.sqlState]
+        default: nil
         }
     }
 
@@ -1094,6 +1475,9 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// The server's message when there is one (PSQLError's own description hides it).
     package static func describe(_ error: any Error) -> String {
+        if case .server(let message) = error as? PostgresError {
+            return "\(message.fields[.message] ?? "?") (SQLSTATE \(message.fields[.sqlState] ?? "?"))"
+        }
         guard let error = error as? PSQLError else { return "\(error)" }
         if let info = error.serverInfo, let message = info[.message] {
             return "\(message) (SQLSTATE \(info[.sqlState] ?? "?"))"

@@ -60,6 +60,7 @@ struct PostgresConcurrencyTests {
             let backend = try #require(fixture.store.ledger.backend as? PostgresLedgerBackend)
             _ = try await fixture.buy("credits.5", token: token, key: "warm-up")
             var counts: [Int] = []
+            var statements: [Int] = []
             for n in 0..<5 {
                 let before = backend.accountWrites.withLockedValue { $0 }
                 let response = try await fixture.buy("credits.5", token: token, key: "counted-\(n)")
@@ -67,9 +68,113 @@ struct PostgresConcurrencyTests {
                 #expect(response.transaction?.state == .purchased)
                 #expect(after.writes - before.writes == 2)
                 counts.append(after.roundTrips - before.roundTrips)
+                statements.append(after.statements - before.statements)
             }
-            print("waits per purchase: \(counts)")
+            print("waits per purchase: \(counts); statements: \(statements)")
             #expect(counts.allSatisfy { $0 <= 8 }, "waits of a purchase's writes: \(counts)")
+            // Lock to unlock, both writes: the outcome's inserts and updates go as one statement, and the update that
+            // orders writes about the account rides on the first read that does not read the account.
+            #expect(statements.allSatisfy { $0 <= StatementBudget.purchaseWrites }, "statements: \(statements)")
+            // Prepared on the connection the purchases used: PostgreSQL parsed and planned them once.
+            let prepared = try await backend.readStatement { db in
+                try db.value(Int.self, "SELECT count(*) FROM pg_prepared_statements") ?? 0
+            }
+            #expect(prepared > 0)
+        }
+    }
+
+    /// A table changed under a prepared `SELECT *` (a newer store's migration during a rolling upgrade): the write
+    /// that meets the stale plan is run again with the statement prepared anew, and reads the new column.
+    @Test func aStatementPreparedBeforeASchemaChangeIsPreparedAgain() async throws {
+        try await StoreFixture.with { fixture in
+            let backend = try #require(fixture.store.ledger.backend as? PostgresLedgerBackend)
+            try await backend.groupWrite(serializingOn: nil) { db in
+                try db.execute("CREATE TABLE kiosk_probe (a BIGINT)", [])
+                try db.execute("INSERT INTO kiosk_probe (a) VALUES (1)", [])
+            }
+            let read = { @Sendable in
+                try await backend.groupWrite(serializingOn: nil) { db in
+                    try db.fetchAll("SELECT * FROM kiosk_probe", []).map { $0.columns.names }
+                }
+            }
+            #expect(try await read() == [["a"]])
+            let retriesBefore = backend.retries.withLockedValue { $0 }
+            try await backend.groupWrite(serializingOn: nil) { db in
+                try db.execute("ALTER TABLE kiosk_probe ADD COLUMN b BIGINT", [])
+            }
+            #expect(try await read() == [["a", "b"]])
+            let retried = backend.retries.withLockedValue { $0 } - retriesBefore
+            print("schema change: writes retried \(retried)")
+            #expect(retried <= 1)
+        }
+    }
+
+    /// `--database-statements unnamed`: nothing is prepared on the session (a pooler that does not keep prepared
+    /// statements would lose them), and held writes still go as one statement.
+    @Test func unnamedStatementsPrepareNothing() async throws {
+        var location = try TestLedger.createDatabase()
+        location.preparesStatements = false
+        let backend = try PostgresLedgerBackend(location: location)
+        let (rows, prepared) = try await backend.groupWrite(serializingOn: nil) { db in
+            try db.executeLater("INSERT INTO settings (key, value) VALUES (?, ?)", ["probe-a", "1"], refusal: nil)
+            try db.executeLater("UPDATE accounts SET credit_balance = 0 WHERE id = ?", ["nobody"], refusal: nil)
+            let rows = try db.fetchAll("SELECT value FROM settings WHERE key = ?", ["probe-a"]).count
+            return (rows, try db.value(Int.self, "SELECT count(*) FROM pg_prepared_statements") ?? -1)
+        }
+        #expect(rows == 1 && prepared == 0)
+    }
+
+    enum StatementBudget {
+        static let purchaseWrites = 17
+    }
+
+    struct Refused: Error, Equatable { var table: String }
+
+    /// Held writes of several tables go as one statement; a refusal there is the refusal of the write whose table
+    /// PostgreSQL named, whichever statement carried it (a run of writes alone, or a read that carried them).
+    @Test func aRefusalInARunOfHeldWritesIsItsOwnWrites() async throws {
+        try await StoreFixture.with { fixture in
+            let token = try fixture.newAccount()
+            _ = try await fixture.buy("credits.5", token: token, key: "first")
+            let backend = try #require(fixture.store.ledger.backend as? PostgresLedgerBackend)
+            let existing = try #require(
+                try await backend.readStatement { db in
+                    try db.value(String.self, "SELECT id FROM transactions LIMIT 1")
+                })
+            let duplicate = "INSERT INTO transactions SELECT * FROM transactions WHERE id = ?"
+            let settings = "UPDATE settings SET value = value WHERE key = 'environment'"
+            let overdrawn = "UPDATE accounts SET credit_balance = -1 WHERE id = (SELECT MIN(id) FROM accounts)"
+            // A run sent with COMMIT: the second write's refusal.
+            await #expect(throws: Refused(table: "transactions")) {
+                try await backend.groupWrite(serializingOn: nil) { db in
+                    let begun = (db as? PostgresLedgerDatabase)?.sent
+                    try db.executeLater(settings, [], refusal: { _ in Refused(table: "settings") })
+                    try db.executeLater(duplicate, [existing], refusal: { _ in Refused(table: "transactions") })
+                    let sent = (db as? PostgresLedgerDatabase)?.sent
+                    #expect(sent == begun, "held writes were sent before the write's next statement")
+                }
+            }
+            // The first write's refusal, a CHECK this time.
+            await #expect(throws: Refused(table: "accounts")) {
+                try await backend.groupWrite(serializingOn: nil) { db in
+                    try db.executeLater(overdrawn, [], refusal: { _ in Refused(table: "accounts") })
+                    try db.executeLater(settings, [], refusal: { _ in Refused(table: "settings") })
+                }
+            }
+            // Carried by a read of another table: one statement, and the read throws the write's refusal.
+            await #expect(throws: Refused(table: "accounts")) {
+                try await backend.groupWrite(serializingOn: nil) { db in
+                    try db.executeLater(settings, [], refusal: { _ in Refused(table: "settings") })
+                    try db.executeLater(overdrawn, [], refusal: { _ in Refused(table: "accounts") })
+                    let database = try #require(db as? PostgresLedgerDatabase)
+                    let begun = database.sent
+                    defer { #expect(database.sent == begun + 1, "the read did not carry the held writes") }
+                    _ = try db.fetchAll("SELECT COUNT(*) FROM transactions", [])
+                }
+            }
+            // Nothing of the three was recorded, and the ledger still serves.
+            #expect(try await fixture.balance(token) == 5)
+            #expect(try await fixture.buy("credits.5", token: token, key: "after").transaction?.state == .purchased)
         }
     }
 }

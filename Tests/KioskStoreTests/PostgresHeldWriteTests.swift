@@ -1,0 +1,81 @@
+import Testing
+
+@testable import KioskStore
+
+/// Which of a write's statements PostgreSQL runs as one: inserts, updates and deletes whose answers the write does
+/// not read are held and sent together, each run changing other tables and never reading one an earlier write of
+/// the run changed (the clauses of one statement see one snapshot, not one another's rows).
+@Suite struct PostgresHeldWriteTests {
+    typealias Database = PostgresLedgerDatabase
+
+    static func held(_ sql: String, _ arguments: [any LedgerArgument] = []) -> Database.HeldWrite {
+        Database.HeldWrite(sql: sql, arguments: arguments, table: Database.changedTable(sql) ?? "?", refusal: nil)
+    }
+
+    @Test func onlyAPlainWriteOfOneTableIsHeld() {
+        #expect(Database.changedTable("INSERT INTO events (id, type) VALUES (?, ?)") == "events")
+        #expect(
+            Database.changedTable("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?") == "accounts")
+        #expect(Database.changedTable("DELETE FROM revocations WHERE transaction_id = ?") == "revocations")
+        #expect(Database.changedTable("INSERT INTO t (a) VALUES (?) RETURNING a") == nil)
+        #expect(Database.changedTable("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))") == nil)
+        #expect(Database.changedTable("UPDATE a SET x = 1; DELETE FROM b") == nil)
+        #expect(Database.changedTable("INSERT INTO t(a) VALUES (?)") == nil)
+        #expect(Database.changedTable("WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x") == nil)
+        #expect(Database.changedTable("DELETE t WHERE 1") == nil)
+        // Names PostgreSQL would fold or read otherwise are sent alone, never batched by a wrong comparison.
+        #expect(Database.changedTable("UPDATE Accounts SET x = 1") == nil)
+        #expect(Database.changedTable("UPDATE ONLY accounts SET x = 1") == nil)
+        #expect(Database.changedTable("UPDATE \"accounts\" SET x = 1") == nil)
+    }
+
+    @Test func aTableIsMentionedOnlyAsAWordOfItsOwn() {
+        #expect(Database.mentions("SELECT * FROM accounts WHERE id = ?", "accounts"))
+        #expect(Database.mentions("accounts", "accounts"))
+        #expect(!Database.mentions("INSERT INTO credit_movements (account_id) VALUES (?)", "accounts"))
+        #expect(!Database.mentions("SELECT * FROM processor_events", "events"))
+        #expect(Database.mentions("SELECT * FROM processor_events JOIN events ON 1", "events"))
+        #expect(!Database.mentions("SELECT eventsx FROM t", "events"))
+        #expect(Database.mentions("SELECT * FROM Accounts", "accounts"))
+    }
+
+    @Test func aRunBreaksAtATableChangedTwiceOrReadAfterItsChange() {
+        let writes = [
+            Self.held("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?"),
+            Self.held("INSERT INTO transactions (id, account_id) VALUES (?, ?)"),
+            Self.held("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?"),
+            Self.held("INSERT INTO credit_movements (account_id, transaction_id) VALUES (?, ?)"),
+            Self.held("INSERT INTO events (id) SELECT transaction_id FROM credit_movements WHERE id = ?"),
+            Self.held("UPDATE payment_intents SET state = ? WHERE id = ?"),
+        ]
+        let runs = Database.batches(writes).map { $0.map(\.table) }
+        #expect(
+            runs == [
+                ["accounts", "transactions"], ["accounts", "credit_movements"], ["events", "payment_intents"],
+            ])
+        #expect(Database.batches([]).isEmpty)
+    }
+
+    @Test func aRunIsOneStatementWithItsArgumentsInOrder() {
+        let (sql, arguments) = Database.combined(
+            [
+                Self.held("INSERT INTO a (x) VALUES (?)", [Int64(1)]),
+                Self.held("UPDATE b SET y = ? WHERE z = ?", ["2", Int64(3)]),
+            ],
+            "SELECT * FROM c WHERE w = ?", [Int64(4)])
+        #expect(
+            sql == "WITH kiosk_w1 AS (INSERT INTO a (x) VALUES (?)), kiosk_w2 AS (UPDATE b SET y = ? WHERE z = ?) "
+                + "SELECT * FROM c WHERE w = ?")
+        #expect(arguments.map(\.ledgerValue) == [.integer(1), .text("2"), .integer(3), .integer(4)])
+        #expect(
+            Database.placeholders(sql, arguments, typed: true)
+                == "WITH kiosk_w1 AS (INSERT INTO a (x) VALUES ($1::int8)), kiosk_w2 AS (UPDATE b SET y = $2::text "
+                + "WHERE z = $3::int8) SELECT * FROM c WHERE w = $4::int8")
+    }
+
+    @Test func aPlaceholderInAQuotedLiteralStaysAndANullIsLeftUntyped() {
+        let arguments: [any LedgerArgument] = [Optional<String>.none, [UInt8]([1])]
+        #expect(
+            Database.placeholders("SELECT '?' , ?, ?", arguments, typed: true) == "SELECT '?' , $1, $2::bytea")
+    }
+}
