@@ -316,22 +316,25 @@ for key, label in ((("postgres", 1, 64, 16), "PostgreSQL, one store"), (("postgr
     if key in cases: parts.append(f"{show(med(key, 'p99'), '.1f')} ms ({label})")
 if parts:
     print("p99 with 64 buyers and 16 in flight: " + ", ".join(parts))
+def against(a, b, name, form):
+    return f"{show(med(a, name), form)} against {show(med(b, name), form)}"
+
+def rate_ratio(a, b):  # the median of the rounds' ratios of a's purchases/s to b's
+    ratios = [x["rate"] / y["rate"] for x, y in zip(cases[a], cases[b]) if y["rate"]]
+    return show(st.median(ratios) if ratios else None, '.2f')
+
 for inflight in (16, 64):
     prepared, unnamed = ("postgres", 1, 64, inflight), ("postgres unnamed", 1, 64, inflight)
     if prepared in cases and unnamed in cases:
-        ratios = [a["rate"] / b["rate"] for a, b in zip(cases[prepared], cases[unnamed]) if b["rate"]]
         print(f"prepared against unnamed statements, PostgreSQL, 64 buyers, {inflight} in flight: "
-              f"{show(med(prepared, 'rate'), ',.0f')} against {show(med(unnamed, 'rate'), ',.0f')} purchases/s: "
-              f"{show(st.median(ratios) if ratios else None, '.2f')}×; PG CPU/purchase "
-              f"{show(med(prepared, 'pg_cpu'), ',.0f')} against {show(med(unnamed, 'pg_cpu'), ',.0f')} µs; store CPU "
-              f"{show(med(prepared, 'store_cpu'), ',.0f')} against {show(med(unnamed, 'store_cpu'), ',.0f')} µs")
+              f"{against(prepared, unnamed, 'rate', ',.0f')} purchases/s: {rate_ratio(prepared, unnamed)}×; "
+              f"PG CPU/purchase {against(prepared, unnamed, 'pg_cpu', ',.0f')} µs; "
+              f"store CPU {against(prepared, unnamed, 'store_cpu', ',.0f')} µs")
 for inflight in (16, 64):
     one, two = ("postgres", 1, 64, inflight), ("postgres", 2, 64, inflight)
     if one in cases and two in cases:
-        ratios = [b["rate"] / a["rate"] for a, b in zip(cases[one], cases[two]) if a["rate"]]
         print(f"two stores against one, PostgreSQL, 64 buyers, {inflight} in flight: "
-              f"{show(med(two, 'rate'), ',.0f')} against {show(med(one, 'rate'), ',.0f')} purchases/s: "
-              f"{show(st.median(ratios) if ratios else None, '.2f')}× (median of the rounds' ratios); "
-              f"p99 {show(med(two, 'p99'), '.1f')} against {show(med(one, 'p99'), '.1f')} ms")
+              f"{against(two, one, 'rate', ',.0f')} purchases/s: {rate_ratio(two, one)}× (median of the rounds' "
+              f"ratios); p99 {against(two, one, 'p99', '.1f')} ms")
 PY
 say "raw rows (one JSON line a case and round): $rows"

@@ -1190,11 +1190,10 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         do {
             rows = try translatingErrors { try wait(sent) }
         } catch let error as LedgerError {
-            if let table = error.table, let write = carried.first(where: { $0.table == table }) {
-                progress.failed = true
-                throw write.refusal?(error) ?? error
-            }
-            throw error
+            // A carried write's refusal aborts the write, as its own statement's would have.
+            guard let refused = Self.refusal(among: carried)(error) else { throw error }
+            progress.failed = true
+            throw refused
         }
         var columns: LedgerRow.Columns?
         return try rows.map { row in
@@ -1412,20 +1411,15 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     package func translatingErrors<T>(_ body: () throws -> T) throws -> T {
         do {
             return try body()
-        } catch let error as PSQLError {
-            var translated = Self.ledgerError(error, sqlState: error.serverInfo?[.sqlState])
-            translated.table = error.serverInfo?[.tableName]
-            throw forgettingStalePlans(translated, sqlState: error.serverInfo?[.sqlState])
-        } catch let error as PostgresError {
-            // A prepared statement's errors come in postgres-nio's older form.
-            var translated = Self.ledgerError(error, sqlState: Self.serverState(error))
-            if case .server(let message) = error { translated.table = message.fields[.tableName] }
-            throw forgettingStalePlans(translated, sqlState: Self.serverState(error))
         } catch let error as LedgerError {
             throw error
         } catch {
-            // The older form turns a lost connection into the channel's own error (a reset, a TLS failure).
-            throw LedgerError(.unavailable, "PostgreSQL: \(Self.describe(error))")
+            // PSQLError, or postgres-nio's older PostgresError for a prepared statement (which turns a lost
+            // connection into the channel's own error: a reset, a TLS failure): without a server's answer, unavailable.
+            let server = Self.serverAnswer(error)
+            var translated = Self.ledgerError(error, sqlState: server?.state)
+            translated.table = server?.table
+            throw forgettingStalePlans(translated, sqlState: server?.state)
         }
     }
 
@@ -1441,10 +1435,16 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// The SQLSTATE of an error the server sent, in either of postgres-nio's forms; nil for any other error.
-    package static func serverState(_ error: any Error) -> String? {
+    package static func serverState(_ error: any Error) -> String? { serverAnswer(error)?.state }
+
+    /// What the server's error said: its SQLSTATE, the table it named, its message; nil for an error that is not
+    /// the server's (in either of postgres-nio's forms).
+    private static func serverAnswer(_ error: any Error) -> (state: String?, table: String?, message: String?)? {
         switch error {
-        case let error as PSQLError: error.serverInfo?[.sqlState]
-        case PostgresError.server(let message) as PostgresError: message.fields[.sqlState]
+        case let error as PSQLError:
+            error.serverInfo.map { ($0[.sqlState], $0[.tableName], $0[.message]) }
+        case PostgresError.server(let answer) as PostgresError:
+            (answer.fields[.sqlState], answer.fields[.tableName], answer.fields[.message])
         default: nil
         }
     }
@@ -1475,13 +1475,10 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// The server's message when there is one (PSQLError's own description hides it).
     package static func describe(_ error: any Error) -> String {
-        if case .server(let message) = error as? PostgresError {
-            return "\(message.fields[.message] ?? "?") (SQLSTATE \(message.fields[.sqlState] ?? "?"))"
+        if let answer = serverAnswer(error), let message = answer.message {
+            return "\(message) (SQLSTATE \(answer.state ?? "?"))"
         }
         guard let error = error as? PSQLError else { return "\(error)" }
-        if let info = error.serverInfo, let message = info[.message] {
-            return "\(message) (SQLSTATE \(info[.sqlState] ?? "?"))"
-        }
         // A refused certificate, a refused TLS request, a lost socket: what went wrong underneath (postgres-nio's
         // own description of a connection error says only that).
         if let underlying = error.underlying {

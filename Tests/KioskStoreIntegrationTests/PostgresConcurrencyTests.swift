@@ -86,27 +86,44 @@ struct PostgresConcurrencyTests {
     /// A table changed under a prepared `SELECT *` (a newer store's migration during a rolling upgrade): the write
     /// that meets the stale plan is run again with the statement prepared anew, and reads the new column.
     @Test func aStatementPreparedBeforeASchemaChangeIsPreparedAgain() async throws {
-        try await StoreFixture.with { fixture in
-            let backend = try #require(fixture.store.ledger.backend as? PostgresLedgerBackend)
-            try await backend.groupWrite(serializingOn: nil) { db in
-                try db.execute("CREATE TABLE kiosk_probe (a BIGINT)", [])
-                try db.execute("INSERT INTO kiosk_probe (a) VALUES (1)", [])
-            }
-            let read = { @Sendable in
-                try await backend.groupWrite(serializingOn: nil) { db in
-                    try db.fetchAll("SELECT * FROM kiosk_probe", []).map { $0.columns.names }
-                }
-            }
-            #expect(try await read() == [["a"]])
-            let retriesBefore = backend.retries.withLockedValue { $0 }
-            try await backend.groupWrite(serializingOn: nil) { db in
-                try db.execute("ALTER TABLE kiosk_probe ADD COLUMN b BIGINT", [])
-            }
-            #expect(try await read() == [["a", "b"]])
-            let retried = backend.retries.withLockedValue { $0 } - retriesBefore
-            print("schema change: writes retried \(retried)")
-            #expect(retried <= 1)
+        // One connection: the read meets the plan it prepared before the change.
+        let backend = try PostgresLedgerBackend(location: try TestLedger.createDatabase(), connections: 1)
+        try await backend.groupWrite(serializingOn: nil) { db in
+            try db.execute("CREATE TABLE kiosk_probe (a BIGINT)", [])
+            try db.execute("INSERT INTO kiosk_probe (a) VALUES (1)", [])
         }
+        let read = { @Sendable in
+            try await backend.groupWrite(serializingOn: nil) { db in
+                try db.fetchAll("SELECT * FROM kiosk_probe", []).map { $0.columns.names }
+            }
+        }
+        #expect(try await read() == [["a"]])
+        try await backend.groupWrite(serializingOn: nil) { db in
+            try db.execute("ALTER TABLE kiosk_probe ADD COLUMN b BIGINT", [])
+        }
+        let retriesBefore = backend.retries.withLockedValue { $0 }
+        #expect(try await read() == [["a", "b"]])
+        #expect(backend.retries.withLockedValue { $0 } - retriesBefore == 1, "the stale plan was not met and retried")
+    }
+
+    /// A connection prepares a statement once and runs it again by name; past its 256 statements, new SQL runs
+    /// unnamed and the session holds no more.
+    @Test func aConnectionPreparesAStatementOnceAndAtMost256() async throws {
+        let backend = try PostgresLedgerBackend(location: try TestLedger.createDatabase(), connections: 1)
+        let prepared = { @Sendable in
+            try await backend.readStatement { db in
+                _ = try db.fetchAll("SELECT value FROM settings WHERE key = ?", ["environment"])
+                return try db.values(String.self, "SELECT statement FROM pg_prepared_statements", [])
+            }
+        }
+        let first = try await prepared()
+        #expect(first.contains("SELECT value FROM settings WHERE key = $1::text"))
+        #expect(try await prepared().sorted() == first.sorted(), "a statement was prepared again")
+        let count = try await backend.readStatement { db in
+            for n in 0..<300 { _ = try db.fetchAll("SELECT \(n) + ?", [Int64(n)]) }
+            return try db.value(Int.self, "SELECT count(*) FROM pg_prepared_statements") ?? -1
+        }
+        #expect(count == PreparedStatements.capacity)
     }
 
     /// `--database-statements unnamed`: nothing is prepared on the session (a pooler that does not keep prepared
@@ -115,13 +132,18 @@ struct PostgresConcurrencyTests {
         var location = try TestLedger.createDatabase()
         location.preparesStatements = false
         let backend = try PostgresLedgerBackend(location: location)
-        let (rows, prepared) = try await backend.groupWrite(serializingOn: nil) { db in
+        let (rows, prepared, sent) = try await backend.groupWrite(serializingOn: nil) { db in
+            let database = try #require(db as? PostgresLedgerDatabase)
+            let begun = database.sent
             try db.executeLater("INSERT INTO settings (key, value) VALUES (?, ?)", ["probe-a", "1"], refusal: nil)
             try db.executeLater("UPDATE accounts SET credit_balance = 0 WHERE id = ?", ["nobody"], refusal: nil)
+            // The read mentions the first write's table: the two writes go as one statement ahead of it.
             let rows = try db.fetchAll("SELECT value FROM settings WHERE key = ?", ["probe-a"]).count
-            return (rows, try db.value(Int.self, "SELECT count(*) FROM pg_prepared_statements") ?? -1)
+            let sent = database.sent - begun
+            return (rows, try db.value(Int.self, "SELECT count(*) FROM pg_prepared_statements") ?? -1, sent)
         }
         #expect(rows == 1 && prepared == 0)
+        #expect(sent == 2, "statements sent for two held writes and a read: \(sent)")
     }
 
     enum StatementBudget {
