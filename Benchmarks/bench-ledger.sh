@@ -15,6 +15,9 @@
 #                                                             time: what preparing them saves, in the same run)
 #   PostgreSQL, two stores on the database (own data dirs):   64/16, 64/64   (the second store runs for these only)
 #   SQLite, one store on its own data dir:                    64/16, 64/64
+#   PostgreSQL on a core of its own (PINNED=1, the default, with 2 or more cores): the postmaster and its backends on
+#   the last core, the stores, kiosk-bench and pgbench's client on the others (taskset), as where the database has a
+#   host of its own; one store 64/16, 64/64, two stores 64/64; pgbench right after each, pinned the same way
 # Every case uses 2 connections, so one store and two stores differ only in the stores.
 # Right after each PostgreSQL case, pgbench runs on the same cluster with as many clients as purchases in flight:
 #   pgbench -M prepared -c C -j 2 -T DURATION -n pgbench    (TPC-B-like; tps "without initial connection time")
@@ -136,7 +139,7 @@ print("null" if s == "null" else round(int(s) / window, 3), round((int(c1) - int
 
 # pgbench with CLIENTS clients on the pgbench database: prints its tps without initial connection time.
 pgbench_tps() {
-  run_pgbench -M prepared -c "$1" -j 2 -T "$duration" -n pgbench > "$work/pgbench.out" 2>&1 \
+  "${client[@]}" "$pgbin/pgbench" -h 127.0.0.1 -p "$pgport" -U kiosk -M prepared -c "$1" -j 2 -T "$duration" -n pgbench > "$work/pgbench.out" 2>&1 \
     || { echo "pgbench failed:" >&2; cat "$work/pgbench.out" >&2; exit 1; }
   sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$work/pgbench.out" | grep . \
     || { echo "pgbench printed no tps:" >&2; cat "$work/pgbench.out" >&2; exit 1; }
@@ -163,12 +166,12 @@ run_case() {
   if [ "$ledger" = postgres ]; then
     p0=$(ledger_purchases); reset_statements; c0=$(commits); t0=$EPOCHREALTIME; cpu0=$(pg_cpu)
   fi
-  json=$("$bin/kiosk-bench" purchase --store "$(IFS=,; echo "${endpoints[*]}")" "${args[@]}" --connections 2 \
+  json=$("${client[@]}" "$bin/kiosk-bench" purchase --store "$(IFS=,; echo "${endpoints[*]}")" "${args[@]}" --connections 2 \
     --concurrency "$inflight" --duration "$duration" --warmup 2 --json 2> "$work/bench.err") || true
   # More than 0.1% failed calls make kiosk-bench exit 1 after its JSON: the row keeps them (the errors column).
   [ -n "$json" ] || { echo "kiosk-bench printed nothing:" >&2; cat "$work/bench.err" >&2; exit 1; }
   local fields=(round="$round" ledger="\"$ledger\"" stores="${#stores[@]}" buyers="$buyers" in_flight="$inflight"
-    duration_s="$duration" statements_mode="\"${mode:-prepared}\"" bench="$json")
+    duration_s="$duration" statements_mode="\"${mode:-prepared}\"" pinned="${pinned:-false}" bench="$json")
   if [ "$ledger" = postgres ]; then
     cpu1=$(pg_cpu); s=$(statements); t1=$EPOCHREALTIME
     tps=$(pgbench_tps "$inflight")
@@ -180,6 +183,27 @@ run_case() {
       pgbench_scale="$scale" pgbench_clients="$inflight" pgbench_tps="$tps")
   fi
   write_row "${fields[@]}"
+}
+
+# PostgreSQL on the last core, everything else on the others (pin), or every process on every core (unpin).
+cores=$(nproc)
+client=()
+all_cores="0-$((cores - 1))"
+pin_all() {  # CPU_LIST PID…: every thread of each process, and so the threads and children they make later
+  local list=$1 p; shift
+  for p in "$@"; do taskset -a -p -c "$list" "$p" > /dev/null; done
+}
+postgres_pids() { echo "$postmaster" $(pgrep -P "$postmaster"); }
+pin() {
+  # shellcheck disable=SC2046
+  pin_all "$((cores - 1))" $(postgres_pids)
+  pin_all "0-$((cores - 2))" "$@"
+  client=(taskset -c "0-$((cores - 2))")
+}
+unpin() {
+  # shellcheck disable=SC2046
+  pin_all "$all_cores" $(postgres_pids) "$@"
+  client=()
 }
 
 say "idle background, one store on PostgreSQL ($((report_wait + 20)) s)"
@@ -210,6 +234,21 @@ for round in $(seq "$rounds"); do
     # shellcheck disable=SC2086
     run_case "$round" postgres $pair pg1 pg2
   done
+  if [ "${PINNED:-1}" = 1 ] && [ "$cores" -ge 2 ]; then
+    read -r idle_s idle_c <<< "$idle_one"
+    stop_service pg2
+    pin "${pid[pg1]}"
+    for pair in "64 16" "64 64"; do
+      # shellcheck disable=SC2086
+      pinned=true run_case "$round" postgres $pair pg1
+    done
+    serve_store pg2 "${pg_ledger[@]}"
+    pin "${pid[pg1]}" "${pid[pg2]}"
+    sleep "$report_wait"
+    read -r idle_s idle_c <<< "$idle_two"
+    pinned=true run_case "$round" postgres 64 64 pg1 pg2
+    unpin "${pid[pg1]}" "${pid[pg2]}"
+  fi
   stop_service pg2
   for pair in "64 16" "64 64"; do
     # shellcheck disable=SC2086
@@ -245,6 +284,8 @@ for line in open(path):
     key = (row["ledger"], row["stores"], row["buyers"], row["in_flight"])
     if row.get("statements_mode", "prepared") != "prepared":
         key = (row["ledger"] + " " + row["statements_mode"],) + key[1:]
+    if row.get("pinned"):
+        key = (row["ledger"] + " pinned",) + key[1:]
     cases.setdefault(key, []).append(figures(row))
 
 def med(key, name):
@@ -256,7 +297,8 @@ def show(value, form):
 
 order = [("postgres", 1, 1, 1), ("postgres", 1, 1, 16), ("postgres", 1, 16, 16), ("postgres", 1, 64, 16),
          ("postgres", 1, 64, 64), ("postgres unnamed", 1, 64, 16), ("postgres unnamed", 1, 64, 64),
-         ("postgres", 2, 64, 16), ("postgres", 2, 64, 64), ("sqlite", 1, 64, 16),
+         ("postgres", 2, 64, 16), ("postgres", 2, 64, 64), ("postgres pinned", 1, 64, 16),
+         ("postgres pinned", 1, 64, 64), ("postgres pinned", 2, 64, 64), ("sqlite", 1, 64, 16),
          ("sqlite", 1, 64, 64)]
 print(f"bench-ledger: {rounds} round(s), medians; {duration} s a case after 2 s of warm-up, durable purchases "
       f"(committed before the answer); pgbench TPC-B-like, scale {scale} (initialised in {init_seconds} s), "
@@ -310,6 +352,11 @@ if k in cases:
     print(f"64 buyers, 64 in flight, PostgreSQL, one store: {show(med(k, 'rate'), ',.0f')} purchases/s against "
           f"pgbench's {show(med(k, 'tps'), ',.0f')} tps with 64 clients: {show(med(k, 'ratio'), '.3f')}× "
           f"(median of the rounds' ratios)")
+k = ("postgres pinned", 1, 64, 64)
+if k in cases:
+    print(f"PostgreSQL on a core of its own, 64 buyers, 64 in flight, one store: {show(med(k, 'rate'), ',.0f')} "
+          f"purchases/s against pgbench's {show(med(k, 'tps'), ',.0f')} tps with 64 clients, pinned the same way: "
+          f"{show(med(k, 'ratio'), '.3f')}× (median of the rounds' ratios)")
 parts = []
 for key, label in ((("postgres", 1, 64, 16), "PostgreSQL, one store"), (("postgres", 2, 64, 16), "PostgreSQL, two stores"),
                    (("sqlite", 1, 64, 16), "SQLite")):
@@ -330,10 +377,11 @@ for inflight in (16, 64):
               f"{against(prepared, unnamed, 'rate', ',.0f')} purchases/s: {rate_ratio(prepared, unnamed)}×; "
               f"PG CPU/purchase {against(prepared, unnamed, 'pg_cpu', ',.0f')} µs; "
               f"store CPU {against(prepared, unnamed, 'store_cpu', ',.0f')} µs")
-for inflight in (16, 64):
-    one, two = ("postgres", 1, 64, inflight), ("postgres", 2, 64, inflight)
+for ledger, inflight in (("postgres", 16), ("postgres", 64), ("postgres pinned", 64)):
+    one, two = (ledger, 1, 64, inflight), (ledger, 2, 64, inflight)
     if one in cases and two in cases:
-        print(f"two stores against one, PostgreSQL, 64 buyers, {inflight} in flight: "
+        where = ", PostgreSQL on a core of its own" if ledger.endswith("pinned") else ", PostgreSQL"
+        print(f"two stores against one{where}, 64 buyers, {inflight} in flight: "
               f"{against(two, one, 'rate', ',.0f')} purchases/s: {rate_ratio(two, one)}× (median of the rounds' "
               f"ratios); p99 {against(two, one, 'p99', '.1f')} ms")
 PY

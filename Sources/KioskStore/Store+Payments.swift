@@ -161,6 +161,9 @@ extension Store {
         let paymentID = order.paymentID(or: transactionID)
         let instance = self.instance
         return try await ledger.write(account: order.account) { db -> PurchaseStart in
+            let intentID = "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)"
+            try db.readAheadPurchase(
+                account: order.account, key: order.idempotencyKey, intentID: intentID, paymentID: paymentID)
             // The order with its product priced in the account's storefront (once the account is read).
             var priced = order
             if let bytes = try db.remembered(
@@ -190,7 +193,7 @@ extension Store {
             priced.product = order.product?.priced(in: storefront)
             // An earlier attempt of this payment comes first: one that may have been charged is never
             // answered FAILED because the account, the catalog or the rules changed since.
-            let earlierIntent = try db.intent(id: "\(PaymentIntent.Kind.purchase.rawValue):\(paymentID)")
+            let earlierIntent = try db.intent(id: intentID)
             if let earlierIntent, let key = order.idempotencyKey, earlierIntent.requestHash != order.requestHash {
                 throw StoreError(
                     .keyReused,

@@ -86,6 +86,12 @@ struct DataDirOptions: ParsableArguments {
             valueName: "prepared|unnamed"))
     var databaseStatements: String?
     @Option(
+        name: .customLong("database-connections"),
+        help: ArgumentHelp(
+            "Connections to PostgreSQL, each with a thread of its own: at most this many of the store's transactions run at once (1–1000, default 8); also KIOSK_STORE_DATABASE_CONNECTIONS.",
+            valueName: "count"))
+    var databaseConnections: String?
+    @Option(
         name: .customLong("key-encryption-key-file"),
         help:
             "File holding the key that seals the private signing keys in the ledger (kiosk-store keys new-kek), the same for every replica on one database; also KIOSK_STORE_KEY_ENCRYPTION_KEY_FILE. Without it the private keys stay in the data dir."
@@ -135,6 +141,14 @@ struct DataDirOptions: ParsableArguments {
             case "unnamed": location.preparesStatements = false
             case let other?:
                 throw ValidationError("--database-statements \(other): give prepared or unnamed")
+            }
+            if let count = databaseConnections
+                ?? environment["KIOSK_STORE_DATABASE_CONNECTIONS"].flatMap({ $0.isEmpty ? nil : $0 })
+            {
+                guard let number = Int(count), (1...1_000).contains(number) else {
+                    throw ValidationError("--database-connections \(count): give a whole number from 1 to 1000")
+                }
+                location.connections = number
             }
             return location
         } catch let error as StoreError {

@@ -563,11 +563,11 @@ extension LedgerDatabase {
     }
 
     public func transaction(paymentID: String) throws -> TransactionRecord? {
-        try fetchOne("SELECT * FROM transactions WHERE payment_id = ?", [paymentID]).map(TransactionRecord.init)
+        try fetchOne(LedgerReads.transactionOfPayment, [paymentID]).map(TransactionRecord.init)
     }
 
     public func account(id: String) throws -> AccountRecord? {
-        try fetchOne("SELECT * FROM accounts WHERE id = ?", [id]).map(AccountRecord.init)
+        try fetchOne(LedgerReads.account, [id]).map(AccountRecord.init)
     }
 
     /// Moves the account to `storefront` (from `previous`, the one it was in): its live subscriptions renew in it from
@@ -641,7 +641,7 @@ extension LedgerDatabase {
     /// SQLite runs one write at a time: nothing to do there.
     public func serializeOnAccount(_ accountID: String) throws {
         guard dialect == .postgres, firstSerialization(of: accountID) else { return }
-        try executeLater("UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?", [accountID])
+        try executeLater(LedgerWrites.orderAccount, [accountID])
     }
 
     /// Inserts a transaction and, for a purchased consumable, its credits, and records its event:
@@ -677,11 +677,23 @@ extension LedgerDatabase {
             [account, amount, transaction, reason, nowMs])
     }
 
+    /// Reads ahead, as one statement on PostgreSQL, what the first write of a purchase reads first: the key's stored
+    /// answer (with a key), the account, an earlier intent of the payment, and (with a key) an earlier transaction of
+    /// it. Each is still read by its own function, in any order, answered from what was read ahead.
+    public func readAheadPurchase(account: String, key: String?, intentID: String, paymentID: String) throws {
+        var reads: [LedgerRead] = []
+        if let key { reads.append(LedgerRead(LedgerReads.idempotencyAnswer, [account, key])) }
+        reads.append(LedgerRead(LedgerReads.account, [account]))
+        reads.append(LedgerRead(LedgerReads.intent, [intentID]))
+        if key != nil { reads.append(LedgerRead(LedgerReads.transactionOfPayment, [paymentID])) }
+        try readAhead(reads)
+    }
+
     /// The answer stored for an idempotency key, checked in the same write that will store a new one.
     /// - Throws: ``StoreError`` 6 when the key was used for another request.
     public func remembered(account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
         guard let key,
-            let row = try fetchOne("SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?", [account, key])
+            let row = try fetchOne(LedgerReads.idempotencyAnswer, [account, key])
         else {
             return nil
         }
@@ -874,4 +886,20 @@ extension LedgerDatabase {
     public func latestRevocationCursor() throws -> UInt64 {
         UInt64(clamping: try value(Int64.self, "SELECT MAX(cursor) FROM revocations") ?? 0)
     }
+}
+
+/// Reads that more than one write makes, by one text, so that a read ahead (``LedgerDatabase/readAhead(_:)``) answers
+/// them.
+package enum LedgerReads {
+    package static let account = "SELECT * FROM accounts WHERE id = ?"
+    package static let idempotencyAnswer = "SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?"
+    package static let intent = "SELECT * FROM payment_intents WHERE id = ?"
+    package static let transactionOfPayment = "SELECT * FROM transactions WHERE payment_id = ?"
+}
+
+/// Writes the PostgreSQL backend knows by their text.
+package enum LedgerWrites {
+    /// The update that orders writes about an account (``LedgerDatabase/serializeOnAccount(_:)``): a new version of
+    /// its row, changing nothing.
+    package static let orderAccount = "UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?"
 }

@@ -226,6 +226,22 @@ public protocol LedgerDatabase: StoreRepositories {
     /// True the first time this transaction asks for `accountID`: its row needs the update that orders writes about
     /// it (``serializeOnAccount(_:)``) once a transaction, not once a statement that touches it.
     func firstSerialization(of accountID: String) -> Bool
+    /// Reads `reads` ahead, each a plain `SELECT` of at most one row. PostgreSQL runs them as one statement (one
+    /// round trip where each would take its own) and answers the transaction's next ``fetchAll(_:_:)`` of the same SQL
+    /// and arguments from what it read, until the transaction runs any other statement; a read that finds more than
+    /// one row leaves every read to run alone. SQLite reads nothing ahead.
+    func readAhead(_ reads: [LedgerRead]) throws
+}
+
+/// A read to run ahead of its turn (``LedgerDatabase/readAhead(_:)``).
+public struct LedgerRead: Sendable {
+    public var sql: String
+    public var arguments: [any LedgerArgument]
+
+    public init(_ sql: String, _ arguments: [any LedgerArgument]) {
+        self.sql = sql
+        self.arguments = arguments
+    }
 }
 
 extension LedgerDatabase {
@@ -236,6 +252,7 @@ extension LedgerDatabase {
 
     public func nextEventPlace() -> Int64 { 0 }
     public func firstSerialization(of accountID: String) -> Bool { true }
+    public func readAhead(_ reads: [LedgerRead]) throws {}
 
     public func executeLater(
         _ sql: String, _ arguments: [any LedgerArgument], refusal: ((LedgerError) -> (any Error)?)?

@@ -134,7 +134,7 @@ extension LedgerDatabase {
     }
 
     public func intent(id: String) throws -> PaymentIntent? {
-        try fetchOne("SELECT * FROM payment_intents WHERE id = ?", [id]).map(PaymentIntent.init)
+        try fetchOne(LedgerReads.intent, [id]).map(PaymentIntent.init)
     }
 
     /// Writes a new pending intent.

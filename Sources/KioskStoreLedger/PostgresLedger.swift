@@ -76,6 +76,11 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     /// one unnamed (parsed and planned every time: for a pooler between the store and PostgreSQL that does not
     /// keep a session's prepared statements, such as PgBouncer in transaction mode before 1.21).
     public var preparesStatements = true
+    /// How many connections (and threads waiting on them) the store keeps to PostgreSQL: at most this many of its
+    /// transactions run at once.
+    public var connections = PostgresLocation.defaultConnections
+    /// The default pool: 8 connections.
+    public static let defaultConnections = 8
 
     /// Reads `postgres://user@host:port/database` (or `postgresql://`); port 5432 when absent.
     /// - Parameter security: nil: the host's default (``PostgresTransportSecurity/default(forHost:)``).
@@ -201,10 +206,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// - Parameter timeout: how long a connection checkout, a connect or one statement may take before the call
     ///   that needed it fails with ``LedgerError/Kind/unavailable`` (and, for a statement, its connection is closed).
     package init(
-        location: PostgresLocation, connections size: Int = 8, timeout: Duration = PostgresLedgerBackend.defaultTimeout,
+        location: PostgresLocation, connections size: Int? = nil,
+        timeout: Duration = PostgresLedgerBackend.defaultTimeout,
         logger: Logger = Logger(label: "kiosk-store.postgres")
     ) throws {
         let tls = try Self.tls(for: location.security)
+        let size = size ?? location.connections
         self.location = location
         self.logger = logger
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -941,6 +948,8 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         var unanswered: [(sent: EventLoopFuture<Void>, refusal: ((LedgerError) -> (any Error)?)?)] = []
         /// Writes not yet sent (``executeLater(_:_:refusal:)``): they go with the next statement, several as one.
         var held: [HeldWrite] = []
+        /// Rows read ahead (``readAhead(_:)``), each for the next read of its SQL and arguments.
+        var readAhead: [(sql: String, arguments: [LedgerValue], rows: [LedgerRow])] = []
     }
 
     /// An insert, update or delete whose answer the write does not read, held until the write's next statement.
@@ -966,6 +975,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     package func executeLater(
         _ sql: String, _ arguments: [any LedgerArgument], refusal: ((LedgerError) -> (any Error)?)?
     ) throws {
+        progress.readAhead = []
         if progress.unanswered.count + progress.held.count >= Self.maximumUnanswered {
             try sendHeld()
             try answerSent()
@@ -1052,6 +1062,22 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         return batches
     }
 
+    /// Held writes less each update that only orders writes about an account (``LedgerWrites/orderAccount``) where a
+    /// later held update of the same account's row (`UPDATE accounts SET … WHERE id = ?`) makes the new version of
+    /// the row that orders them: the two would otherwise change one table and go as two statements.
+    package static func withoutRedundantOrdering(_ held: [HeldWrite]) -> [HeldWrite] {
+        guard held.count > 1 else { return held }
+        return held.enumerated().filter { index, write in
+            guard write.sql == LedgerWrites.orderAccount, let account = write.arguments.first?.ledgerValue else {
+                return true
+            }
+            return !held[(index + 1)...].contains { later in
+                later.table == "accounts" && later.sql.hasPrefix("UPDATE accounts SET ")
+                    && later.sql.hasSuffix(" WHERE id = ?") && later.arguments.last?.ledgerValue == account
+            }
+        }.map(\.element)
+    }
+
     /// True when `sql` has `table` as a word of its own.
     package static func mentions(_ sql: String, _ table: String) -> Bool {
         // Case-insensitively: PostgreSQL folds unquoted names to lowercase.
@@ -1097,7 +1123,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     @discardableResult
     private func sendHeld(keepingLast: Bool = false) throws -> [HeldWrite] {
         guard !progress.held.isEmpty else { return [] }
-        var batches = Self.batches(progress.held)
+        var batches = Self.batches(Self.withoutRedundantOrdering(progress.held))
         progress.held = []
         let last = keepingLast ? batches.removeLast() : []
         for batch in batches { try send(batch: batch) }
@@ -1158,6 +1184,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             for statement in Self.statements(sql) { changed += try execute(statement, []) }
             return changed
         }
+        progress.readAhead = []
         try sendHeld()
         progress.sent += 1
         let sent = connection.query(Self.query(sql, arguments), logger: logger)
@@ -1166,6 +1193,14 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     package func fetchAll(_ sql: String, _ arguments: [any LedgerArgument]) throws -> [LedgerRow] {
+        if !progress.readAhead.isEmpty {
+            let values = arguments.map(\.ledgerValue)
+            if let read = progress.readAhead.firstIndex(where: { $0.sql == sql && $0.arguments == values }) {
+                return progress.readAhead.remove(at: read).rows
+            }
+            // Any other statement may change what was read: nothing read ahead answers after it.
+            progress.readAhead = []
+        }
         // A read that mentions none of the tables the last run of held writes changes carries them: one statement.
         // Any other statement (an INSERT … RETURNING, a WITH) goes after every held write, as sent.
         var carried: [HeldWrite] = []
@@ -1207,6 +1242,46 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             let shared = columns ?? LedgerRow.Columns(names)
             columns = shared
             return LedgerRow(columns: shared, values: values)
+        }
+    }
+
+    /// The reads as one statement: each `LEFT JOIN LATERAL`ed to one row, after a column `kiosk_read_N` that is 1
+    /// when it found its row; the row of each read is the columns between its marker and the next.
+    package func readAhead(_ reads: [LedgerRead]) throws {
+        progress.readAhead = []
+        guard reads.count > 1 else { return }
+        var sql = "SELECT * FROM (SELECT 1 AS kiosk_read) kiosk_r0"
+        var arguments: [any LedgerArgument] = []
+        for (index, read) in reads.enumerated() {
+            sql +=
+                " LEFT JOIN LATERAL (SELECT 1 AS kiosk_read_\(index + 1), * FROM (\(read.sql)) kiosk_q LIMIT 2)"
+                + " kiosk_r\(index + 1) ON true"
+            arguments += read.arguments
+        }
+        let rows = try fetchAll(sql, arguments)
+        // More than one row: a read found two; each runs alone when its turn comes.
+        guard rows.count == 1, let row = rows.first else { return }
+        progress.readAhead = try Self.parts(of: row, count: reads.count).enumerated().map { index, part in
+            (reads[index].sql, reads[index].arguments.map(\.ledgerValue), part.map { [$0] } ?? [])
+        }
+    }
+
+    /// The rows of a read-ahead's `count` reads in its one row: nil for a read that found none.
+    package static func parts(of row: LedgerRow, count: Int) throws -> [LedgerRow?] {
+        let names = row.columns.names
+        var starts: [Int] = []
+        for number in 1...count {
+            guard let start = row.columns.index["kiosk_read_\(number)"] else {
+                throw LedgerError(.schema, "a read ahead came back without its marker kiosk_read_\(number)")
+            }
+            starts.append(start)
+        }
+        return starts.enumerated().map { number, start in
+            guard row.values[start] != .null else { return nil }
+            let end = number + 1 < starts.count ? starts[number + 1] : names.count
+            return LedgerRow(
+                columns: LedgerRow.Columns(Array(names[(start + 1)..<end])),
+                values: Array(row.values[(start + 1)..<end]))
         }
     }
 

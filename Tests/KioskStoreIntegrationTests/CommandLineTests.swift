@@ -225,6 +225,24 @@ import Testing
         #expect(message.contains(#"catalog.json: product "gold", field "price""#), "\(message)")
     }
 
+    /// PostgreSQL's pool size and statement mode are checked before anything connects, each refusal naming its option.
+    @Test func badDatabaseOptionsStopStartUpWithTheirNames() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for (option, value, expected) in [
+            ("--database-connections", "0", "--database-connections 0: give a whole number from 1 to 1000"),
+            ("--database-connections", "many", "--database-connections many: give a whole number from 1 to 1000"),
+            ("--database-statements", "cached", "--database-statements cached: give prepared or unnamed"),
+        ] {
+            let (status, _, message) = try await StoreProcess.outcome([
+                "serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog, "--port", "0",
+                "--database", "postgres://kiosk@127.0.0.1:1/kiosk", option, value,
+            ])
+            #expect(status == 64, "\(option) \(value): \(message)")
+            #expect(message.contains(expected), "\(message)")
+        }
+    }
+
     /// Admin commands open an existing data dir only: a mistyped path is an error, not a new ledger and key.
     @Test func adminCommandsRefuseADataDirWithNoLedger() async throws {
         let missing = temporaryDirectory() + "/typo"

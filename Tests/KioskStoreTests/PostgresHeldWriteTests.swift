@@ -78,4 +78,41 @@ import Testing
         #expect(
             Database.placeholders("SELECT '?' , ?, ?", arguments, typed: true) == "SELECT '?' , $1, $2::bytea")
     }
+
+    /// The update that orders writes about an account goes when a later held update of the same account's row makes
+    /// the row's new version anyway; otherwise it stays (another account, another condition, or no later update).
+    @Test func anOrderingUpdateGoesOnlyWhereALaterUpdateOfItsRowOrdersTheWrite() {
+        let order = { (account: String) in Self.held(LedgerWrites.orderAccount, [account]) }
+        let credit = { (account: String) in
+            Self.held("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", [Int64(5), account])
+        }
+        let insert = Self.held("INSERT INTO transactions (id) VALUES (?)", ["t"])
+        let tables = { (writes: [Database.HeldWrite]) in writes.map { "\($0.table):\($0.sql.prefix(6))" } }
+        #expect(
+            tables(Database.withoutRedundantOrdering([order("a"), insert, credit("a")]))
+                == ["transactions:INSERT", "accounts:UPDATE"])
+        #expect(Database.withoutRedundantOrdering([order("a"), insert, credit("b")]).count == 3)
+        #expect(Database.withoutRedundantOrdering([credit("a"), order("a")]).count == 2)
+        #expect(
+            Database.withoutRedundantOrdering([
+                order("a"), Self.held("UPDATE accounts SET x = 1 WHERE id = ? AND y = 2", ["a"]),
+            ]).count == 2)
+        #expect(Database.withoutRedundantOrdering([order("a")]).count == 1)
+    }
+
+    /// A read ahead's one row splits at its markers into each read's row, nil for a read that found none.
+    @Test func aReadAheadRowSplitsAtItsMarkers() throws {
+        let row = LedgerRow(
+            columns: LedgerRow.Columns([
+                "kiosk_read", "kiosk_read_1", "id", "v", "kiosk_read_2", "id", "kiosk_read_3", "id",
+            ]),
+            values: [.integer(1), .integer(1), .text("a"), .integer(7), .null, .null, .integer(1), .text("c")])
+        let parts = try Database.parts(of: row, count: 3)
+        #expect(parts.count == 3)
+        #expect(parts[0]?.columns.names == ["id", "v"])
+        #expect(try parts[0]?["v"] as Int64? == 7)
+        #expect(parts[1] == nil)
+        #expect(try parts[2]?["id"] as String? == "c")
+        #expect(throws: LedgerError.self) { try Database.parts(of: row, count: 4) }
+    }
 }
