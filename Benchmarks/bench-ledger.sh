@@ -185,24 +185,34 @@ run_case() {
   write_row "${fields[@]}"
 }
 
-# PostgreSQL on the last core, everything else on the others (pin), or every process on every core (unpin).
-cores=$(nproc)
+# PostgreSQL on the last core this script may use, everything else on the others (pin), or every process back on
+# all of them (unpin). The CPUs are the script's own affinity (a cpuset or taskset around it is kept).
+read -r all_cpus last_cpu other_cpus < <(python3 -c 'import os
+cpus = sorted(os.sched_getaffinity(0))
+print(",".join(map(str, cpus)), cpus[-1], ",".join(map(str, cpus[:-1])) or "-")')
+cores=$(echo "$all_cpus" | tr ',' '\n' | wc -l)
 client=()
-all_cores="0-$((cores - 1))"
-pin_all() {  # CPU_LIST PID…: every thread of each process, and so the threads and children they make later
-  local list=$1 p; shift
-  for p in "$@"; do taskset -a -p -c "$list" "$p" > /dev/null; done
+pin_all() {  # CPU_LIST PID…: every thread of each process, and so the threads and children they make later; a
+  local list=$1 p; shift   # process that has exited meanwhile (a backend closing, an autovacuum worker) is skipped
+  for p in "$@"; do
+    if ! taskset -a -p -c "$list" "$p" > /dev/null 2>&1 && kill -0 "$p" 2> /dev/null; then
+      echo "bench-ledger: taskset -c $list could not pin process $p" >&2; exit 1
+    fi
+  done
 }
-postgres_pids() { echo "$postmaster" $(pgrep -P "$postmaster"); }
-pin() {
+pin_postgres() {  # the postmaster first: a backend it forks after this inherits its CPUs
+  pin_all "$1" "$postmaster"
   # shellcheck disable=SC2046
-  pin_all "$((cores - 1))" $(postgres_pids)
-  pin_all "0-$((cores - 2))" "$@"
-  client=(taskset -c "0-$((cores - 2))")
+  pin_all "$1" $(pgrep -P "$postmaster")
+}
+pin() {
+  pin_postgres "$last_cpu"
+  pin_all "$other_cpus" "$@"
+  client=(taskset -c "$other_cpus")
 }
 unpin() {
-  # shellcheck disable=SC2046
-  pin_all "$all_cores" $(postgres_pids) "$@"
+  pin_postgres "$all_cpus"
+  pin_all "$all_cpus" "$@"
   client=()
 }
 

@@ -671,7 +671,7 @@ extension LedgerDatabase {
     /// refusal may come from a later statement of the write: ``executeLater(_:_:refusal:)``).
     public func addCredits(_ amount: Int64, account: String, transaction: String?, reason: String, nowMs: Int64) throws
     {
-        try executeLater("UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?", [amount, account])
+        try executeLater(LedgerWrites.addCredits, [amount, account])
         try executeLater(
             "INSERT INTO credit_movements (account_id, amount, transaction_id, reason, created_ms) VALUES (?, ?, ?, ?, ?)",
             [account, amount, transaction, reason, nowMs])
@@ -902,4 +902,6 @@ package enum LedgerWrites {
     /// The update that orders writes about an account (``LedgerDatabase/serializeOnAccount(_:)``): a new version of
     /// its row, changing nothing.
     package static let orderAccount = "UPDATE accounts SET payments_allowed = payments_allowed WHERE id = ?"
+    /// Credits moved to or from an account: an update of its row that orders writes about it as well.
+    package static let addCredits = "UPDATE accounts SET credit_balance = credit_balance + ? WHERE id = ?"
 }

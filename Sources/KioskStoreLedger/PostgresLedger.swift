@@ -1063,8 +1063,8 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     }
 
     /// Held writes less each update that only orders writes about an account (``LedgerWrites/orderAccount``) where a
-    /// later held update of the same account's row (`UPDATE accounts SET … WHERE id = ?`) makes the new version of
-    /// the row that orders them: the two would otherwise change one table and go as two statements.
+    /// later held update of the same account's row (``LedgerWrites/addCredits``, known by its text) makes the new
+    /// version of the row that orders them: the two would otherwise change one table and go as two statements.
     package static func withoutRedundantOrdering(_ held: [HeldWrite]) -> [HeldWrite] {
         guard held.count > 1 else { return held }
         return held.enumerated().filter { index, write in
@@ -1072,8 +1072,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
                 return true
             }
             return !held[(index + 1)...].contains { later in
-                later.table == "accounts" && later.sql.hasPrefix("UPDATE accounts SET ")
-                    && later.sql.hasSuffix(" WHERE id = ?") && later.arguments.last?.ledgerValue == account
+                later.sql == LedgerWrites.addCredits && later.arguments.last?.ledgerValue == account
             }
         }.map(\.element)
     }
@@ -1294,6 +1293,8 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     private func sendForRows(_ sql: String, _ arguments: [any LedgerArgument]) throws -> EventLoopFuture<[PostgresRow]>
     {
         progress.sent += 1
+        // Whatever this statement is, nothing read ahead answers after it (``fetchAll(_:_:)`` looked first).
+        progress.readAhead = []
         if let prepared, let statement = try prepare(sql, arguments, in: prepared) {
             var values: [PostgresData] = []
             values.reserveCapacity(arguments.count)
@@ -1348,6 +1349,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// A statement with no rows to read (BEGIN, COMMIT).
     package func run(_ sql: String) throws {
+        progress.readAhead = []
         try sendHeld()
         progress.sent += 1
         let sent = connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)

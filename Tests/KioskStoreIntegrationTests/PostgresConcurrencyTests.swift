@@ -73,8 +73,8 @@ struct PostgresConcurrencyTests {
             }
             print("waits per purchase: \(counts); statements: \(statements)")
             #expect(counts.allSatisfy { $0 <= 5 }, "waits of a purchase's writes: \(counts)")
-            // Lock to unlock, both writes: the outcome's inserts and updates go as one statement, and the update that
-            // orders writes about the account rides on the first read that does not read the account.
+            // Lock to unlock, both writes: the intent's first reads go as one statement, the outcome's inserts and
+            // updates as one (the credits' update of the account's row stands for the update that orders writes).
             #expect(statements.allSatisfy { $0 <= StatementBudget.purchaseWrites }, "statements: \(statements)")
             // Prepared on the connection the purchases used: PostgreSQL parsed and planned them once.
             let prepared = try await backend.readStatement { db in
