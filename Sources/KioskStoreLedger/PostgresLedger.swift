@@ -77,7 +77,7 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     /// keep a session's prepared statements, such as PgBouncer in transaction mode before 1.21).
     public var preparesStatements = true
     /// How many connections (and threads waiting on them) the store keeps to PostgreSQL: at most this many of its
-    /// transactions run at once.
+    /// transactions run at once. Fewer than 1 is refused when the ledger opens.
     public var connections = PostgresLocation.defaultConnections
     /// The default pool: 8 connections.
     public static let defaultConnections = 8
@@ -212,6 +212,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
     ) throws {
         let tls = try Self.tls(for: location.security)
         let size = size ?? location.connections
+        // No connection (or thread) at all would leave every write waiting for a free one forever.
+        guard size >= 1 else {
+            throw StoreError.invalid("a PostgreSQL ledger needs at least 1 connection, not \(size)")
+        }
         self.location = location
         self.logger = logger
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)

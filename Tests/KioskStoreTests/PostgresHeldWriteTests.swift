@@ -99,6 +99,13 @@ import Testing
         #expect(Database.withoutRedundantOrdering([order("a")]).count == 1)
     }
 
+    /// A pool of no connections is refused before anything connects: every write would wait for one forever.
+    @Test func aLedgerOfNoConnectionsIsRefused() throws {
+        var location = try PostgresLocation(url: "postgres://kiosk@127.0.0.1:1/kiosk")
+        location.connections = 0
+        #expect(throws: StoreError.self) { try PostgresLedgerBackend(location: location) }
+    }
+
     /// A read ahead's one row splits at its markers into each read's row, nil for a read that found none.
     @Test func aReadAheadRowSplitsAtItsMarkers() throws {
         let row = LedgerRow(
