@@ -28,7 +28,7 @@
 #   commits        the kiosk database's pg_stat_database.xact_commit, read at least 12 s after the case ends,
 #                  after the pgbench run (an idle backend can hold its counts for 10 s before it reports them)
 #   PostgreSQL CPU user + system CPU of the postmaster and its children, live or exited (/proc), across the
-#                  kiosk-bench run
+#                  kiosk-bench run; the same across the pgbench run, over the transactions pgbench reports
 # Statements and commits are net of the stores' idle background, the polls a store makes with no load. The script
 # measures that background once for one store and once for two: statements/s and commits/s over 20 idle seconds.
 # Store CPU per purchase is kiosk-bench's server_cpu_seconds (summed over every --server-pid) over its measured calls.
@@ -137,12 +137,19 @@ print("null" if s == "null" else round(int(s) / window, 3), round((int(c1) - int
     "$s" "$c0" "$c1" "$t0" "$t1"
 }
 
-# pgbench with CLIENTS clients on the pgbench database: prints its tps without initial connection time.
-pgbench_tps() {
+# pgbench with CLIENTS clients on the pgbench database: prints its tps without initial connection time, the
+# transactions it made, and PostgreSQL's CPU seconds before and after it.
+pgbench_run() {
+  local before after tps made
+  before=$(pg_cpu)
   "${client[@]}" "$pgbin/pgbench" -h 127.0.0.1 -p "$pgport" -U kiosk -M prepared -c "$1" -j 2 -T "$duration" -n pgbench > "$work/pgbench.out" 2>&1 \
     || { echo "pgbench failed:" >&2; cat "$work/pgbench.out" >&2; exit 1; }
-  sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$work/pgbench.out" | grep . \
+  after=$(pg_cpu)
+  tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$work/pgbench.out" | grep .) \
     || { echo "pgbench printed no tps:" >&2; cat "$work/pgbench.out" >&2; exit 1; }
+  made=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*$/\1/p' "$work/pgbench.out" | grep .) \
+    || { echo "pgbench printed no transaction count:" >&2; cat "$work/pgbench.out" >&2; exit 1; }
+  echo "$tps $made $before $after"
 }
 
 # write_row KEY=JSON…: one JSON line into $rows.
@@ -162,7 +169,7 @@ run_case() {
     if [ "$ledger" = sqlite ]; then args+=(--token "${sqlite_tokens[$i]}"); else args+=(--token "${pg_tokens[$i]}"); fi
   done
   say "round $round of $rounds: $ledger, ${#stores[@]} store(s), $buyers buyer(s), $inflight in flight"
-  local p0 c0 t0 cpu0 cpu1 s t1 tps c1 t2 p1
+  local p0 c0 t0 cpu0 cpu1 s t1 tps made bcpu0 bcpu1 c1 t2 p1
   if [ "$ledger" = postgres ]; then
     p0=$(ledger_purchases); reset_statements; c0=$(commits); t0=$EPOCHREALTIME; cpu0=$(pg_cpu)
   fi
@@ -174,13 +181,14 @@ run_case() {
     duration_s="$duration" statements_mode="\"${mode:-prepared}\"" pinned="${pinned:-false}" bench="$json")
   if [ "$ledger" = postgres ]; then
     cpu1=$(pg_cpu); s=$(statements); t1=$EPOCHREALTIME
-    tps=$(pgbench_tps "$inflight")
+    read -r tps made bcpu0 bcpu1 < <(pgbench_run "$inflight")
     sleep_until "$(later "$t1" "$report_wait")"
     c1=$(commits); t2=$EPOCHREALTIME; p1=$(ledger_purchases)
     fields+=(ledger_rows_before="$p0" ledger_rows_after="$p1" pg_cpu_before="$cpu0" pg_cpu_after="$cpu1"
       statements="$s" statements_from="$t0" statements_to="$t1" commits_before="$c0" commits_after="$c1"
       commits_from="$t0" commits_to="$t2" idle_statements_per_s="$idle_s" idle_commits_per_s="$idle_c"
-      pgbench_scale="$scale" pgbench_clients="$inflight" pgbench_tps="$tps")
+      pgbench_scale="$scale" pgbench_clients="$inflight" pgbench_tps="$tps" pgbench_transactions="$made"
+      pgbench_pg_cpu_before="$bcpu0" pgbench_pg_cpu_after="$bcpu1")
   fi
   write_row "${fields[@]}"
 }
@@ -275,7 +283,8 @@ def figures(row):
     calls = max(b["calls"], 1)
     f = {"rate": b["calls_per_second"], "p50": b["latency_us"]["p50"] / 1000, "p99": b["latency_us"]["p99"] / 1000,
          "store_cpu": b.get("server_cpu_seconds", 0) * 1e6 / calls, "errors": b["errors"],
-         "statements": None, "commits": None, "pg_cpu": None, "tps": None, "ratio": None}
+         "statements": None, "commits": None, "pg_cpu": None, "tps": None, "ratio": None, "pgbench_cpu": None,
+         "work": None}
     if row["ledger"] == "postgres":
         purchases = max(row["ledger_rows_after"] - row["ledger_rows_before"], 1)
         if row["statements"] is not None and row["idle_statements_per_s"] is not None:
@@ -286,6 +295,11 @@ def figures(row):
         f["pg_cpu"] = (row["pg_cpu_after"] - row["pg_cpu_before"]) * 1e6 / purchases
         f["tps"] = row["pgbench_tps"]
         f["ratio"] = f["rate"] / row["pgbench_tps"] if row["pgbench_tps"] else None
+        if row.get("pgbench_transactions"):
+            f["pgbench_cpu"] = ((row["pgbench_pg_cpu_after"] - row["pgbench_pg_cpu_before"]) * 1e6
+                                / row["pgbench_transactions"])
+            # What PostgreSQL alone allows: its CPU a pgbench transaction over its CPU a purchase.
+            f["work"] = f["pgbench_cpu"] / f["pg_cpu"] if f["pg_cpu"] else None
     return f
 
 cases = {}
@@ -316,8 +330,8 @@ print(f"bench-ledger: {rounds} round(s), medians; {duration} s a case after 2 s 
 print()
 print("| case | ledger | stores | buyers | in flight | purchases/s | p50 ms | p99 ms | statements/purchase "
       "| commits/purchase | store CPU µs/purchase | PG CPU µs/purchase | pgbench tps (same clients) "
-      "| ratio purchases/pgbench | errors |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| ratio purchases/pgbench | PG CPU µs/pgbench transaction | PG CPU ratio pgbench/purchase | errors |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for key in order:
     if key not in cases: continue
     ledger, stores, buyers, inflight = key
@@ -326,7 +340,8 @@ for key in order:
           f"| {show(med(key, 'p50'), '.1f')} | {show(med(key, 'p99'), '.1f')} | {show(med(key, 'statements'), '.1f')} "
           f"| {show(med(key, 'commits'), '.2f')} | {show(med(key, 'store_cpu'), ',.0f')} "
           f"| {show(med(key, 'pg_cpu'), ',.0f')} | {show(med(key, 'tps'), ',.0f')} "
-          f"| {show(med(key, 'ratio'), '.3f')}{'×' if med(key, 'ratio') is not None else ''} | {errors} |")
+          f"| {show(med(key, 'ratio'), '.3f')}{'×' if med(key, 'ratio') is not None else ''} "
+          f"| {show(med(key, 'pgbench_cpu'), ',.0f')} | {show(med(key, 'work'), '.3f')} | {errors} |")
 print()
 if pgss == "1":
     print("statements/purchase: every top-level statement pg_stat_statements counted in the kiosk database (BEGIN and "
@@ -354,7 +369,10 @@ for line in open(path):
 if differ:
     print("ledger rows added differ from kiosk-bench's answered purchases (warm-up included): " + "; ".join(differ))
 print("PG CPU/purchase: the postmaster and all its children across the kiosk-bench run (warm-up included), over the "
-      "same purchases. Store CPU/purchase: the stores' CPU over kiosk-bench's measured calls.")
+      "same purchases. Store CPU/purchase: the stores' CPU over kiosk-bench's measured calls. PG CPU/pgbench "
+      "transaction: the same across the pgbench run, over the transactions it made; PG CPU ratio: that over PG "
+      "CPU/purchase, the ratio of purchases/s to pgbench tps that PostgreSQL's own work allows when PostgreSQL's "
+      "CPU is what runs out (on a core of its own).")
 print()
 
 k = ("postgres", 1, 64, 64)

@@ -86,8 +86,16 @@ final class KeyStore: Sendable {
     /// never one its own key refuses.
     func signer(_ chosen: ReceiptSigningKey, at signedAtMs: Int64, _ db: any LedgerDatabase) throws -> ReceiptSigningKey
     {
+        // The chosen key's row alone first (a purchase's outcome reads it ahead): nearly always it still signs.
+        if let current = try db.signingKey(id: chosen.id),
+            ReceiptPublicKey(
+                id: current.id, rawRepresentation: current.publicKey, notBeforeMs: current.notBeforeMs,
+                notAfterMs: current.notAfterMs
+            ).isValid(atMs: signedAtMs)
+        {
+            return chosen
+        }
         let keys = try Ledger.publicKeys(db)
-        if let current = keys.first(where: { $0.id == chosen.id }), current.isValid(atMs: signedAtMs) { return chosen }
         guard let newest = keys.last(where: { !$0.isRetired }) else {
             throw StoreError(.internalFailure, "every signing key is retired: add one with `kiosk-store keys rotate`")
         }

@@ -400,6 +400,7 @@ extension Store {
             let response: PurchaseOutcome
             switch outcome {
             case .succeeded(let reference, let savedMethod):
+                try db.readAheadCharged(paymentID: intent.paymentID, signingKey: signer.id)
                 if let recorded = try db.transaction(paymentID: intent.paymentID) {
                     response = PurchaseOutcome(result: .purchased(recorded))
                 } else if intent.exclusive,

@@ -118,7 +118,21 @@ struct DataDirOptions: ParsableArguments {
     ///   loopback).
     func postgres(environment storeEnvironment: StoreEnvironment? = nil) throws -> PostgresLocation? {
         let environment = ProcessInfo.processInfo.environment
-        guard let url = database ?? environment["KIOSK_STORE_DATABASE"], !url.isEmpty else { return nil }
+        guard let url = database ?? environment["KIOSK_STORE_DATABASE"], !url.isEmpty else {
+            // An option of a PostgreSQL ledger given to a store on SQLite is a mistake (a --database forgotten), not
+            // a setting to ignore.
+            let given = [
+                ("--database-password-file", databasePasswordFile != nil), ("--database-ca", databaseCA != nil),
+                ("--database-plaintext", databasePlaintext), ("--database-statements", databaseStatements != nil),
+                ("--database-connections", databaseConnections != nil),
+            ].filter(\.1).map(\.0)
+            guard given.isEmpty else {
+                throw ValidationError(
+                    "\(given.joined(separator: ", ")) \(given.count == 1 ? "applies" : "apply") only to a PostgreSQL ledger: give --database as well (without it the ledger is the data dir's SQLite file)"
+                )
+            }
+            return nil
+        }
         var password = environment["KIOSK_STORE_DATABASE_PASSWORD"]
         if let databasePasswordFile {
             do {

@@ -689,6 +689,15 @@ extension LedgerDatabase {
         try readAhead(reads)
     }
 
+    /// Reads ahead, as one statement on PostgreSQL, what the write of a charged payment's outcome reads first: a
+    /// transaction already recorded for the payment, and the signing key chosen for its receipt (see
+    /// ``readAheadPurchase(account:key:intentID:paymentID:)``).
+    public func readAheadCharged(paymentID: String, signingKey: String) throws {
+        try readAhead([
+            LedgerRead(LedgerReads.transactionOfPayment, [paymentID]), LedgerRead(LedgerReads.signingKey, [signingKey]),
+        ])
+    }
+
     /// The answer stored for an idempotency key, checked in the same write that will store a new one.
     /// - Throws: ``StoreError`` 6 when the key was used for another request.
     public func remembered(account: String, key: String?, operation: String, hash: [UInt8]) throws -> [UInt8]? {
@@ -844,16 +853,25 @@ extension LedgerDatabase {
     }
 }
 
+extension SigningKeyRecord {
+    fileprivate init(row: LedgerRow) throws {
+        self.init(
+            id: try row["id"], publicKey: try row["public_key"] as [UInt8], notBeforeMs: try row["not_before_ms"],
+            notAfterMs: try row["not_after_ms"])
+    }
+}
+
 // The ledger adapter: signing keys and the revocation feed.
 extension LedgerDatabase {
     public func signingKeys() throws -> [SigningKeyRecord] {
         try fetchAll(
             "SELECT id, public_key, not_before_ms, not_after_ms FROM signing_keys ORDER BY \(dialect.insertionOrder)"
-        ).map { row in
-            SigningKeyRecord(
-                id: try row["id"], publicKey: try row["public_key"] as [UInt8], notBeforeMs: try row["not_before_ms"],
-                notAfterMs: try row["not_after_ms"])
-        }
+        ).map(SigningKeyRecord.init(row:))
+    }
+
+    /// The signing key `id`, retired or not; nil when the ledger has no key of that id.
+    public func signingKey(id: String) throws -> SigningKeyRecord? {
+        try fetchOne(LedgerReads.signingKey, [id]).map(SigningKeyRecord.init(row:))
     }
 
     public func addSigningKey(_ key: SigningKeyRecord, sealedPrivateKey: [UInt8]?) throws {
@@ -895,6 +913,7 @@ package enum LedgerReads {
     package static let idempotencyAnswer = "SELECT * FROM idempotency_keys WHERE account_id = ? AND key = ?"
     package static let intent = "SELECT * FROM payment_intents WHERE id = ?"
     package static let transactionOfPayment = "SELECT * FROM transactions WHERE payment_id = ?"
+    package static let signingKey = "SELECT id, public_key, not_before_ms, not_after_ms FROM signing_keys WHERE id = ?"
 }
 
 /// Writes the PostgreSQL backend knows by their text.

@@ -176,6 +176,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package let health: PostgresHealth
     /// Transactions run again because PostgreSQL could not serialize them (or chose them as a deadlock's victim).
     package let retries = NIOLockedValueBox(0)
+    /// Writes about an account whose first attempt, made without the account's lock, met another write about it
+    /// (a serialization failure, a deadlock, a unique or check violation) and ran again behind the lock.
+    package let contended = NIOLockedValueBox(0)
     /// Waits for PostgreSQL through the pool's connections: each time a call's thread waited for the answer to what
     /// it had sent (one wait answers every statement sent before it). Not network round trips: postgres-nio puts a
     /// query on the wire once the one before it is answered, so each statement is one.
@@ -581,20 +584,27 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// Runs `body` between `begin` and COMMIT on one connection; again from the start when
     /// PostgreSQL could not serialize it (40001) or chose it as a deadlock's victim (40P01).
     ///
-    /// With a `key` (an account id), the connection first takes a session advisory lock on it
-    /// and keeps it until after COMMIT: writes about one account then run one after the
-    /// other, each on a snapshot taken after the one before committed (as SQLite's single
-    /// writer does), instead of colliding and retrying; writes about other accounts run on.
-    /// Such a write needs no more than REPEATABLE READ: every invariant it keeps is about its
-    /// account (an idempotency key answered once, a product owned once, one payment in flight
-    /// for a group, a balance never below 0), held by the lock and the database's constraints;
-    /// and it updates the account's row (`serializeOnAccount`), so a write about the account that
-    /// did not take the lock (an operator allowing or refusing its payments) makes one of the two
-    /// fail with a serialization failure and be retried on a newer snapshot.
+    /// With a `key` (an account id), the write runs at REPEATABLE READ and, when it writes anything, updates the
+    /// account's row before its first write (``PostgresLedgerDatabase/orderWrites(on:)``). Two writes about one
+    /// account then never both commit unless one began after the other committed: the second to update the row
+    /// waits for the first and fails with a serialization failure (PostgreSQL's "first updater wins"), as does a
+    /// write about the account that takes no lock (an operator allowing or refusing its payments). Every invariant
+    /// such a write keeps is about its account (an idempotency key answered once, a product owned once, one payment
+    /// in flight for a group, a balance never below 0), held by that order and the database's constraints.
+    ///
+    /// Its first attempt takes no lock: writes about different accounts, nearly all of them, send no lock and
+    /// unlock statements. An attempt that meets another write about its account (a serialization failure or a
+    /// deadlock, or a unique or check violation, which a write that read an older snapshot can meet before its
+    /// update of the row fails) runs again behind a session advisory lock on the account, kept until after
+    /// COMMIT: writes about one account then queue, each on a snapshot taken after the one before committed (as
+    /// SQLite's single writer does), instead of colliding again. `lockingFirst`: the first attempt takes the lock too.
     package func transaction<T>(
-        _ begin: String, serializingOn key: String? = nil, _ body: (any LedgerDatabase) throws -> T
+        _ begin: String, serializingOn key: String? = nil, lockingFirst: Bool = false,
+        _ body: (any LedgerDatabase) throws -> T
     ) throws -> T {
         var attempt = 0
+        // Without the account's lock until an attempt meets another write about the account.
+        var locking = lockingFirst
         while true {
             let connection = try connections.checkOut()
             let database = PostgresLedgerDatabase(
@@ -604,25 +614,28 @@ package final class PostgresLedgerBackend: LedgerBackend {
             var lock: EventLoopFuture<Void>?
             do {
                 if let key {
-                    // The lock, BEGIN and the body's first statement are queued together and waited for once (the
-                    // connection runs them in order; the snapshot is taken by the body's first statement, after the
-                    // lock is held): one wait instead of three.
-                    lock = try database.send("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
-                    database.answerLater(lock!)
+                    if locking {
+                        // The lock, BEGIN and the body's first statement are queued together and waited for once
+                        // (the connection runs them in order; the snapshot is taken by the body's first statement,
+                        // after the lock is held): one wait instead of three.
+                        lock = try database.send("SELECT pg_advisory_lock(hashtextextended(?, 0))", [key])
+                        database.answerLater(lock!)
+                    }
                     database.answerLater(try database.send(begin, []))
+                    database.orderWrites(on: key)
                 } else {
                     try database.run(begin)
                 }
                 let value = try body(database)
                 try database.commit()
                 if key != nil {
-                    let (made, sent) = (database.waits, database.sent + 1)  // and the unlock
+                    let (made, sent) = (database.waits, database.sent + (locking ? 1 : 0))  // and the unlock
                     accountWrites.withLockedValue { $0 = ($0.writes + 1, $0.roundTrips + made, $0.statements + sent) }
                 }
                 // Committed: whatever happens to the unlock, the write stands. The unlock is not waited for (the
                 // connection's next query runs after it); a connection that fails it is closed (PostgreSQL then
                 // releases the lock with its session).
-                if let key {
+                if let key, locking {
                     do {
                         try database.send("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [key]).whenFailure {
                             _ in closeKeepingAlive(connection)
@@ -657,6 +670,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
                 } else {
                     connections.discard(connection)
                 }
+                // Met another write about its account without the lock: again, behind it (at once: the lock queues).
+                if key != nil, !locking, database.contended || Self.isContention(error) {
+                    locking = true
+                    contended.withLockedValue { $0 += 1 }
+                    continue
+                }
                 if let ledgerError = error as? LedgerError, ledgerError.kind == .serializationFailure,
                     attempt < Self.maximumRetries
                 {
@@ -669,6 +688,14 @@ package final class PostgresLedgerBackend: LedgerBackend {
                 throw error
             }
         }
+    }
+}
+
+extension PostgresLedgerBackend {
+    /// Whether `error` may come from another write about the same account that committed after this one's snapshot.
+    static func isContention(_ error: any Error) -> Bool {
+        guard let error = error as? LedgerError else { return false }
+        return [.serializationFailure, .uniqueViolation, .checkViolation].contains(error.kind)
     }
 }
 
@@ -929,6 +956,33 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         progress.serialized.insert(accountID).inserted
     }
 
+    /// Makes the transaction's first write, whatever it is, come after an update of `accountID`'s row (the
+    /// ordering update of ``LedgerDatabase/serializeOnAccount(_:)``, sent with that write): any two writes about the
+    /// account that overlap then collide on the row. A transaction that only reads updates nothing.
+    package func orderWrites(on accountID: String) {
+        progress.ordering = accountID
+    }
+
+    /// A statement of this transaction failed as one does when another write about the same rows committed after
+    /// its snapshot: a serialization failure or deadlock, a unique or check violation (whatever the body made of
+    /// the error).
+    package var contended: Bool { progress.contended }
+
+    /// Before a statement that may change rows, the ordering update (``orderWrites(on:)``), once.
+    private func orderBefore(_ sql: String) throws {
+        guard let account = progress.ordering, !progress.serialized.contains(account), Self.mayWrite(sql) else {
+            return
+        }
+        try serializeOnAccount(account)
+    }
+
+    /// Whether `sql` may change rows: anything but a `SELECT`, `VALUES`, `SHOW` or a transaction's control.
+    package static func mayWrite(_ sql: String) -> Bool {
+        let word = sql.drop(while: { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" || $0 == "(" })
+            .prefix(while: { $0.isLetter }).uppercased()
+        return !["SELECT", "VALUES", "SHOW", "BEGIN", "COMMIT", "ROLLBACK", "END"].contains(word)
+    }
+
     /// How many times this transaction has waited for PostgreSQL's answer (lock and BEGIN apart).
     package var waits: Int { progress.waits }
 
@@ -943,6 +997,10 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     private final class Progress: @unchecked Sendable {
         var recorded: Int64 = 0
         var serialized: Set<String> = []
+        /// The account whose row the first write updates first (``orderWrites(on:)``).
+        var ordering: String?
+        /// A statement failed as a collision with another write does (``contended``).
+        var contended = false
         var waits = 0
         var sent = 0
         /// The lock and BEGIN sent ahead of the body's first statement are answered (or there were none).
@@ -979,6 +1037,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     package func executeLater(
         _ sql: String, _ arguments: [any LedgerArgument], refusal: ((LedgerError) -> (any Error)?)?
     ) throws {
+        try orderBefore(sql)
         progress.readAhead = []
         if progress.unanswered.count + progress.held.count >= Self.maximumUnanswered {
             try sendHeld()
@@ -1187,6 +1246,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             for statement in Self.statements(sql) { changed += try execute(statement, []) }
             return changed
         }
+        try orderBefore(sql)
         progress.readAhead = []
         try sendHeld()
         progress.sent += 1
@@ -1204,6 +1264,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             // Any other statement may change what was read: nothing read ahead answers after it.
             progress.readAhead = []
         }
+        try orderBefore(sql)
         // A read that mentions none of the tables the last run of held writes changes carries them: one statement.
         // Any other statement (an INSERT … RETURNING, a WITH) goes after every held write, as sent.
         var carried: [HeldWrite] = []
@@ -1353,6 +1414,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// A statement with no rows to read (BEGIN, COMMIT).
     package func run(_ sql: String) throws {
+        try orderBefore(sql)
         progress.readAhead = []
         try sendHeld()
         progress.sent += 1
@@ -1493,6 +1555,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         do {
             return try body()
         } catch let error as LedgerError {
+            if PostgresLedgerBackend.isContention(error) { progress.contended = true }
             throw error
         } catch {
             // PSQLError, or postgres-nio's older PostgresError for a prepared statement (which turns a lost
@@ -1500,7 +1563,9 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             let server = Self.serverAnswer(error)
             var translated = Self.ledgerError(error, sqlState: server?.state)
             translated.table = server?.table
-            throw forgettingStalePlans(translated, sqlState: server?.state)
+            let thrown = forgettingStalePlans(translated, sqlState: server?.state)
+            if PostgresLedgerBackend.isContention(thrown) { progress.contended = true }
+            throw thrown
         }
     }
 

@@ -241,6 +241,21 @@ import Testing
             #expect(status == 64, "\(option) \(value): \(message)")
             #expect(message.contains(expected), "\(message)")
         }
+        // Without a PostgreSQL ledger, its options are refused, not ignored.
+        for (options, named) in [
+            (["--database-connections", "4"], "--database-connections applies"),
+            (
+                ["--database-statements", "unnamed", "--database-plaintext"],
+                "--database-plaintext, --database-statements apply"
+            ),
+        ] {
+            let (status, _, message) = try await StoreProcess.outcome(
+                ["serve", "--data-dir", directory, "--catalog", StoreProcess.exampleCatalog, "--port", "0"] + options,
+                // The PostgreSQL pass gives every data dir a database through the environment: none here.
+                environment: TestLedger.isPostgres ? ["KIOSK_STORE_DATABASE": ""] : [:])
+            #expect(status == 64, "\(options): \(message)")
+            #expect(message.contains("\(named) only to a PostgreSQL ledger: give --database as well"), "\(message)")
+        }
     }
 
     /// Admin commands open an existing data dir only: a mistyped path is an error, not a new ledger and key.

@@ -57,9 +57,10 @@ struct PostgresPipelineTests {
         #expect(balance == 5)
     }
 
-    /// A write that only sends statements it does not wait for still commits only under its account's lock: when
-    /// the lock is refused (here PostgreSQL's `lock_timeout`, while another session holds it), the write fails and
-    /// nothing of it is recorded, though the connection ran what was sent after the refused lock.
+    /// A write behind its account's lock (an attempt after a collision) that only sends statements it does not wait
+    /// for still commits only under the lock: when the lock is refused (here PostgreSQL's `lock_timeout`, while
+    /// another session holds it), the write fails and nothing of it is recorded, though the connection ran what was
+    /// sent after the refused lock.
     @Test func aWriteWhoseLockIsRefusedCommitsNothing() throws {
         let location = try TestLedger.createDatabase()
         let holder = try Ledger(postgres: location)
@@ -74,7 +75,9 @@ struct PostgresPipelineTests {
         let release = DispatchSemaphore(value: 0)
         let released = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
-            _ = try? backend.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "a1") { db in
+            _ = try? backend.transaction(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "a1", lockingFirst: true
+            ) { db in
                 _ = try db.fetchAll("SELECT 1", [])
                 locked.signal()
                 release.wait()
@@ -84,7 +87,7 @@ struct PostgresPipelineTests {
         locked.wait()
         let refused = #expect(throws: LedgerError.self) {
             try (writer.backend as? PostgresLedgerBackend)?.transaction(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "a1"
+                "BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "a1", lockingFirst: true
             ) { db in
                 try db.executeLater("UPDATE accounts SET credit_balance = 9 WHERE id = ?", ["a1"])
             }
