@@ -187,8 +187,8 @@ public final class Ledger: Sendable {
     /// Runs `body` as one write of the next group commit (see ``GroupCommit``):
     /// atomic on its own (a savepoint), serial with every other write, and on
     /// disk (fsynced) when this returns. On PostgreSQL, writes naming the same
-    /// `account` run one after the other (a lock on it; see ``PostgresLedgerBackend``);
-    /// every write about an account's purchases names it.
+    /// `account` never both commit on snapshots that miss each other (each updates its row; see
+    /// ``PostgresLedgerBackend``); every write about an account's purchases names it.
     ///
     /// The events it records keep the calling task's request id and trace context (``WriteCause``); when a tracer
     /// is bootstrapped, the write is a `ledger.write` span of the caller's.
@@ -242,7 +242,8 @@ public final class Ledger: Sendable {
     }
 
     /// How long this process's committed writes through ``write(account:_:)`` took, from the call to the commit
-    /// on disk (the wait for the account's lock or the group included): a purchase's, a refund's, an event's.
+    /// on disk (the wait for the group, or for another write about the account, included): a purchase's, a refund's,
+    /// an event's.
     public let writeLatency = LatencyHistogram()
 
     /// Group commits made by this process (each one fsync of the WAL) and the writes they carried (0, 0 off SQLite).

@@ -146,11 +146,12 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
 ///
 /// Every write is one transaction, retried when PostgreSQL reports a
 /// serialization failure or a deadlock: a write about an account at
-/// REPEATABLE READ behind the account's lock, any other at SERIALIZABLE. The
-/// invariants the SQLite backend gets from its single writer (an idempotency
-/// key answered once, a product owned once, a balance never below 0) hold
-/// here from the account lock, the database's constraints and, for the
-/// other writes, serializability, whatever the number of processes. Commits wait for the WAL flush (`synchronous_commit` on, as
+/// REPEATABLE READ, ordered by an update of the account's row (behind the
+/// account's lock once it has collided with another), any other at
+/// SERIALIZABLE. The invariants the SQLite backend gets from its single writer
+/// (an idempotency key answered once, a product owned once, a balance never
+/// below 0) hold here from that order, the database's constraints and, for
+/// the other writes, serializability, whatever the number of processes. Commits wait for the WAL flush (`synchronous_commit` on, as
 /// PostgreSQL ships): an answer the store sends is on disk.
 ///
 /// The store's ledger code is synchronous (one body per transaction); a body
@@ -179,6 +180,35 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// Writes about an account whose first attempt, made without the account's lock, met another write about it
     /// (a serialization failure, a deadlock, a unique or check violation) and ran again behind the lock.
     package let contended = NIOLockedValueBox(0)
+    /// Accounts whose writes collided lately, each until when: a write about one takes the lock from its first
+    /// attempt, so writes queued behind the lock are not overtaken again and again by first attempts that did not
+    /// take it (at most ``contendedAccountsRemembered``).
+    private let contendedAccounts = NIOLockedValueBox<[String: ContinuousClock.Instant]>([:])
+    /// How long an account whose writes collided has its writes take the lock first.
+    package static let contentionMemory: Duration = .seconds(2)
+    package static let contendedAccountsRemembered = 4_096
+
+    /// Whether writes about `account` collided within ``contentionMemory``.
+    package func isContended(_ account: String) -> Bool {
+        let now = ContinuousClock.now
+        return contendedAccounts.withLockedValue { accounts in
+            guard let until = accounts[account] else { return false }
+            if until > now { return true }
+            accounts[account] = nil
+            return false
+        }
+    }
+
+    private func noteContention(_ account: String) {
+        let now = ContinuousClock.now
+        contendedAccounts.withLockedValue { accounts in
+            if accounts.count >= Self.contendedAccountsRemembered {
+                accounts = accounts.filter { $0.value > now }
+                if accounts.count >= Self.contendedAccountsRemembered { accounts = [:] }
+            }
+            accounts[account] = now + Self.contentionMemory
+        }
+    }
     /// Waits for PostgreSQL through the pool's connections: each time a call's thread waited for the answer to what
     /// it had sent (one wait answers every statement sent before it). Not network round trips: postgres-nio puts a
     /// query on the wire once the one before it is answered, so each statement is one.
@@ -575,8 +605,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package func groupWrite<T: Sendable>(
         serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
     ) async throws -> T {
-        // A write about an account runs behind its lock at REPEATABLE READ (see ``transaction(_:serializingOn:_:)``);
-        // SERIALIZABLE's predicate locks on shared index pages would abort writes about different accounts.
+        // A write about an account runs at REPEATABLE READ, ordered by its account's row (see
+        // ``transaction(_:serializingOn:lockingFirst:_:)``); SERIALIZABLE's predicate locks on shared index pages would
+        // abort writes about different accounts.
         let begin = key == nil ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN ISOLATION LEVEL REPEATABLE READ"
         return try await offload { try self.transaction(begin, serializingOn: key, body) }
     }
@@ -596,15 +627,19 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// unlock statements. An attempt that meets another write about its account (a serialization failure or a
     /// deadlock, or a unique or check violation, which a write that read an older snapshot can meet before its
     /// update of the row fails) runs again behind a session advisory lock on the account, kept until after
-    /// COMMIT: writes about one account then queue, each on a snapshot taken after the one before committed (as
-    /// SQLite's single writer does), instead of colliding again. `lockingFirst`: the first attempt takes the lock too.
+    /// COMMIT, and for ``contentionMemory`` this process's writes about the account take the lock from their first
+    /// attempt: writes about one account that collide then queue, each on a snapshot taken after the one before
+    /// committed (as SQLite's single writer does), instead of colliding again (a first attempt in another process
+    /// can still overtake them: the rerun is then retried as any serialization failure is). `lockingFirst`: the first
+    /// attempt takes the lock too.
     package func transaction<T>(
         _ begin: String, serializingOn key: String? = nil, lockingFirst: Bool = false,
         _ body: (any LedgerDatabase) throws -> T
     ) throws -> T {
         var attempt = 0
-        // Without the account's lock until an attempt meets another write about the account.
-        var locking = lockingFirst
+        // Without the account's lock until an attempt meets another write about the account (or writes about it
+        // collided lately).
+        var locking = lockingFirst || (key.map(isContended) ?? false)
         while true {
             let connection = try connections.checkOut()
             let database = PostgresLedgerDatabase(
@@ -671,9 +706,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
                     connections.discard(connection)
                 }
                 // Met another write about its account without the lock: again, behind it (at once: the lock queues).
-                if key != nil, !locking, database.contended || Self.isContention(error) {
+                if let key, !locking, database.contended || Self.isContention(error) {
                     locking = true
                     contended.withLockedValue { $0 += 1 }
+                    noteContention(key)
                     continue
                 }
                 if let ledgerError = error as? LedgerError, ledgerError.kind == .serializationFailure,

@@ -8,28 +8,35 @@ import Testing
 @testable import KioskStore
 
 /// On PostgreSQL, purchases of different accounts made at the same moment run side by side without aborting one
-/// another (a write about an account runs at REPEATABLE READ behind its lock; SERIALIZABLE's predicate locks on
-/// shared index pages made most of them fail and retry), and purchases of one account still run one at a time.
+/// another (a write about an account runs at REPEATABLE READ, ordered by its account's row; SERIALIZABLE's predicate
+/// locks on shared index pages made most of them fail and retry), and purchases of one account all count.
 @Suite(.enabled(if: TestLedger.isPostgres), .timeLimit(.minutes(1)))
 struct PostgresConcurrencyTests {
     @Test func purchasesOfDifferentAccountsAtOnceAreNotRetried() async throws {
         try await StoreFixture.with { fixture in
             let tokens = try (0..<16).map { _ in try fixture.newAccount() }
             let backend = try #require(fixture.store.ledger.backend as? PostgresLedgerBackend)
-            let before = backend.retries.withLockedValue { $0 }
-            let states = try await withThrowingTaskGroup(of: StoreV1.TransactionState?.self) { group in
-                for round in 0..<3 {
-                    for token in tokens {
-                        group.addTask {
-                            try await fixture.buy("credits.5", token: token, key: "\(token.prefix(12))-\(round)")
-                                .transaction?.state
+            let before = (backend.retries.withLockedValue { $0 }, backend.contended.withLockedValue { $0 })
+            // Each account buys three times in a row; the sixteen accounts at once.
+            let states = try await withThrowingTaskGroup(of: [StoreV1.TransactionState?].self) { group in
+                for token in tokens {
+                    group.addTask {
+                        var states: [StoreV1.TransactionState?] = []
+                        for round in 0..<3 {
+                            states.append(
+                                try await fixture.buy("credits.5", token: token, key: "\(token.prefix(12))-\(round)")
+                                    .transaction?.state)
                         }
+                        return states
                     }
                 }
-                return try await group.reduce(into: []) { $0.append($1) }
+                return try await group.reduce(into: []) { $0 += $1 }
             }
             #expect(states.count == 48 && states.allSatisfy { $0 == .purchased })
-            #expect(backend.retries.withLockedValue { $0 } - before == 0, "purchases of different accounts retried")
+            #expect(backend.retries.withLockedValue { $0 } - before.0 == 0, "purchases of different accounts retried")
+            #expect(
+                backend.contended.withLockedValue { $0 } - before.1 == 0,
+                "purchases of different accounts collided")
             for token in tokens { #expect(try await fixture.balance(token) == 15) }
         }
     }
@@ -88,7 +95,8 @@ struct PostgresConcurrencyTests {
 
     /// Two writes about one account at once, each changing only another table: neither takes the account's lock
     /// first, but each updates the account's row before its first write, so the second waits for the first, fails
-    /// with a serialization failure, and runs again behind the lock on a snapshot that holds the first.
+    /// with a serialization failure, and runs again behind the lock on a snapshot that holds the first; the next
+    /// write about the account takes the lock first.
     @Test func aWriteThatMeetsAnotherAboutItsAccountRunsAgainBehindTheLock() throws {
         let location = try TestLedger.createDatabase()
         try Ledger(postgres: location).createAccount(id: "acct", tokenHash: [1], paymentsAllowed: true, nowMs: 0)
@@ -150,6 +158,19 @@ struct PostgresConcurrencyTests {
             seen.withLockedValue { $0 } == [nil, "1"], "the second write's runs saw \(seen.withLockedValue { $0 })")
         #expect(backend.contended.withLockedValue { $0 } - contendedBefore == 1)
         #expect(backend.retries.withLockedValue { $0 } - retriesBefore == 0)
+        // For a while, this process's next writes about the account queue behind its lock from their first attempt:
+        // a write that waits for the lock is not overtaken by new ones that did not take it.
+        #expect(backend.isContended("acct"))
+        #expect(!backend.isContended("another"))
+        let statements = { @Sendable (account: String, key: String) throws -> Int in
+            let before = backend.accountWrites.withLockedValue { $0.statements }
+            try backend.transaction(begin, serializingOn: account) { db in
+                _ = try db.execute("INSERT INTO settings (key, value) VALUES (?, '3')", [key])
+            }
+            return backend.accountWrites.withLockedValue { $0.statements } - before
+        }
+        // The same write about an account that did not collide, then about this one: the lock and the unlock more.
+        #expect(try statements("acct", "probe-third") == statements("another", "probe-other") + 2)
     }
 
     /// A write about an account that only reads sends no update of its row (PostgreSQL gives it no transaction id);
