@@ -23,8 +23,9 @@
 #   pgbench -M prepared -c C -j 2 -T DURATION -n pgbench    (TPC-B-like; tps "without initial connection time")
 # For each PostgreSQL case, the script measures from just before kiosk-bench starts. The window includes warm-up:
 #   purchases      rows the case added to the ledger's `transactions` table: the denominator of the three below
-#   statements     pg_stat_statements calls in the kiosk database (top-level statements, BEGIN and COMMIT
-#                  included), reset before the case and read right after it
+#   statements     pg_stat_statements calls in the kiosk database (top-level statements, COMMIT included; it
+#                  does not count a BEGIN sent as a prepared statement, as the ledger's writes send theirs),
+#                  reset before the case and read right after it
 #   commits        the kiosk database's pg_stat_database.xact_commit, read at least 12 s after the case ends,
 #                  after the pgbench run (an idle backend can hold its counts for 10 s before it reports them)
 #   PostgreSQL CPU user + system CPU of the postmaster and its children, live or exited (/proc), across the
@@ -344,8 +345,8 @@ for key in order:
           f"| {show(med(key, 'pgbench_cpu'), ',.0f')} | {show(med(key, 'work'), '.3f')} | {errors} |")
 print()
 if pgss == "1":
-    print("statements/purchase: every top-level statement pg_stat_statements counted in the kiosk database (BEGIN and "
-          "COMMIT included) from the start of kiosk-bench (warm-up included) to its end, less the stores' idle "
+    print("statements/purchase: every top-level statement pg_stat_statements counted in the kiosk database (COMMIT "
+          "included; not the writes' BEGINs, sent as prepared statements) from the start of kiosk-bench (warm-up included) to its end, less the stores' idle "
           "background, over the `transactions` rows the case added.")
 else:
     print("statements/purchase: not measured (pg_stat_statements not available on this server).")

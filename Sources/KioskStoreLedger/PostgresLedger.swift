@@ -213,9 +213,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
     /// it had sent (one wait answers every statement sent before it). Not network round trips: postgres-nio puts a
     /// query on the wire once the one before it is answered, so each statement is one.
     package let roundTrips = NIOLockedValueBox(0)
-    /// The writes about an account that committed, the waits they made (``roundTrips``; lock and BEGIN to
-    /// COMMIT, the unlock not waited for) and the statements they sent (lock to unlock; a statement prepared the
-    /// first time a connection runs it counts once), apart from the background's reads and writes.
+    /// The writes about an account that committed, the waits they made (``roundTrips``; BEGIN, or the lock of a
+    /// write that collided, to COMMIT, its unlock not waited for) and the statements they sent (BEGIN to COMMIT,
+    /// with the lock and the unlock of a write that collided; a statement prepared the first time a connection runs
+    /// it counts once), apart from the background's reads and writes.
     package let accountWrites = NIOLockedValueBox((writes: 0, roundTrips: 0, statements: 0))
     /// What this cluster's event ids add to transaction id × 2^16 (see ``settleEventIDBase()``): 0 unless the ledger
     /// came from another cluster whose transaction ids had gone further.
@@ -1463,9 +1464,9 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// a body caught and went past), or PostgreSQL answered the COMMIT with ROLLBACK (it does, without an error,
     /// for a transaction a failed statement aborted).
     package func commit() throws {
-        // A body that sent only statements it does not wait for has not yet seen its lock and BEGIN answered; the
-        // connection runs what follows a failed statement, so COMMIT goes only once they are (or a write could
-        // commit without its account's lock).
+        // A body that sent only statements it does not wait for has not yet seen its BEGIN (and, after a collision,
+        // its lock) answered; the connection runs what follows a failed statement, so COMMIT goes only once they are
+        // (or a write could commit outside its transaction, or without the lock it waited for).
         try sendHeld()
         if !progress.begun { try answerSent() }
         progress.sent += 1

@@ -19,7 +19,8 @@ package protocol LedgerBackend: Sendable {
     @discardableResult
     func write<T>(_ body: (any LedgerDatabase) throws -> T) throws -> T
     /// Runs `body` as one durable write of the next group commit. Writes with the same
-    /// `key` (an account id) run one after the other (SQLite runs every write so).
+    /// `key` (an account id) never both commit on snapshots that miss each other (SQLite runs every write one
+    /// after the other; PostgreSQL orders them by the account's row).
     @discardableResult
     func groupWrite<T: Sendable>(
         serializingOn key: String?, _ body: @escaping @Sendable (any LedgerDatabase) throws -> T
