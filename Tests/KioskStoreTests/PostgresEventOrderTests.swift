@@ -169,6 +169,37 @@ struct PostgresEventOrderTests {
         withExtendedLifetime(first) {}
     }
 
+    /// A follower's looks read no more of the events than they return, however many there are: with 20,000 events
+    /// below the horizon and no statistics on the table yet (a new ledger before autovacuum's first ANALYZE), under
+    /// the generic plan a prepared statement comes to, the look for events held back, the latest id and a page after
+    /// a cursor scan nothing of the table.
+    @Test func aFollowersLooksScanNoEventTable() throws {
+        let ledger = try Ledger(postgres: try TestLedger.createDatabase())
+        try ledger.backend.write { db in
+            // No ANALYZE comes between (autovacuum would run one within a minute).
+            try db.execute("ALTER TABLE events SET (autovacuum_enabled = false)", [])
+            try db.execute(
+                "INSERT INTO events (id, type, account_id, created_ms) "
+                    + "SELECT g, 1, 'many', 0 FROM generate_series(1, 20000) g", [])
+        }
+        let (heldBack, scanned) = try ledger.backend.read { db in
+            try db.execute("SET LOCAL plan_cache_mode = force_generic_plan", [])
+            let heldBack = try (0..<3).map { _ in try db.eventsHeldBack() }
+            #expect(try db.latestEventID() == 20_000)
+            #expect(
+                try db.events(after: 19_990, limit: 3, accountID: nil, types: []).map(\.id) == [19_991, 19_992, 19_993])
+            #expect(
+                try db.events(after: 19_990, limit: 2, accountID: "many", types: [.purchased]).map(\.id) == [
+                    19_991, 19_992,
+                ])
+            let scanned = try db.value(
+                Int64.self, "SELECT seq_tup_read FROM pg_stat_xact_user_tables WHERE relname = 'events'")
+            return (heldBack, scanned)
+        }
+        #expect(heldBack == [false, false, false])
+        #expect(scanned == 0, "the looks scanned \(scanned ?? -1) event rows")
+    }
+
     /// Eight writers, each its own account, 25 events each (some writes record two): a follower reading by cursor
     /// while they write gets every event once, ids increasing, each account's in the order it recorded them.
     @Test func concurrentWritersEventsReachAFollowerOnceEachInOrder() async throws {
