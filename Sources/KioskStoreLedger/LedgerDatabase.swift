@@ -165,6 +165,9 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
     public var message: String
     /// The table the database named in its refusal, when it named one.
     package var table: String?
+    /// A ``Kind/serializationFailure`` the ledger made of another error so that the write runs again (a prepared
+    /// statement the schema overtook, one PostgreSQL cannot prepare as written), not a collision with another write.
+    package var rerun = false
 
     public init(_ kind: Kind, _ message: String) {
         self.kind = kind

@@ -199,7 +199,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
         }
     }
 
-    private func noteContention(_ account: String) {
+    /// How many accounts are remembered as contended (expired ones included until the next pruning).
+    package var contendedAccountsCount: Int { contendedAccounts.withLockedValue { $0.count } }
+
+    /// Remembers that writes about `account` collided, for ``contentionMemory``; past
+    /// ``contendedAccountsRemembered`` accounts, those expired are forgotten, or all when none has.
+    package func noteContention(_ account: String) {
         let now = ContinuousClock.now
         contendedAccounts.withLockedValue { accounts in
             if accounts.count >= Self.contendedAccountsRemembered {
@@ -729,9 +734,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
 }
 
 extension PostgresLedgerBackend {
-    /// Whether `error` may come from another write about the same account that committed after this one's snapshot.
+    /// Whether `error` may come from another write about the same account that committed after this one's snapshot
+    /// (not a statement the ledger runs again for its own reasons: ``LedgerError/rerun``).
     static func isContention(_ error: any Error) -> Bool {
-        guard let error = error as? LedgerError else { return false }
+        guard let error = error as? LedgerError, !error.rerun else { return false }
         return [.serializationFailure, .uniqueViolation, .checkViolation].contains(error.kind)
     }
 }
@@ -1015,9 +1021,18 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// Whether `sql` may change rows: anything but a `SELECT`, `VALUES`, `SHOW` or a transaction's control.
     package static func mayWrite(_ sql: String) -> Bool {
-        let word = sql.drop(while: { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" || $0 == "(" })
-            .prefix(while: { $0.isLetter }).uppercased()
-        return !["SELECT", "VALUES", "SHOW", "BEGIN", "COMMIT", "ROLLBACK", "END"].contains(word)
+        // Bytes, not Characters: this runs for every statement of a write about an account until its first change.
+        let word = sql.utf8.drop(while: { isSpace($0) || $0 == UInt8(ascii: "(") }).prefix(while: isWordByte)
+        return !readingWords.contains { $0.elementsEqual(word.lazy.map(asciiUppercased)) }
+    }
+
+    /// The first words of statements that change no row.
+    private static let readingWords = ["SELECT", "VALUES", "SHOW", "BEGIN", "COMMIT", "ROLLBACK", "END"].map {
+        Array($0.utf8)
+    }
+
+    private static func asciiUppercased(_ byte: UInt8) -> UInt8 {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) ? byte - 32 : byte
     }
 
     /// How many times this transaction has waited for PostgreSQL's answer (lock and BEGIN apart).
@@ -1444,6 +1459,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             if state.hasPrefix("42") {
                 prepared.entries.withLockedValue { $0[text] = .unprepared }
                 refused.kind = .serializationFailure
+                refused.rerun = true
             }
             throw refused
         }
@@ -1614,6 +1630,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         prepared.entries.withLockedValue { $0 = [:] }
         var retry = error
         retry.kind = .serializationFailure
+        retry.rerun = true
         return retry
     }
 

@@ -217,6 +217,44 @@ struct PostgresConcurrencyTests {
         #expect(backend.retries.withLockedValue { $0 } - retriesBefore == 1, "the stale plan was not met and retried")
     }
 
+    /// The accounts remembered as contended are bounded: past 4,096, the memory starts again rather than grow.
+    @Test func theContendedAccountsRememberedAreBounded() throws {
+        let backend = try PostgresLedgerBackend(location: try TestLedger.createDatabase(), connections: 1)
+        let cap = PostgresLedgerBackend.contendedAccountsRemembered
+        for index in 0..<cap { backend.noteContention("acct-\(index)") }
+        #expect(backend.contendedAccountsCount == cap)
+        #expect(backend.isContended("acct-0") && backend.isContended("acct-\(cap - 1)"))
+        backend.noteContention("one-more")
+        #expect(backend.contendedAccountsCount == 1)
+        #expect(backend.isContended("one-more"))
+        #expect(!backend.isContended("acct-0"))
+    }
+
+    /// A write about an account that meets a stale plan runs again as a retry, not as a collision: no other write
+    /// met it, so it neither counts as contended nor makes its account take the lock first.
+    @Test func aStalePlanInAnAccountWriteIsNoCollision() throws {
+        let backend = try PostgresLedgerBackend(location: try TestLedger.createDatabase(), connections: 1)
+        let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ"
+        try backend.transaction(begin, serializingOn: nil) { db in
+            try db.execute("CREATE TABLE kiosk_probe (a BIGINT)", [])
+        }
+        let read = {
+            try backend.transaction(begin, serializingOn: "acct") { db in
+                try db.fetchAll("SELECT * FROM kiosk_probe", []).map { $0.columns.names }
+            }
+        }
+        #expect(try read() == [])
+        try backend.transaction(begin, serializingOn: nil) { db in
+            try db.execute("ALTER TABLE kiosk_probe ADD COLUMN b BIGINT", [])
+            try db.execute("INSERT INTO kiosk_probe (a, b) VALUES (1, 2)", [])
+        }
+        let before = (backend.retries.withLockedValue { $0 }, backend.contended.withLockedValue { $0 })
+        #expect(try read() == [["a", "b"]])
+        #expect(backend.retries.withLockedValue { $0 } - before.0 == 1, "the stale plan was not met and retried")
+        #expect(backend.contended.withLockedValue { $0 } - before.1 == 0)
+        #expect(!backend.isContended("acct"))
+    }
+
     /// A connection prepares a statement once and runs it again by name; past its 256 statements, new SQL runs
     /// unnamed and the session holds no more.
     @Test func aConnectionPreparesAStatementOnceAndAtMost256() async throws {

@@ -29,6 +29,23 @@ import Testing
         #expect(Database.changedTable("UPDATE \"accounts\" SET x = 1") == nil)
     }
 
+    /// The statements before which a write about an account updates the account's row first: any that may change
+    /// a row, whatever its case or the space before it; not a read or a transaction's control.
+    @Test func aStatementThatMayWriteIsToldFromAReading() {
+        for sql in [
+            "INSERT INTO events (id) VALUES (?)", "\n  update accounts SET x = 1", "DELETE FROM t",
+            "WITH x AS (UPDATE t SET a = 1) SELECT 1", "SELECT1", "selecting", "",
+        ] {
+            #expect(Database.mayWrite(sql), "\(sql)")
+        }
+        for sql in [
+            "SELECT * FROM accounts", " \t(SELECT 1) UNION (SELECT 2)", "select 1", "VALUES (1)", "SHOW server_version",
+            "BEGIN ISOLATION LEVEL REPEATABLE READ", "COMMIT", "rollback", "END", "Select\n1",
+        ] {
+            #expect(!Database.mayWrite(sql), "\(sql)")
+        }
+    }
+
     @Test func aTableIsMentionedOnlyAsAWordOfItsOwn() {
         #expect(Database.mentions("SELECT * FROM accounts WHERE id = ?", "accounts"))
         #expect(Database.mentions("accounts", "accounts"))
