@@ -1,13 +1,30 @@
 extension Sequence where Element == UInt8 {
     /// The bytes as lower-case hexadecimal, two digits each.
     public var hexString: String {
-        var out = ""
+        var out: [UInt8] = []
+        out.reserveCapacity(underestimatedCount * 2)
         for byte in self {
-            let digits = String(byte, radix: 16)
-            if digits.count == 1 { out += "0" }
-            out += digits
+            out.append(hexDigits[Int(byte >> 4)])
+            out.append(hexDigits[Int(byte & 0x0F)])
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+private let hexDigits = Array("0123456789abcdef".utf8)
+
+extension Array where Element == UInt8 {
+    /// `count` bytes from the system's secure generator, taken eight at a time: one system call each, where
+    /// `UInt8.random(in:)` makes one a byte.
+    package static func secureRandom(count: Int) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 7)
+        while bytes.count < count {
+            Swift.withUnsafeBytes(of: generator.next() as UInt64) { bytes.append(contentsOf: $0) }
+        }
+        bytes.removeLast(bytes.count - count)
+        return bytes
     }
 }
 

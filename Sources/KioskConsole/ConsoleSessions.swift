@@ -33,8 +33,7 @@ final class ConsoleSessions: Sendable {
 
     /// 32 random bytes as hex.
     static func token() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }.hexString
+        [UInt8].secureRandom(count: 32).hexString
     }
 
     /// True when `a` and `b` are equal, in a time that depends on their lengths only.

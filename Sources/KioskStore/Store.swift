@@ -402,10 +402,7 @@ public final class Store: Sendable {
     /// What the ledger keeps of a bearer token: its SHA-256.
     public static func tokenHash(_ token: String) -> [UInt8] { hash(token) }
 
-    static func randomHex(bytes: Int) -> String {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<bytes).map { _ in UInt8.random(in: 0...255, using: &generator) }.hexString
-    }
+    static func randomHex(bytes: Int) -> String { [UInt8].secureRandom(count: bytes).hexString }
 
     static func newTransactionID() -> String { "tx_" + randomHex(bytes: 12) }
 }

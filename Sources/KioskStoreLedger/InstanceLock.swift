@@ -1,4 +1,5 @@
 import Foundation
+import KioskAPI
 import KioskStoreCore
 
 #if canImport(Glibc)
@@ -27,7 +28,7 @@ package final class InstanceLock: Sendable {
         directory = (dataDirectory as NSString).appendingPathComponent("instances")
         try FileManager.default.createDirectory(
             atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        id = "inst_" + (0..<8).map { _ in UInt8.random(in: 0...255) }.hexString
+        id = "inst_" + [UInt8].secureRandom(count: 8).hexString
         let path = (directory as NSString).appendingPathComponent(id + ".lock")
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
