@@ -163,8 +163,9 @@ extension LedgerDatabase {
     ///
     /// It compares the highest committed id with the horizon: PostgreSQL reads that id from the end of the primary
     /// key's index whatever it guesses of the horizon. A search for an id at or above the horizon depends on the
-    /// guess: without statistics on `events` (a new ledger before its first ANALYZE), a prepared statement's generic
-    /// plan read the whole table, every look.
+    /// guess: without statistics on `events` (a new ledger before its first ANALYZE), PostgreSQL took a third of the
+    /// rows to match and planned a scan of the table that stops at the first, which read the whole table every look
+    /// (the matching rows, if any, are the newest).
     public func eventsHeldBack() throws -> Bool {
         guard let eventHorizon else { return false }
         return try value(Int64.self, "SELECT CASE WHEN MAX(id) >= \(eventHorizon) THEN 1 ELSE 0 END FROM events") == 1

@@ -214,6 +214,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
             accounts[account] = now + Self.contentionMemory
         }
     }
+
     /// Waits for PostgreSQL through the pool's connections: each time a call's thread waited for the answer to what
     /// it had sent (one wait answers every statement sent before it). Not network round trips: postgres-nio puts a
     /// query on the wire once the one before it is answered, so each statement is one.
@@ -1624,7 +1625,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// A prepared statement the schema has overtaken (a newer store migrated a table under `SELECT *`: "cached plan
     /// must not change result type") or that the session no longer has (26000): the connection's statements are
-    /// forgotten, to be prepared again, and the error is one to retry (a write is run again at once).
+    /// forgotten, to be prepared again, and the error is one to retry (``LedgerError/rerun``: a retry, not a collision).
     private func forgettingStalePlans(_ error: LedgerError, sqlState: String?) -> LedgerError {
         guard let prepared, sqlState == "26000" || sqlState == "0A000" else { return error }
         prepared.entries.withLockedValue { $0 = [:] }
