@@ -188,10 +188,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
     package static let contentionMemory: Duration = .seconds(2)
     package static let contendedAccountsRemembered = 4_096
 
-    /// Whether writes about `account` collided within ``contentionMemory``.
-    package func isContended(_ account: String) -> Bool {
-        let now = ContinuousClock.now
-        return contendedAccounts.withLockedValue { accounts in
+    /// Whether writes about `account` collided within ``contentionMemory`` before `now`.
+    package func isContended(_ account: String, now: ContinuousClock.Instant = .now) -> Bool {
+        contendedAccounts.withLockedValue { accounts in
             guard let until = accounts[account] else { return false }
             if until > now { return true }
             accounts[account] = nil
@@ -204,8 +203,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
 
     /// Remembers that writes about `account` collided, for ``contentionMemory``; past
     /// ``contendedAccountsRemembered`` accounts, those expired are forgotten, or all when none has.
-    package func noteContention(_ account: String) {
-        let now = ContinuousClock.now
+    package func noteContention(_ account: String, now: ContinuousClock.Instant = .now) {
         contendedAccounts.withLockedValue { accounts in
             if accounts.count >= Self.contendedAccountsRemembered {
                 accounts = accounts.filter { $0.value > now }
@@ -646,7 +644,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
         var attempt = 0
         // Without the account's lock until an attempt meets another write about the account (or writes about it
         // collided lately).
-        var locking = lockingFirst || (key.map(isContended) ?? false)
+        var locking = lockingFirst || (key.map { isContended($0) } ?? false)
         while true {
             let connection = try connections.checkOut()
             let database = PostgresLedgerDatabase(

@@ -217,17 +217,41 @@ struct PostgresConcurrencyTests {
         #expect(backend.retries.withLockedValue { $0 } - retriesBefore == 1, "the stale plan was not met and retried")
     }
 
-    /// The accounts remembered as contended are bounded: past 4,096, the memory starts again rather than grow.
+    /// An account whose writes collided takes the lock first for 2 s, then no longer.
+    @Test func aContendedAccountIsRememberedForTwoSeconds() throws {
+        let backend = try PostgresLedgerBackend(location: try TestLedger.createDatabase(), connections: 1)
+        let start = ContinuousClock.now
+        backend.noteContention("acct", now: start)
+        #expect(PostgresLedgerBackend.contentionMemory == .seconds(2))
+        #expect(backend.isContended("acct", now: start + .milliseconds(1_999)))
+        #expect(!backend.isContended("acct", now: start + .seconds(2)))
+        // Looked at once expired, it is forgotten.
+        #expect(backend.contendedAccountsCount == 0)
+    }
+
+    /// The accounts remembered as contended are bounded: past 4,096, those expired are forgotten, and when none
+    /// has, the memory starts again rather than grow.
     @Test func theContendedAccountsRememberedAreBounded() throws {
         let backend = try PostgresLedgerBackend(location: try TestLedger.createDatabase(), connections: 1)
         let cap = PostgresLedgerBackend.contendedAccountsRemembered
-        for index in 0..<cap { backend.noteContention("acct-\(index)") }
+        let start = ContinuousClock.now
+        // Half of them noted a second later: still remembered when the first half has expired.
+        for index in 0..<cap { backend.noteContention("acct-\(index)", now: start + .seconds(index < cap / 2 ? 0 : 1)) }
         #expect(backend.contendedAccountsCount == cap)
-        #expect(backend.isContended("acct-0") && backend.isContended("acct-\(cap - 1)"))
-        backend.noteContention("one-more")
+        let later = start + .milliseconds(2_500)
+        backend.noteContention("one-more", now: later)
+        #expect(backend.contendedAccountsCount == cap / 2 + 1)
+        #expect(!backend.isContended("acct-0", now: later))
+        #expect(backend.isContended("acct-\(cap - 1)", now: later) && backend.isContended("one-more", now: later))
+        // Full of live ones: all forgotten but the newest.
+        var live = 0
+        while backend.contendedAccountsCount < cap {
+            backend.noteContention("live-\(live)", now: later)
+            live += 1
+        }
+        backend.noteContention("newest", now: later)
         #expect(backend.contendedAccountsCount == 1)
-        #expect(backend.isContended("one-more"))
-        #expect(!backend.isContended("acct-0"))
+        #expect(backend.isContended("newest", now: later) && !backend.isContended("live-\(live - 1)", now: later))
     }
 
     /// A write about an account that meets a stale plan runs again as a retry, not as a collision: no other write
