@@ -182,6 +182,16 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
 }
 
 extension LedgerValue {
+    /// The value's kind as a number: 0 NULL, 1 integer, 2 text, 3 bytes.
+    package var kindCode: UInt8 {
+        switch self {
+        case .null: 0
+        case .integer: 1
+        case .text: 2
+        case .bytes: 3
+        }
+    }
+
     package var kindName: String {
         switch self {
         case .null: "NULL"

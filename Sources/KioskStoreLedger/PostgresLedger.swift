@@ -876,7 +876,15 @@ package final class PreparedStatements: Sendable {
         case unprepared
     }
 
-    package let entries = NIOLockedValueBox<[String: Entry]>([:])
+    /// A statement as prepared: its SQL as the ledger writes it (`?` placeholders) and its arguments' kinds
+    /// (``LedgerValue/kindCode``), which together make the text PostgreSQL prepares (``PostgresLedgerDatabase/placeholders(_:_:typed:)``)
+    /// without building it for each statement.
+    package struct Key: Hashable, Sendable {
+        package var sql: String
+        package var kinds: [UInt8]
+    }
+
+    package let entries = NIOLockedValueBox<[Key: Entry]>([:])
 
     package init() {}
 }
@@ -1411,38 +1419,42 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         progress.sent += 1
         // Whatever this statement is, nothing read ahead answers after it (``fetchAll(_:_:)`` looked first).
         progress.readAhead = []
-        if let prepared, let statement = try prepare(sql, arguments, in: prepared) {
-            var values: [PostgresData] = []
-            values.reserveCapacity(arguments.count)
-            for argument in arguments {
-                switch argument.ledgerValue {
-                case .null: values.append(.null)
-                case .integer(let integer): values.append(PostgresData(int64: integer))
-                case .text(let string): values.append(PostgresData(string: string))
-                case .bytes(let bytes): values.append(PostgresData(bytes: bytes))
+        if let prepared {
+            let values = arguments.map(\.ledgerValue)
+            if let statement = try prepare(sql, values, in: prepared) {
+                var data: [PostgresData] = []
+                data.reserveCapacity(values.count)
+                for value in values {
+                    switch value {
+                    case .null: data.append(.null)
+                    case .integer(let integer): data.append(PostgresData(int64: integer))
+                    case .text(let string): data.append(PostgresData(string: string))
+                    case .bytes(let bytes): data.append(PostgresData(bytes: bytes))
+                    }
                 }
+                return statement.execute(data)
             }
-            return statement.execute(values)
         }
         return connection.query(Self.query(sql, arguments), logger: logger).map(\.rows)
     }
 
-    /// The statement prepared for `sql` with the types of `arguments` on this connection, prepared now (one wait,
+    /// The statement prepared for `sql` with the types of `values` on this connection, prepared now (one wait,
     /// not counted in ``waits``: once a connection, not once a write) when it is new; nil when it runs unnamed.
-    /// The prepare is queued behind what the transaction sent before it, so the order of statements holds.
+    /// The prepare is queued behind what the transaction sent before it, so the order of statements holds. The
+    /// text PostgreSQL prepares is built only then: a statement prepared before is found by its SQL and kinds.
     private func prepare(
-        _ sql: String, _ arguments: [any LedgerArgument], in prepared: PreparedStatements
+        _ sql: String, _ values: [LedgerValue], in prepared: PreparedStatements
     ) throws -> PreparedQuery? {
-        let text = Self.placeholders(sql, arguments, typed: true)
-        let (entry, full) = prepared.entries.withLockedValue { ($0[text], $0.count >= PreparedStatements.capacity) }
+        let key = PreparedStatements.Key(sql: sql, kinds: values.map(\.kindCode))
+        let (entry, full) = prepared.entries.withLockedValue { ($0[key], $0.count >= PreparedStatements.capacity) }
         switch entry {
         case .prepared(let statement)?: return statement
         case .unprepared?: return nil
         case nil: if full { return nil }
         }
         do {
-            let statement = try wait(connection.prepare(query: text))
-            prepared.entries.withLockedValue { $0[text] = .prepared(statement) }
+            let statement = try wait(connection.prepare(query: Self.placeholders(sql, castAs: values)))
+            prepared.entries.withLockedValue { $0[key] = .prepared(statement) }
             return statement
         } catch let error as LedgerError {
             throw error
@@ -1456,7 +1468,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             // timeout) is the statement's own error.
             var refused = Self.ledgerError(error, sqlState: state)
             if state.hasPrefix("42") {
-                prepared.entries.withLockedValue { $0[text] = .unprepared }
+                prepared.entries.withLockedValue { $0[key] = .unprepared }
                 refused.kind = .serializationFailure
                 refused.rerun = true
             }
@@ -1531,9 +1543,14 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// cast to its argument's type (`$1::int8`), as the unnamed statement's Parse declares them, for SQL prepared
     /// once and run with other values of the same types; a NULL's type is left to PostgreSQL.
     package static func placeholders(_ sql: String, _ arguments: [any LedgerArgument], typed: Bool = false) -> String {
+        placeholders(sql, castAs: typed ? arguments.map(\.ledgerValue) : nil)
+    }
+
+    /// `sql` with its placeholders numbered, each cast to the type of its value in `values` (none when nil).
+    static func placeholders(_ sql: String, castAs values: [LedgerValue]?) -> String {
         // Bytes, not Characters: every statement passes here. `'` and `?` are ASCII, so no UTF-8 sequence holds them.
         var text: [UInt8] = []
-        text.reserveCapacity(sql.utf8.count + (typed ? 9 : 3) * arguments.count)
+        text.reserveCapacity(sql.utf8.count + 9 * (values?.count ?? 4))
         var number = 0
         var quoted = false
         for byte in sql.utf8 {
@@ -1545,8 +1562,8 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
             number += 1
             text.append(UInt8(ascii: "$"))
             text.append(contentsOf: String(number).utf8)
-            if typed, number <= arguments.count {
-                switch arguments[number - 1].ledgerValue {
+            if let values, number <= values.count {
+                switch values[number - 1] {
                 case .null: break
                 case .integer: text.append(contentsOf: "::int8".utf8)
                 case .text: text.append(contentsOf: "::text".utf8)

@@ -60,6 +60,26 @@ import Tracing
         }
     }
 
+    /// A root span's ids are fresh: lower-case hex of W3C's lengths (16 and 8 bytes), valid as a `traceparent`,
+    /// and different for every span.
+    @Test func rootSpansTakeFreshValidIDs() throws {
+        let spans = Spans()
+        let tracer = JSONSpanTracer(service: "ids", sink: spans.sink)
+        for _ in 0..<64 { tracer.startSpan("root", context: ServiceContext.topLevel).end() }
+        let ids = spans.all.map { ($0["trace_id"] as? String ?? "", $0["span_id"] as? String ?? "") }
+        #expect(ids.count == 64)
+        for (trace, span) in ids {
+            #expect(trace.utf8.count == 32 && span.utf8.count == 16, "\(trace) \(span)")
+            #expect(TraceParent(header: "00-\(trace)-\(span)-01") != nil, "\(trace) \(span)")
+        }
+        #expect(Set(ids.map(\.0)).count == 64 && Set(ids.map(\.1)).count == 64)
+        // Each position of the trace ids takes many digits across the spans: no byte of them is left unfilled.
+        for position in 0..<32 {
+            let digits = Set(ids.map { Array($0.0.utf8)[position] })
+            #expect(digits.count > 4, "position \(position): \(digits)")
+        }
+    }
+
     @Test func aCallJoinsItsCallersTraceThroughTwoServers() async throws {
         let spans = Spans()
         var inner = ServerConfiguration(shutdownGracePeriod: .seconds(5))

@@ -279,8 +279,8 @@ struct PostgresConcurrencyTests {
         #expect(!backend.isContended("acct"))
     }
 
-    /// A connection prepares a statement once and runs it again by name; past its 256 statements, new SQL runs
-    /// unnamed and the session holds no more.
+    /// A connection prepares a statement once for each kind of its arguments and runs it again by name; past its
+    /// 256 statements, new SQL runs unnamed and the session holds no more.
     @Test func aConnectionPreparesAStatementOnceAndAtMost256() async throws {
         let backend = try PostgresLedgerBackend(location: try TestLedger.createDatabase(), connections: 1)
         let prepared = { @Sendable in
@@ -292,6 +292,17 @@ struct PostgresConcurrencyTests {
         let first = try await prepared()
         #expect(first.contains("SELECT value FROM settings WHERE key = $1::text"))
         #expect(try await prepared().sorted() == first.sorted(), "a statement was prepared again")
+        // The same SQL with a NULL is another statement (a NULL's type is left to PostgreSQL); each is found again.
+        let withNull = { @Sendable in
+            try await backend.readStatement { db in
+                _ = try db.fetchAll("SELECT value FROM settings WHERE key = ?", [String?.none])
+                return try db.values(String.self, "SELECT statement FROM pg_prepared_statements", [])
+            }
+        }
+        let second = try await withNull()
+        #expect(Set(second) == Set(first + ["SELECT value FROM settings WHERE key = $1"]), "\(second)")
+        #expect(try await withNull().sorted() == second.sorted(), "a statement was prepared again")
+        #expect(try await prepared().sorted() == second.sorted(), "a statement was prepared again")
         let count = try await backend.readStatement { db in
             for n in 0..<300 { _ = try db.fetchAll("SELECT \(n) + ?", [Int64(n)]) }
             return try db.value(Int.self, "SELECT count(*) FROM pg_prepared_statements") ?? -1

@@ -289,7 +289,11 @@ public struct TraceParent: Hashable, Sendable {
     private static func hex(count: Int) -> String {
         var generator = SystemRandomNumberGenerator()
         while true {
-            let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            // Eight bytes a draw: each draw of the system generator is a system call.
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(count + 7)
+            while bytes.count < count { withUnsafeBytes(of: generator.next()) { bytes.append(contentsOf: $0) } }
+            bytes.removeLast(bytes.count - count)
             guard bytes.contains(where: { $0 != 0 }) else { continue }
             let digits = Array("0123456789abcdef".utf8)
             var out = [UInt8]()
