@@ -104,11 +104,13 @@ public final class StoreMetrics: Sendable {
         let (commits, writes) = store.ledger.commitStatistics
         out.family(
             "kiosk_store_ledger_commits_total", "counter",
-            help: "SQLite group commits of this process (each one fsync); 0 on PostgreSQL.")
+            help:
+                "Group commits of this process: SQLite's (each one fsync), PostgreSQL's of writes about accounts (each one transaction)."
+        )
         out.sample("kiosk_store_ledger_commits_total", [], UInt64(commits))
         out.family(
             "kiosk_store_ledger_committed_writes_total", "counter",
-            help: "Writes those commits carried (writes per commit is the group's size); 0 on PostgreSQL.")
+            help: "Writes those commits carried (writes per commit is the group's size).")
         out.sample("kiosk_store_ledger_committed_writes_total", [], UInt64(writes))
         let webhooks = store.webhookDeliveryStatistics
         out.family(

@@ -246,8 +246,12 @@ public final class Ledger: Sendable {
     /// an event's.
     public let writeLatency = LatencyHistogram()
 
-    /// Group commits made by this process (each one fsync of the WAL) and the writes they carried (0, 0 off SQLite).
-    public var commitStatistics: (commits: Int, writes: Int) { sqlite?.group.statistics ?? (0, 0) }
+    /// Group commits made by this process and the writes they carried: on SQLite every write (each commit one fsync of
+    /// the WAL), on PostgreSQL the writes about accounts (each commit one transaction, a group's or a lone write's).
+    public var commitStatistics: (commits: Int, writes: Int) {
+        if let sqlite { return sqlite.group.statistics }
+        return (backend as? PostgresLedgerBackend)?.commits.withLockedValue { $0 } ?? (0, 0)
+    }
 
     /// The versioned schema (``LedgerMigration/all``) as GRDB migrations.
     package static var migrator: DatabaseMigrator { LedgerMigration.sqliteMigrator }

@@ -171,6 +171,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
     private let group: MultiThreadedEventLoopGroup
     private let threads: NIOThreadPool
     private let connections: ConnectionPool
+    /// Writes about accounts, committed in groups (``PostgresGroupCommit``).
+    package let groups: PostgresGroupCommit
+    /// Transactions of writes about accounts that committed (a group once), and the writes they carried.
+    package let commits = NIOLockedValueBox((commits: 0, writes: 0))
     private let configuration: PostgresConnection.Configuration
     private let logger: Logger
     /// Whether PostgreSQL answers in time (see ``PostgresHealth``).
@@ -267,6 +271,8 @@ package final class PostgresLedgerBackend: LedgerBackend {
         health = PostgresHealth(timeout: TimeAmount(timeout))
         admission = NIOLockedValueBox(0)
         maximumQueued = 1_024
+        // Half the connections commit groups; the others serve reads, the background and writes that go alone.
+        groups = PostgresGroupCommit(threads: threads, drainers: max(1, size / 2), maximumQueued: maximumQueued)
         connections = ConnectionPool(
             size: size, group: group, configuration: configuration, health: health, logger: logger)
         do {
@@ -275,6 +281,13 @@ package final class PostgresLedgerBackend: LedgerBackend {
         } catch {
             shutdown()
             throw error
+        }
+        groups.start { [weak self] batch in
+            guard let self else {
+                for job in batch { job.fail(LedgerError(.unavailable, "the ledger is closed")) }
+                return
+            }
+            self.commitGroup(batch)
         }
     }
 
@@ -360,6 +373,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
             })
         else { return }
         for task in tasks { task.cancel() }
+        groups.stop()
         // Each connection is closed (PostgreSQL's Terminate) before the threads stop; the closures
         // keep the connections alive until their close completes.
         let holder = instanceHolder.withLockedValue { holder in
@@ -614,7 +628,86 @@ package final class PostgresLedgerBackend: LedgerBackend {
         // ``transaction(_:serializingOn:lockingFirst:_:)``); SERIALIZABLE's predicate locks on shared index pages would
         // abort writes about different accounts.
         let begin = key == nil ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN ISOLATION LEVEL REPEATABLE READ"
-        return try await offload { try self.transaction(begin, serializingOn: key, body) }
+        // A write about an account whose writes collided lately goes alone: it takes the account's lock first.
+        guard let key, !isContended(key) else {
+            return try await offload { try self.transaction(begin, serializingOn: key, body) }
+        }
+        try health.requireAnswering()
+        return try await groups.write(account: key, body) { try self.transaction(begin, serializingOn: key, body) }
+    }
+
+    /// How a group's transaction ended.
+    package enum GroupOutcome {
+        case committed
+        /// Nothing of it is recorded: each write may run again alone.
+        case notCommitted
+        /// Its COMMIT got no answer: it may have committed, so nothing runs again.
+        case unknown(any Error)
+    }
+
+    /// Commits `batch` as one transaction and answers its writes; a single write, or a group that did not commit,
+    /// goes alone (each write of it on a thread of its own).
+    package func commitGroup(_ batch: [PostgresGroupCommit.Job]) {
+        guard batch.count > 1 else {
+            batch.first?.alone()
+            return
+        }
+        switch commitTogether(batch) {
+        case .committed:
+            for job in batch { job.succeed() }
+        case .unknown(let error):
+            for job in batch { job.fail(error) }
+        case .notCommitted:
+            groupsRerun.withLockedValue { $0 += 1 }
+            for job in batch.dropFirst() { groups.runAlone(job) }
+            batch[0].alone()
+        }
+    }
+
+    /// Groups whose transaction did not commit, whose writes then ran again alone.
+    package let groupsRerun = NIOLockedValueBox(0)
+
+    /// `batch`'s writes one after the other in one transaction at REPEATABLE READ, each ordered by its account's row.
+    package func commitTogether(_ batch: [PostgresGroupCommit.Job]) -> GroupOutcome {
+        guard let connection = try? connections.checkOut() else { return .notCommitted }
+        let database = PostgresLedgerDatabase(
+            connection: connection, health: health, logger: logger,
+            eventIDBase: eventIDBase.withLockedValue { $0 }, roundTrips: roundTrips,
+            prepared: location.preparesStatements ? connections.prepared(for: connection) : nil)
+        func givingUp() -> GroupOutcome {
+            // A failed statement leaves the transaction aborted: roll it back, or drop the connection.
+            if !connection.isClosed, (try? database.rollback()) != nil {
+                connections.checkIn(connection)
+            } else {
+                connections.discard(connection)
+            }
+            return .notCommitted
+        }
+        do {
+            database.answerLater(try database.send("BEGIN ISOLATION LEVEL REPEATABLE READ", []))
+            for job in batch {
+                database.startWrite(on: job.account)
+                try job.run(database)
+            }
+        } catch {
+            return givingUp()
+        }
+        do {
+            try database.commit()
+        } catch let error as LedgerError where error.kind != .unavailable {
+            // PostgreSQL answered: a statement failed, or the COMMIT was refused or rolled back.
+            return givingUp()
+        } catch {
+            connections.discard(connection)
+            return .unknown(error)
+        }
+        connections.checkIn(connection)
+        let (made, sent) = (database.waits, database.sent)
+        accountWrites.withLockedValue {
+            $0 = ($0.writes + batch.count, $0.roundTrips + made, $0.statements + sent)
+        }
+        commits.withLockedValue { $0 = ($0.commits + 1, $0.writes + batch.count) }
+        return .committed
     }
 
     /// Runs `body` between `begin` and COMMIT on one connection; again from the start when
@@ -671,6 +764,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
                 if key != nil {
                     let (made, sent) = (database.waits, database.sent + (locking ? 1 : 0))  // and the unlock
                     accountWrites.withLockedValue { $0 = ($0.writes + 1, $0.roundTrips + made, $0.statements + sent) }
+                    commits.withLockedValue { $0 = ($0.commits + 1, $0.writes + 1) }
                 }
                 // Committed: whatever happens to the unlock, the write stands. The unlock is not waited for (the
                 // connection's next query runs after it); a connection that fails it is closed (PostgreSQL then
@@ -934,6 +1028,10 @@ private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>, timeout: TimeAmo
     return try result.withLockedValue { $0! }.get()
 }
 
+/// How long a statement sent on a connection already closed may take to fail: postgres-nio leaves one sent after
+/// the server ended the session (a restart, a terminated backend) unanswered, where it fails those in flight.
+private let closedConnectionGrace = TimeAmount.milliseconds(20)
+
 /// Whether PostgreSQL answers in time. A checkout, connect or statement that times out marks it stalled: for the
 /// next second every call that needs the database fails at once with ``LedgerError/Kind/unavailable`` (14 on the
 /// wire) instead of waiting its own timeout; then one call tries again, and an answer clears the mark.
@@ -1011,6 +1109,13 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// account that overlap then collide on the row. A transaction that only reads updates nothing.
     package func orderWrites(on accountID: String) {
         progress.ordering = accountID
+    }
+
+    /// The next write of a group's transaction (``PostgresGroupCommit``), about `accountID`: ordered by its account's
+    /// row, and answered nothing the write before it read ahead.
+    package func startWrite(on accountID: String) {
+        progress.ordering = accountID
+        progress.readAhead = []
     }
 
     /// A statement of this transaction failed as one does when another write about the same rows committed after
@@ -1509,10 +1614,15 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// A statement's answer, at most the backend's timeout: past it the connection is closed (PostgreSQL then
     /// ends the statement and lets go of its locks) and the call fails with ``LedgerError/Kind/unavailable``.
     private func wait<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
+        // A connection the server ended while this transaction went on (between its statements) is not waited on
+        // for the whole timeout, nor taken for a database that stopped answering.
+        let closed = connection.isClosed
         do {
-            let value = try waitFor(future, timeout: health.timeout)
+            let value = try waitFor(future, timeout: closed ? closedConnectionGrace : health.timeout)
             health.noteAnswered()
             return value
+        } catch is PostgresTimedOut where closed {
+            throw LedgerError(.unavailable, "the connection to PostgreSQL closed before a statement was answered")
         } catch is PostgresTimedOut {
             health.noteStalled()
             closeKeepingAlive(connection)
