@@ -4,6 +4,7 @@
 #     (generated message types excluded: Scripts/gen-protos.sh writes them), and every public declaration of
 #     the libraries with DocC catalogs (Kiosk, KioskTesting, KioskRPC) documented;
 #   - every relative link and heading anchor of the Markdown documentation resolves;
+#   - no lock-protected box whose value is a function (hold it in a FunctionReference: KioskAPI);
 #   - the house rules: no issue numbers, run dates or commit hashes in Sources/, docs/ or the README
 #     (timings and dates go to docs/performance.md's tables and commit bodies; Benchmarks/results/ keeps data).
 #     Scripts/lint.sh [--fix]     (--fix: `swift format --in-place` first, then the checks)
@@ -54,6 +55,11 @@ for f in files:
             print(f"{f}: no heading for #{anchor} in {full}"); bad += 1
 sys.exit(1 if bad else 0)
 PY
+
+echo "lint: no lock-protected box whose value is a function (FunctionReference)"
+# A function that is itself a box's value gains a reabstraction thunk at every read through the box's inout access:
+# each call through it gets slower than the last. Hold it in a FunctionReference (KioskAPI) instead.
+if grep -rnE '(LockedValueBox|Mutex)<\(?(@Sendable +)?\([^()]*\) *(throws +)?->' Sources/ --include='*.swift'; then failed=1; fi
 
 echo "lint: no issue numbers, run dates or commit hashes in Sources/, docs/, Examples/, the READMEs"
 python3 - <<'PY' || failed=1

@@ -57,7 +57,7 @@ final class RevocationFeed: Sendable {
     /// Rung by the poller after each look that found something; streams wait on it.
     private let published = RevocationSignal()
     /// Called on the poller when the key set changed (the store reloads its verifier).
-    private let keysChangedHandler = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
+    private let keysChangedHandler = NIOLockedValueBox<FunctionReference<@Sendable () -> Void>?>(nil)
 
     init(
         ledger: Ledger, pollInterval: Duration, capacity: Int = 4096,
@@ -71,7 +71,7 @@ final class RevocationFeed: Sendable {
 
     /// Runs `body` on the poller whenever it sees the key set change.
     func onKeysChanged(_ body: @escaping @Sendable () -> Void) {
-        keysChangedHandler.withLockedValue { $0 = body }
+        keysChangedHandler.withLockedValue { $0 = FunctionReference(body) }
     }
 
     /// Starts the poller if it is not running (idempotent; a no-op once stopped).
@@ -300,7 +300,7 @@ final class RevocationFeed: Sendable {
                 return !first
             }
             if keysChanged {
-                keysChangedHandler.withLockedValue { $0 }?()
+                keysChangedHandler.withLockedValue { $0 }?.function()
                 changed = true
             }
         } catch {

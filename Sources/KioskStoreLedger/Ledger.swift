@@ -91,7 +91,9 @@ public final class Ledger: Sendable {
     /// Where the ledger is kept.
     package let backend: any LedgerBackend
     private let writeObservers = NIOLockedValueBox<[@Sendable () -> Void]>([])
-    private let accountWriteHook = NIOLockedValueBox<(@Sendable (any LedgerDatabase, String) throws -> Void)?>(nil)
+    private let accountWriteHook = NIOLockedValueBox<
+        FunctionReference<@Sendable (any LedgerDatabase, String) throws -> Void>?
+    >(nil)
     /// The SQLite backend, when that is where it is kept (its pragmas, its group commits).
     package let sqlite: SQLiteLedgerBackend?
 
@@ -203,7 +205,7 @@ public final class Ledger: Sendable {
         // Always a cause, empty when there is none: the body's events then never read the group commit thread's own
         // task-locals for one.
         let cause = WriteCause.capture(span: span) ?? WriteCause(requestID: "", traceParent: "")
-        let settle = account == nil ? nil : accountWriteHook.withLockedValue { $0 }
+        let settle = account == nil ? nil : accountWriteHook.withLockedValue { $0 }?.function
         let caused: @Sendable (any LedgerDatabase) throws -> T = { db in
             try WriteCause.$current.withValue(cause) {
                 let result = try body(db)
@@ -233,7 +235,7 @@ public final class Ledger: Sendable {
     /// Sets what every write through ``write(account:_:)`` that names an account runs after its body, in the same
     /// database transaction (the store records the account's entitlement changes there); nil: nothing.
     package func setAccountWriteHook(_ hook: (@Sendable (any LedgerDatabase, String) throws -> Void)?) {
-        accountWriteHook.withLockedValue { $0 = hook }
+        accountWriteHook.withLockedValue { $0 = hook.map(FunctionReference.init) }
     }
 
     /// Called after each write of this process through ``write(account:_:)`` commits (the event feed looks then).

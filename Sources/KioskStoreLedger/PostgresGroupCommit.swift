@@ -1,3 +1,4 @@
+import KioskAPI
 import NIOConcurrencyHelpers
 import NIOPosix
 
@@ -56,7 +57,7 @@ package final class PostgresGroupCommit: Sendable {
     private let maximumQueued: Int
     private let state = NIOLockedValueBox(State())
     /// Commits a batch (as one transaction, or each write alone) and answers every write of it.
-    private let commit = NIOLockedValueBox<(@Sendable ([Job]) -> Void)?>(nil)
+    private let commit = NIOLockedValueBox<FunctionReference<@Sendable ([Job]) -> Void>?>(nil)
 
     /// - Parameters:
     ///   - threads: where batches are committed (the backend's threads: committing waits on the database).
@@ -70,7 +71,7 @@ package final class PostgresGroupCommit: Sendable {
 
     /// Sets what commits a batch; writes queued before it wait for it.
     package func start(committing commit: @escaping @Sendable ([Job]) -> Void) {
-        self.commit.withLockedValue { $0 = commit }
+        self.commit.withLockedValue { $0 = FunctionReference(commit) }
     }
 
     /// Writes queued and not yet taken into a batch.
@@ -147,7 +148,7 @@ package final class PostgresGroupCommit: Sendable {
     /// Commits batches until no write waits that this drainer may take.
     private func drain() {
         while let (batch, accounts) = state.withLockedValue({ Self.take(from: &$0) }) {
-            if let commit = commit.withLockedValue({ $0 }) {
+            if let commit = commit.withLockedValue({ $0 })?.function {
                 commit(batch)
             } else {
                 for job in batch { job.fail(LedgerError(.unavailable, "the ledger is not started")) }

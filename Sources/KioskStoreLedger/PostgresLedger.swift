@@ -173,6 +173,8 @@ package final class PostgresLedgerBackend: LedgerBackend {
     private let connections: ConnectionPool
     /// Writes about accounts, committed in groups (``PostgresGroupCommit``).
     package let groups: PostgresGroupCommit
+    /// Whether writes about accounts are committed in groups (a pool of at least 2 connections).
+    private let grouping: Bool
     /// Transactions of writes about accounts that committed (a group once), and the writes they carried.
     package let commits = NIOLockedValueBox((commits: 0, writes: 0))
     private let configuration: PostgresConnection.Configuration
@@ -271,8 +273,10 @@ package final class PostgresLedgerBackend: LedgerBackend {
         health = PostgresHealth(timeout: TimeAmount(timeout))
         admission = NIOLockedValueBox(0)
         maximumQueued = 1_024
-        // Half the connections commit groups; the others serve reads, the background and writes that go alone.
+        // Half the connections commit groups; the others serve reads, the background and writes that go alone. A
+        // pool of one has no half to spare: its writes all go alone.
         groups = PostgresGroupCommit(threads: threads, drainers: max(1, size / 2), maximumQueued: maximumQueued)
+        grouping = size >= 2
         connections = ConnectionPool(
             size: size, group: group, configuration: configuration, health: health, logger: logger)
         do {
@@ -629,7 +633,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
         // abort writes about different accounts.
         let begin = key == nil ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN ISOLATION LEVEL REPEATABLE READ"
         // A write about an account whose writes collided lately goes alone: it takes the account's lock first.
-        guard let key, !isContended(key) else {
+        guard let key, grouping, !isContended(key) else {
             return try await offload { try self.transaction(begin, serializingOn: key, body) }
         }
         try health.requireAnswering()
@@ -683,21 +687,36 @@ package final class PostgresLedgerBackend: LedgerBackend {
             }
             return .notCommitted
         }
+        var running: String?
         do {
             database.answerLater(try database.send("BEGIN ISOLATION LEVEL REPEATABLE READ", []))
             for job in batch {
+                running = job.account
                 database.startWrite(on: job.account)
                 try job.run(database)
             }
+            // Every statement but the COMMIT answered first (one wait a group): a refusal, or a statement that
+            // failed and was caught, rolls the group back here, where the outcome is known, and never meets COMMIT.
+            try database.answerEverything()
+            guard !database.failed else { return givingUp() }
         } catch {
+            // Met another write about an account (another replica's, most likely): that account's writes take its
+            // lock first for a while, and go alone.
+            if let running, database.contended || Self.isContention(error) {
+                contended.withLockedValue { $0 += 1 }
+                noteContention(running)
+            }
             return givingUp()
         }
+        // A session already ended (PostgreSQL restarted): the COMMIT is not sent, nothing of the group stands.
+        guard !connection.isClosed else { return givingUp() }
         do {
             try database.commit()
         } catch let error as LedgerError where error.kind != .unavailable {
-            // PostgreSQL answered: a statement failed, or the COMMIT was refused or rolled back.
+            // PostgreSQL answered the COMMIT: refused, or rolled back.
             return givingUp()
         } catch {
+            // No answer to the COMMIT: the group may have committed.
             connections.discard(connection)
             return .unknown(error)
         }
@@ -1027,10 +1046,6 @@ private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>, timeout: TimeAmo
     }
     return try result.withLockedValue { $0! }.get()
 }
-
-/// How long a statement sent on a connection already closed may take to fail: postgres-nio leaves one sent after
-/// the server ended the session (a restart, a terminated backend) unanswered, where it fails those in flight.
-private let closedConnectionGrace = TimeAmount.milliseconds(20)
 
 /// Whether PostgreSQL answers in time. A checkout, connect or statement that times out marks it stalled: for the
 /// next second every call that needs the database fails at once with ``LedgerError/Kind/unavailable`` (14 on the
@@ -1405,15 +1420,20 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     package func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
         if arguments.isEmpty, sql.utf8.contains(UInt8(ascii: ";")) {
-            // Several statements (the schema, clearing): one at a time, the extended protocol takes one.
-            var changed = 0
-            for statement in Self.statements(sql) { changed += try execute(statement, []) }
-            return changed
+            // Several statements (the schema, clearing): one at a time, the extended protocol takes one. One whose
+            // only semicolons are quoted (a function's body) goes as it is.
+            let statements = Self.statements(sql)
+            if statements != [sql] {
+                var changed = 0
+                for statement in statements { changed += try execute(statement, []) }
+                return changed
+            }
         }
         try orderBefore(sql)
         progress.readAhead = []
         try sendHeld()
         progress.sent += 1
+        try requireOpen()
         let sent = connection.query(Self.query(sql, arguments), logger: logger)
         try answerSent()
         return try translatingErrors { try wait(sent) }.metadata.rows ?? 0
@@ -1524,6 +1544,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         progress.sent += 1
         // Whatever this statement is, nothing read ahead answers after it (``fetchAll(_:_:)`` looked first).
         progress.readAhead = []
+        try requireOpen()
         if let prepared {
             let values = arguments.map(\.ledgerValue)
             if let statement = try prepare(sql, values, in: prepared) {
@@ -1587,6 +1608,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         progress.readAhead = []
         try sendHeld()
         progress.sent += 1
+        try requireOpen()
         let sent = connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
         try answerSent()
         _ = try translatingErrors { try wait(sent) }
@@ -1602,6 +1624,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         try sendHeld()
         if !progress.begun { try answerSent() }
         progress.sent += 1
+        try requireOpen()
         let sent = connection.query(PostgresQuery(unsafeSQL: "COMMIT"), logger: logger)
         try answerSent()
         let answer = try translatingErrors { try wait(sent) }
@@ -1611,18 +1634,24 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         }
     }
 
+    /// Refuses to send on a connection already closed: the session is gone (PostgreSQL restarted, or ended it), and
+    /// postgres-nio leaves a statement sent after the close unanswered until the statement timeout (it fails those
+    /// in flight when the connection closes), which would also mark the database as not answering.
+    private func requireOpen() throws {
+        guard connection.isClosed else { return }
+        throw LedgerError(.unavailable, "the connection to PostgreSQL closed: its session ended; retry later")
+    }
+
+    /// Whether a statement of this transaction failed (even one whose error a body caught and went past).
+    package var failed: Bool { progress.failed }
+
     /// A statement's answer, at most the backend's timeout: past it the connection is closed (PostgreSQL then
     /// ends the statement and lets go of its locks) and the call fails with ``LedgerError/Kind/unavailable``.
     private func wait<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
-        // A connection the server ended while this transaction went on (between its statements) is not waited on
-        // for the whole timeout, nor taken for a database that stopped answering.
-        let closed = connection.isClosed
         do {
-            let value = try waitFor(future, timeout: closed ? closedConnectionGrace : health.timeout)
+            let value = try waitFor(future, timeout: health.timeout)
             health.noteAnswered()
             return value
-        } catch is PostgresTimedOut where closed {
-            throw LedgerError(.unavailable, "the connection to PostgreSQL closed before a statement was answered")
         } catch is PostgresTimedOut {
             health.noteStalled()
             closeKeepingAlive(connection)

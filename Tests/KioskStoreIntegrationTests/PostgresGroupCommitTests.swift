@@ -31,13 +31,24 @@ struct PostgresGroupCommitTests {
         }
     }
 
+    /// A write of a batch; alone, it runs in a transaction of its own on `backend` when one is given (as the
+    /// store's writes do), and only says so otherwise.
     static func job(
-        _ account: String, _ answers: Answers, _ body: @escaping @Sendable (any LedgerDatabase) throws -> Void
+        _ account: String, _ answers: Answers, on backend: PostgresLedgerBackend? = nil,
+        _ body: @escaping @Sendable (any LedgerDatabase) throws -> Void
     ) -> PostgresGroupCommit.Job {
         PostgresGroupCommit.Job(
             account: account, run: body, succeed: { answers.note(account, "committed") },
             fail: { answers.note(account, "failed: \(($0 as? LedgerError)?.kind == .unavailable ? "14" : "\($0)")") },
-            alone: { answers.note(account, "alone") })
+            alone: {
+                guard let backend else { return answers.note(account, "alone") }
+                do {
+                    try backend.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: account, body)
+                    answers.note(account, "alone: committed")
+                } catch {
+                    answers.note(account, "alone: \(error)")
+                }
+            })
     }
 
     static func backendWithProbe() async throws -> PostgresLedgerBackend {
@@ -78,22 +89,25 @@ struct PostgresGroupCommitTests {
             backend.commits.withLockedValue { $0 }.commits == 1 && backend.commits.withLockedValue { $0 }.writes == 4)
     }
 
+    struct Refused: Error, CustomStringConvertible {
+        var description: String { "refused" }
+    }
+
     @Test func aFailedWriteLeavesNothingOfItsGroupAndEachRunsAlone() async throws {
         let backend = try await Self.backendWithProbe()
         let answers = Answers()
-        struct Refused: Error {}
         backend.commitGroup([
-            Self.job("a", answers, Self.probe("a")),
-            Self.job("b", answers) { db in
+            Self.job("a", answers, on: backend, Self.probe("a")),
+            Self.job("b", answers, on: backend) { db in
                 try Self.probe("b")(db)
                 throw Refused()
             },
-            Self.job("c", answers, Self.probe("c")),
+            Self.job("c", answers, on: backend, Self.probe("c")),
         ])
-        // The others run alone on the backend's threads.
+        // The others run alone on the backend's threads; each caller gets its own answer.
         await answers.awaitAnswers(3)
-        #expect(answers.all == ["a": "alone", "b": "alone", "c": "alone"])
-        #expect(try Self.rows(backend).isEmpty, "a write of a group that did not commit was recorded")
+        #expect(answers.all == ["a": "alone: committed", "b": "alone: refused", "c": "alone: committed"])
+        #expect(try Self.rows(backend).map(\.account).sorted() == ["a", "c"])
         #expect(backend.groupsRerun.withLockedValue { $0 } == 1)
     }
 
@@ -105,11 +119,13 @@ struct PostgresGroupCommitTests {
             try db.execute("CREATE UNIQUE INDEX kiosk_group_probe_account ON kiosk_group_probe (account)", [])
             try db.execute("INSERT INTO kiosk_group_probe (account, xid, place) VALUES ('taken', 0, -1)", [])
         }
+        // The last write's held insert is refused as the store's are, with an error of the domain.
         backend.commitGroup([
             Self.job("a", answers, Self.probe("a")),
             Self.job("taken", answers) { db in
                 try db.executeLater(
-                    "INSERT INTO kiosk_group_probe (account, xid, place) VALUES (?, 0, 0)", ["taken"], refusal: nil)
+                    "INSERT INTO kiosk_group_probe (account, xid, place) VALUES (?, 0, 0)", ["taken"],
+                    refusal: { _ in Refused() })
             },
         ])
         await answers.awaitAnswers(2)
@@ -117,23 +133,57 @@ struct PostgresGroupCommitTests {
         #expect(try Self.rows(backend).map(\.account) == ["taken"])
     }
 
-    @Test func aCommitWithoutAnAnswerFailsEveryWriteAndRunsNoneAgain() async throws {
+    /// The group's session ends before its COMMIT (a restart of PostgreSQL): nothing of it stands, the COMMIT is
+    /// not sent, and each write runs alone; the ended connection is not waited on for the statement timeout, nor
+    /// taken for a database that stopped answering (the read after it is answered).
+    @Test func aSessionEndedBeforeItsCommitSendsEachWriteAlone() async throws {
         let backend = try await Self.backendWithProbe()
         let answers = Answers()
         backend.commitGroup([
             Self.job("a", answers, Self.probe("a")),
             Self.job("b", answers) { db in
                 try Self.probe("b")(db)
-                // The group's session is ended from another before its COMMIT (as a restart of PostgreSQL would).
                 let session = try #require(try db.value(Int64.self, "SELECT pg_backend_pid()::int8", []))
                 _ = try backend.read { other in
                     try other.value(Bool.self, "SELECT pg_terminate_backend(CAST(? AS integer))", [session])
                 }
+                try (db as? PostgresLedgerDatabase)?.connection.closeFuture.wait()
             },
         ])
-        #expect(answers.all == ["a": "failed: 14", "b": "failed: 14"])
+        await answers.awaitAnswers(2)
+        #expect(answers.all == ["a": "alone", "b": "alone"])
         #expect(try Self.rows(backend).isEmpty)
+    }
+
+    /// A COMMIT whose answer does not come (here: a deferred trigger keeps it past the statement timeout, and the
+    /// store closes the connection) leaves the outcome unknown: every write fails with 14 and none runs again. The
+    /// group did commit: running its writes again would have recorded them twice.
+    @Test func aCommitWithoutAnAnswerFailsEveryWriteAndRunsNoneAgain() async throws {
+        let location = try TestLedger.createDatabase()
+        let backend = try PostgresLedgerBackend(location: location, connections: 2, timeout: .seconds(1))
+        try await backend.groupWrite(serializingOn: nil) { db in
+            try db.execute("CREATE TABLE kiosk_group_probe (account TEXT, xid BIGINT, place BIGINT)", [])
+            try db.execute(
+                "CREATE FUNCTION kiosk_slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
+                    + "'BEGIN IF NEW.account = ''slow'' THEN PERFORM pg_sleep(2); END IF; RETURN NULL; END'", [])
+            try db.execute(
+                "CREATE CONSTRAINT TRIGGER kiosk_slow_commit AFTER INSERT ON kiosk_group_probe DEFERRABLE INITIALLY "
+                    + "DEFERRED FOR EACH ROW EXECUTE FUNCTION kiosk_slow_commit()", [])
+        }
+        let answers = Answers()
+        backend.commitGroup([Self.job("a", answers, Self.probe("a")), Self.job("slow", answers, Self.probe("slow"))])
+        #expect(answers.all == ["a": "failed: 14", "slow": "failed: 14"])
         #expect(backend.groupsRerun.withLockedValue { $0 } == 0)
+        // Read from a store of its own (this one marks the database as not answering for a second), once the
+        // group's transaction has ended: the lock waits for it.
+        let reader = try PostgresLedgerBackend(location: location, connections: 1)
+        let recorded = try reader.transaction("BEGIN ISOLATION LEVEL READ COMMITTED") { db in
+            try db.execute("LOCK TABLE kiosk_group_probe IN SHARE MODE", [])
+            return try db.fetchAll("SELECT account FROM kiosk_group_probe ORDER BY place", []).map {
+                try $0["account"] as String
+            }
+        }
+        #expect(recorded == ["a", "slow"])
     }
 
     /// The next batch: the oldest writes, at most 16, none about an account of a batch being committed (its writes
@@ -143,6 +193,24 @@ struct PostgresGroupCommitTests {
         #expect(PostgresGroupCommit.batch(of: ["b", "b"], inFlight: ["b"]) == [])
         let many = (0..<40).map { "acct-\($0 % 20)" }
         #expect(PostgresGroupCommit.batch(of: many, inFlight: []) == Set(0..<PostgresGroupCommit.maximumBatch))
+    }
+
+    /// With one connection there is no half of the pool to commit groups on: every write goes alone (a drainer
+    /// holding the only thread would starve the reads and the writes run again alone).
+    @Test func aPoolOfOneWritesAlone() async throws {
+        let backend = try PostgresLedgerBackend(location: try TestLedger.createDatabase(), connections: 1)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<16 {
+                group.addTask {
+                    try await backend.groupWrite(serializingOn: "acct-\(index)") { db in
+                        _ = try db.fetchAll("SELECT 1", [])
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let (commits, writes) = backend.commits.withLockedValue { $0 }
+        #expect(commits == 16 && writes == 16)
     }
 
     /// Writes about 64 accounts at once all commit, in fewer transactions than writes, and each caller gets its own
