@@ -687,11 +687,13 @@ package final class PostgresLedgerBackend: LedgerBackend {
             }
             return .notCommitted
         }
-        var running: String?
+        // The write running, and the one before it: a write's held statements go with the next write's first read,
+        // so the statement that failed may be either's.
+        var (running, before): (String?, String?) = (nil, nil)
         do {
             database.answerLater(try database.send("BEGIN ISOLATION LEVEL REPEATABLE READ", []))
             for job in batch {
-                running = job.account
+                (before, running) = (running, job.account)
                 database.startWrite(on: job.account)
                 try job.run(database)
             }
@@ -702,9 +704,9 @@ package final class PostgresLedgerBackend: LedgerBackend {
         } catch {
             // Met another write about an account (another replica's, most likely): that account's writes take its
             // lock first for a while, and go alone.
-            if let running, database.contended || Self.isContention(error) {
+            if database.contended || Self.isContention(error) {
                 contended.withLockedValue { $0 += 1 }
-                noteContention(running)
+                for account in [before, running].compactMap({ $0 }) { noteContention(account) }
             }
             return givingUp()
         }
@@ -712,11 +714,16 @@ package final class PostgresLedgerBackend: LedgerBackend {
         guard !connection.isClosed else { return givingUp() }
         do {
             try database.commit()
-        } catch let error as LedgerError where error.kind != .unavailable {
-            // PostgreSQL answered the COMMIT: refused, or rolled back.
+        } catch let error as LedgerError
+            where database.rolledBack
+            || [.serializationFailure, .uniqueViolation, .checkViolation].contains(error.kind)
+        {
+            // PostgreSQL answered the COMMIT with ROLLBACK, or refused it (a deferred check, a serialization failure):
+            // nothing of the group stands.
             return givingUp()
         } catch {
-            // No answer to the COMMIT: the group may have committed.
+            // Any other end of the COMMIT (no answer, the session ended, a FATAL or PANIC as the commit record was
+            // flushed) may have committed the group: nothing runs again.
             connections.discard(connection)
             return .unknown(error)
         }
@@ -1186,6 +1193,8 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         var begun = false
         /// A statement sent without waiting failed: the transaction is aborted, whatever the body did with the error.
         var failed = false
+        /// PostgreSQL answered the COMMIT with ROLLBACK.
+        var rolledBack = false
         var unanswered: [(sent: EventLoopFuture<Void>, refusal: ((LedgerError) -> (any Error)?)?)] = []
         /// Writes not yet sent (``executeLater(_:_:refusal:)``): they go with the next statement, several as one.
         var held: [HeldWrite] = []
@@ -1421,7 +1430,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     package func execute(_ sql: String, _ arguments: [any LedgerArgument]) throws -> Int {
         if arguments.isEmpty, sql.utf8.contains(UInt8(ascii: ";")) {
             // Several statements (the schema, clearing): one at a time, the extended protocol takes one. One whose
-            // only semicolons are quoted (a function's body) goes as it is.
+            // only semicolons are in single quotes (a function's body so quoted) goes as it is.
             let statements = Self.statements(sql)
             if statements != [sql] {
                 var changed = 0
@@ -1629,6 +1638,7 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         try answerSent()
         let answer = try translatingErrors { try wait(sent) }
         guard !progress.failed, answer.metadata.command == "COMMIT" else {
+            progress.rolledBack = answer.metadata.command == "ROLLBACK"
             throw LedgerError(
                 .refused, "a statement of the write failed, so PostgreSQL rolled it back: nothing of it was recorded")
         }
@@ -1644,6 +1654,9 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// Whether a statement of this transaction failed (even one whose error a body caught and went past).
     package var failed: Bool { progress.failed }
+
+    /// Whether PostgreSQL answered this transaction's COMMIT with ROLLBACK.
+    package var rolledBack: Bool { progress.rolledBack }
 
     /// A statement's answer, at most the backend's timeout: past it the connection is closed (PostgreSQL then
     /// ends the statement and lets go of its locks) and the call fails with ``LedgerError/Kind/unavailable``.

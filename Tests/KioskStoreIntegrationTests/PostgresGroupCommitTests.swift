@@ -121,16 +121,54 @@ struct PostgresGroupCommitTests {
         }
         // The last write's held insert is refused as the store's are, with an error of the domain.
         backend.commitGroup([
-            Self.job("a", answers, Self.probe("a")),
-            Self.job("taken", answers) { db in
+            Self.job("a", answers, on: backend, Self.probe("a")),
+            Self.job("taken", answers, on: backend) { db in
                 try db.executeLater(
                     "INSERT INTO kiosk_group_probe (account, xid, place) VALUES (?, 0, 0)", ["taken"],
                     refusal: { _ in Refused() })
             },
         ])
         await answers.awaitAnswers(2)
+        #expect(answers.all == ["a": "alone: committed", "taken": "alone: refused"])
+        #expect(try Self.rows(backend).map(\.account) == ["taken", "a"])
+    }
+
+    /// A COMMIT PostgreSQL refuses (a deferred unique constraint checked at COMMIT) leaves nothing of the group, and
+    /// each write runs alone.
+    @Test func aCommitRefusedByPostgreSQLSendsEachWriteAlone() async throws {
+        let backend = try await Self.backendWithProbe()
+        try await backend.groupWrite(serializingOn: nil) { db in
+            try db.execute(
+                "ALTER TABLE kiosk_group_probe ADD CONSTRAINT kiosk_group_probe_once UNIQUE (account) DEFERRABLE "
+                    + "INITIALLY DEFERRED", [])
+            try db.execute("INSERT INTO kiosk_group_probe (account, xid, place) VALUES ('taken', 0, -1)", [])
+        }
+        let answers = Answers()
+        backend.commitGroup([Self.job("a", answers, Self.probe("a")), Self.job("taken", answers, Self.probe("taken"))])
+        await answers.awaitAnswers(2)
         #expect(answers.all == ["a": "alone", "taken": "alone"])
         #expect(try Self.rows(backend).map(\.account) == ["taken"])
+        #expect(backend.groupsRerun.withLockedValue { $0 } == 1)
+    }
+
+    /// A statement is not sent on a connection whose session PostgreSQL has ended: it fails at once with
+    /// unavailable instead of after the statement timeout, and the database is not marked as not answering.
+    @Test func aStatementOnAnEndedSessionFailsAtOnce() async throws {
+        let backend = try await Self.backendWithProbe()
+        let ended = #expect(throws: LedgerError.self) {
+            try backend.transaction("BEGIN") { db in
+                let session = try #require(try db.value(Int64.self, "SELECT pg_backend_pid()::int8", []))
+                _ = try backend.read { other in
+                    try other.value(Bool.self, "SELECT pg_terminate_backend(CAST(? AS integer))", [session])
+                }
+                try (db as? PostgresLedgerDatabase)?.connection.closeFuture.wait()
+                return try db.fetchAll("SELECT 1", [])
+            }
+        }
+        #expect(
+            ended?.kind == .unavailable && ended?.message.contains("closed") == true, "\(String(describing: ended))")
+        try backend.health.requireAnswering()
+        #expect(try Self.rows(backend).isEmpty)
     }
 
     /// The group's session ends before its COMMIT (a restart of PostgreSQL): nothing of it stands, the COMMIT is
@@ -155,8 +193,8 @@ struct PostgresGroupCommitTests {
         #expect(try Self.rows(backend).isEmpty)
     }
 
-    /// A COMMIT whose answer does not come (here: a deferred trigger keeps it past the statement timeout, and the
-    /// store closes the connection) leaves the outcome unknown: every write fails with 14 and none runs again. The
+    /// A COMMIT whose answer does not come (here: a deferred trigger keeps it past the store's statement timeout,
+    /// `databaseTimeout`, and the store closes the connection) leaves the outcome unknown: every write fails with 14 and none runs again. The
     /// group did commit: running its writes again would have recorded them twice.
     @Test func aCommitWithoutAnAnswerFailsEveryWriteAndRunsNoneAgain() async throws {
         let location = try TestLedger.createDatabase()
