@@ -74,9 +74,6 @@ package final class PostgresGroupCommit: Sendable {
         self.commit.withLockedValue { $0 = FunctionReference(commit) }
     }
 
-    /// Writes queued and not yet taken into a batch.
-    package var queued: Int { state.withLockedValue { $0.queue.count } }
-
     /// Runs `body` in the next group's transaction (or, when the group cannot commit, `alone`); returns once it
     /// committed.
     package func write<T: Sendable>(
@@ -159,7 +156,8 @@ package final class PostgresGroupCommit: Sendable {
 
     /// The next batch, oldest writes first, and its accounts; nil, and one drainer fewer, when none waits. A write
     /// about an account of a batch being committed waits for that batch (its drainer takes it next): two groups in
-    /// flight never write about one account, so they neither collide on its row nor wait for each other's commit.
+    /// flight never write about one account, so they do not collide on its row (rows shared across accounts, and a
+    /// group's writes running again alone, are not covered).
     private static func take(from state: inout State) -> (batch: [Job], accounts: Set<String>)? {
         let taken = batch(of: state.queue.map(\.account), inFlight: state.inFlight)
         guard !taken.isEmpty else {

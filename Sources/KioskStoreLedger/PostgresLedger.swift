@@ -275,7 +275,7 @@ package final class PostgresLedgerBackend: LedgerBackend {
         maximumQueued = 1_024
         // Half the connections commit groups; the others serve reads, the background and writes that go alone. A
         // pool of one has no half to spare: its writes all go alone.
-        groups = PostgresGroupCommit(threads: threads, drainers: max(1, size / 2), maximumQueued: maximumQueued)
+        groups = PostgresGroupCommit(threads: threads, drainers: size / 2, maximumQueued: maximumQueued)
         grouping = size >= 2
         connections = ConnectionPool(
             size: size, group: group, configuration: configuration, health: health, logger: logger)
