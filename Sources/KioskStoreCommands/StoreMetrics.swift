@@ -112,6 +112,15 @@ public final class StoreMetrics: Sendable {
             "kiosk_store_ledger_committed_writes_total", "counter",
             help: "Writes those commits carried (writes per commit is the group's size).")
         out.sample("kiosk_store_ledger_committed_writes_total", [], UInt64(writes))
+        let reruns = store.ledger.rerunStatistics
+        out.family(
+            "kiosk_store_ledger_reruns_total", "counter",
+            help:
+                "Ledger writes run again (PostgreSQL), by reason: retry (a serialization failure or deadlock), collision (met another write about its account, ran again behind its lock), group (a group commit rolled back, its writes each ran again alone; counts groups)."
+        )
+        out.sample("kiosk_store_ledger_reruns_total", [("reason", "retry")], UInt64(reruns.retries))
+        out.sample("kiosk_store_ledger_reruns_total", [("reason", "collision")], UInt64(reruns.collisions))
+        out.sample("kiosk_store_ledger_reruns_total", [("reason", "group")], UInt64(reruns.groupsRolledBack))
         let webhooks = store.webhookDeliveryStatistics
         out.family(
             "kiosk_store_webhook_attempts_total", "counter",

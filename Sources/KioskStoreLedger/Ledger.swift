@@ -255,6 +255,18 @@ public final class Ledger: Sendable {
         return (backend as? PostgresLedgerBackend)?.commits.withLockedValue { $0 } ?? (0, 0)
     }
 
+    /// Writes this process ran again, by why (always 0 on SQLite, whose single writer never collides):
+    /// `retries`, a serialization failure or a deadlock PostgreSQL ended the write with; `collisions`, a write about
+    /// an account that met another write about it and ran again behind the account's lock; `groupsRolledBack`, group
+    /// commits that did not commit, whose writes each ran again alone.
+    public var rerunStatistics: (retries: Int, collisions: Int, groupsRolledBack: Int) {
+        guard let postgres = backend as? PostgresLedgerBackend else { return (0, 0, 0) }
+        return (
+            postgres.retries.withLockedValue { $0 }, postgres.contended.withLockedValue { $0 },
+            postgres.groupsRerun.withLockedValue { $0 }
+        )
+    }
+
     /// The versioned schema (``LedgerMigration/all``) as GRDB migrations.
     package static var migrator: DatabaseMigrator { LedgerMigration.sqliteMigrator }
 

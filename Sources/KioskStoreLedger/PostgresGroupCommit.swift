@@ -185,6 +185,19 @@ package final class PostgresGroupCommit: Sendable {
         return taken
     }
 
+    /// `batch` in the order its writes run in their group: by account, and in their order of arrival within one
+    /// account. Each write takes its account's row until the group commits, so two groups (two stores') sharing
+    /// accounts then take them in the same order: the second waits for the first instead of each holding a row the
+    /// other waits for (a deadlock, which PostgreSQL ends after `deadlock_timeout` by rolling one group back).
+    package static func ordered(_ batch: [Job]) -> [Job] {
+        order(of: batch.map(\.account)).map { batch[$0] }
+    }
+
+    /// The indices of `accounts` by account, and in their order within one account.
+    package static func order(of accounts: [String]) -> [Int] {
+        accounts.indices.sorted { (accounts[$0], $0) < (accounts[$1], $1) }
+    }
+
     /// Fails every write waiting, and every write from now on (the backend is shutting down).
     package func stop() {
         let waiting = state.withLockedValue { state -> [Job] in

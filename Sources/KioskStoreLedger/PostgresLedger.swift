@@ -651,11 +651,12 @@ package final class PostgresLedgerBackend: LedgerBackend {
 
     /// Commits `batch` as one transaction and answers its writes; a single write, or a group that did not commit,
     /// goes alone (each write of it on a thread of its own).
-    package func commitGroup(_ batch: [PostgresGroupCommit.Job]) {
-        guard batch.count > 1 else {
-            batch.first?.alone()
+    package func commitGroup(_ arrived: [PostgresGroupCommit.Job]) {
+        guard arrived.count > 1 else {
+            arrived.first?.alone()
             return
         }
+        let batch = PostgresGroupCommit.ordered(arrived)
         switch commitTogether(batch) {
         case .committed:
             for job in batch { job.succeed() }
@@ -1040,19 +1041,36 @@ private func connectWithin(
     return connection
 }
 
+/// `future`'s connection closed before it completed.
+package struct PostgresConnectionClosed: Error {}
+
 /// Waits on this thread (never an event loop's nor a Swift concurrency thread's) for `future`, at most `timeout`.
-private func waitFor<T: Sendable>(_ future: EventLoopFuture<T>, timeout: TimeAmount) throws -> T {
+/// With `connection` (the one `future`'s statement went on), a wait also ends once the connection is closed and
+/// `future` has not completed: postgres-nio fails the statements in flight when a connection closes, but leaves one
+/// written as it closed unanswered for good. The connection is looked at every ``closedCheckInterval`` of a wait.
+package func waitFor<T: Sendable>(
+    _ future: EventLoopFuture<T>, timeout: TimeAmount, unlessClosed connection: PostgresConnection? = nil
+) throws -> T {
     let done = DispatchSemaphore(value: 0)
     let result = NIOLockedValueBox<Result<T, any Error>?>(nil)
     future.whenComplete { outcome in
         result.withLockedValue { $0 = outcome }
         done.signal()
     }
-    guard done.wait(timeout: .now() + .nanoseconds(Int(timeout.nanoseconds))) == .success else {
-        throw PostgresTimedOut()
+    let deadline = DispatchTime.now() + .nanoseconds(Int(timeout.nanoseconds))
+    while true {
+        let slice = connection == nil ? deadline : min(deadline, .now() + closedCheckInterval)
+        if done.wait(timeout: slice) == .success { break }
+        // Completed as the wait ended: its answer stands.
+        if let outcome = result.withLockedValue({ $0 }) { return try outcome.get() }
+        if DispatchTime.now() >= deadline { throw PostgresTimedOut() }
+        if connection?.isClosed == true { throw PostgresConnectionClosed() }
     }
     return try result.withLockedValue { $0! }.get()
 }
+
+/// How often a statement's wait looks whether its connection closed (``waitFor(_:timeout:unlessClosed:)``).
+private let closedCheckInterval = DispatchTimeInterval.milliseconds(100)
 
 /// Whether PostgreSQL answers in time. A checkout, connect or statement that times out marks it stalled: for the
 /// next second every call that needs the database fails at once with ``LedgerError/Kind/unavailable`` (14 on the
@@ -1625,28 +1643,45 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// COMMIT, refused when the transaction cannot have committed: a statement of it failed (even one whose error
     /// a body caught and went past), or PostgreSQL answered the COMMIT with ROLLBACK (it does, without an error,
-    /// for a transaction a failed statement aborted).
+    /// for a transaction a failed statement aborted), or refused it (a serialization failure, a deferred constraint).
+    /// Any other end of the COMMIT (no answer, the session ended, an error as the commit record was flushed) may have
+    /// committed it: ``LedgerError/Kind/unavailable``, never a refusal, so that nothing takes it for unrecorded.
     package func commit() throws {
         // A body that sent only statements it does not wait for has not yet seen its BEGIN (and, after a collision,
         // its lock) answered; the connection runs what follows a failed statement, so COMMIT goes only once they are
         // (or a write could commit outside its transaction, or without the lock it waited for).
         try sendHeld()
         if !progress.begun { try answerSent() }
+        // A statement that failed here and not on the server (postgres-nio refused to send it) leaves the
+        // transaction able to commit: it must not, since its caller is told that nothing was recorded.
+        guard !progress.failed else { throw Self.notRecorded }
         progress.sent += 1
         try requireOpen()
         let sent = connection.query(PostgresQuery(unsafeSQL: "COMMIT"), logger: logger)
         try answerSent()
-        let answer = try translatingErrors { try wait(sent) }
+        let answer: PostgresQueryResult
+        do {
+            answer = try translatingErrors { try wait(sent) }
+        } catch let error as LedgerError
+            where ![.serializationFailure, .uniqueViolation, .checkViolation].contains(error.kind)
+        {
+            throw LedgerError(
+                .unavailable,
+                "PostgreSQL ended the COMMIT without saying whether it committed (\(error.message)): the write "
+                    + "may have been recorded; retry the same request")
+        }
         guard !progress.failed, answer.metadata.command == "COMMIT" else {
             progress.rolledBack = answer.metadata.command == "ROLLBACK"
-            throw LedgerError(
-                .refused, "a statement of the write failed, so PostgreSQL rolled it back: nothing of it was recorded")
+            throw Self.notRecorded
         }
     }
 
+    private static let notRecorded = LedgerError(
+        .refused, "a statement of the write failed, so PostgreSQL rolled it back: nothing of it was recorded")
+
     /// Refuses to send on a connection already closed: the session is gone (PostgreSQL restarted, or ended it), and
-    /// postgres-nio leaves a statement sent after the close unanswered until the statement timeout (it fails those
-    /// in flight when the connection closes), which would also mark the database as not answering.
+    /// postgres-nio leaves a statement sent after the close unanswered (it fails those in flight when the connection
+    /// closes). One sent as the connection closes is not answered either: its wait sees the connection closed.
     private func requireOpen() throws {
         guard connection.isClosed else { return }
         throw LedgerError(.unavailable, "the connection to PostgreSQL closed: its session ended; retry later")
@@ -1662,9 +1697,13 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// ends the statement and lets go of its locks) and the call fails with ``LedgerError/Kind/unavailable``.
     private func wait<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
         do {
-            let value = try waitFor(future, timeout: health.timeout)
+            let value = try waitFor(future, timeout: health.timeout, unlessClosed: connection)
             health.noteAnswered()
             return value
+        } catch is PostgresConnectionClosed {
+            // The session ended (PostgreSQL restarted, or ended it): not a database that stopped answering.
+            throw LedgerError(
+                .unavailable, "the connection to PostgreSQL closed before PostgreSQL answered; retry later")
         } catch is PostgresTimedOut {
             health.noteStalled()
             closeKeepingAlive(connection)

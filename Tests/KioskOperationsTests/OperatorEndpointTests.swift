@@ -114,6 +114,9 @@ import FoundationNetworking
         #expect(
             (samples["kiosk_store_ledger_committed_writes_total"] ?? 0)
                 >= (samples["kiosk_store_ledger_commits_total"] ?? 1))
+        for reason in ["retry", "collision", "group"] {
+            #expect(samples[#"kiosk_store_ledger_reruns_total{reason="\#(reason)"}"#] != nil, "\(reason)")
+        }
         #expect(samples[#"kiosk_store_webhook_attempts_total{outcome="retrying"}"#] == Double(report.failedAttempts))
         #expect(samples[#"kiosk_store_webhook_attempts_total{outcome="delivered"}"#] == 0)
         #expect(samples["kiosk_store_webhook_delivery_seconds_count"] == Double(report.failedAttempts))

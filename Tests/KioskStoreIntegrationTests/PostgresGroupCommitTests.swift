@@ -111,6 +111,86 @@ struct PostgresGroupCommitTests {
         #expect(backend.groupsRerun.withLockedValue { $0 } == 1)
     }
 
+    /// Two stores' groups about the same two accounts, arriving in opposite orders, run their writes in the same
+    /// order (by account): the second group waits for the first, meets its write about the account they share
+    /// first and runs again alone, as writes about one account from two stores do. In arrival order each group would
+    /// hold the row of one account and wait for the other's: a deadlock, here left to PostgreSQL's
+    /// `deadlock_timeout` (20 s for this database), so the writes would wait out the store's statement timeout.
+    @Test func twoStoresGroupsTakeSharedAccountsInOneOrder() async throws {
+        let location = try TestLedger.createDatabase()
+        let ledger = try Ledger(postgres: location)
+        for (index, account) in ["acct-a", "acct-b"].enumerated() {
+            try ledger.createAccount(id: account, tokenHash: [UInt8(index + 1)], paymentsAllowed: true, nowMs: 0)
+        }
+        try await (try #require(ledger.backend as? PostgresLedgerBackend)).groupWrite(serializingOn: nil) { db in
+            try db.execute("CREATE TABLE kiosk_group_probe (account TEXT, xid BIGINT, place BIGINT)", [])
+            let name = try #require(try db.value(String.self, "SELECT current_database()", []))
+            try db.execute("ALTER DATABASE \(name) SET deadlock_timeout = '20s'", [])
+        }
+        let (one, two) = (
+            try PostgresLedgerBackend(location: location, connections: 2),
+            try PostgresLedgerBackend(location: location, connections: 2)
+        )
+        // Each group's first write, once it holds its account's row, waits (at most a second) for the other group's
+        // first write to hold its own: in arrival order both would then hold one row each.
+        let (oneHolds, twoHolds) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let answers = Answers()
+        func job(
+            _ store: String, _ account: String, holding: (DispatchSemaphore, DispatchSemaphore)? = nil
+        )
+            -> PostgresGroupCommit.Job
+        {
+            let name = "\(store) \(account)"
+            return PostgresGroupCommit.Job(
+                account: account,
+                run: { db in
+                    try Self.probe(account)(db)
+                    guard let (signal, other) = holding else { return }
+                    _ = try db.fetchAll("SELECT 1", [])  // the account's row taken, answered
+                    signal.signal()
+                    _ = other.wait(timeout: .now() + 1)
+                },
+                succeed: { answers.note(name, "committed") },
+                fail: { answers.note(name, "failed: \($0)") }, alone: { answers.note(name, "alone") })
+        }
+        let (oneGroup, twoGroup) = (
+            [job("one", "acct-a", holding: (oneHolds, twoHolds)), job("one", "acct-b")],
+            [job("two", "acct-b", holding: (twoHolds, oneHolds)), job("two", "acct-a")]
+        )
+        let group = DispatchGroup()
+        DispatchQueue.global().async(group: group) { one.commitGroup(oneGroup) }
+        DispatchQueue.global().async(group: group) { two.commitGroup(twoGroup) }
+        await answers.awaitAnswers(4)
+        group.wait()
+        #expect(
+            answers.all == [
+                "one acct-a": "committed", "one acct-b": "committed", "two acct-a": "alone", "two acct-b": "alone",
+            ]
+                || answers.all == [
+                    "one acct-a": "alone", "one acct-b": "alone", "two acct-a": "committed", "two acct-b": "committed",
+                ], "\(answers.all)")
+        #expect(one.groupsRerun.withLockedValue { $0 } + two.groupsRerun.withLockedValue { $0 } == 1)
+    }
+
+    /// A group's writes run by account, in their order of arrival within one account.
+    @Test func aGroupRunsItsWritesByAccount() {
+        #expect(PostgresGroupCommit.order(of: ["b", "a", "b", "c", "a"]) == [1, 4, 0, 2, 3])
+        #expect(PostgresGroupCommit.order(of: []) == [])
+    }
+
+    /// The ledger reports its backend's reruns (the store's `kiosk_store_ledger_reruns_total`).
+    @Test func theLedgerCountsAGroupThatRolledBack() async throws {
+        let ledger = try Ledger(postgres: try TestLedger.createDatabase())
+        let backend = try #require(ledger.backend as? PostgresLedgerBackend)
+        let answers = Answers()
+        backend.commitGroup([
+            Self.job("a", answers) { _ in }, Self.job("b", answers) { _ in throw Refused() },
+        ])
+        await answers.awaitAnswers(2)
+        #expect(answers.all == ["a": "alone", "b": "alone"])
+        #expect(ledger.rerunStatistics == (retries: 0, collisions: 0, groupsRolledBack: 1))
+    }
+
     @Test func aCommitRefusedLeavesNothingAndEachRunsAlone() async throws {
         let backend = try await Self.backendWithProbe()
         let answers = Answers()
