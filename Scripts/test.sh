@@ -20,36 +20,47 @@
 # Arguments go to `swift test` (e.g. --filter WireContractTests) and skip the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./Scripts/setup.sh
-if [ $# -eq 0 ]; then ./Scripts/lint.sh; fi
-swift build --build-tests
+# step LABEL COMMAND…: runs COMMAND and notes how long it took (printed at the end: the whole command must stay
+# within CI's 30 minutes, and this says where they go).
+took=""
+step() {
+  local label=$1 start=$SECONDS
+  shift
+  "$@"
+  took+="${took:+, }$label $((SECONDS - start)) s"
+}
+step setup ./Scripts/setup.sh
+if [ $# -eq 0 ]; then step lint ./Scripts/lint.sh; fi
+step build swift build --build-tests
 if [ $# -eq 0 ]; then
   for target in Kiosk KioskTesting KioskRPC; do
     echo "test: DocC documentation of $target (warnings are errors)"
-    swift package --disable-sandbox generate-documentation --target "$target" --warnings-as-errors
+    step "docc $target" swift package --disable-sandbox generate-documentation --target "$target" --warnings-as-errors
   done
-  ./Scripts/fuzz.sh 30
-  ./Scripts/crash-test.sh 20
+  step fuzz ./Scripts/fuzz.sh 30
+  step crash-test ./Scripts/crash-test.sh 20
 fi
 if [ $# -eq 0 ]; then
   # The store's domain (no sockets, no database) and its ledger adapters against their
   # contract (no sockets): every test at once, in seconds.
-  swift test --skip-build --filter 'KioskStoreCoreTests|KioskStoreTests'
+  step "store tests" swift test --skip-build --filter 'KioskStoreCoreTests|KioskStoreTests'
   # The rest one test at a time: the end-to-end tests hold timing promises (a
   # refund refused within a second, keepalive, backpressure windows) that a
   # machine busy with every other test at once cannot keep.
-  swift test --skip-build --no-parallel --skip 'KioskStoreCoreTests|KioskStoreTests'
+  step "other tests" swift test --skip-build --no-parallel --skip 'KioskStoreCoreTests|KioskStoreTests'
 else
-  swift test --skip-build --no-parallel "$@"
+  step tests swift test --skip-build --no-parallel "$@"
 fi
 if [ $# -eq 0 ]; then
   echo "test: the store's tests again, on a PostgreSQL ledger"
   ./Scripts/postgres.sh install > /dev/null
-  KIOSK_TEST_LEDGER=postgres swift test --skip-build --no-parallel --filter 'KioskStoreTests|KioskStoreIntegrationTests'
+  step "PostgreSQL tests" env KIOSK_TEST_LEDGER=postgres \
+    swift test --skip-build --no-parallel --filter 'KioskStoreTests|KioskStoreIntegrationTests'
   echo "test: replicas on PostgreSQL, killed under load, the database restarted and frozen (Scripts/scale-out.sh --short --chaos)"
-  ./Scripts/scale-out.sh --short --chaos
+  step chaos ./Scripts/scale-out.sh --short --chaos
   echo "test: Examples/ builds, its tests pass, and buy-and-download buys and downloads (Scripts/examples.sh)"
-  ./Scripts/examples.sh
+  step examples ./Scripts/examples.sh
   echo "test: the README's SDK example, pasted into a package of its own, builds and runs (Scripts/readme-example.sh)"
-  README_EXAMPLE_SCRATCH="$(pwd)/Examples/.build" ./Scripts/readme-example.sh
+  step "readme example" env README_EXAMPLE_SCRATCH="$(pwd)/Examples/.build" ./Scripts/readme-example.sh
 fi
+echo "test: passed in $SECONDS s ($took)"

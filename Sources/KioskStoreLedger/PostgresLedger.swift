@@ -1712,21 +1712,50 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         }
     }
 
-    /// The statements of a script, split at the semicolons outside quoted literals.
+    /// The statements of a script, split at the semicolons outside quoted literals (`'…'`), quoted names (`"…"`)
+    /// and dollar-quoted strings (`$$…$$`, `$tag$…$tag$`: a function's body).
     package static func statements(_ sql: String) -> [String] {
+        let bytes = Array(sql.utf8)
         var statements: [String] = []
-        var current = ""
-        var quoted = false
-        for character in sql {
-            if character == "'" { quoted.toggle() }
-            if character == ";", !quoted {
-                statements.append(current)
-                current = ""
-            } else {
-                current.append(character)
+        var start = 0
+        var index = 0
+        /// The dollar quote's tag (`$tag$`) that starts at `at`, if one does: `$` then an identifier (not a
+        /// placeholder's digits) or nothing, then `$`.
+        func dollarTag(at at: Int) -> ArraySlice<UInt8>? {
+            var end = at + 1
+            while end < bytes.count, bytes[end] != UInt8(ascii: "$") {
+                let byte = bytes[end]
+                let digit = byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")
+                guard isWordByte(byte) || byte >= 0x80, !(digit && end == at + 1) else { return nil }
+                end += 1
+            }
+            return end < bytes.count ? bytes[at...end] : nil
+        }
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "'"), UInt8(ascii: "\""):
+                // To the closing quote; a doubled quote inside reads as two quoted runs, which splits nothing.
+                let quote = bytes[index]
+                index += 1
+                while index < bytes.count, bytes[index] != quote { index += 1 }
+                index += 1
+            case UInt8(ascii: "$"):
+                guard let tag = dollarTag(at: index) else {
+                    index += 1
+                    continue
+                }
+                index += tag.count
+                while index < bytes.count, !bytes[index...].starts(with: tag) { index += 1 }
+                index += tag.count
+            case UInt8(ascii: ";"):
+                statements.append(String(decoding: bytes[start..<index], as: UTF8.self))
+                index += 1
+                start = index
+            default:
+                index += 1
             }
         }
-        statements.append(current)
+        if start < bytes.count { statements.append(String(decoding: bytes[start...], as: UTF8.self)) }
         return statements.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
     }
 

@@ -117,6 +117,23 @@ import Testing
     }
 
     /// A pool of no connections is refused before anything connects: every write would wait for one forever.
+    /// A script splits at the semicolons that end statements, not at those inside a literal, a quoted name or a
+    /// dollar-quoted function body.
+    @Test func aScriptSplitsAtTheSemicolonsOutsideQuotes() {
+        #expect(Database.statements("SELECT 1; SELECT 2;\n") == ["SELECT 1", "SELECT 2"])
+        #expect(Database.statements("SELECT 'a;b'; SELECT 'it''s; fine'") == ["SELECT 'a;b'", "SELECT 'it''s; fine'"])
+        #expect(Database.statements(#"SELECT 1 AS "x;y"; SELECT 2"#) == [#"SELECT 1 AS "x;y""#, "SELECT 2"])
+        let body = "CREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM 1; RETURN 1; END $$"
+        #expect(Database.statements(body + "; SELECT f()") == [body, "SELECT f()"])
+        let tagged = "DO $body$ BEGIN RAISE NOTICE '$$;'; END $body$"
+        #expect(Database.statements(tagged + ";" + tagged) == [tagged, tagged])
+        // A placeholder is not a dollar quote, nor is a $ inside a literal.
+        #expect(Database.statements("SELECT $1; SELECT '$$'; SELECT 3") == ["SELECT $1", "SELECT '$$'", "SELECT 3"])
+        // Unterminated quotes run to the end without splitting.
+        #expect(Database.statements("SELECT 'a; SELECT 2") == ["SELECT 'a; SELECT 2"])
+        #expect(Database.statements("SELECT $$a; SELECT 2") == ["SELECT $$a; SELECT 2"])
+    }
+
     @Test func aLedgerOfNoConnectionsIsRefused() throws {
         var location = try PostgresLocation(url: "postgres://kiosk@127.0.0.1:1/kiosk")
         location.connections = 0
