@@ -14,7 +14,14 @@ struct RoleAuthenticator: RPCAuthenticator {
     }
 
     func authenticate(_ context: ServerContext) async throws -> (any Sendable)? {
-        let caller = try await store.caller(token: context.metadata.bearerToken)
+        let token = context.metadata.bearerToken
+        let caller: Caller
+        if let token, !token.isEmpty, !token.hasPrefix(Store.serviceCredentialPrefix) {
+            // An account's token: its account is read once a process (``Store/authenticatedAccount(token:)``).
+            caller = .account(try await store.authenticatedAccount(token: token))
+        } else {
+            caller = try await store.caller(token: token)
+        }
         guard roles.contains(caller.role) else {
             let allowed = roles.map(\.rawValue).sorted().joined(separator: " or ")
             throw RPCError(
@@ -23,7 +30,8 @@ struct RoleAuthenticator: RPCAuthenticator {
         return caller
     }
 
-    /// The account the runtime authenticated for this call.
+    /// The account the runtime authenticated for this call. Its id is what a handler acts on; its other fields are
+    /// as this process first read them (``Store/authenticatedAccount(token:)``): read the account for their values now.
     static func account(_ context: ServerContext) throws -> AccountRecord {
         guard case .account(let account)? = context.principal as? Caller else {
             throw RPCError(.unauthenticated, "the call was not authenticated as an account")

@@ -36,6 +36,8 @@ public final class Store: Sendable {
     let runningJobs = NIOLockedValueBox<Set<String>>([])
     /// Wrong offer codes per account and address (``redeemOfferCode(account:code:paymentMethod:idempotencyKey:source:)``).
     let codeGuesses = OfferCodeGuesses()
+    /// The accounts of the account tokens this process has authenticated (``authenticatedAccount(token:)``).
+    let tokenAccounts = TokenAccounts()
     private let lastKeyRefresh = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
 
     /// Opens the store on its data dir, creating the ledger and the first signing key if needed.
@@ -164,6 +166,22 @@ public final class Store: Sendable {
         guard let account = try await ledger.account(tokenHash: Self.hash(token)) else {
             throw StoreError.unauthenticated("the bearer token is not valid")
         }
+        return account
+    }
+
+    /// The account an RPC call's bearer token belongs to, read from the ledger once a token and process: a token
+    /// never changes account (the ledger has no way to give it another, nor to delete an account), so the id stands
+    /// for good. The record's other fields (payments allowed, balance, storefront) are as first read: a handler that
+    /// answers with them reads the account again (GetAccount). An unknown token is looked up every time (an account
+    /// another replica creates works at once), and a service credential never comes here (it can be revoked).
+    /// - Throws: ``StoreError`` UNAUTHENTICATED (16) for an unknown token.
+    func authenticatedAccount(token: String) async throws -> AccountRecord {
+        let hash = Self.hash(token)
+        if let known = tokenAccounts.account(for: hash) { return known }
+        guard let account = try await ledger.account(tokenHash: hash) else {
+            throw StoreError.unauthenticated("the bearer token is not valid")
+        }
+        tokenAccounts.remember(account, for: hash)
         return account
     }
 
@@ -405,4 +423,29 @@ public final class Store: Sendable {
     static func randomHex(bytes: Int) -> String { [UInt8].secureRandom(count: bytes).hexString }
 
     static func newTransactionID() -> String { "tx_" + randomHex(bytes: 12) }
+}
+
+/// The accounts of account tokens, by the token's hash: at most ``capacity``; a full memory starts again (the next
+/// call of each token reads its account once more).
+final class TokenAccounts: Sendable {
+    static let capacity = 100_000
+    private let capacity: Int
+    private let accounts = NIOLockedValueBox<[[UInt8]: AccountRecord]>([:])
+
+    init(capacity: Int = TokenAccounts.capacity) {
+        self.capacity = capacity
+    }
+
+    func account(for tokenHash: [UInt8]) -> AccountRecord? {
+        accounts.withLockedValue { $0[tokenHash] }
+    }
+
+    func remember(_ account: AccountRecord, for tokenHash: [UInt8]) {
+        accounts.withLockedValue { accounts in
+            if accounts.count >= capacity { accounts.removeAll(keepingCapacity: true) }
+            accounts[tokenHash] = account
+        }
+    }
+
+    var count: Int { accounts.withLockedValue { $0.count } }
 }

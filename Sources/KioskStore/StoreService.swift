@@ -58,7 +58,11 @@ public struct StoreService: RPCService {
             Self.method("GetAccount"), request: StoreV1.GetAccountRequest.self, response: StoreV1.Account.self,
             authenticator: auth
         ) { _, context in
-            let account = try RoleAuthenticator.account(context)
+            // As the account is now: the authenticated record's settings and balance may be older.
+            let id = try RoleAuthenticator.account(context).id
+            guard let account = try await store.ledger.offload({ try store.ledger.account(id: id) }) else {
+                throw StoreError.unauthenticated("account \(id) no longer exists")
+            }
             return StoreV1.Account(
                 accountID: account.id, paymentsAllowed: account.paymentsAllowed, creditBalance: account.creditBalance,
                 storefront: store.storefront(of: account))
