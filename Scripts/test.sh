@@ -28,6 +28,7 @@ step() {
   shift
   "$@"
   took+="${took:+, }$label $((SECONDS - start)) s"
+  echo "test: $label took $((SECONDS - start)) s ($SECONDS s so far)"
 }
 step setup ./Scripts/setup.sh
 if [ $# -eq 0 ]; then step lint ./Scripts/lint.sh; fi
@@ -53,7 +54,7 @@ else
 fi
 if [ $# -eq 0 ]; then
   echo "test: the store's tests again, on a PostgreSQL ledger"
-  ./Scripts/postgres.sh install > /dev/null
+  step "PostgreSQL install" ./Scripts/postgres.sh install > /dev/null
   step "PostgreSQL tests" env KIOSK_TEST_LEDGER=postgres \
     swift test --skip-build --no-parallel --filter 'KioskStoreTests|KioskStoreIntegrationTests'
   echo "test: replicas on PostgreSQL, killed under load, the database restarted and frozen (Scripts/scale-out.sh --short --chaos)"

@@ -815,10 +815,13 @@ package final class PostgresLedgerBackend: LedgerBackend {
                 // anything waited. An answer that does not come in time leaves it unknown: the connection goes
                 // (a ROLLBACK queued behind a lock granted later would hand back a connection that holds it).
                 let state: AccountLockState =
-                    switch lock.map({ lock in Result { try waitFor(lock, timeout: health.timeout) } }) {
+                    switch lock.map({ lock in
+                        Result { try waitFor(lock, timeout: health.timeout, unlessClosed: connection) }
+                    }) {
                     case nil: .none
                     case .success?: .held
                     case .failure(let error)? where error is PostgresTimedOut: .unknown
+                    // Not granted, or the session ended (and the lock with it).
                     case .failure?: .none
                     }
                 let locked = state == .held
@@ -1064,7 +1067,11 @@ package func waitFor<T: Sendable>(
         // Completed as the wait ended: its answer stands.
         if let outcome = result.withLockedValue({ $0 }) { return try outcome.get() }
         if DispatchTime.now() >= deadline { throw PostgresTimedOut() }
-        if connection?.isClosed == true { throw PostgresConnectionClosed() }
+        if connection?.isClosed == true {
+            // Answered as the connection closed: the answer stands.
+            if let outcome = result.withLockedValue({ $0 }) { return try outcome.get() }
+            throw PostgresConnectionClosed()
+        }
     }
     return try result.withLockedValue { $0! }.get()
 }
@@ -1568,6 +1575,13 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
     /// Sends a statement, prepared on this connection when it can be, without waiting for its rows.
     private func sendForRows(_ sql: String, _ arguments: [any LedgerArgument]) throws -> EventLoopFuture<[PostgresRow]>
     {
+        // postgres-nio refuses more arguments than the protocol carries with a future already failed, which a write
+        // whose COMMIT goes with it would see only after the COMMIT: refused here, before anything is sent.
+        guard arguments.count <= Int(UInt16.max) else {
+            progress.failed = true
+            throw LedgerError(
+                .refused, "a ledger statement with \(arguments.count) arguments: PostgreSQL takes at most 65,535")
+        }
         progress.sent += 1
         // Whatever this statement is, nothing read ahead answers after it (``fetchAll(_:_:)`` looked first).
         progress.readAhead = []
@@ -1643,17 +1657,19 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// COMMIT, refused when the transaction cannot have committed: a statement of it failed (even one whose error
     /// a body caught and went past), or PostgreSQL answered the COMMIT with ROLLBACK (it does, without an error,
-    /// for a transaction a failed statement aborted), or refused it (a serialization failure, a deferred constraint).
-    /// Any other end of the COMMIT (no answer, the session ended, an error as the commit record was flushed) may have
-    /// committed it: ``LedgerError/Kind/unavailable``, never a refusal, so that nothing takes it for unrecorded.
+    /// for a transaction a failed statement aborted), or with an error at severity ERROR (a serialization failure, a
+    /// deferred constraint or trigger): the session goes on and the transaction rolled back (``rolledBack``). Any other
+    /// end of the COMMIT (no answer, the session ended with FATAL or PANIC, as when the commit record cannot be
+    /// flushed) may have committed it: ``LedgerError/Kind/unavailable``, never a refusal, so that nothing takes it for
+    /// unrecorded.
     package func commit() throws {
         // A body that sent only statements it does not wait for has not yet seen its BEGIN (and, after a collision,
         // its lock) answered; the connection runs what follows a failed statement, so COMMIT goes only once they are
         // (or a write could commit outside its transaction, or without the lock it waited for).
         try sendHeld()
         if !progress.begun { try answerSent() }
-        // A statement that failed here and not on the server (postgres-nio refused to send it) leaves the
-        // transaction able to commit: it must not, since its caller is told that nothing was recorded.
+        // A statement that failed here and not on the server (refused before it was sent) leaves the transaction
+        // able to commit: it must not, since its caller is told that nothing was recorded.
         guard !progress.failed else { throw Self.notRecorded }
         progress.sent += 1
         try requireOpen()
@@ -1661,19 +1677,29 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         try answerSent()
         let answer: PostgresQueryResult
         do {
-            answer = try translatingErrors { try wait(sent) }
-        } catch let error as LedgerError
-            where ![.serializationFailure, .uniqueViolation, .checkViolation].contains(error.kind)
-        {
-            throw LedgerError(
-                .unavailable,
-                "PostgreSQL ended the COMMIT without saying whether it committed (\(error.message)): the write "
-                    + "may have been recorded; retry the same request")
+            answer = try wait(sent)
+        } catch let error as LedgerError {
+            // No answer in time, or the connection closed first.
+            throw Self.outcomeUnknown(error.message)
+        } catch {
+            guard Self.serverAnswer(error)?.severity == "ERROR", !connection.isClosed else {
+                throw Self.outcomeUnknown(Self.describe(error))
+            }
+            progress.rolledBack = true
+            try translatingErrors { () throws -> Void in throw error }
+            throw error
         }
         guard !progress.failed, answer.metadata.command == "COMMIT" else {
             progress.rolledBack = answer.metadata.command == "ROLLBACK"
             throw Self.notRecorded
         }
+    }
+
+    private static func outcomeUnknown(_ cause: String) -> LedgerError {
+        LedgerError(
+            .unavailable,
+            "PostgreSQL ended the COMMIT without saying whether it committed (\(cause)): the write may have been "
+                + "recorded; retry the same request")
     }
 
     private static let notRecorded = LedgerError(
@@ -1712,8 +1738,8 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
         }
     }
 
-    /// The statements of a script, split at the semicolons outside quoted literals (`'…'`), quoted names (`"…"`)
-    /// and dollar-quoted strings (`$$…$$`, `$tag$…$tag$`: a function's body).
+    /// The statements of a script, split at the semicolons outside quoted literals (`'…'`), quoted names (`"…"`),
+    /// dollar-quoted strings (`$$…$$`, `$tag$…$tag$`: a function's body) and comments (`-- …`, `/* … */`).
     package static func statements(_ sql: String) -> [String] {
         let bytes = Array(sql.utf8)
         var statements: [String] = []
@@ -1739,8 +1765,26 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
                 index += 1
                 while index < bytes.count, bytes[index] != quote { index += 1 }
                 index += 1
+            case UInt8(ascii: "-") where index + 1 < bytes.count && bytes[index + 1] == UInt8(ascii: "-"):
+                while index < bytes.count, bytes[index] != UInt8(ascii: "\n") { index += 1 }
+            case UInt8(ascii: "/") where index + 1 < bytes.count && bytes[index + 1] == UInt8(ascii: "*"):
+                // To the matching `*/`: PostgreSQL's block comments nest.
+                var depth = 0
+                while index < bytes.count {
+                    if bytes[index...].starts(with: [UInt8(ascii: "/"), UInt8(ascii: "*")]) {
+                        depth += 1
+                        index += 2
+                    } else if bytes[index...].starts(with: [UInt8(ascii: "*"), UInt8(ascii: "/")]) {
+                        depth -= 1
+                        index += 2
+                        if depth == 0 { break }
+                    } else {
+                        index += 1
+                    }
+                }
             case UInt8(ascii: "$"):
-                guard let tag = dollarTag(at: index) else {
+                // A `$` inside a name (`a$b`) quotes nothing.
+                guard index == 0 || !isWordByte(bytes[index - 1]), let tag = dollarTag(at: index) else {
                     index += 1
                     continue
                 }
@@ -1875,12 +1919,19 @@ package struct PostgresLedgerDatabase: LedgerDatabase {
 
     /// What the server's error said: its SQLSTATE, the table it named, its message; nil for an error that is not
     /// the server's (in either of postgres-nio's forms).
-    private static func serverAnswer(_ error: any Error) -> (state: String?, table: String?, message: String?)? {
+    private static func serverAnswer(
+        _ error: any Error
+    ) -> (state: String?, table: String?, message: String?, severity: String?)? {
         switch error {
         case let error as PSQLError:
-            error.serverInfo.map { ($0[.sqlState], $0[.tableName], $0[.message]) }
+            error.serverInfo.map {
+                ($0[.sqlState], $0[.tableName], $0[.message], $0[.severity] ?? $0[.localizedSeverity])
+            }
         case PostgresError.server(let answer) as PostgresError:
-            (answer.fields[.sqlState], answer.fields[.tableName], answer.fields[.message])
+            (
+                answer.fields[.sqlState], answer.fields[.tableName], answer.fields[.message],
+                answer.fields[.severity] ?? answer.fields[.localizedSeverity]
+            )
         default: nil
         }
     }

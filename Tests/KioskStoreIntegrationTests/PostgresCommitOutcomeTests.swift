@@ -33,30 +33,39 @@ struct PostgresCommitOutcomeTests {
 
     /// A statement postgres-nio refuses to send (more parameters than the protocol carries) fails on this side only:
     /// PostgreSQL's transaction is not aborted, and a COMMIT would record the statements around it. The write is
-    /// refused and rolled back instead, so that "nothing of it was recorded" is true.
+    /// refused and rolled back instead, so that "nothing of it was recorded" is true: whether the body went past the
+    /// failure, or the statement was held to go with the COMMIT.
     @Test func aWriteWhoseStatementFailedHereIsRolledBackNotCommitted() async throws {
         let backend = try await Self.backend(prepared: false)
         let tooMany = Array(repeating: Int64(1), count: Int(UInt16.max) + 1)
         let placeholders = Array(repeating: "?", count: tooMany.count).joined(separator: ",")
-        let refused = #expect(throws: LedgerError.self) {
+        let caught = #expect(throws: LedgerError.self) {
             try backend.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "acct") { db in
                 try db.execute("INSERT INTO kiosk_outcome_probe (n) VALUES (1)", [])
-                try db.executeLater("SELECT 1 WHERE 1 IN (\(placeholders))", tooMany, refusal: nil)
                 do {
-                    try db.execute("INSERT INTO kiosk_outcome_probe (n) VALUES (2)", [])
+                    try db.executeLater("SELECT 1 WHERE 1 IN (\(placeholders))", tooMany, refusal: nil)
                 } catch {
                     // The body goes past the failure, as a body may.
                 }
+                try db.execute("INSERT INTO kiosk_outcome_probe (n) VALUES (2)", [])
             }
         }
-        #expect(refused?.kind == .refused && refused?.message.contains("nothing of it was recorded") == true)
+        #expect(caught?.kind == .refused && caught?.message.contains("nothing of it was recorded") == true)
+        let held = #expect(throws: LedgerError.self) {
+            try backend.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "acct") { db in
+                try db.execute("INSERT INTO kiosk_outcome_probe (n) VALUES (3)", [])
+                try db.executeLater(
+                    "INSERT INTO kiosk_outcome_probe (n) SELECT 4 WHERE 1 IN (\(placeholders))", tooMany, refusal: nil)
+            }
+        }
+        #expect(
+            held?.kind == .refused && held?.message.contains("at most 65,535") == true, "\(String(describing: held))")
         #expect(try Self.recorded(backend) == [])
     }
 
-    /// A COMMIT answered with an error that does not say the transaction rolled back (58030, an I/O error as the
-    /// commit record is flushed; here raised by a deferred trigger) may have committed: unavailable, not refused,
-    /// and the write does not run again.
-    @Test func aCommitEndingWithoutItsOutcomeIsUnavailableNotRefused() async throws {
+    /// A COMMIT answered with an error at severity ERROR (here 58030 raised by a deferred trigger) leaves the
+    /// session going and the transaction rolled back: the refusal stands, nothing is recorded.
+    @Test func aCommitAnsweredWithAnErrorIsRolledBack() async throws {
         let backend = try await Self.backend()
         try await backend.groupWrite(serializingOn: nil) { db in
             try db.execute(
@@ -65,6 +74,29 @@ struct PostgresCommitOutcomeTests {
             try db.execute(
                 "CREATE CONSTRAINT TRIGGER kiosk_failing_commit AFTER INSERT ON kiosk_outcome_probe DEFERRABLE "
                     + "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION kiosk_failing_commit()", [])
+        }
+        let refused = #expect(throws: LedgerError.self) {
+            try backend.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "acct") { db in
+                try db.execute("INSERT INTO kiosk_outcome_probe (n) VALUES (1)", [])
+            }
+        }
+        #expect(refused?.kind == .refused && refused?.message.contains("could not fsync") == true)
+        #expect(try Self.recorded(backend) == [])
+    }
+
+    /// A COMMIT whose session ends before it is answered (FATAL: here the backend terminates itself in a deferred
+    /// trigger; a PANIC as the commit record is flushed ends it the same way) may have committed: unavailable, not
+    /// refused, and the write does not run again.
+    @Test func aCommitWhoseSessionEndsIsUnavailableNotRefused() async throws {
+        let backend = try await Self.backend()
+        try await backend.groupWrite(serializingOn: nil) { db in
+            try db.execute(
+                "CREATE FUNCTION kiosk_ending_commit() RETURNS trigger LANGUAGE plpgsql AS "
+                    + "'BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(1); RETURN NULL; END'",
+                [])
+            try db.execute(
+                "CREATE CONSTRAINT TRIGGER kiosk_ending_commit AFTER INSERT ON kiosk_outcome_probe DEFERRABLE "
+                    + "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION kiosk_ending_commit()", [])
         }
         let runs = Counter()
         let unknown = #expect(throws: LedgerError.self) {
@@ -76,7 +108,6 @@ struct PostgresCommitOutcomeTests {
         #expect(unknown?.kind == .unavailable, "\(String(describing: unknown))")
         #expect(unknown?.message.contains("may have been recorded") == true)
         #expect(runs.value == 1)
-        // The same answer to a group's COMMIT: every write fails with 14, none runs again.
         #expect(backend.retries.withLockedValue { $0 } == 0 && backend.contended.withLockedValue { $0 } == 0)
     }
 

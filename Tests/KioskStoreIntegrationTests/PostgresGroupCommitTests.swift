@@ -231,6 +231,31 @@ struct PostgresGroupCommitTests {
         #expect(backend.groupsRerun.withLockedValue { $0 } == 1)
     }
 
+    /// A COMMIT answered with an error at severity ERROR (a deferred trigger raising) rolled the group back: each
+    /// write runs alone, and gets its own answer.
+    @Test func aCommitAnsweredWithAnErrorSendsEachWriteAlone() async throws {
+        let backend = try await Self.backendWithProbe()
+        try await backend.groupWrite(serializingOn: nil) { db in
+            try db.execute(
+                "CREATE FUNCTION kiosk_refuse_bad() RETURNS trigger LANGUAGE plpgsql AS "
+                    + "'BEGIN IF NEW.account = ''bad'' THEN RAISE EXCEPTION ''no'' USING ERRCODE = ''58030''; END IF; "
+                    + "RETURN NULL; END'", [])
+            try db.execute(
+                "CREATE CONSTRAINT TRIGGER kiosk_refuse_bad AFTER INSERT ON kiosk_group_probe DEFERRABLE INITIALLY "
+                    + "DEFERRED FOR EACH ROW EXECUTE FUNCTION kiosk_refuse_bad()", [])
+        }
+        let answers = Answers()
+        backend.commitGroup([
+            Self.job("a", answers, on: backend, Self.probe("a")),
+            Self.job("bad", answers, on: backend, Self.probe("bad")),
+        ])
+        await answers.awaitAnswers(2)
+        #expect(answers.all["a"] == "alone: committed" && answers.all["bad"]?.hasPrefix("alone: ") == true)
+        #expect(answers.all["bad"] != "alone: committed", "\(answers.all)")
+        #expect(try Self.rows(backend).map(\.account) == ["a"])
+        #expect(backend.groupsRerun.withLockedValue { $0 } == 1)
+    }
+
     /// A statement is not sent on a connection whose session PostgreSQL has ended: it fails at once with
     /// unavailable instead of after the statement timeout, and the database is not marked as not answering.
     @Test func aStatementOnAnEndedSessionFailsAtOnce() async throws {

@@ -116,7 +116,6 @@ import Testing
         #expect(Database.withoutRedundantOrdering([order("a")]).count == 1)
     }
 
-    /// A pool of no connections is refused before anything connects: every write would wait for one forever.
     /// A script splits at the semicolons that end statements, not at those inside a literal, a quoted name or a
     /// dollar-quoted function body.
     @Test func aScriptSplitsAtTheSemicolonsOutsideQuotes() {
@@ -132,8 +131,14 @@ import Testing
         // Unterminated quotes run to the end without splitting.
         #expect(Database.statements("SELECT 'a; SELECT 2") == ["SELECT 'a; SELECT 2"])
         #expect(Database.statements("SELECT $$a; SELECT 2") == ["SELECT $$a; SELECT 2"])
+        // Comments quote nothing, and a $ inside a name starts no quote.
+        #expect(
+            Database.statements(
+                "SELECT 1; -- it's; $x$\nSELECT 2 /* a /* nested; */ ' */; SELECT a$b$ FROM t; SELECT 4")
+                == ["SELECT 1", "-- it's; $x$\nSELECT 2 /* a /* nested; */ ' */", "SELECT a$b$ FROM t", "SELECT 4"])
     }
 
+    /// A pool of no connections is refused before anything connects: every write would wait for one forever.
     @Test func aLedgerOfNoConnectionsIsRefused() throws {
         var location = try PostgresLocation(url: "postgres://kiosk@127.0.0.1:1/kiosk")
         location.connections = 0
