@@ -425,27 +425,46 @@ public final class Store: Sendable {
     static func newTransactionID() -> String { "tx_" + randomHex(bytes: 12) }
 }
 
-/// The accounts of account tokens, by the token's hash: at most ``capacity``; a full memory starts again (the next
-/// call of each token reads its account once more).
+/// The accounts of account tokens, by the token's hash, in two generations of at most ``capacity`` each: a token
+/// found in the older one moves to the newer, and when the newer is full it becomes the older (the tokens not used
+/// since are forgotten, and read again at their next call), so the tokens in use stay and no call finds the memory
+/// emptied at once.
 final class TokenAccounts: Sendable {
-    static let capacity = 100_000
+    static let capacity = 50_000
     private let capacity: Int
-    private let accounts = NIOLockedValueBox<[[UInt8]: AccountRecord]>([:])
+    private struct Generations {
+        var newer: [[UInt8]: AccountRecord] = [:]
+        var older: [[UInt8]: AccountRecord] = [:]
+    }
+    private let generations = NIOLockedValueBox(Generations())
 
     init(capacity: Int = TokenAccounts.capacity) {
         self.capacity = capacity
     }
 
     func account(for tokenHash: [UInt8]) -> AccountRecord? {
-        accounts.withLockedValue { $0[tokenHash] }
-    }
-
-    func remember(_ account: AccountRecord, for tokenHash: [UInt8]) {
-        accounts.withLockedValue { accounts in
-            if accounts.count >= capacity { accounts.removeAll(keepingCapacity: true) }
-            accounts[tokenHash] = account
+        generations.withLockedValue { generations in
+            if let account = generations.newer[tokenHash] { return account }
+            guard let account = generations.older.removeValue(forKey: tokenHash) else { return nil }
+            Self.insert(account, for: tokenHash, into: &generations, capacity: capacity)
+            return account
         }
     }
 
-    var count: Int { accounts.withLockedValue { $0.count } }
+    func remember(_ account: AccountRecord, for tokenHash: [UInt8]) {
+        generations.withLockedValue { Self.insert(account, for: tokenHash, into: &$0, capacity: capacity) }
+    }
+
+    private static func insert(
+        _ account: AccountRecord, for tokenHash: [UInt8], into generations: inout Generations, capacity: Int
+    ) {
+        if generations.newer.count >= capacity {
+            generations.older = generations.newer
+            generations.newer = [:]
+        }
+        generations.newer[tokenHash] = account
+    }
+
+    /// Tokens remembered, in both generations.
+    var count: Int { generations.withLockedValue { $0.newer.count + $0.older.count } }
 }

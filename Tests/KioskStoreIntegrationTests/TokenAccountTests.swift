@@ -58,15 +58,20 @@ import Testing
         }
     }
 
-    /// The memory of tokens holds at most its capacity: a full one starts again.
-    @Test func theTokensRememberedAreBounded() {
-        let accounts = TokenAccounts(capacity: 3)
-        for index in 0..<3 {
-            accounts.remember(
-                AccountRecord(id: "a\(index)", paymentsAllowed: true, creditBalance: 0), for: [UInt8(index)])
-        }
-        #expect(accounts.count == 3 && accounts.account(for: [2])?.id == "a2")
-        accounts.remember(AccountRecord(id: "a3", paymentsAllowed: true, creditBalance: 0), for: [3])
-        #expect(accounts.count == 1 && accounts.account(for: [3])?.id == "a3" && accounts.account(for: [0]) == nil)
+    /// The memory of tokens holds at most twice its capacity, and keeps the tokens in use: one found in the older
+    /// generation moves to the newer, and a token not used for a generation is forgotten.
+    @Test func theTokensRememberedAreBoundedAndTheUsedOnesKept() {
+        let accounts = TokenAccounts(capacity: 2)
+        func record(_ id: String) -> AccountRecord { AccountRecord(id: id, paymentsAllowed: true, creditBalance: 0) }
+        accounts.remember(record("a0"), for: [0])
+        accounts.remember(record("a1"), for: [1])
+        accounts.remember(record("a2"), for: [2])  // the newer generation was full: [0] and [1] are the older
+        #expect(accounts.count == 3)
+        #expect(accounts.account(for: [0])?.id == "a0")  // used: moves to the newer, which is then full
+        accounts.remember(record("a3"), for: [3])  // [2] and [0] become the older; [1] is forgotten
+        #expect(accounts.account(for: [1]) == nil)
+        #expect(accounts.account(for: [0])?.id == "a0" && accounts.account(for: [3])?.id == "a3")
+        for index in 4..<100 { accounts.remember(record("a\(index)"), for: [UInt8(index)]) }
+        #expect(accounts.count <= 4)
     }
 }
