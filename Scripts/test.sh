@@ -30,6 +30,8 @@ step() {
   took+="${took:+, }$label $((SECONDS - start)) s"
   echo "test: $label took $((SECONDS - start)) s ($SECONDS s so far)"
 }
+# quietly COMMAND…: COMMAND with its standard output discarded (a step's own line still printed).
+quietly() { "$@" > /dev/null; }
 step setup ./Scripts/setup.sh
 if [ $# -eq 0 ]; then step lint ./Scripts/lint.sh; fi
 step build swift build --build-tests
@@ -54,7 +56,7 @@ else
 fi
 if [ $# -eq 0 ]; then
   echo "test: the store's tests again, on a PostgreSQL ledger"
-  step "PostgreSQL install" ./Scripts/postgres.sh install > /dev/null
+  step "PostgreSQL install" quietly ./Scripts/postgres.sh install
   step "PostgreSQL tests" env KIOSK_TEST_LEDGER=postgres \
     swift test --skip-build --no-parallel --filter 'KioskStoreTests|KioskStoreIntegrationTests'
   echo "test: replicas on PostgreSQL, killed under load, the database restarted and frozen (Scripts/scale-out.sh --short --chaos)"
