@@ -20,6 +20,13 @@
 # Arguments go to `swift test` (e.g. --filter WireContractTests) and skip the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every temporary file of the run (the tests' data dirs, the throwaway PostgreSQL clusters, the services the scripts
+# start, the compiler's scratch files) goes under one directory, removed when the run ends: a run adds nothing to
+# /tmp, however many tests it runs or fails. Readable by all: as root, PostgreSQL's clusters run as `postgres`.
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiosk-test-run.XXXXXX")
+chmod 755 "$run_tmp"
+trap 'rm -rf "$run_tmp"' EXIT
+export TMPDIR="$run_tmp/"
 # step LABEL COMMAND…: runs COMMAND and notes how long it took (printed at the end: the whole command must stay
 # within CI's 30 minutes, and this says where they go).
 took=""
