@@ -13,7 +13,9 @@
 #   PostgreSQL, one store:                                    1/1, 1/16, 16/16, 64/16, 64/64
 #   PostgreSQL, one store with --database-statements unnamed: 64/16, 64/64   (every statement parsed and planned each
 #                                                             time: what preparing them saves, in the same run)
-#   PostgreSQL, two stores on the database (own data dirs):   64/16, 64/64   (the second store runs for these only)
+#   PostgreSQL, two stores on the database (own data dirs):   64/16, 64/64   (two replicas started for these, each
+#                                                             with half of one store's pool: 4 connections of the
+#                                                             default 8, so both cases pool 8 in all)
 #   SQLite, one store on its own data dir:                    64/16, 64/64
 #   PostgreSQL on a core of its own (PINNED=1, the default, with 2 or more cores): the postmaster and its backends on
 #   the last core, the stores, kiosk-bench and pgbench's client on the others (taskset), as where the database has a
@@ -225,6 +227,16 @@ unpin() {
   client=()
 }
 
+# Two replicas share the database's connections as one store has them: each gets half of one store's pool (the
+# default 8, `--database-connections`), so both cases pool as many connections (docs/postgresql.md, replicas).
+replica_connections=$((8 / 2))
+serve_pair() {  # pg1 stops; two replicas on data dirs of their own start
+  stop_service pg1
+  serve_store pg2a "${pg_ledger[@]}" --database-connections "$replica_connections"
+  serve_store pg2b "${pg_ledger[@]}" --database-connections "$replica_connections"
+}
+unserve_pair() { stop_service pg2a; stop_service pg2b; serve_store pg1 "${pg_ledger[@]}"; }
+
 say "idle background, one store on PostgreSQL ($((report_wait + 20)) s)"
 idle_one=$(idle_background)
 idle_two=""
@@ -241,7 +253,7 @@ for round in $(seq "$rounds"); do
     mode=unnamed run_case "$round" postgres $pair pgu
   done
   stop_service pgu
-  serve_store pg2 "${pg_ledger[@]}"
+  serve_pair
   if [ -z "$idle_two" ]; then
     say "idle background, two stores on PostgreSQL ($((report_wait + 20)) s)"
     idle_two=$(idle_background)
@@ -251,24 +263,26 @@ for round in $(seq "$rounds"); do
   read -r idle_s idle_c <<< "$idle_two"
   for pair in "64 16" "64 64"; do
     # shellcheck disable=SC2086
-    run_case "$round" postgres $pair pg1 pg2
+    run_case "$round" postgres $pair pg2a pg2b
   done
+  unserve_pair
   if [ "${PINNED:-1}" = 1 ] && [ "$cores" -ge 2 ]; then
     read -r idle_s idle_c <<< "$idle_one"
-    stop_service pg2
+    sleep "$report_wait"   # the restarted store's start-up commits are reported before the first count
     pin "${pid[pg1]}"
     for pair in "64 16" "64 64"; do
       # shellcheck disable=SC2086
       pinned=true run_case "$round" postgres $pair pg1
     done
-    serve_store pg2 "${pg_ledger[@]}"
-    pin "${pid[pg1]}" "${pid[pg2]}"
+    unpin "${pid[pg1]}"
+    serve_pair
+    pin "${pid[pg2a]}" "${pid[pg2b]}"
     sleep "$report_wait"
     read -r idle_s idle_c <<< "$idle_two"
-    pinned=true run_case "$round" postgres 64 64 pg1 pg2
-    unpin "${pid[pg1]}" "${pid[pg2]}"
+    pinned=true run_case "$round" postgres 64 64 pg2a pg2b
+    unpin "${pid[pg2a]}" "${pid[pg2b]}"
+    unserve_pair
   fi
-  stop_service pg2
   for pair in "64 16" "64 64"; do
     # shellcheck disable=SC2086
     run_case "$round" sqlite $pair sqlite
