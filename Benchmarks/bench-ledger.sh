@@ -20,7 +20,8 @@
 #   PostgreSQL on a core of its own (PINNED=1, the default, with 2 or more cores): the postmaster and its backends on
 #   the last core, the stores, kiosk-bench and pgbench's client on the others (taskset), as where the database has a
 #   host of its own; one store 64/16, 64/64, two stores 64/64; pgbench right after each, pinned the same way
-# Every case uses 2 connections, so one store and two stores differ only in the stores.
+# Every case uses 2 kiosk-bench connections, so one store and two replicas differ only in the stores (and how the
+# one pool is split among them). The one store is restarted after the two replicas' cases, before the pinned ones.
 # Right after each PostgreSQL case, pgbench runs on the same cluster with as many clients as purchases in flight:
 #   pgbench -M prepared -c C -j 2 -T DURATION -n pgbench    (TPC-B-like; tps "without initial connection time")
 # For each PostgreSQL case, the script measures from just before kiosk-bench starts. The window includes warm-up:
@@ -228,8 +229,10 @@ unpin() {
 }
 
 # Two replicas share the database's connections as one store has them: each gets half of one store's pool (the
-# default 8, `--database-connections`), so both cases pool as many connections (docs/postgresql.md, replicas).
-replica_connections=$((8 / 2))
+# default 8, `--database-connections` or KIOSK_STORE_DATABASE_CONNECTIONS), so both cases pool as many connections
+# (docs/postgresql.md, replicas).
+replica_connections=$(( ${KIOSK_STORE_DATABASE_CONNECTIONS:-8} / 2 ))
+[ "$replica_connections" -ge 1 ] || replica_connections=1
 serve_pair() {  # pg1 stops; two replicas on data dirs of their own start
   stop_service pg1
   serve_store pg2a "${pg_ledger[@]}" --database-connections "$replica_connections"

@@ -21,12 +21,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every temporary file of the run (the tests' data dirs, the throwaway PostgreSQL clusters, the services the scripts
-# start, the compiler's scratch files) goes under one directory, removed when the run ends: a run adds nothing to
-# /tmp, however many tests it runs or fails. Readable by all: as root, PostgreSQL's clusters run as `postgres`.
+# start, the compiler's scratch files) goes under one directory: removed when the run passes, so a run adds nothing
+# to /tmp however many tests it runs; kept when it fails, with what the failure left (a test's data dir, the
+# fuzzer's crash input), and named. Readable by all: as root, PostgreSQL's clusters run as `postgres`.
 run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiosk-test-run.XXXXXX")
 chmod 755 "$run_tmp"
-trap 'rm -rf "$run_tmp"' EXIT
-export TMPDIR="$run_tmp/"
+finish() {
+  local status=$? cluster
+  # A cluster whose test process has just ended may still run (its watchdog looks once a second): stopped here
+  # before its directory goes.
+  for cluster in "$run_tmp"/kiosk-postgres.*; do
+    if [ -d "$cluster" ]; then ./Scripts/postgres.sh stop "$cluster"; fi
+  done
+  if [ "$status" -eq 0 ]; then
+    rm -rf "$run_tmp"
+  else
+    echo "test: failed; its temporary files are kept in $run_tmp" >&2
+  fi
+}
+trap finish EXIT
+export TMPDIR="$run_tmp"
 # step LABEL COMMAND…: runs COMMAND and notes how long it took (printed at the end: the whole command must stay
 # within CI's 30 minutes, and this says where they go).
 took=""
