@@ -31,7 +31,7 @@ finish() {
   # A cluster whose test process has just ended may still run (its watchdog looks once a second): stopped here
   # before its directory goes.
   for cluster in "$run_tmp"/kiosk-postgres.*; do
-    if [ -d "$cluster" ]; then ./Scripts/postgres.sh stop "$cluster"; fi
+    if [ -d "$cluster" ]; then ./Scripts/postgres.sh stop "$cluster" || true; fi
   done
   if [ "$status" -eq 0 ]; then
     rm -rf "$run_tmp"

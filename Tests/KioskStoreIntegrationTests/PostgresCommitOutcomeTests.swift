@@ -68,12 +68,9 @@ struct PostgresCommitOutcomeTests {
     @Test func aCommitAnsweredWithAnErrorIsRolledBack() async throws {
         let backend = try await Self.backend()
         try await backend.groupWrite(serializingOn: nil) { db in
-            try db.execute(
-                "CREATE FUNCTION kiosk_failing_commit() RETURNS trigger LANGUAGE plpgsql AS "
-                    + "'BEGIN RAISE EXCEPTION ''could not fsync'' USING ERRCODE = ''58030''; END'", [])
-            try db.execute(
-                "CREATE CONSTRAINT TRIGGER kiosk_failing_commit AFTER INSERT ON kiosk_outcome_probe DEFERRABLE "
-                    + "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION kiosk_failing_commit()", [])
+            try db.createDeferredTrigger(
+                "kiosk_failing_commit", on: "kiosk_outcome_probe",
+                body: "BEGIN RAISE EXCEPTION 'could not fsync' USING ERRCODE = '58030'; END")
         }
         let refused = #expect(throws: LedgerError.self) {
             try backend.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ", serializingOn: "acct") { db in
@@ -90,13 +87,9 @@ struct PostgresCommitOutcomeTests {
     @Test func aCommitWhoseSessionEndsIsUnavailableNotRefused() async throws {
         let backend = try await Self.backend()
         try await backend.groupWrite(serializingOn: nil) { db in
-            try db.execute(
-                "CREATE FUNCTION kiosk_ending_commit() RETURNS trigger LANGUAGE plpgsql AS "
-                    + "'BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(1); RETURN NULL; END'",
-                [])
-            try db.execute(
-                "CREATE CONSTRAINT TRIGGER kiosk_ending_commit AFTER INSERT ON kiosk_outcome_probe DEFERRABLE "
-                    + "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION kiosk_ending_commit()", [])
+            try db.createDeferredTrigger(
+                "kiosk_ending_commit", on: "kiosk_outcome_probe",
+                body: "BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(1); RETURN NULL; END")
         }
         let runs = Counter()
         let unknown = #expect(throws: LedgerError.self) {

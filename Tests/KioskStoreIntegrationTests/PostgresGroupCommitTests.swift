@@ -236,13 +236,10 @@ struct PostgresGroupCommitTests {
     @Test func aCommitAnsweredWithAnErrorSendsEachWriteAlone() async throws {
         let backend = try await Self.backendWithProbe()
         try await backend.groupWrite(serializingOn: nil) { db in
-            try db.execute(
-                "CREATE FUNCTION kiosk_refuse_bad() RETURNS trigger LANGUAGE plpgsql AS "
-                    + "'BEGIN IF NEW.account = ''bad'' THEN RAISE EXCEPTION ''no'' USING ERRCODE = ''58030''; END IF; "
-                    + "RETURN NULL; END'", [])
-            try db.execute(
-                "CREATE CONSTRAINT TRIGGER kiosk_refuse_bad AFTER INSERT ON kiosk_group_probe DEFERRABLE INITIALLY "
-                    + "DEFERRED FOR EACH ROW EXECUTE FUNCTION kiosk_refuse_bad()", [])
+            try db.createDeferredTrigger(
+                "kiosk_refuse_bad", on: "kiosk_group_probe",
+                body: "BEGIN IF NEW.account = 'bad' THEN RAISE EXCEPTION 'no' USING ERRCODE = '58030'; END IF; "
+                    + "RETURN NULL; END")
         }
         let answers = Answers()
         backend.commitGroup([
@@ -306,12 +303,9 @@ struct PostgresGroupCommitTests {
         let backend = try PostgresLedgerBackend(location: location, connections: 2, timeout: .seconds(1))
         try await backend.groupWrite(serializingOn: nil) { db in
             try db.execute("CREATE TABLE kiosk_group_probe (account TEXT, xid BIGINT, place BIGINT)", [])
-            try db.execute(
-                "CREATE FUNCTION kiosk_slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
-                    + "'BEGIN IF NEW.account = ''slow'' THEN PERFORM pg_sleep(2); END IF; RETURN NULL; END'", [])
-            try db.execute(
-                "CREATE CONSTRAINT TRIGGER kiosk_slow_commit AFTER INSERT ON kiosk_group_probe DEFERRABLE INITIALLY "
-                    + "DEFERRED FOR EACH ROW EXECUTE FUNCTION kiosk_slow_commit()", [])
+            try db.createDeferredTrigger(
+                "kiosk_slow_commit", on: "kiosk_group_probe",
+                body: "BEGIN IF NEW.account = 'slow' THEN PERFORM pg_sleep(2); END IF; RETURN NULL; END")
         }
         let answers = Answers()
         backend.commitGroup([Self.job("a", answers, Self.probe("a")), Self.job("slow", answers, Self.probe("slow"))])
